@@ -1,0 +1,189 @@
+"""The demo decode engine: eager or CUDA-graphed greedy decode of a random-weight transformer.
+
+    python -m decodemon.engine_adapter.demo --mode eager|graph --tokens N [--device cuda|cpu] [--tiny]
+
+Prints ms/token when it ends; `--tokens 0` decodes until killed. Each token
+is brought to the host with `.item()`, as a sampling loop does, and marked on
+the token clock. With DECODEMON_AGENT=1 in the environment (what `decodemon
+run` sets) the probe agent is started, so a monitor can attach.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import signal
+import statistics
+import sys
+import time
+
+
+def _fail(msg: str) -> None:
+    print(f"decodemon demo: {msg}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _measure_bandwidth_gbs(torch, device: str) -> float:
+    """Device-to-device copy of 1 GiB, bytes read plus written, median of 5."""
+    a = torch.empty(1 << 29, dtype=torch.float16, device=device)
+    b = torch.empty_like(a)
+    b.copy_(a)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(5):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        b.copy_(a)
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e) / 1e3)
+    del a, b
+    return 2 * (1 << 30) / statistics.median(times) / 1e9
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m decodemon.engine_adapter.demo", description=__doc__.split("\n")[0])
+    ap.add_argument("--mode", choices=["eager", "graph"], default="eager")
+    ap.add_argument("--tokens", type=int, default=200, help="tokens to decode; 0 = until killed")
+    ap.add_argument("--device", choices=["cuda", "cpu"], default=None, help="default: cuda if available")
+    ap.add_argument("--tiny", action="store_true", help="a few small layers that run on a CPU")
+    ap.add_argument("--shape", default="qwen3-0.6b", help="qwen3-0.6b | llama-8b | tiny")
+    ap.add_argument("--max-len", type=int, default=512, help="KV-cache length; decode wraps around at the end")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--warmup", type=int, default=5, help="tokens before timing starts")
+    ap.add_argument("--narrow-blocks", type=int, default=0,
+                    help="add a streaming kernel with this many blocks per token (occupancy demo)")
+    ap.add_argument("--narrow-mb", type=int, default=256, help="megabytes the narrow kernel reads per token")
+    ap.add_argument("--print-tokens", action="store_true", help="print the decoded token ids")
+    ap.add_argument("--json", action="store_true", help="print the result as JSON")
+    ap.add_argument("--log-every", type=float, default=0.0,
+                    help="every S seconds print a JSON line with the median ms/token since the last line")
+    return ap
+
+
+def main(argv=None) -> int:
+    a = build_parser().parse_args(argv)
+    if a.tokens < 0:
+        _fail("--tokens must be 0 (run until killed) or positive")
+    if a.max_len < 2 or a.max_len > 1 << 20:
+        _fail("--max-len must be between 2 and 1048576")
+    try:
+        import torch
+    except ImportError:
+        _fail("torch is not installed: pip install 'decodemon[engine]'")
+    from decodemon.engine_adapter.adapter import report_model
+    from decodemon.engine_adapter.model import SHAPES, DecodeModel
+    from decodemon.probes.agent import mark_token, start_from_env
+
+    device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        _fail("--device cuda but torch sees no CUDA device")
+    if a.mode == "graph" and device != "cuda":
+        _fail("--mode graph needs a CUDA device (CUDA graphs do not exist on the CPU)")
+    shape_name = "tiny" if a.tiny else a.shape
+    if shape_name not in SHAPES:
+        _fail(f"unknown --shape {shape_name!r}; choose one of {', '.join(SHAPES)}")
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    model = DecodeModel(SHAPES[shape_name], device, dtype, a.max_len, seed=a.seed)
+    narrow = None
+    if a.narrow_blocks:
+        if device != "cuda":
+            _fail("--narrow-blocks needs a CUDA device (it is a Triton kernel)")
+        from decodemon.engine_adapter.narrow import make_narrow_op
+
+        narrow = make_narrow_op(a.narrow_blocks, a.narrow_mb, device)
+    bw = _measure_bandwidth_gbs(torch, device) if device == "cuda" else 0.0
+    extra = a.narrow_mb * 1024 * 1024 if narrow else 0
+    report_model(name=shape_name + (f"+narrow{a.narrow_blocks}" if narrow else ""),
+                 weight_bytes=model.weight_bytes() + extra, kv_bytes_per_position=model.kv_bytes_per_position(),
+                 layers=model.shape.layers, dtype=str(dtype).replace("torch.", ""), tp_degree=1,
+                 hidden=model.shape.hidden, measured_bandwidth_gbs=round(bw, 1))
+    if device == "cuda":
+        os.environ.setdefault("DECODEMON_DEVICE", str(torch.cuda.current_device()))
+    start_from_env()
+
+    def step():
+        out = model.step()
+        if narrow is not None:
+            narrow()
+        return out
+
+    model.reset()
+    graph = None
+    if a.mode == "graph":
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(3):  # warm up allocations and autotuning outside the capture
+                step()
+        torch.cuda.current_stream().wait_stream(s)
+        torch.cuda.synchronize()
+        model.reset()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out_buf = step()
+        model.reset()
+
+        def run_step():
+            graph.replay()
+            return out_buf
+    else:
+        run_step = step
+
+    stop = {"now": False}
+    signal.signal(signal.SIGTERM, lambda *_: stop.__setitem__("now", True))
+    tokens: list[int] = []
+    times: collections.deque = collections.deque(maxlen=200_000)  # flat memory when run until killed
+    log_times: list[float] = []
+    next_log = time.monotonic() + a.log_every if a.log_every > 0 else float("inf")
+    print(f"decodemon demo: decoding ({a.mode}, {shape_name}, pid {os.getpid()})", file=sys.stderr, flush=True)
+    n = a.tokens
+    i = 0
+    pos = 0
+    try:
+        while (n == 0 or i < n + a.warmup) and not stop["now"]:
+            if pos >= a.max_len - 1:
+                model.reset()
+                pos = 0
+            t0 = time.perf_counter()
+            tok = int(run_step().item())
+            t1 = time.perf_counter()
+            pos += 1
+            mark_token(pos)
+            if i >= a.warmup:
+                times.append(t1 - t0)
+                log_times.append(t1 - t0)
+                if a.print_tokens and len(tokens) < 100000:
+                    tokens.append(tok)
+                if time.monotonic() >= next_log:
+                    print(json.dumps({"t": round(time.time(), 3), "n": len(log_times),
+                                      "ms_median": round(statistics.median(log_times) * 1e3, 4)}), flush=True)
+                    log_times = []
+                    next_log = time.monotonic() + a.log_every
+            i += 1
+    except KeyboardInterrupt:
+        pass
+    ms = sorted(t * 1e3 for t in times)
+    res = {
+        "mode": a.mode, "device": device, "shape": shape_name, "tokens": len(times),
+        "ms_per_token_median": round(statistics.median(ms), 4) if ms else None,
+        "ms_per_token_mean": round(statistics.fmean(ms), 4) if ms else None,
+        "ms_per_token_p99": round(ms[min(len(ms) - 1, int(0.99 * len(ms)))], 4) if ms else None,
+        "weight_bytes": model.weight_bytes(), "bandwidth_gbs_measured": round(bw, 1),
+    }
+    if a.print_tokens:
+        res["token_ids"] = tokens
+    if a.json:
+        print(json.dumps(res))
+    else:
+        if a.print_tokens:
+            print("tokens:", " ".join(map(str, tokens)))
+        print(f"{a.mode} {shape_name} on {device}: {res['ms_per_token_median']} ms/token median "
+              f"over {len(times)} tokens (mean {res['ms_per_token_mean']}, p99 {res['ms_per_token_p99']})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

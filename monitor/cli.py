@@ -1,0 +1,314 @@
+"""`decodemon`: run, attach, record, replay, report, diagnose, compare, demo.
+
+Exit codes: 0 ok; 2 bad input (bad arguments, no such pid, no agent, a
+corrupt recording); 3 the target went away before anything was measured;
+130 interrupted. Errors are one line on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from decodemon.monitor.client import SourceError, live_frames, recording_frames
+from decodemon.probes import wire
+
+VERSION = "0.1.0"
+
+
+class UsageError(Exception):
+    """Bad input from the command line; str() is the one line to print."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, not usage + traceback
+        raise UsageError(f"{self.prog}: {message} (see `{self.prog} --help`)")
+
+
+def _positive(name, lo=0.0, hi=float("inf"), integer=False, allow_zero=False):
+    def conv(s):
+        try:
+            v = int(s) if integer else float(s)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a number, not {s!r}") from None
+        if isinstance(v, float) and not math.isfinite(v):
+            raise argparse.ArgumentTypeError(f"{name} must be finite")
+        ok = (lo <= v <= hi) if (lo != 0 or allow_zero) else (lo < v <= hi)
+        if not ok:
+            raise argparse.ArgumentTypeError(f"{name} must be in ({lo:g}, {hi:g}], got {s}")
+        return v
+    return conv
+
+
+def _attach_settings(a) -> wire.Attach:
+    return wire.Attach(window_period_s=a.window_period, window_tokens=a.window_tokens,
+                       pm_interval_us=a.pm_interval_us, trace=not a.no_trace, pm=not a.no_pm)
+
+
+def _add_probe_opts(p):
+    p.add_argument("--window-period", type=_positive("--window-period", 0, 3600), default=2.0,
+                   help="seconds between traced windows (default 2)")
+    p.add_argument("--window-tokens", type=_positive("--window-tokens", 1, 64, True), default=2,
+                   help="whole tokens per traced window (default 2)")
+    p.add_argument("--pm-interval-us", type=_positive("--pm-interval-us", 100, 1_000_000, True), default=2000,
+                   help="PM sampling interval in µs (default 2000)")
+    p.add_argument("--no-trace", action="store_true", help="no CUPTI activity windows, counters only")
+    p.add_argument("--no-pm", action="store_true", help="no PM sampling")
+
+
+def _source_of(spec: str):
+    """A pid (digits) or a recording path."""
+    if spec.isdigit() or (spec.startswith("-") and spec[1:].isdigit()):
+        return ("pid", int(spec))
+    if not Path(spec).exists():
+        raise UsageError(f"{spec}: no such recording file and not a pid")
+    return ("file", spec)
+
+
+def collect(spec, settings=None, seconds=None, record_to=None, on_frame=None):
+    """Read a source to its end (file) or for `seconds` (pid) into a Session; optionally record it."""
+    from decodemon.monitor.session import Session
+
+    kind, val = _source_of(str(spec))
+    sess = Session(label=str(spec))
+    writer = None
+    try:
+        if kind == "pid":
+            if record_to:
+                writer = wire.RecordingWriter(record_to, wire.RecordingHeader(
+                    wire_version=wire.WIRE_VERSION, created_unix_s=time.time(), decodemon_version=VERSION,
+                    source=f"pid {val}"))
+            frames = live_frames(val, settings, seconds)
+        else:
+            frames = recording_frames(val)
+        for rx, payload, frame in frames:
+            if writer is not None and not isinstance(frame, wire.RecordingHeader):
+                if payload:
+                    writer.write_payload(payload, rx)
+                else:
+                    writer.write(frame, rx)
+            sess.add(rx, frame)
+            if on_frame:
+                on_frame(rx, frame)
+    finally:
+        if writer is not None:
+            writer.close()
+    return sess
+
+
+def cmd_run(a) -> int:
+    if not a.cmd:
+        raise UsageError("decodemon run: give a command after --, e.g. `decodemon run -- python loop.py`")
+    import importlib.util
+
+    spec = importlib.util.find_spec("decodemon.probes._bootstrap")
+    boot = list(spec.submodule_search_locations)[0]
+    env = dict(os.environ)
+    env["DECODEMON_AGENT"] = "1"
+    env["PYTHONPATH"] = boot + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    try:
+        proc = subprocess.Popen(a.cmd, env=env)
+    except OSError as exc:
+        raise UsageError(f"decodemon run: cannot start {a.cmd[0]}: {exc.strerror}") from None
+    print(f"decodemon: started pid {proc.pid}; attach with `decodemon attach {proc.pid}`", file=sys.stderr, flush=True)
+    if a.pid_file:
+        Path(a.pid_file).write_text(f"{proc.pid}\n")
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        proc.terminate()
+        return proc.wait()
+
+
+def _print_json(obj) -> None:
+    print(json.dumps(obj, indent=2, default=str, ensure_ascii=False))
+
+
+def cmd_attach(a) -> int:
+    if a.json:
+        from decodemon.monitor.session import summary_json
+
+        sess = collect(a.pid, _attach_settings(a), a.seconds)
+        snap = sess.snapshot()
+        if snap.tokens is None and snap.ended:
+            print(f"decodemon: {snap.ended} before any tokens were measured", file=sys.stderr)
+            _print_json(summary_json(snap))
+            return 3
+        _print_json(summary_json(snap))
+        return 0
+    from decodemon.monitor.app import run_app
+
+    return run_app([str(a.pid)], settings=_attach_settings(a))
+
+
+def cmd_record(a) -> int:
+    sess = collect(a.pid, _attach_settings(a), a.seconds, record_to=a.output)
+    snap = sess.snapshot()
+    print(f"decodemon: recorded {snap.tokens_total} tokens, {snap.windows_seen} traced windows to {a.output}",
+          file=sys.stderr)
+    return 0
+
+
+def cmd_replay(a) -> int:
+    _source_of(a.file)
+    if a.json:
+        from decodemon.monitor.session import summary_json
+
+        _print_json(summary_json(collect(a.file).snapshot()))
+        return 0
+    from decodemon.monitor.app import run_app
+
+    return run_app([a.file], speed=a.speed)
+
+
+def cmd_report(a) -> int:
+    from decodemon.monitor.report import diagnosis_markdown
+    from decodemon.monitor.session import summary_json
+
+    kind, _ = _source_of(a.source)
+    sess = collect(a.source, _attach_settings(a), a.seconds if kind == "pid" else None)
+    snap = sess.snapshot()
+    if a.json:
+        _print_json(summary_json(snap))
+    md = diagnosis_markdown(snap)
+    if a.output:
+        Path(a.output).write_text(md)
+        print(f"decodemon: wrote {a.output} ({snap.diagnosis.ceiling.upper()})", file=sys.stderr)
+    elif not a.json:
+        print(md)
+    return 0
+
+
+def cmd_diagnose(a) -> int:
+    from decodemon.monitor import diagnosis as dx
+    from decodemon.monitor.report import diagnose_text
+
+    if (a.speedup is None) != (a.n is None):
+        raise UsageError("decodemon diagnose: --speedup and --n go together")
+    if a.us_per_collective is not None and a.collectives_per_token is None:
+        raise UsageError("decodemon diagnose: --us-per-collective needs --collectives-per-token")
+    if a.n is not None and a.n < 2:
+        raise UsageError("decodemon diagnose: --n must be at least 2 for a serial fraction")
+    inp = dx.Inputs(ms_per_token=a.ms_per_token, launches_per_token=a.launches_per_token,
+                    bytes_per_token=a.bytes_per_token, bandwidth_gbs=a.bandwidth_gbs,
+                    collectives_per_token=a.collectives_per_token, us_per_collective=a.us_per_collective)
+    d = dx.diagnose(inp, speedup=a.speedup, n=a.n)
+    if a.json:
+        _print_json(d.as_json())
+    else:
+        print(diagnose_text(d))
+    return 0
+
+
+def cmd_compare(a) -> int:
+    for s in (a.a, a.b):
+        _source_of(s)
+    from decodemon.monitor.app import run_app
+
+    return run_app([a.a, a.b], settings=_attach_settings(a), speed=a.speed)
+
+
+def cmd_demo(a) -> int:
+    from decodemon.monitor.demo import run_demo
+
+    return run_demo(replay=a.replay, tokens=a.tokens, speed=a.speed, seconds=a.seconds)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = _Parser(prog="decodemon", description="Watch an LLM decode loop and name the ceiling that binds the token.")
+    ap.add_argument("--version", action="version", version=f"decodemon {VERSION}")
+    sub = ap.add_subparsers(dest="command", parser_class=_Parser)
+
+    p = sub.add_parser("run", help="start a command with the probe agent loaded and print its pid")
+    p.add_argument("--pid-file", help="also write the pid here")
+    p.add_argument("cmd", nargs=argparse.REMAINDER)
+    p.set_defaults(fn=cmd_run)
+
+    p = sub.add_parser("attach", help="attach to a running decode loop (the app, or --json)")
+    p.add_argument("pid", type=_positive("pid", 1, 2**31, True))
+    p.add_argument("--json", action="store_true", help="print one JSON summary and detach")
+    p.add_argument("--seconds", type=_positive("--seconds", 0, 86400), default=10.0,
+                   help="with --json: seconds to collect (default 10)")
+    _add_probe_opts(p)
+    p.set_defaults(fn=cmd_attach)
+
+    p = sub.add_parser("record", help="attach and write a .dmon recording")
+    p.add_argument("pid", type=_positive("pid", 1, 2**31, True))
+    p.add_argument("-o", "--output", required=True)
+    p.add_argument("--seconds", type=_positive("--seconds", 0, 86400), default=20.0)
+    _add_probe_opts(p)
+    p.set_defaults(fn=cmd_record)
+
+    p = sub.add_parser("replay", help="play a recording in the app, or summarise it with --json")
+    p.add_argument("file")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--speed", type=_positive("--speed", 0, 1000), default=1.0)
+    p.set_defaults(fn=cmd_replay)
+
+    p = sub.add_parser("report", help="write DIAGNOSIS.md for a pid or a recording")
+    p.add_argument("source", help="pid or .dmon file")
+    p.add_argument("-o", "--output")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--seconds", type=_positive("--seconds", 0, 86400), default=10.0)
+    _add_probe_opts(p)
+    p.set_defaults(fn=cmd_report)
+
+    p = sub.add_parser("diagnose", help="the seeds' arithmetic from numbers alone (no GPU)")
+    p.add_argument("--ms-per-token", type=_positive("--ms-per-token", 0, 1e7))
+    p.add_argument("--launches-per-token", type=_positive("--launches-per-token", 0, 1e9))
+    p.add_argument("--bytes-per-token", type=_positive("--bytes-per-token", 0, 1e15))
+    p.add_argument("--bandwidth-gbs", type=_positive("--bandwidth-gbs", 0, 1e7))
+    p.add_argument("--collectives-per-token", type=_positive("--collectives-per-token", 0.0, 1e7, allow_zero=True))
+    p.add_argument("--us-per-collective", type=_positive("--us-per-collective", 0, 1e9))
+    p.add_argument("--speedup", type=_positive("--speedup", 0, 1e6))
+    p.add_argument("--n", type=_positive("--n", 0, 1e6, True))
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_diagnose)
+
+    p = sub.add_parser("compare", help="two sources side by side (pids or recordings)")
+    p.add_argument("a")
+    p.add_argument("b")
+    p.add_argument("--speed", type=_positive("--speed", 0, 1000), default=1.0)
+    _add_probe_opts(p)
+    p.set_defaults(fn=cmd_compare)
+
+    p = sub.add_parser("demo", help="eager vs graphed, live on a GPU or from bundled H200 recordings")
+    p.add_argument("--replay", action="store_true", help="play the bundled recordings even with a GPU")
+    p.add_argument("--tokens", type=_positive("--tokens", 0, 1e9, True), default=0)
+    p.add_argument("--speed", type=_positive("--speed", 0, 1000), default=1.0)
+    p.add_argument("--seconds", type=_positive("--seconds", 0, 86400), default=None,
+                   help="quit after this many seconds")
+    p.set_defaults(fn=cmd_demo)
+    return ap
+
+
+def main(argv=None) -> int:
+    """Entry point of the `decodemon` command."""
+    try:
+        a = build_parser().parse_args(argv)
+        if not getattr(a, "fn", None):
+            build_parser().print_help()
+            return 2
+        if a.command == "run" and a.cmd and a.cmd[0] == "--":
+            a.cmd = a.cmd[1:]
+        return a.fn(a)
+    except UsageError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    except (SourceError, wire.WireError) as exc:
+        print(f"decodemon: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

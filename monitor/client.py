@@ -1,0 +1,92 @@
+"""Sources of frames: a live agent over its Unix socket, or a `.dmon` recording.
+
+Both yield `(rx_ns, payload, frame)` so everything downstream (recording,
+analysis, the app) reads one stream shape.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Iterator
+
+from decodemon.probes import wire
+
+HOW_TO_ATTACH = ("start it with `decodemon run -- CMD ...`, or set DECODEMON_AGENT=1 and call "
+                 "decodemon.probes.agent.start_from_env(), or add `import decodemon.probes.autostart`")
+
+
+class SourceError(RuntimeError):
+    """A source that cannot be read; str() is one line for the user."""
+
+
+def check_pid(pid: int) -> Path:
+    """Return the agent socket of `pid` or raise SourceError saying exactly what is wrong."""
+    if pid <= 0:
+        raise SourceError(f"{pid} is not a valid pid")
+    proc = Path(f"/proc/{pid}")
+    if not proc.exists():
+        raise SourceError(f"no process with pid {pid}")
+    try:
+        owner = proc.stat().st_uid
+    except OSError:
+        owner = os.getuid()
+    if owner != os.getuid():
+        raise SourceError(f"pid {pid} belongs to uid {owner}; decodemon attaches only to your own processes")
+    path = wire.socket_path(pid)
+    if not path.exists():
+        raise SourceError(f"pid {pid} has no decodemon agent listening; {HOW_TO_ATTACH}")
+    return path
+
+
+def live_frames(pid: int, settings: wire.Attach | None = None, seconds: float | None = None,
+                stop=None) -> Iterator[tuple[int, bytes, object]]:
+    """Attach to `pid`, yield frames until `seconds` pass, `stop()` is true, or the target ends; then detach."""
+    path = check_pid(pid)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(str(path))
+    except OSError as exc:
+        sock.close()
+        raise SourceError(f"cannot connect to the agent of pid {pid}: {exc.strerror or exc}") from None
+    t0 = time.monotonic_ns()
+    deadline = None if seconds is None else time.monotonic() + seconds
+    reader = wire.StreamReader()
+    detached = False
+    try:
+        sock.sendall(wire.pack(settings or wire.Attach()))
+        sock.settimeout(0.1)
+        while True:
+            if not detached and ((deadline is not None and time.monotonic() >= deadline) or (stop and stop())):
+                sock.sendall(wire.pack(wire.Detach()))
+                detached = True
+                sock.settimeout(3.0)
+            try:
+                data = sock.recv(1 << 20)
+            except socket.timeout:
+                continue
+            if not data:
+                if not detached:
+                    yield time.monotonic_ns() - t0, b"", wire.Bye(reason=f"pid {pid} went away")
+                return
+            rx = time.monotonic_ns() - t0
+            for payload in reader.feed(data):
+                frame = wire.decode_frame(payload)
+                yield rx, payload, frame
+                if isinstance(frame, wire.Bye):
+                    return
+    except (ConnectionResetError, BrokenPipeError):
+        yield time.monotonic_ns() - t0, b"", wire.Bye(reason=f"pid {pid} went away")
+    finally:
+        sock.close()
+
+
+def recording_frames(path) -> Iterator[tuple[int, bytes, object]]:
+    """Yield the frames of a recording (header included), as a live source would."""
+    try:
+        for rx, frame in wire.read_recording(path):
+            yield rx, b"", frame
+    except wire.WireError as exc:
+        raise SourceError(str(exc)) from None

@@ -1,0 +1,332 @@
+"""The four ceilings, each with a number, and the verdict (the first seed's §7).
+
+Cheapest first: BANDWIDTH (arithmetic), COMM (collective share), LAUNCH (the
+launch bill), OCCUPANCY (grids against SMs). Every candidate gets a value, a
+unit, a threshold and a state; the verdict is the first that binds in that
+order, else "kernels" when kernels fill the step (§3's 3.55 tok/s case), else
+"unknown". Every verdict carries its remedy family and the one measurement
+that would prove it wrong.
+
+Pure: frozen values in, frozen values out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+BINDING, RULED_OUT, UNKNOWN = "binding", "ruled_out", "unknown"
+ORDER = ("bandwidth", "comm", "launch", "occupancy")
+
+# §3 / second seed §11.2: what one launch costs the host.
+EAGER_LAUNCH_US = (5.0, 20.0)
+LAUNCH_BOUND_US_AVAILABLE = 10.0  # §7 step 3: under ~10 µs available per kernel is launch-bound
+BANDWIDTH_BINDING_RATIO = 2.0
+BANDWIDTH_RULED_OUT_RATIO = 10.0
+COMM_RULED_OUT_PCT = 10.0
+OCCUPANCY_SMALL_SHARE_PCT = 50.0
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One ceiling's number and what it says."""
+
+    value: float | None
+    unit: str
+    threshold: str
+    state: str
+    detail: str = ""
+
+    def as_json(self) -> dict:
+        """The candidate as the JSON contract spells it."""
+        v = None if self.value is None else round(float(self.value), 4)
+        return {"value": v, "unit": self.unit, "threshold": self.threshold, "state": self.state,
+                "detail": self.detail}
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Whatever is known about one token; every field optional."""
+
+    ms_per_token: float | None = None
+    launches_per_token: float | None = None
+    bytes_per_token: float | None = None
+    bandwidth_gbs: float | None = None
+    collectives_per_token: float | None = None
+    us_per_collective: float | None = None
+    kernel_sum_ms_per_token: float | None = None  # from a trace: lets LAUNCH use measured idle time
+    gpu_busy_pct: float | None = None
+    sm_active_pct: float | None = None
+    small_grid_share_pct: float | None = None
+    hot_small_grids: tuple[tuple[str, int, float], ...] = ()  # (kernel, grid blocks, µs/token)
+    sm_count: int = 0
+    top_kernel: tuple[str, float] | None = None  # (name, µs/token)
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """The verdict and its receipts."""
+
+    ceiling: str
+    candidates: dict
+    us_per_launch: float | None
+    bandwidth_floor_ms: float | None
+    remedy: str
+    falsify: str
+    predicted_win: str
+    serial_fraction: float | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def as_json(self) -> dict:
+        """The JSON contract shared by `diagnose`, `report`, `attach --json`."""
+        out = {
+            "ceiling": self.ceiling,
+            "candidates": {k: c.as_json() for k, c in self.candidates.items()},
+            "remedy": self.remedy,
+            "falsify": self.falsify,
+            "predicted_win": self.predicted_win,
+        }
+        if self.us_per_launch is not None:
+            out["us_per_launch"] = round(self.us_per_launch, 3)
+        if self.bandwidth_floor_ms is not None:
+            out["bandwidth_floor_ms"] = round(self.bandwidth_floor_ms, 4)
+        if self.serial_fraction is not None:
+            out["serial_fraction"] = round(self.serial_fraction, 4)
+        if self.notes:
+            out["notes"] = list(self.notes)
+        return out
+
+
+def bandwidth_floor_ms(bytes_per_token: float, bandwidth_gbs: float) -> float:
+    """Bytes ÷ bandwidth: the fastest a memory-bound token can be (ms)."""
+    return bytes_per_token / (bandwidth_gbs * 1e9) * 1e3
+
+
+def serial_fraction(speedup: float, n: int) -> float:
+    """Amdahl solved for s: speedup = 1 / (s + (1 - s)/n)  =>  s = (n/speedup - 1)/(n - 1)."""
+    if n <= 1:
+        raise ValueError("serial fraction needs n > 1")
+    if speedup <= 0:
+        raise ValueError("speedup must be positive")
+    return (n / speedup - 1.0) / (n - 1.0)
+
+
+def _bandwidth(i: Inputs) -> tuple[Candidate, float | None]:
+    thr = f"≤{BANDWIDTH_BINDING_RATIO:g}× floor binds, ≥{BANDWIDTH_RULED_OUT_RATIO:g}× ruled out"
+    if not (i.ms_per_token and i.bytes_per_token and i.bandwidth_gbs):
+        return Candidate(None, "× floor", thr, UNKNOWN, "needs bytes/token and bandwidth"), None
+    floor = bandwidth_floor_ms(i.bytes_per_token, i.bandwidth_gbs)
+    ratio = i.ms_per_token / floor
+    state = BINDING if ratio <= BANDWIDTH_BINDING_RATIO else RULED_OUT if ratio >= BANDWIDTH_RULED_OUT_RATIO else UNKNOWN
+    ceiling_tps = 1e3 / floor
+    detail = (f"floor {floor:.3g} ms/token ({i.bytes_per_token / 1e9:.3g} GB ÷ {i.bandwidth_gbs:.4g} GB/s, "
+              f"a {ceiling_tps:.4g} tok/s ceiling); measured {i.ms_per_token:.4g} ms is {ratio:.3g}× the floor; "
+              f"achieved {i.bytes_per_token / (i.ms_per_token * 1e-3) / 1e9:.4g} GB/s")
+    return Candidate(ratio, "× floor", thr, state, detail), floor
+
+
+def _comm(i: Inputs) -> tuple[Candidate, float | None]:
+    thr = f"<{COMM_RULED_OUT_PCT:g}% of the step ruled out"
+    if i.collectives_per_token is None or i.ms_per_token is None:
+        return Candidate(None, "% of step", thr, UNKNOWN, "needs collectives/token and µs/call"), None
+    if i.collectives_per_token == 0:
+        return Candidate(0.0, "% of step", thr, RULED_OUT, "no collectives seen"), 0.0
+    if i.us_per_collective is None:
+        return Candidate(None, "% of step", thr, UNKNOWN, "needs µs per collective"), None
+    comm_ms = i.collectives_per_token * i.us_per_collective / 1e3
+    share = 100.0 * comm_ms / i.ms_per_token
+    state = RULED_OUT if share < COMM_RULED_OUT_PCT else BINDING
+    detail = (f"{i.collectives_per_token:g} calls × {i.us_per_collective:g} µs = {comm_ms:.3g} ms of "
+              f"{i.ms_per_token:.4g} ms/token")
+    return Candidate(share, "% of step", thr, state, detail), comm_ms
+
+
+def _launch(i: Inputs, floor: float | None) -> tuple[Candidate, float | None]:
+    lo, hi = EAGER_LAUNCH_US
+    if not (i.ms_per_token and i.launches_per_token):
+        return Candidate(None, "µs/launch", "<10 µs available per kernel binds", UNKNOWN, "needs ms/token and launches/token"), None
+    n = i.launches_per_token
+    if i.kernel_sum_ms_per_token is not None:
+        idle = max(i.ms_per_token - i.kernel_sum_ms_per_token, 0.0)
+        idle_share = idle / i.ms_per_token
+        per = idle * 1e3 / n
+        thr = "GPU idle > 50% of the step binds; < 20% ruled out"
+        state = BINDING if idle_share >= 0.5 else RULED_OUT if idle_share < 0.2 else UNKNOWN
+        detail = (f"{idle:.3g} ms/token no kernel explains ({100 * idle_share:.0f}% of the step) over {n:.0f} "
+                  f"launches = {per:.3g} µs each; eager host launches cost {lo:g}–{hi:g} µs")
+        return Candidate(per, "µs/launch", thr, state, detail), per
+    if floor is not None:
+        gap = max(i.ms_per_token - floor, 0.0)
+        per = gap * 1e3 / n
+        share = gap / i.ms_per_token
+        thr = f"gap over the floor ≤{hi:g} µs/launch and ≥50% of the step binds"
+        state = BINDING if per <= hi and share >= 0.5 else RULED_OUT if per > hi else UNKNOWN
+        detail = (f"({i.ms_per_token:.4g} − {floor:.3g}) ms ÷ {n:.0f} launches = {per:.3g} µs per launch, "
+                  f"against {lo:g}–{hi:g} µs per eager launch")
+        return Candidate(per, "µs/launch", thr, state, detail), per
+    per = i.ms_per_token * 1e3 / n
+    thr = f"<{LAUNCH_BOUND_US_AVAILABLE:g} µs available per kernel binds; >{hi:g} ruled out"
+    state = BINDING if per < LAUNCH_BOUND_US_AVAILABLE else RULED_OUT if per > hi else UNKNOWN
+    share = 100.0 * 4.0 / per
+    detail = (f"{i.ms_per_token:.4g} ms ÷ {n:.0f} launches = {per:.3g} µs available per kernel; "
+              f"a ~3–5 µs launch is ~{share:.0f}% of that (assuming 4 µs per launch)")
+    return Candidate(per, "µs/kernel", thr, state, detail), per
+
+
+def _occupancy(i: Inputs) -> Candidate:
+    thr = (f"GPU busy ≥50% with ≥{OCCUPANCY_SMALL_SHARE_PCT:g}% of kernel time in grids under 25% of the SMs, "
+           "or SM active < half of GPU busy")
+    if i.small_grid_share_pct is None:
+        return Candidate(None, "% kernel time in small grids", thr, UNKNOWN, "needs a traced window (grid dims)")
+    ratio = None
+    if i.sm_active_pct is not None and i.gpu_busy_pct:
+        ratio = i.sm_active_pct / i.gpu_busy_pct
+    busy = i.gpu_busy_pct
+    hot = ", ".join(f"{n} grid={g} ({us:.0f} µs/token)" for n, g, us in i.hot_small_grids[:3])
+    detail = f"{i.small_grid_share_pct:.0f}% of kernel time in grids < 25% of {i.sm_count or '?'} SMs"
+    if ratio is not None:
+        detail += f"; SM active {i.sm_active_pct:.0f}% vs GPU busy {busy:.0f}%"
+    if hot:
+        detail += f"; hot small grids: {hot}"
+    if busy is not None and busy < 50:
+        return Candidate(i.small_grid_share_pct, "% kernel time in small grids", thr, UNKNOWN,
+                         detail + "; the GPU is idle most of the step, so grids are not yet what binds")
+    small = i.small_grid_share_pct >= OCCUPANCY_SMALL_SHARE_PCT
+    if busy is not None and (small or (ratio is not None and ratio < 0.5)):
+        state = BINDING
+    elif i.small_grid_share_pct < 10 and (ratio is None or ratio >= 0.8):
+        state = RULED_OUT
+    else:
+        state = UNKNOWN
+    return Candidate(i.small_grid_share_pct, "% kernel time in small grids", thr, state, detail)
+
+
+def diagnose(i: Inputs, speedup: float | None = None, n: int | None = None) -> Diagnosis:
+    """Number every candidate, pick the binding ceiling, say how to fix it and how to prove it wrong."""
+    bw, floor = _bandwidth(i)
+    comm, comm_ms = _comm(i)
+    launch, per_launch = _launch(i, floor)
+    occ = _occupancy(i)
+    cands = {"bandwidth": bw, "comm": comm, "launch": launch, "occupancy": occ}
+    ceiling = next((k for k in ORDER if cands[k].state == BINDING), None)
+    if ceiling is None:
+        fills = (i.kernel_sum_ms_per_token is not None and i.ms_per_token
+                 and i.kernel_sum_ms_per_token / i.ms_per_token >= 0.8)
+        numbers_only_slow = i.kernel_sum_ms_per_token is None and launch.state == RULED_OUT
+        ceiling = "kernels" if (fills or numbers_only_slow) else "unknown"
+    remedy, falsify, win = _advice(ceiling, i, floor, comm_ms)
+    sf = serial_fraction(speedup, n) if (speedup and n and n > 1) else None
+    return Diagnosis(ceiling=ceiling, candidates=cands, us_per_launch=per_launch, bandwidth_floor_ms=floor,
+                     remedy=remedy, falsify=falsify, predicted_win=win, serial_fraction=sf)
+
+
+def _advice(ceiling: str, i: Inputs, floor: float | None, comm_ms: float | None) -> tuple[str, str, str]:
+    ms = i.ms_per_token or 0.0
+    if ceiling == "launch":
+        target = i.kernel_sum_ms_per_token if i.kernel_sum_ms_per_token is not None else floor
+        tgt = f"{target:.3g} ms" if target else "the kernel time"
+        return ("fuse kernels, capture the step as a CUDA graph, make the step device-resident",
+                f"Replay the same step as a CUDA graph: if ms/token does not fall from {ms:.3g} toward {tgt}, "
+                "the gaps were not launch overhead.",
+                f"graph capture: {ms:.3g} → ~{tgt}/token" + (f" ({100 * (1 - target / ms):.0f}% less)" if target and ms else ""))
+    if ceiling == "bandwidth":
+        return ("read fewer bytes per token: quantize weights, compress or shrink the KV cache",
+                f"Halve the bytes read per token (e.g. 8-bit weights): ms/token should fall close to half of "
+                f"{ms:.3g}; if it does not, bandwidth was not the binding ceiling.",
+                f"halving bytes/token: {ms:.3g} → ~{ms / 2:.3g} ms/token" if ms else "halving bytes/token halves the token")
+    if ceiling == "occupancy":
+        hot = i.hot_small_grids[0] if i.hot_small_grids else None
+        if hot:
+            name, grid, us = hot
+            cov = min(grid, i.sm_count or grid) / max(i.sm_count or grid, 1)
+            save = us * (1 - cov) / 1e3
+            return ("reshape grids: split over another axis (context, value tiles, split-K), widen blocks",
+                    f"Widen {name} from {grid} blocks to ≥{i.sm_count or 'SM count'}: if its µs/token "
+                    f"({us:.0f}) does not fall, it was not occupancy-bound.",
+                    f"up to {save:.3g} ms/token from {name} alone ({us:.0f} µs at {100 * cov:.0f}% of the SMs)")
+        return ("reshape grids: split over another axis, widen blocks",
+                "Widen the hottest small grid to the SM count: if its time does not fall, it was not occupancy.",
+                "unknown without a traced window")
+    if ceiling == "comm":
+        c = comm_ms or 0.0
+        return ("change the collective: fewer calls, a different algorithm or payload, or move the reduce",
+                "Microbenchmark one all-reduce at 1×, 8× and 64× the payload: if µs/call scales with bytes "
+                "it is bandwidth, if it barely moves the target is the call count; if the share of the step "
+                "is under 10% when measured alone, COMM was wrong.",
+                f"halving calls/token saves ~{c / 2:.3g} ms/token")
+    if ceiling == "kernels":
+        top = i.top_kernel
+        t = f" ({top[0]}, {top[1]:.0f} µs/token)" if top else ""
+        return ("the kernels themselves are slow: profile the hottest kernels" + t,
+                "Shrink the hottest kernel's work by half: if the step barely moves, it was launch- or "
+                "latency-dominated, not the kernels.",
+                "depends on the kernel; re-diagnose after each fix (the ceiling moves)")
+    return ("measure more: a traced window, or ms/token with launches/token and bytes/token",
+            "n/a until a candidate has a number", "n/a")
+
+
+# --- rolling verdict ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Change:
+    """One change of verdict, with the figures that moved."""
+
+    at: str
+    before: str
+    after: str
+    figures: tuple[tuple[str, float, float], ...]  # (name, before, after)
+
+    def text(self) -> str:
+        """'LAUNCH → OCCUPANCY at 12:03:10: ms/token 13.1 → 3.2, GPU busy 24% → 95%'."""
+        figs = ", ".join(f"{n} {a:.3g} → {b:.3g}" for n, a, b in self.figures)
+        return f"{self.before.upper()} → {self.after.upper()} at {self.at}" + (f": {figs}" if figs else "")
+
+
+@dataclass(frozen=True)
+class Rolling:
+    """Verdict with hysteresis: a new ceiling must win `hold` windows in a row to replace the old one."""
+
+    ceiling: str = "unknown"
+    pending: str = ""
+    streak: int = 0
+    hold: int = 2
+    figures: tuple[tuple[str, float], ...] = ()
+    pending_figures: tuple[tuple[str, float], ...] = ()
+    history: tuple[Change, ...] = ()
+    changed_at: str = ""
+
+
+def advance(r: Rolling, ceiling: str, at: str, figures: dict) -> Rolling:
+    """Fold one window's verdict into the rolling verdict."""
+    figs = tuple((k, float(v)) for k, v in figures.items() if v is not None)
+    if r.ceiling == "unknown" and not r.history and ceiling != "unknown":
+        return replace(r, ceiling=ceiling, pending="", streak=0, figures=figs, changed_at=at,
+                       history=(Change(at, "unknown", ceiling, ()),))
+    if ceiling == r.ceiling or ceiling == "unknown":
+        return replace(r, pending="", streak=0, figures=figs if ceiling == r.ceiling else r.figures)
+    streak = r.streak + 1 if ceiling == r.pending else 1
+    pending_figs = r.pending_figures if ceiling == r.pending else r.figures
+    if streak >= r.hold:
+        before = dict(pending_figs)
+        moved = tuple((k, before[k], v) for k, v in figs if k in before and abs(v - before[k]) > 1e-9 * max(1, abs(v)))
+        ch = Change(at, r.ceiling, ceiling, moved)
+        return replace(r, ceiling=ceiling, pending="", streak=0, figures=figs, history=r.history + (ch,),
+                       changed_at=at, pending_figures=())
+    return replace(r, pending=ceiling, streak=streak, pending_figures=pending_figs)
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """A TP scaling figure and whether it predates the latest verdict change (§6: re-derive after a win)."""
+
+    speedup: float
+    n: int
+    serial_fraction: float
+    measured_at: str
+    stale: bool
+
+
+def scaling(speedup: float, n: int, measured_at: str, last_change_at: str) -> Scaling:
+    """Serial fraction from a speedup at N; stale if measured before the last verdict change (ISO times)."""
+    return Scaling(speedup, n, serial_fraction(speedup, n), measured_at,
+                   stale=bool(last_change_at) and measured_at < last_change_at)

@@ -1,0 +1,288 @@
+"""Per-window metrics: a traced window of whole tokens in, frozen figures out.
+
+What a window says, in the first seed's vocabulary (§3.1, §4):
+
+    CPU  |launch|  |launch|        |launch|          host API calls
+    GPU      [k1]      [k2]  gap       [k3]          kernels
+                  ^^^^^^  host_late: k3's launch began after k2 ended,
+                          the GPU waited for the host (the launch bill)
+         short:   the launch was queued in time; the gap is the device's
+                  own latency between kernels (a few µs)
+         other:   anything else (copies, syncs, kernels with no launch record)
+
+Pure: no clock, no socket, no terminal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from decodemon.probes import wire
+
+SHORT_GAP_NS = 5_000
+SMALL_GRID_FRACTION = 0.25  # §4/§7: a hot kernel whose grid covers under 25% of the SMs
+
+
+@dataclass(frozen=True)
+class SmLimits:
+    """Per-SM limits that bound how many blocks can be resident."""
+
+    max_warps: int = 64
+    max_blocks: int = 32
+    regs: int = 65536
+    smem_bytes: int = 233472
+
+
+def sm_limits(cc: str) -> SmLimits:
+    """Limits for a compute capability ('9.0', '8.0', ...); Hopper's when unknown."""
+    if cc.startswith("8.") and cc != "8.0":
+        return SmLimits(48, 16 if cc == "8.6" else 24, 65536, 102400)
+    if cc == "8.0":
+        return SmLimits(64, 32, 65536, 167936)
+    return SmLimits()
+
+
+def blocks_per_sm(block_threads: int, regs: int, smem: int, lim: SmLimits) -> int:
+    """How many blocks of this shape fit on one SM at once (the occupancy calculator's arithmetic)."""
+    warps = max(1, -(-block_threads // 32))
+    by_warps = lim.max_warps // warps
+    by_regs = lim.max_blocks
+    if regs > 0:
+        regs_per_warp = -(-regs * 32 // 256) * 256
+        by_regs = lim.regs // (regs_per_warp * warps)
+    by_smem = lim.smem_bytes // (smem + 1024)
+    return max(0, min(lim.max_blocks, by_warps, by_regs, by_smem))
+
+
+@dataclass(frozen=True)
+class KernelRow:
+    """One kernel name's figures within a window."""
+
+    name: str
+    short_name: str
+    calls_per_token: float
+    us_mean: float
+    us_per_token: float
+    share_pct: float  # of the kernel time
+    grid_blocks: int
+    block_threads: int
+    regs: int
+    smem_bytes: int
+    grid_coverage_pct: float  # min(blocks, SMs) / SMs
+    waves: float
+    occupancy_pct: float  # theoretical, from block size, registers and shared memory
+    idle_sm_us_per_token: float  # time x idle SMs, the §4 sort key
+    is_collective: bool
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """One token drawn as intervals relative to its start (ns): CPU launch calls over GPU kernels."""
+
+    token_ns: int
+    cpu: tuple[tuple[int, int], ...]
+    gpu: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
+class WindowMetrics:
+    """Everything one traced window says."""
+
+    window_id: int
+    tokens: int
+    traced_ms_per_token: float
+    kernels_per_token: float
+    graph_launches_per_token: float
+    kernel_launch_calls_per_token: float
+    memcpys_per_token: float
+    kernel_sum_ms_per_token: float
+    gpu_busy_pct: float
+    gap_ms_per_token: dict
+    kernels: tuple[KernelRow, ...]
+    collective_calls_per_token: float
+    collective_us_per_call: float
+    collective_ms_per_token: float
+    small_grid_share_pct: float
+    timeline: Timeline | None
+    dropped_records: int
+
+
+def short_kernel_name(name: str, width: int = 48) -> str:
+    """A readable kernel name: templates and argument lists dropped, namespaces trimmed."""
+    n = name
+    if n.startswith("_Z"):
+        n = n[:width]
+    depth, out = 0, []
+    for ch in n:
+        if ch in "<(":
+            depth += 1
+        elif ch in ">)":
+            depth = max(0, depth - 1)
+        elif depth == 0:
+            out.append(ch)
+    n = "".join(out).strip() or name
+    n = n.replace("void ", "").split(" ")[-1]
+    parts = n.split("::")
+    n = "::".join(parts[-2:]) if len(parts) > 2 else n
+    return n if len(n) <= width else n[: width - 1] + "…"
+
+
+def _union_ns(starts: np.ndarray, ends: np.ndarray) -> int:
+    if len(starts) == 0:
+        return 0
+    o = np.argsort(starts, kind="stable")
+    s, e = starts[o], ends[o]
+    run_end = np.maximum.accumulate(e)
+    new = np.ones(len(s), bool)
+    new[1:] = s[1:] > run_end[:-1]
+    idx = np.flatnonzero(new)
+    seg_end = np.append(run_end[idx[1:] - 1], run_end[-1])
+    return int((seg_end - s[idx]).sum())
+
+
+def window_metrics(w: wire.KernelWindow, sm_count: int, cc: str = "9.0") -> WindowMetrics:
+    """Reduce one traced window to per-token figures, gap causes and the per-kernel grid table."""
+    cols = {k: v.array() for k, v in w.kernels.items()}
+    bounds = w.token_bounds_ns.array()
+    tokens = max(int(w.tokens), 1)
+    lo, hi = (int(bounds[0]), int(bounds[-1])) if len(bounds) >= 2 else (0, 0)
+    wall = max(hi - lo, 1)
+    start, end = cols.get("start", np.zeros(0, np.int64)), cols.get("end", np.zeros(0, np.int64))
+    n = len(start)
+    names_idx = cols.get("name", np.zeros(0, np.int64))
+    names = [w.names[i] if 0 <= i < len(w.names) else "?" for i in range(len(w.names))]
+    is_coll = np.array([("nccl" in nm.lower()) for nm in names], dtype=bool)
+    dur = (end - start).astype(np.int64)
+    kernel_sum = int(dur.sum())
+    busy = _union_ns(start, end)
+
+    api = {k: v.array() for k, v in w.apis.items()}
+    api_names = w.api_names
+    a_cbid, a_dom = api.get("cbid", np.zeros(0, np.int64)), api.get("domain", np.zeros(0, np.int64))
+    a_name = np.array([api_names.get(f"{d}:{c}", "") for c, d in zip(a_cbid.tolist(), a_dom.tolist())], dtype=object)
+    is_graph_launch = np.array(["GraphLaunch" in s for s in a_name], dtype=bool)
+    is_kernel_launch = np.array([("LaunchKernel" in s) or s.startswith("cudaLaunch_") or s == "cuLaunch"
+                                 for s in a_name], dtype=bool)
+    # runtime calls are also seen as driver calls underneath; count launches from the runtime layer when present
+    rt = a_dom == 0
+    has_rt = bool((is_kernel_launch & rt).any() or (is_graph_launch & rt).any())
+    layer = rt if has_rt else (a_dom == 1)
+    graph_launches = int((is_graph_launch & layer).sum())
+    kernel_launch_calls = int((is_kernel_launch & layer).sum())
+    mem = {k: v.array() for k, v in w.memcpys.items()}
+    memcpys = int(len(mem.get("start", ())))
+
+    # gap causes: for each kernel after the first, when did its launch call begin?
+    gaps = {"host_late": 0, "short": 0, "other": 0}
+    if n > 1:
+        o = np.argsort(start, kind="stable")
+        s, e, corr = start[o], end[o], cols["correlation"][o]
+        run_end = np.maximum.accumulate(e)
+        gap = s[1:] - run_end[:-1]
+        launch_start = {}
+        a_corr, a_start = api.get("correlation", np.zeros(0)), api.get("start", np.zeros(0))
+        sel = is_kernel_launch | is_graph_launch
+        for c, st in zip(a_corr[sel].tolist(), a_start[sel].tolist()):
+            launch_start[c] = st
+        for i in np.flatnonzero(gap > 0).tolist():
+            g = int(gap[i])
+            ls = launch_start.get(int(corr[i + 1]))
+            if ls is not None and ls >= run_end[i]:
+                gaps["host_late"] += g
+            elif g <= SHORT_GAP_NS:
+                gaps["short"] += g
+            else:
+                gaps["other"] += g
+        head = int(s[0]) - lo  # before the first kernel of the window: the host had not launched yet
+        if head > 0:
+            gaps["host_late"] += head
+        tail = hi - int(run_end[-1])
+        if tail > 0:
+            gaps["other"] += tail
+    gap_ms = {k: v / tokens / 1e6 for k, v in gaps.items()}
+
+    lim = sm_limits(cc)
+    rows = []
+    sms = max(sm_count, 1)
+    if n:
+        bx, by, bz = cols["block_x"], cols["block_y"], cols["block_z"]
+        gx, gy, gz = cols["grid_x"], cols["grid_y"], cols["grid_z"]
+        grid = gx * gy * gz
+        block = bx * by * bz
+        smem = cols["smem_static"] + cols["smem_dynamic"]
+        for k in np.unique(names_idx).tolist():
+            m = names_idx == k
+            d = dur[m]
+            g = int(np.bincount(grid[m]).argmax()) if grid[m].max() < 1 << 20 else int(np.median(grid[m]))
+            b = int(np.median(block[m]))
+            r = int(np.median(cols["regs"][m]))
+            sm_b = int(np.median(smem[m]))
+            bps = blocks_per_sm(b, r, sm_b, lim)
+            cov = min(g, sms) / sms
+            tot_us = d.sum() / 1e3
+            nm = names[k] if k < len(names) else "?"
+            rows.append(KernelRow(
+                name=nm, short_name=short_kernel_name(nm), calls_per_token=m.sum() / tokens,
+                us_mean=float(d.mean() / 1e3), us_per_token=tot_us / tokens,
+                share_pct=100.0 * d.sum() / max(kernel_sum, 1), grid_blocks=g, block_threads=b, regs=r,
+                smem_bytes=sm_b, grid_coverage_pct=100.0 * cov,
+                waves=g / (sms * bps) if bps else float("inf"),
+                occupancy_pct=100.0 * bps * max(1, -(-b // 32)) / lim.max_warps,
+                idle_sm_us_per_token=tot_us / tokens * (1 - cov),
+                is_collective=bool(is_coll[k]) if k < len(is_coll) else False,
+            ))
+    rows.sort(key=lambda r: -r.us_per_token)
+    coll = [r for r in rows if r.is_collective]
+    coll_calls = sum(r.calls_per_token for r in coll)
+    coll_ms = sum(r.us_per_token for r in coll) / 1e3
+    small = sum(r.us_per_token for r in rows if r.grid_coverage_pct < 100 * SMALL_GRID_FRACTION)
+    small_share = 100.0 * small / max(sum(r.us_per_token for r in rows), 1e-9) if rows else 0.0
+
+    timeline = None
+    if len(bounds) >= 2:
+        t0, t1 = int(bounds[-2]), int(bounds[-1])
+        km = (start >= t0) & (start < t1)
+        a_start, a_end = api.get("start", np.zeros(0, np.int64)), api.get("end", np.zeros(0, np.int64))
+        am = (a_start >= t0) & (a_start < t1) & (is_kernel_launch | is_graph_launch) & layer
+        timeline = Timeline(
+            token_ns=t1 - t0,
+            cpu=tuple((int(a - t0), int(b - t0)) for a, b in zip(a_start[am], a_end[am])),
+            gpu=tuple((int(a - t0), int(b - t0)) for a, b in zip(start[km], end[km])),
+        )
+
+    return WindowMetrics(
+        window_id=w.window_id, tokens=tokens, traced_ms_per_token=wall / tokens / 1e6,
+        kernels_per_token=n / tokens, graph_launches_per_token=graph_launches / tokens,
+        kernel_launch_calls_per_token=kernel_launch_calls / tokens, memcpys_per_token=memcpys / tokens,
+        kernel_sum_ms_per_token=kernel_sum / tokens / 1e6, gpu_busy_pct=100.0 * busy / wall,
+        gap_ms_per_token=gap_ms, kernels=tuple(rows), collective_calls_per_token=coll_calls,
+        collective_us_per_call=(coll_ms * 1e3 / coll_calls) if coll_calls else 0.0,
+        collective_ms_per_token=coll_ms, small_grid_share_pct=small_share, timeline=timeline,
+        dropped_records=w.dropped_records,
+    )
+
+
+@dataclass(frozen=True)
+class TokenStats:
+    """The token clock's figures over some span."""
+
+    tokens: int
+    ms_per_token: float
+    ms_per_token_p90: float
+    ms_per_token_p99: float
+    tokens_per_s: float
+
+
+def token_stats(t_ns: np.ndarray) -> TokenStats | None:
+    """ms/token (median, p90, p99) and tokens/s from token boundaries; None with fewer than 3."""
+    if len(t_ns) < 3:
+        return None
+    d = np.diff(np.asarray(t_ns, dtype=np.int64)) / 1e6
+    d = d[d > 0]
+    if len(d) < 2:
+        return None
+    med = float(np.median(d))
+    return TokenStats(tokens=len(d), ms_per_token=med, ms_per_token_p90=float(np.percentile(d, 90)),
+                      ms_per_token_p99=float(np.percentile(d, 99)), tokens_per_s=1e3 / float(np.mean(d)))

@@ -1,0 +1,215 @@
+"""One watched source: its feed, the metrics of each traced window, and the rolling verdict.
+
+`Session.add(rx_ns, frame)` is the single entry point for live attach,
+recordings and the app; `Session.snapshot()` returns a frozen `Snapshot` that
+the CLI prints as JSON and the app draws.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from decodemon.monitor import diagnosis as dx
+from decodemon.monitor.feed import Feed
+from decodemon.monitor.metrics import TokenStats, WindowMetrics, token_stats, window_metrics
+from decodemon.probes import wire
+
+SPAN_NS = 5_000_000_000  # figures are taken over the last 5 s of the feed
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything the monitor knows about a source at one moment; plain values."""
+
+    label: str
+    pid: int
+    device: str
+    sm_count: int
+    cc: str
+    tokens_total: int
+    tokens: TokenStats | None
+    window: WindowMetrics | None
+    windows_seen: int
+    pm: dict
+    nvml: dict
+    model: wire.ModelFacts | None
+    depth: int
+    bytes_per_token: float | None
+    bandwidth_gbs: float | None
+    bandwidth_source: str
+    diagnosis: dx.Diagnosis
+    rolling: dx.Rolling
+    probe: dict
+    errors: tuple[str, ...]
+    dropped_records: int
+    other_pids: tuple[int, ...]
+    rx_ns: int
+    ended: str | None
+
+
+def _median(xs):
+    xs = [x for x in xs if x is not None]
+    return float(np.median(xs)) if xs else None
+
+
+class Session:
+    """Feed + per-window metrics + rolling verdict for one source."""
+
+    def __init__(self, label: str = "", clock_origin_unix_s: float | None = None) -> None:
+        self.label = label
+        self.feed = Feed()
+        self.metrics: list[tuple[int, WindowMetrics]] = []
+        self.rolling = dx.Rolling()
+        self._origin = clock_origin_unix_s
+
+    def add(self, rx_ns: int, frame) -> None:
+        """Take one frame; a traced window also advances the rolling verdict."""
+        self.feed.add(rx_ns, frame)
+        if isinstance(frame, wire.RecordingHeader) and self._origin is None:
+            self._origin = frame.created_unix_s
+        if isinstance(frame, wire.KernelWindow):
+            gpu = self.feed.hello.gpu if self.feed.hello else None
+            m = window_metrics(frame, gpu.sm_count if gpu else 0, gpu.cc if gpu else "9.0")
+            self.metrics.append((rx_ns, m))
+            del self.metrics[:-self.feed.max_windows]
+            d, figs = self._diagnose(rx_ns)
+            self.rolling = dx.advance(self.rolling, d.ceiling, self._at(rx_ns), figs)
+
+    def _at(self, rx_ns: int) -> str:
+        origin = self._origin if self._origin is not None else time.time() - rx_ns / 1e9
+        return time.strftime("%H:%M:%S", time.gmtime(origin + rx_ns / 1e9))
+
+    def _span_metrics(self, since: int) -> list[WindowMetrics]:
+        ms = [m for rx, m in self.metrics if rx >= since]
+        return ms or ([self.metrics[-1][1]] if self.metrics else [])
+
+    def _inputs(self, since: int):
+        f = self.feed
+        ts = token_stats(f.token_times_ns(since)) or token_stats(f.token_times_ns())
+        wins = self._span_metrics(since)
+        pm = f.pm_since(since) or list(f.pm)[-200:]
+        pm_avg = {}
+        if pm:
+            pm_avg = {k: float(np.nanmean([getattr(r, k) for r in pm])) for k in
+                      ("gpu_busy_pct", "sm_active_pct", "warps_active_pct", "dram_pct")}
+        model = f.hello.model if f.hello else None
+        gpu = f.hello.gpu if f.hello else None
+        bpt = float(model.bytes_per_token(f.depth())) if model else None
+        bw, bw_src = None, ""
+        if model and model.measured_bandwidth_gbs:
+            bw, bw_src = model.measured_bandwidth_gbs, "measured copy (engine)"
+        elif gpu and gpu.mem_bandwidth_gbs:
+            bw, bw_src = gpu.mem_bandwidth_gbs, "NVML peak"
+        last = wins[-1] if wins else None
+        busy = pm_avg.get("gpu_busy_pct") if pm_avg else _median([w.gpu_busy_pct for w in wins])
+        small = [(r.short_name, r.grid_blocks, r.us_per_token) for r in (last.kernels if last else ())
+                 if r.grid_coverage_pct < 25]
+        small.sort(key=lambda x: -x[2])
+        coll_calls = _median([w.collective_calls_per_token for w in wins]) if wins else None
+        coll_us = _median([w.collective_us_per_call for w in wins if w.collective_calls_per_token]) if wins else None
+        inp = dx.Inputs(
+            ms_per_token=ts.ms_per_token if ts else None,
+            launches_per_token=_median([w.kernels_per_token for w in wins]) if wins else None,
+            bytes_per_token=bpt, bandwidth_gbs=bw,
+            collectives_per_token=coll_calls, us_per_collective=coll_us,
+            kernel_sum_ms_per_token=_median([w.kernel_sum_ms_per_token for w in wins]) if wins else None,
+            gpu_busy_pct=busy, sm_active_pct=pm_avg.get("sm_active_pct"),
+            small_grid_share_pct=_median([w.small_grid_share_pct for w in wins]) if wins else None,
+            hot_small_grids=tuple(small[:5]), sm_count=gpu.sm_count if gpu else 0,
+            top_kernel=(last.kernels[0].short_name, last.kernels[0].us_per_token) if last and last.kernels else None,
+        )
+        return inp, ts, last, pm_avg, bpt, bw, bw_src
+
+    def _diagnose(self, rx_ns: int):
+        inp, ts, last, pm_avg, *_ = self._inputs(max(rx_ns - SPAN_NS, 0))
+        d = dx.diagnose(inp)
+        figs = {"ms/token": inp.ms_per_token, "GPU busy %": inp.gpu_busy_pct,
+                "launches/token": inp.launches_per_token}
+        return d, figs
+
+    def snapshot(self, at_rx_ns: int | None = None) -> Snapshot:
+        """The figures over the last 5 s of the feed (or before `at_rx_ns`), with the diagnosis."""
+        f = self.feed
+        rx = f.last_rx_ns if at_rx_ns is None else at_rx_ns
+        inp, ts, last, pm_avg, bpt, bw, bw_src = self._inputs(max(rx - SPAN_NS, 0))
+        d = dx.diagnose(inp)
+        gpu = f.hello.gpu if f.hello else None
+        nv = {}
+        if f.nvml:
+            s = f.nvml[-1][1]
+            if len(s.t_unix_ns.data):
+                nv = {"sm_clock_mhz": int(s.sm_clock_mhz.array()[-1]), "mem_clock_mhz": int(s.mem_clock_mhz.array()[-1]),
+                      "power_w": float(s.power_w.array()[-1]), "mem_used_bytes": int(s.mem_used_bytes.array()[-1]),
+                      "gpu_util_pct": int(s.gpu_util_pct.array()[-1])}
+        others = tuple(f.nvml[-1][1].other_pids) if f.nvml else ()
+        return Snapshot(
+            label=self.label or (f"pid {f.hello.pid}" if f.hello else "?"),
+            pid=f.hello.pid if f.hello else 0,
+            device=gpu.name if gpu else (f"unavailable ({f.hello.gpu_unavailable})" if f.hello else "?"),
+            sm_count=gpu.sm_count if gpu else 0, cc=gpu.cc if gpu else "",
+            tokens_total=len(f.marks_t), tokens=ts, window=last, windows_seen=len(self.metrics), pm=pm_avg,
+            nvml=nv, model=f.hello.model if f.hello else None, depth=f.depth(), bytes_per_token=bpt,
+            bandwidth_gbs=bw, bandwidth_source=bw_src, diagnosis=d, rolling=self.rolling, probe=dict(f.state),
+            errors=tuple(f.errors), dropped_records=f.dropped_records, other_pids=others, rx_ns=rx, ended=f.bye,
+        )
+
+    def history(self) -> list[str]:
+        """The verdict's changes, as sentences."""
+        return [c.text() for c in self.rolling.history]
+
+
+def summary_json(s: Snapshot, kernels: int = 15) -> dict:
+    """The JSON summary of `attach --json`, `replay --json` and `report --json`."""
+    w = s.window
+    out = {
+        "source": s.label,
+        "pid": s.pid,
+        "device": s.device,
+        "sm_count": s.sm_count,
+        "tokens": s.tokens_total,
+        "ms_per_token": round(s.tokens.ms_per_token, 4) if s.tokens else None,
+        "ms_per_token_p90": round(s.tokens.ms_per_token_p90, 4) if s.tokens else None,
+        "tokens_per_s": round(s.tokens.tokens_per_s, 2) if s.tokens else None,
+        "launches_per_token": round(w.kernels_per_token, 1) if w else None,
+        "graph_launches_per_token": round(w.graph_launches_per_token, 2) if w else None,
+        "kernel_launch_calls_per_token": round(w.kernel_launch_calls_per_token, 1) if w else None,
+        "memcpys_per_token": round(w.memcpys_per_token, 2) if w else None,
+        "kernel_sum_ms_per_token": round(w.kernel_sum_ms_per_token, 4) if w else None,
+        "gpu_busy_pct": round(s.pm["gpu_busy_pct"], 1) if s.pm else None,
+        "traced_gpu_busy_pct": round(w.gpu_busy_pct, 1) if w else None,
+        "sm_active_pct": round(s.pm["sm_active_pct"], 1) if s.pm else None,
+        "warps_active_pct": round(s.pm["warps_active_pct"], 1) if s.pm else None,
+        "dram_pct": round(s.pm["dram_pct"], 1) if s.pm else None,
+        "gap_ms_per_token": {k: round(v, 4) for k, v in w.gap_ms_per_token.items()} if w else None,
+        "collectives": ({"calls_per_token": round(w.collective_calls_per_token, 2),
+                         "us_per_call": round(w.collective_us_per_call, 2),
+                         "ms_per_token": round(w.collective_ms_per_token, 4)} if w else None),
+        "bytes_per_token": s.bytes_per_token,
+        "bandwidth_gbs": s.bandwidth_gbs,
+        "bandwidth_source": s.bandwidth_source,
+        "windows": s.windows_seen,
+        "nvml": s.nvml,
+        "other_gpu_pids": list(s.other_pids),
+        "probe": s.probe,
+        "dropped_records": s.dropped_records,
+        "errors": list(s.errors),
+        "kernels": [
+            {"name": r.short_name, "full_name": r.name, "calls_per_token": round(r.calls_per_token, 2),
+             "us_mean": round(r.us_mean, 2), "us_per_token": round(r.us_per_token, 1),
+             "grid_blocks": r.grid_blocks, "block_threads": r.block_threads,
+             "grid_vs_sms": f"{r.grid_blocks}/{s.sm_count}", "grid_coverage_pct": round(r.grid_coverage_pct, 1),
+             "waves": round(r.waves, 3) if r.waves != float("inf") else None,
+             "occupancy_pct": round(r.occupancy_pct, 1), "regs": r.regs, "smem_bytes": r.smem_bytes,
+             "idle_sm_us_per_token": round(r.idle_sm_us_per_token, 1)}
+            for r in (w.kernels[:kernels] if w else ())
+        ],
+    }
+    out.update(s.diagnosis.as_json())
+    out["verdict"] = s.rolling.ceiling
+    out["history"] = [c.text() for c in s.rolling.history]
+    if s.ended:
+        out["ended"] = s.ended
+    return out

@@ -1,0 +1,1 @@
+"""Holds the sitecustomize that `decodemon run` puts first on PYTHONPATH."""

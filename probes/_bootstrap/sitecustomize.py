@@ -1,0 +1,26 @@
+"""Loaded by `decodemon run -- CMD` through PYTHONPATH: start the agent, then chain to any other sitecustomize."""
+
+import importlib.util as _ilu
+import os as _os
+import sys as _sys
+
+try:
+    from decodemon.probes.agent import start_from_env as _start
+
+    _start()
+except Exception as _exc:  # never stop the user's program from starting
+    print(f"decodemon: agent not loaded: {_exc}", file=_sys.stderr)
+
+_here = _os.path.dirname(_os.path.abspath(__file__))
+_rest = [p for p in _sys.path if _os.path.abspath(p or ".") != _here]
+_spec = None
+for _p in _rest:
+    _cand = _os.path.join(_p or ".", "sitecustomize.py")
+    if _os.path.isfile(_cand) and _os.path.dirname(_os.path.abspath(_cand)) != _here:
+        _spec = _ilu.spec_from_file_location("_decodemon_chained_sitecustomize", _cand)
+        break
+if _spec is not None and _spec.loader is not None:
+    try:
+        _spec.loader.exec_module(_ilu.module_from_spec(_spec))
+    except Exception:
+        pass

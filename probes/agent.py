@@ -1,0 +1,375 @@
+"""The probe agent: lives in the decode process, dormant until a monitor attaches.
+
+Dormant means: one daemon thread blocked in `accept()` on a Unix socket in a
+per-user 0700 directory, CUPTI not loaded, and `mark_token()` returning after
+one global read. On attach the agent starts the counter sidecar, relays its
+frames, ships token marks four times a second and, every `window_period_s`,
+asks the decode thread to trace `window_tokens` whole tokens. On detach, or
+when the monitor vanishes, it disarms; the next token boundary finalizes
+CUPTI if a window was open.
+
+The decode thread only ever runs `mark_token()`. Everything else happens in
+the agent thread, the sidecar process, or the monitor.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import selectors
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from decodemon.probes import wire
+from decodemon.probes.wire import socket_dir, socket_path
+from decodemon.probes.device import Unavailable, cuda_device_index, cupti_version, gpu_info
+
+_session: "_Session | None" = None
+_agent: "_Agent | None" = None
+_model = None
+_lock = threading.Lock()
+
+
+def _ensure_dir(d: Path) -> None:
+    d.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = d.stat()
+    if st.st_uid != os.getuid():
+        raise PermissionError(f"{d} belongs to uid {st.st_uid}, not to us")
+    if st.st_mode & 0o077:
+        os.chmod(d, 0o700)
+
+
+def clean_stale_sockets(d: Path | None = None) -> list[int]:
+    """Remove sockets whose process is gone; return their pids."""
+    d = d or socket_dir()
+    gone = []
+    if not d.is_dir():
+        return gone
+    for p in d.glob("*.sock"):
+        try:
+            pid = int(p.stem)
+        except ValueError:
+            continue
+        if not Path(f"/proc/{pid}").exists():
+            try:
+                p.unlink()
+                gone.append(pid)
+            except OSError:
+                pass
+    return gone
+
+
+def set_model_facts(facts: "wire.ModelFacts") -> None:
+    """Tell the agent what the engine is decoding (sent in every hello)."""
+    global _model
+    _model = facts
+
+
+def mark_token(depth: int = 0) -> None:
+    """The token clock: call once per decoded token, at the boundary. Costs one global read when dormant."""
+    s = _session
+    if s is None:
+        return
+    s.on_token(depth)
+
+
+class _Session:
+    """State shared by the decode thread (on_token) and the agent thread while attached."""
+
+    def __init__(self, settings: wire.Attach, tracer) -> None:
+        self.settings = settings
+        self.marks_t: list[int] = []
+        self.marks_d: list[int] = []
+        self.tracer = tracer
+        self.want_window = False  # set by agent, consumed by decode thread
+        self.tokens_left = 0
+        self.window_ready = threading.Event()  # set by decode thread when a window has closed
+        self.detach_pending = False  # collected: decode thread finalizes at the next boundary
+        self.closing = False
+        self.done = threading.Event()
+        self.errors: list[str] = []
+
+    def on_token(self, depth: int) -> None:
+        if self.closing:
+            self.finish()
+            return
+        self.marks_t.append(time.perf_counter_ns())
+        self.marks_d.append(depth)
+        tr = self.tracer
+        if tr is None:
+            return
+        try:
+            if tr.active:
+                self.tokens_left -= 1
+                if self.tokens_left <= 0 or self.closing:
+                    tr.close()
+                    self.window_ready.set()
+                else:
+                    tr.boundary()
+            elif self.detach_pending:
+                self.detach_pending = False
+                tr.detach()
+            elif self.want_window and not self.closing:
+                self.want_window = False
+                self.tokens_left = self.settings.window_tokens
+                tr.open()
+        except Exception as exc:  # never raise into the user's loop
+            self.errors.append(f"trace: {type(exc).__name__}: {exc}")
+            self.tracer = None
+
+    def finish(self) -> None:
+        """Leave CUPTI as we found it and drop the session (decode thread at a boundary, or the agent on timeout)."""
+        global _session
+        with _lock:
+            if _session is self:
+                _session = None
+        tr, self.tracer = self.tracer, None
+        self.done.set()
+        if tr is not None:
+            try:
+                if tr.active:
+                    tr.close()
+                tr.detach()
+            except Exception:
+                pass
+
+
+class _Agent:
+    def __init__(self) -> None:
+        clean_stale_sockets()
+        _ensure_dir(socket_dir())
+        self.path = socket_path(os.getpid())
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)
+        try:
+            self.sock.bind(str(self.path))
+        finally:
+            os.umask(old)
+        os.chmod(self.path, 0o600)
+        self.sock.listen(4)
+        self.busy_with: int | None = None
+        self.thread = threading.Thread(target=self._accept_loop, name="decodemon-agent", daemon=True)
+        self.thread.start()
+        atexit.register(self.shutdown)
+
+    def shutdown(self) -> None:
+        global _session
+        s = _session
+        _session = None
+        if s is not None:
+            s.closing = True
+        try:
+            self.sock.close()
+        finally:
+            try:
+                self.path.unlink()
+            except OSError:
+                pass
+
+    def _accept_loop(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            try:
+                cred = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+                peer_pid, peer_uid, _ = struct.unpack("3i", cred)
+                if peer_uid != os.getuid():
+                    conn.close()
+                    continue
+                if self.busy_with is not None:
+                    conn.sendall(wire.pack(wire.Bye(
+                        reason=f"busy: monitor pid {self.busy_with} is attached; one monitor at a time")))
+                    conn.close()
+                    continue
+                self.busy_with = peer_pid
+                threading.Thread(target=self._serve, args=(conn,), name="decodemon-session", daemon=True).start()
+            except OSError:
+                conn.close()
+
+    def _hello(self, settings: dict) -> wire.Hello:
+        gpu, why = None, ""
+        try:
+            gpu = gpu_info()
+        except Unavailable as exc:
+            why = str(exc)
+        except Exception as exc:
+            why = f"{type(exc).__name__}: {exc}"
+        return wire.Hello(
+            wire_version=wire.WIRE_VERSION, pid=os.getpid(), argv=list(sys.argv),
+            python=sys.version.split()[0], hostname=socket.gethostname(), gpu=gpu,
+            gpu_unavailable=why, cupti_version=cupti_version(), model=_model, settings=settings,
+        )
+
+    def _serve(self, conn: socket.socket) -> None:
+        global _session
+        sidecar = None
+        session = None
+        reason = "detached"
+        try:
+            conn.settimeout(5.0)
+            reader = wire.StreamReader(max_frame=64 * 1024)
+            msgs: list = []
+            while not msgs:
+                data = conn.recv(4096)
+                if not data:
+                    return
+                msgs = reader.feed(data)
+            first = wire.decode_control(msgs[0])
+            if not isinstance(first, wire.Attach):
+                return
+            settings = first
+            hello = self._hello({k: float(getattr(settings, k)) for k in
+                                 ("window_period_s", "window_tokens", "pm_interval_us", "nvml_hz")})
+            conn.sendall(wire.pack(hello))
+            state: dict[str, str] = {"token_clock": "armed"}
+            tracer = None
+            if hello.gpu is None:
+                state["gpu"] = f"unavailable ({hello.gpu_unavailable})"
+                state["trace"] = state["pm"] = state["nvml"] = "unavailable (no GPU)"
+            else:
+                state["gpu"] = "ok"
+                if settings.trace:
+                    try:
+                        from decodemon.probes.tracer import WindowTracer
+
+                        tracer = WindowTracer()
+                        state["trace"] = (f"armed ({settings.window_tokens} tokens every "
+                                          f"{settings.window_period_s:g} s)")
+                    except Exception as exc:
+                        state["trace"] = f"unavailable ({type(exc).__name__}: {exc})"
+                else:
+                    state["trace"] = "off"
+                cmd = [sys.executable, "-m", "decodemon.probes.sidecar", "--device", str(cuda_device_index()),
+                       "--pm-interval-us", str(settings.pm_interval_us), "--nvml-hz", str(settings.nvml_hz)]
+                if not settings.pm:
+                    cmd.append("--no-pm")
+                    state["pm"] = "off"
+                try:
+                    sidecar = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                               stderr=subprocess.DEVNULL, close_fds=True)
+                except OSError as exc:
+                    state["pm"] = state["nvml"] = f"unavailable (sidecar: {exc})"
+            session = _Session(settings, tracer)
+            with _lock:
+                _session = session
+            conn.sendall(wire.pack(wire.Stats(state=state)))
+            reason = self._loop(conn, reader, session, sidecar, state)
+        except (OSError, wire.WireError) as exc:
+            reason = f"connection lost ({type(exc).__name__})"
+        finally:
+            if session is not None:
+                # The decode thread disarms at its next boundary (a safe point for CUPTI);
+                # if the loop is stalled or gone, the agent does it after 1 s.
+                session.closing = True
+                if not session.done.wait(1.0):
+                    session.finish()
+            if sidecar is not None:
+                try:
+                    sidecar.stdin.close()
+                    sidecar.wait(timeout=3)
+                except Exception:
+                    sidecar.kill()
+            try:
+                conn.sendall(wire.pack(wire.Bye(reason=reason)))
+            except OSError:
+                pass
+            conn.close()
+            self.busy_with = None
+
+    def _loop(self, conn, reader, session: _Session, sidecar, state) -> str:
+        st = session.settings
+        sel = selectors.DefaultSelector()
+        conn.setblocking(False)
+        sel.register(conn, selectors.EVENT_READ, "monitor")
+        if sidecar is not None:
+            os.set_blocking(sidecar.stdout.fileno(), False)
+            sel.register(sidecar.stdout, selectors.EVENT_READ, "sidecar")
+        out = bytearray()
+        next_marks = time.monotonic() + 0.25
+        next_window = time.monotonic() + min(st.window_period_s, 0.5)
+        next_stats = time.monotonic() + 1.0
+        window_id = 0
+        dropped = 0
+        while True:
+            for key, _ in sel.select(timeout=0.05):
+                if key.data == "monitor":
+                    data = conn.recv(65536)
+                    if not data:
+                        return "monitor went away"
+                    for payload in reader.feed(data):
+                        msg = wire.decode_control(payload)
+                        if isinstance(msg, wire.Detach):
+                            return "detached"
+                else:
+                    chunk = os.read(sidecar.stdout.fileno(), 1 << 20)
+                    if not chunk:
+                        sel.unregister(sidecar.stdout)
+                        state["pm"] = state.get("pm", "") if "unavailable" in state.get("pm", "") else "sidecar exited"
+                        continue
+                    out += chunk  # already framed by the sidecar: relayed without decoding
+            now = time.monotonic()
+            if session.tracer is not None and session.window_ready.is_set():
+                session.window_ready.clear()
+                try:
+                    win = session.tracer.collect(window_id)
+                    window_id += 1
+                    out += wire.pack(win)
+                except Exception as exc:
+                    session.errors.append(f"trace collect: {type(exc).__name__}: {exc}")
+                session.detach_pending = True
+            if session.tracer is not None and now >= next_window and not session.tracer.active \
+                    and not session.detach_pending and not session.want_window:
+                session.want_window = True
+                next_window = now + st.window_period_s
+            if now >= next_marks:
+                t, d = session.marks_t, session.marks_d
+                session.marks_t, session.marks_d = [], []
+                if t:
+                    out += wire.pack(wire.TokenMarks(t_ns=wire.Column.of(t), depth=wire.Column.of(d[: len(t)])))
+                next_marks = now + 0.25
+            if now >= next_stats:
+                if session.errors:
+                    state["errors"] = str(len(session.errors))
+                out += wire.pack(wire.Stats(state=dict(state), dropped_records=dropped, windows=window_id,
+                                            errors=session.errors[-5:]))
+                next_stats = now + 1.0
+            if out:
+                conn.setblocking(True)
+                conn.settimeout(2.0)
+                try:
+                    conn.sendall(out)
+                except (BrokenPipeError, ConnectionResetError, socket.timeout):
+                    return "monitor went away"
+                finally:
+                    conn.setblocking(False)
+                out.clear()
+
+
+def start() -> Path | None:
+    """Start the agent (idempotent); return its socket path, or None if it could not start."""
+    global _agent
+    with _lock:
+        if _agent is None:
+            try:
+                _agent = _Agent()
+            except OSError as exc:
+                print(f"decodemon: agent not started: {exc}", file=sys.stderr)
+                return None
+        return _agent.path
+
+
+def start_from_env() -> None:
+    """Start the agent if DECODEMON_AGENT=1 (set by `decodemon run`)."""
+    if os.environ.get("DECODEMON_AGENT") == "1":
+        start()

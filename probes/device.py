@@ -1,0 +1,102 @@
+"""What the probe can learn about the GPU without torch: the CUDA driver via ctypes, and NVML.
+
+Every function here either returns a value or raises `Unavailable` with a
+one-line reason; nothing raises into the decode loop.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+from decodemon.probes.wire import GpuInfo
+
+_CU_ATTR_SM_COUNT = 16
+_CU_ATTR_CC_MAJOR = 75
+_CU_ATTR_CC_MINOR = 76
+
+
+class Unavailable(RuntimeError):
+    """The GPU, or one way of observing it, cannot be used here; str() says why."""
+
+
+def cuda_device_index() -> int:
+    """The CUDA device the process decodes on: DECODEMON_DEVICE, else 0."""
+    try:
+        return int(os.environ.get("DECODEMON_DEVICE", "0"))
+    except ValueError:
+        return 0
+
+
+def nvml_index(cuda_index: int) -> int:
+    """Map a CUDA ordinal to an NVML index through CUDA_VISIBLE_DEVICES when it lists numbers."""
+    vis = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    parts = [p.strip() for p in vis.split(",") if p.strip()]
+    if parts and cuda_index < len(parts) and parts[cuda_index].isdigit():
+        return int(parts[cuda_index])
+    return cuda_index
+
+
+def _libcuda():
+    try:
+        return ctypes.CDLL("libcuda.so.1")
+    except OSError as exc:
+        raise Unavailable(f"CUDA driver is not found ({exc})") from None
+
+
+def gpu_info(cuda_index: int | None = None) -> GpuInfo:
+    """Name, SM count, compute capability and peak memory bandwidth of one device."""
+    idx = cuda_device_index() if cuda_index is None else cuda_index
+    cu = _libcuda()
+    rc = cu.cuInit(0)
+    if rc != 0:
+        raise Unavailable(f"cuInit failed with CUDA error {rc}")
+    dev = ctypes.c_int()
+    if cu.cuDeviceGet(ctypes.byref(dev), idx) != 0:
+        raise Unavailable(f"no CUDA device {idx}")
+
+    def attr(a: int) -> int:
+        v = ctypes.c_int()
+        cu.cuDeviceGetAttribute(ctypes.byref(v), a, dev)
+        return v.value
+
+    name = ctypes.create_string_buffer(256)
+    cu.cuDeviceGetName(name, 256, dev)
+    drv = ctypes.c_int()
+    cu.cuDriverGetVersion(ctypes.byref(drv))
+    mem = ctypes.c_size_t()
+    cu.cuDeviceTotalMem_v2(ctypes.byref(mem), dev)
+    bw, driver, uuid = 0.0, "", ""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        h = pynvml.nvmlDeviceGetHandleByIndex(nvml_index(idx))
+        bus_bits = pynvml.nvmlDeviceGetMemoryBusWidth(h)
+        mem_mhz = pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_MEM)
+        bw = bus_bits / 8 * mem_mhz * 1e6 * 2 / 1e9
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        uuid = pynvml.nvmlDeviceGetUUID(h)
+    except Exception:  # NVML missing or refused: bandwidth stays unknown (0)
+        pass
+    return GpuInfo(
+        index=idx,
+        name=name.value.decode(errors="replace"),
+        sm_count=attr(_CU_ATTR_SM_COUNT),
+        mem_bandwidth_gbs=round(bw, 1),
+        memory_total_bytes=mem.value,
+        uuid=str(uuid),
+        cc=f"{attr(_CU_ATTR_CC_MAJOR)}.{attr(_CU_ATTR_CC_MINOR)}",
+        driver_version=str(driver),
+        cuda_driver_version=drv.value,
+    )
+
+
+def cupti_version() -> str:
+    """The cupti-python package version, or '' when it is not installed."""
+    try:
+        from importlib.metadata import version
+
+        return version("cupti-python")
+    except Exception:
+        return ""

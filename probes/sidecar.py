@@ -1,0 +1,163 @@
+"""Device-wide counters from a second process: CUPTI PM sampling and NVML telemetry.
+
+PM counters and NVML cover the whole GPU, so reading them does not have to
+happen in the decode process at all (measured on an H200: a sampler in
+another process read a decode loop's counters). The agent starts this
+sidecar on attach and relays its stdout, already framed, to the monitor; the
+sidecar exits when its stdin closes, so it never outlives the agent.
+
+    python -m decodemon.probes.sidecar --device 0 --pm-interval-us 2000 --nvml-hz 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import time
+
+from decodemon.probes.device import nvml_index
+from decodemon.probes.wire import Column, NvmlSamples, PmSamples, Stats, pack
+
+PM_METRICS = [
+    "gr__cycles_active.avg",
+    "gr__cycles_elapsed.max",
+    "sm__cycles_active.avg",
+    "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+    "sm__warps_active.avg.pct_of_peak_sustained_active",
+    "gpu__time_duration.sum",
+]
+
+
+class _Out:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._fd = sys.stdout.buffer
+
+    def send(self, frame) -> None:
+        with self._lock:
+            self._fd.write(pack(frame))
+            self._fd.flush()
+
+
+def _pm_loop(out: _Out, device: int, interval_us: int, period_s: float, stop: threading.Event) -> None:
+    try:
+        from cupti import pm_sampling
+    except Exception as exc:
+        out.send(Stats(state={"pm": f"unavailable (cupti-python not importable: {exc})"}))
+        return
+    coll = pm_sampling.Collector(device)
+    try:
+        coll.enable()
+        coll.configure(metrics=PM_METRICS, hardware_buffer_size=256 * 1024 * 1024,
+                       sampling_interval=interval_us * 1000)
+        coll.start()
+    except PermissionError:
+        out.send(Stats(state={"pm": "unavailable (no permission for GPU performance counters: run as root "
+                                    "or set the nvidia module option NVreg_RestrictProfilingToAdminUsers=0)"}))
+        return
+    except Exception as exc:
+        out.send(Stats(state={"pm": f"unavailable ({type(exc).__name__}: {exc})"}))
+        return
+    out.send(Stats(state={"pm": f"armed ({interval_us} us interval, {len(PM_METRICS)} metrics)"}))
+    try:
+        while not stop.wait(period_s):
+            try:
+                data = coll.decode(max_samples=4096)
+            except MemoryError as exc:
+                out.send(Stats(state={"pm": f"overflow ({exc})"}))
+                continue
+            n = len(data)
+            if n == 0:
+                continue
+            rows = [s.metric_values for s in data]
+            out.send(PmSamples(
+                metrics=list(data.metrics),
+                start_ns=Column.of([s.start_timestamp for s in data]),
+                end_ns=Column.of([s.end_timestamp for s in data]),
+                values=Column.of(rows, "<f8"),
+            ))
+    finally:
+        try:
+            coll.stop()
+        finally:
+            coll.disable()
+
+
+def _nvml_loop(out: _Out, device: int, hz: float, stop: threading.Event) -> None:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        h = pynvml.nvmlDeviceGetHandleByIndex(nvml_index(device))
+    except Exception as exc:
+        out.send(Stats(state={"nvml": f"unavailable ({exc})"}))
+        return
+    out.send(Stats(state={"nvml": f"armed ({hz:g} Hz)"}))
+    me = {os.getpid(), os.getppid()}
+    cols: dict[str, list] = {k: [] for k in ("t", "sm", "mem", "pw", "used", "util")}
+    others: set[int] = set()
+    last_flush = time.monotonic()
+    while not stop.wait(1.0 / hz):
+        try:
+            cols["t"].append(time.time_ns())
+            cols["sm"].append(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM))
+            cols["mem"].append(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM))
+            cols["pw"].append(pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0)
+            cols["used"].append(pynvml.nvmlDeviceGetMemoryInfo(h).used)
+            cols["util"].append(pynvml.nvmlDeviceGetUtilizationRates(h).gpu)
+            try:
+                procs = pynvml.nvmlDeviceGetComputeRunningProcesses(h)
+                others = {p.pid for p in procs} - me
+            except pynvml.NVMLError:
+                pass
+        except pynvml.NVMLError as exc:
+            out.send(Stats(state={"nvml": f"error ({exc})"}))
+            for v in cols.values():
+                v.clear()
+            continue
+        if time.monotonic() - last_flush >= 0.5:
+            out.send(NvmlSamples(
+                t_unix_ns=Column.of(cols["t"]), sm_clock_mhz=Column.of(cols["sm"]),
+                mem_clock_mhz=Column.of(cols["mem"]), power_w=Column.of(cols["pw"], "<f8"),
+                mem_used_bytes=Column.of(cols["used"]), gpu_util_pct=Column.of(cols["util"]),
+                other_pids=sorted(others),
+            ))
+            for v in cols.values():
+                v.clear()
+            last_flush = time.monotonic()
+
+
+def main(argv=None) -> int:
+    """Run until stdin closes."""
+    ap = argparse.ArgumentParser(prog="decodemon.probes.sidecar")
+    ap.add_argument("--device", type=int, default=0)
+    ap.add_argument("--pm-interval-us", type=int, default=2000)
+    ap.add_argument("--pm-period-s", type=float, default=0.25)
+    ap.add_argument("--nvml-hz", type=float, default=4.0)
+    ap.add_argument("--no-pm", action="store_true")
+    a = ap.parse_args(argv)
+    out = _Out()
+    stop = threading.Event()
+    threads = [threading.Thread(target=_nvml_loop, args=(out, a.device, a.nvml_hz, stop), daemon=True)]
+    if not a.no_pm:
+        threads.append(threading.Thread(target=_pm_loop,
+                                        args=(out, a.device, a.pm_interval_us, a.pm_period_s, stop), daemon=True))
+    for t in threads:
+        t.start()
+    try:
+        sys.stdin.buffer.read()  # lifeline: EOF when the agent goes away
+    except (OSError, KeyboardInterrupt):
+        pass
+    stop.set()
+    for t in threads:
+        t.join(timeout=2.0)
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except BrokenPipeError:
+        sys.exit(0)

@@ -1,0 +1,151 @@
+"""Traced windows: CUPTI activity switched on for whole tokens, then CUPTI detached.
+
+The decode thread calls `open()` and `close()` at token boundaries (that is
+all it pays, plus CUPTI's own per-launch cost while a window is open). The
+agent thread then calls `collect()` to flush the buffers and turn the records
+into columns, and the decode thread calls `detach()` at its next boundary,
+because CUPTI left initialised slows even untraced tokens.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from decodemon.probes.wire import Column, KernelWindow
+
+_BUFFER_BYTES = 8 * 1024 * 1024
+
+
+class WindowTracer:
+    """One CUPTI activity session per window; records kept as plain tuples until collect()."""
+
+    def __init__(self) -> None:
+        from cupti import cupti  # noqa: PLC0415 - only when a monitor asks for traces
+
+        self._c = cupti
+        K = cupti.ActivityKind
+        self._kinds = [K.CONCURRENT_KERNEL, K.RUNTIME, K.DRIVER, K.MEMCPY, K.MEMSET, K.SYNCHRONIZATION]
+        self._k_kernel = int(K.CONCURRENT_KERNEL)
+        self._k_runtime = int(K.RUNTIME)
+        self._k_driver = int(K.DRIVER)
+        self._k_memcpy = int(K.MEMCPY)
+        self._k_memset = int(K.MEMSET)
+        self._k_sync = int(K.SYNCHRONIZATION)
+        self._rt_names = {int(v): n for n, v in cupti.runtime_api_trace_cbid.__members__.items()}
+        self._drv_names = {int(v): n for n, v in cupti.driver_api_trace_cbid.__members__.items()}
+        self._names: dict[str, int] = {}
+        self._reset()
+        self.active = False
+        self.initialised = False
+
+    def _reset(self) -> None:
+        self._kernels: list[tuple] = []
+        self._apis: list[tuple] = []
+        self._memcpys: list[tuple] = []
+        self._syncs: list[tuple] = []
+        self.bounds: list[int] = []
+        self.host_ns = 0
+
+    # -- CUPTI callbacks (run in whichever thread flushes) --------------------
+    def _requested(self):
+        return _BUFFER_BYTES, 0
+
+    def _completed(self, activities) -> None:
+        kk, rt, dr, mc, ms, sy = (self._k_kernel, self._k_runtime, self._k_driver,
+                                  self._k_memcpy, self._k_memset, self._k_sync)
+        names = self._names
+        kern, apis, cps, syn = self._kernels, self._apis, self._memcpys, self._syncs
+        for a in activities:
+            k = a.kind
+            if k == kk:
+                n = a.name
+                i = names.get(n)
+                if i is None:
+                    i = names[n] = len(names)
+                kern.append((i, a.start, a.end, a.grid_x, a.grid_y, a.grid_z, a.block_x, a.block_y,
+                             a.block_z, a.registers_per_thread, a.static_shared_memory,
+                             a.dynamic_shared_memory, a.stream_id, a.graph_id, a.graph_node_id,
+                             a.correlation_id))
+            elif k == rt:
+                apis.append((a.cbid, a.start, a.end, a.correlation_id, 0))
+            elif k == dr:
+                apis.append((a.cbid, a.start, a.end, a.correlation_id, 1))
+            elif k == mc:
+                cps.append((a.start, a.end, a.bytes, a.copy_kind))
+            elif k == ms:
+                cps.append((a.start, a.end, a.bytes, -1))
+            elif k == sy:
+                syn.append((a.start, a.end, int(a.type)))
+
+    # -- decode thread, at token boundaries -----------------------------------
+    def open(self) -> None:
+        """Start tracing now (a token boundary)."""
+        t0 = time.perf_counter_ns()
+        c = self._c
+        self._reset()
+        c.activity_register_callbacks(self._requested, self._completed)
+        for k in self._kinds:
+            c.activity_enable(k)
+        self.initialised = True
+        self.active = True
+        self.bounds.append(c.get_timestamp())
+        self.host_ns += time.perf_counter_ns() - t0
+
+    def boundary(self) -> None:
+        """Note one token boundary inside the window, in CUPTI's clock."""
+        self.bounds.append(self._c.get_timestamp())
+
+    def close(self) -> None:
+        """Stop tracing now (a token boundary); the records wait in CUPTI's buffers."""
+        t0 = time.perf_counter_ns()
+        c = self._c
+        self.bounds.append(c.get_timestamp())
+        for k in self._kinds:
+            c.activity_disable(k)
+        self.active = False
+        self.host_ns += time.perf_counter_ns() - t0
+
+    def detach(self) -> None:
+        """Finalize CUPTI so untraced tokens run at their unobserved speed."""
+        if self.initialised:
+            t0 = time.perf_counter_ns()
+            try:
+                self._c.finalize()
+            finally:
+                self.initialised = False
+                self.host_ns += time.perf_counter_ns() - t0
+
+    # -- agent thread -----------------------------------------------------------
+    def collect(self, window_id: int) -> KernelWindow:
+        """Flush CUPTI's buffers and pack the window as columns."""
+        c = self._c
+        c.activity_flush_all(1)
+        dropped = 0
+        kern = np.array(self._kernels, dtype=np.int64).reshape(-1, 16)
+        apis = np.array(self._apis, dtype=np.int64).reshape(-1, 5)
+        cps = np.array(self._memcpys, dtype=np.int64).reshape(-1, 4)
+        syn = np.array(self._syncs, dtype=np.int64).reshape(-1, 3)
+        kcols = ["name", "start", "end", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
+                 "regs", "smem_static", "smem_dynamic", "stream", "graph_id", "graph_node_id", "correlation"]
+        used = {}
+        for cbid, dom in {(int(r[0]), int(r[4])) for r in apis}:
+            table = self._drv_names if dom else self._rt_names
+            used[f"{dom}:{cbid}"] = table.get(cbid, f"cbid{cbid}")
+        names = [""] * len(self._names)
+        for n, i in self._names.items():
+            names[i] = n
+        return KernelWindow(
+            window_id=window_id,
+            tokens=max(len(self.bounds) - 1, 0),
+            token_bounds_ns=Column.of(self.bounds),
+            names=names,
+            kernels={c_: Column.of(kern[:, j]) for j, c_ in enumerate(kcols)},
+            api_names=used,
+            apis={c_: Column.of(apis[:, j]) for j, c_ in enumerate(["cbid", "start", "end", "correlation", "domain"])},
+            memcpys={c_: Column.of(cps[:, j]) for j, c_ in enumerate(["start", "end", "bytes", "copy_kind"])},
+            syncs={c_: Column.of(syn[:, j]) for j, c_ in enumerate(["start", "end", "type"])},
+            dropped_records=dropped,
+            probe_host_ns=self.host_ns,
+        )

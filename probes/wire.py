@@ -1,0 +1,360 @@
+"""The wire: typed, versioned, tagged frames between the probe and the monitor.
+
+One schema serves both a live attach (frames over a Unix socket, each behind a
+4-byte length) and a recording (`.dmon`: a gzip stream holding a magic line, a
+`RecordingHeader`, then the same frames, each behind its length and the
+monitor's receive time). Live and replay therefore go through one decoder.
+
+Bulk data travels columnar: a `Column` is a numpy array's dtype and raw bytes,
+so the decode process builds one array per field per traced window instead of
+one Python object per record, and the monitor reads it back with
+`np.frombuffer` at no parsing cost.
+
+This module imports only the standard library, numpy and msgspec: the monitor
+may import it, the collectors may not be imported by the monitor.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import struct
+import zlib
+from typing import Iterator, Union
+
+import msgspec
+import numpy as np
+
+WIRE_VERSION = 1
+MAGIC = b"DECODEMON-RECORDING\n"
+_LEN = struct.Struct("<I")
+_REC = struct.Struct("<IQ")  # payload length, receive time (ns since recording start)
+MAX_FRAME_BYTES = 64 * 1024 * 1024
+
+
+def socket_dir():
+    """Per-user directory for agent sockets: $XDG_RUNTIME_DIR/decodemon or /tmp/decodemon-<uid>."""
+    from pathlib import Path
+
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    if xdg and os.path.isdir(xdg):
+        return Path(xdg) / "decodemon"
+    return Path(f"/tmp/decodemon-{os.getuid()}")
+
+
+def socket_path(pid: int):
+    """Where the agent of process `pid` listens."""
+    return socket_dir() / f"{pid}.sock"
+
+
+class WireError(ValueError):
+    """A frame, stream or recording that cannot be read; the message is one line for the user."""
+
+
+class Column(msgspec.Struct, frozen=True, array_like=True):
+    """A numpy array on the wire: dtype string and the raw little-endian bytes."""
+
+    dtype: str
+    data: bytes
+
+    @classmethod
+    def of(cls, values, dtype: str = "<i8") -> "Column":
+        """Pack a sequence or array into a column of the given dtype."""
+        return cls(dtype, np.asarray(values, dtype=dtype).tobytes())
+
+    def array(self) -> np.ndarray:
+        """The column as a read-only numpy array."""
+        try:
+            return np.frombuffer(self.data, dtype=np.dtype(self.dtype))
+        except (TypeError, ValueError) as exc:
+            raise WireError(f"bad column ({self.dtype}, {len(self.data)} bytes): {exc}") from None
+
+
+class GpuInfo(msgspec.Struct, frozen=True):
+    """What the probe learned about the device once, at attach."""
+
+    index: int
+    name: str
+    sm_count: int
+    mem_bandwidth_gbs: float  # peak from NVML: bus width x max memory clock x 2
+    memory_total_bytes: int = 0
+    uuid: str = ""
+    cc: str = ""
+    driver_version: str = ""
+    cuda_driver_version: int = 0
+
+
+class ModelFacts(msgspec.Struct, frozen=True):
+    """What the diagnosis needs from the engine: bytes, shape and parallelism."""
+
+    name: str
+    weight_bytes: int
+    kv_bytes_per_position: int = 0
+    layers: int = 0
+    dtype: str = ""
+    tp_degree: int = 1
+    hidden: int = 0
+    measured_bandwidth_gbs: float = 0.0  # the engine's own device-to-device copy, read+write counted
+
+    def bytes_per_token(self, depth: int) -> int:
+        """Bytes read to make one token at a context depth: weights plus the KV cache touched."""
+        return self.weight_bytes + self.kv_bytes_per_position * max(depth, 0)
+
+
+class RecordingHeader(msgspec.Struct, frozen=True, tag="rec"):
+    """First frame of a `.dmon` file."""
+
+    wire_version: int
+    created_unix_s: float
+    decodemon_version: str
+    source: str = ""
+    note: str = ""
+
+
+class Hello(msgspec.Struct, frozen=True, tag="hello"):
+    """The agent's first frame on every connection."""
+
+    wire_version: int
+    pid: int
+    argv: list[str]
+    python: str
+    hostname: str
+    gpu: Union[GpuInfo, None] = None
+    gpu_unavailable: str = ""
+    cupti_version: str = ""
+    model: Union[ModelFacts, None] = None
+    settings: dict[str, float] = {}
+
+
+class TokenMarks(msgspec.Struct, frozen=True, tag="tokens"):
+    """Token boundaries from the engine's clock (perf_counter ns) and the context depth at each."""
+
+    t_ns: Column
+    depth: Column
+
+
+class KernelWindow(msgspec.Struct, frozen=True, tag="window"):
+    """One traced window of whole tokens: every kernel, launch call, copy and sync in it.
+
+    Timestamps are CUPTI's (ns). `token_bounds_ns` has tokens+1 entries: the
+    token clock read through CUPTI at each boundary. Columns of `kernels`:
+    name, start, end, grid_x, grid_y, grid_z, block_x, block_y, block_z, regs,
+    smem_static, smem_dynamic, stream, graph_id, graph_node_id, correlation.
+    Columns of `apis`: cbid, start, end, correlation, domain (0 runtime, 1 driver).
+    Columns of `memcpys`: start, end, bytes, copy_kind. Columns of `syncs`: start, end, type.
+    """
+
+    window_id: int
+    tokens: int
+    token_bounds_ns: Column
+    names: list[str]
+    kernels: dict[str, Column]
+    api_names: dict[str, str] = {}
+    apis: dict[str, Column] = {}
+    memcpys: dict[str, Column] = {}
+    syncs: dict[str, Column] = {}
+    dropped_records: int = 0
+    probe_host_ns: int = 0  # time the probe spent on the decode host thread for this window
+
+
+class PmSamples(msgspec.Struct, frozen=True, tag="pm"):
+    """CUPTI PM sampling: device-wide hardware counters, one row per interval."""
+
+    metrics: list[str]
+    start_ns: Column
+    end_ns: Column
+    values: Column  # float64, rows x len(metrics), row-major
+
+
+class NvmlSamples(msgspec.Struct, frozen=True, tag="nvml"):
+    """NVML telemetry: clocks, power, memory, utilisation and who else is on the GPU."""
+
+    t_unix_ns: Column
+    sm_clock_mhz: Column
+    mem_clock_mhz: Column
+    power_w: Column
+    mem_used_bytes: Column
+    gpu_util_pct: Column
+    other_pids: list[int] = []
+
+
+class Stats(msgspec.Struct, frozen=True, tag="stats"):
+    """The probe's own state: what is armed, what is unavailable and why, what was dropped."""
+
+    state: dict[str, str]
+    dropped_records: int = 0
+    windows: int = 0
+    errors: list[str] = []
+
+
+class Bye(msgspec.Struct, frozen=True, tag="bye"):
+    """Last frame: why the stream ended."""
+
+    reason: str
+
+
+# Monitor -> agent. The agent acts on these two and nothing else.
+class Attach(msgspec.Struct, frozen=True, tag="attach"):
+    """Arm the probe with these settings."""
+
+    window_period_s: float = 2.0
+    window_tokens: int = 2
+    pm_interval_us: int = 2000
+    nvml_hz: float = 4.0
+    trace: bool = True
+    pm: bool = True
+
+
+class Detach(msgspec.Struct, frozen=True, tag="detach"):
+    """Disarm the probe and close the connection."""
+
+
+Frame = Union[RecordingHeader, Hello, TokenMarks, KernelWindow, PmSamples, NvmlSamples, Stats, Bye]
+Control = Union[Attach, Detach]
+
+_encoder = msgspec.msgpack.Encoder()
+_frame_decoder = msgspec.msgpack.Decoder(Frame)
+_control_decoder = msgspec.msgpack.Decoder(Control)
+
+
+def encode(obj) -> bytes:
+    """Serialise one frame or control message (no length prefix)."""
+    return _encoder.encode(obj)
+
+
+def decode_frame(payload: bytes) -> Frame:
+    """Parse one frame; raise WireError with a one-line reason on anything malformed."""
+    try:
+        return _frame_decoder.decode(payload)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise WireError(f"malformed frame: {exc}") from None
+
+
+def decode_control(payload: bytes) -> Control:
+    """Parse one monitor->agent message; raise WireError on anything else."""
+    try:
+        return _control_decoder.decode(payload)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise WireError(f"malformed control message: {exc}") from None
+
+
+def pack(obj) -> bytes:
+    """One frame with its 4-byte length prefix, ready for a socket."""
+    payload = encode(obj)
+    return _LEN.pack(len(payload)) + payload
+
+
+class StreamReader:
+    """Incremental reader of length-prefixed payloads from a byte stream."""
+
+    def __init__(self, max_frame: int = MAX_FRAME_BYTES) -> None:
+        self._buf = bytearray()
+        self._max = max_frame
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """Add bytes; return every complete payload now available."""
+        self._buf += data
+        out = []
+        while len(self._buf) >= 4:
+            (n,) = _LEN.unpack_from(self._buf)
+            if n > self._max:
+                raise WireError(f"frame of {n} bytes exceeds the {self._max}-byte limit")
+            if len(self._buf) < 4 + n:
+                break
+            out.append(bytes(self._buf[4 : 4 + n]))
+            del self._buf[: 4 + n]
+        return out
+
+
+# --- recordings -------------------------------------------------------------
+
+
+class RecordingWriter:
+    """Append frames to a `.dmon` file; every frame is flushed so a crash leaves a readable prefix."""
+
+    def __init__(self, path, header: RecordingHeader) -> None:
+        self._raw = open(path, "wb")
+        self._gz = gzip.GzipFile(fileobj=self._raw, mode="wb", compresslevel=6)
+        self._gz.write(MAGIC)
+        self.write_payload(encode(header), 0)
+
+    def write_payload(self, payload: bytes, rx_ns: int) -> None:
+        """Store one already-encoded frame with its receive time."""
+        self._gz.write(_REC.pack(len(payload), max(int(rx_ns), 0)) + payload)
+        self._gz.flush(zlib.Z_SYNC_FLUSH)
+
+    def write(self, frame, rx_ns: int) -> None:
+        """Store one frame with its receive time (ns since the recording began)."""
+        self.write_payload(encode(frame), rx_ns)
+
+    def close(self) -> None:
+        """Finish the gzip stream and close the file."""
+        if self._gz is not None:
+            self._gz.close()
+            self._raw.close()
+            self._gz = None
+
+
+def read_recording(path) -> Iterator[tuple[int, Frame]]:
+    """Yield (receive ns, frame) from a `.dmon` file; the header frame comes first.
+
+    Raises WireError with a one-line reason for a missing, foreign, corrupt,
+    truncated or too-new file. A truncated file yields every whole frame
+    before the cut, then raises.
+    """
+    try:
+        raw = open(path, "rb")
+    except OSError as exc:
+        raise WireError(f"cannot open recording {path}: {exc.strerror}") from None
+    with raw:
+        gz = gzip.GzipFile(fileobj=raw, mode="rb")
+        try:
+            magic = gz.read(len(MAGIC))
+        except (OSError, EOFError, zlib.error):
+            raise WireError(f"{path} is not a decodemon recording (not gzip data)") from None
+        if magic != MAGIC:
+            raise WireError(f"{path} is not a decodemon recording (bad magic)")
+        first = True
+        while True:
+            try:
+                head = gz.read(_REC.size)
+                if not head:
+                    return
+                if len(head) < _REC.size:
+                    raise EOFError
+                n, rx_ns = _REC.unpack(head)
+                if n > MAX_FRAME_BYTES:
+                    raise WireError(f"{path} is corrupt: a frame claims {n} bytes")
+                payload = gz.read(n)
+                if len(payload) < n:
+                    raise EOFError
+            except (EOFError, OSError, zlib.error, gzip.BadGzipFile):
+                raise WireError(f"{path} is truncated or corrupt after the last whole frame") from None
+            frame = decode_frame(payload)
+            if first:
+                if not isinstance(frame, RecordingHeader):
+                    raise WireError(f"{path} has no recording header")
+                if frame.wire_version > WIRE_VERSION:
+                    raise WireError(
+                        f"{path} uses wire version {frame.wire_version}; this decodemon reads "
+                        f"versions up to {WIRE_VERSION}: upgrade decodemon to read it"
+                    )
+                first = False
+            yield rx_ns, frame
+
+
+def load_recording(path) -> list[tuple[int, Frame]]:
+    """Read a whole recording into memory (they are a few MB)."""
+    return list(read_recording(path))
+
+
+def recording_bytes(frames: list[tuple[int, object]], header: RecordingHeader) -> bytes:
+    """Encode frames as a `.dmon` file in memory (for tests and tools)."""
+    buf = io.BytesIO()
+    with gzip.GzipFile(fileobj=buf, mode="wb") as gz:
+        gz.write(MAGIC)
+        for rx, fr in [(0, header)] + list(frames):
+            p = encode(fr)
+            gz.write(_REC.pack(len(p), rx) + p)
+    return buf.getvalue()
