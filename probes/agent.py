@@ -255,9 +255,10 @@ class _Agent:
                 if not settings.pm:
                     cmd.append("--no-pm")
                     state["pm"] = "off"
+                env = {k: v for k, v in os.environ.items() if k != "DECODEMON_AGENT"}
                 try:
                     sidecar = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                               stderr=subprocess.DEVNULL, close_fds=True)
+                                               stderr=subprocess.DEVNULL, close_fds=True, env=env)
                 except OSError as exc:
                     state["pm"] = state["nvml"] = f"unavailable (sidecar: {exc})"
             session = _Session(settings, tracer)
