@@ -52,10 +52,10 @@ def _attach_settings(a) -> wire.Attach:
 
 
 def _add_probe_opts(p):
-    p.add_argument("--window-period", type=_positive("--window-period", 0, 3600), default=2.0,
-                   help="seconds between traced windows (default 2)")
-    p.add_argument("--window-tokens", type=_positive("--window-tokens", 1, 64, True), default=2,
-                   help="whole tokens per traced window (default 2)")
+    p.add_argument("--window-period", type=_positive("--window-period", 0, 3600), default=4.0,
+                   help="seconds between traced windows (default 4)")
+    p.add_argument("--window-tokens", type=_positive("--window-tokens", 1, 64, True), default=1,
+                   help="whole tokens per traced window (default 1)")
     p.add_argument("--pm-interval-us", type=_positive("--pm-interval-us", 100, 1_000_000, True), default=2000,
                    help="PM sampling interval in µs (default 2000)")
     p.add_argument("--no-trace", action="store_true", help="no CUPTI activity windows, counters only")

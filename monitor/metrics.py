@@ -147,8 +147,13 @@ def window_metrics(w: wire.KernelWindow, sm_count: int, cc: str = "9.0") -> Wind
     cols = {k: v.array() for k, v in w.kernels.items()}
     bounds = w.token_bounds_ns.array()
     tokens = max(int(w.tokens), 1)
-    lo, hi = (int(bounds[0]), int(bounds[-1])) if len(bounds) >= 2 else (0, 0)
+    nb = min(tokens, len(bounds) - 1) if len(bounds) >= 2 else 0
+    lo, hi = (int(bounds[0]), int(bounds[nb])) if nb else (0, 0)
     wall = max(hi - lo, 1)
+    start, end = cols.get("start", np.zeros(0, np.int64)), cols.get("end", np.zeros(0, np.int64))
+    valid = (start >= lo) & (end <= hi) & (end >= start) if nb else np.ones(len(start), bool)
+    invalid = int(((start >= lo) & (start < hi) & ~valid).sum()) if nb else 0
+    cols = {k: v[valid] for k, v in cols.items()}
     start, end = cols.get("start", np.zeros(0, np.int64)), cols.get("end", np.zeros(0, np.int64))
     n = len(start)
     names_idx = cols.get("name", np.zeros(0, np.int64))
@@ -159,6 +164,9 @@ def window_metrics(w: wire.KernelWindow, sm_count: int, cc: str = "9.0") -> Wind
     busy = _union_ns(start, end)
 
     api = {k: v.array() for k, v in w.apis.items()}
+    if nb and "start" in api:
+        keep = (api["start"] >= lo) & (api["start"] < hi)
+        api = {k: v[keep] for k, v in api.items()}
     api_names = w.api_names
     a_cbid, a_dom = api.get("cbid", np.zeros(0, np.int64)), api.get("domain", np.zeros(0, np.int64))
     a_name = np.array([api_names.get(f"{d}:{c}", "") for c, d in zip(a_cbid.tolist(), a_dom.tolist())], dtype=object)
@@ -172,7 +180,8 @@ def window_metrics(w: wire.KernelWindow, sm_count: int, cc: str = "9.0") -> Wind
     graph_launches = int((is_graph_launch & layer).sum())
     kernel_launch_calls = int((is_kernel_launch & layer).sum())
     mem = {k: v.array() for k, v in w.memcpys.items()}
-    memcpys = int(len(mem.get("start", ())))
+    mstart = mem.get("start", np.zeros(0, np.int64))
+    memcpys = int(((mstart >= lo) & (mstart < hi)).sum()) if nb else len(mstart)
 
     # gap causes: for each kernel after the first, when did its launch call begin?
     gaps = {"host_late": 0, "short": 0, "other": 0}
@@ -241,8 +250,8 @@ def window_metrics(w: wire.KernelWindow, sm_count: int, cc: str = "9.0") -> Wind
     small_share = 100.0 * small / max(sum(r.us_per_token for r in rows), 1e-9) if rows else 0.0
 
     timeline = None
-    if len(bounds) >= 2:
-        t0, t1 = int(bounds[-2]), int(bounds[-1])
+    if nb:
+        t0, t1 = int(bounds[nb - 1]), int(bounds[nb])
         km = (start >= t0) & (start < t1)
         a_start, a_end = api.get("start", np.zeros(0, np.int64)), api.get("end", np.zeros(0, np.int64))
         am = (a_start >= t0) & (a_start < t1) & (is_kernel_launch | is_graph_launch) & layer
@@ -260,7 +269,7 @@ def window_metrics(w: wire.KernelWindow, sm_count: int, cc: str = "9.0") -> Wind
         gap_ms_per_token=gap_ms, kernels=tuple(rows), collective_calls_per_token=coll_calls,
         collective_us_per_call=(coll_ms * 1e3 / coll_calls) if coll_calls else 0.0,
         collective_ms_per_token=coll_ms, small_grid_share_pct=small_share, timeline=timeline,
-        dropped_records=w.dropped_records,
+        dropped_records=w.dropped_records + invalid,
     )
 
 

@@ -89,7 +89,6 @@ class _Session:
         self.want_window = False  # set by agent, consumed by decode thread
         self.tokens_left = 0
         self.window_ready = threading.Event()  # set by decode thread when a window has closed
-        self.detach_pending = False  # collected: decode thread finalizes at the next boundary
         self.closing = False
         self.done = threading.Event()
         self.errors: list[str] = []
@@ -101,26 +100,30 @@ class _Session:
         self.marks_t.append(time.perf_counter_ns())
         self.marks_d.append(depth)
         tr = self.tracer
-        if tr is None:
+        if tr is None or self.window_ready.is_set():
             return
         try:
             if tr.active:
                 self.tokens_left -= 1
                 if self.tokens_left <= 0 or self.closing:
+                    # close, flush and detach at one boundary, all on this thread (see tracer.flush)
                     tr.close()
+                    tr.flush()
+                    tr.detach()
                     self.window_ready.set()
                 else:
                     tr.boundary()
-            elif self.detach_pending:
-                self.detach_pending = False
-                tr.detach()
             elif self.want_window and not self.closing:
                 self.want_window = False
-                self.tokens_left = self.settings.window_tokens
+                self.tokens_left = self.settings.window_tokens + 1  # +1 guard token, see metrics
                 tr.open()
         except Exception as exc:  # never raise into the user's loop
             self.errors.append(f"trace: {type(exc).__name__}: {exc}")
             self.tracer = None
+            try:
+                tr.detach()
+            except Exception:
+                pass
 
     def finish(self) -> None:
         """Leave CUPTI as we found it and drop the session (decode thread at a boundary, or the agent on timeout)."""
@@ -328,9 +331,8 @@ class _Agent:
                     out += wire.pack(win)
                 except Exception as exc:
                     session.errors.append(f"trace collect: {type(exc).__name__}: {exc}")
-                session.detach_pending = True
             if session.tracer is not None and now >= next_window and not session.tracer.active \
-                    and not session.detach_pending and not session.want_window:
+                    and not session.window_ready.is_set() and not session.want_window:
                 session.want_window = True
                 next_window = now + st.window_period_s
             if now >= next_marks:

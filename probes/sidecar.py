@@ -47,20 +47,38 @@ def _pm_loop(out: _Out, device: int, interval_us: int, period_s: float, stop: th
     except Exception as exc:
         out.send(Stats(state={"pm": f"unavailable (cupti-python not importable: {exc})"}))
         return
-    coll = pm_sampling.Collector(device)
-    try:
-        coll.enable()
-        coll.configure(metrics=PM_METRICS, hardware_buffer_size=256 * 1024 * 1024,
-                       sampling_interval=interval_us * 1000)
-        coll.start()
-    except PermissionError:
-        out.send(Stats(state={"pm": "unavailable (no permission for GPU performance counters: run as root "
-                                    "or set the nvidia module option NVreg_RestrictProfilingToAdminUsers=0)"}))
+    coll, how, tried = None, "", []
+    for how in ("as is", "own CUDA context", "torch context"):
+        try:
+            if how == "own CUDA context":
+                _make_context(device)
+            elif how == "torch context":
+                import torch  # noqa: PLC0415 - last resort, only where the target has torch anyway
+
+                torch.cuda.set_device(device)
+                torch.empty(1, device="cuda")
+            coll = pm_sampling.Collector(device)
+            coll.enable()
+            coll.configure(metrics=PM_METRICS, hardware_buffer_size=256 * 1024 * 1024,
+                           sampling_interval=interval_us * 1000)
+            coll.start()
+            break
+        except PermissionError:
+            out.send(Stats(state={"pm": "unavailable (no permission for GPU performance counters: run as root "
+                                        "or set the nvidia module option NVreg_RestrictProfilingToAdminUsers=0)"}))
+            return
+        except Exception as exc:
+            tried.append(f"{how}: {type(exc).__name__}: {exc}")
+            if coll is not None:
+                try:
+                    coll.disable()
+                except Exception:
+                    pass
+            coll = None
+    if coll is None:
+        out.send(Stats(state={"pm": f"unavailable ({'; '.join(tried)})"}))
         return
-    except Exception as exc:
-        out.send(Stats(state={"pm": f"unavailable ({type(exc).__name__}: {exc})"}))
-        return
-    out.send(Stats(state={"pm": f"armed ({interval_us} us interval, {len(PM_METRICS)} metrics)"}))
+    out.send(Stats(state={"pm": f"armed ({interval_us} us interval, {len(PM_METRICS)} metrics, {how})"}))
     try:
         while not stop.wait(period_s):
             try:
@@ -83,6 +101,20 @@ def _pm_loop(out: _Out, device: int, interval_us: int, period_s: float, stop: th
             coll.stop()
         finally:
             coll.disable()
+
+
+def _make_context(device: int) -> None:
+    """Create and make current a CUDA context of our own (PM sampling may need one in this process)."""
+    import ctypes
+
+    cu = ctypes.CDLL("libcuda.so.1")
+    cu.cuInit(0)
+    dev = ctypes.c_int()
+    cu.cuDeviceGet(ctypes.byref(dev), device)
+    ctx = ctypes.c_void_p()
+    rc = cu.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev)
+    if rc != 0:
+        raise RuntimeError(f"cuCtxCreate failed ({rc})")
 
 
 def _nvml_loop(out: _Out, device: int, hz: float, stop: threading.Event) -> None:

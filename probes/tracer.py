@@ -21,12 +21,15 @@ _BUFFER_BYTES = 8 * 1024 * 1024
 class WindowTracer:
     """One CUPTI activity session per window; records kept as plain tuples until collect()."""
 
-    def __init__(self) -> None:
+    def __init__(self, kinds: tuple[str, ...] = ("CONCURRENT_KERNEL", "RUNTIME", "MEMCPY", "MEMSET",
+                                                 "SYNCHRONIZATION"),
+                 api_filter: bool = True) -> None:
         from cupti import cupti  # noqa: PLC0415 - only when a monitor asks for traces
 
         self._c = cupti
         K = cupti.ActivityKind
-        self._kinds = [K.CONCURRENT_KERNEL, K.RUNTIME, K.DRIVER, K.MEMCPY, K.MEMSET, K.SYNCHRONIZATION]
+        self._kinds = [getattr(K, k) for k in kinds]
+        self._api_filter = api_filter
         self._k_kernel = int(K.CONCURRENT_KERNEL)
         self._k_runtime = int(K.RUNTIME)
         self._k_driver = int(K.DRIVER)
@@ -79,6 +82,20 @@ class WindowTracer:
             elif k == sy:
                 syn.append((a.start, a.end, int(a.type)))
 
+    _KEEP_RUNTIME = ("cudaLaunch", "cudaGraphLaunch", "cudaMemcpy", "cudaMemset", "Synchronize",
+                     "cudaEventSynchronize", "cudaStreamWaitEvent")
+
+    def _filter_apis(self) -> None:
+        """Record only the API calls the timeline needs (launches, copies, syncs), not every cudaGetDevice."""
+        c = self._c
+        for cbid, name in self._rt_names.items():
+            keep = any(k in name for k in self._KEEP_RUNTIME)
+            if not keep and cbid > 0:
+                try:
+                    c.activity_enable_runtime_api(cbid, 0)
+                except Exception:
+                    pass
+
     # -- decode thread, at token boundaries -----------------------------------
     def open(self) -> None:
         """Start tracing now (a token boundary)."""
@@ -88,6 +105,8 @@ class WindowTracer:
         c.activity_register_callbacks(self._requested, self._completed)
         for k in self._kinds:
             c.activity_enable(k)
+        if self._api_filter:
+            self._filter_apis()  # enabling RUNTIME again re-enables every cbid: filter on every open
         self.initialised = True
         self.active = True
         self.bounds.append(c.get_timestamp())
@@ -107,6 +126,19 @@ class WindowTracer:
         self.active = False
         self.host_ns += time.perf_counter_ns() - t0
 
+    def flush(self) -> None:
+        """Deliver every record of the closed window (decode thread, right after close()).
+
+        Measured on an H200 (scripts/h200_probe_experiments.py): flushing and
+        finalizing at the same boundary, in the decode thread, left graphed
+        tokens at their unobserved speed; a flush from another thread while
+        the graph kept replaying, followed by a finalize, was the one sequence
+        that ended in `unspecified launch failure`.
+        """
+        t0 = time.perf_counter_ns()
+        self._c.activity_flush_all(1)
+        self.host_ns += time.perf_counter_ns() - t0
+
     def detach(self) -> None:
         """Finalize CUPTI so untraced tokens run at their unobserved speed."""
         if self.initialised:
@@ -119,9 +151,7 @@ class WindowTracer:
 
     # -- agent thread -----------------------------------------------------------
     def collect(self, window_id: int) -> KernelWindow:
-        """Flush CUPTI's buffers and pack the window as columns."""
-        c = self._c
-        c.activity_flush_all(1)
+        """Pack the flushed records of the window as columns (agent thread)."""
         dropped = 0
         kern = np.array(self._kernels, dtype=np.int64).reshape(-1, 16)
         apis = np.array(self._apis, dtype=np.int64).reshape(-1, 5)
@@ -138,7 +168,7 @@ class WindowTracer:
             names[i] = n
         return KernelWindow(
             window_id=window_id,
-            tokens=max(len(self.bounds) - 1, 0),
+            tokens=max(len(self.bounds) - 2, 0),  # the last traced token is a guard, not analysed
             token_bounds_ns=Column.of(self.bounds),
             names=names,
             kernels={c_: Column.of(kern[:, j]) for j, c_ in enumerate(kcols)},

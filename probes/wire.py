@@ -137,8 +137,10 @@ class TokenMarks(msgspec.Struct, frozen=True, tag="tokens"):
 class KernelWindow(msgspec.Struct, frozen=True, tag="window"):
     """One traced window of whole tokens: every kernel, launch call, copy and sync in it.
 
-    Timestamps are CUPTI's (ns). `token_bounds_ns` has tokens+1 entries: the
-    token clock read through CUPTI at each boundary. Columns of `kernels`:
+    Timestamps are CUPTI's (ns). `token_bounds_ns` has tokens+2 entries: the
+    token clock read through CUPTI at each boundary, the last one closing a
+    guard token that is traced but not analysed (on an H200 the kernels of
+    the last token before CUPTI is disabled came back with bogus end times). Columns of `kernels`:
     name, start, end, grid_x, grid_y, grid_z, block_x, block_y, block_z, regs,
     smem_static, smem_dynamic, stream, graph_id, graph_node_id, correlation.
     Columns of `apis`: cbid, start, end, correlation, domain (0 runtime, 1 driver).
@@ -198,8 +200,8 @@ class Bye(msgspec.Struct, frozen=True, tag="bye"):
 class Attach(msgspec.Struct, frozen=True, tag="attach"):
     """Arm the probe with these settings."""
 
-    window_period_s: float = 2.0
-    window_tokens: int = 2
+    window_period_s: float = 4.0
+    window_tokens: int = 1
     pm_interval_us: int = 2000
     nvml_hz: float = 4.0
     trace: bool = True
