@@ -43,6 +43,32 @@ def _measure_bandwidth_gbs(torch, device: str) -> float:
     return 2 * (1 << 30) / statistics.median(times) / 1e9
 
 
+def _toggle_profiler(torch, prof: dict, out_dir: str) -> None:
+    """Start torch.profiler (CPU+CUDA), or stop it and write what it saw per token."""
+    if prof["p"] is None:
+        p = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                               torch.profiler.ProfilerActivity.CUDA])
+        p.__enter__()
+        prof.update(p=p, tokens=0, t0=time.time())
+        open(os.path.join(out_dir, f"profiler{prof['n']}.start"), "w").write(str(prof["t0"]))
+        return
+    p, tokens, t_end = prof["p"], prof["tokens"], time.time()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    p.__exit__(None, None, None)
+    kernels, kernel_ns = 0, 0
+    for e in p.profiler.kineto_results.events():
+        if e.device_type() == torch.autograd.DeviceType.CUDA and "memcpy" not in e.name().lower() \
+                and "memset" not in e.name().lower():
+            kernels += 1
+            kernel_ns += e.duration_ns()
+    res = {"start_unix_s": prof["t0"], "end_unix_s": t_end, "tokens": tokens,
+           "kernels_per_token": kernels / max(tokens, 1), "kernel_ms_per_token": kernel_ns / 1e6 / max(tokens, 1)}
+    with open(os.path.join(out_dir, f"profiler{prof['n']}.json"), "w") as fh:
+        json.dump(res, fh)
+    prof.update(p=None, n=prof["n"] + 1)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m decodemon.engine_adapter.demo", description=__doc__.split("\n")[0])
     ap.add_argument("--mode", choices=["eager", "graph"], default="eager")
@@ -58,6 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--narrow-mb", type=int, default=256, help="megabytes the narrow kernel reads per token")
     ap.add_argument("--print-tokens", action="store_true", help="print the decoded token ids")
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
+    ap.add_argument("--times-file", help="at exit, write every token's end time (unix s) and ms to this .json")
+    ap.add_argument("--profiler-dir", help="SIGUSR1 toggles torch.profiler; each stop writes its kernel counts here")
     ap.add_argument("--log-every", type=float, default=0.0,
                     help="every S seconds print a JSON line with the median ms/token since the last line")
     return ap
@@ -132,8 +160,12 @@ def main(argv=None) -> int:
     else:
         run_step = step
 
-    stop = {"now": False}
+    stop = {"now": False, "toggle": False}
     signal.signal(signal.SIGTERM, lambda *_: stop.__setitem__("now", True))
+    if a.profiler_dir:
+        signal.signal(signal.SIGUSR1, lambda *_: stop.__setitem__("toggle", True))
+    prof = {"p": None, "tokens": 0, "n": 0}
+    end_times: list[float] = []
     tokens: list[int] = []
     times: collections.deque = collections.deque(maxlen=200_000)  # flat memory when run until killed
     log_times: list[float] = []
@@ -154,7 +186,14 @@ def main(argv=None) -> int:
             # a token costs the whole iteration, token clock included: what a probe adds shows up here
             t1 = time.perf_counter()
             t0, t_prev = t_prev, t1
-            if i >= a.warmup:
+            if prof["p"] is not None:
+                prof["tokens"] += 1
+            if stop["toggle"]:
+                stop["toggle"] = False
+                _toggle_profiler(torch, prof, a.profiler_dir)
+                t_prev = time.perf_counter()  # the profiler's own start/stop work is not a token
+            if a.times_file and i >= a.warmup:
+                end_times.append(time.time())
                 times.append(t1 - t0)
                 log_times.append(t1 - t0)
                 if a.print_tokens and len(tokens) < 100000:
@@ -167,6 +206,9 @@ def main(argv=None) -> int:
             i += 1
     except KeyboardInterrupt:
         pass
+    if a.times_file:
+        with open(a.times_file, "w") as fh:
+            json.dump({"end_unix_s": end_times, "ms": [round(t * 1e3, 5) for t in list(times)[-len(end_times):]]}, fh)
     ms = sorted(t * 1e3 for t in times)
     res = {
         "mode": a.mode, "device": device, "shape": shape_name, "tokens": len(times),

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 OUT = Path(sys.argv[1] if len(sys.argv) > 1 else "out")
-LOGS = OUT / "logs"
+LOGS = Path("/tmp/decodemon-capture-logs")
 LOGS.mkdir(parents=True, exist_ok=True)
 PY = sys.executable
 DEMO = [PY, "-m", "decodemon.engine_adapter.demo"]
