@@ -192,8 +192,9 @@ def main(argv=None) -> int:
                 stop["toggle"] = False
                 _toggle_profiler(torch, prof, a.profiler_dir)
                 t_prev = time.perf_counter()  # the profiler's own start/stop work is not a token
-            if a.times_file and i >= a.warmup:
-                end_times.append(time.time())
+            if i >= a.warmup:
+                if a.times_file:
+                    end_times.append(time.time())
                 times.append(t1 - t0)
                 log_times.append(t1 - t0)
                 if a.print_tokens and len(tokens) < 100000:

@@ -112,6 +112,8 @@ def cmd_run(a) -> int:
     env = dict(os.environ)
     env["DECODEMON_AGENT"] = "1"
     env["PYTHONPATH"] = boot + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    import signal
+
     try:
         proc = subprocess.Popen(a.cmd, env=env)
     except OSError as exc:
@@ -119,11 +121,14 @@ def cmd_run(a) -> int:
     print(f"decodemon: started pid {proc.pid}; attach with `decodemon attach {proc.pid}`", file=sys.stderr, flush=True)
     if a.pid_file:
         Path(a.pid_file).write_text(f"{proc.pid}\n")
-    try:
-        return proc.wait()
-    except KeyboardInterrupt:
-        proc.terminate()
-        return proc.wait()
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(sig, lambda s, _f: proc.send_signal(s))  # the wrapper passes signals on, never dies first
+    while True:
+        try:
+            rc = proc.wait()
+            return rc if rc >= 0 else 128 - rc
+        except KeyboardInterrupt:
+            proc.send_signal(signal.SIGINT)
 
 
 def _print_json(obj) -> None:

@@ -26,6 +26,8 @@ class Snapshot:
 
     label: str
     pid: int
+    gpu_busy_pct: float | None
+    busy_source: str
     device: str
     sm_count: int
     cc: str
@@ -104,7 +106,11 @@ class Session:
         elif gpu and gpu.mem_bandwidth_gbs:
             bw, bw_src = gpu.mem_bandwidth_gbs, "NVML peak"
         last = wins[-1] if wins else None
-        busy = pm_avg.get("gpu_busy_pct") if pm_avg else _median([w.gpu_busy_pct for w in wins])
+        ksum = _median([w.kernel_sum_ms_per_token for w in wins]) if wins else None
+        # Without PM counters, GPU busy is estimated as kernel time over the untraced step (§3.1): the traced
+        # token's own wall clock is stretched by tracing and would understate it.
+        busy = pm_avg.get("gpu_busy_pct") if pm_avg else (
+            min(100.0, 100.0 * ksum / ts.ms_per_token) if (ksum is not None and ts) else None)
         small = [(r.short_name, r.grid_blocks, r.us_per_token) for r in (last.kernels if last else ())
                  if r.grid_coverage_pct < 25]
         small.sort(key=lambda x: -x[2])
@@ -115,13 +121,17 @@ class Session:
             launches_per_token=_median([w.kernels_per_token for w in wins]) if wins else None,
             bytes_per_token=bpt, bandwidth_gbs=bw,
             collectives_per_token=coll_calls, us_per_collective=coll_us,
-            kernel_sum_ms_per_token=_median([w.kernel_sum_ms_per_token for w in wins]) if wins else None,
+            kernel_sum_ms_per_token=ksum,
             gpu_busy_pct=busy, sm_active_pct=pm_avg.get("sm_active_pct"),
             small_grid_share_pct=_median([w.small_grid_share_pct for w in wins]) if wins else None,
             hot_small_grids=tuple(small[:5]), sm_count=gpu.sm_count if gpu else 0,
             top_kernel=(last.kernels[0].short_name, last.kernels[0].us_per_token) if last and last.kernels else None,
         )
         return inp, ts, last, pm_avg, bpt, bw, bw_src
+
+    def busy_source(self) -> str:
+        """Where the GPU busy figure comes from."""
+        return "PM counters (device-wide)" if self.feed.pm else "kernel time ÷ step (traced window)"
 
     def _diagnose(self, rx_ns: int):
         inp, ts, last, pm_avg, *_ = self._inputs(max(rx_ns - SPAN_NS, 0))
@@ -147,6 +157,7 @@ class Session:
         others = tuple(f.nvml[-1][1].other_pids) if f.nvml else ()
         return Snapshot(
             label=self.label or (f"pid {f.hello.pid}" if f.hello else "?"),
+            gpu_busy_pct=inp.gpu_busy_pct, busy_source=self.busy_source(),
             pid=f.hello.pid if f.hello else 0,
             device=gpu.name if gpu else (f"unavailable ({f.hello.gpu_unavailable})" if f.hello else "?"),
             sm_count=gpu.sm_count if gpu else 0, cc=gpu.cc if gpu else "",
@@ -178,7 +189,9 @@ def summary_json(s: Snapshot, kernels: int = 15) -> dict:
         "kernel_launch_calls_per_token": round(w.kernel_launch_calls_per_token, 1) if w else None,
         "memcpys_per_token": round(w.memcpys_per_token, 2) if w else None,
         "kernel_sum_ms_per_token": round(w.kernel_sum_ms_per_token, 4) if w else None,
-        "gpu_busy_pct": round(s.pm["gpu_busy_pct"], 1) if s.pm else None,
+        "gpu_busy_pct": round(s.gpu_busy_pct, 1) if s.gpu_busy_pct is not None else None,
+        "gpu_busy_source": s.busy_source,
+        "pm_gpu_busy_pct": round(s.pm["gpu_busy_pct"], 1) if s.pm else None,
         "traced_gpu_busy_pct": round(w.gpu_busy_pct, 1) if w else None,
         "sm_active_pct": round(s.pm["sm_active_pct"], 1) if s.pm else None,
         "warps_active_pct": round(s.pm["warps_active_pct"], 1) if s.pm else None,

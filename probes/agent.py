@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from decodemon.probes import wire
+from decodemon.probes.sidecar import pack_raw as _pack_raw
 from decodemon.probes.wire import socket_dir, socket_path
 from decodemon.probes.device import Unavailable, cuda_device_index, cupti_version, gpu_info
 
@@ -92,6 +93,8 @@ class _Session:
         self.closing = False
         self.done = threading.Event()
         self.errors: list[str] = []
+        self.pm = None
+        self.pm_restarts = 0
 
     def on_token(self, depth: int) -> None:
         if self.closing:
@@ -218,6 +221,7 @@ class _Agent:
         global _session
         sidecar = None
         session = None
+        pm = None
         reason = "detached"
         try:
             conn.settimeout(5.0)
@@ -255,9 +259,15 @@ class _Agent:
                     state["trace"] = "off"
                 cmd = [sys.executable, "-m", "decodemon.probes.sidecar", "--device", str(cuda_device_index()),
                        "--pm-interval-us", str(settings.pm_interval_us), "--nvml-hz", str(settings.nvml_hz)]
+                pm_mode = os.environ.get("DECODEMON_PM", "inproc")
                 if not settings.pm:
-                    cmd.append("--no-pm")
                     state["pm"] = "off"
+                elif pm_mode == "inproc":
+                    pm = self._arm_pm(settings, state)
+                elif pm_mode != "sidecar":
+                    state["pm"] = f"off (DECODEMON_PM={pm_mode})"
+                if not settings.pm or pm_mode != "sidecar":
+                    cmd.append("--no-pm")
                 env = {k: v for k, v in os.environ.items() if k != "DECODEMON_AGENT"}
                 try:
                     sidecar = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -265,6 +275,7 @@ class _Agent:
                 except OSError as exc:
                     state["pm"] = state["nvml"] = f"unavailable (sidecar: {exc})"
             session = _Session(settings, tracer)
+            session.pm = pm
             with _lock:
                 _session = session
             conn.sendall(wire.pack(wire.Stats(state=state)))
@@ -278,6 +289,8 @@ class _Agent:
                 session.closing = True
                 if not session.done.wait(1.0):
                     session.finish()
+            if session is not None and session.pm is not None:
+                session.pm.close()
             if sidecar is not None:
                 try:
                     sidecar.stdin.close()
@@ -291,6 +304,44 @@ class _Agent:
             conn.close()
             self.busy_with = None
 
+    @staticmethod
+    def _arm_pm(settings, state):
+        try:
+            from decodemon.probes.pm_inproc import PmSampler
+
+            pm = PmSampler(cuda_device_index(), settings.pm_interval_us)
+            state["pm"] = f"armed (in process, {settings.pm_interval_us} us interval, evaluated in the sidecar)"
+            return pm
+        except PermissionError:
+            state["pm"] = ("unavailable (no permission for GPU performance counters: run as root or set the nvidia "
+                           "module option NVreg_RestrictProfilingToAdminUsers=0; traced windows still work)")
+        except Exception as exc:
+            state["pm"] = f"unavailable ({type(exc).__name__}: {exc})"
+        return None
+
+    def _pump_pm(self, session, sidecar, state, after_window: bool) -> None:
+        """Move PM samples to the sidecar; re-arm PM if a CUPTI finalize took the session down."""
+        if session.pm is None or sidecar is None:
+            return
+        try:
+            raw = session.pm.read(max_samples=1024)
+            if raw is not None:
+                sidecar.stdin.write(_pack_raw(raw))
+                sidecar.stdin.flush()
+        except (BrokenPipeError, OSError):
+            session.pm.close()
+            session.pm = None
+            state["pm"] = "sidecar gone"
+        except Exception as exc:
+            session.pm.close()
+            session.pm = None
+            try:
+                session.pm = self._arm_pm(session.settings, state)
+                session.pm_restarts += 1
+                state["pm"] = state["pm"] + f"; re-armed {session.pm_restarts}x after {type(exc).__name__}"
+            except Exception:
+                pass
+
     def _loop(self, conn, reader, session: _Session, sidecar, state) -> str:
         st = session.settings
         sel = selectors.DefaultSelector()
@@ -303,6 +354,7 @@ class _Agent:
         next_marks = time.monotonic() + 0.25
         next_window = time.monotonic() + min(st.window_period_s, 0.5)
         next_stats = time.monotonic() + 1.0
+        next_pm = time.monotonic() + 0.5
         window_id = 0
         dropped = 0
         while True:
@@ -331,10 +383,15 @@ class _Agent:
                     out += wire.pack(win)
                 except Exception as exc:
                     session.errors.append(f"trace collect: {type(exc).__name__}: {exc}")
+                self._pump_pm(session, sidecar, state, after_window=True)
+                next_pm = now + 0.5
             if session.tracer is not None and now >= next_window and not session.tracer.active \
                     and not session.window_ready.is_set() and not session.want_window:
                 session.want_window = True
                 next_window = now + st.window_period_s
+            if now >= next_pm:
+                self._pump_pm(session, sidecar, state, after_window=False)
+                next_pm = now + 0.5
             if now >= next_marks:
                 t, d = session.marks_t, session.marks_d
                 session.marks_t, session.marks_d = [], []

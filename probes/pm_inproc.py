@@ -1,0 +1,91 @@
+"""PM sampling from inside the decode process, with the metric evaluation shipped out.
+
+On the H200 we measured, a second process could not enable PM sampling
+(`ERROR_UNKNOWN` without a context, `ERROR_INVALID_PARAMETER` with one), so
+the counters are armed here, in the agent thread. Only the cheap part stays
+in this process: copying the hardware buffer into a counter-data image and
+reading each sample's timestamps. Turning the image into metric values
+(host-side evaluation, the expensive part) happens in the sidecar, which gets
+the raw image through its stdin.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from decodemon.probes.sidecar import PM_METRICS
+
+
+class PmSampler:
+    """A running PM sampling session on one device."""
+
+    def __init__(self, device: int, interval_us: int) -> None:
+        from cupti import cupti, pm_sampling  # noqa: PLC0415 - only when a monitor attaches
+
+        self._c = cupti
+        self.device, self.interval_us = device, interval_us
+        self._coll = pm_sampling.Collector(device)
+        self._coll.enable()
+        try:
+            self._coll.configure(metrics=PM_METRICS, hardware_buffer_size=256 * 1024 * 1024,
+                                 sampling_interval=interval_us * 1000)
+            self._coll.start()
+        except Exception:
+            self._coll.disable()
+            raise
+        self.chip = self._coll._chip_name
+
+    def read(self, max_samples: int = 4096) -> dict | None:
+        """Move completed samples out of the hardware buffer; None when there are none."""
+        c, coll = self._c, self._coll
+        image = coll._create_counter_data_image(max_samples)
+        p = c.PmSamplingDecodeDataParams()
+        p.struct_size = c.PM_SAMPLING_DECODE_DATA_PARAMS_STRUCT_SIZE
+        p.p_pm_sampling_object = coll._pm_sampling_object
+        p.p_counter_data_image = image.ctypes.data
+        p.counter_data_image_size = len(image)
+        c.pm_sampling_decode_data(p.ptr)
+        info = c.PmSamplingGetCounterDataInfoParams()
+        info.struct_size = c.PM_SAMPLING_GET_COUNTER_DATA_INFO_PARAMS_STRUCT_SIZE
+        info.p_counter_data_image = image.ctypes.data
+        info.counter_data_image_size = len(image)
+        c.pm_sampling_get_counter_data_info(info.ptr)
+        n = info.num_completed_samples
+        if n == 0:
+            return None
+        starts, ends = np.empty(n, np.int64), np.empty(n, np.int64)
+        s = c.PmSamplingCounterDataGetSampleInfoParams()
+        s.struct_size = c.PM_SAMPLING_COUNTER_DATA_GET_SAMPLE_INFO_PARAMS_STRUCT_SIZE
+        s.p_pm_sampling_object = coll._pm_sampling_object
+        s.p_counter_data_image = image.ctypes.data
+        s.counter_data_image_size = len(image)
+        for i in range(n):
+            s.sample_index = i
+            c.pm_sampling_counter_data_get_sample_info(s.ptr)
+            starts[i], ends[i] = s.start_timestamp, s.end_timestamp
+        return {"metrics": list(PM_METRICS), "chip": self.chip, "image": image.tobytes(),
+                "num_total": int(info.num_total_samples), "num_populated": int(info.num_populated_samples),
+                "num_completed": int(n), "start": starts.tobytes(), "end": ends.tobytes()}
+
+    def close(self) -> None:
+        """Stop sampling and release the session (errors ignored: CUPTI may already be gone)."""
+        for f in (self._coll.stop, self._coll.disable):
+            try:
+                f()
+            except Exception:
+                pass
+
+
+def evaluate(raw: dict):
+    """Sidecar side: a raw image from `PmSampler.read` to (starts, ends, values rows)."""
+    from cupti import pm_sampling  # noqa: PLC0415
+
+    data = pm_sampling.CounterData(
+        image=np.frombuffer(raw["image"], dtype=np.uint8).copy(), metrics=raw["metrics"], chip_name=raw["chip"],
+        num_total_samples=raw["num_total"], num_populated_samples=raw["num_populated"],
+        num_completed_samples=raw["num_completed"],
+        start_timestamps=np.frombuffer(raw["start"], np.int64).tolist(),
+        end_timestamps=np.frombuffer(raw["end"], np.int64).tolist(),
+    )
+    rows = [smp.metric_values for smp in data]
+    return np.frombuffer(raw["start"], np.int64), np.frombuffer(raw["end"], np.int64), rows
