@@ -50,6 +50,7 @@ class Snapshot:
     other_pids: tuple[int, ...]
     rx_ns: int
     ended: str | None
+    series: dict = None  # name -> tuple of recent values, oldest first (telemetry and launch history)
 
 
 def _median(xs):
@@ -165,7 +166,39 @@ class Session:
             nvml=nv, model=f.hello.model if f.hello else None, depth=f.depth(), bytes_per_token=bpt,
             bandwidth_gbs=bw, bandwidth_source=bw_src, diagnosis=d, rolling=self.rolling, probe=dict(f.state),
             errors=tuple(f.errors), dropped_records=f.dropped_records, other_pids=others, rx_ns=rx, ended=f.bye,
+            series=self.series(rx),
         )
+
+    def series(self, rx: int, points: int = 60, step_ns: int = 500_000_000) -> dict:
+        """Recent history in `step_ns` bins: GPU busy, SM active, DRAM %, ms/token, clocks, power, launches."""
+        f = self.feed
+        lo = rx - points * step_ns
+        bins: dict[str, list] = {k: [[] for _ in range(points)] for k in
+                                 ("gpu_busy_pct", "sm_active_pct", "dram_pct", "sm_clock_mhz", "power_w")}
+        for r in f.pm:
+            i = (r.rx_ns - lo) // step_ns
+            if 0 <= i < points:
+                bins["gpu_busy_pct"][i].append(r.gpu_busy_pct)
+                bins["sm_active_pct"][i].append(r.sm_active_pct)
+                bins["dram_pct"][i].append(r.dram_pct)
+        for rx_n, s in f.nvml:
+            i = (rx_n - lo) // step_ns
+            if 0 <= i < points and len(s.sm_clock_mhz.data):
+                bins["sm_clock_mhz"][i].extend(s.sm_clock_mhz.array().tolist())
+                bins["power_w"][i].extend(s.power_w.array().tolist())
+        out = {k: tuple(float(np.mean(v)) if v else float("nan") for v in b) for k, b in bins.items()}
+        t = np.fromiter(f.marks_t, np.int64, len(f.marks_t))
+        r = np.fromiter(f.marks_rx, np.int64, len(f.marks_rx))
+        ms = []
+        for i in range(points):
+            sel = t[(r >= lo + i * step_ns) & (r < lo + (i + 1) * step_ns)]
+            d = np.diff(sel)
+            ms.append(float(np.median(d)) / 1e6 if len(d) else float("nan"))
+        out["ms_per_token"] = tuple(ms)
+        out["launches_per_token"] = tuple(m.kernels_per_token for rxw, m in self.metrics if rxw <= rx)[-points:]
+        out["graph_launches_per_token"] = tuple(m.graph_launches_per_token for rxw, m in self.metrics
+                                                if rxw <= rx)[-points:]
+        return out
 
     def history(self) -> list[str]:
         """The verdict's changes, as sentences."""

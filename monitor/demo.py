@@ -1,0 +1,95 @@
+"""`decodemon demo`: eager vs CUDA-graphed, side by side.
+
+With an NVIDIA GPU (and no --replay) it starts the demo engine twice, eager
+and graph, and opens `compare` on both, live. Two engines on one GPU share
+its time and its PM counters: the traced-window figures (launches, kernel
+times, grids, gaps) stay per process, and the screen says which figures are
+device-wide. Without a GPU it plays the H200 recordings bundled with the
+package, looping.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from importlib import resources
+
+from decodemon.monitor.cli import UsageError
+from decodemon.probes.wire import socket_path
+
+RECORDINGS = ("h200_eager.dmon", "h200_graph.dmon")
+
+
+def bundled_recordings() -> list[str]:
+    """Paths of the recordings shipped inside the package."""
+    base = resources.files("decodemon.monitor") / "data"
+    paths = [str(base / name) for name in RECORDINGS]
+    missing = [p for p in paths if not os.path.exists(p)]
+    if missing:
+        raise UsageError(f"decodemon demo: bundled recording missing: {missing[0]}")
+    return paths
+
+
+def gpu_available() -> bool:
+    """An NVIDIA driver answers (no torch import: the monitor stays light)."""
+    if not shutil.which("nvidia-smi"):
+        return False
+    try:
+        return subprocess.run(["nvidia-smi", "-L"], capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def _start_engines(tokens: int) -> list[subprocess.Popen]:
+    procs = []
+    for mode in ("eager", "graph"):
+        cmd = [sys.executable, "-m", "decodemon.monitor.cli", "run", "--", sys.executable, "-m",
+               "decodemon.engine_adapter.demo", "--mode", mode, "--tokens", str(tokens)]
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+    return procs
+
+
+def _engine_pid(proc: subprocess.Popen, timeout_s: float = 180) -> int:
+    t0 = time.monotonic()
+    pid = None
+    while time.monotonic() - t0 < timeout_s:
+        line = proc.stderr.readline()
+        if not line and proc.poll() is not None:
+            break
+        if "started pid" in line:
+            pid = int(line.split("started pid")[1].split(";")[0])
+        if "decoding" in line and pid and socket_path(pid).exists():
+            return pid
+    raise UsageError("decodemon demo: the demo engine did not start (is torch with CUDA installed?); "
+                     "try `decodemon demo --replay`")
+
+
+def run_demo(replay: bool = False, tokens: int = 0, speed: float = 1.0, seconds: float | None = None) -> int:
+    """Live on a GPU, else from bundled recordings."""
+    from decodemon.monitor.app import DecodemonApp
+    from decodemon.monitor.player import LivePlayer, RecordingPlayer
+
+    if replay or not gpu_available():
+        a, b = bundled_recordings()
+        players = [RecordingPlayer(a, "eager (H200 recording)", speed=speed, loop=True),
+                   RecordingPlayer(b, "graph (H200 recording)", speed=speed, loop=True)]
+        # start a few seconds in, so the first screen already has a traced window and a verdict
+        DecodemonApp(players, start_at_s=6.0, quit_after_s=seconds).run()
+        return 0
+    procs = _start_engines(tokens)
+    try:
+        pids = [_engine_pid(p) for p in procs]
+        players = [LivePlayer(pids[0], label=f"eager pid {pids[0]}"), LivePlayer(pids[1], label=f"graph pid {pids[1]}")]
+        DecodemonApp(players, quit_after_s=seconds).run()
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    return 0

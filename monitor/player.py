@@ -1,0 +1,133 @@
+"""Feeding sessions: a live attach, or a recording played on a virtual clock (play, pause, seek, speed).
+
+UI-free: a player owns a `Session`, runs in a worker thread, and hands out
+frozen snapshots through a callback. The app never touches a session.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from decodemon.monitor.client import SourceError, live_frames, recording_frames
+from decodemon.monitor.session import Session
+from decodemon.probes import wire
+
+
+class RecordingPlayer:
+    """A recording on a virtual clock. Seeking back replays the frames from the start (they are a few MB)."""
+
+    live = False
+
+    def __init__(self, path: str, label: str | None = None, speed: float = 1.0, loop: bool = False) -> None:
+        self.path, self.label, self.speed, self.loop = path, label or path, speed, loop
+        self.frames = [(rx, fr) for rx, _, fr in recording_frames(path)]
+        self.end_ns = self.frames[-1][0] if self.frames else 0
+        self.paused = False
+        self._lock = threading.Lock()
+        self._reset()
+
+    def _reset(self) -> None:
+        self.session = Session(label=self.label)
+        self._i = 0
+        self.clock_ns = 0
+
+    def _advance_to(self, t_ns: int) -> None:
+        while self._i < len(self.frames) and self.frames[self._i][0] <= t_ns:
+            self.session.add(*self.frames[self._i])
+            self._i += 1
+        self.clock_ns = t_ns
+
+    def seek(self, t_ns: int) -> None:
+        """Jump to `t_ns` since the recording began."""
+        with self._lock:
+            t_ns = max(0, min(int(t_ns), self.end_ns))
+            if t_ns < self.clock_ns:
+                self._reset()
+            self._advance_to(t_ns)
+
+    def tick(self, dt_s: float) -> None:
+        """Advance the virtual clock by `dt_s` of wall time at the current speed."""
+        with self._lock:
+            if self.paused:
+                return
+            t = self.clock_ns + int(dt_s * self.speed * 1e9)
+            if t > self.end_ns and self.loop:
+                self._reset()
+                t = 0
+            self._advance_to(min(t, self.end_ns))
+
+    def snapshot(self):
+        """The session's snapshot at the current clock."""
+        with self._lock:
+            return self.session.snapshot(at_rx_ns=self.clock_ns)
+
+    def status(self) -> str:
+        """Position, speed and state for the footer."""
+        state = "paused" if self.paused else f"playing ×{self.speed:g}"
+        return f"{self.clock_ns / 1e9:5.1f}/{self.end_ns / 1e9:.1f} s {state}"
+
+
+class LivePlayer:
+    """A live attach read in a worker thread; frames go into the session as they arrive."""
+
+    live = True
+
+    def __init__(self, pid: int, settings: wire.Attach | None = None, label: str | None = None) -> None:
+        self.pid, self.settings, self.label = pid, settings, label or f"pid {pid}"
+        self.session = Session(label=self.label)
+        self.paused = False  # a frozen display; collection continues
+        self.error: str | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name=f"decodemon-live-{pid}", daemon=True)
+
+    def start(self) -> None:
+        """Begin reading."""
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            for rx, _, frame in live_frames(self.pid, self.settings, stop=self._stop.is_set):
+                with self._lock:
+                    self.session.add(rx, frame)
+        except (SourceError, wire.WireError, OSError) as exc:
+            self.error = str(exc)
+            with self._lock:
+                self.session.add(self.session.feed.last_rx_ns, wire.Bye(reason=str(exc)))
+
+    def stop(self) -> None:
+        """Detach."""
+        self._stop.set()
+
+    def tick(self, dt_s: float) -> None:
+        """Nothing to advance: the clock is the target's."""
+
+    def seek(self, t_ns: int) -> None:
+        """Live sources cannot seek."""
+
+    def snapshot(self):
+        """The session's snapshot now."""
+        with self._lock:
+            return self.session.snapshot()
+
+    def status(self) -> str:
+        """Live state for the footer."""
+        return "live, frozen" if self.paused else "live"
+
+
+def make_player(spec: str, settings=None, speed: float = 1.0, loop: bool = False, label: str | None = None):
+    """A player for a pid (digits) or a recording path."""
+    if spec.isdigit():
+        return LivePlayer(int(spec), settings, label)
+    return RecordingPlayer(spec, label, speed=speed, loop=loop)
+
+
+def wait_for_first_window(player, timeout_s: float = 10.0) -> bool:
+    """For live players: wait until a traced window has arrived (used by `demo`)."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        if player.session.metrics:
+            return True
+        time.sleep(0.1)
+    return False

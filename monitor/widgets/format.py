@@ -1,0 +1,41 @@
+"""Small text helpers shared by the panels (no Textual imports)."""
+
+from __future__ import annotations
+
+import math
+
+BLOCKS = " ▁▂▃▄▅▆▇█"
+
+
+def num(x, spec: str = ".3g", none: str = "—") -> str:
+    """Format a number, or a dash for None/NaN."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return none
+    return format(x, spec)
+
+
+def spark(values, width: int, lo: float | None = None, hi: float | None = None) -> str:
+    """A one-line sparkline of the last `width` values (NaN drawn as a space)."""
+    vals = list(values)[-width:]
+    real = [v for v in vals if v == v]
+    if not real:
+        return " " * len(vals)
+    lo = min(real) if lo is None else lo
+    hi = max(real) if hi is None else hi
+    span = (hi - lo) or 1.0
+    out = []
+    for v in vals:
+        if v != v:
+            out.append(" ")
+        else:
+            out.append(BLOCKS[max(1, min(8, int(round((v - lo) / span * 8))))])
+    return "".join(out)
+
+
+def bar(fraction: float, width: int) -> str:
+    """A horizontal bar of `width` cells filled to `fraction` (0..1)."""
+    fraction = max(0.0, min(1.0, fraction))
+    full = int(fraction * width)
+    rest = fraction * width - full
+    part = " ▏▎▍▌▋▊▉"[int(rest * 8)] if full < width else ""
+    return ("█" * full + part).ljust(width)[:width]

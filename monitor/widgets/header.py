@@ -1,0 +1,38 @@
+"""Header panel: who is watched, on what, how fast, and how far above the bandwidth floor."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from decodemon.monitor.widgets.format import num
+
+
+class HeaderPanel(Static):
+    """Process, device, tokens/s, ms/token, bandwidth floor and the ratio to it."""
+
+    DEFAULT_CSS = """
+    HeaderPanel { height: auto; padding: 0 1; background: $boost; }
+    """
+
+    def show(self, s) -> None:
+        """Draw one snapshot."""
+        t = Text()
+        model = s.model.name if s.model else "?"
+        t.append(f"{s.label}", style="bold")
+        t.append(f"  pid {s.pid}  {model}\n")
+        clocks = f"  SM {s.nvml['sm_clock_mhz']} MHz" if s.nvml else ""
+        t.append(f"{s.device}  {s.sm_count} SMs{clocks}\n", style="dim")
+        tk = s.tokens
+        t.append(f"{num(tk.ms_per_token if tk else None, '.3f')} ms/token", style="bold cyan")
+        t.append(f"  {num(tk.tokens_per_s if tk else None, '.1f')} tok/s")
+        floor = s.diagnosis.bandwidth_floor_ms
+        if floor and tk:
+            t.append(f"  floor {floor:.3f} ms  ")
+            t.append(f"{tk.ms_per_token / floor:.1f}× floor", style="bold yellow")
+        if s.ended:
+            t.append(f"\n■ {s.ended} (last data kept)", style="bold red")
+        elif s.other_pids:
+            t.append(f"\nGPU shared with pid {', '.join(map(str, s.other_pids))}: PM figures are device-wide",
+                     style="yellow")
+        self.update(t)

@@ -1,0 +1,34 @@
+"""Launches-per-token panel: the launch bill, with graph launches told apart from kernel launches."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from decodemon.monitor.widgets.format import num, spark
+
+
+class LaunchesPanel(Static):
+    """Kernels/token, host launch calls/token, graph launches/token and their history."""
+
+    DEFAULT_CSS = """
+    LaunchesPanel { height: auto; border: round $primary; padding: 0 1; width: 1fr; }
+    """
+
+    def show(self, s) -> None:
+        """Draw one snapshot."""
+        self.border_title = "launches / token"
+        w = s.window
+        t = Text()
+        if w is None:
+            t.append("waiting for a traced window", style="dim")
+        else:
+            t.append(f"{w.kernels_per_token:.0f}", style="bold cyan")
+            t.append(" kernels/token\n")
+            t.append(f"{w.kernel_launch_calls_per_token:.0f} kernel launch calls · "
+                     f"{w.graph_launches_per_token:.0f} graph launches · {w.memcpys_per_token:.0f} copies\n")
+            per = s.diagnosis.us_per_launch
+            t.append(f"{num(per, '.2f')} µs idle per launch\n", style="yellow")
+            hist = (s.series or {}).get("launches_per_token", ())
+            t.append(spark(hist, 30, lo=0) if hist else "", style="cyan")
+        self.update(t)

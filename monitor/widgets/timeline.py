@@ -1,0 +1,79 @@
+"""Timeline panel: the second seed's pictorial, live. CPU launch calls over GPU kernels for one token."""
+
+from __future__ import annotations
+
+import numpy as np
+from rich.text import Text
+from textual.widgets import Static
+
+from decodemon.monitor.widgets.format import num
+
+SHADES = " ░▒▓█"
+
+
+def coverage(intervals, span_ns: int, cells: int) -> np.ndarray:
+    """Fraction of each of `cells` equal slices of [0, span_ns) covered by the intervals."""
+    cov = np.zeros(cells)
+    if span_ns <= 0 or cells <= 0:
+        return cov
+    w = span_ns / cells
+    for a, b in intervals:
+        a, b = max(a, 0), min(b, span_ns)
+        if b <= a:
+            continue
+        i0, i1 = int(a // w), min(int((b - 1) // w), cells - 1)
+        for i in range(i0, i1 + 1):
+            lo, hi = i * w, (i + 1) * w
+            cov[i] += (min(b, hi) - max(a, lo)) / w
+    return np.clip(cov, 0, 1)
+
+
+def render_rows(timeline, cells: int, zoom: int = 1) -> tuple[str, str, float]:
+    """(cpu row, gpu row, span in ms) drawn with shades: blank is whitespace the GPU spent idle."""
+    span = max(1, timeline.token_ns // max(1, zoom))
+
+    def row(iv):
+        cov = coverage(iv, span, cells)
+        return "".join(SHADES[0 if c <= 0 else min(4, 1 + int(c * 3.999))] for c in cov)
+
+    return row(timeline.cpu), row(timeline.gpu), span / 1e6
+
+
+class TimelinePanel(Static):
+    """CPU row over GPU row for the latest traced token, to scale; `+`/`-` zoom into its start."""
+
+    DEFAULT_CSS = """
+    TimelinePanel { height: auto; border: round $primary; padding: 0 1; }
+    """
+    zoom = 1
+
+    def show(self, s) -> None:
+        """Draw one snapshot."""
+        self.border_title = "timeline · latest traced token"
+        w = s.window
+        t = Text()
+        if w is None or w.timeline is None:
+            t.append("no traced window yet" if not s.probe.get("trace", "").startswith("unavailable")
+                     else f"trace {s.probe.get('trace')}", style="dim")
+            self.update(t)
+            return
+        cells = max(20, (self.size.width or 80) - 8)
+        cpu, gpu, span_ms = render_rows(w.timeline, cells, self.zoom)
+        t.append("CPU ", style="bold blue")
+        t.append(cpu + "\n", style="blue")
+        t.append("GPU ", style="bold green")
+        t.append(gpu + "\n", style="green")
+        t.append(f"    0 ms{' ' * max(0, cells - 16)}{span_ms:7.2f} ms", style="dim")
+        if self.zoom > 1:
+            t.append(f"  (zoom ×{self.zoom})", style="dim")
+        if w.tracing_head_ms:
+            t.append(f"\ndrawn from the first kernel: the traced cudaGraphLaunch took {w.tracing_head_ms:.2f} ms "
+                     "(CUPTI instrumenting the graph; µs untraced)", style="dim")
+        g = w.gap_ms_per_token
+        total = sum(g.values()) or 1e-9
+        t.append(f"\nGPU busy {num(s.gpu_busy_pct, '.0f')}% ({s.busy_source})  ·  idle gaps: ")
+        t.append(f"host launched late {100 * g['host_late'] / total:.0f}%", style="bold red")
+        t.append(f" · short {100 * g['short'] / total:.0f}% · other {100 * g['other'] / total:.0f}%")
+        if g.get("tracing"):
+            t.append(f" · tracing {100 * g['tracing'] / total:.0f}%", style="dim")
+        self.update(t)
