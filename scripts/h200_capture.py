@@ -39,7 +39,7 @@ def start_engine(name, args):
     log = open(LOGS / f"{name}.engine.out", "w")
     err = open(LOGS / f"{name}.engine.err", "w")
     pidf = LOGS / f"{name}.pid"
-    p = subprocess.Popen(DM + ["run", "--pid-file", str(pidf), "--"] + DEMO + args + ["--tokens", "0", "--log-every", "1"],
+    p = subprocess.Popen(DM + ["run", "--pid-file", str(pidf), "--"] + DEMO + args + ["--tokens", "0", "--log-every", "0.5"],
                          stdout=log, stderr=err)
     t0 = time.time()
     while time.time() - t0 < 180:
@@ -69,27 +69,32 @@ def live_cycle(mode):
     """Unobserved baseline, attach --json, record, three attach/detach cycles, unobserved again."""
     p, pid = start_engine(mode, ["--mode", mode])
     ev = []
-    time.sleep(4)
+    time.sleep(3)
     ev.append(("unobserved", time.time()))
-    time.sleep(4)
+    time.sleep(3)
     ev.append(("attach_json", time.time()))
-    r = sh(DM + ["attach", str(pid), "--json", "--seconds", "10"], f"{mode}.attach")
+    r = sh(DM + ["attach", str(pid), "--json", "--seconds", "8"], f"{mode}.attach")
     ev.append(("after_attach", time.time()))
     summary[f"{mode}_attach"] = json.loads(r.stdout) if r.returncode == 0 else r.stderr
+    if p.poll() is not None:  # the probe must never take the target down: record it, then go on without PM
+        summary[f"{mode}_engine_died_with_pm"] = (LOGS / f"{mode}.engine.err").read_text()[-1500:]
+        print(f"!!! {mode} engine died while attached; retrying with DECODEMON_PM=off", flush=True)
+        os.environ["DECODEMON_PM"] = "off"
+        p, pid = start_engine(mode + "_nopm", ["--mode", mode])
     time.sleep(2)
     ev.append(("record", time.time()))
-    sh(DM + ["record", str(pid), "-o", str(OUT / f"h200_{mode}.dmon"), "--seconds", "22"], f"{mode}.record")
+    sh(DM + ["record", str(pid), "-o", str(OUT / f"h200_{mode}.dmon"), "--seconds", "21"], f"{mode}.record")
     for k in range(3):
         ev.append((f"cycle{k}_attached", time.time()))
         sh(DM + ["attach", str(pid), "--json", "--seconds", "4"], f"{mode}.cycle{k}")
         ev.append((f"cycle{k}_detached", time.time()))
-        time.sleep(4)
+        time.sleep(3)
     ev.append(("end", time.time()))
     stop_engine(p)
     summary[f"{mode}_events"] = ev
 
 
-def record_only(name, args, seconds=22):
+def record_only(name, args, seconds=21):
     p, pid = start_engine(name, args)
     time.sleep(3)
     sh(DM + ["record", str(pid), "-o", str(OUT / f"h200_{name}.dmon"), "--seconds", str(seconds)], f"{name}.record")

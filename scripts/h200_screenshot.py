@@ -1,0 +1,78 @@
+"""Live screenshots on the H200 and the monitor's own CPU cost.
+
+    python scripts/h200_screenshot.py OUTDIR
+
+1. Two demo engines (eager, graph) on the one GPU; `compare` on both, live,
+   headless at 160x50 for 12 s; the screen is saved as SVG.
+2. One graphed engine; the app attached alone for 15 s at 4 refreshes a
+   second; the monitor process's CPU time over that span is reported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from decodemon.monitor.app import DecodemonApp
+from decodemon.monitor.player import LivePlayer
+from decodemon.probes.wire import socket_path
+
+OUT = Path(sys.argv[1] if len(sys.argv) > 1 else "out")
+OUT.mkdir(parents=True, exist_ok=True)
+
+
+def start(mode):
+    p = subprocess.Popen([sys.executable, "-m", "decodemon.monitor.cli", "run", "--", sys.executable, "-m",
+                          "decodemon.engine_adapter.demo", "--mode", mode, "--tokens", "0"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    pid = None
+    for line in p.stderr:
+        if "started pid" in line:
+            pid = int(line.split("started pid")[1].split(";")[0])
+        if "decoding" in line:
+            break
+    while not socket_path(pid).exists():
+        time.sleep(0.1)
+    return p, pid
+
+
+def cpu_s():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+async def shoot(players, seconds, name, size=(160, 50)):
+    app = DecodemonApp(players)
+    async with app.run_test(size=size) as pilot:
+        c0, t0 = cpu_s(), time.monotonic()
+        await asyncio.sleep(seconds)
+        c1, t1 = cpu_s(), time.monotonic()
+        app.save_screenshot(filename=name, path=str(OUT))
+        await pilot.press("q")
+    return (c1 - c0) / (t1 - t0)
+
+
+def main():
+    res = {}
+    (pe, eager), (pg, graph) = start("eager"), start("graph")
+    res["compare_cpu_fraction"] = asyncio.run(shoot(
+        [LivePlayer(eager, label=f"eager pid {eager}"), LivePlayer(graph, label=f"graph pid {graph}")],
+        12, "h200_live_compare.svg"))
+    pe.terminate()
+    pe.wait(timeout=30)
+    res["graph_alone_cpu_fraction"] = asyncio.run(shoot(
+        [LivePlayer(graph, label=f"graph pid {graph}")], 15, "h200_live_attach_graph.svg", size=(120, 48)))
+    pg.terminate()
+    pg.wait(timeout=30)
+    res["date"] = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    (OUT / "monitor_cpu.json").write_text(json.dumps(res, indent=1))
+    print(json.dumps(res))
+
+
+if __name__ == "__main__":
+    main()
