@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from decodemon.probes import wire
-from decodemon.probes.sidecar import pack_raw as _pack_raw
+from decodemon.probes.sidecar import PM_METRICS
 from decodemon.probes.wire import socket_dir, socket_path
 from decodemon.probes.device import Unavailable, cuda_device_index, cupti_version, gpu_info
 
@@ -310,7 +310,7 @@ class _Agent:
             from decodemon.probes.pm_inproc import PmSampler
 
             pm = PmSampler(cuda_device_index(), settings.pm_interval_us)
-            state["pm"] = f"armed (in process, {settings.pm_interval_us} us interval, evaluated in the sidecar)"
+            state["pm"] = f"armed (in process, {settings.pm_interval_us} us interval)"
             return pm
         except PermissionError:
             state["pm"] = ("unavailable (no permission for GPU performance counters: run as root or set the nvidia "
@@ -321,17 +321,14 @@ class _Agent:
 
     def _pump_pm(self, session, sidecar, state, after_window: bool) -> None:
         """Move PM samples to the sidecar; re-arm PM if a CUPTI finalize took the session down."""
-        if session.pm is None or sidecar is None:
-            return
+        if session.pm is None:
+            return None
         try:
-            raw = session.pm.read(max_samples=1024)
-            if raw is not None:
-                sidecar.stdin.write(_pack_raw(raw))
-                sidecar.stdin.flush()
-        except (BrokenPipeError, OSError):
-            session.pm.close()
-            session.pm = None
-            state["pm"] = "sidecar gone"
+            got = session.pm.samples(max_samples=1024)
+            if got is not None:
+                starts, ends, rows = got
+                return wire.PmSamples(metrics=list(PM_METRICS), start_ns=wire.Column.of(starts),
+                                      end_ns=wire.Column.of(ends), values=wire.Column.of(rows, "<f8"))
         except Exception as exc:
             session.pm.close()
             session.pm = None
@@ -341,6 +338,7 @@ class _Agent:
                 state["pm"] = state["pm"] + f"; re-armed {session.pm_restarts}x after {type(exc).__name__}"
             except Exception:
                 pass
+        return None
 
     def _loop(self, conn, reader, session: _Session, sidecar, state) -> str:
         st = session.settings
@@ -383,14 +381,18 @@ class _Agent:
                     out += wire.pack(win)
                 except Exception as exc:
                     session.errors.append(f"trace collect: {type(exc).__name__}: {exc}")
-                self._pump_pm(session, sidecar, state, after_window=True)
+                pm_frame = self._pump_pm(session, sidecar, state, after_window=True)
+                if pm_frame is not None:
+                    out += wire.pack(pm_frame)
                 next_pm = now + 0.5
             if session.tracer is not None and now >= next_window and not session.tracer.active \
                     and not session.window_ready.is_set() and not session.want_window:
                 session.want_window = True
                 next_window = now + st.window_period_s
             if now >= next_pm:
-                self._pump_pm(session, sidecar, state, after_window=False)
+                pm_frame = self._pump_pm(session, sidecar, state, after_window=False)
+                if pm_frame is not None:
+                    out += wire.pack(pm_frame)
                 next_pm = now + 0.5
             if now >= next_marks:
                 t, d = session.marks_t, session.marks_d

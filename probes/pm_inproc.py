@@ -1,12 +1,12 @@
-"""PM sampling from inside the decode process, with the metric evaluation shipped out.
+"""PM sampling from inside the decode process, in the agent thread.
 
 On the H200 we measured, a second process could not enable PM sampling
-(`ERROR_UNKNOWN` without a context, `ERROR_INVALID_PARAMETER` with one), so
-the counters are armed here, in the agent thread. Only the cheap part stays
-in this process: copying the hardware buffer into a counter-data image and
-reading each sample's timestamps. Turning the image into metric values
-(host-side evaluation, the expensive part) happens in the sidecar, which gets
-the raw image through its stdin.
+(`ERROR_UNKNOWN` without a context, `ERROR_INVALID_PARAMETER` with one), and
+evaluating a counter image shipped to the sidecar failed with
+`ERROR_INVALID_PARAMETER` too, so the counters are armed, decoded and
+evaluated here, in the agent thread, a few times a second (never on the
+decode thread). `read()` + `evaluate()` (the shipped path) stay for a later
+attempt at moving evaluation out.
 """
 
 from __future__ import annotations
@@ -66,6 +66,15 @@ class PmSampler:
         return {"metrics": list(PM_METRICS), "chip": self.chip, "image": image.tobytes(),
                 "num_total": int(info.num_total_samples), "num_populated": int(info.num_populated_samples),
                 "num_completed": int(n), "start": starts.tobytes(), "end": ends.tobytes()}
+
+    def samples(self, max_samples: int = 1024):
+        """Decode and evaluate completed samples: (start ns, end ns, rows of metric values), or None."""
+        data = self._coll.decode(max_samples=max_samples)
+        n = len(data)
+        if n == 0:
+            return None
+        rows = [smp.metric_values for smp in data]
+        return ([smp.start_timestamp for smp in data], [smp.end_timestamp for smp in data], rows)
 
     def close(self) -> None:
         """Stop sampling and release the session (errors ignored: CUPTI may already be gone)."""

@@ -103,7 +103,22 @@ def record_only(name, args, seconds=21):
     stop_engine(p)
 
 
+def quick():
+    """Only the eager and graph recordings (a short device call)."""
+    for mode in ("eager", "graph"):
+        record_only(mode, ["--mode", mode], seconds=15)
+    (LOGS / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    with tarfile.open(OUT / "capture.tar.gz", "w:gz") as tf:
+        tf.add(LOGS, arcname="logs")
+    for mode in ("eager", "graph"):
+        v = summary.get(f"{mode}_replay")
+        print(mode, {x: v.get(x) for x in ("ms_per_token", "gpu_busy_pct", "sm_active_pct", "dram_pct", "ceiling",
+                                           "probe")} if isinstance(v, dict) else v)
+
+
 def main():
+    if os.environ.get("CAPTURE_QUICK"):
+        return quick()
     env = sh(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem",
               "--format=csv,noheader"], "nvidia-smi")
     summary["nvidia_smi"] = env.stdout.strip()
