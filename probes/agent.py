@@ -325,6 +325,7 @@ class _Agent:
             return None
         try:
             got = session.pm.samples(max_samples=1024)
+            state["pm_stride"] = str(session.pm.stride)
             if got is not None:
                 starts, ends, rows = got
                 return wire.PmSamples(metrics=list(PM_METRICS), start_ns=wire.Column.of(starts),
