@@ -1,0 +1,78 @@
+"""Shared fixtures: the committed H200 recordings, the CLI in a subprocess, tiny CPU engines."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).parent / "data"
+REC = {name: DATA / f"h200_{name}.dmon" for name in ("eager", "graph", "eager_pm", "llama8b_graph", "narrow12_graph")}
+
+
+def cli(*args, timeout=60, **kw):
+    """Run `decodemon ARGS` in a subprocess; return CompletedProcess (text)."""
+    return subprocess.run([sys.executable, "-m", "decodemon.monitor.cli", *map(str, args)], capture_output=True,
+                          text=True, timeout=timeout, **kw)
+
+
+def assert_one_line_error(r, rc=2):
+    """Bad input: one clear line on stderr, the expected exit code, no traceback."""
+    assert r.returncode == rc, (r.returncode, r.stdout, r.stderr)
+    lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1, r.stderr
+    assert "Traceback" not in r.stderr
+
+
+class Engine:
+    """A tiny CPU demo engine started through `decodemon run`, with the agent loaded."""
+
+    def __init__(self, *extra, tokens=0):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "decodemon.monitor.cli", "run", "--", sys.executable, "-m",
+             "decodemon.engine_adapter.demo", "--tiny", "--device", "cpu", "--tokens", str(tokens), *extra],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.pid = None
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 60:
+            line = self.proc.stderr.readline()
+            if "started pid" in line:
+                self.pid = int(line.split("started pid")[1].split(";")[0])
+            if "decoding" in line:
+                break
+        assert self.pid, "engine did not start"
+        from decodemon.probes.wire import socket_path
+
+        while not socket_path(self.pid).exists() and time.monotonic() - t0 < 60:
+            time.sleep(0.05)
+        self.socket = socket_path(self.pid)
+
+    def alive(self) -> bool:
+        try:
+            os.kill(self.pid, 0)
+            return True
+        except ProcessLookupError:
+            return False
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                out, err = self.proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                out, err = self.proc.communicate()
+            return out, err
+        return self.proc.communicate()
+
+
+@pytest.fixture
+def engine():
+    e = Engine()
+    yield e
+    e.stop()

@@ -1,0 +1,100 @@
+"""The seeds' worked numbers, reproduced by `decodemon diagnose`; the rolling verdict; Amdahl."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from decodemon.monitor import diagnosis as dx
+from tests.conftest import assert_one_line_error, cli
+
+
+def diagnose(*args):
+    r = cli("diagnose", *args, "--json")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_bandwidth_ceiling_3600_tok_s_is_not_the_constraint():
+    d = diagnose("--ms-per-token", 281.6, "--bytes-per-token", 10.6e9, "--bandwidth-gbs", 38000)
+    bw = d["candidates"]["bandwidth"]
+    assert bw["state"] == "ruled_out"
+    assert bw["value"] == pytest.approx(1009, rel=0.01)  # ~1000x below the floor
+    assert 1e3 / d["bandwidth_floor_ms"] == pytest.approx(3585, rel=0.01)  # the ~3600 tok/s ceiling
+
+
+def test_101_us_per_kernel_is_not_launch_the_kernels_are_slow():
+    d = diagnose("--ms-per-token", 281.6, "--launches-per-token", 2790)
+    assert d["us_per_launch"] == pytest.approx(101, abs=0.5)
+    assert d["candidates"]["launch"]["state"] == "ruled_out"
+    assert d["ceiling"] == "kernels"
+
+
+def test_6_us_per_kernel_is_launch_bound():
+    d = diagnose("--ms-per-token", 16.6, "--launches-per-token", 2790)
+    assert d["us_per_launch"] == pytest.approx(5.95, abs=0.1)
+    assert d["ceiling"] == "launch"
+
+
+def test_92_collectives_are_2_percent_comm_ruled_out():
+    d = diagnose("--ms-per-token", 281.6, "--collectives-per-token", 92, "--us-per-collective", 58.7)
+    c = d["candidates"]["comm"]
+    assert c["value"] == pytest.approx(1.92, abs=0.05)
+    assert c["state"] == "ruled_out"
+
+
+def test_below_the_floor_17_us_per_launch_is_launch():
+    d = diagnose("--ms-per-token", 7.80, "--bytes-per-token", 1.19e9, "--bandwidth-gbs", 380,
+                 "--launches-per-token", 280)
+    assert d["bandwidth_floor_ms"] == pytest.approx(3.13, abs=0.01)
+    assert d["us_per_launch"] == pytest.approx(16.7, abs=0.1)
+    assert d["ceiling"] == "launch"
+    assert d["candidates"]["bandwidth"]["state"] == "unknown"  # 2.5x: neither within 2x nor 10x below
+
+
+@pytest.mark.parametrize("speedup,s", [(2.44, 0.33), (1.10, 0.90)])
+def test_serial_fraction_from_speedup(speedup, s):
+    d = diagnose("--speedup", speedup, "--n", 8)
+    assert d["serial_fraction"] == pytest.approx(s, abs=0.005)
+
+
+def test_json_contract_has_every_key():
+    d = diagnose("--ms-per-token", 10, "--launches-per-token", 100)
+    assert {"ceiling", "candidates", "remedy", "falsify"} <= set(d)
+    assert set(d["candidates"]) == {"bandwidth", "occupancy", "launch", "comm"}
+    for c in d["candidates"].values():
+        assert {"value", "unit", "threshold", "state"} <= set(c)
+        assert c["state"] in ("binding", "ruled_out", "unknown")
+
+
+def test_nothing_known_is_unknown():
+    d = diagnose()
+    assert d["ceiling"] == "unknown"
+
+
+@pytest.mark.parametrize("args", [["--ms-per-token", "0"], ["--ms-per-token", "-1"], ["--ms-per-token", "nan"],
+                                  ["--ms-per-token", "1e30"], ["--n", "8"], ["--speedup", "2", "--n", "1"],
+                                  ["--launches-per-token", "abc"], ["--us-per-collective", "3"]])
+def test_bad_numbers_are_one_line(args):
+    assert_one_line_error(cli("diagnose", *args))
+
+
+def test_rolling_verdict_needs_two_windows_to_change():
+    r = dx.Rolling()
+    r = dx.advance(r, "launch", "12:00:00", {"ms/token": 13.1, "GPU busy %": 24})
+    assert r.ceiling == "launch"
+    r = dx.advance(r, "occupancy", "12:00:04", {"ms/token": 3.2, "GPU busy %": 95})
+    assert r.ceiling == "launch" and r.pending == "occupancy"
+    r = dx.advance(r, "launch", "12:00:08", {"ms/token": 13.0, "GPU busy %": 25})  # a flap resets the streak
+    assert r.pending == ""
+    r = dx.advance(r, "occupancy", "12:03:06", {"ms/token": 3.3, "GPU busy %": 94})
+    r = dx.advance(r, "occupancy", "12:03:10", {"ms/token": 3.2, "GPU busy %": 95})
+    assert r.ceiling == "occupancy"
+    assert r.history[-1].text() == "LAUNCH → OCCUPANCY at 12:03:10: ms/token 13 → 3.2, GPU busy % 25 → 95"
+
+
+def test_scaling_figure_before_the_last_verdict_change_is_stale():
+    sc = dx.scaling(2.44, 8, measured_at="2026-09-01T10:00", last_change_at="2026-10-01T10:00")
+    assert sc.stale and sc.serial_fraction == pytest.approx(0.326, abs=0.001)
+    assert not dx.scaling(1.1, 8, "2026-11-01T00:00", "2026-10-01T10:00").stale

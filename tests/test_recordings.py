@@ -1,0 +1,120 @@
+"""The committed H200 recordings, replayed on a CPU: the live loop's figures and the verdicts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from decodemon.monitor.session import Session, summary_json
+from decodemon.probes import wire
+from tests.conftest import REC, cli
+
+
+def replay(name):
+    r = cli("replay", REC[name], "--json")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+@pytest.fixture(scope="module")
+def eager():
+    return replay("eager")
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return replay("graph")
+
+
+def test_recordings_are_real_h200_captures():
+    for name, path in REC.items():
+        frames = [f for _, f in wire.read_recording(path)]
+        hello = next(f for f in frames if isinstance(f, wire.Hello))
+        assert hello.gpu.name == "NVIDIA H200" and hello.gpu.sm_count == 132, name
+        assert hello.gpu.driver_version.startswith("580."), name
+        assert sum(isinstance(f, wire.KernelWindow) for f in frames) >= 4, name
+        assert path.stat().st_size < 1_000_000, name
+
+
+def test_eager_live_loop_figures(eager):
+    assert eager["device"] == "NVIDIA H200" and eager["sm_count"] == 132
+    assert eager["launches_per_token"] >= 900
+    assert eager["graph_launches_per_token"] == 0
+    assert eager["kernel_launch_calls_per_token"] >= 900
+    assert eager["gpu_busy_pct"] < 50
+    assert 15 < eager["ms_per_token"] < 30
+    assert eager["kernel_sum_ms_per_token"] < 0.3 * eager["ms_per_token"]  # §3.1: sum of kernels << step
+    k = eager["kernels"][0]
+    assert {"name", "calls_per_token", "us_mean", "grid_blocks", "block_threads", "grid_vs_sms"} <= set(k)
+    assert k["grid_vs_sms"].endswith("/132")
+
+
+def test_graph_live_loop_figures(graph):
+    assert graph["launches_per_token"] >= 900
+    assert graph["graph_launches_per_token"] == 1
+    assert graph["kernel_launch_calls_per_token"] == 0
+    assert graph["gpu_busy_pct"] > 80 and graph["gpu_busy_source"].startswith("PM")
+    assert 15 < graph["sm_active_pct"] < 40
+    assert graph["dram_pct"] is not None and graph["dram_pct"] < 20
+    assert 3 < graph["ms_per_token"] < 5
+    assert graph["probe"]["pm"].startswith("armed")
+
+
+def test_pm_busy_agrees_with_traced_window(graph):
+    assert abs(graph["pm_gpu_busy_pct"] - graph["traced_gpu_busy_pct"]) <= 5
+
+
+def test_eager_verdict_is_launch(eager):
+    assert eager["ceiling"] == "launch" and eager["verdict"] == "launch"
+    assert eager["candidates"]["launch"]["state"] == "binding"
+    assert eager["candidates"]["bandwidth"]["state"] == "ruled_out"
+    assert eager["candidates"]["comm"]["state"] == "ruled_out"
+    assert 5 <= eager["us_per_launch"] <= 20  # the second seed's 5-20 µs per eager launch
+    assert "graph" in eager["falsify"].lower()
+
+
+def test_graph_verdict_is_occupancy_not_launch(graph):
+    assert graph["ceiling"] == "occupancy" and graph["verdict"] == "occupancy"
+    assert graph["candidates"]["launch"]["state"] == "ruled_out"
+    assert graph["candidates"]["occupancy"]["value"] > 50
+    assert graph["sm_active_pct"] < 0.5 * graph["gpu_busy_pct"]
+    assert "Widen" in graph["falsify"]
+
+
+def test_graph_report_names_the_small_grid_kernels(tmp_path):
+    out = tmp_path / "DIAGNOSIS.md"
+    r = cli("report", REC["graph"], "-o", out)
+    assert r.returncode == 0, r.stderr
+    md = out.read_text()
+    assert "Binding ceiling: **OCCUPANCY**" in md
+    assert "native::elementwise_kernel" in md and "/132" in md
+    assert "would prove this wrong" in md
+
+
+def test_bandwidth_by_construction_8b_graph():
+    d = replay("llama8b_graph")
+    bw = d["candidates"]["bandwidth"]
+    # 16.1 GB of weights per token: the graphed 8B step came out at 2.0x the bandwidth floor, right on §7's line
+    assert 1.9 < bw["value"] < 2.1
+    assert d["ceiling"] == "bandwidth" and bw["state"] == "binding"
+    assert d["candidates"]["launch"]["state"] == "ruled_out"
+    assert d["kernel_sum_ms_per_token"] > 0.95 * d["ms_per_token"]
+
+
+def test_occupancy_by_construction_12_block_kernel():
+    d = replay("narrow12_graph")
+    assert d["ceiling"] == "occupancy" and d["verdict"] == "occupancy"
+    top = d["kernels"][0]
+    assert top["name"] == "_stream" and top["grid_blocks"] == 12 and top["grid_vs_sms"] == "12/132"
+    assert "_stream" in d["falsify"] and "12 blocks" in d["falsify"]
+
+
+def test_rolling_history_of_a_replayed_recording_is_deterministic():
+    s1, s2 = Session(), Session()
+    for rx, f in wire.read_recording(REC["graph"]):
+        s1.add(rx, f)
+        s2.add(rx, f)
+    assert s1.history() == s2.history()
+    assert s1.history()[0].startswith("UNKNOWN → OCCUPANCY at ")
+    assert summary_json(s1.snapshot())["history"] == s1.history()

@@ -1,0 +1,140 @@
+"""The wire: every frame round-trips, streams reassemble, recordings refuse what they cannot read."""
+
+from __future__ import annotations
+
+import gzip
+import io
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from decodemon.probes import wire
+from tests.conftest import REC
+
+
+def sample_frames():
+    col = wire.Column.of([1, 2, 3])
+    return [
+        wire.Hello(wire_version=1, pid=7, argv=["x"], python="3.11", hostname="h",
+                   gpu=wire.GpuInfo(index=0, name="NVIDIA H200", sm_count=132, mem_bandwidth_gbs=4800.0),
+                   model=wire.ModelFacts(name="m", weight_bytes=10, kv_bytes_per_position=2, layers=2)),
+        wire.TokenMarks(t_ns=col, depth=col),
+        wire.KernelWindow(window_id=1, tokens=1, token_bounds_ns=col, names=["k"], kernels={"start": col}),
+        wire.PmSamples(metrics=["a"], start_ns=col, end_ns=col, values=wire.Column.of([0.5], "<f8")),
+        wire.NvmlSamples(t_unix_ns=col, sm_clock_mhz=col, mem_clock_mhz=col, power_w=wire.Column.of([1.0], "<f8"),
+                         mem_used_bytes=col, gpu_util_pct=col, other_pids=[3]),
+        wire.Stats(state={"pm": "armed"}, dropped_records=2, windows=1, errors=["e"]),
+        wire.Bye(reason="detached"),
+    ]
+
+
+@pytest.mark.parametrize("frame", sample_frames(), ids=lambda f: type(f).__name__)
+def test_frame_round_trip(frame):
+    back = wire.decode_frame(wire.encode(frame))
+    assert back == frame
+    assert type(back) is type(frame)
+
+
+def test_column_keeps_dtype_and_values():
+    c = wire.Column.of([1.5, -2.25], "<f8")
+    assert c.array().dtype == np.float64
+    assert c.array().tolist() == [1.5, -2.25]
+
+
+def test_stream_reader_reassembles_split_frames():
+    data = b"".join(wire.pack(f) for f in sample_frames())
+    r = wire.StreamReader()
+    got = []
+    for i in range(0, len(data), 7):
+        got += r.feed(data[i:i + 7])
+    assert [type(wire.decode_frame(p)) for p in got] == [type(f) for f in sample_frames()]
+
+
+def test_stream_reader_refuses_huge_frame():
+    with pytest.raises(wire.WireError, match="exceeds"):
+        wire.StreamReader(max_frame=100).feed((10_000).to_bytes(4, "little") + b"x")
+
+
+def test_control_messages_only():
+    assert isinstance(wire.decode_control(wire.encode(wire.Attach())), wire.Attach)
+    with pytest.raises(wire.WireError):
+        wire.decode_control(wire.encode(wire.Bye(reason="not a control message")))
+
+
+def header(v=wire.WIRE_VERSION):
+    return wire.RecordingHeader(wire_version=v, created_unix_s=0.0, decodemon_version="t")
+
+
+def test_recording_round_trip(tmp_path):
+    p = tmp_path / "r.dmon"
+    w = wire.RecordingWriter(p, header())
+    for i, f in enumerate(sample_frames()):
+        w.write(f, i * 1000)
+    w.close()
+    got = wire.load_recording(p)
+    assert isinstance(got[0][1], wire.RecordingHeader)
+    assert [f for _, f in got[1:]] == sample_frames()
+    assert [rx for rx, _ in got[1:]] == [i * 1000 for i in range(len(sample_frames()))]
+
+
+def test_truncated_recording_keeps_whole_frames_then_fails(tmp_path):
+    data = wire.recording_bytes([(i, f) for i, f in enumerate(sample_frames())], header())
+    raw = gzip.decompress(data)
+    cut = tmp_path / "cut.dmon"
+    cut.write_bytes(gzip.compress(raw[: len(raw) - 5]))
+    frames = []
+    with pytest.raises(wire.WireError, match="truncated"):
+        for _, f in wire.read_recording(cut):
+            frames.append(f)
+    assert len(frames) == len(sample_frames())  # header + all but the cut last frame
+
+
+def test_foreign_and_corrupt_files(tmp_path):
+    foreign = tmp_path / "notes.txt"
+    foreign.write_text("hello")
+    with pytest.raises(wire.WireError, match="not a decodemon recording"):
+        list(wire.read_recording(foreign))
+    wrong_magic = tmp_path / "other.gz"
+    wrong_magic.write_bytes(gzip.compress(b"something else entirely"))
+    with pytest.raises(wire.WireError, match="bad magic"):
+        list(wire.read_recording(wrong_magic))
+    with pytest.raises(wire.WireError, match="cannot open"):
+        list(wire.read_recording(tmp_path / "missing.dmon"))
+
+
+def test_newer_wire_version_refused_older_loaded(tmp_path):
+    newer = tmp_path / "newer.dmon"
+    newer.write_bytes(wire.recording_bytes([], header(wire.WIRE_VERSION + 1)))
+    with pytest.raises(wire.WireError, match="upgrade decodemon"):
+        list(wire.read_recording(newer))
+    older = tmp_path / "older.dmon"
+    older.write_bytes(wire.recording_bytes([(1, wire.Bye(reason="x"))], header(0)))
+    assert isinstance(wire.load_recording(older)[-1][1], wire.Bye)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.binary(max_size=2048))
+def test_fuzz_reader_random_bytes_only_raise_wire_error(tmp_path_factory, blob):
+    p = tmp_path_factory.mktemp("fz") / "f.dmon"
+    for payload in (blob, gzip.compress(blob), gzip.compress(wire.MAGIC + blob)):
+        p.write_bytes(payload)
+        try:
+            list(wire.read_recording(p))
+        except wire.WireError:
+            pass
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(min_value=0, max_value=10**9), st.integers(min_value=0, max_value=255))
+def test_fuzz_reader_mutated_real_recording(tmp_path_factory, pos, byte):
+    raw = gzip.decompress(REC["graph"].read_bytes())
+    pos = pos % len(raw)
+    mutated = raw[:pos] + bytes([byte]) + raw[pos + 1:]
+    p = tmp_path_factory.mktemp("mut") / "m.dmon"
+    p.write_bytes(gzip.compress(mutated, compresslevel=1))
+    try:
+        list(wire.read_recording(p))
+    except wire.WireError:
+        pass
