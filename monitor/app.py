@@ -141,6 +141,7 @@ class DecodemonApp(App):
             p.paused = self.start_paused
             if getattr(p, "live", False):
                 p.start()
+        self.frozen = self.start_paused
         self._apply_all()  # deterministic first paint (tests, paused replays)
         if not self.start_paused:
             self._pump()
@@ -188,7 +189,7 @@ class DecodemonApp(App):
         self.frozen = not self.frozen
         for p in self.players:
             p.paused = self.frozen
-        if not self.frozen and self.start_paused:
+        if not self.frozen and self.start_paused:  # opened paused: the pump starts on the first play
             self.start_paused = False
             self._pump()
         self._apply_all()
@@ -230,7 +231,8 @@ class DecodemonApp(App):
         self.notify("wrote " + ", ".join(written))
 
 
-def run_app(specs, settings=None, speed: float = 1.0, loop: bool = False, labels=None, quit_after_s=None) -> int:
+def run_app(specs, settings=None, speed: float = 1.0, loop: bool = False, labels=None, quit_after_s=None,
+            start_at_s: float | None = None, paused: bool = False) -> int:
     """Open the app on one or two sources (pids or recordings)."""
     from decodemon.monitor.client import check_pid
     from decodemon.monitor.player import make_player
@@ -240,5 +242,5 @@ def run_app(specs, settings=None, speed: float = 1.0, loop: bool = False, labels
             check_pid(int(s))  # one clear line before the screen opens
     labels = labels or [None] * len(specs)
     players = [make_player(s, settings, speed=speed, loop=loop, label=lab) for s, lab in zip(specs, labels)]
-    DecodemonApp(players, quit_after_s=quit_after_s).run()
+    DecodemonApp(players, quit_after_s=quit_after_s, start_at_s=start_at_s, paused=paused).run()
     return 0

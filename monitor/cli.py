@@ -169,7 +169,7 @@ def cmd_replay(a) -> int:
         return 0
     from decodemon.monitor.app import run_app
 
-    return run_app([a.file], speed=a.speed)
+    return run_app([a.file], speed=a.speed, start_at_s=a.at, paused=a.paused)
 
 
 def cmd_report(a) -> int:
@@ -216,7 +216,7 @@ def cmd_compare(a) -> int:
         _source_of(s)
     from decodemon.monitor.app import run_app
 
-    return run_app([a.a, a.b], settings=_attach_settings(a), speed=a.speed)
+    return run_app([a.a, a.b], settings=_attach_settings(a), speed=a.speed, start_at_s=a.at, paused=a.paused)
 
 
 def cmd_demo(a) -> int:
@@ -254,6 +254,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file")
     p.add_argument("--json", action="store_true")
     p.add_argument("--speed", type=_positive("--speed", 0, 1000), default=1.0)
+    p.add_argument("--at", type=_positive("--at", 0.0, 1e6, allow_zero=True), default=None,
+                   help="start at this many seconds into the recording")
+    p.add_argument("--paused", action="store_true", help="open paused (space plays)")
     p.set_defaults(fn=cmd_replay)
 
     p = sub.add_parser("report", help="write DIAGNOSIS.md for a pid or a recording")
@@ -280,6 +283,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("a")
     p.add_argument("b")
     p.add_argument("--speed", type=_positive("--speed", 0, 1000), default=1.0)
+    p.add_argument("--at", type=_positive("--at", 0.0, 1e6, allow_zero=True), default=None,
+                   help="recordings: start at this many seconds")
+    p.add_argument("--paused", action="store_true", help="recordings: open paused")
     _add_probe_opts(p)
     p.set_defaults(fn=cmd_compare)
 

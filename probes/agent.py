@@ -194,8 +194,15 @@ class _Agent:
                     conn.close()
                     continue
                 if self.busy_with is not None:
+                    # read the newcomer's attach first, so closing does not reset the connection under our answer
+                    conn.settimeout(1.0)
+                    try:
+                        conn.recv(4096)
+                    except OSError:
+                        pass
                     conn.sendall(wire.pack(wire.Bye(
                         reason=f"busy: monitor pid {self.busy_with} is attached; one monitor at a time")))
+                    conn.shutdown(socket.SHUT_WR)
                     conn.close()
                     continue
                 self.busy_with = peer_pid

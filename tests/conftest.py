@@ -59,6 +59,10 @@ class Engine:
         except ProcessLookupError:
             return False
 
+    def wait(self, timeout=120):
+        """Let a finite engine finish; return (stdout, stderr)."""
+        return self.proc.communicate(timeout=timeout)
+
     def stop(self):
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)

@@ -19,11 +19,19 @@ class TelemetryPanel(Static):
     TelemetryPanel { height: auto; border: round $primary; padding: 0 1; }
     """
 
+    _last = None
+
+    def on_resize(self) -> None:
+        """Redraw to the new width (the rows are drawn to scale)."""
+        if self._last is not None:
+            self.show(self._last)
+
     def show(self, s) -> None:
         """Draw one snapshot."""
+        self._last = s
         self.border_title = "telemetry · PM counters are device-wide"
         series = s.series or {}
-        width = max(10, (self.size.width or 80) - 26)
+        width = max(10, (self.content_size.width or 72) - 21)
         t = Text()
         for key, label, lo, hi in ROWS:
             vals = series.get(key, ())

@@ -47,8 +47,16 @@ class TimelinePanel(Static):
     """
     zoom = 1
 
+    _last = None
+
+    def on_resize(self) -> None:
+        """Redraw to the new width (the rows are drawn to scale)."""
+        if self._last is not None:
+            self.show(self._last)
+
     def show(self, s) -> None:
         """Draw one snapshot."""
+        self._last = s
         self.border_title = "timeline · latest traced token"
         w = s.window
         t = Text()
@@ -57,13 +65,14 @@ class TimelinePanel(Static):
                      else f"trace {s.probe.get('trace')}", style="dim")
             self.update(t)
             return
-        cells = max(20, (self.size.width or 80) - 8)
+        cells = max(20, (self.content_size.width or 72) - 5)
         cpu, gpu, span_ms = render_rows(w.timeline, cells, self.zoom)
         t.append("CPU ", style="bold blue")
         t.append(cpu + "\n", style="blue")
         t.append("GPU ", style="bold green")
         t.append(gpu + "\n", style="green")
-        t.append(f"    0 ms{' ' * max(0, cells - 16)}{span_ms:7.2f} ms", style="dim")
+        right = f"{span_ms:.2f} ms"
+        t.append("    0 ms" + " " * max(1, cells - 4 - len(right)) + right, style="dim")
         if self.zoom > 1:
             t.append(f"  (zoom ×{self.zoom})", style="dim")
         if w.tracing_head_ms:

@@ -1,0 +1,172 @@
+"""The agent in a real CPU decode process: lifecycle, security, faults. Every test uses real subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+
+import pytest
+
+from decodemon.probes import agent, wire
+from tests.conftest import Engine, cli
+
+
+def attach_json(pid, seconds=1.0, *extra):
+    r = cli("attach", pid, "--json", "--seconds", seconds, *extra, timeout=60)
+    return r, (json.loads(r.stdout) if r.stdout.strip() else None)
+
+
+def test_attach_to_cpu_engine_reports_token_clock_and_gpu_unavailable(engine):
+    r, d = attach_json(engine.pid, 1.5)
+    assert r.returncode == 0, r.stderr
+    assert d["tokens"] > 50 and d["ms_per_token"] > 0
+    assert d["probe"]["token_clock"] == "armed"
+    assert d["probe"]["gpu"].startswith("unavailable (")
+    assert d["device"].startswith("unavailable (")
+    assert d["bytes_per_token"] > 0  # model facts from the adapter
+
+
+def test_socket_is_private(engine):
+    st_dir = os.stat(engine.socket.parent)
+    st_sock = os.stat(engine.socket)
+    assert stat.S_IMODE(st_dir.st_mode) == 0o700
+    assert stat.S_IMODE(st_sock.st_mode) == 0o600
+    assert st_sock.st_uid == os.getuid()
+
+
+def test_no_tcp_listener(engine):
+    # the agent listens on its Unix socket only: no inet socket belongs to the target
+    fds = os.listdir(f"/proc/{engine.pid}/fd")
+    inodes = {os.readlink(f"/proc/{engine.pid}/fd/{fd}") for fd in fds if os.path.exists(f"/proc/{engine.pid}/fd/{fd}")}
+    sock_inodes = {s[8:-1] for s in inodes if s.startswith("socket:[")}
+    for proto in ("tcp", "tcp6"):
+        with open(f"/proc/net/{proto}") as fh:
+            listening = {ln.split()[9] for ln in fh.readlines()[1:] if ln.split()[3] == "0A"}
+        assert not (sock_inodes & listening)
+
+
+def test_stale_socket_of_dead_pid_is_removed(tmp_path):
+    d = wire.socket_dir()
+    d.mkdir(mode=0o700, parents=True, exist_ok=True)
+    stale = d / "999999.sock"
+    stale.write_text("")
+    e = Engine()
+    try:
+        assert not stale.exists()
+    finally:
+        e.stop()
+
+
+def test_second_monitor_gets_a_clear_busy_answer(engine):
+    first = subprocess.Popen([sys.executable, "-m", "decodemon.monitor.cli", "attach", str(engine.pid), "--json",
+                              "--seconds", "4"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)
+    r, d = attach_json(engine.pid, 1)
+    assert r.returncode == 3
+    assert "busy: monitor pid" in d["ended"] and "one monitor at a time" in d["ended"]
+    out, _ = first.communicate(timeout=30)
+    assert first.returncode == 0 and json.loads(out)["tokens"] > 0
+
+
+def test_garbage_on_the_socket_drops_that_connection_only(engine):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(str(engine.socket))
+    s.sendall(b"\xff\x00\x00\x00" + os.urandom(64))
+    s.settimeout(5)
+    data = b""
+    try:
+        while chunk := s.recv(4096):
+            data += chunk
+    except (ConnectionResetError, socket.timeout):
+        pass
+    s.close()
+    assert engine.alive()
+    r, d = attach_json(engine.pid, 1)
+    assert r.returncode == 0 and d["tokens"] > 0
+
+
+def test_monitor_killed_mid_attach_target_disarms_and_keeps_decoding(engine):
+    mon = subprocess.Popen([sys.executable, "-m", "decodemon.monitor.cli", "attach", str(engine.pid), "--json",
+                            "--seconds", "60"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.5)
+    mon.send_signal(signal.SIGKILL)
+    mon.wait()
+    t0 = time.monotonic()
+    # disarmed within 2 s: a new monitor is served, not told "busy"
+    while True:
+        r, d = attach_json(engine.pid, 0.5)
+        if r.returncode == 0:
+            break
+        assert time.monotonic() - t0 < 2.5, d
+        time.sleep(0.2)
+    assert engine.alive() and d["tokens"] > 0
+
+
+def test_target_exits_mid_attach_monitor_says_so_and_recording_is_readable(tmp_path):
+    e = Engine(tokens=4000)  # ~2 s of tiny decode, then exits
+    out = tmp_path / "cut.dmon"
+    r = cli("record", e.pid, "-o", out, "--seconds", "20", timeout=60)
+    e.stop()
+    assert r.returncode == 0, r.stderr
+    frames = [f for _, f in wire.read_recording(out)]
+    assert isinstance(frames[-1], wire.Bye) and "went away" in frames[-1].reason
+    rep = json.loads(cli("replay", out, "--json").stdout)
+    assert rep["tokens"] > 100 and "went away" in rep["ended"]
+
+
+def test_tokens_bit_identical_with_and_without_probe():
+    plain = subprocess.run([sys.executable, "-m", "decodemon.engine_adapter.demo", "--tiny", "--tokens", "3000",
+                            "--warmup", "0",
+                            "--print-tokens", "--json"], capture_output=True, text=True, timeout=120)
+    e = Engine("--print-tokens", "--json", "--warmup", "0", tokens=3000)
+    r, d = attach_json(e.pid, 0.5)
+    out, _ = e.wait()
+    watched = json.loads(out.strip().splitlines()[-1])["token_ids"]
+    assert json.loads(plain.stdout)["token_ids"] == watched
+    assert r.returncode == 0 and d["tokens"] > 0
+
+
+class _BrokenTracer:
+    active = False
+
+    def open(self):
+        raise RuntimeError("CUPTI said no")
+
+    def detach(self):
+        raise RuntimeError("and no again")
+
+
+def test_trace_errors_are_reported_never_raised_into_the_loop():
+    s = agent._Session(wire.Attach(), _BrokenTracer())
+    s.want_window = True
+    s.on_token(1)  # must not raise
+    assert s.tracer is None and "CUPTI said no" in s.errors[0]
+    s.on_token(2)
+    assert len(s.marks_t) == 2
+
+
+def test_pm_permission_error_says_what_to_change(monkeypatch):
+    import decodemon.probes.pm_inproc as pm
+
+    def refuse(*a, **k):
+        raise PermissionError("insufficient privileges")
+
+    monkeypatch.setattr(pm, "PmSampler", refuse)
+    state = {}
+    assert agent._Agent._arm_pm(wire.Attach(), state) is None
+    assert "NVreg_RestrictProfilingToAdminUsers=0" in state["pm"] and "traced windows still work" in state["pm"]
+
+
+def test_mark_token_is_cheap_while_dormant():
+    assert agent._session is None
+    t0 = time.perf_counter()
+    for _ in range(100_000):
+        agent.mark_token(1)
+    per = (time.perf_counter() - t0) / 100_000
+    assert per < 2e-6  # one global read and a return

@@ -1,0 +1,82 @@
+"""The Textual app on the committed recordings: snapshots at fixed points in time, and the keys."""
+
+from __future__ import annotations
+
+import asyncio
+
+from decodemon.monitor.app import DecodemonApp, HelpScreen
+from decodemon.monitor.player import RecordingPlayer
+from decodemon.monitor.widgets.kernels import KernelsPanel
+from decodemon.monitor.widgets.timeline import TimelinePanel
+from tests.conftest import REC
+
+
+def make_app(names, at=10.0, out_dir="."):
+    labels = {"eager": "eager (H200)", "graph": "graph (H200)"}
+    players = [RecordingPlayer(str(REC[n]), labels.get(n, n)) for n in names]
+    return DecodemonApp(players, start_at_s=at, paused=True, out_dir=str(out_dir))
+
+
+def test_main_screen_graph_snapshot(snap_compare):
+    assert snap_compare(make_app(["graph"]), terminal_size=(120, 50))
+
+
+def test_compare_screen_snapshot(snap_compare):
+    assert snap_compare(make_app(["eager", "graph"]), terminal_size=(160, 50))
+
+
+def test_main_screen_eager_80x24_snapshot(snap_compare):
+    assert snap_compare(make_app(["eager"]), terminal_size=(80, 24))
+
+
+def test_keys(tmp_path):
+    asyncio.run(_keys(tmp_path))
+
+
+async def _keys(tmp_path):
+    app = make_app(["eager", "graph"], out_dir=tmp_path)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)
+
+        await pilot.press("plus")
+        assert all(t.zoom == 2 for t in app.query(TimelinePanel))
+        await pilot.press("minus")
+        assert all(t.zoom == 1 for t in app.query(TimelinePanel))
+
+        before = app.players[0].clock_ns
+        await pilot.press("right")
+        assert app.players[0].clock_ns == before + 5_000_000_000
+        await pilot.press("left")
+        assert app.players[0].clock_ns == before
+
+        await pilot.press("right_square_bracket")
+        assert app.players[0].speed == 2.0
+
+        table = app.query(KernelsPanel).first()
+        table.focus()
+        await pilot.press("k")
+        assert table.sort == "idle SMs"
+
+        await pilot.press("d")
+        assert "OCCUPANCY" in (tmp_path / "DIAGNOSIS-2.md").read_text()
+        assert "LAUNCH" in (tmp_path / "DIAGNOSIS-1.md").read_text()
+
+        await pilot.press("s")
+        assert list(tmp_path.glob("*.svg"))
+
+        await pilot.press("space")  # paused replay starts playing
+        assert not app.frozen and app.players[0].paused is False
+        await pilot.press("space")
+        assert app.frozen and app.players[0].paused
+        await pilot.press("q")
+    assert app.return_code in (0, None)
+
+
+def test_a_newer_snapshot_replaces_a_queued_one():
+    from decodemon.monitor.app import SnapshotReady
+
+    a, b, other = SnapshotReady(0, "old", ""), SnapshotReady(0, "new", ""), SnapshotReady(1, "x", "")
+    assert a.can_replace(b) and not a.can_replace(other)

@@ -1,0 +1,67 @@
+"""Bad input: one clear line and a non-zero exit, never a traceback."""
+
+from __future__ import annotations
+
+import gzip
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REC, assert_one_line_error, cli
+
+
+def test_pid_that_does_not_exist():
+    r = cli("attach", 4_000_000, "--json")
+    assert_one_line_error(r)
+    assert "no process with pid 4000000" in r.stderr
+
+
+def test_pid_without_agent_says_how_to_start_one():
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        r = cli("attach", p.pid, "--json")
+        assert_one_line_error(r)
+        assert "no decodemon agent" in r.stderr and "decodemon run --" in r.stderr
+        assert "import decodemon.probes.autostart" in r.stderr
+        assert p.poll() is None  # no harm done
+    finally:
+        p.kill()
+
+
+@pytest.mark.parametrize("verb", ["replay", "report"])
+def test_corrupt_truncated_and_foreign_recordings(tmp_path, verb):
+    raw = gzip.decompress(REC["graph"].read_bytes())
+    cases = {
+        "truncated.dmon": gzip.compress(raw[: len(raw) // 2]),
+        "corrupt.dmon": REC["graph"].read_bytes()[:200] + b"\x00" * 200,
+        "foreign.dmon": b"PK\x03\x04 definitely a zip file",
+        "empty.dmon": b"",
+    }
+    for name, data in cases.items():
+        p = tmp_path / name
+        p.write_bytes(data)
+        args = [verb, p] + (["--json"] if verb == "replay" else [])
+        r = cli(*args)
+        assert_one_line_error(r)
+        assert str(p) in r.stderr
+
+
+def test_missing_recording_and_directory(tmp_path):
+    assert_one_line_error(cli("replay", tmp_path / "nope.dmon", "--json"))
+    assert_one_line_error(cli("replay", tmp_path, "--json"))
+
+
+@pytest.mark.parametrize("args", [
+    ["attach", "0", "--json"], ["attach", "-5", "--json"], ["attach", "99999999999", "--json"],
+    ["attach", "123", "--json", "--seconds", "0"], ["attach", "123", "--json", "--seconds", "-1"],
+    ["attach", "123", "--json", "--seconds", "1e12"], ["attach", "123", "--json", "--window-tokens", "0"],
+    ["record", "123"], ["replay"], ["demo", "--speed", "0"], ["bogus-verb"], ["run"],
+])
+def test_bad_arguments(args):
+    assert_one_line_error(cli(*args))
+
+
+def test_run_of_missing_program():
+    r = cli("run", "--", "/nonexistent/program")
+    assert_one_line_error(r)
