@@ -22,8 +22,9 @@ class SourceError(RuntimeError):
     """A source that cannot be read; str() is one line for the user."""
 
 
-def check_pid(pid: int) -> Path:
-    """Return the agent socket of `pid` or raise SourceError saying exactly what is wrong."""
+def check_pid(pid: int, inject: bool = True) -> Path:
+    """Return the agent socket of `pid` (loading the agent into a Python ≥ 3.14 target if it has none)
+    or raise SourceError saying exactly what is wrong."""
     if pid <= 0:
         raise SourceError(f"{pid} is not a valid pid")
     proc = Path(f"/proc/{pid}")
@@ -37,7 +38,15 @@ def check_pid(pid: int) -> Path:
         raise SourceError(f"pid {pid} belongs to uid {owner}; decodemon attaches only to your own processes")
     path = wire.socket_path(pid)
     if not path.exists():
-        raise SourceError(f"pid {pid} has no decodemon agent listening; {HOW_TO_ATTACH}")
+        if not inject:
+            raise SourceError(f"pid {pid} has no decodemon agent listening; {HOW_TO_ATTACH}")
+        from decodemon.monitor.inject import InjectError, inject as load_agent
+
+        try:
+            return load_agent(pid)
+        except InjectError as exc:
+            raise SourceError(f"pid {pid} has no decodemon agent listening and it cannot be loaded ({exc}); "
+                              f"{HOW_TO_ATTACH}") from None
     return path
 
 

@@ -20,7 +20,8 @@ class HeaderPanel(Static):
         t = Text()
         model = s.model.name if s.model else "?"
         t.append(f"{s.label}", style="bold")
-        t.append(f"  pid {s.pid}  {model}\n")
+        pid = "" if f"pid {s.pid}" in s.label else f"  pid {s.pid}"
+        t.append(f"{pid}  {model}\n")
         clocks = f"  SM {s.nvml['sm_clock_mhz']} MHz" if s.nvml else ""
         t.append(f"{s.device}  {s.sm_count} SMs{clocks}\n", style="dim")
         tk = s.tokens
