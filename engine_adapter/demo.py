@@ -114,6 +114,10 @@ def main(argv=None) -> int:
     if shape_name not in SHAPES:
         _fail(f"unknown --shape {shape_name!r}; choose one of {', '.join(SHAPES)}")
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    if device == "cpu":
+        # one thread: a small CPU model gains nothing from more, and spinning OpenMP workers on a shared
+        # 2-core machine slowed the loop 25x whenever another process (a monitor) took a core
+        torch.set_num_threads(1)
     model = DecodeModel(SHAPES[shape_name], device, dtype, a.max_len, seed=a.seed)
     narrow = None
     if a.narrow_blocks:

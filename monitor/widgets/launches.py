@@ -29,6 +29,8 @@ class LaunchesPanel(Static):
                      f"{w.graph_launches_per_token:.0f} graph launches · {w.memcpys_per_token:.0f} copies\n")
             per = s.diagnosis.us_per_launch
             t.append(f"{num(per, '.2f')} µs idle per launch\n", style="yellow")
+            if s.dropped_records:
+                t.append(f"{s.dropped_records} records dropped or invalid\n", style="red")
             hist = (s.series or {}).get("launches_per_token", ())
             t.append(spark(hist, 30, lo=0) if hist else "", style="cyan")
         self.update(t)
