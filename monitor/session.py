@@ -175,24 +175,28 @@ class Session:
         lo = rx - points * step_ns
         bins: dict[str, list] = {k: [[] for _ in range(points)] for k in
                                  ("gpu_busy_pct", "sm_active_pct", "dram_pct", "sm_clock_mhz", "power_w")}
-        for r in f.pm:
+        for r in reversed(f.pm):  # newest first: stop at the first row older than the span
+            if r.rx_ns < lo:
+                break
             i = (r.rx_ns - lo) // step_ns
-            if 0 <= i < points:
+            if i < points:
                 bins["gpu_busy_pct"][i].append(r.gpu_busy_pct)
                 bins["sm_active_pct"][i].append(r.sm_active_pct)
                 bins["dram_pct"][i].append(r.dram_pct)
-        for rx_n, s in f.nvml:
+        for rx_n, s in reversed(f.nvml):
+            if rx_n < lo:
+                break
             i = (rx_n - lo) // step_ns
-            if 0 <= i < points and len(s.sm_clock_mhz.data):
+            if i < points and len(s.sm_clock_mhz.data):
                 bins["sm_clock_mhz"][i].extend(s.sm_clock_mhz.array().tolist())
                 bins["power_w"][i].extend(s.power_w.array().tolist())
         out = {k: tuple(float(np.mean(v)) if v else float("nan") for v in b) for k, b in bins.items()}
         t = np.fromiter(f.marks_t, np.int64, len(f.marks_t))
         r = np.fromiter(f.marks_rx, np.int64, len(f.marks_rx))
+        edges = np.searchsorted(r, lo + step_ns * np.arange(points + 1))  # marks arrive in rx order
         ms = []
         for i in range(points):
-            sel = t[(r >= lo + i * step_ns) & (r < lo + (i + 1) * step_ns)]
-            d = np.diff(sel)
+            d = np.diff(t[edges[i]:edges[i + 1]])
             ms.append(float(np.median(d)) / 1e6 if len(d) else float("nan"))
         out["ms_per_token"] = tuple(ms)
         out["launches_per_token"] = tuple(m.kernels_per_token for rxw, m in self.metrics if rxw <= rx)[-points:]

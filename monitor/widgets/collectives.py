@@ -5,8 +5,10 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
+from decodemon.monitor.widgets.format import Redraw
 
-class CollectivesPanel(Static):
+
+class CollectivesPanel(Redraw, Static):
     """NCCL kernels seen in the traced window."""
 
     DEFAULT_CSS = """
@@ -29,4 +31,4 @@ class CollectivesPanel(Static):
             t.append(f"{w.collective_calls_per_token:.0f} calls/token · {w.collective_us_per_call:.1f} µs/call\n",
                      style="bold")
             t.append(f"{w.collective_ms_per_token:.3f} ms/token" + (f" = {share:.1f}% of the step" if share else ""))
-        self.update(t)
+        self.put(t)

@@ -39,3 +39,15 @@ def bar(fraction: float, width: int) -> str:
     rest = fraction * width - full
     part = " ▏▎▍▌▋▊▉"[int(rest * 8)] if full < width else ""
     return ("█" * full + part).ljust(width)[:width]
+
+
+class Redraw:
+    """Mixin for Static panels: `put(text)` repaints only when the text changed."""
+
+    _put_last = None
+
+    def put(self, text) -> None:
+        """Update the panel if `text` differs from what it shows."""
+        if text != self._put_last:
+            self._put_last = text
+            self.update(text)

@@ -5,10 +5,10 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from decodemon.monitor.widgets.format import num
+from decodemon.monitor.widgets.format import Redraw, num
 
 
-class HeaderPanel(Static):
+class HeaderPanel(Redraw, Static):
     """Process, device, tokens/s, ms/token, bandwidth floor and the ratio to it."""
 
     DEFAULT_CSS = """
@@ -36,4 +36,4 @@ class HeaderPanel(Static):
         elif s.other_pids:
             t.append(f"\nGPU shared with pid {', '.join(map(str, s.other_pids))}: PM figures are device-wide",
                      style="yellow")
-        self.update(t)
+        self.put(t)

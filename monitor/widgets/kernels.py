@@ -40,10 +40,14 @@ class KernelsPanel(DataTable):
     def show(self, s) -> None:
         """Draw one snapshot."""
         self._last = s
+        w = s.window
+        shown = (id(w), self.sort)
+        if shown == getattr(self, "_shown", None):
+            return  # the table changes only with a new traced window: re-rendering it is the app's dearest work
+        self._shown = shown
         key, label = SORTS[self.sort]
         self.border_title = f"hot kernels · sorted by {label} · k: sort"
         self.clear()
-        w = s.window
         if w is None:
             return
         sms = max(s.sm_count, 1)

@@ -5,10 +5,10 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from decodemon.monitor.widgets.format import num, spark
+from decodemon.monitor.widgets.format import Redraw, num, spark
 
 
-class LaunchesPanel(Static):
+class LaunchesPanel(Redraw, Static):
     """Kernels/token, host launch calls/token, graph launches/token and their history."""
 
     DEFAULT_CSS = """
@@ -33,4 +33,4 @@ class LaunchesPanel(Static):
                 t.append(f"{s.dropped_records} records dropped or invalid\n", style="red")
             hist = (s.series or {}).get("launches_per_token", ())
             t.append(spark(hist, 30, lo=0) if hist else "", style="cyan")
-        self.update(t)
+        self.put(t)

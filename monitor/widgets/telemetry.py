@@ -5,14 +5,14 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from decodemon.monitor.widgets.format import num, spark
+from decodemon.monitor.widgets.format import Redraw, num, spark
 
 ROWS = (("gpu_busy_pct", "GPU busy %", 0, 100), ("sm_active_pct", "SM active %", 0, 100),
         ("dram_pct", "DRAM %", 0, 100), ("ms_per_token", "ms/token", 0, None),
         ("sm_clock_mhz", "SM MHz", 0, None), ("power_w", "power W", 0, None))
 
 
-class TelemetryPanel(Static):
+class TelemetryPanel(Redraw, Static):
     """Sparklines over the last 30 s (PM counters are device-wide)."""
 
     DEFAULT_CSS = """
@@ -40,4 +40,4 @@ class TelemetryPanel(Static):
             t.append(spark(vals, width, lo, hi) + "\n", style="cyan")
         if not s.pm:
             t.append(f"PM sampling: {s.probe.get('pm', 'not reported')}", style="dim")
-        self.update(t)
+        self.put(t)

@@ -6,7 +6,7 @@ import numpy as np
 from rich.text import Text
 from textual.widgets import Static
 
-from decodemon.monitor.widgets.format import num
+from decodemon.monitor.widgets.format import Redraw, num
 
 SHADES = " ░▒▓█"
 
@@ -39,7 +39,7 @@ def render_rows(timeline, cells: int, zoom: int = 1) -> tuple[str, str, float]:
     return row(timeline.cpu), row(timeline.gpu), span / 1e6
 
 
-class TimelinePanel(Static):
+class TimelinePanel(Redraw, Static):
     """CPU row over GPU row for the latest traced token, to scale; `+`/`-` zoom into its start."""
 
     DEFAULT_CSS = """
@@ -63,10 +63,13 @@ class TimelinePanel(Static):
         if w is None or w.timeline is None:
             t.append("no traced window yet" if not s.probe.get("trace", "").startswith("unavailable")
                      else f"trace {s.probe.get('trace')}", style="dim")
-            self.update(t)
+            self.put(t)
             return
         cells = max(20, (self.content_size.width or 72) - 5)
-        cpu, gpu, span_ms = render_rows(w.timeline, cells, self.zoom)
+        key = (id(w), cells, self.zoom)
+        if key != getattr(self, "_rows_key", None):  # rows are redrawn only for a new window, width or zoom
+            self._rows_key, self._rows = key, render_rows(w.timeline, cells, self.zoom)
+        cpu, gpu, span_ms = self._rows
         t.append("CPU ", style="bold blue")
         t.append(cpu + "\n", style="blue")
         t.append("GPU ", style="bold green")
@@ -85,4 +88,4 @@ class TimelinePanel(Static):
         t.append(f" · short {100 * g['short'] / total:.0f}% · other {100 * g['other'] / total:.0f}%")
         if g.get("tracing"):
             t.append(f" · tracing {100 * g['tracing'] / total:.0f}%", style="dim")
-        self.update(t)
+        self.put(t)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
+from decodemon.monitor.widgets.format import Redraw
+
 from decodemon.monitor.diagnosis import ORDER
 
 STATE_STYLE = {"binding": "bold red", "ruled_out": "green", "unknown": "yellow"}
@@ -12,7 +14,7 @@ CEILING_STYLE = {"launch": "bold white on red", "occupancy": "bold black on yell
                  "comm": "bold white on magenta", "kernels": "bold black on cyan", "unknown": "bold white on grey37"}
 
 
-class VerdictPanel(Static):
+class VerdictPanel(Redraw, Static):
     """Which ceiling binds the token, and the measurement that would prove it wrong."""
 
     DEFAULT_CSS = """
@@ -45,4 +47,4 @@ class VerdictPanel(Static):
         t.append(d.falsify)
         for h in [c.text() for c in r.history][-3:]:
             t.append(f"\n· {h}", style="dim")
-        self.update(t)
+        self.put(t)
