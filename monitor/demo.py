@@ -43,16 +43,11 @@ def gpu_available() -> bool:
         return False
 
 
-def _start_engines(tokens: int) -> list[subprocess.Popen]:
-    procs = []
-    for mode in ("eager", "graph"):
-        cmd = [sys.executable, "-m", "decodemon.monitor.cli", "run", "--", sys.executable, "-m",
-               "decodemon.engine_adapter.demo", "--mode", mode, "--tokens", str(tokens)]
-        procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
-    return procs
-
-
-def _engine_pid(proc: subprocess.Popen, timeout_s: float = 180) -> int:
+def spawn_engine(args: list[str], stdout=subprocess.DEVNULL, timeout_s: float = 180) -> tuple[subprocess.Popen, int]:
+    """Start the demo engine with the agent loaded (`decodemon run`); return (process, engine pid) once it decodes."""
+    cmd = [sys.executable, "-m", "decodemon.monitor.cli", "run", "--", sys.executable, "-m",
+           "decodemon.engine_adapter.demo", *args]
+    proc = subprocess.Popen(cmd, stdout=stdout, stderr=subprocess.PIPE, text=True)
     t0 = time.monotonic()
     pid = None
     while time.monotonic() - t0 < timeout_s:
@@ -61,8 +56,11 @@ def _engine_pid(proc: subprocess.Popen, timeout_s: float = 180) -> int:
             break
         if "started pid" in line:
             pid = int(line.split("started pid")[1].split(";")[0])
-        if "decoding" in line and pid and socket_path(pid).exists():
-            return pid
+        if "decoding" in line and pid:
+            while not socket_path(pid).exists() and time.monotonic() - t0 < timeout_s:
+                time.sleep(0.05)
+            return proc, pid
+    proc.kill()
     raise UsageError("decodemon demo: the demo engine did not start (is torch with CUDA installed?); "
                      "try `decodemon demo --replay`")
 
@@ -79,9 +77,12 @@ def run_demo(replay: bool = False, tokens: int = 0, speed: float = 1.0, seconds:
         # start a few seconds in, so the first screen already has a traced window and a verdict
         DecodemonApp(players, start_at_s=6.0, quit_after_s=seconds).run()
         return 0
-    procs = _start_engines(tokens)
+    procs, pids = [], []
     try:
-        pids = [_engine_pid(p) for p in procs]
+        for mode in ("eager", "graph"):
+            proc, pid = spawn_engine(["--mode", mode, "--tokens", str(tokens)])
+            procs.append(proc)
+            pids.append(pid)
         players = [LivePlayer(pids[0], label=f"eager pid {pids[0]}"), LivePlayer(pids[1], label=f"graph pid {pids[1]}")]
         DecodemonApp(players, quit_after_s=seconds).run()
     finally:

@@ -5,8 +5,7 @@ On the H200 we measured, a second process could not enable PM sampling
 evaluating a counter image shipped to the sidecar failed with
 `ERROR_INVALID_PARAMETER` too, so the counters are armed, decoded and
 evaluated here, in the agent thread, a few times a second (never on the
-decode thread). `read()` + `evaluate()` (the shipped path) stay for a later
-attempt at moving evaluation out.
+decode thread), under a time budget.
 """
 
 from __future__ import annotations
@@ -40,38 +39,6 @@ class PmSampler:
         self._host.initialize()  # one evaluator for the whole session, not one per decode
         self.stride = 4
         self.eval_s = 0.0
-
-    def read(self, max_samples: int = 4096) -> dict | None:
-        """Move completed samples out of the hardware buffer; None when there are none."""
-        c, coll = self._c, self._coll
-        image = coll._create_counter_data_image(max_samples)
-        p = c.PmSamplingDecodeDataParams()
-        p.struct_size = c.PM_SAMPLING_DECODE_DATA_PARAMS_STRUCT_SIZE
-        p.p_pm_sampling_object = coll._pm_sampling_object
-        p.p_counter_data_image = image.ctypes.data
-        p.counter_data_image_size = len(image)
-        c.pm_sampling_decode_data(p.ptr)
-        info = c.PmSamplingGetCounterDataInfoParams()
-        info.struct_size = c.PM_SAMPLING_GET_COUNTER_DATA_INFO_PARAMS_STRUCT_SIZE
-        info.p_counter_data_image = image.ctypes.data
-        info.counter_data_image_size = len(image)
-        c.pm_sampling_get_counter_data_info(info.ptr)
-        n = info.num_completed_samples
-        if n == 0:
-            return None
-        starts, ends = np.empty(n, np.int64), np.empty(n, np.int64)
-        s = c.PmSamplingCounterDataGetSampleInfoParams()
-        s.struct_size = c.PM_SAMPLING_COUNTER_DATA_GET_SAMPLE_INFO_PARAMS_STRUCT_SIZE
-        s.p_pm_sampling_object = coll._pm_sampling_object
-        s.p_counter_data_image = image.ctypes.data
-        s.counter_data_image_size = len(image)
-        for i in range(n):
-            s.sample_index = i
-            c.pm_sampling_counter_data_get_sample_info(s.ptr)
-            starts[i], ends[i] = s.start_timestamp, s.end_timestamp
-        return {"metrics": list(PM_METRICS), "chip": self.chip, "image": image.tobytes(),
-                "num_total": int(info.num_total_samples), "num_populated": int(info.num_populated_samples),
-                "num_completed": int(n), "start": starts.tobytes(), "end": ends.tobytes()}
 
     def samples(self, max_samples: int = 1024, budget_s: float = 0.0015):
         """Decode and evaluate completed samples, within a time budget: (start ns, end ns, rows) or None.
@@ -135,18 +102,3 @@ class PmSampler:
                 f()
             except Exception:
                 pass
-
-
-def evaluate(raw: dict):
-    """Sidecar side: a raw image from `PmSampler.read` to (starts, ends, values rows)."""
-    from cupti import pm_sampling  # noqa: PLC0415
-
-    data = pm_sampling.CounterData(
-        image=np.frombuffer(raw["image"], dtype=np.uint8).copy(), metrics=raw["metrics"], chip_name=raw["chip"],
-        num_total_samples=raw["num_total"], num_populated_samples=raw["num_populated"],
-        num_completed_samples=raw["num_completed"],
-        start_timestamps=np.frombuffer(raw["start"], np.int64).tolist(),
-        end_timestamps=np.frombuffer(raw["end"], np.int64).tolist(),
-    )
-    rows = [smp.metric_values for smp in data]
-    return np.frombuffer(raw["start"], np.int64), np.frombuffer(raw["end"], np.int64), rows

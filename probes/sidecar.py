@@ -161,42 +161,6 @@ def _nvml_loop(out: _Out, device: int, hz: float, stop: threading.Event) -> None
             last_flush = time.monotonic()
 
 
-def pack_raw(raw: dict) -> bytes:
-    """Frame one raw PM image for the sidecar's stdin (agent side)."""
-    import msgspec
-
-    payload = msgspec.msgpack.encode(raw)
-    return len(payload).to_bytes(4, "little") + payload
-
-
-def _evaluate_stdin(out: _Out) -> None:
-    import msgspec
-
-    from decodemon.probes.wire import StreamReader
-
-    reader = StreamReader(max_frame=512 * 1024 * 1024)
-    fd = sys.stdin.buffer
-    failed = False
-    while True:
-        data = fd.read1(1 << 20) if hasattr(fd, "read1") else fd.read(1 << 16)
-        if not data:
-            return
-        for payload in reader.feed(data):
-            if failed:
-                continue
-            try:
-                from decodemon.probes.pm_inproc import evaluate
-
-                raw = msgspec.msgpack.decode(payload)
-                starts, ends, rows = evaluate(raw)
-                if rows:
-                    out.send(PmSamples(metrics=list(raw["metrics"]), start_ns=Column.of(starts),
-                                       end_ns=Column.of(ends), values=Column.of(rows, "<f8")))
-            except Exception as exc:
-                failed = True
-                out.send(Stats(state={"pm": f"evaluation failed ({type(exc).__name__}: {exc})"}))
-
-
 def main(argv=None) -> int:
     """Run until stdin closes."""
     ap = argparse.ArgumentParser(prog="decodemon.probes.sidecar")
@@ -215,7 +179,7 @@ def main(argv=None) -> int:
     for t in threads:
         t.start()
     try:
-        _evaluate_stdin(out)  # PM images from the agent; EOF when the agent goes away (the lifeline)
+        sys.stdin.buffer.read()  # lifeline: EOF when the agent goes away
     except (OSError, KeyboardInterrupt):
         pass
     stop.set()

@@ -13,32 +13,20 @@ from __future__ import annotations
 import asyncio
 import json
 import resource
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 from decodemon.monitor.app import DecodemonApp
 from decodemon.monitor.player import LivePlayer
-from decodemon.probes.wire import socket_path
+from decodemon.monitor.demo import spawn_engine
 
 OUT = Path(sys.argv[1] if len(sys.argv) > 1 else "out")
 OUT.mkdir(parents=True, exist_ok=True)
 
 
 def start(mode):
-    p = subprocess.Popen([sys.executable, "-m", "decodemon.monitor.cli", "run", "--", sys.executable, "-m",
-                          "decodemon.engine_adapter.demo", "--mode", mode, "--tokens", "0"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    pid = None
-    for line in p.stderr:
-        if "started pid" in line:
-            pid = int(line.split("started pid")[1].split(";")[0])
-        if "decoding" in line:
-            break
-    while not socket_path(pid).exists():
-        time.sleep(0.1)
-    return p, pid
+    return spawn_engine(["--mode", mode, "--tokens", "0"])
 
 
 def cpu_s():

@@ -15,15 +15,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 from decodemon.monitor.client import live_frames, recording_frames
 from decodemon.monitor.session import Session
-from decodemon.probes.wire import socket_path
+from decodemon.monitor.demo import spawn_engine
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,17 +38,7 @@ def main():
     ap.add_argument("--minutes", type=float, default=60)
     ap.add_argument("--out", default=str(ROOT / "docs" / "soak-cpu.json"))
     a = ap.parse_args()
-    eng = subprocess.Popen([sys.executable, "-m", "decodemon.monitor.cli", "run", "--", sys.executable, "-m",
-                            "decodemon.engine_adapter.demo", "--tiny", "--device", "cpu", "--tokens", "0"],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    pid = None
-    for line in eng.stderr:
-        if "started pid" in line:
-            pid = int(line.split("started pid")[1].split(";")[0])
-        if "decoding" in line:
-            break
-    while not socket_path(pid).exists():
-        time.sleep(0.1)
+    eng, pid = spawn_engine(["--tiny", "--device", "cpu", "--tokens", "0"])
     stop = threading.Event()
     live, rep = Session("live"), Session("replay")
     lock = threading.Lock()

@@ -33,23 +33,11 @@ class Engine:
     """A tiny CPU demo engine started through `decodemon run`, with the agent loaded."""
 
     def __init__(self, *extra, tokens=0):
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "decodemon.monitor.cli", "run", "--", sys.executable, "-m",
-             "decodemon.engine_adapter.demo", "--tiny", "--device", "cpu", "--tokens", str(tokens), *extra],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.pid = None
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < 60:
-            line = self.proc.stderr.readline()
-            if "started pid" in line:
-                self.pid = int(line.split("started pid")[1].split(";")[0])
-            if "decoding" in line:
-                break
-        assert self.pid, "engine did not start"
+        from decodemon.monitor.demo import spawn_engine
         from decodemon.probes.wire import socket_path
 
-        while not socket_path(self.pid).exists() and time.monotonic() - t0 < 60:
-            time.sleep(0.05)
+        self.proc, self.pid = spawn_engine(["--tiny", "--device", "cpu", "--tokens", str(tokens), *extra],
+                                           stdout=subprocess.PIPE, timeout_s=60)
         self.socket = socket_path(self.pid)
 
     def alive(self) -> bool:

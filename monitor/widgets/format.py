@@ -42,9 +42,15 @@ def bar(fraction: float, width: int) -> str:
 
 
 class Redraw:
-    """Mixin for Static panels: `put(text)` repaints only when the text changed."""
+    """Mixin for Static panels: `put(text)` repaints only when the text changed; a resize redraws to scale."""
 
     _put_last = None
+    _last = None
+
+    def on_resize(self) -> None:
+        """Redraw the last snapshot at the new width."""
+        if self._last is not None:
+            self.show(self._last)
 
     def put(self, text) -> None:
         """Update the panel if `text` differs from what it shows."""

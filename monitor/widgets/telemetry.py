@@ -19,13 +19,6 @@ class TelemetryPanel(Redraw, Static):
     TelemetryPanel { height: auto; border: round $primary; padding: 0 1; }
     """
 
-    _last = None
-
-    def on_resize(self) -> None:
-        """Redraw to the new width (the rows are drawn to scale)."""
-        if self._last is not None:
-            self.show(self._last)
-
     def show(self, s) -> None:
         """Draw one snapshot."""
         self._last = s

@@ -47,13 +47,6 @@ class TimelinePanel(Redraw, Static):
     """
     zoom = 1
 
-    _last = None
-
-    def on_resize(self) -> None:
-        """Redraw to the new width (the rows are drawn to scale)."""
-        if self._last is not None:
-            self.show(self._last)
-
     def show(self, s) -> None:
         """Draw one snapshot."""
         self._last = s
