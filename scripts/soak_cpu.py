@@ -59,7 +59,7 @@ def main():
             for rx, f in frames:
                 due = t0 + (loop * span + rx) / 1e9
                 while time.monotonic() < due and not stop.is_set():
-                    time.sleep(min(0.05, due - time.monotonic()))
+                    time.sleep(max(0.0, min(0.05, due - time.monotonic())))
                 with lock:
                     rep.add(loop * span + rx, f)
                     counts["replay_frames"] += 1
