@@ -8,11 +8,13 @@ from decodemon.probes.wire import ModelFacts
 
 def report_model(name: str, weight_bytes: int, kv_bytes_per_position: int = 0, layers: int = 0,
                  dtype: str = "", tp_degree: int = 1, hidden: int = 0,
-                 measured_bandwidth_gbs: float = 0.0) -> ModelFacts:
+                 measured_bandwidth_gbs: float = 0.0, tp_rank: int = 0, collectives_per_token: int = 0,
+                 collective_bytes: int = 0) -> ModelFacts:
     """Tell an attached (or later) monitor what is being decoded; returns the facts sent."""
     facts = ModelFacts(name=name, weight_bytes=int(weight_bytes), kv_bytes_per_position=int(kv_bytes_per_position),
                        layers=int(layers), dtype=dtype, tp_degree=int(tp_degree), hidden=int(hidden),
-                       measured_bandwidth_gbs=float(measured_bandwidth_gbs))
+                       measured_bandwidth_gbs=float(measured_bandwidth_gbs), tp_rank=int(tp_rank),
+                       collectives_per_token=int(collectives_per_token), collective_bytes=int(collective_bytes))
     agent.set_model_facts(facts)
     return facts
 
@@ -32,3 +34,23 @@ class TokenClock:
 
     def __exit__(self, *exc) -> None:
         agent.mark_token(self._depth)
+
+
+def timed_all_reduce(dist, group=None):
+    """An all-reduce that tells the token clock about itself while a monitor is attached.
+
+    The host-side duration is what a synchronous backend (gloo) spends in the call; with NCCL the call only
+    enqueues, and the monitor takes µs per call from the NCCL kernels of a traced window instead.
+    """
+    import time
+
+    def all_reduce(t):
+        if agent._session is None:
+            dist.all_reduce(t, group=group)
+            return t
+        t0 = time.perf_counter_ns()
+        dist.all_reduce(t, group=group)
+        agent.note_collective(time.perf_counter_ns() - t0, t.numel() * t.element_size())
+        return t
+
+    return all_reduce

@@ -69,6 +69,40 @@ def _toggle_profiler(torch, prof: dict, out_dir: str) -> None:
     prof.update(p=None, n=prof["n"] + 1)
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _init_tp(a, argv, torch, device: str):
+    """Rank 0 starts ranks 1..N-1 as child processes of the same command; every rank joins the group."""
+    import subprocess
+
+    import torch.distributed as dist
+
+    from decodemon.engine_adapter.adapter import timed_all_reduce
+
+    os.environ["NCCL_NVLS_ENABLE"] = "0"  # NVLink multicast stays off in everything we launch
+    children = []
+    if a.rank == 0:
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(_free_port()))
+        args = list(sys.argv[1:] if argv is None else argv)
+        for r in range(1, a.tp):
+            children.append(subprocess.Popen([sys.executable, "-m", "decodemon.engine_adapter.demo", *args,
+                                              "--rank", str(r)], stdout=subprocess.DEVNULL))
+    if device == "cuda":
+        if torch.cuda.device_count() < a.tp:
+            _fail(f"--tp {a.tp} needs {a.tp} GPUs; torch sees {torch.cuda.device_count()}")
+        torch.cuda.set_device(a.rank)
+        device = f"cuda:{a.rank}"
+    dist.init_process_group("nccl" if device.startswith("cuda") else "gloo", rank=a.rank, world_size=a.tp)
+    return timed_all_reduce(dist), children, device
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m decodemon.engine_adapter.demo", description=__doc__.split("\n")[0])
     ap.add_argument("--mode", choices=["eager", "graph"], default="eager")
@@ -82,6 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--narrow-blocks", type=int, default=0,
                     help="add a streaming kernel with this many blocks per token (occupancy demo)")
     ap.add_argument("--narrow-mb", type=int, default=256, help="megabytes the narrow kernel reads per token")
+    ap.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (one process each; gloo on CPU, "
+                    "NCCL with NVLink multicast off on CUDA)")
+    ap.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--print-tokens", action="store_true", help="print the decoded token ids")
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
     ap.add_argument("--times-file", help="at exit, write every token's end time (unix s) and ms to this .json")
@@ -97,6 +134,8 @@ def main(argv=None) -> int:
         _fail("--tokens must be 0 (run until killed) or positive")
     if a.max_len < 2 or a.max_len > 1 << 20:
         _fail("--max-len must be between 2 and 1048576")
+    if a.tp < 1 or a.tp > 64:
+        _fail("--tp must be between 1 and 64")
     try:
         import torch
     except ImportError:
@@ -108,17 +147,27 @@ def main(argv=None) -> int:
     device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and not torch.cuda.is_available():
         _fail("--device cuda but torch sees no CUDA device")
-    if a.mode == "graph" and device != "cuda":
+    if a.mode == "graph" and device == "cpu":
         _fail("--mode graph needs a CUDA device (CUDA graphs do not exist on the CPU)")
     shape_name = "tiny" if a.tiny else a.shape
     if shape_name not in SHAPES:
         _fail(f"unknown --shape {shape_name!r}; choose one of {', '.join(SHAPES)}")
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    all_reduce, ranks = None, []
+    sh = SHAPES.get("tiny" if a.tiny else a.shape)
+    if a.tp > 1 and sh is not None and (sh.q_heads % a.tp or sh.kv_heads % a.tp or sh.ffn % a.tp):
+        _fail(f"--tp {a.tp} does not divide {sh.q_heads} query heads, {sh.kv_heads} KV heads and FFN {sh.ffn}")
+    if a.tp > 1:
+        all_reduce, ranks, device = _init_tp(a, argv, torch, device)
+    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
     if device == "cpu":
         # one thread: a small CPU model gains nothing from more, and spinning OpenMP workers on a shared
         # 2-core machine slowed the loop 25x whenever another process (a monitor) took a core
         torch.set_num_threads(1)
-    model = DecodeModel(SHAPES[shape_name], device, dtype, a.max_len, seed=a.seed)
+    try:
+        model = DecodeModel(SHAPES[shape_name], device, dtype, a.max_len, seed=a.seed, tp_rank=a.rank,
+                            tp_size=a.tp, all_reduce=all_reduce)
+    except ValueError as exc:
+        _fail(str(exc))
     narrow = None
     if a.narrow_blocks:
         if device != "cuda":
@@ -126,13 +175,14 @@ def main(argv=None) -> int:
         from decodemon.engine_adapter.narrow import make_narrow_op
 
         narrow = make_narrow_op(a.narrow_blocks, a.narrow_mb, device)
-    bw = _measure_bandwidth_gbs(torch, device) if device == "cuda" else 0.0
+    bw = _measure_bandwidth_gbs(torch, device) if device.startswith("cuda") else 0.0
     extra = a.narrow_mb * 1024 * 1024 if narrow else 0
     report_model(name=shape_name + (f"+narrow{a.narrow_blocks}" if narrow else ""),
                  weight_bytes=model.weight_bytes() + extra, kv_bytes_per_position=model.kv_bytes_per_position(),
-                 layers=model.shape.layers, dtype=str(dtype).replace("torch.", ""), tp_degree=1,
-                 hidden=model.shape.hidden, measured_bandwidth_gbs=round(bw, 1))
-    if device == "cuda":
+                 layers=model.shape.layers, dtype=str(dtype).replace("torch.", ""), tp_degree=a.tp,
+                 hidden=model.shape.hidden, measured_bandwidth_gbs=round(bw, 1), tp_rank=a.rank,
+                 collectives_per_token=model.collectives_per_token(), collective_bytes=model.collective_bytes())
+    if device.startswith("cuda"):
         os.environ.setdefault("DECODEMON_DEVICE", str(torch.cuda.current_device()))
     start_from_env()
 
@@ -200,7 +250,8 @@ def main(argv=None) -> int:
                 if a.times_file:
                     end_times.append(time.time())
                 times.append(t1 - t0)
-                log_times.append(t1 - t0)
+                if a.log_every > 0:
+                    log_times.append(t1 - t0)
                 if a.print_tokens and len(tokens) < 100000:
                     tokens.append(tok)
                 if time.monotonic() >= next_log:
@@ -211,6 +262,10 @@ def main(argv=None) -> int:
             i += 1
     except KeyboardInterrupt:
         pass
+    except Exception as exc:  # a rank whose peer went away: the collective fails, the rank leaves quietly
+        if a.tp > 1 and ("Connection" in str(exc) or "closed" in str(exc) or type(exc).__name__.startswith("Dist")):
+            return 0 if a.rank else 1
+        raise
     if a.times_file:
         with open(a.times_file, "w") as fh:
             json.dump({"end_unix_s": end_times, "ms": [round(t * 1e3, 5) for t in list(times)[-len(end_times):]]}, fh)
@@ -224,6 +279,18 @@ def main(argv=None) -> int:
     }
     if a.print_tokens:
         res["token_ids"] = tokens
+    for p in ranks:  # rank 0 ends the group: a rank left waiting in a collective would wait forever
+        if stop["now"]:
+            p.terminate()
+        try:
+            p.wait(timeout=10)
+        except Exception:
+            p.kill()
+    if a.rank:
+        return 0  # rank 0 speaks for the group
+    if a.tp > 1:
+        res.update(tp=a.tp, collectives_per_token=model.collectives_per_token(),
+                   collective_bytes=model.collective_bytes(), rank_pids=[os.getpid()] + [p.pid for p in ranks])
     if a.json:
         print(json.dumps(res))
     else:

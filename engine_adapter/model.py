@@ -41,10 +41,18 @@ SHAPES = {
 class DecodeModel:
     """Weights, KV cache and one greedy decode step, all on one device."""
 
-    def __init__(self, shape: Shape, device: str, dtype: torch.dtype, max_len: int, seed: int = 0) -> None:
+    def __init__(self, shape: Shape, device: str, dtype: torch.dtype, max_len: int, seed: int = 0,
+                 tp_rank: int = 0, tp_size: int = 1, all_reduce=None) -> None:
+        """`tp_size` > 1 shards Megatron-style: attention heads and the FFN split across ranks, each layer's
+        attention output and MLP output summed by `all_reduce` (2 per layer); embeddings and head replicated."""
         self.shape, self.device, self.dtype, self.max_len = shape, device, dtype, max_len
-        g = torch.Generator(device=device).manual_seed(seed)
         s = shape
+        if tp_size > 1 and (s.q_heads % tp_size or s.kv_heads % tp_size or s.ffn % tp_size):
+            raise ValueError(f"tp {tp_size} does not divide {s.q_heads} q heads, {s.kv_heads} kv heads, ffn {s.ffn}")
+        self.tp_rank, self.tp_size = tp_rank, tp_size
+        self.all_reduce = all_reduce if tp_size > 1 else (lambda t: t)
+        self.q_local, self.kv_local, self.ffn_local = s.q_heads // tp_size, s.kv_heads // tp_size, s.ffn // tp_size
+        g = torch.Generator(device=device).manual_seed(seed)
 
         def w(*dims, scale=None):
             scale = scale if scale is not None else dims[-1] ** -0.5
@@ -53,18 +61,26 @@ class DecodeModel:
         self.embed = w(s.vocab, s.hidden, scale=0.02)
         self.lm_head = self.embed if s.tied else w(s.vocab, s.hidden)
         self.final_norm = torch.ones(s.hidden, device=device, dtype=dtype)
+        r, hd = tp_rank, s.head_dim
+        qs = slice(r * self.q_local * hd, (r + 1) * self.q_local * hd)
+        ks = slice(r * self.kv_local * hd, (r + 1) * self.kv_local * hd)
+        fs = slice(r * self.ffn_local, (r + 1) * self.ffn_local)
         self.layers = []
         for _ in range(s.layers):
+            # every rank draws the full weights from the same seed, then keeps its shard: same model at any tp
+            full = dict(q=w(s.q_heads * hd, s.hidden), k=w(s.kv_heads * hd, s.hidden), v=w(s.kv_heads * hd, s.hidden),
+                        o=w(s.hidden, s.q_heads * hd), gate=w(s.ffn, s.hidden), up=w(s.ffn, s.hidden),
+                        down=w(s.hidden, s.ffn))
             self.layers.append(dict(
                 ln1=torch.ones(s.hidden, device=device, dtype=dtype),
                 ln2=torch.ones(s.hidden, device=device, dtype=dtype),
-                q=w(s.q_heads * s.head_dim, s.hidden), k=w(s.kv_heads * s.head_dim, s.hidden),
-                v=w(s.kv_heads * s.head_dim, s.hidden), o=w(s.hidden, s.q_heads * s.head_dim),
-                qn=torch.ones(s.head_dim, device=device, dtype=dtype),
-                kn=torch.ones(s.head_dim, device=device, dtype=dtype),
-                gate=w(s.ffn, s.hidden), up=w(s.ffn, s.hidden), down=w(s.hidden, s.ffn),
+                q=full["q"][qs].contiguous(), k=full["k"][ks].contiguous(), v=full["v"][ks].contiguous(),
+                o=full["o"][:, qs].contiguous(),
+                qn=torch.ones(hd, device=device, dtype=dtype), kn=torch.ones(hd, device=device, dtype=dtype),
+                gate=full["gate"][fs].contiguous(), up=full["up"][fs].contiguous(), down=full["down"][:, fs].contiguous(),
             ))
-        self.k_cache = torch.zeros(s.layers, 1, s.kv_heads, max_len, s.head_dim, device=device, dtype=dtype)
+            del full
+        self.k_cache = torch.zeros(s.layers, 1, self.kv_local, max_len, s.head_dim, device=device, dtype=dtype)
         self.v_cache = torch.zeros_like(self.k_cache)
         inv = 1.0 / (10000 ** (torch.arange(0, s.head_dim, 2, dtype=torch.float32) / s.head_dim))
         ang = torch.outer(torch.arange(max_len, dtype=torch.float32), inv)
@@ -84,7 +100,15 @@ class DecodeModel:
     def kv_bytes_per_position(self) -> int:
         """KV-cache bytes one position adds across all layers."""
         s = self.shape
-        return 2 * s.layers * s.kv_heads * s.head_dim * self.k_cache.element_size()
+        return 2 * s.layers * self.kv_local * s.head_dim * self.k_cache.element_size()
+
+    def collectives_per_token(self) -> int:
+        """All-reduces one token makes, counted from `step` below: attention output and MLP output, per layer."""
+        return 2 * self.shape.layers if self.tp_size > 1 else 0
+
+    def collective_bytes(self) -> int:
+        """Payload of one all-reduce: the residual stream of one token."""
+        return self.shape.hidden * self.k_cache.element_size()
 
     def reset(self, first_token: int = 1) -> None:
         """Empty the cache and start again from one token at position 0."""
@@ -111,18 +135,18 @@ class DecodeModel:
         mask = (self.positions <= self.pos).view(1, 1, 1, -1)
         for i, L in enumerate(self.layers):
             h = self._rms(x, L["ln1"])
-            q = F.linear(h, L["q"]).view(1, s.q_heads, 1, s.head_dim)
-            k = F.linear(h, L["k"]).view(1, s.kv_heads, 1, s.head_dim)
-            v = F.linear(h, L["v"]).view(1, s.kv_heads, 1, s.head_dim)
+            q = F.linear(h, L["q"]).view(1, self.q_local, 1, s.head_dim)
+            k = F.linear(h, L["k"]).view(1, self.kv_local, 1, s.head_dim)
+            v = F.linear(h, L["v"]).view(1, self.kv_local, 1, s.head_dim)
             q = self._rope(self._rms(q, L["qn"]), cos, sin)
             k = self._rope(self._rms(k, L["kn"]), cos, sin)
             self.k_cache[i].index_copy_(2, self.pos, k)
             self.v_cache[i].index_copy_(2, self.pos, v)
             a = F.scaled_dot_product_attention(q, self.k_cache[i], self.v_cache[i], attn_mask=mask,
                                                enable_gqa=True)
-            x = x + F.linear(a.reshape(1, -1), L["o"])
+            x = x + self.all_reduce(F.linear(a.reshape(1, -1), L["o"]))
             h = self._rms(x, L["ln2"])
-            x = x + F.linear(F.silu(F.linear(h, L["gate"])) * F.linear(h, L["up"]), L["down"])
+            x = x + self.all_reduce(F.linear(F.silu(F.linear(h, L["gate"])) * F.linear(h, L["up"]), L["down"]))
         logits = F.linear(self._rms(x, self.final_norm), self.lm_head)
         nxt = torch.argmax(logits, dim=-1)
         self.token.copy_(nxt)

@@ -135,10 +135,45 @@ def _print_json(obj) -> None:
     print(json.dumps(obj, indent=2, default=str, ensure_ascii=False))
 
 
+def _collect_group(pids, settings, seconds):
+    """Attach to every rank at once (one thread each) for `seconds`."""
+    import threading
+
+    out = {}
+
+    def one(p):
+        try:
+            out[p] = collect(p, settings, seconds)
+        except (SourceError, wire.WireError) as exc:
+            out[p] = exc
+
+    threads = [threading.Thread(target=one, args=(p,)) for p in pids]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return [out[p] for p in pids]
+
+
 def cmd_attach(a) -> int:
     if a.json:
+        from decodemon.monitor.ranks import combine, discover_ranks
         from decodemon.monitor.session import summary_json
 
+        from decodemon.monitor.client import check_pid
+
+        check_pid(a.pid)
+        pids = discover_ranks(a.pid)
+        if len(pids) > 1:
+            sessions = _collect_group(pids, _attach_settings(a), a.seconds)
+            errors = [str(s) for s in sessions if isinstance(s, Exception)]
+            snaps = [s.snapshot() for s in sessions if not isinstance(s, Exception)]
+            first = summary_json(snaps[0]) if snaps else {}
+            first["group"] = combine(snaps)
+            if errors:
+                first["group"]["errors"] = errors
+            _print_json(first)
+            return 0
         sess = collect(a.pid, _attach_settings(a), a.seconds)
         snap = sess.snapshot()
         if snap.tokens is None and snap.ended:
@@ -219,6 +254,47 @@ def cmd_compare(a) -> int:
     return run_app([a.a, a.b], settings=_attach_settings(a), speed=a.speed, start_at_s=a.at, paused=a.paused)
 
 
+def cmd_scaling(a) -> int:
+    from decodemon.monitor.ranks import serial_fraction_of_runs
+
+    snaps = []
+    for f in (a.one, a.many):
+        if not Path(f).is_file():
+            raise UsageError(f"decodemon scaling: {f}: no such recording")
+        snap = collect(f).snapshot()
+        if snap.tokens is None:
+            raise UsageError(f"decodemon scaling: {f} has no token timing")
+        snaps.append(snap)
+    s1, sn = snaps
+    n1 = s1.model.tp_degree if s1.model else 1
+    nn = a.n or (sn.model.tp_degree if sn.model else 1)
+    if nn <= n1:
+        raise UsageError(f"decodemon scaling: the second run has {nn} ranks and the first {n1}; give --n")
+    s = serial_fraction_of_runs(s1.tokens.ms_per_token, n1, sn.tokens.ms_per_token, nn)
+    stale = s1.rolling.ceiling != sn.rolling.ceiling
+    res = {"n1": n1, "n": nn, "ms_per_token_n1": round(s1.tokens.ms_per_token, 4),
+           "ms_per_token_n": round(sn.tokens.ms_per_token, 4),
+           "speedup": round(s1.tokens.ms_per_token / sn.tokens.ms_per_token, 4), "serial_fraction": round(s, 4),
+           "verdicts": [s1.rolling.ceiling, sn.rolling.ceiling], "stale": stale,
+           "note": ("the binding ceiling differs between the two runs: the figure mixes two bottlenecks; "
+                    "re-derive it once the change has settled" if stale else
+                    "re-derive after every win: a serial fraction measured before an optimisation is not valid after it")}
+    if a.json:
+        _print_json(res)
+    else:
+        print(f"speedup {res['speedup']:.3f}x at N={nn} over N={n1}: serial fraction s = {res['serial_fraction']:.3f}"
+              + (f" (STALE: {res['note']})" if stale else ""))
+    return 0
+
+
+def cmd_allreduce(a) -> int:
+    cmd = [sys.executable, "-m", "decodemon.engine_adapter.collective_bench", "--payload-bytes",
+           str(a.payload_bytes), "--tp", str(a.tp), "--iters", str(a.iters)] + (["--device", a.device] if a.device else []) \
+        + (["--json"] if a.json else [])
+    env = dict(os.environ, NCCL_NVLS_ENABLE="0")
+    return subprocess.run(cmd, env=env).returncode
+
+
 def cmd_demo(a) -> int:
     from decodemon.monitor.demo import run_demo
 
@@ -288,6 +364,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--paused", action="store_true", help="recordings: open paused")
     _add_probe_opts(p)
     p.set_defaults(fn=cmd_compare)
+
+    p = sub.add_parser("scaling", help="Amdahl's serial fraction from a run at N1 ranks and one at N (recordings)")
+    p.add_argument("one", help="recording at the lower rank count (usually TP=1)")
+    p.add_argument("many", help="recording at N ranks")
+    p.add_argument("--n", type=_positive("--n", 0, 1e6, True), default=None, help="ranks of the second run "
+                   "(default: from its model facts)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_scaling)
+
+    p = sub.add_parser("allreduce", help="all-reduce latency at 1x, 8x and 64x a payload (§2's lab)")
+    p.add_argument("--payload-bytes", type=_positive("--payload-bytes", 0, 1 << 34, True), required=True)
+    p.add_argument("--tp", type=_positive("--tp", 1, 64, True), default=2)
+    p.add_argument("--iters", type=_positive("--iters", 0, 1e6, True), default=200)
+    p.add_argument("--device", choices=["cpu", "cuda"], default=None)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_allreduce)
 
     p = sub.add_parser("demo", help="eager vs graphed, live on a GPU or from bundled H200 recordings")
     p.add_argument("--replay", action="store_true", help="play the bundled recordings even with a GPU")

@@ -38,6 +38,7 @@ class Feed:
     marks_t: deque = field(default_factory=deque)
     marks_rx: deque = field(default_factory=deque)
     marks_depth: deque = field(default_factory=deque)
+    coll: deque = field(default_factory=deque)  # (rx_ns, tokens in frame, calls, host ns, bytes) per TokenMarks
     windows: deque = field(default_factory=deque)  # (rx_ns, KernelWindow)
     pm: deque = field(default_factory=deque)
     nvml: deque = field(default_factory=deque)  # (rx_ns, NvmlSamples)
@@ -57,6 +58,11 @@ class Feed:
             self.marks_t.extend(t.tolist())
             self.marks_depth.extend(d.tolist())
             self.marks_rx.extend([rx_ns] * len(t))
+            if frame.coll_calls is not None:
+                self.coll.append((rx_ns, len(t), int(frame.coll_calls.array().sum()),
+                                  int(frame.coll_ns.array().sum()), int(frame.coll_bytes.array().sum())))
+                while len(self.coll) > 20_000:
+                    self.coll.popleft()
             while len(self.marks_t) > self.max_marks:
                 self.marks_t.popleft()
                 self.marks_depth.popleft()
@@ -95,6 +101,15 @@ class Feed:
             rx = np.fromiter(self.marks_rx, dtype=np.int64, count=len(self.marks_rx))
             t = t[rx >= since_rx_ns]
         return t
+
+    def host_collectives(self, since_rx_ns: int = 0):
+        """(calls per token, µs per call, bytes per call) the engine reported since `since_rx_ns`, or None."""
+        rows = [r for r in self.coll if r[0] >= since_rx_ns] or list(self.coll)[-40:]
+        tokens = sum(r[1] for r in rows)
+        calls = sum(r[2] for r in rows)
+        if not tokens or not calls:
+            return None
+        return calls / tokens, sum(r[3] for r in rows) / calls / 1e3, sum(r[4] for r in rows) / calls
 
     def depth(self) -> int:
         """Latest context depth reported by the token clock."""

@@ -51,6 +51,7 @@ class Snapshot:
     rx_ns: int
     ended: str | None
     series: dict = None  # name -> tuple of recent values, oldest first (telemetry and launch history)
+    host_collectives: tuple | None = None  # (calls/token, µs/call, bytes/call) from the engine's clock
 
 
 def _median(xs):
@@ -117,6 +118,11 @@ class Session:
         small.sort(key=lambda x: -x[2])
         coll_calls = _median([w.collective_calls_per_token for w in wins]) if wins else None
         coll_us = _median([w.collective_us_per_call for w in wins if w.collective_calls_per_token]) if wins else None
+        host = f.host_collectives(since)
+        if not coll_calls and host is not None:  # no NCCL kernels traced (gloo, or no GPU): the engine's own clock
+            coll_calls, coll_us = host[0], host[1]
+        elif coll_calls is None and model is not None and model.tp_degree == 1:
+            coll_calls = 0.0  # one rank: nothing to reduce
         inp = dx.Inputs(
             ms_per_token=ts.ms_per_token if ts else None,
             launches_per_token=_median([w.kernels_per_token for w in wins]) if wins else None,
@@ -166,7 +172,7 @@ class Session:
             nvml=nv, model=f.hello.model if f.hello else None, depth=f.depth(), bytes_per_token=bpt,
             bandwidth_gbs=bw, bandwidth_source=bw_src, diagnosis=d, rolling=self.rolling, probe=dict(f.state),
             errors=tuple(f.errors), dropped_records=f.dropped_records, other_pids=others, rx_ns=rx, ended=f.bye,
-            series=self.series(rx),
+            series=self.series(rx), host_collectives=f.host_collectives(max(rx - SPAN_NS, 0)),
         )
 
     def series(self, rx: int, points: int = 60, step_ns: int = 500_000_000) -> dict:
@@ -209,6 +215,28 @@ class Session:
         return [c.text() for c in self.rolling.history]
 
 
+def collectives_json(s: Snapshot) -> dict | None:
+    """Collectives per token, µs per call, payload and share of the step, from traces or the engine's clock."""
+    w, m = s.window, s.model
+    c = s.diagnosis.candidates.get("comm")
+    out = {}
+    if w is not None and w.collective_calls_per_token:
+        out = {"source": "NCCL kernels (traced window)", "calls_per_token": round(w.collective_calls_per_token, 2),
+               "us_per_call": round(w.collective_us_per_call, 2)}
+    elif s.host_collectives is not None:
+        calls, us, nbytes = s.host_collectives
+        out = {"source": "engine clock (host-side call time)", "calls_per_token": round(calls, 2),
+               "us_per_call": round(us, 2), "payload_bytes": int(nbytes)}
+    elif w is not None:
+        out = {"source": "traced window", "calls_per_token": 0, "us_per_call": None}
+    if m is not None and m.collectives_per_token:
+        out["counted_per_token"] = m.collectives_per_token  # from the forward pass
+        out.setdefault("payload_bytes", m.collective_bytes)
+    if out and c is not None and c.value is not None:
+        out["share_of_step_pct"] = round(c.value, 2)
+    return out or None
+
+
 def summary_json(s: Snapshot, kernels: int = 15) -> dict:
     """The JSON summary of `attach --json`, `replay --json` and `report --json`."""
     w = s.window
@@ -217,6 +245,8 @@ def summary_json(s: Snapshot, kernels: int = 15) -> dict:
         "pid": s.pid,
         "device": s.device,
         "sm_count": s.sm_count,
+        "tp_degree": s.model.tp_degree if s.model else None,
+        "tp_rank": s.model.tp_rank if s.model else None,
         "tokens": s.tokens_total,
         "ms_per_token": round(s.tokens.ms_per_token, 4) if s.tokens else None,
         "ms_per_token_p90": round(s.tokens.ms_per_token_p90, 4) if s.tokens else None,
@@ -234,9 +264,7 @@ def summary_json(s: Snapshot, kernels: int = 15) -> dict:
         "warps_active_pct": round(s.pm["warps_active_pct"], 1) if s.pm else None,
         "dram_pct": round(s.pm["dram_pct"], 1) if s.pm else None,
         "gap_ms_per_token": {k: round(v, 4) for k, v in w.gap_ms_per_token.items()} if w else None,
-        "collectives": ({"calls_per_token": round(w.collective_calls_per_token, 2),
-                         "us_per_call": round(w.collective_us_per_call, 2),
-                         "ms_per_token": round(w.collective_ms_per_token, 4)} if w else None),
+        "collectives": collectives_json(s),
         "bytes_per_token": s.bytes_per_token,
         "bandwidth_gbs": s.bandwidth_gbs,
         "bandwidth_source": s.bandwidth_source,

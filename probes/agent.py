@@ -71,6 +71,16 @@ def set_model_facts(facts: "wire.ModelFacts") -> None:
     _model = facts
 
 
+def note_collective(ns: int, nbytes: int) -> None:
+    """Count one collective of the current token (host-side duration, payload). One global read when dormant."""
+    s = _session
+    if s is None:
+        return
+    s.coll[0] += 1
+    s.coll[1] += ns
+    s.coll[2] += nbytes
+
+
 def mark_token(depth: int = 0) -> None:
     """The token clock: call once per decoded token, at the boundary. Costs one global read when dormant."""
     s = _session
@@ -86,6 +96,8 @@ class _Session:
         self.settings = settings
         self.marks_t: list[int] = []
         self.marks_d: list[int] = []
+        self.marks_c: list[tuple] = []  # (index into marks_t, calls, ns, bytes) for tokens with collectives
+        self.coll = [0, 0, 0]
         self.tracer = tracer
         self.want_window = False  # set by agent, consumed by decode thread
         self.tokens_left = 0
@@ -102,6 +114,10 @@ class _Session:
             return
         self.marks_t.append(time.perf_counter_ns())
         self.marks_d.append(depth)
+        c = self.coll
+        if c[0]:
+            self.marks_c.append((len(self.marks_t) - 1, c[0], c[1], c[2]))
+            self.coll = [0, 0, 0]
         tr = self.tracer
         if tr is None or self.window_ready.is_set():
             return
@@ -403,10 +419,19 @@ class _Agent:
                     out += wire.pack(pm_frame)
                 next_pm = now + 0.5
             if now >= next_marks:
-                t, d = session.marks_t, session.marks_d
-                session.marks_t, session.marks_d = [], []
+                t, d, c = session.marks_t, session.marks_d, session.marks_c
+                session.marks_t, session.marks_d, session.marks_c = [], [], []
                 if t:
-                    out += wire.pack(wire.TokenMarks(t_ns=wire.Column.of(t), depth=wire.Column.of(d[: len(t)])))
+                    extra = {}
+                    if c:
+                        calls, ns, nb = [0] * len(t), [0] * len(t), [0] * len(t)
+                        for i, n_, t_, b_ in c:
+                            if i < len(t):
+                                calls[i], ns[i], nb[i] = n_, t_, b_
+                        extra = dict(coll_calls=wire.Column.of(calls), coll_ns=wire.Column.of(ns),
+                                     coll_bytes=wire.Column.of(nb))
+                    out += wire.pack(wire.TokenMarks(t_ns=wire.Column.of(t), depth=wire.Column.of(d[: len(t)]),
+                                                     **extra))
                 next_marks = now + 0.25
             if now >= next_stats:
                 if session.errors:

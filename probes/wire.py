@@ -96,6 +96,9 @@ class ModelFacts(msgspec.Struct, frozen=True):
     tp_degree: int = 1
     hidden: int = 0
     measured_bandwidth_gbs: float = 0.0  # the engine's own device-to-device copy, read+write counted
+    tp_rank: int = 0
+    collectives_per_token: int = 0  # counted from the forward pass
+    collective_bytes: int = 0  # payload of one collective
 
     def bytes_per_token(self, depth: int) -> int:
         """Bytes read to make one token at a context depth: weights plus the KV cache touched."""
@@ -128,10 +131,17 @@ class Hello(msgspec.Struct, frozen=True, tag="hello"):
 
 
 class TokenMarks(msgspec.Struct, frozen=True, tag="tokens"):
-    """Token boundaries from the engine's clock (perf_counter ns) and the context depth at each."""
+    """Token boundaries from the engine's clock (perf_counter ns) and the context depth at each.
+
+    When the engine reports its collectives (`note_collective`), each token also carries the number of
+    all-reduces it made, their host-side ns and their payload bytes.
+    """
 
     t_ns: Column
     depth: Column
+    coll_calls: Union[Column, None] = None
+    coll_ns: Union[Column, None] = None
+    coll_bytes: Union[Column, None] = None
 
 
 class KernelWindow(msgspec.Struct, frozen=True, tag="window"):

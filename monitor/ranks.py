@@ -1,0 +1,77 @@
+"""Tensor-parallel ranks: find every rank from any one pid, watch them together, and read Amdahl off two runs.
+
+Pure where it can be: `combine` takes per-rank snapshots and returns the group's figures.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from decodemon.monitor.diagnosis import scaling, serial_fraction
+from decodemon.probes import wire
+
+
+def _ppid(pid: int) -> int:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return int(stat.rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit() and _ppid(int(d)) == pid:
+            out.append(int(d))
+    return sorted(out)
+
+
+def discover_ranks(pid: int) -> list[int]:
+    """The pids of every rank with an agent, rank 0 first, given any rank's pid or the launcher's.
+
+    The demo engine's rank 0 starts ranks 1..N-1 as its children; a launcher (torchrun, `decodemon run`)
+    starts all of them. Either way the group is a process and its children that have agent sockets.
+    """
+    def agents(pids):
+        return [p for p in pids if wire.socket_path(p).exists()]
+
+    for root in (pid, _ppid(pid)):
+        kids = agents(_children(root)) if root else []
+        if root and wire.socket_path(root).exists() and kids:
+            return [root] + kids  # a rank 0 with its ranks
+        if len(kids) > 1 and (root == pid or pid in kids):
+            return kids  # a launcher's ranks
+    return [pid]
+
+
+def combine(snaps: list) -> dict:
+    """The group's view: per-rank busy and launches, the slowest rank, and the collectives."""
+    from decodemon.monitor.session import collectives_json
+
+    rows = []
+    for s in snaps:
+        w = s.window
+        rows.append({"pid": s.pid, "tp_rank": s.model.tp_rank if s.model else None,
+                     "ms_per_token": round(s.tokens.ms_per_token, 4) if s.tokens else None,
+                     "gpu_busy_pct": round(s.gpu_busy_pct, 1) if s.gpu_busy_pct is not None else None,
+                     "launches_per_token": round(w.kernels_per_token, 1) if w else None,
+                     "verdict": s.diagnosis.ceiling, "collectives": collectives_json(s)})
+    rows.sort(key=lambda r: (r["tp_rank"] is None, r["tp_rank"]))
+    timed = [r for r in rows if r["ms_per_token"] is not None]
+    slowest = max(timed, key=lambda r: r["ms_per_token"]) if timed else None
+    return {"tp": len(rows), "ranks": rows, "slowest_rank": slowest["tp_rank"] if slowest else None,
+            "slowest_ms_per_token": slowest["ms_per_token"] if slowest else None,
+            "rank_spread_pct": (round(100 * (max(r["ms_per_token"] for r in timed) /
+                                             min(r["ms_per_token"] for r in timed) - 1), 2) if len(timed) > 1 else 0.0)}
+
+
+def serial_fraction_of_runs(ms_one: float, n_one: int, ms_n: float, n: int) -> float:
+    """Amdahl from two runs of the same model: s from the speedup of N ranks over N1 (normally 1)."""
+    if n <= n_one:
+        raise ValueError("the second run needs more ranks than the first")
+    return serial_fraction(ms_one / ms_n, round(n / n_one))
+
+
+__all__ = ["discover_ranks", "combine", "serial_fraction_of_runs", "scaling"]

@@ -1,0 +1,97 @@
+"""Tensor parallel on CPU (gloo): the sharded demo engine, one view over all ranks, Amdahl, the all-reduce lab.
+
+The H200 part of this work (NCCL, ≥ 2 GPUs, TP=1 vs TP=N recordings) needs a machine with several GPUs,
+which was not lent; everything here runs real processes on the CPU.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from decodemon.engine_adapter.model import SHAPES, DecodeModel
+from tests.conftest import Engine, assert_one_line_error, cli
+
+
+def run_demo(*args):
+    r = subprocess.run([sys.executable, "-m", "decodemon.engine_adapter.demo", "--tiny", "--device", "cpu", *args,
+                        "--json", "--print-tokens", "--warmup", "0"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_tp2_decodes_the_same_tokens_as_tp1():
+    one, two = run_demo("--tokens", "200"), run_demo("--tokens", "200", "--tp", "2")
+    assert one["token_ids"] == two["token_ids"]
+    assert two["tp"] == 2 and len(two["rank_pids"]) == 2
+
+
+def test_collectives_counted_from_the_forward_pass():
+    m = DecodeModel(SHAPES["tiny"], "cpu", __import__("torch").float32, 16, tp_size=2, all_reduce=lambda t: t)
+    assert m.collectives_per_token() == 2 * SHAPES["tiny"].layers  # attention out + MLP out, every layer
+    assert m.collective_bytes() == SHAPES["tiny"].hidden * 4
+    assert m.kv_local == SHAPES["tiny"].kv_heads // 2
+
+
+def test_tp_that_does_not_divide_the_heads_is_one_line():
+    r = subprocess.run([sys.executable, "-m", "decodemon.engine_adapter.demo", "--tiny", "--device", "cpu",
+                        "--tp", "3", "--tokens", "1"], capture_output=True, text=True, timeout=120)
+    assert_one_line_error(r)
+
+
+@pytest.fixture
+def tp2():
+    e = Engine("--tp", "2")
+    yield e
+    e.stop()
+
+
+def test_one_view_over_all_ranks_from_any_rank(tp2):
+    for pid in (tp2.pid, None):
+        if pid is None:  # the other rank: a child of rank 0
+            pid = int(subprocess.run(["pgrep", "-P", str(tp2.pid)], capture_output=True, text=True).stdout.split()[0])
+        r = cli("attach", pid, "--json", "--seconds", "1.5", timeout=60)
+        assert r.returncode == 0, r.stderr
+        g = json.loads(r.stdout)["group"]
+        assert g["tp"] == 2 and [x["tp_rank"] for x in g["ranks"]] == [0, 1]
+        assert g["slowest_rank"] in (0, 1) and g["rank_spread_pct"] >= 0
+        for rank in g["ranks"]:
+            c = rank["collectives"]
+            assert c["counted_per_token"] == 4 and c["payload_bytes"] == 256
+            assert c["calls_per_token"] == pytest.approx(4, abs=0.2)
+            assert c["us_per_call"] > 0 and c["source"].startswith("engine clock")
+
+
+def test_serial_fraction_from_two_recordings(tmp_path):
+    recs = {}
+    for tp in (1, 2):
+        e = Engine("--tp", str(tp))
+        try:
+            recs[tp] = tmp_path / f"tp{tp}.dmon"
+            r = cli("record", e.pid, "-o", recs[tp], "--seconds", "2", timeout=60)
+            assert r.returncode == 0, r.stderr
+        finally:
+            e.stop()
+    r = cli("scaling", recs[1], recs[2], "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["n1"] == 1 and d["n"] == 2
+    assert d["speedup"] == pytest.approx(d["ms_per_token_n1"] / d["ms_per_token_n"], rel=1e-3)
+    # Amdahl at N=2: s = 2/speedup - 1 (on a 2-core CPU, gloo TP=2 is slower than TP=1, so s comes out > 1)
+    assert d["serial_fraction"] == pytest.approx(2 * d["ms_per_token_n"] / d["ms_per_token_n1"] - 1, rel=1e-3)
+    assert isinstance(d["stale"], bool)
+    assert_one_line_error(cli("scaling", recs[2], recs[1]))  # the second run must have more ranks
+
+
+def test_allreduce_lab_on_cpu():
+    r = cli("allreduce", "--payload-bytes", 4096, "--tp", 2, "--iters", 20, "--device", "cpu", "--json",
+            timeout=120)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert set(d["sizes"]) == {"1", "8", "64"}
+    assert d["sizes"]["64"]["bytes"] == 64 * d["sizes"]["1"]["bytes"]
+    assert all(v["us_per_call"] > 0 for v in d["sizes"].values())
+    assert d["regime"]
