@@ -30,7 +30,7 @@ class Feed:
     """Bounded history of one source's frames (ring buffers: memory stays flat all day)."""
 
     max_marks: int = 200_000
-    max_windows: int = 64
+    max_windows: int = 16
     max_pm: int = 20_000
     max_nvml: int = 4_000
     header: wire.RecordingHeader | None = None

@@ -82,8 +82,8 @@ class Timeline:
     """One token drawn as intervals relative to its start (ns): CPU launch calls over GPU kernels."""
 
     token_ns: int
-    cpu: tuple[tuple[int, int], ...]
-    gpu: tuple[tuple[int, int], ...]
+    cpu: np.ndarray  # (n, 2) int64: start, end of each host launch call
+    gpu: np.ndarray  # (n, 2) int64: start, end of each kernel
 
 
 @dataclass(frozen=True)
@@ -291,8 +291,8 @@ def window_metrics(w: wire.KernelWindow, sm_count: int, cc: str = "9.0") -> Wind
         am = (a_start >= t0) & (a_start < t1) & (is_kernel_launch | is_graph_launch) & layer
         timeline = Timeline(
             token_ns=t1 - t0,
-            cpu=tuple((int(a - t0), int(b - t0)) for a, b in zip(a_start[am], a_end[am])),
-            gpu=tuple((int(a - t0), int(b - t0)) for a, b in zip(start[km], end[km])),
+            cpu=np.stack([a_start[am] - t0, a_end[am] - t0], axis=1),
+            gpu=np.stack([start[km] - t0, end[km] - t0], axis=1),
         )
 
     return WindowMetrics(

@@ -17,7 +17,7 @@ def coverage(intervals, span_ns: int, cells: int) -> np.ndarray:
     if span_ns <= 0 or cells <= 0:
         return cov
     w = span_ns / cells
-    for a, b in intervals:
+    for a, b in np.asarray(intervals).reshape(-1, 2).tolist():
         a, b = max(a, 0), min(b, span_ns)
         if b <= a:
             continue
