@@ -20,7 +20,6 @@ from textual.screen import ModalScreen
 from textual.widgets import Footer, Static
 
 from decodemon.monitor.widgets.format import num
-from decodemon.monitor.widgets.kernels import KernelsPanel
 from decodemon.monitor.widgets.source_pane import SourcePane
 from decodemon.monitor.widgets.timeline import TimelinePanel
 

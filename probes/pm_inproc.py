@@ -10,7 +10,6 @@ decode thread), under a time budget.
 
 from __future__ import annotations
 
-import numpy as np
 
 from decodemon.probes.sidecar import PM_METRICS
 

@@ -13,10 +13,8 @@ without a CUDA context of its own.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 

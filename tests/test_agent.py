@@ -11,7 +11,6 @@ import subprocess
 import sys
 import time
 
-import pytest
 
 from decodemon.probes import agent, wire
 from tests.conftest import Engine, cli
