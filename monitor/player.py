@@ -7,7 +7,6 @@ frozen snapshots through a callback. The app never touches a session.
 from __future__ import annotations
 
 import threading
-import time
 
 from decodemon.monitor.client import SourceError, live_frames, recording_frames
 from decodemon.monitor.session import Session
@@ -121,13 +120,3 @@ def make_player(spec: str, settings=None, speed: float = 1.0, loop: bool = False
     if spec.isdigit():
         return LivePlayer(int(spec), settings, label)
     return RecordingPlayer(spec, label, speed=speed, loop=loop)
-
-
-def wait_for_first_window(player, timeout_s: float = 10.0) -> bool:
-    """For live players: wait until a traced window has arrived (used by `demo`)."""
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout_s:
-        if player.session.metrics:
-            return True
-        time.sleep(0.1)
-    return False

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from decodemon.monitor.diagnosis import scaling, serial_fraction
+from decodemon.monitor.diagnosis import serial_fraction
 from decodemon.probes import wire
 
 
@@ -73,5 +73,3 @@ def serial_fraction_of_runs(ms_one: float, n_one: int, ms_n: float, n: int) -> f
         raise ValueError("the second run needs more ranks than the first")
     return serial_fraction(ms_one / ms_n, round(n / n_one))
 
-
-__all__ = ["discover_ranks", "combine", "serial_fraction_of_runs", "scaling"]

@@ -342,7 +342,7 @@ class _Agent:
             state["pm"] = f"unavailable ({type(exc).__name__}: {exc})"
         return None
 
-    def _pump_pm(self, session, sidecar, state, after_window: bool) -> None:
+    def _pump_pm(self, session, state):
         """Move PM samples to the sidecar; re-arm PM if a CUPTI finalize took the session down."""
         if session.pm is None:
             return None
@@ -378,7 +378,6 @@ class _Agent:
         next_stats = time.monotonic() + 1.0
         next_pm = time.monotonic() + 0.5
         window_id = 0
-        dropped = 0
         while True:
             for key, _ in sel.select(timeout=0.05):
                 if key.data == "monitor":
@@ -405,16 +404,13 @@ class _Agent:
                     out += wire.pack(win)
                 except Exception as exc:
                     session.errors.append(f"trace collect: {type(exc).__name__}: {exc}")
-                pm_frame = self._pump_pm(session, sidecar, state, after_window=True)
-                if pm_frame is not None:
-                    out += wire.pack(pm_frame)
-                next_pm = now + 0.5
+                next_pm = now  # a finalize may have taken PM down: pump (and re-arm) right away
             if session.tracer is not None and now >= next_window and not session.tracer.active \
                     and not session.window_ready.is_set() and not session.want_window:
                 session.want_window = True
                 next_window = now + st.window_period_s
             if now >= next_pm:
-                pm_frame = self._pump_pm(session, sidecar, state, after_window=False)
+                pm_frame = self._pump_pm(session, state)
                 if pm_frame is not None:
                     out += wire.pack(pm_frame)
                 next_pm = now + 0.5
@@ -436,7 +432,7 @@ class _Agent:
             if now >= next_stats:
                 if session.errors:
                     state["errors"] = str(len(session.errors))
-                out += wire.pack(wire.Stats(state=dict(state), dropped_records=dropped, windows=window_id,
+                out += wire.pack(wire.Stats(state=dict(state), windows=window_id,
                                             errors=session.errors[-5:]))
                 next_stats = now + 1.0
             if out:

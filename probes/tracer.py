@@ -152,7 +152,6 @@ class WindowTracer:
     # -- agent thread -----------------------------------------------------------
     def collect(self, window_id: int) -> KernelWindow:
         """Pack the flushed records of the window as columns (agent thread)."""
-        dropped = 0
         kern = np.array(self._kernels, dtype=np.int64).reshape(-1, 16)
         apis = np.array(self._apis, dtype=np.int64).reshape(-1, 5)
         cps = np.array(self._memcpys, dtype=np.int64).reshape(-1, 4)
@@ -176,6 +175,5 @@ class WindowTracer:
             apis={c_: Column.of(apis[:, j]) for j, c_ in enumerate(["cbid", "start", "end", "correlation", "domain"])},
             memcpys={c_: Column.of(cps[:, j]) for j, c_ in enumerate(["start", "end", "bytes", "copy_kind"])},
             syncs={c_: Column.of(syn[:, j]) for j, c_ in enumerate(["start", "end", "type"])},
-            dropped_records=dropped,
             probe_host_ns=self.host_ns,
         )
