@@ -343,7 +343,7 @@ class _Agent:
         return None
 
     def _pump_pm(self, session, state):
-        """Move PM samples to the sidecar; re-arm PM if a CUPTI finalize took the session down."""
+        """Decode and evaluate PM samples into a frame; re-arm PM if a CUPTI finalize took the session down."""
         if session.pm is None:
             return None
         try:
