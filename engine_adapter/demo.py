@@ -217,6 +217,7 @@ def main(argv=None) -> int:
     stop = {"now": False, "toggle": False}
     signal.signal(signal.SIGTERM, lambda *_: stop.__setitem__("now", True))
     if a.profiler_dir:
+        os.makedirs(a.profiler_dir, exist_ok=True)
         signal.signal(signal.SIGUSR1, lambda *_: stop.__setitem__("toggle", True))
     prof = {"p": None, "tokens": 0, "n": 0}
     end_times: list[float] = []

@@ -41,13 +41,15 @@ def _positive(name, lo=0.0, hi=float("inf"), integer=False, allow_zero=False):
             raise argparse.ArgumentTypeError(f"{name} must be finite")
         ok = (lo <= v <= hi) if (lo != 0 or allow_zero) else (lo < v <= hi)
         if not ok:
-            raise argparse.ArgumentTypeError(f"{name} must be in ({lo:g}, {hi:g}], got {s}")
+            left = "[" if (lo != 0 or allow_zero) else "("
+            raise argparse.ArgumentTypeError(f"{name} must be in {left}{lo:g}, {hi:g}], got {s}")
         return v
     return conv
 
 
 def _attach_settings(a) -> wire.Attach:
     return wire.Attach(window_period_s=a.window_period, window_tokens=a.window_tokens,
+                       window_min_tokens=a.window_min_tokens, window_max_s=max(a.window_max, a.window_period),
                        pm_interval_us=a.pm_interval_us, trace=not a.no_trace, pm=not a.no_pm)
 
 
@@ -56,6 +58,10 @@ def _add_probe_opts(p):
                    help="seconds between traced windows (default 4)")
     p.add_argument("--window-tokens", type=_positive("--window-tokens", 1, 64, True), default=1,
                    help="whole tokens per traced window (default 1)")
+    p.add_argument("--window-min-tokens", type=_positive("--window-min-tokens", 0, 10**9, True, allow_zero=True),
+                   default=250, help="tokens between windows, so their slow tokens stay under 1%% (default 250)")
+    p.add_argument("--window-max", type=_positive("--window-max", 0, 3600), default=5.0,
+                   help="but never more seconds than this between windows (default 5)")
     p.add_argument("--pm-interval-us", type=_positive("--pm-interval-us", 100, 1_000_000, True), default=2000,
                    help="PM sampling interval in µs (default 2000)")
     p.add_argument("--no-trace", action="store_true", help="no CUPTI activity windows, counters only")

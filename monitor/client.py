@@ -18,6 +18,9 @@ HOW_TO_ATTACH = ("start it with `decodemon run -- CMD ...`, or set DECODEMON_AGE
                  "decodemon.probes.agent.start_from_env(), or add `import decodemon.probes.autostart`")
 
 
+DETACH_WAIT_S = 5.0
+
+
 class SourceError(RuntimeError):
     """A source that cannot be read; str() is one line for the user."""
 
@@ -63,21 +66,26 @@ def live_frames(pid: int, settings: wire.Attach | None = None, seconds: float | 
     t0 = time.monotonic_ns()
     deadline = None if seconds is None else time.monotonic() + seconds
     reader = wire.StreamReader()
-    detached = False
+    detached = None  # when the detach was sent
     try:
         sock.sendall(wire.pack(settings or wire.Attach()))
         sock.settimeout(0.1)
         while True:
-            if not detached and ((deadline is not None and time.monotonic() >= deadline) or (stop and stop())):
+            if detached is None and ((deadline is not None and time.monotonic() >= deadline) or (stop and stop())):
                 sock.sendall(wire.pack(wire.Detach()))
-                detached = True
-                sock.settimeout(3.0)
+                detached = time.monotonic()
+                sock.settimeout(0.5)
             try:
                 data = sock.recv(1 << 20)
             except socket.timeout:
+                if detached is not None and time.monotonic() - detached > DETACH_WAIT_S:
+                    # a target that holds its GIL (or is stopped) cannot answer; do not wait with it
+                    yield (time.monotonic_ns() - t0, b"",
+                           wire.Bye(reason=f"pid {pid} did not answer the detach within {DETACH_WAIT_S:g} s"))
+                    return
                 continue
             if not data:
-                if not detached:
+                if detached is None:
                     yield time.monotonic_ns() - t0, b"", wire.Bye(reason=f"pid {pid} went away")
                 return
             rx = time.monotonic_ns() - t0

@@ -89,6 +89,19 @@ def mark_token(depth: int = 0) -> None:
     s.on_token(depth)
 
 
+def window_due(st: wire.Attach, now: float, next_window: float, since_s: float, tokens_since: int) -> bool:
+    """Is it time to ask for the next traced window?
+
+    A window costs about two slow tokens on the decode thread (CUPTI's re-initialisation when it opens; the
+    traced token with its flush and finalize when it closes). Every `window_period_s` a window is due once
+    `window_min_tokens` tokens have passed since the last one, so those slow tokens stay under 1% of all
+    tokens (p99 untouched) — but never later than `window_max_s` after it: the picture is never older.
+    """
+    if now < next_window:
+        return False
+    return tokens_since >= st.window_min_tokens or since_s >= max(st.window_max_s, st.window_period_s)
+
+
 class _Session:
     """State shared by the decode thread (on_token) and the agent thread while attached."""
 
@@ -97,10 +110,12 @@ class _Session:
         self.marks_t: list[int] = []
         self.marks_d: list[int] = []
         self.marks_c: list[tuple] = []  # (index into marks_t, calls, ns, bytes) for tokens with collectives
+        self.tokens_seen = 0
         self.coll = [0, 0, 0]
         self.tracer = tracer
         self.want_window = False  # set by agent, consumed by decode thread
         self.tokens_left = 0
+        self.guard = 1  # guard tokens in the window being traced
         self.window_ready = threading.Event()  # set by decode thread when a window has closed
         self.closing = False
         self.done = threading.Event()
@@ -114,6 +129,7 @@ class _Session:
             return
         self.marks_t.append(time.perf_counter_ns())
         self.marks_d.append(depth)
+        self.tokens_seen += 1
         c = self.coll
         if c[0]:
             self.marks_c.append((len(self.marks_t) - 1, c[0], c[1], c[2]))
@@ -134,7 +150,8 @@ class _Session:
                     tr.boundary()
             elif self.want_window and not self.closing:
                 self.want_window = False
-                self.tokens_left = self.settings.window_tokens + 1  # +1 guard token, see metrics
+                self.guard = 1 if getattr(tr, "needs_guard", True) else 0
+                self.tokens_left = self.settings.window_tokens + self.guard  # see wire.KernelWindow
                 tr.open()
         except Exception as exc:  # never raise into the user's loop
             self.errors.append(f"trace: {type(exc).__name__}: {exc}")
@@ -375,6 +392,7 @@ class _Agent:
         out = bytearray()
         next_marks = time.monotonic() + 0.25
         next_window = time.monotonic() + min(st.window_period_s, 0.5)
+        last_window, tokens_at_window = time.monotonic(), -10**9  # the first window does not wait for tokens
         next_stats = time.monotonic() + 1.0
         next_pm = time.monotonic() + 0.5
         window_id = 0
@@ -399,16 +417,18 @@ class _Agent:
             if session.tracer is not None and session.window_ready.is_set():
                 session.window_ready.clear()
                 try:
-                    win = session.tracer.collect(window_id)
+                    win = session.tracer.collect(window_id, session.guard)
                     window_id += 1
                     out += wire.pack(win)
                 except Exception as exc:
                     session.errors.append(f"trace collect: {type(exc).__name__}: {exc}")
                 next_pm = now  # a finalize may have taken PM down: pump (and re-arm) right away
-            if session.tracer is not None and now >= next_window and not session.tracer.active \
-                    and not session.window_ready.is_set() and not session.want_window:
+            if session.tracer is not None and not session.tracer.active \
+                    and not session.window_ready.is_set() and not session.want_window \
+                    and window_due(st, now, next_window, now - last_window, session.tokens_seen - tokens_at_window):
                 session.want_window = True
                 next_window = now + st.window_period_s
+                last_window, tokens_at_window = now, session.tokens_seen
             if now >= next_pm:
                 pm_frame = self._pump_pm(session, state)
                 if pm_frame is not None:

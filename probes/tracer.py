@@ -42,6 +42,9 @@ class WindowTracer:
         self._reset()
         self.active = False
         self.initialised = False
+        # A guard token is traced after the analysed ones only while the process replays CUDA graphs (their
+        # last token's end times come back wrong); the first window has one, later ones follow what it saw.
+        self.needs_guard = True
 
     def _reset(self) -> None:
         self._kernels: list[tuple] = []
@@ -150,9 +153,11 @@ class WindowTracer:
                 self.host_ns += time.perf_counter_ns() - t0
 
     # -- agent thread -----------------------------------------------------------
-    def collect(self, window_id: int) -> KernelWindow:
+    def collect(self, window_id: int, guard_tokens: int = 1) -> KernelWindow:
         """Pack the flushed records of the window as columns (agent thread)."""
         kern = np.array(self._kernels, dtype=np.int64).reshape(-1, 16)
+        # graph kernels seen: later windows keep a guard token; none: they can do without
+        self.needs_guard = bool(len(kern) and (kern[:, 13] != 0).any())
         apis = np.array(self._apis, dtype=np.int64).reshape(-1, 5)
         cps = np.array(self._memcpys, dtype=np.int64).reshape(-1, 4)
         syn = np.array(self._syncs, dtype=np.int64).reshape(-1, 3)
@@ -167,7 +172,8 @@ class WindowTracer:
             names[i] = n
         return KernelWindow(
             window_id=window_id,
-            tokens=max(len(self.bounds) - 2, 0),  # the last traced token is a guard, not analysed
+            tokens=max(len(self.bounds) - 1 - guard_tokens, 0),
+            guard_tokens=guard_tokens,
             token_bounds_ns=Column.of(self.bounds),
             names=names,
             kernels={c_: Column.of(kern[:, j]) for j, c_ in enumerate(kcols)},

@@ -147,10 +147,12 @@ class TokenMarks(msgspec.Struct, frozen=True, tag="tokens"):
 class KernelWindow(msgspec.Struct, frozen=True, tag="window"):
     """One traced window of whole tokens: every kernel, launch call, copy and sync in it.
 
-    Timestamps are CUPTI's (ns). `token_bounds_ns` has tokens+2 entries: the
-    token clock read through CUPTI at each boundary, the last one closing a
-    guard token that is traced but not analysed (on an H200 the kernels of
-    the last token before CUPTI is disabled came back with bogus end times). Columns of `kernels`:
+    Timestamps are CUPTI's (ns). `token_bounds_ns` has tokens+1+guard_tokens
+    entries: the token clock read through CUPTI at each boundary. A guard
+    token is traced but not analysed: on an H200 the graph kernels of the last
+    token before CUPTI is disabled came back with bogus end times, so windows
+    of a process that replays CUDA graphs carry one; eager windows do not
+    (guard_tokens=0), which saves a slow token per window. Columns of `kernels`:
     name, start, end, grid_x, grid_y, grid_z, block_x, block_y, block_z, regs,
     smem_static, smem_dynamic, stream, graph_id, graph_node_id, correlation.
     Columns of `apis`: cbid, start, end, correlation, domain (0 runtime, 1 driver).
@@ -168,6 +170,7 @@ class KernelWindow(msgspec.Struct, frozen=True, tag="window"):
     syncs: dict[str, Column] = {}
     dropped_records: int = 0
     probe_host_ns: int = 0  # time the probe spent on the decode host thread for this window
+    guard_tokens: int = 1  # traced after the analysed tokens and discarded (recordings before this field had 1)
 
 
 class PmSamples(msgspec.Struct, frozen=True, tag="pm"):
@@ -212,6 +215,10 @@ class Attach(msgspec.Struct, frozen=True, tag="attach"):
 
     window_period_s: float = 4.0
     window_tokens: int = 1
+    # a window costs ~2 slow tokens; keep them under 1% of tokens by waiting for this many tokens
+    # between windows, but never longer than window_max_s (a fresh window at least that often)
+    window_min_tokens: int = 250
+    window_max_s: float = 5.0
     pm_interval_us: int = 2000
     nvml_hz: float = 4.0
     trace: bool = True

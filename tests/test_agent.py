@@ -169,3 +169,48 @@ def test_mark_token_is_cheap_while_dormant():
         agent.mark_token(1)
     per = (time.perf_counter() - t0) / 100_000
     assert per < 2e-6  # one global read and a return
+
+
+def test_window_spacing_keeps_slow_tokens_under_one_percent_but_never_waits_past_max():
+    st = wire.Attach(window_period_s=4, window_min_tokens=250, window_max_s=5)
+    due = agent.window_due
+    assert not due(st, now=3.9, next_window=4.0, since_s=3.9, tokens_since=10_000)  # period not reached
+    assert due(st, now=4.0, next_window=4.0, since_s=4.0, tokens_since=1000)  # graphed: 250 tok/s
+    assert not due(st, now=4.0, next_window=4.0, since_s=4.0, tokens_since=200)  # eager at 50 tok/s: wait...
+    assert due(st, now=5.0, next_window=4.0, since_s=5.0, tokens_since=249)  # ...but never past 5 s
+    slow = 20.0  # a 20 tok/s loop still gets a window every 5 s
+    assert due(st, now=5.0, next_window=4.0, since_s=5.0, tokens_since=int(5 * slow))
+
+
+def test_guard_token_only_while_the_process_replays_graphs():
+    from decodemon.monitor.metrics import window_metrics
+    from decodemon.probes.tracer import WindowTracer
+
+    tr = object.__new__(WindowTracer)  # no CUPTI here: fill in what the buffer callback would have
+    tr._names, tr._rt_names, tr._drv_names = {"k": 0}, {}, {}
+    tr._reset()
+    tr.needs_guard = True
+    eager = (0, 10, 20, 1, 1, 1, 32, 1, 1, 8, 0, 0, 7, 0, 0, 1)  # graph id 0: launched one by one
+    tr.bounds, tr._kernels = [0, 100, 200], [eager]
+    w = tr.collect(0, guard_tokens=1)
+    assert (w.tokens, w.guard_tokens) == (1, 1) and not tr.needs_guard
+    tr.bounds, tr._kernels = [0, 100], [eager[:13] + (3, 5, 1)]  # a graph kernel: the next window keeps a guard
+    w = tr.collect(1, guard_tokens=0)
+    assert (w.tokens, w.guard_tokens) == (1, 0) and tr.needs_guard
+    m = window_metrics(w, sm_count=132)
+    assert m.tokens == 1 and m.kernels_per_token == 1
+
+
+def test_a_stopped_target_never_hangs_the_monitor(engine):
+    os.kill(engine.pid, signal.SIGSTOP)  # the agent cannot answer: the kernel still accepts the connection
+    try:
+        t0 = time.monotonic()
+        r, d = attach_json(engine.pid, 0.5)
+        took = time.monotonic() - t0
+    finally:
+        os.kill(engine.pid, signal.SIGCONT)
+    assert took < 15, took
+    assert r.returncode == 3 and "did not answer the detach" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+    r, d = attach_json(engine.pid, 1.0)  # and once it runs again, it is served
+    assert r.returncode == 0 and d["tokens"] > 0
