@@ -47,8 +47,9 @@ def engine_session(mode: str, tag: str, plan: list[str], phase_s: float, work: P
     pid_file = work / f"{mode}_{tag}.pid"
     err_path = work / f"{mode}_{tag}.engine.err"
     err = open(err_path, "w")
-    eng = subprocess.Popen(DM + ["run", "--pid-file", str(pid_file), "--"] + DEMO +
-                           ["--mode", mode, "--tokens", "0", "--times-file", str(times_file),
+    cpu = ["--tiny", "--device", "cpu"] if os.environ.get("BENCH_CPU") == "1" else []  # a dry run of the script
+    eng = subprocess.Popen(DM + ["run", "--pid-file", str(pid_file), "--"] + DEMO + cpu +
+                           ["--mode", "eager" if cpu else mode, "--tokens", "0", "--times-file", str(times_file),
                             "--profiler-dir", str(prof_dir)], stdout=subprocess.DEVNULL, stderr=err)
     t0 = time.time()
     while "decoding" not in err_path.read_text():
@@ -59,15 +60,18 @@ def engine_session(mode: str, tag: str, plan: list[str], phase_s: float, work: P
     time.sleep(2)
     phases, attach, profs = [], [], []
     for label in plan:
+        secs = phase_s
+        if isinstance(label, tuple):
+            label, secs = label
         if label == "U":
             a = time.time()
-            time.sleep(phase_s)
+            time.sleep(secs)
             phases.append(("U", a, time.time()))
-        elif label in ("D", "Ddense"):
+        elif label in ("D", "Ddense", "Dlong"):
             extra = (["--window-period", "1", "--window-tokens", "2", "--window-min-tokens", "0"]
                      if label == "Ddense" else [])
             a = time.time()
-            r = subprocess.run(DM + ["attach", str(pid), "--json", "--seconds", str(phase_s)] + extra,
+            r = subprocess.run(DM + ["attach", str(pid), "--json", "--seconds", str(secs)] + extra,
                                capture_output=True, text=True)
             phases.append((label, a, time.time()))
             attach.append((label, json.loads(r.stdout) if r.returncode == 0 else {"error": r.stderr.strip()}))
@@ -90,11 +94,12 @@ def engine_session(mode: str, tag: str, plan: list[str], phase_s: float, work: P
     return {"phases": phases, "attach": attach, "profs": profs, "ends": tdata["end_unix_s"], "ms": tdata["ms"]}
 
 
-def run_mode(mode: str, phase_s: float, pairs: int, work: Path, profiler_phase_s: float) -> dict:
+def run_mode(mode: str, phase_s: float, pairs: int, work: Path, profiler_phase_s: float, long_s: float) -> dict:
     # decodemon and torch.profiler each bring a libcupti; once kineto has initialised CUPTI it stays attached
     # (tokens after a profiler phase ran ~13% slower in graph mode), and after decodemon's CUPTI has loaded,
     # kineto recorded no GPU events at all. So they get separate engine processes of the same mode and seed.
-    a = engine_session(mode, "dm", ["U", "D"] * pairs + ["U", "Ddense"] * 2 + ["U"], phase_s, work)
+    a = engine_session(mode, "dm", ["U", "D"] * pairs + ["U", "Ddense"] * 2 + ["U", ("Dlong", long_s), "U"],
+                       phase_s, work)
     b = engine_session(mode, "prof", ["U", "P"] * 2 + ["U"], phase_s, work, profiler_phase_s)
     out = {"mode": mode, "attach": [x for _, x in a["attach"]]}
     per_all = []
@@ -122,6 +127,10 @@ def run_mode(mode: str, phase_s: float, pairs: int, work: Path, profiler_phase_s
     # because the first attach itself changed the graphed loop's speed (see docs/benchmarks.md)
     uall = [m for p in per_all[0][1:] if p["phase"] == "U" for m in p["ms"]]
     dall = [m for p in per_all[0] if p["phase"] == "D" for m in p["ms"]]
+    dlong = [m for p in per_all[0] if p["phase"] == "Dlong" for m in p["ms"]]
+    out["Dlong"] = {"median_ms": statistics.median(dlong) if dlong else None, "p99_ms": pct(dlong, 99),
+                    "tokens": len(dlong), "seconds": long_s,
+                    "slow_tokens_over_1.1x_u_p99": sum(m > 1.1 * pct(uall, 99) for m in dlong)}
     first_u = per_all[0][0]
     out["U_first"] = {"median_ms": first_u["median_ms"], "p99_ms": first_u["p99_ms"], "tokens": first_u["tokens"]}
     out["U_all"] = {"median_ms": statistics.median(uall), "p99_ms": pct(uall, 99), "tokens": len(uall)}
@@ -177,12 +186,16 @@ def markdown(results: list[dict], env: dict, cmd: str) -> str:
                          f"{fmt(v['overhead_pct_max'], '+.2f')}% | {fmt(v['p99_ratio_median'], '.3f')} |")
     lines += ["", "All decodemon phases against all unobserved phases after the first attach (p99 over every token of "
               "each kind); the first unobserved phase, before any attach, is shown apart:", "",
-              "| mode | before any attach median / p99 | unobserved median / p99 | decodemon median / p99 | p99 ratio |",
-              "|---|---|---|---|---|"]
+              "| mode | before any attach median / p99 | unobserved median / p99 | decodemon, all short attaches "
+              "median / p99 (ratio) | decodemon, one long attach median / p99 (ratio) | tokens of the long attach "
+              "over 1.1× unobserved p99 |",
+              "|---|---|---|---|---|---|"]
     for r in results:
-        u, d, f0 = r["U_all"], r["D_all"], r["U_first"]
+        u, d, f0, dl = r["U_all"], r["D_all"], r["U_first"], r["Dlong"]
         lines.append(f"| {r['mode']} | {fmt(f0['median_ms'])} / {fmt(f0['p99_ms'])} | {u['median_ms']:.3f} / "
-                     f"{u['p99_ms']:.3f} | {d['median_ms']:.3f} / {d['p99_ms']:.3f} | {d['p99_ms'] / u['p99_ms']:.3f} |")
+                     f"{u['p99_ms']:.3f} | {d['median_ms']:.3f} / {d['p99_ms']:.3f} ({d['p99_ms'] / u['p99_ms']:.3f}) | "
+                     f"{fmt(dl['median_ms'])} / {fmt(dl['p99_ms'])} ({fmt(dl['p99_ms'] / u['p99_ms'] if dl['p99_ms'] else None)}) "
+                     f"| {dl['slow_tokens_over_1.1x_u_p99']} of {dl['tokens']} ({dl['seconds']:g} s) |")
     lines += ["", "## Accuracy, same run", "",
               "| mode | launches/token decodemon vs torch.profiler | kernel ms/token decodemon vs torch.profiler | "
               "GPU busy PM vs traced window |", "|---|---|---|---|"]
@@ -215,6 +228,7 @@ def main():
     ap.add_argument("--phase-s", type=float, default=4.0)
     ap.add_argument("--pairs", type=int, default=5)
     ap.add_argument("--modes", default="graph,eager")
+    ap.add_argument("--long-s", type=float, default=20.0, help="one long attach at default settings: steady p99")
     ap.add_argument("--profiler-phase-s", type=float, default=3.0,
                     help="torch.profiler phases (its trace of an eager loop takes long to process)")
     a = ap.parse_args()
@@ -236,9 +250,10 @@ def main():
         env["error"] = str(exc)
     results = []
     for mode in a.modes.split(","):
-        r = run_mode(mode, a.phase_s, a.pairs, work, a.profiler_phase_s)
+        r = run_mode(mode, a.phase_s, a.pairs, work, a.profiler_phase_s, a.long_s)
         results.append(r)
-        print(json.dumps({k: r[k] for k in ("mode", "D", "P", "Ddense", "U_first", "U_all", "D_all", "accuracy")}),
+        print(json.dumps({k: r[k] for k in ("mode", "D", "P", "Ddense", "U_first", "U_all", "D_all", "Dlong",
+                                            "accuracy")}),
               flush=True)
     cmd = "python benchmarks/overhead.py " + " ".join(sys.argv[2:])
     (out / "overhead.json").write_text(json.dumps({"env": env, "results": results}, indent=1))
