@@ -252,6 +252,7 @@ def main():
     for mode in a.modes.split(","):
         r = run_mode(mode, a.phase_s, a.pairs, work, a.profiler_phase_s, a.long_s)
         results.append(r)
+        (out / "overhead.json").write_text(json.dumps({"env": env, "results": results}, indent=1))
         print(json.dumps({k: r[k] for k in ("mode", "D", "P", "Ddense", "U_first", "U_all", "D_all", "Dlong",
                                             "accuracy")}),
               flush=True)
