@@ -89,6 +89,22 @@ def mark_token(depth: int = 0) -> None:
     s.on_token(depth)
 
 
+def _foreign_profiler_active() -> bool:
+    """Is torch.profiler (kineto, which owns CUPTI while it runs) recording in this process?
+
+    Measured on the H200: a decodemon window opened while torch.profiler ran left the profiler with 638 of
+    1,863 kernels per token, because the window's CUPTI detach ends every CUPTI client's session. So no
+    window opens while it runs. Checked only when a window is due, never per token.
+    """
+    t = sys.modules.get("torch")
+    if t is None:
+        return False
+    try:
+        return bool(t.autograd._profiler_enabled())
+    except Exception:
+        return False
+
+
 def window_due(st: wire.Attach, now: float, next_window: float, since_s: float, tokens_since: int) -> bool:
     """Is it time to ask for the next traced window?
 
@@ -111,6 +127,8 @@ class _Session:
         self.marks_d: list[int] = []
         self.marks_c: list[tuple] = []  # (index into marks_t, calls, ns, bytes) for tokens with collectives
         self.tokens_seen = 0
+        self.pending_detach = None
+        self.skipped_windows = 0
         self.coll = [0, 0, 0]
         self.tracer = tracer
         self.want_window = False  # set by agent, consumed by decode thread
@@ -127,6 +145,9 @@ class _Session:
         if self.closing:
             self.finish()
             return
+        if self.pending_detach is not None:  # a stalled earlier session's tracer (see _Closer)
+            old, self.pending_detach = self.pending_detach, None
+            _detach_tracer(old, self.errors)
         self.marks_t.append(time.perf_counter_ns())
         self.marks_d.append(depth)
         self.tokens_seen += 1
@@ -150,6 +171,9 @@ class _Session:
                     tr.boundary()
             elif self.want_window and not self.closing:
                 self.want_window = False
+                if _foreign_profiler_active():
+                    self.skipped_windows += 1  # our detach would end its CUPTI session too
+                    return
                 self.guard = 1 if getattr(tr, "needs_guard", True) else 0
                 self.tokens_left = self.settings.window_tokens + self.guard  # see wire.KernelWindow
                 tr.open()
@@ -161,21 +185,52 @@ class _Session:
             except Exception:
                 pass
 
-    def finish(self) -> None:
-        """Leave CUPTI as we found it and drop the session (decode thread at a boundary, or the agent on timeout)."""
+    def finish(self, at_boundary: bool = True) -> None:
+        """Leave CUPTI as we found it and drop the session.
+
+        At a token boundary on the decode thread (the normal way) an open window is closed, flushed and
+        CUPTI detached, the same sequence as a window's normal end: a finalize with records still
+        unflushed can fail and leave CUPTI attached, which costs an eager loop ~8 µs a launch. When the
+        agent gives up waiting for a boundary (a stalled loop), it must not touch CUPTI from its thread:
+        a `_Closer` takes the session's place and the next boundary, whenever it comes, detaches.
+        """
+        global _session
+        tr, self.tracer = self.tracer, None
+        with _lock:
+            if _session is self:
+                _session = _Closer(tr) if (tr is not None and not at_boundary) else None
+        self.done.set()
+        if tr is not None and at_boundary:
+            _detach_tracer(tr, self.errors)
+
+
+def _detach_tracer(tr, errors: list | None = None) -> None:
+    """Close, flush and finalize a tracer (decode thread, at a token boundary); errors noted, never raised."""
+    steps = (["close"] if tr.active else []) + (["flush", "detach"] if getattr(tr, "initialised", False) else [])
+    for step in steps:
+        try:
+            getattr(tr, step)()
+        except Exception as exc:
+            if errors is not None:
+                errors.append(f"trace {step} at detach: {type(exc).__name__}: {exc}")
+
+
+class _Closer:
+    """Stands in for a session the agent gave up on: the next token boundary detaches CUPTI, then it leaves."""
+
+    closing = False
+
+    def __init__(self, tracer) -> None:
+        self.tracer = tracer
+
+    def on_token(self, depth: int) -> None:
         global _session
         with _lock:
             if _session is self:
                 _session = None
         tr, self.tracer = self.tracer, None
-        self.done.set()
         if tr is not None:
-            try:
-                if tr.active:
-                    tr.close()
-                tr.detach()
-            except Exception:
-                pass
+            _detach_tracer(tr)
 
 
 class _Agent:
@@ -317,7 +372,9 @@ class _Agent:
             session = _Session(settings, tracer)
             session.pm = pm
             with _lock:
-                _session = session
+                prev, _session = _session, session
+            if isinstance(prev, _Closer) and prev.tracer is not None:
+                session.pending_detach, prev.tracer = prev.tracer, None
             conn.sendall(wire.pack(wire.Stats(state=state)))
             reason = self._loop(conn, reader, session, sidecar, state)
         except (OSError, wire.WireError) as exc:
@@ -328,7 +385,7 @@ class _Agent:
                 # if the loop is stalled or gone, the agent does it after 1 s.
                 session.closing = True
                 if not session.done.wait(1.0):
-                    session.finish()
+                    session.finish(at_boundary=False)
             if session is not None and session.pm is not None:
                 session.pm.close()
             if sidecar is not None:
@@ -396,6 +453,7 @@ class _Agent:
         next_stats = time.monotonic() + 1.0
         next_pm = time.monotonic() + 0.5
         window_id = 0
+        skipped_seen = windows_seen = 0
         while True:
             for key, _ in sel.select(timeout=0.05):
                 if key.data == "monitor":
@@ -450,6 +508,13 @@ class _Agent:
                                                      **extra))
                 next_marks = now + 0.25
             if now >= next_stats:
+                if session.skipped_windows > skipped_seen:
+                    skipped_seen = session.skipped_windows
+                    state["trace_paused"] = ("torch.profiler is recording in the target: no window opens while it "
+                                             "runs (its CUPTI session would end with ours)")
+                elif window_id > windows_seen:
+                    state.pop("trace_paused", None)
+                windows_seen = window_id
                 if session.errors:
                     state["errors"] = str(len(session.errors))
                 out += wire.pack(wire.Stats(state=dict(state), windows=window_id,

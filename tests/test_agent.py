@@ -214,3 +214,74 @@ def test_a_stopped_target_never_hangs_the_monitor(engine):
     assert "Traceback" not in r.stderr
     r, d = attach_json(engine.pid, 1.0)  # and once it runs again, it is served
     assert r.returncode == 0 and d["tokens"] > 0
+
+
+class _RecordingTracer:
+    """Stands in for WindowTracer: records the CUPTI calls the agent makes, and from which thread."""
+
+    def __init__(self, active=True):
+        import threading
+
+        self.active, self.initialised, self.calls, self._t = active, True, [], threading
+
+    def _note(self, what):
+        self.calls.append((what, self._t.current_thread().name))
+
+    def close(self):
+        self._note("close")
+        self.active = False
+
+    def flush(self):
+        self._note("flush")
+
+    def detach(self):
+        self._note("detach")
+        self.initialised = False
+
+
+def test_monitor_gone_mid_window_flushes_before_detaching_at_the_next_boundary():
+    tr = _RecordingTracer(active=True)
+    s = agent._Session(wire.Attach(), tr)
+    agent._session = s
+    try:
+        s.closing = True
+        agent.mark_token(1)  # the decode thread's next boundary
+        assert [c for c, _ in tr.calls] == ["close", "flush", "detach"]
+        assert agent._session is None and s.done.is_set()
+    finally:
+        agent._session = None
+
+
+def test_stalled_loop_leaves_cupti_to_the_next_boundary_never_the_agent_thread():
+    import threading
+
+    tr = _RecordingTracer(active=True)
+    s = agent._Session(wire.Attach(), tr)
+    agent._session = s
+    try:
+        t = threading.Thread(target=s.finish, kwargs={"at_boundary": False}, name="agent-like")
+        t.start()
+        t.join()
+        assert tr.calls == []  # nothing touched CUPTI from the agent's thread
+        assert isinstance(agent._session, agent._Closer)
+        agent.mark_token(1)  # the loop comes back
+        assert [c for c, _ in tr.calls] == ["close", "flush", "detach"]
+        assert all(th == threading.current_thread().name for _, th in tr.calls)
+        assert agent._session is None
+    finally:
+        agent._session = None
+
+
+def test_no_window_opens_while_torch_profiler_records_in_the_target():
+    import torch
+
+    tr = _RecordingTracer(active=False)
+    tr.open = lambda: tr._note("open")
+    s = agent._Session(wire.Attach(), tr)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+        s.want_window = True
+        s.on_token(1)
+    assert tr.calls == [] and s.skipped_windows == 1
+    s.want_window = True
+    s.on_token(2)
+    assert [c for c, _ in tr.calls] == ["open"]
