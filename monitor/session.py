@@ -8,6 +8,7 @@ the CLI prints as JSON and the app draws.
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -94,11 +95,15 @@ class Session:
         f = self.feed
         ts = token_stats(f.token_times_ns(since)) or token_stats(f.token_times_ns())
         wins = self._span_metrics(since)
-        pm = f.pm_since(since) or list(f.pm)[-200:]
+        pm = f.pm_since(since)
+        if not len(pm["rx_ns"]):
+            pm = f.pm_last(200)
         pm_avg = {}
-        if pm:
-            pm_avg = {k: float(np.nanmean([getattr(r, k) for r in pm])) for k in
-                      ("gpu_busy_pct", "sm_active_pct", "warps_active_pct", "dram_pct")}
+        if len(pm["rx_ns"]):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN metric stays NaN
+                pm_avg = {k: float(np.nanmean(pm[k])) for k in
+                          ("gpu_busy_pct", "sm_active_pct", "warps_active_pct", "dram_pct")}
         model = f.hello.model if f.hello else None
         gpu = f.hello.gpu if f.hello else None
         bpt = float(model.bytes_per_token(f.depth())) if model else None
@@ -138,7 +143,7 @@ class Session:
 
     def busy_source(self) -> str:
         """Where the GPU busy figure comes from."""
-        return "PM counters (device-wide)" if self.feed.pm else "kernel time ÷ step (traced window)"
+        return "PM counters (device-wide)" if len(self.feed.pm) else "kernel time ÷ step (traced window)"
 
     def _diagnose(self, rx_ns: int):
         inp, ts, last, pm_avg, *_ = self._inputs(max(rx_ns - SPAN_NS, 0))
@@ -168,7 +173,7 @@ class Session:
             pid=f.hello.pid if f.hello else 0,
             device=gpu.name if gpu else (f"unavailable ({f.hello.gpu_unavailable})" if f.hello else "?"),
             sm_count=gpu.sm_count if gpu else 0, cc=gpu.cc if gpu else "",
-            tokens_total=len(f.marks_t), tokens=ts, window=last, windows_seen=len(self.metrics), pm=pm_avg,
+            tokens_total=f.tokens_seen, tokens=ts, window=last, windows_seen=len(self.metrics), pm=pm_avg,
             nvml=nv, model=f.hello.model if f.hello else None, depth=f.depth(), bytes_per_token=bpt,
             bandwidth_gbs=bw, bandwidth_source=bw_src, diagnosis=d, rolling=self.rolling, probe=dict(f.state),
             errors=tuple(f.errors), dropped_records=f.dropped_records, other_pids=others, rx_ns=rx, ended=f.bye,
@@ -181,14 +186,12 @@ class Session:
         lo = rx - points * step_ns
         bins: dict[str, list] = {k: [[] for _ in range(points)] for k in
                                  ("gpu_busy_pct", "sm_active_pct", "dram_pct", "sm_clock_mhz", "power_w")}
-        for r in reversed(f.pm):  # newest first: stop at the first row older than the span
-            if r.rx_ns < lo:
-                break
-            i = (r.rx_ns - lo) // step_ns
-            if i < points:
-                bins["gpu_busy_pct"][i].append(r.gpu_busy_pct)
-                bins["sm_active_pct"][i].append(r.sm_active_pct)
-                bins["dram_pct"][i].append(r.dram_pct)
+        pm = f.pm_since(lo)
+        idx = ((pm["rx_ns"] - lo) // step_ns).astype(np.int64)
+        ok = (idx >= 0) & (idx < points)
+        for k in ("gpu_busy_pct", "sm_active_pct", "dram_pct"):
+            for i, v in zip(idx[ok].tolist(), pm[k][ok].tolist()):
+                bins[k][i].append(v)
         for rx_n, s in reversed(f.nvml):
             if rx_n < lo:
                 break
@@ -197,8 +200,8 @@ class Session:
                 bins["sm_clock_mhz"][i].extend(s.sm_clock_mhz.array().tolist())
                 bins["power_w"][i].extend(s.power_w.array().tolist())
         out = {k: tuple(float(np.mean(v)) if v else float("nan") for v in b) for k, b in bins.items()}
-        t = np.fromiter(f.marks_t, np.int64, len(f.marks_t))
-        r = np.fromiter(f.marks_rx, np.int64, len(f.marks_rx))
+        v = f.marks.since(1, lo)
+        t, r = v[0], v[1]
         edges = np.searchsorted(r, lo + step_ns * np.arange(points + 1))  # marks arrive in rx order
         ms = []
         for i in range(points):

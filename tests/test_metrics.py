@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from decodemon.monitor.metrics import (SmLimits, blocks_per_sm, demangle_head, short_kernel_name, token_stats,
@@ -65,3 +66,41 @@ def test_token_stats():
     s = token_stats(t)
     assert s.tokens == 4 and s.ms_per_token == pytest.approx(10.0, abs=0.6)
     assert token_stats([1, 2]) is None
+
+
+def test_ring_keeps_the_newest_rows_in_order_with_fixed_memory():
+    from decodemon.monitor.feed import Ring
+
+    r = Ring(cap=100, ncols=2)
+    block = r._a
+    n = 0
+    for size in [1, 7, 50, 99, 100, 3, 250, 1, 64] * 20:  # wraps many times, some batches over capacity
+        rows = np.vstack([np.arange(n, n + size), -np.arange(n, n + size)])
+        r.extend(rows)
+        n += size
+        v = r.view()
+        kept = min(n, 100)
+        assert len(r) == kept and v.shape == (2, kept)
+        assert (v[0] == np.arange(n - kept, n)).all() and (v[1] == -v[0]).all()
+    assert r._a is block and r.seen == n  # never reallocated
+    assert (r.since(0, n - 10)[0] == np.arange(n - 10, n)).all()
+
+
+def test_snapshot_cost_does_not_grow_with_a_full_day_of_marks():
+    import time as _time
+
+    from decodemon.monitor.session import Session
+
+    s = Session("bench")
+    rx = 0
+    for i in range(1000):  # 250 tokens per frame, 250k marks: more than the ring holds
+        t = (np.arange(250, dtype=np.int64) + i * 250) * 4_000_000
+        rx += 1_000_000_000
+        s.add(rx, wire.TokenMarks(t_ns=wire.Column.of(t), depth=wire.Column.of(np.arange(250) % 4096)))
+    assert len(s.feed.marks) == s.feed.max_marks and s.snapshot().tokens_total == 250_000
+    t0 = _time.perf_counter()
+    for _ in range(20):
+        snap = s.snapshot()
+    per = (_time.perf_counter() - t0) / 20
+    assert abs(snap.tokens.ms_per_token - 4.0) < 1e-6
+    assert per < 0.02, f"{per * 1e3:.1f} ms per snapshot"
