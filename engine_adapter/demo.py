@@ -120,6 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "NCCL with NVLink multicast off on CUDA)")
     ap.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--print-tokens", action="store_true", help="print the decoded token ids")
+    ap.add_argument("--deterministic", action="store_true",
+                    help="bit-reproducible GPU runs (deterministic algorithms, math attention): on the H200 two "
+                         "default runs of the same seed parted after ~100 tokens")
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
     ap.add_argument("--times-file", help="at exit, write every token's end time (unix s) and ms to this .json")
     ap.add_argument("--profiler-dir", help="SIGUSR1 toggles torch.profiler; each stop writes its kernel counts here")
@@ -136,10 +139,17 @@ def main(argv=None) -> int:
         _fail("--max-len must be between 2 and 1048576")
     if a.tp < 1 or a.tp > 64:
         _fail("--tp must be between 1 and 64")
+    if a.deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before CUDA starts
     try:
         import torch
     except ImportError:
         _fail("torch is not installed: pip install 'decodemon[engine]'")
+    if a.deterministic:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.backends.cuda.enable_flash_sdp(False)
+        torch.backends.cuda.enable_mem_efficient_sdp(False)
+        torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
     from decodemon.engine_adapter.adapter import report_model
     from decodemon.engine_adapter.model import SHAPES, DecodeModel
     from decodemon.probes.agent import mark_token, start_from_env

@@ -34,14 +34,17 @@ def first_diff(a, b):
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
+EXTRA = sys.argv[2:]  # e.g. --deterministic
+
+
 def main():
     res = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-           "command": "bash scripts/h200.sh scripts/h200_determinism.py OUT"}
+           "command": "bash scripts/h200.sh scripts/h200_determinism.py OUT " + " ".join(EXTRA), "engine_args": EXTRA}
     q = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
                        capture_output=True, text=True).stdout.strip().split(", ")
     res["gpu"], res["driver"] = (q + ["?", "?"])[:2]
     for mode, n, attach_s in (("graph", 2000, 5), ("eager", 300, 4)):
-        args = ["--mode", mode, "--tokens", str(n), "--print-tokens", "--json"]
+        args = ["--mode", mode, "--tokens", str(n), "--print-tokens", "--json", *EXTRA]
         cmd = [sys.executable, "-m", "decodemon.engine_adapter.demo", *args]
         plain = [ids(subprocess.run(cmd, capture_output=True, text=True, timeout=300).stdout) for _ in range(2)]
         out = open(OUT / f"watched_{mode}.out", "w+")
