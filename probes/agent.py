@@ -34,6 +34,13 @@ _session: "_Session | None" = None
 _agent: "_Agent | None" = None
 _model = None
 _lock = threading.Lock()
+_pm_armed_before = False
+# Measured on an H200 (docs/h200.md, scripts/h200_clocks.py): the first PM sampling session in a process
+# left a graphed 0.6B loop at 4.08 instead of 4.67 ms/token for the rest of the process, attached or not,
+# with SM/memory clocks unchanged and ~16 W more power; CUPTI activity windows alone did not do this.
+PM_FIRST_SESSION_NOTE = ("first PM session in this process: on an H200 it left a graphed loop ~13% faster for the "
+                         "rest of the process (clocks unchanged, +16 W); compare unobserved speeds taken after it, "
+                         "or attach with --no-pm")
 
 
 def _ensure_dir(d: Path) -> None:
@@ -406,8 +413,12 @@ class _Agent:
         try:
             from decodemon.probes.pm_inproc import PmSampler
 
+            global _pm_armed_before
             pm = PmSampler(cuda_device_index(), settings.pm_interval_us)
             state["pm"] = f"armed (in process, {settings.pm_interval_us} us interval)"
+            if not _pm_armed_before:
+                _pm_armed_before = True
+                state["pm_note"] = PM_FIRST_SESSION_NOTE
             return pm
         except PermissionError:
             state["pm"] = ("unavailable (no permission for GPU performance counters: run as root or set the nvidia "

@@ -285,3 +285,20 @@ def test_no_window_opens_while_torch_profiler_records_in_the_target():
     s.want_window = True
     s.on_token(2)
     assert [c for c, _ in tr.calls] == ["open"]
+
+
+def test_first_pm_session_of_a_process_carries_its_lasting_effect_note(monkeypatch):
+    import decodemon.probes.pm_inproc as pm
+
+    class FakeSampler:
+        def __init__(self, *a):
+            pass
+
+    monkeypatch.setattr(pm, "PmSampler", FakeSampler)
+    monkeypatch.setattr(agent, "cuda_device_index", lambda: 0)
+    monkeypatch.setattr(agent, "_pm_armed_before", False)
+    first, second = {}, {}
+    assert agent._Agent._arm_pm(wire.Attach(), first) is not None
+    agent._Agent._arm_pm(wire.Attach(), second)
+    assert "left a graphed loop ~13% faster" in first["pm_note"] and "--no-pm" in first["pm_note"]
+    assert "pm_note" not in second and second["pm"].startswith("armed")

@@ -33,4 +33,6 @@ class TelemetryPanel(Redraw, Static):
             t.append(spark(vals, width, lo, hi) + "\n", style="cyan")
         if not s.pm:
             t.append(f"PM sampling: {s.probe.get('pm', 'not reported')}", style="dim")
+        elif s.probe.get("pm_note"):
+            t.append(f"note: {s.probe['pm_note']}", style="dim")
         self.put(t)

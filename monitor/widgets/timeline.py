@@ -53,6 +53,8 @@ class TimelinePanel(Redraw, Static):
         self.border_title = "timeline · latest traced token"
         w = s.window
         t = Text()
+        if s.probe.get("trace_paused"):
+            t.append(f"windows paused: {s.probe['trace_paused']}\n", style="yellow")
         if w is None or w.timeline is None:
             t.append("no traced window yet" if not s.probe.get("trace", "").startswith("unavailable")
                      else f"trace {s.probe.get('trace')}", style="dim")
