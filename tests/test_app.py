@@ -80,3 +80,24 @@ def test_a_newer_snapshot_replaces_a_queued_one():
 
     a, b, other = SnapshotReady(0, "old", ""), SnapshotReady(0, "new", ""), SnapshotReady(1, "x", "")
     assert a.can_replace(b) and not a.can_replace(other)
+
+
+def test_probe_notes_reach_the_screen():
+    asyncio.run(_probe_notes())
+
+
+async def _probe_notes():
+    from decodemon.monitor.widgets.telemetry import TelemetryPanel
+    from decodemon.probes import wire
+    from decodemon.probes.agent import PM_FIRST_SESSION_NOTE
+
+    app = make_app(["graph"])
+    async with app.run_test(size=(160, 50)):
+        p = app.players[0]
+        p.session.add(p.clock_ns, wire.Stats(state={"pm_note": PM_FIRST_SESSION_NOTE,
+                                                    "trace_paused": "torch.profiler is recording in the target"}))
+        app._apply_all()
+        tele = app.query(TelemetryPanel).first()._put_last.plain
+        line = app.query(TimelinePanel).first()._put_last.plain
+        assert "left a graphed loop ~13% faster" in tele
+        assert "windows paused: torch.profiler is recording" in line
