@@ -133,7 +133,6 @@ class _Session:
         self.marks_t: list[int] = []
         self.marks_d: list[int] = []
         self.marks_c: list[tuple] = []  # (index into marks_t, calls, ns, bytes) for tokens with collectives
-        self.tokens_seen = 0
         self.pending_detach = None
         self.skipped_windows = 0
         self.coll = [0, 0, 0]
@@ -157,7 +156,6 @@ class _Session:
             _detach_tracer(old, self.errors)
         self.marks_t.append(time.perf_counter_ns())
         self.marks_d.append(depth)
-        self.tokens_seen += 1
         c = self.coll
         if c[0]:
             self.marks_c.append((len(self.marks_t) - 1, c[0], c[1], c[2]))
@@ -461,6 +459,7 @@ class _Agent:
         next_marks = time.monotonic() + 0.25
         next_window = time.monotonic() + min(st.window_period_s, 0.5)
         last_window, tokens_at_window = time.monotonic(), -10**9  # the first window does not wait for tokens
+        shipped = 0  # token marks sent so far: with the ones still queued, the token count (no per-token counter)
         next_stats = time.monotonic() + 1.0
         next_pm = time.monotonic() + 0.5
         window_id = 0
@@ -494,10 +493,11 @@ class _Agent:
                 next_pm = now  # a finalize may have taken PM down: pump (and re-arm) right away
             if session.tracer is not None and not session.tracer.active \
                     and not session.window_ready.is_set() and not session.want_window \
-                    and window_due(st, now, next_window, now - last_window, session.tokens_seen - tokens_at_window):
+                    and window_due(st, now, next_window, now - last_window,
+                                   shipped + len(session.marks_t) - tokens_at_window):
                 session.want_window = True
                 next_window = now + st.window_period_s
-                last_window, tokens_at_window = now, session.tokens_seen
+                last_window, tokens_at_window = now, shipped + len(session.marks_t)
             if now >= next_pm:
                 pm_frame = self._pump_pm(session, state)
                 if pm_frame is not None:
@@ -506,6 +506,7 @@ class _Agent:
             if now >= next_marks:
                 t, d, c = session.marks_t, session.marks_d, session.marks_c
                 session.marks_t, session.marks_d, session.marks_c = [], [], []
+                shipped += len(t)
                 if t:
                     extra = {}
                     if c:
