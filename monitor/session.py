@@ -60,6 +60,16 @@ def _median(xs):
     return float(np.median(xs)) if xs else None
 
 
+def _bin_means(bins: np.ndarray, vals: np.ndarray, points: int) -> tuple:
+    """Mean of `vals` per bin index 0..points-1 (NaN where a bin is empty or holds a NaN)."""
+    ok = (bins >= 0) & (bins < points)
+    b = bins[ok].astype(np.int64)
+    n = np.bincount(b, minlength=points)[:points]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        m = np.bincount(b, weights=vals[ok], minlength=points)[:points] / n
+    return tuple(float(x) if c else float("nan") for x, c in zip(m, n))
+
+
 class Session:
     """Feed + per-window metrics + rolling verdict for one source."""
 
@@ -184,22 +194,18 @@ class Session:
         """Recent history in `step_ns` bins: GPU busy, SM active, DRAM %, ms/token, clocks, power, launches."""
         f = self.feed
         lo = rx - points * step_ns
-        bins: dict[str, list] = {k: [[] for _ in range(points)] for k in
-                                 ("gpu_busy_pct", "sm_active_pct", "dram_pct", "sm_clock_mhz", "power_w")}
         pm = f.pm_since(lo)
-        idx = ((pm["rx_ns"] - lo) // step_ns).astype(np.int64)
-        ok = (idx >= 0) & (idx < points)
-        for k in ("gpu_busy_pct", "sm_active_pct", "dram_pct"):
-            for i, v in zip(idx[ok].tolist(), pm[k][ok].tolist()):
-                bins[k][i].append(v)
+        pm_bin = (pm["rx_ns"] - lo) // step_ns
+        out = {k: _bin_means(pm_bin, pm[k], points) for k in ("gpu_busy_pct", "sm_active_pct", "dram_pct")}
+        recent = []  # NVML batches of the span, newest first: stop at the first older one
         for rx_n, s in reversed(f.nvml):
             if rx_n < lo:
                 break
-            i = (rx_n - lo) // step_ns
-            if i < points and len(s.sm_clock_mhz.data):
-                bins["sm_clock_mhz"][i].extend(s.sm_clock_mhz.array().tolist())
-                bins["power_w"][i].extend(s.power_w.array().tolist())
-        out = {k: tuple(float(np.mean(v)) if v else float("nan") for v in b) for k, b in bins.items()}
+            recent.append(((rx_n - lo) // step_ns, s))
+        for k in ("sm_clock_mhz", "power_w"):
+            cols = [(b, getattr(s, k).array()) for b, s in recent]
+            out[k] = _bin_means(np.concatenate([np.full(len(c), b) for b, c in cols] or [np.zeros(0, np.int64)]),
+                                np.concatenate([c for _, c in cols] or [np.zeros(0)]).astype(np.float64), points)
         v = f.marks.since(1, lo)
         t, r = v[0], v[1]
         edges = np.searchsorted(r, lo + step_ns * np.arange(points + 1))  # marks arrive in rx order
