@@ -238,6 +238,32 @@ class _Closer:
             _detach_tracer(tr)
 
 
+class _EventLog:
+    """What the agent thread did and when (unix ns), for attributing slow tokens to it: a diagnostic, on only
+    when DECODEMON_AGENT_EVENTS names a file prefix; each attach writes PREFIX.<unix s>.json when it ends."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix, self.rows = prefix, []
+
+    @classmethod
+    def from_env(cls) -> "_EventLog | None":
+        p = os.environ.get("DECODEMON_AGENT_EVENTS")
+        return cls(p) if p else None
+
+    def add(self, what: str, *vals: int) -> None:
+        if len(self.rows) < 200_000:
+            self.rows.append((time.time_ns(), what, *vals))
+
+    def write(self) -> None:
+        import json
+
+        try:
+            with open(f"{self.prefix}.{int(time.time())}.json", "w") as fh:
+                json.dump(self.rows, fh)
+        except OSError:
+            pass
+
+
 class _Agent:
     def __init__(self) -> None:
         clean_stale_sockets()
@@ -430,7 +456,7 @@ class _Agent:
         if session.pm is None:
             return None
         try:
-            got = session.pm.samples(max_samples=1024)
+            got = session.pm.samples(max_samples=1024, yield_gil=os.environ.get("DECODEMON_PM_YIELD", "1") != "0")
             state["pm_stride"] = str(session.pm.stride)
             if got is not None:
                 starts, ends, rows = got
@@ -448,6 +474,14 @@ class _Agent:
         return None
 
     def _loop(self, conn, reader, session: _Session, sidecar, state) -> str:
+        ev = _EventLog.from_env()
+        try:
+            return self._loop_inner(conn, reader, session, sidecar, state, ev)
+        finally:
+            if ev is not None:
+                ev.write()
+
+    def _loop_inner(self, conn, reader, session: _Session, sidecar, state, ev) -> str:
         st = session.settings
         sel = selectors.DefaultSelector()
         conn.setblocking(False)
@@ -485,9 +519,12 @@ class _Agent:
             if session.tracer is not None and session.window_ready.is_set():
                 session.window_ready.clear()
                 try:
+                    t_col = time.time_ns()
                     win = session.tracer.collect(window_id, session.guard)
                     window_id += 1
                     out += wire.pack(win)
+                    if ev is not None:
+                        ev.add("collect", time.time_ns() - t_col, len(win.token_bounds_ns.array()))
                 except Exception as exc:
                     session.errors.append(f"trace collect: {type(exc).__name__}: {exc}")
                 next_pm = now  # a finalize may have taken PM down: pump (and re-arm) right away
@@ -496,10 +533,15 @@ class _Agent:
                     and window_due(st, now, next_window, now - last_window,
                                    shipped + len(session.marks_t) - tokens_at_window):
                 session.want_window = True
+                if ev is not None:
+                    ev.add("want_window")
                 next_window = now + st.window_period_s
                 last_window, tokens_at_window = now, shipped + len(session.marks_t)
             if now >= next_pm:
+                t_pump = time.time_ns()
                 pm_frame = self._pump_pm(session, state)
+                if ev is not None and session.pm is not None:
+                    ev.add("pump", time.time_ns() - t_pump, int(session.pm.decode_s * 1e9), session.pm.stride)
                 if pm_frame is not None:
                     out += wire.pack(pm_frame)
                 next_pm = now + 0.5
@@ -533,6 +575,8 @@ class _Agent:
                                             errors=session.errors[-5:]))
                 next_stats = now + 1.0
             if out:
+                if ev is not None:
+                    ev.add("send", len(out))
                 conn.setblocking(True)
                 conn.settimeout(2.0)
                 try:

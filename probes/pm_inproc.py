@@ -38,8 +38,9 @@ class PmSampler:
         self._host.initialize()  # one evaluator for the whole session, not one per decode
         self.stride = 4
         self.eval_s = 0.0
+        self.decode_s = 0.0
 
-    def samples(self, max_samples: int = 1024, budget_s: float = 0.0015):
+    def samples(self, max_samples: int = 1024, budget_s: float = 0.0015, yield_gil: bool = True):
         """Decode and evaluate completed samples, within a time budget: (start ns, end ns, rows) or None.
 
         Evaluating a sample holds the GIL, which the decode thread needs: on the H200 an eager loop ran at
@@ -47,10 +48,15 @@ class PmSampler:
         fresh profiler host per call, every sample). Here one host is kept, and only every `stride`-th
         sample is evaluated; the stride doubles whenever a pump overruns its budget and halves when it
         uses under a quarter of it. The averages the diagnosis reads need only a few samples per second.
+        With `yield_gil`, the GIL is given up after every evaluated sample (`time.sleep(0)`), so a decode
+        thread that wants it back waits one evaluation, not the whole pump (CPython otherwise lets a busy
+        thread keep the GIL for up to its 5 ms switch interval).
         """
         import time
 
+        t_dec = time.perf_counter()
         raw = self._decode_image(max_samples)
+        self.decode_s = time.perf_counter() - t_dec
         if raw is None:
             return None
         image, n = raw
@@ -69,6 +75,8 @@ class PmSampler:
                                                           index=i).tolist())
             starts.append(info.start_timestamp)
             ends.append(info.end_timestamp)
+            if yield_gil:
+                time.sleep(0)
         spent = time.perf_counter() - t0
         self.eval_s += spent
         if spent > budget_s and self.stride < 256:

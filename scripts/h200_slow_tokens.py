@@ -1,0 +1,150 @@
+"""Which part of an attach makes the slow tokens: PM pumps, traced windows, or the attach itself?
+
+    bash scripts/h200.sh scripts/h200_slow_tokens.py OUTDIR [--attach-s 8]
+
+One demo engine per case decodes until stopped, logging every token's end time; the agent logs what its thread
+does (DECODEMON_AGENT_EVENTS: PM pumps with their durations, window requests, collects). Phases on that engine:
+U, D (defaults), U, T (trace only: --no-pm), U, P (PM only: --no-trace), U. A token is slow when it exceeds
+1.1x the p99 of the case's unobserved tokens; each slow token of an attached phase is put down to the agent
+event that overlaps it or ends just before it (pump, window open = the token after a request, collect), or to
+nothing. Cases: graph and eager with the GIL given up between PM evaluations (the default), graph without
+(DECODEMON_PM_YIELD=0). Writes OUTDIR/slow_tokens.json.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+PY = sys.executable
+DM = [PY, "-m", "decodemon.monitor.cli"]
+DEMO = [PY, "-m", "decodemon.engine_adapter.demo"]
+
+
+def run_case(name, mode, env_extra, work: Path, attach_s: float, cpu: bool) -> dict:
+    times_file = work / f"times_{name}.json"
+    pid_file = work / f"{name}.pid"
+    err_path = work / f"{name}.err"
+    env = dict(os.environ, DECODEMON_AGENT_EVENTS=str(work / f"events_{name}"), **env_extra)
+    dev = ["--tiny", "--device", "cpu"] if cpu else []
+    eng = subprocess.Popen(DM + ["run", "--pid-file", str(pid_file), "--"] + DEMO + dev +
+                           ["--mode", "eager" if cpu else mode, "--tokens", "0", "--times-file", str(times_file)],
+                           stdout=subprocess.DEVNULL, stderr=open(err_path, "w"), env=env)
+    t0 = time.time()
+    while "decoding" not in err_path.read_text():
+        if eng.poll() is not None or time.time() - t0 > 180:
+            raise RuntimeError(err_path.read_text()[-2000:])
+        time.sleep(0.2)
+    pid = int(pid_file.read_text())
+    time.sleep(2)
+    phases = []
+    for label, extra in (("U", None), ("D", []), ("U", None), ("T", ["--no-pm"]), ("U", None),
+                         ("P", ["--no-trace"]), ("U", None)):
+        a = time.time()
+        if extra is None:
+            time.sleep(attach_s / 2)
+        else:
+            r = subprocess.run(DM + ["attach", str(pid), "--json", "--seconds", str(attach_s)] + extra,
+                               capture_output=True, text=True)
+            if r.returncode != 0:
+                phases.append((label, a, time.time(), r.stderr.strip()[-300:]))
+                continue
+        phases.append((label, a, time.time(), ""))
+    eng.send_signal(signal.SIGTERM)
+    eng.wait(timeout=60)
+    tt = json.loads(times_file.read_text())
+    end = np.array(tt["end_unix_s"])
+    ms = np.array(tt["ms"])
+    events = []
+    for f in sorted(glob.glob(str(work / f"events_{name}.*.json"))):
+        events += json.loads(Path(f).read_text())
+    ev_t = np.array([e[0] / 1e9 for e in events]) if events else np.zeros(0)
+    u = np.concatenate([ms[(end > a + 0.3) & (end < b)] for lab, a, b, _ in phases if lab == "U"])
+    thr = 1.1 * float(np.percentile(u, 99))
+    res = {"mode": mode, "env": env_extra, "unobserved_tokens": int(len(u)),
+           "unobserved_median_ms": float(np.median(u)), "unobserved_p99_ms": float(np.percentile(u, 99)),
+           "slow_threshold_ms": thr, "phases": []}
+    for lab, a, b, err in phases:
+        if lab == "U":
+            continue
+        m = (end >= a) & (end <= b)
+        causes = {"window": 0, "pump": 0, "collect": 0, "send": 0, "none": 0}
+        # a window opens at the first boundary after its request: that token carries CUPTI's start-up, the
+        # next ones are traced, the guard, and the close (flush + finalize): five tokens from the request on
+        req = [e[0] / 1e9 for e in events if e[1] == "want_window"]
+        win_tok = set()
+        for r in req:
+            i0 = int(np.searchsorted(end, r))
+            win_tok.update(range(i0, i0 + 5))
+        idx = np.flatnonzero(m)
+        slow_ms = []
+        for i in idx[ms[idx] > thr]:
+            t_end, d = end[i], ms[i]
+            t_start = t_end - d / 1e3
+            near = [events[j] for j in np.flatnonzero((ev_t >= t_start - 0.001) & (ev_t <= t_end))] if len(ev_t) else []
+            kinds = {e[1] for e in near}
+            if int(i) in win_tok:
+                causes["window"] += 1
+            elif "pump" in kinds:
+                causes["pump"] += 1
+            elif "collect" in kinds:
+                causes["collect"] += 1
+            elif "send" in kinds:
+                causes["send"] += 1
+            else:
+                causes["none"] += 1
+            slow_ms.append(round(float(d), 3))
+        slow = ms[m] > thr
+        pm_ = ms[m]
+        pumps = [e for e in events if e[1] == "pump" and a <= e[0] / 1e9 <= b]
+        res["phases"].append({
+            "phase": lab, "error": err, "tokens": int(m.sum()),
+            "median_ms": float(np.median(pm_)) if len(pm_) else None,
+            "p99_ms": float(np.percentile(pm_, 99)) if len(pm_) else None,
+            "p99_ratio": float(np.percentile(pm_, 99)) / res["unobserved_p99_ms"] if len(pm_) else None,
+            "slow_tokens": int(slow.sum()), "slow_causes": causes, "slow_ms": sorted(slow_ms)[-40:],
+            "pumps": len(pumps),
+            "pump_ms_median": float(np.median([p[2] for p in pumps]) / 1e6) if pumps else None,
+            "pump_ms_max": float(max(p[2] for p in pumps) / 1e6) if pumps else None,
+            "pump_decode_ms_median": float(np.median([p[3] for p in pumps]) / 1e6) if pumps else None,
+            "windows_requested": sum(1 for e in events if e[1] == "want_window" and a <= e[0] / 1e9 <= b),
+            "collect_ms": [round(e[2] / 1e6, 2) for e in events if e[1] == "collect" and a <= e[0] / 1e9 <= b],
+        })
+    return res
+
+
+def main() -> None:
+    out = Path(sys.argv[1] if len(sys.argv) > 1 else "out")
+    out.mkdir(parents=True, exist_ok=True)
+    attach_s = float(sys.argv[sys.argv.index("--attach-s") + 1]) if "--attach-s" in sys.argv else 8.0
+    cpu = os.environ.get("BENCH_CPU") == "1"
+    q = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                       capture_output=True, text=True).stdout.strip().split(", ") if not cpu else ["cpu", "-"]
+    res = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "gpu": q[0], "driver": q[-1],
+           "command": f"bash scripts/h200.sh scripts/h200_slow_tokens.py OUT --attach-s {attach_s:g}", "cases": {}}
+    work = out / "work"
+    work.mkdir(exist_ok=True)
+    cases = [("graph_yield", "graph", {}), ("graph_noyield", "graph", {"DECODEMON_PM_YIELD": "0"}),
+             ("eager_yield", "eager", {})]
+    for name, mode, env in cases:
+        try:
+            res["cases"][name] = run_case(name, mode, env, work, attach_s, cpu)
+        except Exception as exc:
+            res["cases"][name] = {"error": f"{type(exc).__name__}: {exc}"[-1500:]}
+        (out / "slow_tokens.json").write_text(json.dumps(res, indent=1))
+        c = res["cases"][name]
+        print(name, json.dumps([{k: p.get(k) for k in ("phase", "median_ms", "p99_ratio", "slow_tokens",
+                                                        "slow_causes", "pump_ms_median")}
+                                for p in c.get("phases", [])]) if "phases" in c else c, flush=True)
+
+
+if __name__ == "__main__":
+    main()
