@@ -238,6 +238,35 @@ class _Closer:
             _detach_tracer(tr)
 
 
+class _GilPolite:
+    """Hand the GIL back quickly while the agent thread does a burst of Python work (imports, set-up, re-arm).
+
+    Measured on the H200 (scripts/h200_slow_tokens.py, docs/h200/slow_tokens_2026-11-29.json): the first attach
+    of a process made 33-40 graphed tokens 7-35 ms long (against 4.0), none of them near a window or a PM pump:
+    the agent thread importing cupti and arming CUPTI is Python work, and CPython lets a thread that runs Python
+    keep the GIL for its whole switch interval (5 ms) while the decode thread waits to return from `.item()`.
+    For the length of such a burst the interval is cut to 0.2 ms, then put back as it was.
+    """
+
+    depth = 0
+    saved = 0.005
+
+    def __enter__(self):
+        with _lock:
+            if _GilPolite.depth == 0:
+                _GilPolite.saved = sys.getswitchinterval()
+                sys.setswitchinterval(min(_GilPolite.saved, 0.0002))
+            _GilPolite.depth += 1
+        return self
+
+    def __exit__(self, *exc):
+        with _lock:
+            _GilPolite.depth -= 1
+            if _GilPolite.depth == 0:
+                sys.setswitchinterval(_GilPolite.saved)
+        return False
+
+
 class _EventLog:
     """What the agent thread did and when (unix ns), for attributing slow tokens to it: a diagnostic, on only
     when DECODEMON_AGENT_EVENTS names a file prefix; each attach writes PREFIX.<unix s>.json when it ends."""
@@ -344,10 +373,7 @@ class _Agent:
         )
 
     def _serve(self, conn: socket.socket) -> None:
-        global _session
-        sidecar = None
-        session = None
-        pm = None
+        res: dict = {"session": None, "sidecar": None}
         reason = "detached"
         try:
             conn.settimeout(5.0)
@@ -361,76 +387,85 @@ class _Agent:
             first = wire.decode_control(msgs[0])
             if not isinstance(first, wire.Attach):
                 return
-            settings = first
-            hello = self._hello({k: float(getattr(settings, k)) for k in
-                                 ("window_period_s", "window_tokens", "pm_interval_us", "nvml_hz")})
-            conn.sendall(wire.pack(hello))
-            state: dict[str, str] = {"token_clock": "armed"}
-            tracer = None
-            if hello.gpu is None:
-                state["gpu"] = f"unavailable ({hello.gpu_unavailable})"
-                state["trace"] = state["pm"] = state["nvml"] = "unavailable (no GPU)"
-            else:
-                state["gpu"] = "ok"
-                if settings.trace:
-                    try:
-                        from decodemon.probes.tracer import WindowTracer
-
-                        tracer = WindowTracer()
-                        state["trace"] = (f"armed ({settings.window_tokens} tokens every "
-                                          f"{settings.window_period_s:g} s)")
-                    except Exception as exc:
-                        state["trace"] = f"unavailable ({type(exc).__name__}: {exc})"
-                else:
-                    state["trace"] = "off"
-                cmd = [sys.executable, "-m", "decodemon.probes.sidecar", "--device", str(cuda_device_index()),
-                       "--pm-interval-us", str(settings.pm_interval_us), "--nvml-hz", str(settings.nvml_hz)]
-                pm_mode = os.environ.get("DECODEMON_PM", "inproc")
-                if not settings.pm:
-                    state["pm"] = "off"
-                elif pm_mode == "inproc":
-                    pm = self._arm_pm(settings, state)
-                elif pm_mode != "sidecar":
-                    state["pm"] = f"off (DECODEMON_PM={pm_mode})"
-                if not settings.pm or pm_mode != "sidecar":
-                    cmd.append("--no-pm")
-                env = {k: v for k, v in os.environ.items() if k != "DECODEMON_AGENT"}
-                try:
-                    sidecar = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                               stderr=subprocess.DEVNULL, close_fds=True, env=env)
-                except OSError as exc:
-                    state["pm"] = state["nvml"] = f"unavailable (sidecar: {exc})"
-            session = _Session(settings, tracer)
-            session.pm = pm
-            with _lock:
-                prev, _session = _session, session
-            if isinstance(prev, _Closer) and prev.tracer is not None:
-                session.pending_detach, prev.tracer = prev.tracer, None
+            with _GilPolite():
+                state = self._set_up(conn, first, res)
             conn.sendall(wire.pack(wire.Stats(state=state)))
-            reason = self._loop(conn, reader, session, sidecar, state)
+            reason = self._loop(conn, reader, res["session"], res["sidecar"], state)
         except (OSError, wire.WireError) as exc:
             reason = f"connection lost ({type(exc).__name__})"
         finally:
-            if session is not None:
-                # The decode thread disarms at its next boundary (a safe point for CUPTI);
-                # if the loop is stalled or gone, the agent does it after 1 s.
-                session.closing = True
-                if not session.done.wait(1.0):
-                    session.finish(at_boundary=False)
-            if session is not None and session.pm is not None:
-                session.pm.close()
-            if sidecar is not None:
+            self._tear_down(conn, res["session"], res["sidecar"], reason)
+
+    def _set_up(self, conn: socket.socket, settings: wire.Attach, res: dict) -> dict:
+        """Hello, tracer, PM and sidecar for one attach, then arm the session; the probe state to show first."""
+        global _session
+        hello = self._hello({k: float(getattr(settings, k)) for k in
+                             ("window_period_s", "window_tokens", "pm_interval_us", "nvml_hz")})
+        conn.sendall(wire.pack(hello))
+        state: dict[str, str] = {"token_clock": "armed"}
+        tracer = pm = None
+        if hello.gpu is None:
+            state["gpu"] = f"unavailable ({hello.gpu_unavailable})"
+            state["trace"] = state["pm"] = state["nvml"] = "unavailable (no GPU)"
+        else:
+            state["gpu"] = "ok"
+            if settings.trace:
                 try:
-                    sidecar.stdin.close()
-                    sidecar.wait(timeout=3)
-                except Exception:
-                    sidecar.kill()
+                    from decodemon.probes.tracer import WindowTracer
+
+                    tracer = WindowTracer()
+                    state["trace"] = (f"armed ({settings.window_tokens} tokens every "
+                                      f"{settings.window_period_s:g} s)")
+                except Exception as exc:
+                    state["trace"] = f"unavailable ({type(exc).__name__}: {exc})"
+            else:
+                state["trace"] = "off"
+            cmd = [sys.executable, "-m", "decodemon.probes.sidecar", "--device", str(cuda_device_index()),
+                   "--pm-interval-us", str(settings.pm_interval_us), "--nvml-hz", str(settings.nvml_hz)]
+            pm_mode = os.environ.get("DECODEMON_PM", "inproc")
+            if not settings.pm:
+                state["pm"] = "off"
+            elif pm_mode == "inproc":
+                pm = self._arm_pm(settings, state)
+            elif pm_mode != "sidecar":
+                state["pm"] = f"off (DECODEMON_PM={pm_mode})"
+            if not settings.pm or pm_mode != "sidecar":
+                cmd.append("--no-pm")
+            env = {k: v for k, v in os.environ.items() if k != "DECODEMON_AGENT"}
             try:
-                conn.sendall(wire.pack(wire.Bye(reason=reason)))
-            except OSError:
-                pass
-            conn.close()
-            self.busy_with = None
+                res["sidecar"] = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                                  stderr=subprocess.DEVNULL, close_fds=True, env=env)
+            except OSError as exc:
+                state["pm"] = state["nvml"] = f"unavailable (sidecar: {exc})"
+        session = res["session"] = _Session(settings, tracer)
+        session.pm = pm
+        with _lock:
+            prev, _session = _session, session
+        if isinstance(prev, _Closer) and prev.tracer is not None:
+            session.pending_detach, prev.tracer = prev.tracer, None
+        return state
+
+    def _tear_down(self, conn: socket.socket, session, sidecar, reason: str) -> None:
+        if session is not None:
+            # The decode thread disarms at its next boundary (a safe point for CUPTI);
+            # if the loop is stalled or gone, the agent does it after 1 s.
+            session.closing = True
+            if not session.done.wait(1.0):
+                session.finish(at_boundary=False)
+        if session is not None and session.pm is not None:
+            session.pm.close()
+        if sidecar is not None:
+            try:
+                sidecar.stdin.close()
+                sidecar.wait(timeout=3)
+            except Exception:
+                sidecar.kill()
+        try:
+            conn.sendall(wire.pack(wire.Bye(reason=reason)))
+        except OSError:
+            pass
+        conn.close()
+        self.busy_with = None
 
     @staticmethod
     def _arm_pm(settings, state):
@@ -466,7 +501,8 @@ class _Agent:
             session.pm.close()
             session.pm = None
             try:
-                session.pm = self._arm_pm(session.settings, state)
+                with _GilPolite():
+                    session.pm = self._arm_pm(session.settings, state)
                 session.pm_restarts += 1
                 state["pm"] = state["pm"] + f"; re-armed {session.pm_restarts}x after {type(exc).__name__}"
             except Exception:
@@ -520,7 +556,8 @@ class _Agent:
                 session.window_ready.clear()
                 try:
                     t_col = time.time_ns()
-                    win = session.tracer.collect(window_id, session.guard)
+                    with _GilPolite():
+                        win = session.tracer.collect(window_id, session.guard)
                     window_id += 1
                     out += wire.pack(win)
                     if ev is not None:

@@ -16,6 +16,17 @@ import numpy as np
 from decodemon.probes.wire import Column, KernelWindow
 
 _BUFFER_BYTES = 8 * 1024 * 1024
+_CHUNK = 256
+
+
+def _rows(records: list, ncols: int) -> np.ndarray:
+    """Records (tuples) to an int64 array in chunks, so a thread waiting for the GIL gets it between chunks:
+    one np.array() over two tokens' ~3,700 kernel records is a single 3-10 ms call that cannot be interrupted."""
+    out = np.empty((len(records), ncols), dtype=np.int64)
+    for i in range(0, len(records), _CHUNK):
+        part = records[i:i + _CHUNK]
+        out[i:i + len(part)] = part
+    return out
 
 
 class WindowTracer:
@@ -155,12 +166,12 @@ class WindowTracer:
     # -- agent thread -----------------------------------------------------------
     def collect(self, window_id: int, guard_tokens: int = 1) -> KernelWindow:
         """Pack the flushed records of the window as columns (agent thread)."""
-        kern = np.array(self._kernels, dtype=np.int64).reshape(-1, 16)
+        kern = _rows(self._kernels, 16)
         # graph kernels seen: later windows keep a guard token; none: they can do without
         self.needs_guard = bool(len(kern) and (kern[:, 13] != 0).any())
-        apis = np.array(self._apis, dtype=np.int64).reshape(-1, 5)
-        cps = np.array(self._memcpys, dtype=np.int64).reshape(-1, 4)
-        syn = np.array(self._syncs, dtype=np.int64).reshape(-1, 3)
+        apis = _rows(self._apis, 5)
+        cps = _rows(self._memcpys, 4)
+        syn = _rows(self._syncs, 3)
         kcols = ["name", "start", "end", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
                  "regs", "smem_static", "smem_dynamic", "stream", "graph_id", "graph_node_id", "correlation"]
         used = {}

@@ -41,11 +41,31 @@ def save():
     (OUT / "busy_metrics.json").write_text(json.dumps(RES, indent=1))
 
 
+CPU = os.environ.get("BENCH_CPU") == "1"  # a dry run of the script's plumbing: tiny model, no CUPTI
+
+
 def build(mode):
-    model = DecodeModel(SHAPES["qwen3-0.6b"], "cuda", torch.bfloat16, 512, seed=0)
+    """The model and a step function that starts again from position 0 before the 512-position cache ends."""
+    model = DecodeModel(SHAPES["tiny" if CPU else "qwen3-0.6b"], "cpu" if CPU else "cuda",
+                        torch.float32 if CPU else torch.bfloat16, 512, seed=0)
     model.reset()
+    reset = model.reset
+    model.count = 0
+
+    def counted_reset(*a):
+        model.count = 0
+        reset(*a)
+    model.reset = counted_reset
+
+    def wrap(step):
+        def run():
+            if model.count >= 500:
+                model.reset()
+            model.count += 1
+            return step()
+        return run
     if mode == "eager":
-        return model, model.step
+        return model, wrap(model.step)
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -59,10 +79,10 @@ def build(mode):
         out = model.step()
     model.reset()
 
-    def run():
+    def replay():
         g.replay()
         return out
-    return model, run
+    return model, wrap(replay)
 
 
 def tokens(run, n, hook=None):
@@ -122,6 +142,7 @@ def candidates():
     from cupti import pm_sampling, profiler_host
     from cupti.cupti import MetricType, ProfilerType
 
+    torch.zeros(1, device="cuda")  # a CUDA context first: without one the collector refuses device 0
     coll = pm_sampling.Collector(0)
     coll.enable()
     try:

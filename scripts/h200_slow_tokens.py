@@ -4,11 +4,11 @@
 
 One demo engine per case decodes until stopped, logging every token's end time; the agent logs what its thread
 does (DECODEMON_AGENT_EVENTS: PM pumps with their durations, window requests, collects). Phases on that engine:
-U, D (defaults), U, T (trace only: --no-pm), U, P (PM only: --no-trace), U. A token is slow when it exceeds
+U, D (defaults: the process's first attach), U, T (trace only: --no-pm), U, P (PM only: --no-trace), U,
+D2 (defaults again), U. A token is slow when it exceeds
 1.1x the p99 of the case's unobserved tokens; each slow token of an attached phase is put down to the agent
 event that overlaps it or ends just before it (pump, window open = the token after a request, collect), or to
-nothing. Cases: graph and eager with the GIL given up between PM evaluations (the default), graph without
-(DECODEMON_PM_YIELD=0). Writes OUTDIR/slow_tokens.json.
+nothing. Cases: graph and eager. Writes OUTDIR/slow_tokens.json.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def run_case(name, mode, env_extra, work: Path, attach_s: float, cpu: bool) -> d
     time.sleep(2)
     phases = []
     for label, extra in (("U", None), ("D", []), ("U", None), ("T", ["--no-pm"]), ("U", None),
-                         ("P", ["--no-trace"]), ("U", None)):
+                         ("P", ["--no-trace"]), ("U", None), ("D2", []), ("U", None)):
         a = time.time()
         if extra is None:
             time.sleep(attach_s / 2)
@@ -132,8 +132,7 @@ def main() -> None:
            "command": f"bash scripts/h200.sh scripts/h200_slow_tokens.py OUT --attach-s {attach_s:g}", "cases": {}}
     work = out / "work"
     work.mkdir(exist_ok=True)
-    cases = [("graph_yield", "graph", {}), ("graph_noyield", "graph", {"DECODEMON_PM_YIELD": "0"}),
-             ("eager_yield", "eager", {})]
+    cases = [("graph", "graph", {}), ("eager", "eager", {})]
     for name, mode, env in cases:
         try:
             res["cases"][name] = run_case(name, mode, env, work, attach_s, cpu)

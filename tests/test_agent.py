@@ -302,3 +302,42 @@ def test_first_pm_session_of_a_process_carries_its_lasting_effect_note(monkeypat
     agent._Agent._arm_pm(wire.Attach(), second)
     assert "left a graphed loop ~13% faster" in first["pm_note"] and "--no-pm" in first["pm_note"]
     assert "pm_note" not in second and second["pm"].startswith("armed")
+
+
+def test_agent_bursts_hand_the_gil_back_quickly_and_restore_the_interval():
+    before = sys.getswitchinterval()
+    with agent._GilPolite():
+        assert sys.getswitchinterval() <= 0.0002
+        with agent._GilPolite():  # nested (a re-arm inside set-up): still short, restored only at the outer exit
+            pass
+        assert sys.getswitchinterval() <= 0.0002
+    assert sys.getswitchinterval() == before
+    try:
+        with agent._GilPolite():
+            raise ValueError("set-up failed")
+    except ValueError:
+        pass
+    assert sys.getswitchinterval() == before
+
+
+def test_collect_packs_records_in_chunks_without_changing_them():
+    import numpy as np
+
+    from decodemon.probes.tracer import _rows
+
+    recs = [(i, 10 * i, 10 * i + 7, 1, 1, 1) for i in range(1000)]  # more than three chunks
+    assert (_rows(recs, 6) == np.array(recs)).all()
+    assert _rows([], 16).shape == (0, 16)
+
+
+def test_agent_event_log_names_what_the_agent_thread_did(tmp_path, monkeypatch):
+    monkeypatch.setenv("DECODEMON_AGENT_EVENTS", str(tmp_path / "ev"))
+    log = agent._EventLog.from_env()
+    log.add("pump", 1_500_000, 1_200_000, 8)
+    log.add("want_window")
+    log.write()
+    (f,) = tmp_path.glob("ev.*.json")
+    rows = json.loads(f.read_text())
+    assert [r[1] for r in rows] == ["pump", "want_window"] and rows[0][2:] == [1_500_000, 1_200_000, 8]
+    monkeypatch.delenv("DECODEMON_AGENT_EVENTS")
+    assert agent._EventLog.from_env() is None
