@@ -35,6 +35,7 @@ _agent: "_Agent | None" = None
 _model = None
 _lock = threading.Lock()
 _pm_armed_before = False
+_windows_in_process = 0  # traced windows closed (CUPTI finalized) in this process, over every attach
 # Measured on an H200 (docs/h200.md, scripts/h200_clocks.py): the first PM sampling session in a process
 # left a graphed 0.6B loop at 4.08 instead of 4.67 ms/token for the rest of the process, attached or not,
 # with SM/memory clocks unchanged and ~16 W more power; CUPTI activity windows alone did not do this.
@@ -112,16 +113,26 @@ def _foreign_profiler_active() -> bool:
         return False
 
 
-def window_due(st: wire.Attach, now: float, next_window: float, since_s: float, tokens_since: int) -> bool:
+def _count_window() -> None:
+    global _windows_in_process
+    _windows_in_process += 1
+
+
+def window_due(st: wire.Attach, now: float, next_window: float, since_s: float, tokens_since: int,
+               windows_so_far: int = 0) -> bool:
     """Is it time to ask for the next traced window?
 
     A window costs about two slow tokens on the decode thread (CUPTI's re-initialisation when it opens; the
     traced token with its flush and finalize when it closes). Every `window_period_s` a window is due once
     `window_min_tokens` tokens have passed since the last one, so those slow tokens stay under 1% of all
     tokens (p99 untouched) — but never later than `window_max_s` after it: the picture is never older.
+    Once the process has had `window_budget` windows, CUPTI's per-finalize memory (~90 KB, held for the life of
+    the process) is capped per hour: one window every `BUDGET_PERIOD_S` from then on.
     """
     if now < next_window:
         return False
+    if windows_so_far >= st.window_budget:
+        return since_s >= max(wire.BUDGET_PERIOD_S, st.window_period_s)
     return tokens_since >= st.window_min_tokens or since_s >= max(st.window_max_s, st.window_period_s)
 
 
@@ -171,6 +182,7 @@ class _Session:
                     tr.close()
                     tr.flush()
                     tr.detach()
+                    _count_window()
                     self.window_ready.set()
                 else:
                     tr.boundary()
@@ -568,7 +580,7 @@ class _Agent:
             if session.tracer is not None and not session.tracer.active \
                     and not session.window_ready.is_set() and not session.want_window \
                     and window_due(st, now, next_window, now - last_window,
-                                   shipped + len(session.marks_t) - tokens_at_window):
+                                   shipped + len(session.marks_t) - tokens_at_window, _windows_in_process):
                 session.want_window = True
                 if ev is not None:
                     ev.add("want_window")
@@ -606,6 +618,13 @@ class _Agent:
                 elif window_id > windows_seen:
                     state.pop("trace_paused", None)
                 windows_seen = window_id
+                if session.tracer is not None:
+                    state["cupti_windows"] = (f"{_windows_in_process} in this process (CUPTI holds "
+                                              f"~{_windows_in_process * wire.CUPTI_KB_PER_WINDOW / 1024:.0f} MB)")
+                    if _windows_in_process >= st.window_budget:
+                        state["window_budget"] = (f"{st.window_budget} windows reached: one window every "
+                                                  f"{wire.BUDGET_PERIOD_S:g} s from now on (CUPTI memory ~"
+                                                  f"{wire.CUPTI_KB_PER_WINDOW * 60 / 1024:.1f} MB/hour)")
                 if session.errors:
                     state["errors"] = str(len(session.errors))
                 out += wire.pack(wire.Stats(state=dict(state), windows=window_id,

@@ -341,3 +341,21 @@ def test_agent_event_log_names_what_the_agent_thread_did(tmp_path, monkeypatch):
     assert [r[1] for r in rows] == ["pump", "want_window"] and rows[0][2:] == [1_500_000, 1_200_000, 8]
     monkeypatch.delenv("DECODEMON_AGENT_EVENTS")
     assert agent._EventLog.from_env() is None
+
+
+def test_window_budget_caps_cuptis_memory_per_hour_once_spent():
+    # CUPTI keeps ~90 KB per window for the life of the process (H200: scripts/h200_cupti_cycles.py)
+    st = wire.Attach(window_period_s=4, window_min_tokens=250, window_max_s=5, window_budget=3)
+    due = agent.window_due
+    assert due(st, now=4.0, next_window=4.0, since_s=4.0, tokens_since=1000, windows_so_far=2)
+    assert not due(st, now=4.0, next_window=4.0, since_s=4.0, tokens_since=1000, windows_so_far=3)
+    assert not due(st, now=59.0, next_window=4.0, since_s=59.0, tokens_since=10**6, windows_so_far=3)
+    assert due(st, now=60.0, next_window=4.0, since_s=wire.BUDGET_PERIOD_S, tokens_since=0, windows_so_far=3)
+
+
+def test_attach_sends_the_window_budget_it_was_given():
+    from decodemon.monitor import cli as mcli
+
+    a = mcli.build_parser().parse_args(["attach", "1", "--window-budget", "7"])
+    assert mcli._attach_settings(a).window_budget == 7
+    assert wire.decode_control(wire.encode(mcli._attach_settings(a))).window_budget == 7

@@ -56,6 +56,7 @@ def test_missing_recording_and_directory(tmp_path):
     ["attach", "0", "--json"], ["attach", "-5", "--json"], ["attach", "99999999999", "--json"],
     ["attach", "123", "--json", "--seconds", "0"], ["attach", "123", "--json", "--seconds", "-1"],
     ["attach", "123", "--json", "--seconds", "1e12"], ["attach", "123", "--json", "--window-tokens", "0"],
+    ["attach", "123", "--json", "--window-budget", "0"], ["attach", "123", "--json", "--window-budget", "many"],
     ["record", "123"], ["replay"], ["demo", "--speed", "0"], ["bogus-verb"], ["run"],
 ])
 def test_bad_arguments(args):

@@ -55,6 +55,8 @@ class TimelinePanel(Redraw, Static):
         t = Text()
         if s.probe.get("trace_paused"):
             t.append(f"windows paused: {s.probe['trace_paused']}\n", style="yellow")
+        if s.probe.get("window_budget"):
+            t.append(f"window budget: {s.probe['window_budget']}\n", style="yellow")
         if w is None or w.timeline is None:
             t.append("no traced window yet" if not s.probe.get("trace", "").startswith("unavailable")
                      else f"trace {s.probe.get('trace')}", style="dim")
