@@ -126,8 +126,8 @@ def window_due(st: wire.Attach, now: float, next_window: float, since_s: float, 
     traced token with its flush and finalize when it closes). Every `window_period_s` a window is due once
     `window_min_tokens` tokens have passed since the last one, so those slow tokens stay under 1% of all
     tokens (p99 untouched) — but never later than `window_max_s` after it: the picture is never older.
-    Once the process has had `window_budget` windows, CUPTI's per-finalize memory (~90 KB, held for the life of
-    the process) is capped per hour: one window every `BUDGET_PERIOD_S` from then on.
+    Once the process has had `window_budget` windows, the memory each window leaves in the process for good
+    (~90-280 KB: CUPTI's finalize, the PM re-arm) is capped per hour: one window every `BUDGET_PERIOD_S`.
     """
     if now < next_window:
         return False
@@ -619,12 +619,13 @@ class _Agent:
                     state.pop("trace_paused", None)
                 windows_seen = window_id
                 if session.tracer is not None:
-                    state["cupti_windows"] = (f"{_windows_in_process} in this process (CUPTI holds "
+                    state["cupti_windows"] = (f"{_windows_in_process} in this process (they keep up to "
                                               f"~{_windows_in_process * wire.CUPTI_KB_PER_WINDOW / 1024:.0f} MB)")
                     if _windows_in_process >= st.window_budget:
                         state["window_budget"] = (f"{st.window_budget} windows reached: one window every "
-                                                  f"{wire.BUDGET_PERIOD_S:g} s from now on (CUPTI memory ~"
-                                                  f"{wire.CUPTI_KB_PER_WINDOW * 60 / 1024:.1f} MB/hour)")
+                                                  f"{wire.BUDGET_PERIOD_S:g} s from now on (memory ≤ ~"
+                                                  f"{wire.CUPTI_KB_PER_WINDOW * 3600 / wire.BUDGET_PERIOD_S / 1024:.0f}"
+                                                  f" MB/hour)")
                 if session.errors:
                     state["errors"] = str(len(session.errors))
                 out += wire.pack(wire.Stats(state=dict(state), windows=window_id,

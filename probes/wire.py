@@ -219,9 +219,9 @@ class Attach(msgspec.Struct, frozen=True, tag="attach"):
     # between windows, but never longer than window_max_s (a fresh window at least that often)
     window_min_tokens: int = 250
     window_max_s: float = 5.0
-    # CUPTI keeps ~90 KB of the process's memory per finalize (measured, docs/reliability.md): after this many
-    # windows in one process, one window every BUDGET_PERIOD_S, so the growth has a ceiling per hour
-    window_budget: int = 1000
+    # each window leaves ~90-280 KB in the process for good (CUPTI's finalize and the PM re-arm after it,
+    # measured: docs/reliability.md): after this many windows in one process, one every BUDGET_PERIOD_S
+    window_budget: int = 500
     pm_interval_us: int = 2000
     nvml_hz: float = 4.0
     trace: bool = True
@@ -229,7 +229,10 @@ class Attach(msgspec.Struct, frozen=True, tag="attach"):
 
 
 BUDGET_PERIOD_S = 60.0
-CUPTI_KB_PER_WINDOW = 90  # H200, cupti-python 13.4.0 + libcupti 13.4.92: 86-96 KB per init/finalize cycle
+# H200, cupti-python 13.4.0 + libcupti 13.4.92: 86-96 KB per CUPTI init/finalize cycle alone
+# (scripts/h200_cupti_cycles.py), ~280 KB per window of a default attach, PM re-armed after each
+# (scripts/h200_budget_rss.py); the estimate shown uses the larger
+CUPTI_KB_PER_WINDOW = 280
 
 
 class Detach(msgspec.Struct, frozen=True, tag="detach"):
