@@ -118,3 +118,12 @@ def test_rolling_history_of_a_replayed_recording_is_deterministic():
     assert s1.history() == s2.history()
     assert s1.history()[0].startswith("UNKNOWN → OCCUPANCY at ")
     assert summary_json(s1.snapshot())["history"] == s1.history()
+
+
+def test_kernel_share_of_the_step_is_shown_beside_pm_busy(graph, eager):
+    # graph (PM on): the kernels' share of the untraced step sits beside the counter's busy figure
+    share = 100 * graph["kernel_sum_ms_per_token"] / graph["ms_per_token"]
+    assert graph["kernel_share_of_step_pct"] == pytest.approx(min(100.0, share), abs=0.1)
+    # eager recording without PM: busy is that same kernel share, so the two figures coincide
+    assert eager["gpu_busy_source"].startswith("kernel time")
+    assert eager["kernel_share_of_step_pct"] == pytest.approx(eager["gpu_busy_pct"], abs=0.1)

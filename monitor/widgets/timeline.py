@@ -80,7 +80,10 @@ class TimelinePanel(Redraw, Static):
                      "(CUPTI instrumenting the graph; µs untraced)", style="dim")
         g = w.gap_ms_per_token
         total = sum(g.values()) or 1e-9
-        t.append(f"\nGPU busy {num(s.gpu_busy_pct, '.0f')}% ({s.busy_source})  ·  idle gaps: ")
+        t.append(f"\nGPU busy {num(s.gpu_busy_pct, '.0f')}% ({s.busy_source})")
+        if s.kernel_share_pct is not None and s.pm:
+            t.append(f" · kernels {s.kernel_share_pct:.0f}% of the step (traced)", style="dim")
+        t.append("  ·  idle gaps: ")
         t.append(f"host launched late {100 * g['host_late'] / total:.0f}%", style="bold red")
         t.append(f" · short {100 * g['short'] / total:.0f}% · other {100 * g['other'] / total:.0f}%")
         if g.get("tracing"):
