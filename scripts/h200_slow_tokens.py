@@ -1,6 +1,6 @@
 """Which part of an attach makes the slow tokens: PM pumps, traced windows, or the attach itself?
 
-    bash scripts/h200.sh scripts/h200_slow_tokens.py OUTDIR [--attach-s 8]
+    bash scripts/h200.sh scripts/h200_slow_tokens.py OUTDIR [--attach-s 8] [--plan default|first]
 
 One demo engine per case decodes until stopped, logging every token's end time; the agent logs what its thread
 does (DECODEMON_AGENT_EVENTS: PM pumps with their durations, window requests, collects). Phases on that engine:
@@ -29,7 +29,15 @@ DM = [PY, "-m", "decodemon.monitor.cli"]
 DEMO = [PY, "-m", "decodemon.engine_adapter.demo"]
 
 
-def run_case(name, mode, env_extra, work: Path, attach_s: float, cpu: bool) -> dict:
+PLANS = {
+    "default": (("U", None), ("D", []), ("U", None), ("T", ["--no-pm"]), ("U", None),
+                ("P", ["--no-trace"]), ("U", None), ("D2", []), ("U", None)),
+    # which part of a process's first attach makes its slow tokens: PM's first session, or CUPTI activity's
+    "first": (("U", None), ("P", ["--no-trace"]), ("U", None), ("T", ["--no-pm"]), ("U", None)),
+}
+
+
+def run_case(name, mode, env_extra, work: Path, attach_s: float, cpu: bool, plan: str = "default") -> dict:
     times_file = work / f"times_{name}.json"
     pid_file = work / f"{name}.pid"
     err_path = work / f"{name}.err"
@@ -46,8 +54,7 @@ def run_case(name, mode, env_extra, work: Path, attach_s: float, cpu: bool) -> d
     pid = int(pid_file.read_text())
     time.sleep(2)
     phases = []
-    for label, extra in (("U", None), ("D", []), ("U", None), ("T", ["--no-pm"]), ("U", None),
-                         ("P", ["--no-trace"]), ("U", None), ("D2", []), ("U", None)):
+    for label, extra in PLANS[plan]:
         a = time.time()
         if extra is None:
             time.sleep(attach_s / 2)
@@ -132,10 +139,13 @@ def main() -> None:
            "command": f"bash scripts/h200.sh scripts/h200_slow_tokens.py OUT --attach-s {attach_s:g}", "cases": {}}
     work = out / "work"
     work.mkdir(exist_ok=True)
-    cases = [("graph", "graph", {}), ("eager", "eager", {})]
+    plan = sys.argv[sys.argv.index("--plan") + 1] if "--plan" in sys.argv else "default"
+    cases = [("graph", "graph", {}), ("eager", "eager", {})] if plan == "default" else [("graph_first", "graph", {})]
+    res["plan"] = plan
+    res["command"] += f" --plan {plan}"
     for name, mode, env in cases:
         try:
-            res["cases"][name] = run_case(name, mode, env, work, attach_s, cpu)
+            res["cases"][name] = run_case(name, mode, env, work, attach_s, cpu, plan)
         except Exception as exc:
             res["cases"][name] = {"error": f"{type(exc).__name__}: {exc}"[-1500:]}
         (out / "slow_tokens.json").write_text(json.dumps(res, indent=1))
