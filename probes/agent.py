@@ -39,9 +39,11 @@ _windows_in_process = 0  # traced windows closed (CUPTI finalized) in this proce
 # Measured on an H200 (docs/h200.md, scripts/h200_clocks.py): the first PM sampling session in a process
 # left a graphed 0.6B loop at 4.08 instead of 4.67 ms/token for the rest of the process, attached or not,
 # with SM/memory clocks unchanged and ~16 W more power; CUPTI activity windows alone did not do this.
+# Its start is also the one burst of slow tokens an attach makes: ~30 graphed tokens of 5-18 ms within 0.3 s
+# (scripts/h200_slow_tokens.py --plan first); later PM sessions of the process make none.
 PM_FIRST_SESSION_NOTE = ("first PM session in this process: on an H200 it left a graphed loop ~13% faster for the "
-                         "rest of the process (clocks unchanged, +16 W); compare unobserved speeds taken after it, "
-                         "or attach with --no-pm")
+                         "rest of the process (clocks unchanged, +16 W) after ~0.3 s of slow tokens; compare "
+                         "unobserved speeds taken after it, or attach with --no-pm")
 
 
 def _ensure_dir(d: Path) -> None:
