@@ -95,9 +95,11 @@ async def _probe_notes():
     async with app.run_test(size=(160, 50)):
         p = app.players[0]
         p.session.add(p.clock_ns, wire.Stats(state={"pm_note": PM_FIRST_SESSION_NOTE,
-                                                    "trace_paused": "torch.profiler is recording in the target"}))
+                                                    "trace_paused": "torch.profiler is recording in the target",
+                                                    "window_budget": "500 windows reached: one window every 60 s"}))
         app._apply_all()
         tele = app.query(TelemetryPanel).first()._put_last.plain
         line = app.query(TimelinePanel).first()._put_last.plain
         assert "left a graphed loop ~13% faster" in tele
         assert "windows paused: torch.profiler is recording" in line
+        assert "window budget: 500 windows reached" in line
