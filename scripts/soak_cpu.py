@@ -78,7 +78,8 @@ def main():
         if time.monotonic() >= next_sample:
             samples.append({"t_min": round((time.monotonic() - t_start) / 60, 2), "monitor_rss_kb": rss_kb("self"),
                             "engine_rss_kb": rss_kb(pid), **counts,
-                            "live_tokens_in_memory": sl.tokens_total, "replay_windows_in_memory": len(rep.feed.windows),
+                            "live_tokens_seen": sl.tokens_total, "live_marks_held": len(live.feed.marks),
+                            "replay_windows_in_memory": len(rep.feed.windows),
                             "dropped_records": sl.dropped_records + sr.dropped_records,
                             "replay_verdict": sr.rolling.ceiling})
             print(json.dumps(samples[-1]), flush=True)
