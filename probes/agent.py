@@ -255,11 +255,13 @@ class _Closer:
 class _GilPolite:
     """Hand the GIL back quickly while the agent thread does a burst of Python work (imports, set-up, re-arm).
 
-    Measured on the H200 (scripts/h200_slow_tokens.py, docs/h200/slow_tokens_2026-11-29.json): the first attach
-    of a process made 33-40 graphed tokens 7-35 ms long (against 4.0), none of them near a window or a PM pump:
-    the agent thread importing cupti and arming CUPTI is Python work, and CPython lets a thread that runs Python
-    keep the GIL for its whole switch interval (5 ms) while the decode thread waits to return from `.item()`.
-    For the length of such a burst the interval is cut to 0.2 ms, then put back as it was.
+    Measured on the H200 (scripts/h200_slow_tokens.py, docs/h200/slow_tokens_before_gil_fix_2026-11-29.json):
+    the first attach of a process made 33-40 graphed tokens 7-35 ms long (against 4.0), none of them near a window
+    or a PM pump, and an eager one a 447 ms token: the agent thread importing cupti and arming CUPTI is Python
+    work, and CPython lets a thread that runs Python keep the GIL for its whole switch interval (5 ms) while the
+    decode thread waits to return from `.item()`. For the length of such a burst the interval is cut to 0.2 ms,
+    then put back as it was. After (..._after_gil_fix_...): 27 graphed slow tokens, most of them the first PM
+    session's own 0.3 s start (..._first_attach_...), and the eager first attach at p99 0.95x unobserved.
     """
 
     depth = 0
