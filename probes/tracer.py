@@ -49,6 +49,8 @@ class WindowTracer:
         self._k_sync = int(K.SYNCHRONIZATION)
         self._rt_names = {int(v): n for n, v in cupti.runtime_api_trace_cbid.__members__.items()}
         self._drv_names = {int(v): n for n, v in cupti.driver_api_trace_cbid.__members__.items()}
+        self._drop_cbids = [cbid for cbid, name in self._rt_names.items()
+                            if cbid > 0 and not any(k in name for k in self._KEEP_RUNTIME)]
         self._names: dict[str, int] = {}
         self._reset()
         self.active = False
@@ -102,13 +104,11 @@ class WindowTracer:
     def _filter_apis(self) -> None:
         """Record only the API calls the timeline needs (launches, copies, syncs), not every cudaGetDevice."""
         c = self._c
-        for cbid, name in self._rt_names.items():
-            keep = any(k in name for k in self._KEEP_RUNTIME)
-            if not keep and cbid > 0:
-                try:
-                    c.activity_enable_runtime_api(cbid, 0)
-                except Exception:
-                    pass
+        for cbid in self._drop_cbids:  # worked out once, in __init__ (the agent thread), not at every open
+            try:
+                c.activity_enable_runtime_api(cbid, 0)
+            except Exception:
+                pass
 
     # -- decode thread, at token boundaries -----------------------------------
     def open(self) -> None:

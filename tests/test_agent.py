@@ -359,3 +359,14 @@ def test_attach_sends_the_window_budget_it_was_given():
     a = mcli.build_parser().parse_args(["attach", "1", "--window-budget", "7"])
     assert mcli._attach_settings(a).window_budget == 7
     assert wire.decode_control(wire.encode(mcli._attach_settings(a))).window_budget == 7
+
+
+def test_runtime_api_filter_keeps_what_the_timeline_draws_and_is_worked_out_once():
+    from decodemon.probes.tracer import WindowTracer
+
+    tr = WindowTracer()  # cupti-python imports without a driver; nothing is enabled here
+    dropped = {tr._rt_names[c] for c in tr._drop_cbids}
+    kept = set(tr._rt_names.values()) - dropped
+    assert {"cudaLaunchKernel_v7000", "cudaGraphLaunch_v10000", "cudaMemcpyAsync_v3020",
+            "cudaStreamSynchronize_v3020"} <= kept
+    assert "cudaGetDevice_v3020" in dropped and "cudaFree_v3020" in dropped
