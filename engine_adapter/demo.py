@@ -43,6 +43,13 @@ def _measure_bandwidth_gbs(torch, device: str) -> float:
     return 2 * (1 << 30) / statistics.median(times) / 1e9
 
 
+def is_copy_or_set(name: str) -> bool:
+    """Is this CUDA event one of kineto's copy or set activities ("Memcpy DtoH (Device -> Pinned)", "Memset
+    (Device)") rather than a kernel? Not every name with "memcpy" in it: a graph's memcpy node runs as the
+    driver's kernel `memcpy32_post`, which CUPTI reports as a kernel and decodemon counts."""
+    return name.startswith(("Memcpy", "Memset"))
+
+
 def _toggle_profiler(torch, prof: dict, out_dir: str) -> None:
     """Start torch.profiler (CPU+CUDA), or stop it and write what it saw per token."""
     if prof["p"] is None:
@@ -58,8 +65,7 @@ def _toggle_profiler(torch, prof: dict, out_dir: str) -> None:
     p.__exit__(None, None, None)
     kernels, kernel_ns = 0, 0
     for e in p.profiler.kineto_results.events():
-        if e.device_type() == torch.autograd.DeviceType.CUDA and "memcpy" not in e.name().lower() \
-                and "memset" not in e.name().lower():
+        if e.device_type() == torch.autograd.DeviceType.CUDA and not is_copy_or_set(e.name()):
             kernels += 1
             kernel_ns += e.duration_ns()
     res = {"start_unix_s": prof["t0"], "end_unix_s": t_end, "tokens": tokens,
