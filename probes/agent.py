@@ -129,10 +129,13 @@ def window_due(st: wire.Attach, now: float, next_window: float, since_s: float, 
     `window_min_tokens` tokens have passed since the last one, so those slow tokens stay under 1% of all
     tokens (p99 untouched) — but never later than `window_max_s` after it: the picture is never older.
     Once the process has had `window_budget` windows, the memory each window leaves in the process for good
-    (~90-280 KB: CUPTI's finalize, the PM re-arm) is capped per hour: one window every `BUDGET_PERIOD_S`.
+    (~90-280 KB: CUPTI's finalize, the PM re-arm) is capped per hour: one window every `BUDGET_PERIOD_S`; after
+    `BUDGET_CAP` times the budget (more than a day at the defaults) no more windows open in that process.
     """
     if now < next_window:
         return False
+    if windows_so_far >= wire.BUDGET_CAP * st.window_budget:
+        return False  # the process's memory has an absolute ceiling; PM sampling and the token clock go on
     if windows_so_far >= st.window_budget:
         return since_s >= max(wire.BUDGET_PERIOD_S, st.window_period_s)
     return tokens_since >= st.window_min_tokens or since_s >= max(st.window_max_s, st.window_period_s)
@@ -625,11 +628,15 @@ class _Agent:
                 if session.tracer is not None:
                     state["cupti_windows"] = (f"{_windows_in_process} in this process (they keep up to "
                                               f"~{_windows_in_process * wire.CUPTI_KB_PER_WINDOW / 1024:.0f} MB)")
-                    if _windows_in_process >= st.window_budget:
+                    if _windows_in_process >= wire.BUDGET_CAP * st.window_budget:
+                        state["window_budget"] = (f"{_windows_in_process} windows in this process: no more traced "
+                                                  "windows (their memory is capped); PM and the token clock go on")
+                    elif _windows_in_process >= st.window_budget:
                         state["window_budget"] = (f"{st.window_budget} windows reached: one window every "
                                                   f"{wire.BUDGET_PERIOD_S:g} s from now on (memory ≤ ~"
                                                   f"{wire.CUPTI_KB_PER_WINDOW * 3600 / wire.BUDGET_PERIOD_S / 1024:.0f}"
-                                                  f" MB/hour)")
+                                                  f" MB/hour, none after {wire.BUDGET_CAP * st.window_budget} "
+                                                  "windows)")
                 if session.errors:
                     state["errors"] = str(len(session.errors))
                 out += wire.pack(wire.Stats(state=dict(state), windows=window_id,

@@ -229,6 +229,7 @@ class Attach(msgspec.Struct, frozen=True, tag="attach"):
 
 
 BUDGET_PERIOD_S = 60.0
+BUDGET_CAP = 4  # and after BUDGET_CAP x window_budget windows in a process, no more (PM and the token clock go on)
 # H200, cupti-python 13.4.0 + libcupti 13.4.92: 86-96 KB per CUPTI init/finalize cycle alone
 # (scripts/h200_cupti_cycles.py), ~280 KB per window of a default attach, PM re-armed after each
 # (scripts/h200_budget_rss.py); the estimate shown uses the larger
