@@ -64,8 +64,8 @@ def _add_probe_opts(p):
     p.add_argument("--window-max", type=_positive("--window-max", 0, 3600), default=5.0,
                    help="but never more seconds than this between windows (default 5)")
     p.add_argument("--window-budget", type=_positive("--window-budget", 1, 10**9, True), default=500,
-                   help="windows per target process at full cadence, then one a minute: each window leaves "
-                        "~90-280 KB in the process for good (CUPTI), so the growth is capped (default 500)")
+                   help="windows per target process at full cadence, then one a minute, and none after 4x: "
+                        "each window leaves ~90-280 KB in the process for good (CUPTI) (default 500)")
     p.add_argument("--pm-interval-us", type=_positive("--pm-interval-us", 100, 1_000_000, True), default=2000,
                    help="PM sampling interval in µs (default 2000)")
     p.add_argument("--no-trace", action="store_true", help="no CUPTI activity windows, counters only")
