@@ -115,11 +115,6 @@ def _foreign_profiler_active() -> bool:
         return False
 
 
-def _count_window() -> None:
-    global _windows_in_process
-    _windows_in_process += 1
-
-
 def window_due(st: wire.Attach, now: float, next_window: float, since_s: float, tokens_since: int,
                windows_so_far: int = 0) -> bool:
     """Is it time to ask for the next traced window?
@@ -187,7 +182,6 @@ class _Session:
                     tr.close()
                     tr.flush()
                     tr.detach()
-                    _count_window()
                     self.window_ready.set()
                 else:
                     tr.boundary()
@@ -510,7 +504,7 @@ class _Agent:
         if session.pm is None:
             return None
         try:
-            got = session.pm.samples(max_samples=1024, yield_gil=os.environ.get("DECODEMON_PM_YIELD", "1") != "0")
+            got = session.pm.samples(max_samples=1024)
             state["pm_stride"] = str(session.pm.stride)
             if got is not None:
                 starts, ends, rows = got
@@ -537,6 +531,7 @@ class _Agent:
                 ev.write()
 
     def _loop_inner(self, conn, reader, session: _Session, sidecar, state, ev) -> str:
+        global _windows_in_process
         st = session.settings
         sel = selectors.DefaultSelector()
         conn.setblocking(False)
@@ -573,6 +568,7 @@ class _Agent:
             now = time.monotonic()
             if session.tracer is not None and session.window_ready.is_set():
                 session.window_ready.clear()
+                _windows_in_process += 1  # counted here, in the agent thread, not at the decode thread's boundary
                 try:
                     t_col = time.time_ns()
                     with _GilPolite():

@@ -10,7 +10,6 @@ decode thread), under a time budget.
 
 from __future__ import annotations
 
-
 from decodemon.probes.sidecar import PM_METRICS
 
 
@@ -40,7 +39,7 @@ class PmSampler:
         self.eval_s = 0.0
         self.decode_s = 0.0
 
-    def samples(self, max_samples: int = 1024, budget_s: float = 0.0015, yield_gil: bool = True):
+    def samples(self, max_samples: int = 1024, budget_s: float = 0.0015):
         """Decode and evaluate completed samples, within a time budget: (start ns, end ns, rows) or None.
 
         Evaluating a sample holds the GIL, which the decode thread needs: on the H200 an eager loop ran at
@@ -48,7 +47,7 @@ class PmSampler:
         fresh profiler host per call, every sample). Here one host is kept, and only every `stride`-th
         sample is evaluated; the stride doubles whenever a pump overruns its budget and halves when it
         uses under a quarter of it. The averages the diagnosis reads need only a few samples per second.
-        With `yield_gil`, the GIL is given up after every evaluated sample (`time.sleep(0)`), so a decode
+        The GIL is given up after every evaluated sample (`time.sleep(0)`), so a decode
         thread that wants it back waits one evaluation, not the whole pump (CPython otherwise lets a busy
         thread keep the GIL for up to its 5 ms switch interval).
         """
@@ -75,8 +74,7 @@ class PmSampler:
                                                           index=i).tolist())
             starts.append(info.start_timestamp)
             ends.append(info.end_timestamp)
-            if yield_gil:
-                time.sleep(0)
+            time.sleep(0)
         spent = time.perf_counter() - t0
         self.eval_s += spent
         if spent > budget_s and self.stride < 256:

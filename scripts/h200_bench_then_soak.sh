@@ -4,9 +4,7 @@
 # its own session so it outlives this call (the next call, scripts/h200_faults_during_soak.sh, collects it).
 set -u
 T0=$(date +%s)
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
-python3 -m pip install -q --no-build-isolation --no-deps -e . >/dev/null 2>&1 || { echo "editable install failed"; exit 1; }
+source scripts/h200_setup.sh
 O=${OUT:-out}; mkdir -p $O /tmp/clk /tmp/bench /tmp/soak
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.draw,pstate --format=csv | tee $O/gpu.txt
 timeout 100 python3 scripts/h200_clocks.py /tmp/clk/out A > $O/clocks.log 2>&1; cp /tmp/clk/out/clocks.json $O/ 2>/dev/null

@@ -4,9 +4,7 @@
 # before-detach fix, and a 3.5-minute live pty soak of the monitor with numpy rings.
 set -u
 T0=$(date +%s)
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
-python3 -m pip install -q --no-build-isolation --no-deps -e . >/dev/null 2>&1 || { echo "editable install failed"; exit 1; }
+source scripts/h200_setup.sh
 O=${OUT:-out}; mkdir -p /tmp/det /tmp/kill /tmp/soak2
 timeout 220 python3 scripts/h200_determinism.py /tmp/det/out > $O/determinism.log 2>&1
 cp /tmp/det/out/determinism.json $O/ 2>/dev/null; echo "determinism done at $(( $(date +%s) - T0 )) s"

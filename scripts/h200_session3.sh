@@ -4,9 +4,7 @@
 # with and without the probe in one process.
 set -u
 T0=$(date +%s)
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
-python3 -m pip install -q --no-build-isolation --no-deps -e . >/dev/null 2>&1 || { echo "editable install failed"; exit 1; }
+source scripts/h200_setup.sh
 O=${OUT:-out}; mkdir -p /tmp/bm /tmp/cc /tmp/st
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.draw --format=csv > $O/nvidia_smi.txt
 timeout 180 python3 scripts/h200_busy_metrics.py /tmp/bm > $O/busy_metrics.log 2>&1
