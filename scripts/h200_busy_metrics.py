@@ -1,6 +1,6 @@
 """Which PM counter tells how much of a token the GPU spends running kernels — and does the probe change tokens?
 
-    bash scripts/h200.sh scripts/h200_busy_metrics.py OUTDIR
+    bash scripts/h200.sh scripts/h200_busy_metrics.py OUTDIR [--candidates a.avg,b.max] [--no-identity]
 
 In one process, per mode (eager, graph) of the demo model (Qwen3-0.6B shape):
 1. untraced ms/token (median of 200 tokens);
@@ -16,6 +16,7 @@ Writes OUTDIR/busy_metrics.json.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import statistics
@@ -31,10 +32,15 @@ from decodemon.engine_adapter.model import SHAPES, DecodeModel
 from decodemon.monitor.metrics import _union_ns
 from decodemon.probes.tracer import WindowTracer
 
-OUT = Path(sys.argv[1] if len(sys.argv) > 1 else "out")
+_ap = argparse.ArgumentParser()
+_ap.add_argument("out", nargs="?", default="out")
+_ap.add_argument("--candidates", default="", help="comma-separated PM metrics to try instead of the cycles_active ones")
+_ap.add_argument("--no-identity", action="store_true", help="skip the token-identity part")
+ARGS = _ap.parse_args()
+OUT = Path(ARGS.out)
 OUT.mkdir(parents=True, exist_ok=True)
 RES: dict = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-             "command": "bash scripts/h200.sh scripts/h200_busy_metrics.py OUT"}
+             "command": "bash scripts/h200.sh scripts/h200_busy_metrics.py OUT " + " ".join(sys.argv[2:])}
 
 
 def save():
@@ -167,6 +173,8 @@ def main():
     RES["gpu"], RES["driver"] = (q + ["?", "?"])[:2]
     try:
         cands = candidates()
+        if ARGS.candidates:
+            cands = ARGS.candidates.split(",")
     except Exception as exc:
         RES["candidates_error"] = f"{type(exc).__name__}: {exc}"
         cands = ["sm__cycles_active.max", "sm__cycles_active.avg"]
@@ -198,6 +206,10 @@ def main():
             except Exception as exc:
                 r["pm"][c] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
             save()
+        if ARGS.no_identity:
+            del model, run
+            torch.cuda.empty_cache()
+            continue
         # tokens: plain twice, then with the probe's two parts at work
         model.reset()
         a, _ = tokens(run, 300)

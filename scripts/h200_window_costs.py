@@ -1,0 +1,187 @@
+"""Where does a traced window's cost land, token by token — and can CUPTI's start-up leave the decode thread?
+
+    bash scripts/h200.sh scripts/h200_window_costs.py OUTDIR [--reps 8] [--gap 30]
+
+In one process per (mode, group) the demo model (Qwen3-0.6B shape) decodes; every `gap` tokens a one-token
+window is traced, the variants of the group taking turns (interleaved, so drift hits them alike):
+
+- now:      open at boundary w; close, flush and finalize at w+1 (decodemon as of the third session)
+- split:    open at w; close and flush at w+1; finalize at w+2
+- pre_ts / pre_register / pre_device: as split, but during token w-1 a second thread (the agent's) first calls
+  cupti.get_timestamp() / activity_register_callbacks() / activity_enable(DEVICE), to see whether CUPTI's
+  start-up can be paid off the decode thread so that open() at w is cheap
+- pre_all:  as split, but the second thread enables every kind during token w-1 and the decode thread only
+  notes the boundary at w (records before it would be dropped by time)
+
+Each iteration's time is measured from the end of the previous one, so work at a boundary lands in the token
+after it, as in the engine's own clock. Reports, per variant, the median extra ms of the tokens at w-1..w+3
+over the median of tokens w-12..w-3, plus the time of each step (open, flush, time inside CUPTI's
+buffer-completed callback, finalize, the thread's call). Writes OUTDIR/window_costs.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+CHILD = r'''
+import json, os, statistics, sys, threading, time
+import torch
+from decodemon.engine_adapter.model import SHAPES, DecodeModel
+mode, variants, reps, gap = sys.argv[1], sys.argv[2].split(","), int(sys.argv[3]), int(sys.argv[4])
+cpu = os.environ.get("BENCH_CPU") == "1"
+m = DecodeModel(SHAPES["tiny" if cpu else "qwen3-0.6b"], "cpu" if cpu else "cuda",
+                torch.float32 if cpu else torch.bfloat16, 512, seed=0)
+m.reset()
+step = m.step
+if mode == "graph":
+    s = torch.cuda.Stream(); s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3): step()
+    torch.cuda.current_stream().wait_stream(s); torch.cuda.synchronize(); m.reset()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g): out = step()
+    m.reset()
+    def step():
+        g.replay(); return out
+count = [0]
+def tok():
+    if count[0] >= 500:
+        m.reset(); count[0] = 0
+    count[0] += 1
+    step().item()
+if cpu:
+    class _T:  # the plumbing only: no CUPTI on a CPU
+        active = initialised = False
+        def open(self): self.active = self.initialised = True
+        def boundary(self): pass
+        def close(self): self.active = False
+        def flush(self): pass
+        def detach(self): self.initialised = False
+        def _completed(self, a): pass
+        _kernels = []
+    tr = _T(); c = None
+else:
+    from decodemon.probes.tracer import WindowTracer
+    from cupti import cupti as c
+    tr = WindowTracer()
+    inner = tr._completed
+    cb_ns = [0]
+    def timed(acts):
+        t0 = time.perf_counter_ns(); inner(acts); cb_ns[0] += time.perf_counter_ns() - t0
+    tr._completed = timed
+steps = {}
+def note(v, k, ns):
+    steps.setdefault(v, {}).setdefault(k, []).append(ns / 1e6)
+def timed_call(v, k, f):
+    t0 = time.perf_counter_ns(); f(); note(v, k, time.perf_counter_ns() - t0)
+box = {}
+def pre(v):
+    def work():
+        t0 = time.perf_counter_ns()
+        if v == "pre_ts": c.get_timestamp()
+        elif v == "pre_register": c.activity_register_callbacks(tr._requested, tr._completed)
+        elif v == "pre_device": c.activity_enable(c.ActivityKind.DEVICE)
+        elif v == "pre_all": tr.open()
+        note(v, "thread_call", time.perf_counter_ns() - t0)
+    th = threading.Thread(target=work); th.start(); box["th"] = th
+def join(v):
+    th = box.pop("th", None)
+    if th is not None:
+        t0 = time.perf_counter_ns(); th.join(); note(v, "join_wait", time.perf_counter_ns() - t0)
+def hooks_for(v, w):
+    h = {}
+    if v.startswith("pre_") and not cpu:
+        h[w - 1] = lambda: pre(v)
+    def opening():
+        join(v)
+        if v == "pre_all" and not cpu:
+            timed_call(v, "boundary", tr.boundary)
+        else:
+            timed_call(v, "open", tr.open)
+    h[w] = opening
+    def closing():
+        timed_call(v, "close", tr.close)
+        if not cpu: cb_ns[0] = 0
+        timed_call(v, "flush", tr.flush)
+        if not cpu: note(v, "in_callback", cb_ns[0]); note(v, "kernels", len(tr._kernels) * 1e6)
+        if v == "now":
+            timed_call(v, "finalize", tr.detach)
+            if not cpu and v == "now": pass
+    h[w + 1] = closing
+    if v != "now":
+        h[w + 2] = lambda: timed_call(v, "finalize", tr.detach)
+    return h
+for _ in range(30): tok()
+plan = [variants[i % len(variants)] for i in range(reps * len(variants))]
+hooks, where = {}, []
+for k, v in enumerate(plan):
+    w = 20 + gap * (k + 1)
+    hooks.update(hooks_for(v, w)); where.append((v, w))
+n = 20 + gap * (len(plan) + 1)
+times = []
+t = time.perf_counter()
+for i in range(n):
+    h = hooks.get(i)
+    if h: h()
+    tok()
+    t1 = time.perf_counter(); times.append((t1 - t) * 1e3); t = t1
+res = {"mode": mode, "variants": {}, "tokens": n, "median_ms": statistics.median(times)}
+for v in variants:
+    rel = {r: [] for r in range(-1, 4)}
+    for vv, w in where:
+        if vv != v: continue
+        base = statistics.median(times[w - 12:w - 2])
+        for r in rel: rel[r].append(times[w + r] - base)
+    res["variants"][v] = {"extra_ms_median": {r: statistics.median(x) for r, x in rel.items()},
+                          "extra_ms_max": {r: max(x) for r, x in rel.items()},
+                          "steps_ms_median": {k: statistics.median(x) for k, x in steps.get(v, {}).items()}}
+far = [times[w + r] for _, w in where for r in range(-12, -2)]
+res["base_median_ms"] = statistics.median(far)
+res["base_p99_ms"] = sorted(far)[int(0.99 * len(far))]
+if not cpu: torch.cuda.synchronize()
+res["survived"] = True
+print(json.dumps(res))
+'''
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out", nargs="?", default="out")
+    ap.add_argument("--reps", type=int, default=8)
+    ap.add_argument("--gap", type=int, default=30)
+    a = ap.parse_args()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    q = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                       capture_output=True, text=True).stdout.strip().split(", ") if os.environ.get("BENCH_CPU") != "1" else ["cpu", "-"]
+    res = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "gpu": q[0], "driver": (q + ["?"])[1],
+           "command": f"bash scripts/h200.sh scripts/h200_window_costs.py OUT --reps {a.reps} --gap {a.gap}", "runs": []}
+    groups = [("eager", "now,split,pre_ts,pre_register,pre_device"), ("eager", "now,pre_all"),
+              ("graph", "now,split,pre_ts,pre_register,pre_device"), ("graph", "now,pre_all")]
+    if os.environ.get("BENCH_CPU") == "1":  # a dry run of the plumbing: no CUDA graphs on a CPU
+        groups = groups[:2]
+    for mode, variants in groups:
+        t0 = time.time()
+        r = subprocess.run([sys.executable, "-c", CHILD, mode, variants, str(a.reps), str(a.gap)],
+                           capture_output=True, text=True, timeout=300)
+        line = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ""
+        try:
+            one = json.loads(line)
+        except ValueError:
+            one = {"mode": mode, "variants": variants, "survived": False, "rc": r.returncode,
+                   "stderr": r.stderr.strip().splitlines()[-4:]}
+        one["wall_s"] = round(time.time() - t0, 1)
+        res["runs"].append(one)
+        print(json.dumps(one), flush=True)
+        (out / "window_costs.json").write_text(json.dumps(res, indent=1))
+
+
+if __name__ == "__main__":
+    main()
