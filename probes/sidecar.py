@@ -20,8 +20,12 @@ import time
 from decodemon.probes.device import nvml_index
 from decodemon.probes.wire import Column, NvmlSamples, PmSamples, Stats, pack
 
+# GPU busy is the GR engine's *compute* activity: on an H200 (scripts/h200_busy_metrics.py, 2026-11-29 16:06 UTC)
+# gr__compute_cycles_active read 19.3% of an eager step whose traced kernels cover 17.5%, and 98.8% of a graphed
+# one (kernels ~100%), while gr__cycles_active also counts each launch's front-end work (~28% eager). Recordings
+# made before carry gr__cycles_active.avg; the monitor reads either.
 PM_METRICS = [
-    "gr__cycles_active.avg",
+    "gr__compute_cycles_active.avg",
     "gr__cycles_elapsed.max",
     "sm__cycles_active.avg",
     "dram__throughput.avg.pct_of_peak_sustained_elapsed",

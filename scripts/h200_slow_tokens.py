@@ -1,6 +1,6 @@
 """Which part of an attach makes the slow tokens: PM pumps, traced windows, or the attach itself?
 
-    bash scripts/h200.sh scripts/h200_slow_tokens.py OUTDIR [--attach-s 8] [--plan default|first]
+    bash scripts/h200.sh scripts/h200_slow_tokens.py OUTDIR [--attach-s 8] [--plan default|first|eager]
 
 One demo engine per case decodes until stopped, logging every token's end time; the agent logs what its thread
 does (DECODEMON_AGENT_EVENTS: PM pumps with their durations, window requests, collects). Phases on that engine:
@@ -34,6 +34,8 @@ PLANS = {
                 ("P", ["--no-trace"]), ("U", None), ("D2", []), ("U", None)),
     # which part of a process's first attach makes its slow tokens: PM's first session, or CUPTI activity's
     "first": (("U", None), ("P", ["--no-trace"]), ("U", None), ("T", ["--no-pm"]), ("U", None)),
+    # eager loop, default attaches only: where do a window's costs land once CUPTI starts in the agent thread
+    "eager": (("U", None), ("D", []), ("U", None), ("D2", []), ("U", None), ("D3", []), ("U", None)),
 }
 
 
@@ -54,6 +56,7 @@ def run_case(name, mode, env_extra, work: Path, attach_s: float, cpu: bool, plan
     pid = int(pid_file.read_text())
     time.sleep(2)
     phases = []
+    attach_out: dict = {}
     for label, extra in PLANS[plan]:
         a = time.time()
         if extra is None:
@@ -64,6 +67,14 @@ def run_case(name, mode, env_extra, work: Path, attach_s: float, cpu: bool, plan
             if r.returncode != 0:
                 phases.append((label, a, time.time(), r.stderr.strip()[-300:]))
                 continue
+            try:
+                d = json.loads(r.stdout)
+                attach_out[label] = {k: d.get(k) for k in ("pm_gpu_busy_pct", "traced_gpu_busy_pct",
+                                                            "kernel_share_of_step_pct", "windows", "launches_per_token")}
+                attach_out[label]["pm"] = (d.get("probe") or {}).get("pm")
+                attach_out[label]["errors"] = (d.get("probe") or {}).get("errors")
+            except (ValueError, AttributeError):
+                pass
         phases.append((label, a, time.time(), ""))
     eng.send_signal(signal.SIGTERM)
     eng.wait(timeout=60)
@@ -78,7 +89,7 @@ def run_case(name, mode, env_extra, work: Path, attach_s: float, cpu: bool, plan
     thr = 1.1 * float(np.percentile(u, 99))
     res = {"mode": mode, "env": env_extra, "unobserved_tokens": int(len(u)),
            "unobserved_median_ms": float(np.median(u)), "unobserved_p99_ms": float(np.percentile(u, 99)),
-           "slow_threshold_ms": thr, "phases": []}
+           "slow_threshold_ms": thr, "phases": [], "attach": attach_out}
     for lab, a, b, err in phases:
         if lab == "U":
             continue
@@ -91,6 +102,9 @@ def run_case(name, mode, env_extra, work: Path, attach_s: float, cpu: bool, plan
         for r in req:
             i0 = int(np.searchsorted(end, r))
             win_tok.update(range(i0, i0 + 5))
+        for e in events:  # CUPTI started in the agent thread (tracer.prepare) just before a request
+            if e[1] == "prepare":
+                win_tok.add(int(np.searchsorted(end, (e[0] - e[2]) / 1e9)))
         idx = np.flatnonzero(m)
         slow_ms = []
         for i in idx[ms[idx] > thr]:
@@ -124,6 +138,10 @@ def run_case(name, mode, env_extra, work: Path, attach_s: float, cpu: bool, plan
             "pump_decode_ms_median": float(np.median([p[3] for p in pumps]) / 1e6) if pumps else None,
             "windows_requested": sum(1 for e in events if e[1] == "want_window" and a <= e[0] / 1e9 <= b),
             "collect_ms": [round(e[2] / 1e6, 2) for e in events if e[1] == "collect" and a <= e[0] / 1e9 <= b],
+            # per window: [prepare, open, flush, finalize] ms (-0.0: that step did not run)
+            "window_steps_ms": [[round(v / 1e6, 2) for v in e[4:8]] for e in events
+                                if e[1] == "collect" and len(e) >= 8 and a <= e[0] / 1e9 <= b],
+            "prepare_ms": [round(e[2] / 1e6, 2) for e in events if e[1] == "prepare" and a <= e[0] / 1e9 <= b],
         })
     return res
 
@@ -140,7 +158,8 @@ def main() -> None:
     work = out / "work"
     work.mkdir(exist_ok=True)
     plan = sys.argv[sys.argv.index("--plan") + 1] if "--plan" in sys.argv else "default"
-    cases = [("graph", "graph", {}), ("eager", "eager", {})] if plan == "default" else [("graph_first", "graph", {})]
+    cases = {"default": [("graph", "graph", {}), ("eager", "eager", {})], "first": [("graph_first", "graph", {})],
+             "eager": [("eager", "eager", {})]}[plan]
     res["plan"] = plan
     res["command"] += f" --plan {plan}"
     for name, mode, env in cases:

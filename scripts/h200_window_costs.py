@@ -1,22 +1,23 @@
 """Where does a traced window's cost land, token by token — and can CUPTI's start-up leave the decode thread?
 
-    bash scripts/h200.sh scripts/h200_window_costs.py OUTDIR [--reps 8] [--gap 30]
+    bash scripts/h200.sh scripts/h200_window_costs.py OUTDIR [--reps 8] [--gap 30] [--variants now,pre_ctypes]
 
-In one process per (mode, group) the demo model (Qwen3-0.6B shape) decodes; every `gap` tokens a one-token
-window is traced, the variants of the group taking turns (interleaved, so drift hits them alike):
+The eager demo model (Qwen3-0.6B shape) decodes in one process; every `gap` tokens one token (w) is traced, the
+variants taking turns (interleaved, so drift hits them alike):
 
-- now:      open at boundary w; close, flush and finalize at w+1 (decodemon as of the third session)
-- split:    open at w; close and flush at w+1; finalize at w+2
-- pre_ts / pre_register / pre_device: as split, but during token w-1 a second thread (the agent's) first calls
-  cupti.get_timestamp() / activity_register_callbacks() / activity_enable(DEVICE), to see whether CUPTI's
-  start-up can be paid off the decode thread so that open() at w is cheap
-- pre_all:  as split, but the second thread enables every kind during token w-1 and the decode thread only
-  notes the boundary at w (records before it would be dropped by time)
+- now:          open at the boundary before w; close, flush and finalize at the one after it
+- split:        as now, but the finalize one boundary later
+- pre_ts / pre_register / pre_device / pre_ctypes: as now, but during token w-1 a second thread (the agent's)
+  first calls cupti.get_timestamp() / cupti-python's activity_register_callbacks() / activity_enable(DEVICE)
+  / WindowTracer.prepare() (cuptiActivityRegisterCallbacks through ctypes, GIL released), to see whether
+  CUPTI's start-up can be paid off the decode thread so that open() is cheap
+- pre_all:      the second thread enables every kind during token w-1; the decode thread only notes the boundary
 
-Each iteration's time is measured from the end of the previous one, so work at a boundary lands in the token
-after it, as in the engine's own clock. Reports, per variant, the median extra ms of the tokens at w-1..w+3
-over the median of tokens w-12..w-3, plus the time of each step (open, flush, time inside CUPTI's
-buffer-completed callback, finalize, the thread's call). Writes OUTDIR/window_costs.json.
+Work done at a boundary counts in the token that just ended, as in the demo engine's clock (the first run,
+docs/h200/window_costs_run1_2026-11-29.json, counted it in the next token instead). Reports, per variant, the
+median and max extra ms of tokens w-2..w+2 over the median of tokens w-12..w-3, and the time of each step
+(open, flush, time inside the buffer-completed callback, finalize, the thread's call). Writes
+OUTDIR/window_costs.json.
 """
 
 from __future__ import annotations
@@ -89,6 +90,7 @@ def pre(v):
         elif v == "pre_register": c.activity_register_callbacks(tr._requested, tr._completed)
         elif v == "pre_device": c.activity_enable(c.ActivityKind.DEVICE)
         elif v == "pre_all": tr.open()
+        elif v == "pre_ctypes": tr.prepare()
         note(v, "thread_call", time.perf_counter_ns() - t0)
     th = threading.Thread(target=work); th.start(); box["th"] = th
 def join(v):
@@ -96,27 +98,28 @@ def join(v):
     if th is not None:
         t0 = time.perf_counter_ns(); th.join(); note(v, "join_wait", time.perf_counter_ns() - t0)
 def hooks_for(v, w):
+    # the hook keyed i runs at the boundary after token i and counts in token i (the demo engine's clock);
+    # the traced token is w: opened at the boundary after w-1, closed at the one after w
     h = {}
     if v.startswith("pre_") and not cpu:
-        h[w - 1] = lambda: pre(v)
+        h[w - 2] = lambda: pre(v)  # the agent's thread works during token w-1
     def opening():
         join(v)
         if v == "pre_all" and not cpu:
             timed_call(v, "boundary", tr.boundary)
         else:
             timed_call(v, "open", tr.open)
-    h[w] = opening
+    h[w - 1] = opening
     def closing():
         timed_call(v, "close", tr.close)
         if not cpu: cb_ns[0] = 0
         timed_call(v, "flush", tr.flush)
         if not cpu: note(v, "in_callback", cb_ns[0]); note(v, "kernels", len(tr._kernels) * 1e6)
-        if v == "now":
+        if v != "split":
             timed_call(v, "finalize", tr.detach)
-            if not cpu and v == "now": pass
-    h[w + 1] = closing
-    if v != "now":
-        h[w + 2] = lambda: timed_call(v, "finalize", tr.detach)
+    h[w] = closing
+    if v == "split":
+        h[w + 1] = lambda: timed_call(v, "finalize", tr.detach)
     return h
 for _ in range(30): tok()
 plan = [variants[i % len(variants)] for i in range(reps * len(variants))]
@@ -128,13 +131,13 @@ n = 20 + gap * (len(plan) + 1)
 times = []
 t = time.perf_counter()
 for i in range(n):
+    tok()
     h = hooks.get(i)
     if h: h()
-    tok()
     t1 = time.perf_counter(); times.append((t1 - t) * 1e3); t = t1
 res = {"mode": mode, "variants": {}, "tokens": n, "median_ms": statistics.median(times)}
 for v in variants:
-    rel = {r: [] for r in range(-1, 4)}
+    rel = {r: [] for r in range(-2, 3)}
     for vv, w in where:
         if vv != v: continue
         base = statistics.median(times[w - 12:w - 2])
@@ -156,17 +159,19 @@ def main():
     ap.add_argument("out", nargs="?", default="out")
     ap.add_argument("--reps", type=int, default=8)
     ap.add_argument("--gap", type=int, default=30)
+    ap.add_argument("--variants", default="now,pre_ctypes,pre_register")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     q = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
                        capture_output=True, text=True).stdout.strip().split(", ") if os.environ.get("BENCH_CPU") != "1" else ["cpu", "-"]
     res = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "gpu": q[0], "driver": (q + ["?"])[1],
-           "command": f"bash scripts/h200.sh scripts/h200_window_costs.py OUT --reps {a.reps} --gap {a.gap}", "runs": []}
-    groups = [("eager", "now,split,pre_ts,pre_register,pre_device"), ("eager", "now,pre_all"),
-              ("graph", "now,split,pre_ts,pre_register,pre_device"), ("graph", "now,pre_all")]
-    if os.environ.get("BENCH_CPU") == "1":  # a dry run of the plumbing: no CUDA graphs on a CPU
-        groups = groups[:2]
+           "command": f"bash scripts/h200.sh scripts/h200_window_costs.py OUT --reps {a.reps} --gap {a.gap} "
+                      f"--variants {a.variants}", "runs": []}
+    # eager only: graphed windows keep a guard token (probes/agent.py); in the first run of this script
+    # (docs/h200/window_costs_run1_2026-11-29.json) one-token graphed windows without it ended in
+    # cudaErrorLaunchFailure in both graph processes
+    groups = [("eager", a.variants)]
     for mode, variants in groups:
         t0 = time.time()
         r = subprocess.run([sys.executable, "-c", CHILD, mode, variants, str(a.reps), str(a.gap)],

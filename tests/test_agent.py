@@ -373,3 +373,95 @@ def test_runtime_api_filter_keeps_what_the_timeline_draws_and_is_worked_out_once
     assert {"cudaLaunchKernel_v7000", "cudaGraphLaunch_v10000", "cudaMemcpyAsync_v3020",
             "cudaStreamSynchronize_v3020"} <= kept
     assert "cudaGetDevice_v3020" in dropped and "cudaFree_v3020" in dropped
+
+
+class _FakeLib:
+    def __init__(self, rc=0):
+        self.rc, self.calls = rc, 0
+
+    def cuptiActivityRegisterCallbacks(self, req, done):
+        self.calls += 1
+        return self.rc
+
+
+class _FakeCupti:
+    def __init__(self):
+        self.finalized = 0
+
+    def get_timestamp(self):
+        return 0
+
+    def finalize(self):
+        self.finalized += 1
+
+
+def _bare_tracer():
+    from decodemon.probes.tracer import WindowTracer
+
+    tr = object.__new__(WindowTracer)  # no CUPTI here
+    tr._c, tr.active, tr.initialised, tr.prepared, tr.last_ns, tr.host_ns = _FakeCupti(), False, False, False, {}, 0
+    return tr
+
+
+def test_prepare_starts_cupti_off_the_decode_thread_and_the_next_boundary_can_finalize_it(monkeypatch):
+    import decodemon.probes.tracer as tracer
+
+    lib = _FakeLib()
+    monkeypatch.setattr(tracer, "_libcupti", lambda: lib)
+    tr = _bare_tracer()
+    assert tr.prepare() is True and tr.initialised and tr.prepared and lib.calls == 1
+    assert "prepare" in tr.last_ns
+    assert tr.prepare() is False and lib.calls == 1  # already up: not twice
+    tr.detach()
+    assert tr._c.finalized == 1 and not tr.initialised and not tr.prepared
+
+
+def test_prepare_that_cupti_refuses_leaves_nothing_to_finalize(monkeypatch):
+    import decodemon.probes.tracer as tracer
+
+    monkeypatch.setattr(tracer, "_libcupti", lambda: _FakeLib(rc=17))
+    tr = _bare_tracer()
+    assert tr.prepare() is False and not tr.initialised
+    monkeypatch.setattr(tracer, "_libcupti", lambda: None)  # libcupti not loaded at all
+    assert tr.prepare() is False and not tr.initialised
+
+
+class _PreparingTracer(_RecordingTracer):
+    def __init__(self, needs_guard):
+        super().__init__(active=False)
+        self.initialised, self.needs_guard = False, needs_guard
+
+    def prepare(self):
+        self._note("prepare")
+        self.initialised = True
+        return True
+
+
+def test_windows_are_prepared_only_for_loops_without_graph_kernels():
+    eager = _PreparingTracer(needs_guard=False)
+    assert agent._prepare_window(agent._Session(wire.Attach(), eager)) is True
+    assert [c for c, _ in eager.calls] == ["prepare"]
+    graphed = _PreparingTracer(needs_guard=True)  # also the first window of any process: nothing seen yet
+    assert agent._prepare_window(agent._Session(wire.Attach(), graphed)) is False and graphed.calls == []
+
+
+def test_a_failing_prepare_is_noted_never_raised():
+    class Broken(_PreparingTracer):
+        def prepare(self):
+            raise OSError("no libcupti")
+
+    s = agent._Session(wire.Attach(), Broken(needs_guard=False))
+    assert agent._prepare_window(s) is False and "no libcupti" in s.errors[0]
+
+
+def test_monitor_gone_after_prepare_before_the_window_opened_finalizes_at_the_next_boundary():
+    tr = _PreparingTracer(needs_guard=False)
+    s = agent._Session(wire.Attach(), tr)
+    agent._prepare_window(s)
+    agent._session = s
+    try:
+        s.closing = True
+        agent.mark_token(1)
+        assert [c for c, _ in tr.calls] == ["prepare", "flush", "detach"] and not tr.initialised
+    finally:
+        agent._session = None

@@ -137,3 +137,22 @@ def test_fuzz_reader_mutated_real_recording(tmp_path_factory, pos, byte):
         list(wire.read_recording(p))
     except wire.WireError:
         pass
+
+
+def _pm(metrics, rows):
+    flat = [v for r in rows for v in r]
+    n = wire.Column.of([0] * len(rows))
+    return wire.PmSamples(metrics=metrics, start_ns=n, end_ns=n, values=wire.Column.of(flat, "<f8"))
+
+
+def test_gpu_busy_is_gr_compute_activity_and_older_recordings_still_read():
+    from decodemon.monitor.feed import PM_COLS, pm_columns
+
+    busy = PM_COLS.index("gpu_busy_pct")
+    new = _pm(["gr__compute_cycles_active.avg", "gr__cycles_elapsed.max"], [[190.0, 1000.0], [200.0, 1000.0]])
+    assert list(pm_columns(5, new)[busy]) == [19.0, 20.0]
+    old = _pm(["gr__cycles_active.avg", "gr__cycles_elapsed.max"], [[280.0, 1000.0]])  # before 2026-11-29 16:00
+    assert list(pm_columns(5, old)[busy]) == [28.0]
+    both = _pm(["gr__cycles_active.avg", "gr__compute_cycles_active.avg", "gr__cycles_elapsed.max"],
+               [[280.0, 190.0, 1000.0]])
+    assert list(pm_columns(5, both)[busy]) == [19.0]  # the compute counter wins when a frame has both
