@@ -136,20 +136,6 @@ def window_due(st: wire.Attach, now: float, next_window: float, since_s: float, 
     return tokens_since >= st.window_min_tokens or since_s >= max(st.window_max_s, st.window_period_s)
 
 
-def _prepare_window(session: "_Session") -> bool:
-    """Agent thread, just before asking for a window: start CUPTI here (tracer.prepare, GIL released) so that
-    the decode thread's open() is cheap. Only when the last window saw no CUDA-graph kernels (a graphed process
-    keeps the sequence proven on the H200) and torch.profiler is not recording. Errors are noted, never raised."""
-    tr = session.tracer
-    if tr is None or getattr(tr, "needs_guard", True) or _foreign_profiler_active():
-        return False
-    try:
-        return bool(tr.prepare())
-    except Exception as exc:
-        session.errors.append(f"trace prepare: {type(exc).__name__}: {exc}")
-        return False
-
-
 class _Session:
     """State shared by the decode thread (on_token) and the agent thread while attached."""
 
@@ -592,7 +578,7 @@ class _Agent:
                     if ev is not None:
                         ln = getattr(session.tracer, "last_ns", {})
                         ev.add("collect", time.time_ns() - t_col, len(win.token_bounds_ns.array()),
-                               *(ln.get(k, -1) for k in ("prepare", "open", "flush", "finalize")))
+                               *(ln.get(k, -1) for k in ("open", "flush", "finalize")))
                 except Exception as exc:
                     session.errors.append(f"trace collect: {type(exc).__name__}: {exc}")
                 next_pm = now  # a finalize may have taken PM down: pump (and re-arm) right away
@@ -600,9 +586,6 @@ class _Agent:
                     and not session.window_ready.is_set() and not session.want_window \
                     and window_due(st, now, next_window, now - last_window,
                                    shipped + len(session.marks_t) - tokens_at_window, _windows_in_process):
-                t_prep = time.time_ns()
-                if _prepare_window(session) and ev is not None:
-                    ev.add("prepare", time.time_ns() - t_prep)
                 session.want_window = True
                 if ev is not None:
                     ev.add("want_window")

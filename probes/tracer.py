@@ -9,7 +9,6 @@ because CUPTI left initialised slows even untraced tokens.
 
 from __future__ import annotations
 
-import ctypes
 import time
 
 import numpy as np
@@ -18,40 +17,6 @@ from decodemon.probes.wire import Column, KernelWindow
 
 _BUFFER_BYTES = 8 * 1024 * 1024
 _CHUNK = 256
-
-# C signatures of CUPTI's buffer callbacks, for prepare(): cuptiActivityRegisterCallbacks called through ctypes,
-# which lets go of the GIL for the length of the call (cupti-python's binding keeps it)
-_REQ = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t),
-                        ctypes.POINTER(ctypes.c_size_t))
-_DONE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t)
-_PREP_BUFFERS: list = []  # a buffer handed to CUPTI stays alive for the process (never expected: nothing enabled)
-
-
-@_REQ
-def _prep_requested(buf, size, max_records):
-    b = ctypes.create_string_buffer(64 * 1024)
-    _PREP_BUFFERS.append(b)
-    buf[0] = ctypes.cast(b, ctypes.c_void_p)
-    size[0] = len(b)
-    max_records[0] = 0
-
-
-@_DONE
-def _prep_completed(ctx, stream, buf, size, valid):
-    pass
-
-
-def _libcupti() -> "ctypes.CDLL | None":
-    """The libcupti this process has loaded (cupti-python's), or None."""
-    try:
-        with open("/proc/self/maps") as fh:
-            for line in fh:
-                path = line.rsplit(None, 1)[-1]
-                if "/libcupti.so" in path:
-                    return ctypes.CDLL(path)
-    except OSError:
-        return None
-    return None
 
 
 def _rows(records: list, ncols: int) -> np.ndarray:
@@ -90,7 +55,6 @@ class WindowTracer:
         self._reset()
         self.active = False
         self.initialised = False
-        self.prepared = False
         self.last_ns: dict[str, int] = {}  # how long each step of the last window took (for the agent's event log)
         # A guard token is traced after the analysed ones only while the process replays CUDA graphs (their
         # last token's end times come back wrong); the first window has one, later ones follow what it saw.
@@ -147,44 +111,13 @@ class WindowTracer:
             except Exception:
                 pass
 
-    # -- agent thread, before a window ------------------------------------------
-    def prepare(self) -> bool:
-        """Pay CUPTI's start-up here, off the decode thread, with the GIL released; open() is then cheap.
-
-        Measured on the H200 (scripts/h200_window_costs.py, 2026-11-29 16:06 UTC, eager demo loop, 28.6 ms
-        tokens): after a finalize, open() on the decode thread took 13.8 ms, nearly all of it CUPTI starting
-        again inside cuptiActivityRegisterCallbacks (with that call made earlier, open() took 0.8 ms). Made
-        from the agent thread through cupti-python, the call held the GIL 18 ms and the decode thread lost
-        12 of them; through ctypes the GIL is free while CUPTI starts. Only for processes whose last window
-        saw no CUDA-graph kernels (the agent checks): graphed windows keep the sequence that was proven safe.
-        Returns whether CUPTI was started here.
-        """
-        if self.initialised or self.active:
-            return False
-        lib = _libcupti()
-        if lib is None:
-            self._c.get_timestamp()  # loads libcupti (cheap) so that it can be found
-            lib = _libcupti()
-        if lib is None:
-            return False
-        t0 = time.perf_counter_ns()
-        rc = lib.cuptiActivityRegisterCallbacks(_prep_requested, _prep_completed)
-        self.last_ns = {"prepare": time.perf_counter_ns() - t0}
-        if rc != 0:
-            return False
-        self.initialised = True  # CUPTI is up: the next boundary that closes or gives up must finalize it
-        self.prepared = True
-        return True
-
     # -- decode thread, at token boundaries -----------------------------------
     def open(self) -> None:
         """Start tracing now (a token boundary)."""
         t0 = time.perf_counter_ns()
         c = self._c
         self._reset()
-        if not self.prepared:
-            self.last_ns = {}
-        self.prepared = False
+        self.last_ns = {}
         c.activity_register_callbacks(self._requested, self._completed)
         for k in self._kinds:
             c.activity_enable(k)
@@ -234,7 +167,6 @@ class WindowTracer:
                 self._c.finalize()
             finally:
                 self.initialised = False
-                self.prepared = False
                 dt = time.perf_counter_ns() - t0
                 self.host_ns += dt
                 self.last_ns["finalize"] = dt

@@ -138,9 +138,9 @@ def run_case(name, mode, env_extra, work: Path, attach_s: float, cpu: bool, plan
             "pump_decode_ms_median": float(np.median([p[3] for p in pumps]) / 1e6) if pumps else None,
             "windows_requested": sum(1 for e in events if e[1] == "want_window" and a <= e[0] / 1e9 <= b),
             "collect_ms": [round(e[2] / 1e6, 2) for e in events if e[1] == "collect" and a <= e[0] / 1e9 <= b],
-            # per window: [prepare, open, flush, finalize] ms (-0.0: that step did not run)
-            "window_steps_ms": [[round(v / 1e6, 2) for v in e[4:8]] for e in events
-                                if e[1] == "collect" and len(e) >= 8 and a <= e[0] / 1e9 <= b],
+            # per window: [open, flush, finalize] ms on the decode thread
+            "window_steps_ms": [[round(v / 1e6, 2) for v in e[4:7]] for e in events
+                                if e[1] == "collect" and len(e) >= 7 and a <= e[0] / 1e9 <= b],
             "prepare_ms": [round(e[2] / 1e6, 2) for e in events if e[1] == "prepare" and a <= e[0] / 1e9 <= b],
         })
     return res

@@ -9,7 +9,7 @@ variants taking turns (interleaved, so drift hits them alike):
 - split:        as now, but the finalize one boundary later
 - pre_ts / pre_register / pre_device / pre_ctypes: as now, but during token w-1 a second thread (the agent's)
   first calls cupti.get_timestamp() / cupti-python's activity_register_callbacks() / activity_enable(DEVICE)
-  / WindowTracer.prepare() (cuptiActivityRegisterCallbacks through ctypes, GIL released), to see whether
+  / cuptiActivityRegisterCallbacks through ctypes (GIL released), to see whether
   CUPTI's start-up can be paid off the decode thread so that open() is cheap
 - pre_all:      the second thread enables every kind during token w-1; the decode thread only notes the boundary
 
@@ -77,6 +77,23 @@ else:
     def timed(acts):
         t0 = time.perf_counter_ns(); inner(acts); cb_ns[0] += time.perf_counter_ns() - t0
     tr._completed = timed
+import ctypes
+_REQ = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t),
+                        ctypes.POINTER(ctypes.c_size_t))
+_DONE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t)
+keep = []
+@_REQ
+def _req(buf, size, nrec):  # never expected (nothing is enabled while these are registered)
+    b = ctypes.create_string_buffer(1 << 16); keep.append(b)
+    buf[0] = ctypes.cast(b, ctypes.c_void_p); size[0] = len(b); nrec[0] = 0
+@_DONE
+def _done(ctx, stream, buf, size, valid):
+    pass
+def register_through_ctypes():
+    """cuptiActivityRegisterCallbacks through ctypes, which lets go of the GIL for the call (cupti-python keeps it)."""
+    c.get_timestamp()  # libcupti loaded
+    path = next(l.rsplit(None, 1)[-1] for l in open("/proc/self/maps") if "/libcupti.so" in l)
+    ctypes.CDLL(path).cuptiActivityRegisterCallbacks(_req, _done)
 steps = {}
 def note(v, k, ns):
     steps.setdefault(v, {}).setdefault(k, []).append(ns / 1e6)
@@ -90,7 +107,7 @@ def pre(v):
         elif v == "pre_register": c.activity_register_callbacks(tr._requested, tr._completed)
         elif v == "pre_device": c.activity_enable(c.ActivityKind.DEVICE)
         elif v == "pre_all": tr.open()
-        elif v == "pre_ctypes": tr.prepare()
+        elif v == "pre_ctypes": register_through_ctypes()
         note(v, "thread_call", time.perf_counter_ns() - t0)
     th = threading.Thread(target=work); th.start(); box["th"] = th
 def join(v):
