@@ -595,7 +595,8 @@ class _Agent:
                 t_pump = time.time_ns()
                 pm_frame = self._pump_pm(session, state)
                 if ev is not None and session.pm is not None:
-                    ev.add("pump", time.time_ns() - t_pump, int(session.pm.decode_s * 1e9), session.pm.stride)
+                    ev.add("pump", time.time_ns() - t_pump, int(session.pm.decode_s * 1e9), session.pm.stride,
+                           int(getattr(session.pm, "image_s", 0.0) * 1e9))
                 if pm_frame is not None:
                     out += wire.pack(pm_frame)
                 next_pm = now + 0.5

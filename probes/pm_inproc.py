@@ -37,7 +37,8 @@ class PmSampler:
         self._host.initialize()  # one evaluator for the whole session, not one per decode
         self.stride = 4
         self.eval_s = 0.0
-        self.decode_s = 0.0
+        self.decode_s = 0.0  # the last pump: decode, counter-data image included
+        self.image_s = 0.0  # the last pump: allocating and initialising the counter-data image
 
     def samples(self, max_samples: int = 1024, budget_s: float = 0.0015):
         """Decode and evaluate completed samples, within a time budget: (start ns, end ns, rows) or None.
@@ -84,8 +85,12 @@ class PmSampler:
         return starts, ends, rows
 
     def _decode_image(self, max_samples: int):
+        import time
+
         c, coll = self._c, self._coll
+        t0 = time.perf_counter()
         image = coll._create_counter_data_image(max_samples)
+        self.image_s = time.perf_counter() - t0
         p = c.PmSamplingDecodeDataParams()
         p.struct_size = c.PM_SAMPLING_DECODE_DATA_PARAMS_STRUCT_SIZE
         p.p_pm_sampling_object = coll._pm_sampling_object

@@ -1,6 +1,6 @@
 """Which part of an attach makes the slow tokens: PM pumps, traced windows, or the attach itself?
 
-    bash scripts/h200.sh scripts/h200_slow_tokens.py OUTDIR [--attach-s 8] [--plan default|first|eager]
+    bash scripts/h200.sh scripts/h200_slow_tokens.py OUTDIR [--attach-s 8] [--plan default|first|eager|pm]
 
 One demo engine per case decodes until stopped, logging every token's end time; the agent logs what its thread
 does (DECODEMON_AGENT_EVENTS: PM pumps with their durations, window requests, collects). Phases on that engine:
@@ -34,6 +34,11 @@ PLANS = {
                 ("P", ["--no-trace"]), ("U", None), ("D2", []), ("U", None)),
     # which part of a process's first attach makes its slow tokens: PM's first session, or CUPTI activity's
     "first": (("U", None), ("P", ["--no-trace"]), ("U", None), ("T", ["--no-pm"]), ("U", None)),
+    # eager loop: what PM sampling's interval costs (decode time per pump, slow tokens), PM only and defaults
+    "pm": (("U", None), ("P2", ["--no-trace"]), ("U", None), ("P10", ["--no-trace", "--pm-interval-us", "10000"]),
+           ("U", None), ("P2b", ["--no-trace"]), ("U", None),
+           ("P10b", ["--no-trace", "--pm-interval-us", "10000"]), ("U", None),
+           ("D10", ["--pm-interval-us", "10000"]), ("U", None), ("D2", []), ("U", None)),
     # eager loop, default attaches only: where do a window's costs land once CUPTI starts in the agent thread
     "eager": (("U", None), ("D", []), ("U", None), ("D2", []), ("U", None), ("D3", []), ("U", None)),
 }
@@ -136,6 +141,9 @@ def run_case(name, mode, env_extra, work: Path, attach_s: float, cpu: bool, plan
             "pump_ms_median": float(np.median([p[2] for p in pumps]) / 1e6) if pumps else None,
             "pump_ms_max": float(max(p[2] for p in pumps) / 1e6) if pumps else None,
             "pump_decode_ms_median": float(np.median([p[3] for p in pumps]) / 1e6) if pumps else None,
+            "pump_image_ms_median": float(np.median([p[5] for p in pumps if len(p) > 5]) / 1e6)
+            if any(len(p) > 5 for p in pumps) else None,
+            "pump_stride_median": float(np.median([p[4] for p in pumps])) if pumps else None,
             "windows_requested": sum(1 for e in events if e[1] == "want_window" and a <= e[0] / 1e9 <= b),
             "collect_ms": [round(e[2] / 1e6, 2) for e in events if e[1] == "collect" and a <= e[0] / 1e9 <= b],
             # per window: [open, flush, finalize] ms on the decode thread
@@ -159,7 +167,7 @@ def main() -> None:
     work.mkdir(exist_ok=True)
     plan = sys.argv[sys.argv.index("--plan") + 1] if "--plan" in sys.argv else "default"
     cases = {"default": [("graph", "graph", {}), ("eager", "eager", {})], "first": [("graph_first", "graph", {})],
-             "eager": [("eager", "eager", {})]}[plan]
+             "eager": [("eager", "eager", {})], "pm": [("eager", "eager", {})]}[plan]
     res["plan"] = plan
     res["command"] += f" --plan {plan}"
     for name, mode, env in cases:
@@ -170,7 +178,7 @@ def main() -> None:
         (out / "slow_tokens.json").write_text(json.dumps(res, indent=1))
         c = res["cases"][name]
         print(name, json.dumps([{k: p.get(k) for k in ("phase", "median_ms", "p99_ratio", "slow_tokens",
-                                                        "slow_causes", "pump_ms_median")}
+                                                        "slow_causes", "pump_ms_median", "pump_decode_ms_median", "pump_image_ms_median")}
                                 for p in c.get("phases", [])]) if "phases" in c else c, flush=True)
 
 
