@@ -36,6 +36,20 @@ _model = None
 _lock = threading.Lock()
 _pm_armed_before = False
 _windows_in_process = 0  # traced windows closed (CUPTI finalized) in this process, over every attach
+# Has a traced window of this process seen CUDA-graph kernels? None: no window yet. Sticky once True. A new
+# attach's tracer starts from it, so an eager process's later attaches trace one token per window from the
+# first window on (the guard token costs an eager loop one more slow token), while a process that has ever
+# replayed a graph keeps the guard in every window.
+_graph_kernels_seen: "bool | None" = None
+
+
+def _initial_guard() -> bool:
+    return _graph_kernels_seen is not False
+
+
+def _note_graph_kernels(seen: bool) -> None:
+    global _graph_kernels_seen
+    _graph_kernels_seen = True if (seen or _graph_kernels_seen) else False
 # Measured on an H200 (docs/h200.md, scripts/h200_clocks.py): the first PM sampling session in a process
 # left a graphed 0.6B loop at 4.08 instead of 4.67 ms/token for the rest of the process, attached or not,
 # with SM/memory clocks unchanged and ~16 W more power; CUPTI activity windows alone did not do this.
@@ -427,6 +441,7 @@ class _Agent:
                     from decodemon.probes.tracer import WindowTracer
 
                     tracer = WindowTracer()
+                    tracer.needs_guard = _initial_guard()
                     state["trace"] = (f"armed ({settings.window_tokens} tokens every "
                                       f"{settings.window_period_s:g} s)")
                 except Exception as exc:
@@ -573,6 +588,8 @@ class _Agent:
                     t_col = time.time_ns()
                     with _GilPolite():
                         win = session.tracer.collect(window_id, session.guard)
+                    _note_graph_kernels(bool(session.tracer.needs_guard))  # collect() set it from the records
+                    session.tracer.needs_guard = _initial_guard()  # once graphs were seen, every window guards
                     window_id += 1
                     out += wire.pack(win)
                     if ev is not None:

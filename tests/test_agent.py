@@ -374,3 +374,61 @@ def test_runtime_api_filter_keeps_what_the_timeline_draws_and_is_worked_out_once
             "cudaStreamSynchronize_v3020"} <= kept
     assert "cudaGetDevice_v3020" in dropped and "cudaFree_v3020" in dropped
 
+
+
+def test_guard_tokens_follow_what_the_process_has_shown_across_attaches(monkeypatch):
+    monkeypatch.setattr(agent, "_graph_kernels_seen", None)
+    assert agent._initial_guard() is True  # nothing traced yet in this process: guard
+    agent._note_graph_kernels(False)
+    assert agent._initial_guard() is False  # an eager process: later attaches trace one token per window
+    agent._note_graph_kernels(True)
+    assert agent._initial_guard() is True
+    agent._note_graph_kernels(False)  # once a graph was replayed, every window keeps its guard
+    assert agent._initial_guard() is True
+
+
+class _P:
+    """A cupti-python params struct stand-in."""
+    ptr = 0
+    num_completed_samples = 3
+
+
+class _FakePmCupti:
+    PmSamplingDecodeDataParams = PmSamplingGetCounterDataInfoParams = _P
+    PM_SAMPLING_DECODE_DATA_PARAMS_STRUCT_SIZE = PM_SAMPLING_GET_COUNTER_DATA_INFO_PARAMS_STRUCT_SIZE = 1
+
+    def __init__(self):
+        self.decoded = []
+
+    def pm_sampling_decode_data(self, ptr):
+        self.decoded.append(ptr)
+
+    def pm_sampling_get_counter_data_info(self, ptr):
+        pass
+
+
+class _FakeCollector:
+    _pm_sampling_object = 7
+
+    def __init__(self):
+        self.made = 0
+
+    def _create_counter_data_image(self, max_samples):
+        import numpy as np
+
+        self.made += 1
+        return np.full(16, 5, dtype=np.uint8)  # "initialised"
+
+
+def test_pm_pump_decodes_into_a_copy_of_one_initialised_image():
+    from decodemon.probes.pm_inproc import PmSampler
+
+    pm = object.__new__(PmSampler)
+    pm._c, pm._coll, pm._templates, pm.image_s = _FakePmCupti(), _FakeCollector(), {}, 0.0
+    first, n = pm._decode_image(1024)
+    first[:] = 0  # what a decode writes must not reach the template
+    second, n2 = pm._decode_image(1024)
+    assert pm._coll.made == 1 and (n, n2) == (3, 3) and len(pm._c.decoded) == 2
+    assert (second == 5).all() and second is not first
+    pm._decode_image(64)  # another size: its own template
+    assert pm._coll.made == 2
