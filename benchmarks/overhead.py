@@ -38,6 +38,42 @@ def pct(xs, q):
     return xs[min(len(xs) - 1, int(q / 100 * len(xs)))] if xs else float("nan")
 
 
+def pair_stats(per: list[dict], label: str) -> dict:
+    """Overhead of the `label` phases against the unobserved (U) phases on both sides of each, and the noise floor.
+
+    Each observed phase's median (p99) is divided by the mean of the U phases just before and just after it
+    (the one before alone at the end of a plan), so a drift of the loop's own speed across the pair cancels
+    instead of landing on the observed phase. The noise floor is what the same arithmetic gives with nothing
+    attached: the U phase after each pair against the one before it. An overhead smaller than the noise floor's
+    median |ratio - 1| is not resolved by the run. `per`: phases in order, each {"phase", "median_ms", "p99_ms"}.
+    """
+    ratios, p99r, null = [], [], []
+    for i, p in enumerate(per):
+        if p["phase"] != label or i == 0 or per[i - 1]["phase"] != "U" or not p["median_ms"]:
+            continue
+        after = per[i + 1] if i + 1 < len(per) and per[i + 1]["phase"] == "U" and per[i + 1]["median_ms"] else None
+        refs = [per[i - 1]] + ([after] if after else [])
+        ratios.append(p["median_ms"] / statistics.mean(q["median_ms"] for q in refs))
+        p99r.append(p["p99_ms"] / statistics.mean(q["p99_ms"] for q in refs))
+        if after:
+            null.append(after["median_ms"] / per[i - 1]["median_ms"])
+    later = ratios[1:]  # the process's first attach carries one-off costs (see D_later in run_mode)
+    obs = [p["median_ms"] for p in per if p["phase"] == label and p["median_ms"]]
+
+    def pct_(x):
+        return 100 * (x - 1)
+    return {"pairs": len(ratios),
+            "overhead_pct_median": pct_(statistics.median(ratios)) if ratios else None,
+            "overhead_pct_min": pct_(min(ratios)) if ratios else None,
+            "overhead_pct_max": pct_(max(ratios)) if ratios else None,
+            "overhead_pct_median_after_first": pct_(statistics.median(later)) if later else None,
+            "p99_ratio_median": statistics.median(p99r) if p99r else None,
+            "p99_ratio_median_after_first": statistics.median(p99r[1:]) if len(p99r) > 1 else None,
+            "noise_floor_pct": 100 * statistics.median(abs(x - 1) for x in null) if null else None,
+            "reference": "mean of the unobserved phases before and after",
+            "median_ms": statistics.median(obs) if obs else None}
+
+
 def engine_session(mode: str, tag: str, plan: list[str], phase_s: float, work: Path,
                    profiler_phase_s: float | None = None) -> dict:
     """Run one engine through a plan of phases ('U', 'D', 'Ddense', 'P'); return phases and token times."""
@@ -112,29 +148,7 @@ def run_mode(mode: str, phase_s: float, pairs: int, work: Path, profiler_phase_s
         per_all.append(per)
     out["phases"] = [{k: v for k, v in p.items() if k != "ms"} for per in per_all for p in per]
     for label, per in (("D", per_all[0]), ("Ddense", per_all[0]), ("P", per_all[1])):
-        ratios, p99r, first_ratio = [], [], None
-        for i, p in enumerate(per):
-            if p["phase"] != label or i == 0 or per[i - 1]["phase"] != "U" or not p["median_ms"]:
-                continue
-            # the unobserved phases on both sides (bracketing): a drift of the loop's own speed across the pair
-            # cancels instead of landing on the observed phase; the one before alone at the end of a plan
-            refs = [q for q in (per[i - 1], per[i + 1] if i + 1 < len(per) else None)
-                    if q is not None and q["phase"] == "U" and q["median_ms"]]
-            ratio = p["median_ms"] / statistics.mean(q["median_ms"] for q in refs)
-            ratios.append(ratio)
-            p99r.append(p["p99_ms"] / statistics.mean(q["p99_ms"] for q in refs))
-            if first_ratio is None:
-                first_ratio = ratio
-        later = ratios[1:]  # the process's first attach carries one-off costs (see D_later below)
-        obs = [p["median_ms"] for p in per if p["phase"] == label and p["median_ms"]]
-        out[label] = {"pairs": len(ratios), "overhead_pct_median": 100 * (statistics.median(ratios) - 1) if ratios else None,
-                      "overhead_pct_min": 100 * (min(ratios) - 1) if ratios else None,
-                      "overhead_pct_max": 100 * (max(ratios) - 1) if ratios else None,
-                      "overhead_pct_median_after_first": 100 * (statistics.median(later) - 1) if later else None,
-                      "p99_ratio_median": statistics.median(p99r) if p99r else None,
-                      "p99_ratio_median_after_first": statistics.median(p99r[1:]) if len(p99r) > 1 else None,
-                      "reference": "mean of the unobserved phases before and after",
-                      "median_ms": statistics.median(obs) if obs else None}
+        out[label] = pair_stats(per, label)
     # all tokens of each kind in the decodemon process: the first U phase (before any attach) is left out,
     # because the first attach itself changed the graphed loop's speed (see docs/benchmarks.md)
     uall = [m for p in per_all[0][1:] if p["phase"] == "U" for m in p["ms"]]
@@ -195,18 +209,19 @@ def markdown(results: list[dict], env: dict, cmd: str) -> str:
         "CUPTI had loaded kineto recorded no GPU events.",
         "",
         "| mode | observer | pairs | median ms/token | overhead (median) | spread | overhead, pairs after the "
-        "first | p99 ratio (median) | p99 ratio, pairs after the first |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "first | noise floor (unobserved vs unobserved) | p99 ratio (median) | p99 ratio, pairs after the first |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     names = {"D": "decodemon, defaults (1 traced token every 4 s and ≥ 250 tokens, ≤ 5 s apart; PM 2 ms)", "P": "torch.profiler (CPU+CUDA)",
              "Ddense": "decodemon, dense (2 tokens every 1 s)"}
     for r in results:
-        lines.append(f"| {r['mode']} | unobserved | — | {fmt(r['U_all']['median_ms'])} | — | — | — | — | — |")
+        lines.append(f"| {r['mode']} | unobserved | — | {fmt(r['U_all']['median_ms'])} | — | — | — | — | — | — |")
         for k in ("D", "P", "Ddense"):
             v = r[k]
             lines.append(f"| {r['mode']} | {names[k]} | {v['pairs']} | {fmt(v['median_ms'])} | "
                          f"{fmt(v['overhead_pct_median'], '+.2f')}% | {fmt(v['overhead_pct_min'], '+.2f')}%.."
                          f"{fmt(v['overhead_pct_max'], '+.2f')}% | {fmt(v.get('overhead_pct_median_after_first'), '+.2f')}% | "
+                         f"±{fmt(v.get('noise_floor_pct'), '.2f')}% | "
                          f"{fmt(v['p99_ratio_median'], '.3f')} | {fmt(v.get('p99_ratio_median_after_first'), '.3f')} |")
     lines += ["", "All decodemon phases against all unobserved phases after the first attach (p99 over every token of "
               "each kind); the first unobserved phase, before any attach, is shown apart:", "",

@@ -1,0 +1,43 @@
+"""The overhead benchmark's arithmetic (benchmarks/overhead.py), on phase tables shaped like the H200 runs'."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+_spec = importlib.util.spec_from_file_location("overhead", Path(__file__).parents[1] / "benchmarks" / "overhead.py")
+overhead = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(overhead)
+
+
+def _ph(label, med, p99):
+    return {"phase": label, "median_ms": med, "p99_ms": p99}
+
+
+def test_pairs_are_judged_against_the_unobserved_phases_on_both_sides():
+    # the loop drifts from 20 to 22 ms across the pair: against the phase before alone, an observer that
+    # costs nothing would read +5%; against both sides it reads 0
+    per = [_ph("U", 20.0, 30.0), _ph("D", 21.0, 33.0), _ph("U", 22.0, 36.0)]
+    st = overhead.pair_stats(per, "D")
+    assert st["pairs"] == 1
+    assert st["overhead_pct_median"] == pytest.approx(0.0)
+    assert st["p99_ratio_median"] == pytest.approx(1.0)
+    assert st["noise_floor_pct"] == pytest.approx(10.0)  # U after / U before: 22 / 20
+
+
+def test_the_first_attach_is_shown_apart_and_a_plan_may_end_on_an_observed_phase():
+    per = [_ph("U", 10.0, 11.0), _ph("D", 13.0, 20.0), _ph("U", 10.0, 11.0), _ph("D", 10.1, 11.0),
+           _ph("U", 10.0, 11.0), _ph("D", 10.2, 11.0)]  # the last D has no U after it: the one before alone
+    st = overhead.pair_stats(per, "D")
+    assert st["pairs"] == 3
+    assert st["overhead_pct_median"] == pytest.approx(2.0)  # ratios 1.3, 1.01, 1.02
+    assert st["overhead_pct_median_after_first"] == pytest.approx(1.5)
+    assert st["overhead_pct_max"] == pytest.approx(30.0)
+    assert st["noise_floor_pct"] == pytest.approx(0.0)
+    assert overhead.pair_stats(per, "P")["pairs"] == 0 and overhead.pair_stats(per, "P")["overhead_pct_median"] is None
+
+
+def test_an_observed_phase_not_preceded_by_an_unobserved_one_is_not_a_pair():
+    per = [_ph("D", 12.0, 13.0), _ph("U", 10.0, 11.0), _ph("Ddense", 11.0, 12.0), _ph("D", 10.0, 11.0)]
+    assert overhead.pair_stats(per, "D")["pairs"] == 0
+    assert overhead.pair_stats(per, "Ddense")["pairs"] == 1
