@@ -36,15 +36,23 @@ _model = None
 _lock = threading.Lock()
 _pm_armed_before = False
 _windows_in_process = 0  # traced windows closed (CUPTI finalized) in this process, over every attach
-# Has a traced window of this process seen CUDA-graph kernels? None: no window yet. Sticky once True. A new
-# attach's tracer starts from it, so an eager process's later attaches trace one token per window from the
-# first window on (the guard token costs an eager loop one more slow token), while a process that has ever
-# replayed a graph keeps the guard in every window.
+# Has a traced window of this process seen CUDA-graph kernels? Sticky once True: from then on every window of
+# the process keeps its guard token, even one whose previous window happened to see none. Each attach still
+# starts with a guard: a process whose earlier windows were eager may be replaying graphs by now, and on the
+# H200 a one-token graphed window closed without its guard ended in cudaErrorLaunchFailure
+# (docs/h200/window_costs_run1_2026-11-29.json).
 _graph_kernels_seen: "bool | None" = None
 
 
 def _initial_guard() -> bool:
-    return _graph_kernels_seen is not False
+    """Guard for the first window of an attach: always (see above)."""
+    return True
+
+
+def _guard_after(window_saw_graph_kernels: bool) -> bool:
+    """Guard for the next window, after one that did or did not see graph kernels."""
+    _note_graph_kernels(window_saw_graph_kernels)
+    return bool(_graph_kernels_seen)
 
 
 def _note_graph_kernels(seen: bool) -> None:
@@ -588,8 +596,8 @@ class _Agent:
                     t_col = time.time_ns()
                     with _GilPolite():
                         win = session.tracer.collect(window_id, session.guard)
-                    _note_graph_kernels(bool(session.tracer.needs_guard))  # collect() set it from the records
-                    session.tracer.needs_guard = _initial_guard()  # once graphs were seen, every window guards
+                    # collect() set needs_guard from this window's records; once graphs were seen, always guard
+                    session.tracer.needs_guard = _guard_after(bool(session.tracer.needs_guard))
                     window_id += 1
                     out += wire.pack(win)
                     if ev is not None:

@@ -376,14 +376,13 @@ def test_runtime_api_filter_keeps_what_the_timeline_draws_and_is_worked_out_once
 
 
 
-def test_guard_tokens_follow_what_the_process_has_shown_across_attaches(monkeypatch):
+def test_every_attach_starts_with_a_guard_and_a_process_that_replayed_graphs_keeps_it(monkeypatch):
     monkeypatch.setattr(agent, "_graph_kernels_seen", None)
-    assert agent._initial_guard() is True  # nothing traced yet in this process: guard
-    agent._note_graph_kernels(False)
-    assert agent._initial_guard() is False  # an eager process: later attaches trace one token per window
-    agent._note_graph_kernels(True)
-    assert agent._initial_guard() is True
-    agent._note_graph_kernels(False)  # once a graph was replayed, every window keeps its guard
+    assert agent._initial_guard() is True  # nothing traced yet in this process
+    assert agent._guard_after(False) is False  # an eager window: the next one of this attach traces one token
+    assert agent._initial_guard() is True  # a new attach: guard again (the process may replay graphs by now)
+    assert agent._guard_after(True) is True
+    assert agent._guard_after(False) is True  # once a graph was replayed, every window keeps its guard
     assert agent._initial_guard() is True
 
 
