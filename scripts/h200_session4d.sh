@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Fourth session, last device call: slow tokens of an eager loop under default attaches, then the overhead
-# benchmark, with PM decoding into a reused counter-data image and guard tokens remembered per process.
+# benchmark, with PM decoding into a reused counter-data image (and, at the time, guard tokens remembered per
+# process, since reverted: docs/benchmarks.md).
 #   bash scripts/h200_session4d.sh  (H200 device machine, repo root; results under $OUT)
 set -u
 T0=$(date +%s)
