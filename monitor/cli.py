@@ -282,18 +282,25 @@ def cmd_scaling(a) -> int:
         raise UsageError(f"decodemon scaling: the second run has {nn} ranks and the first {n1}; give --n")
     s = serial_fraction_of_runs(s1.tokens.ms_per_token, n1, sn.tokens.ms_per_token, nn)
     stale = s1.rolling.ceiling != sn.rolling.ceiling
+    applies = 0.0 <= s <= 1.0
     res = {"n1": n1, "n": nn, "ms_per_token_n1": round(s1.tokens.ms_per_token, 4),
            "ms_per_token_n": round(sn.tokens.ms_per_token, 4),
            "speedup": round(s1.tokens.ms_per_token / sn.tokens.ms_per_token, 4), "serial_fraction": round(s, 4),
-           "verdicts": [s1.rolling.ceiling, sn.rolling.ceiling], "stale": stale,
+           "verdicts": [s1.rolling.ceiling, sn.rolling.ceiling], "stale": stale, "amdahl_applies": applies,
            "note": ("the binding ceiling differs between the two runs: the figure mixes two bottlenecks; "
                     "re-derive it once the change has settled" if stale else
                     "re-derive after every win: a serial fraction measured before an optimisation is not valid after it")}
+    if not applies:
+        res["note"] = (f"{nn} ranks are {'slower than' if s > 1 else 'more than ' + str(round(nn / n1)) + 'x faster than'}"
+                       f" {n1}: no serial fraction between 0 and 1 explains that, so Amdahl's law does not apply "
+                       "(work that grows with the rank count, such as the all-reduces, or a change between the runs); "
+                       "s is the algebra's value only")
     if a.json:
         _print_json(res)
     else:
         print(f"speedup {res['speedup']:.3f}x at N={nn} over N={n1}: serial fraction s = {res['serial_fraction']:.3f}"
-              + (f" (STALE: {res['note']})" if stale else ""))
+              + (f" (STALE: {res['note']})" if stale and applies else "")
+              + (f" ({res['note']})" if not applies else ""))
     return 0
 
 

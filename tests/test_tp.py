@@ -83,6 +83,9 @@ def test_serial_fraction_from_two_recordings(tmp_path):
     # Amdahl at N=2: s = 2/speedup - 1 (on a 2-core CPU, gloo TP=2 is slower than TP=1, so s comes out > 1)
     assert d["serial_fraction"] == pytest.approx(2 * d["ms_per_token_n"] / d["ms_per_token_n1"] - 1, rel=1e-3)
     assert isinstance(d["stale"], bool)
+    assert d["amdahl_applies"] == (0 <= d["serial_fraction"] <= 1)
+    if not d["amdahl_applies"]:  # the usual case here: the note says so instead of presenting s as a fraction
+        assert "Amdahl's law does not apply" in d["note"]
     assert_one_line_error(cli("scaling", recs[2], recs[1]))  # the second run must have more ranks
 
 

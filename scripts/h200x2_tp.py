@@ -1,0 +1,150 @@
+"""Issue #7 on a machine with two GPUs: TP=1 and TP=2 recordings, all-reduce µs per call against a CUDA-event
+microbenchmark at the same payload, the verdicts, and the serial fraction — one command.
+
+    bash scripts/h200.sh scripts/h200x2_tp.py OUT [--seconds 12] [--modes eager,graph]    (kind nvidia-h200-x2)
+    TP_CPU=1 python scripts/h200x2_tp.py OUT --seconds 3                                   (a CPU dry run, gloo)
+
+For each mode and TP degree (1, 2) it starts the demo engine (`--tp N`, NCCL with NVLink multicast off), takes
+one `decodemon attach PID --json` (the group view from rank 0) and records every rank at once
+(`decodemon record`), then stops the engine. Then `decodemon allreduce --payload-bytes P --tp 2 --json` at the
+payload the TP=2 engine reported, and `decodemon scaling` on the two rank-0 recordings. Writes OUT/tp_check.json
+(decodemon's µs per all-reduce per rank vs the microbenchmark's at 1x, the ratio and whether it is within 10%;
+each rank's verdict and COMM share; the serial fraction) and OUT/h200_tp{1,2}_{mode}_rank{r}.dmon.
+Not yet run on GPUs: written while only one-GPU machines were lent (see the issue's closing notes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+PY = sys.executable
+DM = [PY, "-m", "decodemon.monitor.cli"]
+DEMO = [PY, "-m", "decodemon.engine_adapter.demo"]
+CPU = os.environ.get("TP_CPU") == "1"
+ENV = dict(os.environ, NCCL_NVLS_ENABLE="0")
+
+
+def start_engine(mode: str, tp: int, work: Path):
+    err = work / f"engine_{mode}_tp{tp}.err"
+    pid_file = work / f"engine_{mode}_tp{tp}.pid"
+    dev = ["--tiny", "--device", "cpu"] if CPU else []
+    eng = subprocess.Popen(DM + ["run", "--pid-file", str(pid_file), "--"] + DEMO + dev +
+                           ["--mode", "eager" if CPU else mode, "--tokens", "0", "--tp", str(tp)],
+                           stdout=subprocess.DEVNULL, stderr=open(err, "w"), env=ENV)
+    t0 = time.time()
+    while "decoding" not in err.read_text():
+        if eng.poll() is not None or time.time() - t0 > 240:
+            eng.kill()
+            raise RuntimeError(f"engine {mode} tp={tp} did not start: {err.read_text()[-1500:]}")
+        time.sleep(0.3)
+    time.sleep(2)
+    return eng, int(pid_file.read_text())
+
+
+def run_json(cmd: list[str], timeout: float) -> dict:
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=ENV)
+    if r.returncode != 0:
+        return {"error": (r.stderr.strip() or r.stdout.strip())[-800:], "rc": r.returncode}
+    try:
+        return json.loads(r.stdout)
+    except ValueError:
+        return {"error": f"not JSON: {r.stdout[-300:]}"}
+
+
+def one_run(mode: str, tp: int, out: Path, work: Path, seconds: float) -> dict:
+    from decodemon.monitor.ranks import discover_ranks
+
+    eng, pid = start_engine(mode, tp, work)
+    try:
+        ranks = discover_ranks(pid)
+        res = {"mode": mode, "tp": tp, "rank_pids": ranks}
+        res["attach"] = run_json(DM + ["attach", str(pid), "--json", "--seconds", str(seconds)], seconds + 120)
+        recs = []
+        for r, rp in enumerate(ranks):
+            f = out / f"h200_tp{tp}_{mode}_rank{r}.dmon"
+            recs.append((f, subprocess.Popen(DM + ["record", str(rp), "-o", str(f), "--seconds", str(seconds)],
+                                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=ENV)))
+        res["recordings"] = []
+        for f, p in recs:
+            _, e = p.communicate(timeout=seconds + 120)
+            res["recordings"].append({"file": f.name, "rc": p.returncode, "stderr": e.strip()[-300:]})
+        return res
+    finally:
+        eng.send_signal(signal.SIGTERM)
+        try:
+            eng.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            eng.kill()
+
+
+def rank_rows(attach: dict) -> list[dict]:
+    g = attach.get("group")
+    if g:
+        return g["ranks"]
+    return [{"tp_rank": 0, "ms_per_token": (attach.get("tokens") or {}).get("ms_per_token"),
+             "verdict": (attach.get("diagnosis") or {}).get("ceiling"), "collectives": attach.get("collectives")}]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out", nargs="?", default="out")
+    ap.add_argument("--seconds", type=float, default=12.0)
+    ap.add_argument("--modes", default="eager")
+    a = ap.parse_args()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    work = out / "work"
+    work.mkdir(exist_ok=True)
+    q = ["cpu (gloo)", "-"] if CPU else subprocess.run(
+        ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+        capture_output=True, text=True).stdout.strip().splitlines()
+    res = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "gpus": q,
+           "command": "bash scripts/h200.sh scripts/h200x2_tp.py OUT " + " ".join(sys.argv[2:]), "modes": {}}
+
+    def save():
+        (out / "tp_check.json").write_text(json.dumps(res, indent=1, ensure_ascii=False))
+
+    for mode in a.modes.split(","):
+        m = res["modes"][mode] = {}
+        for tp in (1, 2):
+            try:
+                m[f"tp{tp}"] = one_run(mode, tp, out, work, a.seconds)
+            except Exception as exc:
+                m[f"tp{tp}"] = {"error": f"{type(exc).__name__}: {exc}"[-1500:]}
+            save()
+        two = m.get("tp2", {}).get("attach", {})
+        rows = rank_rows(two) if "error" not in two and two else []
+        payload = next((r["collectives"].get("payload_bytes") for r in rows if r.get("collectives")), None)
+        if payload:
+            bench = run_json(DM + ["allreduce", "--payload-bytes", str(int(payload)), "--tp", "2", "--json"]
+                             + (["--device", "cpu"] if CPU else ["--device", "cuda"]), 600)
+            m["microbenchmark"] = bench
+            ref = (bench.get("sizes") or {}).get("1", {}).get("us_per_call")
+            m["check"] = []
+            for r in rows:
+                c = r.get("collectives") or {}
+                us = c.get("us_per_call")
+                m["check"].append({"tp_rank": r.get("tp_rank"), "source": c.get("source"), "decodemon_us_per_call": us,
+                                   "microbenchmark_us_per_call": ref,
+                                   "ratio": round(us / ref, 3) if us and ref else None,
+                                   "within_10pct": bool(us and ref and abs(us / ref - 1) <= 0.10),
+                                   "calls_per_token": c.get("calls_per_token"),
+                                   "counted_per_token": c.get("counted_per_token"),
+                                   "share_of_step_pct": c.get("share_of_step_pct"), "verdict": r.get("verdict")})
+        f1, f2 = out / f"h200_tp1_{mode}_rank0.dmon", out / f"h200_tp2_{mode}_rank0.dmon"
+        if f1.exists() and f2.exists():
+            m["scaling"] = run_json(DM + ["scaling", str(f1), str(f2), "--json"], 120)
+        save()
+    print(json.dumps({k: {kk: vv for kk, vv in v.items() if kk in ("check", "scaling")}
+                      for k, v in res["modes"].items()}, indent=1, ensure_ascii=False))
+
+
+if __name__ == "__main__":
+    main()
