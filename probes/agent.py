@@ -44,11 +44,6 @@ _windows_in_process = 0  # traced windows closed (CUPTI finalized) in this proce
 _graph_kernels_seen: "bool | None" = None
 
 
-def _initial_guard() -> bool:
-    """Guard for the first window of an attach: always (see above)."""
-    return True
-
-
 def _guard_after(window_saw_graph_kernels: bool) -> bool:
     """Guard for the next window, after one that did or did not see graph kernels."""
     _note_graph_kernels(window_saw_graph_kernels)
@@ -448,8 +443,7 @@ class _Agent:
                 try:
                     from decodemon.probes.tracer import WindowTracer
 
-                    tracer = WindowTracer()
-                    tracer.needs_guard = _initial_guard()
+                    tracer = WindowTracer()  # its first window keeps a guard token (see _graph_kernels_seen)
                     state["trace"] = (f"armed ({settings.window_tokens} tokens every "
                                       f"{settings.window_period_s:g} s)")
                 except Exception as exc:
