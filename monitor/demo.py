@@ -43,11 +43,14 @@ def gpu_available() -> bool:
         return False
 
 
-def spawn_engine(args: list[str], stdout=subprocess.DEVNULL, timeout_s: float = 180) -> tuple[subprocess.Popen, int]:
-    """Start the demo engine with the agent loaded (`decodemon run`); return (process, engine pid) once it decodes."""
+def spawn_engine(args: list[str], stdout=subprocess.DEVNULL, timeout_s: float = 180,
+                 env: dict | None = None) -> tuple[subprocess.Popen, int]:
+    """Start the demo engine with the agent loaded (`decodemon run`); return (process, engine pid) once it decodes.
+
+    `env`: the engine's environment (default: this process's)."""
     cmd = [sys.executable, "-m", "decodemon.monitor.cli", "run", "--", sys.executable, "-m",
            "decodemon.engine_adapter.demo", *args]
-    proc = subprocess.Popen(cmd, stdout=stdout, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, stdout=stdout, stderr=subprocess.PIPE, text=True, env=env)
     t0 = time.monotonic()
     pid = None
     while time.monotonic() - t0 < timeout_s:

@@ -36,23 +36,6 @@ _model = None
 _lock = threading.Lock()
 _pm_armed_before = False
 _windows_in_process = 0  # traced windows closed (CUPTI finalized) in this process, over every attach
-# Has a traced window of this process seen CUDA-graph kernels? Sticky once True: from then on every window of
-# the process keeps its guard token, even one whose previous window happened to see none. Each attach still
-# starts with a guard: a process whose earlier windows were eager may be replaying graphs by now, and on the
-# H200 a one-token graphed window closed without its guard ended in cudaErrorLaunchFailure
-# (docs/h200/window_costs_run1_2026-11-29.json).
-_graph_kernels_seen: "bool | None" = None
-
-
-def _guard_after(window_saw_graph_kernels: bool) -> bool:
-    """Guard for the next window, after one that did or did not see graph kernels."""
-    _note_graph_kernels(window_saw_graph_kernels)
-    return bool(_graph_kernels_seen)
-
-
-def _note_graph_kernels(seen: bool) -> None:
-    global _graph_kernels_seen
-    _graph_kernels_seen = True if (seen or _graph_kernels_seen) else False
 # Measured on an H200 (docs/h200.md, scripts/h200_clocks.py): the first PM sampling session in a process
 # left a graphed 0.6B loop at 4.08 instead of 4.67 ms/token for the rest of the process, attached or not,
 # with SM/memory clocks unchanged and ~16 W more power; CUPTI activity windows alone did not do this.
@@ -61,6 +44,21 @@ def _note_graph_kernels(seen: bool) -> None:
 PM_FIRST_SESSION_NOTE = ("first PM session in this process: on an H200 it left a graphed loop ~13% faster for the "
                          "rest of the process (clocks unchanged, +16 W) after ~0.3 s of slow tokens; compare "
                          "unobserved speeds taken after it, or attach with --no-pm")
+
+
+# Has a traced window of this process seen CUDA-graph kernels? Sticky: from then on every window of the
+# process keeps its guard token, even one whose previous window happened to see none. Each attach still starts
+# with a guard (a new WindowTracer): a process whose earlier windows were eager may be replaying graphs by now,
+# and on the H200 a one-token graphed window closed without its guard ended in cudaErrorLaunchFailure
+# (docs/h200/window_costs_run1_2026-11-29.json).
+_graph_kernels_seen = False
+
+
+def _guard_after(window_saw_graph_kernels: bool) -> bool:
+    """Guard for the next window, after one that did or did not see graph kernels (agent thread)."""
+    global _graph_kernels_seen
+    _graph_kernels_seen = _graph_kernels_seen or window_saw_graph_kernels
+    return _graph_kernels_seen
 
 
 def _ensure_dir(d: Path) -> None:

@@ -10,6 +10,8 @@ decode thread), under a time budget.
 
 from __future__ import annotations
 
+import time
+
 from decodemon.probes.sidecar import PM_METRICS
 
 
@@ -56,8 +58,6 @@ class PmSampler:
         thread that wants it back waits one evaluation, not the whole pump (CPython otherwise lets a busy
         thread keep the GIL for up to its 5 ms switch interval).
         """
-        import time
-
         t_dec = time.perf_counter()
         raw = self._decode_image(max_samples)
         self.decode_s = time.perf_counter() - t_dec
@@ -89,8 +89,6 @@ class PmSampler:
         return starts, ends, rows
 
     def _decode_image(self, max_samples: int):
-        import time
-
         c, coll = self._c, self._coll
         t0 = time.perf_counter()
         template = self._templates.get(max_samples)

@@ -111,6 +111,12 @@ class WindowTracer:
             except Exception:
                 pass
 
+    def _spent(self, step: str, t0: int) -> None:
+        """Count a step's host time in the window's probe cost and note it for the agent's event log."""
+        dt = time.perf_counter_ns() - t0
+        self.host_ns += dt
+        self.last_ns[step] = dt
+
     # -- decode thread, at token boundaries -----------------------------------
     def open(self) -> None:
         """Start tracing now (a token boundary)."""
@@ -126,9 +132,7 @@ class WindowTracer:
         self.initialised = True
         self.active = True
         self.bounds.append(c.get_timestamp())
-        dt = time.perf_counter_ns() - t0
-        self.host_ns += dt
-        self.last_ns["open"] = dt
+        self._spent("open", t0)
 
     def boundary(self) -> None:
         """Note one token boundary inside the window, in CUPTI's clock."""
@@ -142,7 +146,7 @@ class WindowTracer:
         for k in self._kinds:
             c.activity_disable(k)
         self.active = False
-        self.host_ns += time.perf_counter_ns() - t0
+        self._spent("close", t0)
 
     def flush(self) -> None:
         """Deliver every record of the closed window (decode thread, right after close()).
@@ -155,9 +159,7 @@ class WindowTracer:
         """
         t0 = time.perf_counter_ns()
         self._c.activity_flush_all(1)
-        dt = time.perf_counter_ns() - t0
-        self.host_ns += dt
-        self.last_ns["flush"] = dt
+        self._spent("flush", t0)
 
     def detach(self) -> None:
         """Finalize CUPTI so untraced tokens run at their unobserved speed."""
@@ -167,9 +169,7 @@ class WindowTracer:
                 self._c.finalize()
             finally:
                 self.initialised = False
-                dt = time.perf_counter_ns() - t0
-                self.host_ns += dt
-                self.last_ns["finalize"] = dt
+                self._spent("finalize", t0)
 
     # -- agent thread -----------------------------------------------------------
     def collect(self, window_id: int, guard_tokens: int = 1) -> KernelWindow:

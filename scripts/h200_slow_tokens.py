@@ -26,7 +26,6 @@ import numpy as np
 
 PY = sys.executable
 DM = [PY, "-m", "decodemon.monitor.cli"]
-DEMO = [PY, "-m", "decodemon.engine_adapter.demo"]
 
 
 PLANS = {
@@ -45,20 +44,13 @@ PLANS = {
 
 
 def run_case(name, mode, env_extra, work: Path, attach_s: float, cpu: bool, plan: str = "default") -> dict:
+    from decodemon.monitor.demo import spawn_engine
+
     times_file = work / f"times_{name}.json"
-    pid_file = work / f"{name}.pid"
-    err_path = work / f"{name}.err"
     env = dict(os.environ, DECODEMON_AGENT_EVENTS=str(work / f"events_{name}"), **env_extra)
     dev = ["--tiny", "--device", "cpu"] if cpu else []
-    eng = subprocess.Popen(DM + ["run", "--pid-file", str(pid_file), "--"] + DEMO + dev +
-                           ["--mode", "eager" if cpu else mode, "--tokens", "0", "--times-file", str(times_file)],
-                           stdout=subprocess.DEVNULL, stderr=open(err_path, "w"), env=env)
-    t0 = time.time()
-    while "decoding" not in err_path.read_text():
-        if eng.poll() is not None or time.time() - t0 > 180:
-            raise RuntimeError(err_path.read_text()[-2000:])
-        time.sleep(0.2)
-    pid = int(pid_file.read_text())
+    eng, pid = spawn_engine(dev + ["--mode", "eager" if cpu else mode, "--tokens", "0", "--times-file",
+                                   str(times_file)], env=env)
     time.sleep(2)
     phases = []
     attach_out: dict = {}

@@ -26,26 +26,8 @@ from pathlib import Path
 
 PY = sys.executable
 DM = [PY, "-m", "decodemon.monitor.cli"]
-DEMO = [PY, "-m", "decodemon.engine_adapter.demo"]
 CPU = os.environ.get("TP_CPU") == "1"
 ENV = dict(os.environ, NCCL_NVLS_ENABLE="0")
-
-
-def start_engine(mode: str, tp: int, work: Path):
-    err = work / f"engine_{mode}_tp{tp}.err"
-    pid_file = work / f"engine_{mode}_tp{tp}.pid"
-    dev = ["--tiny", "--device", "cpu"] if CPU else []
-    eng = subprocess.Popen(DM + ["run", "--pid-file", str(pid_file), "--"] + DEMO + dev +
-                           ["--mode", "eager" if CPU else mode, "--tokens", "0", "--tp", str(tp)],
-                           stdout=subprocess.DEVNULL, stderr=open(err, "w"), env=ENV)
-    t0 = time.time()
-    while "decoding" not in err.read_text():
-        if eng.poll() is not None or time.time() - t0 > 240:
-            eng.kill()
-            raise RuntimeError(f"engine {mode} tp={tp} did not start: {err.read_text()[-1500:]}")
-        time.sleep(0.3)
-    time.sleep(2)
-    return eng, int(pid_file.read_text())
 
 
 def run_json(cmd: list[str], timeout: float) -> dict:
@@ -58,10 +40,14 @@ def run_json(cmd: list[str], timeout: float) -> dict:
         return {"error": f"not JSON: {r.stdout[-300:]}"}
 
 
-def one_run(mode: str, tp: int, out: Path, work: Path, seconds: float) -> dict:
+def one_run(mode: str, tp: int, out: Path, seconds: float) -> dict:
+    from decodemon.monitor.demo import spawn_engine
     from decodemon.monitor.ranks import discover_ranks
 
-    eng, pid = start_engine(mode, tp, work)
+    dev = ["--tiny", "--device", "cpu"] if CPU else []
+    eng, pid = spawn_engine(dev + ["--mode", "eager" if CPU else mode, "--tokens", "0", "--tp", str(tp)],
+                            timeout_s=240, env=ENV)
+    time.sleep(2)
     try:
         ranks = discover_ranks(pid)
         res = {"mode": mode, "tp": tp, "rank_pids": ranks}
@@ -100,8 +86,6 @@ def main() -> None:
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    work = out / "work"
-    work.mkdir(exist_ok=True)
     q = ["cpu (gloo)", "-"] if CPU else subprocess.run(
         ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
         capture_output=True, text=True).stdout.strip().splitlines()
@@ -115,7 +99,7 @@ def main() -> None:
         m = res["modes"][mode] = {}
         for tp in (1, 2):
             try:
-                m[f"tp{tp}"] = one_run(mode, tp, out, work, a.seconds)
+                m[f"tp{tp}"] = one_run(mode, tp, out, a.seconds)
             except Exception as exc:
                 m[f"tp{tp}"] = {"error": f"{type(exc).__name__}: {exc}"[-1500:]}
             save()

@@ -377,7 +377,7 @@ def test_runtime_api_filter_keeps_what_the_timeline_draws_and_is_worked_out_once
 
 
 def test_a_process_that_replayed_graphs_keeps_the_guard_in_every_window(monkeypatch):
-    monkeypatch.setattr(agent, "_graph_kernels_seen", None)  # (a new attach's WindowTracer starts guarded)
+    monkeypatch.setattr(agent, "_graph_kernels_seen", False)  # (a new attach's WindowTracer starts guarded)
     assert agent._guard_after(False) is False  # an eager window: the next one of this attach traces one token
     assert agent._guard_after(True) is True
     assert agent._guard_after(False) is True  # once a graph was replayed, every window keeps its guard
