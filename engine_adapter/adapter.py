@@ -9,12 +9,13 @@ from decodemon.probes.wire import ModelFacts
 def report_model(name: str, weight_bytes: int, kv_bytes_per_position: int = 0, layers: int = 0,
                  dtype: str = "", tp_degree: int = 1, hidden: int = 0,
                  measured_bandwidth_gbs: float = 0.0, tp_rank: int = 0, collectives_per_token: int = 0,
-                 collective_bytes: int = 0) -> ModelFacts:
+                 collective_bytes: int = 0, collective_backend: str = "") -> ModelFacts:
     """Tell an attached (or later) monitor what is being decoded; returns the facts sent."""
     facts = ModelFacts(name=name, weight_bytes=int(weight_bytes), kv_bytes_per_position=int(kv_bytes_per_position),
                        layers=int(layers), dtype=dtype, tp_degree=int(tp_degree), hidden=int(hidden),
                        measured_bandwidth_gbs=float(measured_bandwidth_gbs), tp_rank=int(tp_rank),
-                       collectives_per_token=int(collectives_per_token), collective_bytes=int(collective_bytes))
+                       collectives_per_token=int(collectives_per_token), collective_bytes=int(collective_bytes),
+                       collective_backend=collective_backend)
     agent.set_model_facts(facts)
     return facts
 

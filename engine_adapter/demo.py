@@ -197,7 +197,8 @@ def main(argv=None) -> int:
                  weight_bytes=model.weight_bytes() + extra, kv_bytes_per_position=model.kv_bytes_per_position(),
                  layers=model.shape.layers, dtype=str(dtype).replace("torch.", ""), tp_degree=a.tp,
                  hidden=model.shape.hidden, measured_bandwidth_gbs=round(bw, 1), tp_rank=a.rank,
-                 collectives_per_token=model.collectives_per_token(), collective_bytes=model.collective_bytes())
+                 collectives_per_token=model.collectives_per_token(), collective_bytes=model.collective_bytes(),
+                 collective_backend=("nccl" if device.startswith("cuda") else "gloo") if a.tp > 1 else "")
     if device.startswith("cuda"):
         os.environ.setdefault("DECODEMON_DEVICE", str(torch.cuda.current_device()))
     start_from_env()

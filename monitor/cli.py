@@ -51,7 +51,8 @@ def _attach_settings(a) -> wire.Attach:
     return wire.Attach(window_period_s=a.window_period, window_tokens=a.window_tokens,
                        window_min_tokens=a.window_min_tokens, window_max_s=max(a.window_max, a.window_period),
                        window_budget=a.window_budget,
-                       pm_interval_us=a.pm_interval_us, trace=not a.no_trace, pm=not a.no_pm)
+                       pm_interval_us=a.pm_interval_us, trace=not a.no_trace, pm=not a.no_pm,
+                       first_window_s=getattr(a, "first_window", None))
 
 
 def _add_probe_opts(p):
@@ -61,6 +62,9 @@ def _add_probe_opts(p):
                    help="whole tokens per traced window (default 1)")
     p.add_argument("--window-min-tokens", type=_positive("--window-min-tokens", 0, 10**9, True, allow_zero=True),
                    default=250, help="tokens between windows, so their slow tokens stay under 1%% (default 250)")
+    p.add_argument("--first-window", type=_positive("--first-window", 0, 3600, allow_zero=True), default=None,
+                   help="seconds before the first traced window (default 0.5); for one rank of a tensor-parallel "
+                        "group recorded on its own, stagger it by rank (attach to a group does this itself)")
     p.add_argument("--window-max", type=_positive("--window-max", 0, 3600), default=5.0,
                    help="but never more seconds than this between windows (default 5)")
     p.add_argument("--window-budget", type=_positive("--window-budget", 1, 10**9, True), default=500,
@@ -146,18 +150,25 @@ def _print_json(obj) -> None:
 
 
 def _collect_group(pids, settings, seconds):
-    """Attach to every rank at once (one thread each) for `seconds`."""
+    """Attach to every rank at once (one thread each) for `seconds`, their traced windows staggered by rank."""
     import threading
+
+    import msgspec
 
     out = {}
 
-    def one(p):
+    def staggered(rank: int):
+        # one rank traced at a time: rank r's first window r/N of a period after rank 0's
+        first = 0.5 + rank * settings.window_period_s / len(pids)
+        return msgspec.structs.replace(settings, first_window_s=first)
+
+    def one(p, st):
         try:
-            out[p] = collect(p, settings, seconds)
+            out[p] = collect(p, st, seconds)
         except (SourceError, wire.WireError) as exc:
             out[p] = exc
 
-    threads = [threading.Thread(target=one, args=(p,)) for p in pids]
+    threads = [threading.Thread(target=one, args=(p, staggered(r))) for r, p in enumerate(pids)]
     for t in threads:
         t.start()
     for t in threads:
@@ -206,15 +217,26 @@ def cmd_record(a) -> int:
 
 
 def cmd_replay(a) -> int:
-    _source_of(a.file)
+    for f in a.files:
+        _source_of(f)
+        if f.isdigit():
+            raise UsageError(f"{f}: replay takes recordings; to watch a live pid use `decodemon attach {f}`")
+    if len(a.files) > 1 and not a.json:
+        raise UsageError("several recordings are one tensor-parallel group: add --json (or use `decodemon compare`)")
     if a.json:
         from decodemon.monitor.session import summary_json
 
-        _print_json(summary_json(collect(a.file).snapshot()))
+        snaps = [collect(f).snapshot() for f in a.files]
+        out = summary_json(snaps[0])
+        if len(snaps) > 1:  # one recording per rank: the group view, as `attach --json` shows it live
+            from decodemon.monitor.ranks import combine
+
+            out["group"] = combine(snaps)
+        _print_json(out)
         return 0
     from decodemon.monitor.app import run_app
 
-    return run_app([a.file], speed=a.speed, start_at_s=a.at, paused=a.paused)
+    return run_app(a.files, speed=a.speed, start_at_s=a.at, paused=a.paused)
 
 
 def cmd_report(a) -> int:
@@ -306,7 +328,9 @@ def cmd_scaling(a) -> int:
 
 def cmd_allreduce(a) -> int:
     cmd = [sys.executable, "-m", "decodemon.engine_adapter.collective_bench", "--payload-bytes",
-           str(a.payload_bytes), "--tp", str(a.tp), "--iters", str(a.iters)] + (["--device", a.device] if a.device else []) \
+           str(a.payload_bytes), "--tp", str(a.tp), "--iters", str(a.iters), "--calls", str(a.calls)] \
+        + (["--device", a.device] if a.device else []) + (["--dtype", a.dtype] if a.dtype else []) \
+        + (["--spacer-in", a.spacer_in] if a.spacer_in else []) + (["--profile-kernels"] if a.profile_kernels else []) \
         + (["--json"] if a.json else [])
     env = dict(os.environ, NCCL_NVLS_ENABLE="0")
     return subprocess.run(cmd, env=env).returncode
@@ -343,8 +367,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_probe_opts(p)
     p.set_defaults(fn=cmd_record)
 
-    p = sub.add_parser("replay", help="play a recording in the app, or summarise it with --json")
-    p.add_argument("file")
+    p = sub.add_parser("replay", help="play a recording in the app, or summarise it with --json "
+                                      "(several: one per rank of a tensor-parallel group, with the group view)")
+    p.add_argument("files", nargs="+", metavar="file")
     p.add_argument("--json", action="store_true")
     p.add_argument("--speed", type=_positive("--speed", 0, 1000), default=1.0)
     p.add_argument("--at", type=_positive("--at", 0.0, 1e6, allow_zero=True), default=None,
@@ -394,7 +419,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--payload-bytes", type=_positive("--payload-bytes", 0, 1 << 34, True), required=True)
     p.add_argument("--tp", type=_positive("--tp", 1, 64, True), default=2)
     p.add_argument("--iters", type=_positive("--iters", 0, 1e6, True), default=200)
+    p.add_argument("--calls", type=_positive("--calls", 0, 10_000, True), default=50,
+                   help="all-reduces per CUDA graph (timed by CUDA events around replays)")
     p.add_argument("--device", choices=["cpu", "cuda"], default=None)
+    p.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default=None,
+                   help="element type (default: bfloat16 on CUDA, float32 on CPU)")
+    p.add_argument("--spacer-in", default=None,
+                   help="CUDA: input widths of the GEMVs placed before each timed call, comma-separated: the decode's "
+                        "o_proj and down_proj shards (e.g. 1024,1536 for Qwen3-0.6B at TP=2)")
+    p.add_argument("--profile-kernels", action="store_true",
+                   help="CUDA: also read the NCCL kernels' own durations with torch.profiler")
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_allreduce)
 

@@ -52,7 +52,8 @@ class Inputs:
     bytes_per_token: float | None = None
     bandwidth_gbs: float | None = None
     collectives_per_token: float | None = None
-    us_per_collective: float | None = None
+    us_per_collective: float | None = None  # the typical (median) call: the collective's own latency
+    collective_wait_ms_per_token: float | None = None  # kernels' time beyond that: waiting for a late peer
     kernel_sum_ms_per_token: float | None = None  # from a trace: lets LAUNCH use measured idle time
     gpu_busy_pct: float | None = None
     sm_active_pct: float | None = None
@@ -137,6 +138,9 @@ def _comm(i: Inputs) -> tuple[Candidate, float | None]:
     state = RULED_OUT if share < COMM_RULED_OUT_PCT else BINDING
     detail = (f"{i.collectives_per_token:g} calls × {i.us_per_collective:g} µs = {comm_ms:.3g} ms of "
               f"{i.ms_per_token:.4g} ms/token")
+    if i.collective_wait_ms_per_token and i.collective_wait_ms_per_token >= 0.01 * i.ms_per_token:
+        detail += (f"; not counted: {i.collective_wait_ms_per_token:.3g} ms/token the kernels waited for a late "
+                   "peer (a straggling rank's ceiling, not the link's)")
     return Candidate(share, "% of step", thr, state, detail), comm_ms
 
 

@@ -108,6 +108,47 @@ class WindowMetrics:
     timeline: Timeline | None
     dropped_records: int
     tracing_head_ms: float = 0.0  # graph windows: time the traced graph launch held the GPU back
+    # a collective's own latency: per NCCL kernel name, the median of the calls that did not wait for a peer (no
+    # longer than twice the window's fastest call). A kernel starts when its rank arrives and ends after the last
+    # rank's: the mean adds waiting for a late peer. Two H200s, eager TP=2, a window opened while the other rank was
+    # traced: mean 229 µs, median 112 µs, calls that did not wait 4.9 µs (2026-11-29)
+    collective_us_unwaited: float = 0.0
+    # device idle a collective adds around its kernel beyond the window's usual kernel-to-kernel gap (median per
+    # call; gaps the host caused are LAUNCH's, not counted). Graphed on two H200s an NCCL kernel waited 1.4-2.2 µs
+    # to start where other kernels waited 0.1: a CUDA-event microbenchmark pays it too (2026-11-29)
+    collective_gap_us: float = 0.0
+
+    @property
+    def collective_in_step_us(self) -> float:
+        """What one collective costs the step: its kernel (not waiting for a peer) plus the idle it adds."""
+        return (self.collective_us_unwaited or self.collective_us_per_call) + self.collective_gap_us
+
+
+def _collective_gap_ns(gap, coll, corr, run_end, launch_start) -> float:
+    """Median device idle a collective kernel adds before and after itself, beyond the usual gap (ns).
+
+    `gap[i]` is the idle before sorted kernel i+1; `coll` marks collective kernels in the same order. A gap counts
+    only when the kernel's launch call began before the GPU went idle (device-side: a graph's, or a queue's).
+    """
+    n = len(coll)
+    if n < 3 or not coll.any():
+        return 0.0
+    device_side = np.ones(n - 1, bool)
+    for i in range(n - 1):
+        ls = launch_start.get(int(corr[i + 1]))
+        device_side[i] = ls is not None and ls < run_end[i]  # unknown launch (not traced): not counted
+    g = np.maximum(gap, 0)
+    plain = device_side & ~coll[1:] & ~coll[:-1]
+    base = float(np.median(g[plain])) if plain.any() else 0.0
+    added = []
+    for k in np.flatnonzero(coll).tolist():
+        a = 0.0
+        if k >= 1 and device_side[k - 1]:
+            a += max(0.0, g[k - 1] - base)
+        if k < n - 1 and device_side[k]:
+            a += max(0.0, g[k] - base)
+        added.append(a)
+    return float(np.median(added))
 
 
 def demangle_head(name: str) -> str:
@@ -210,6 +251,7 @@ def window_metrics(w: wire.KernelWindow, sm_count: int, cc: str = "9.0") -> Wind
     # gap causes: for each kernel after the first, when did its launch call begin?
     gaps = {"host_late": 0, "short": 0, "other": 0, "tracing": 0}
     head_ns = 0
+    coll_gap_ns = 0.0
     if n > 1:
         o = np.argsort(start, kind="stable")
         s, e, corr = start[o], end[o], cols["correlation"][o]
@@ -229,6 +271,7 @@ def window_metrics(w: wire.KernelWindow, sm_count: int, cc: str = "9.0") -> Wind
                 gaps["short"] += g
             else:
                 gaps["other"] += g
+        coll_gap_ns = _collective_gap_ns(gap, is_coll[names_idx[o]], corr, run_end, launch_start)
         head = int(s[0]) - lo  # before the first kernel of the window: the host had not launched yet
         if head > 0:
             if graph_launches:
@@ -277,6 +320,11 @@ def window_metrics(w: wire.KernelWindow, sm_count: int, cc: str = "9.0") -> Wind
     rows.sort(key=lambda r: -r.us_per_token)
     coll = [r for r in rows if r.is_collective]
     coll_calls = sum(r.calls_per_token for r in coll)
+    unwaited_ns = 0.0
+    for k in (np.flatnonzero(is_coll).tolist() if n else ()):
+        d = dur[names_idx == k]
+        if len(d):
+            unwaited_ns += len(d) * float(np.median(d[d <= 2 * d.min()]))
     coll_ms = sum(r.us_per_token for r in coll) / 1e3
     small = sum(r.us_per_token for r in rows if r.grid_coverage_pct < 100 * SMALL_GRID_FRACTION)
     small_share = 100.0 * small / max(sum(r.us_per_token for r in rows), 1e-9) if rows else 0.0
@@ -304,6 +352,8 @@ def window_metrics(w: wire.KernelWindow, sm_count: int, cc: str = "9.0") -> Wind
         collective_us_per_call=(coll_ms * 1e3 / coll_calls) if coll_calls else 0.0,
         collective_ms_per_token=coll_ms, small_grid_share_pct=small_share, timeline=timeline,
         tracing_head_ms=head_ns / 1e6,
+        collective_gap_us=coll_gap_ns / 1e3,
+        collective_us_unwaited=unwaited_ns / 1e3 / tokens / coll_calls if coll_calls else 0.0,
         dropped_records=w.dropped_records + invalid,
     )
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from decodemon.monitor.diagnosis import serial_fraction
+from dataclasses import replace
+
+from decodemon.monitor.diagnosis import diagnose, serial_fraction
 from decodemon.probes import wire
 
 
@@ -47,21 +49,39 @@ def discover_ranks(pid: int) -> list[int]:
 
 
 def combine(snaps: list) -> dict:
-    """The group's view: per-rank busy and launches, the slowest rank, and the collectives."""
+    """The group's view: per-rank busy and launches, the slowest rank, the rank the others wait for in the
+    collectives (last to arrive), and the collectives."""
     from decodemon.monitor.session import collectives_json
 
     rows = []
-    for s in snaps:
+    snaps_by_rank = sorted(snaps, key=lambda s: (s.model is None, s.model.tp_rank if s.model else 0))
+    for s in snaps_by_rank:
         w = s.window
         rows.append({"pid": s.pid, "tp_rank": s.model.tp_rank if s.model else None,
                      "ms_per_token": round(s.tokens.ms_per_token, 4) if s.tokens else None,
                      "gpu_busy_pct": round(s.gpu_busy_pct, 1) if s.gpu_busy_pct is not None else None,
                      "launches_per_token": round(w.kernels_per_token, 1) if w else None,
                      "verdict": s.diagnosis.ceiling, "collectives": collectives_json(s)})
-    rows.sort(key=lambda r: (r["tp_rank"] is None, r["tp_rank"]))
     timed = [r for r in rows if r["ms_per_token"] is not None]
     slowest = max(timed, key=lambda r: r["ms_per_token"]) if timed else None
+    # ranks in lockstep share one ms/token; who holds the group back shows in the collectives instead. A rank's
+    # NCCL kernel runs from its own arrival to the last rank's, so the rank with the shortest kernels arrives
+    # last: the others wait for it, and its call is the collective's own latency.
+    kern = [(r["collectives"]["kernel_us_per_call"], r) for r in rows
+            if (r["collectives"] or {}).get("kernel_us_per_call")]
+    last = min(kern, key=lambda x: x[0]) if len(kern) > 1 else None
+    if last:
+        link_us = last[1]["collectives"]["us_per_call"]
+        for us, r in kern:
+            r["collectives"]["waits_for_peers_us_per_call"] = round(us - last[0], 2)
+        for s, r in zip(snaps_by_rank, rows):
+            # each rank's verdict with the collectives priced at the link's latency (the last rank's call)
+            if s.inputs is not None and s.inputs.us_per_collective is not None and s.inputs.collectives_per_token:
+                d = diagnose(replace(s.inputs, us_per_collective=min(link_us, s.inputs.us_per_collective)))
+                r["verdict_alone"], r["verdict"] = r["verdict"], d.ceiling
     return {"tp": len(rows), "ranks": rows, "slowest_rank": slowest["tp_rank"] if slowest else None,
+            "last_to_arrive_rank": last[1]["tp_rank"] if last else None,
+            "collective_us_per_call": last[1]["collectives"]["us_per_call"] if last else None,
             "slowest_ms_per_token": slowest["ms_per_token"] if slowest else None,
             "rank_spread_pct": (round(100 * (max(r["ms_per_token"] for r in timed) /
                                              min(r["ms_per_token"] for r in timed) - 1), 2) if len(timed) > 1 else 0.0)}

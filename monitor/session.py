@@ -53,9 +53,22 @@ class Snapshot:
     ended: str | None
     series: dict = None  # name -> tuple of recent values, oldest first (telemetry and launch history)
     host_collectives: tuple | None = None  # (calls/token, µs/call, bytes/call) from the engine's clock
+    host_clock_is_collective: bool = True  # that clock times the collective (gloo), not just its enqueue (NCCL)
     # the traced kernels' time over the untraced step: beside a PM GPU busy, what of it is kernels running
     # (on the H200 an eager loop read 27-29% busy from the counter and 17% kernels: the rest is launch work)
     kernel_share_pct: float | None = None
+    inputs: dx.Inputs | None = None  # what the diagnosis was given (a group view re-prices the collectives)
+
+
+def host_clock_times_collectives(model: wire.ModelFacts | None, gpu) -> bool:
+    """Whether the engine's clock around a collective call is the collective's time.
+
+    True for a synchronous backend (gloo). NCCL returns once the kernel is enqueued: on two H200s the eager demo's
+    host spent 122-139 µs per call enqueuing a 5 µs kernel (2026-11-29), and counting that as COMM gave a COMM
+    verdict at 0.5% of the step. Engines that do not say their backend: synchronous only without a GPU.
+    """
+    backend = model.collective_backend if model is not None else ""
+    return backend == "gloo" if backend else gpu is None
 
 
 def _median(xs):
@@ -135,17 +148,22 @@ class Session:
                  if r.grid_coverage_pct < 25]
         small.sort(key=lambda x: -x[2])
         coll_calls = _median([w.collective_calls_per_token for w in wins]) if wins else None
-        coll_us = _median([w.collective_us_per_call for w in wins if w.collective_calls_per_token]) if wins else None
+        with_coll = [w for w in wins if w.collective_calls_per_token]
+        # the lowest of the span's windows: waiting for a peer only ever adds to a call
+        coll_us = min(w.collective_in_step_us for w in with_coll) if with_coll else None
+        coll_wait = _median([max(0.0, w.collective_ms_per_token - w.collective_calls_per_token
+                                 * (w.collective_us_unwaited or w.collective_us_per_call) / 1e3) for w in with_coll])
         host = f.host_collectives(since)
-        if not coll_calls and host is not None:  # no NCCL kernels traced (gloo, or no GPU): the engine's own clock
-            coll_calls, coll_us = host[0], host[1]
+        if not coll_calls and host is not None:  # no NCCL kernels traced (gloo, or before a window): engine's clock
+            # with NCCL the clock times the enqueue, not the collective: calls are known, µs wait for a window
+            coll_calls, coll_us = host[0], (host[1] if host_clock_times_collectives(model, gpu) else None)
         elif coll_calls is None and model is not None and model.tp_degree == 1:
             coll_calls = 0.0  # one rank: nothing to reduce
         inp = dx.Inputs(
             ms_per_token=ts.ms_per_token if ts else None,
             launches_per_token=_median([w.kernels_per_token for w in wins]) if wins else None,
             bytes_per_token=bpt, bandwidth_gbs=bw,
-            collectives_per_token=coll_calls, us_per_collective=coll_us,
+            collectives_per_token=coll_calls, us_per_collective=coll_us, collective_wait_ms_per_token=coll_wait,
             kernel_sum_ms_per_token=ksum,
             gpu_busy_pct=busy, sm_active_pct=pm_avg.get("sm_active_pct"),
             small_grid_share_pct=_median([w.small_grid_share_pct for w in wins]) if wins else None,
@@ -191,8 +209,10 @@ class Session:
             bandwidth_gbs=bw, bandwidth_source=bw_src, diagnosis=d, rolling=self.rolling, probe=dict(f.state),
             errors=tuple(f.errors), dropped_records=f.dropped_records, other_pids=others, rx_ns=rx, ended=f.bye,
             series=self.series(rx), host_collectives=f.host_collectives(max(rx - SPAN_NS, 0)),
+            host_clock_is_collective=host_clock_times_collectives(f.hello.model if f.hello else None, gpu),
             kernel_share_pct=(min(100.0, 100.0 * inp.kernel_sum_ms_per_token / inp.ms_per_token)
                               if inp.kernel_sum_ms_per_token is not None and inp.ms_per_token else None),
+            inputs=inp,
         )
 
     def series(self, rx: int, points: int = 60, step_ns: int = 500_000_000) -> dict:
@@ -235,17 +255,30 @@ def collectives_json(s: Snapshot) -> dict | None:
     c = s.diagnosis.candidates.get("comm")
     out = {}
     if w is not None and w.collective_calls_per_token:
+        own = w.collective_us_unwaited or w.collective_us_per_call
+        # us_per_call: what a call costs the step (kernel + the idle it adds); the kernel alone beside it
+        priced = s.inputs.us_per_collective if s.inputs is not None and s.inputs.us_per_collective else None
         out = {"source": "NCCL kernels (traced window)", "calls_per_token": round(w.collective_calls_per_token, 2),
-               "us_per_call": round(w.collective_us_per_call, 2)}
-    elif s.host_collectives is not None:
+               "us_per_call": round(priced or w.collective_in_step_us, 2), "kernel_us_per_call": round(own, 2),
+               "launch_gap_us_per_call": round(w.collective_gap_us, 2),
+               "kernel_us_per_call_mean": round(w.collective_us_per_call, 2),
+               "wait_ms_per_token": round(max(0.0, w.collective_ms_per_token
+                                              - w.collective_calls_per_token * own / 1e3), 4)}
+    elif s.host_collectives is not None and s.host_clock_is_collective:
         calls, us, nbytes = s.host_collectives
         out = {"source": "engine clock (host-side call time)", "calls_per_token": round(calls, 2),
                "us_per_call": round(us, 2), "payload_bytes": int(nbytes)}
+    elif s.host_collectives is not None:
+        calls, us, nbytes = s.host_collectives
+        out = {"source": "engine clock (calls only: µs per call waits for a traced window)",
+               "calls_per_token": round(calls, 2), "us_per_call": None, "payload_bytes": int(nbytes)}
     elif w is not None:
         out = {"source": "traced window", "calls_per_token": 0, "us_per_call": None}
     if m is not None and m.collectives_per_token:
         out["counted_per_token"] = m.collectives_per_token  # from the forward pass
         out.setdefault("payload_bytes", m.collective_bytes)
+    if s.host_collectives is not None and not s.host_clock_is_collective:
+        out["host_enqueue_us_per_call"] = round(s.host_collectives[1], 2)  # what an eager loop pays per call
     if out and c is not None and c.value is not None:
         out["share_of_step_pct"] = round(c.value, 2)
     return out or None

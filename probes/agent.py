@@ -556,7 +556,8 @@ class _Agent:
             sel.register(sidecar.stdout, selectors.EVENT_READ, "sidecar")
         out = bytearray()
         next_marks = time.monotonic() + 0.25
-        next_window = time.monotonic() + min(st.window_period_s, 0.5)
+        next_window = time.monotonic() + (min(st.window_period_s, 0.5) if st.first_window_s is None
+                                          else max(0.0, min(st.first_window_s, 3600.0)))
         last_window, tokens_at_window = time.monotonic(), -10**9  # the first window does not wait for tokens
         shipped = 0  # token marks sent so far: with the ones still queued, the token count (no per-token counter)
         next_stats = time.monotonic() + 1.0

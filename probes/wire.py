@@ -99,6 +99,9 @@ class ModelFacts(msgspec.Struct, frozen=True):
     tp_rank: int = 0
     collectives_per_token: int = 0  # counted from the forward pass
     collective_bytes: int = 0  # payload of one collective
+    # "gloo" (synchronous: the engine's clock around a call times the collective), "nccl" (asynchronous: it times
+    # the enqueue only; µs per call comes from the NCCL kernels of a traced window), "" when not said
+    collective_backend: str = ""
 
     def bytes_per_token(self, depth: int) -> int:
         """Bytes read to make one token at a context depth: weights plus the KV cache touched."""
@@ -226,6 +229,11 @@ class Attach(msgspec.Struct, frozen=True, tag="attach"):
     nvml_hz: float = 4.0
     trace: bool = True
     pm: bool = True
+    # seconds from attach to the first window (None: half a second, or the period if shorter). A monitor watching
+    # a tensor-parallel group staggers it by rank, so one rank is traced at a time: the traced rank is then the
+    # last to reach each collective, and its NCCL kernels time the link, not a traced peer (measured on two H200s:
+    # windows of both ranks in the same token made one rank's calls wait 305 µs for the other, 2026-11-29)
+    first_window_s: float | None = None
 
 
 BUDGET_PERIOD_S = 60.0

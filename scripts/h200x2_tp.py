@@ -1,7 +1,8 @@
 """Issue #7 on a machine with two GPUs: TP=1 and TP=2 recordings, all-reduce µs per call against a CUDA-event
 microbenchmark at the same payload, the verdicts, and the serial fraction — one command.
 
-    bash scripts/h200.sh scripts/h200x2_tp.py OUT [--seconds 12] [--modes eager,graph]    (kind nvidia-h200-x2)
+    bash scripts/h200.sh scripts/h200x2_tp.py OUT [--seconds 12] [--modes eager,graph] [--shape llama-8b]
+                                                                       (kind nvidia-h200-x2)
     TP_CPU=1 python scripts/h200x2_tp.py OUT --seconds 3                                   (a CPU dry run, gloo)
 
 For each mode and TP degree (1, 2) it starts the demo engine (`--tp N`, NCCL with NVLink multicast off), takes
@@ -9,8 +10,9 @@ one `decodemon attach PID --json` (the group view from rank 0) and records every
 (`decodemon record`), then stops the engine. Then `decodemon allreduce --payload-bytes P --tp 2 --json` at the
 payload the TP=2 engine reported, and `decodemon scaling` on the two rank-0 recordings. Writes OUT/tp_check.json
 (decodemon's µs per all-reduce per rank vs the microbenchmark's at 1x, the ratio and whether it is within 10%;
-each rank's verdict and COMM share; the serial fraction) and OUT/h200_tp{1,2}_{mode}_rank{r}.dmon.
-Not yet run on GPUs: written while only one-GPU machines were lent (see the issue's closing notes).
+each rank's verdict and COMM share; the serial fraction) and OUT/h200_tp{1,2}_{mode}[_{shape}]_rank{r}.dmon.
+First run on two H200s 2026-11-29 17:11 UTC (docs/h200/tp_check_2026-11-29.json); `--extra-payloads` adds
+microbenchmark payloads (e.g. the other shape's) without starting engines when `--modes ""`.
 """
 
 from __future__ import annotations
@@ -40,12 +42,14 @@ def run_json(cmd: list[str], timeout: float) -> dict:
         return {"error": f"not JSON: {r.stdout[-300:]}"}
 
 
-def one_run(mode: str, tp: int, out: Path, seconds: float) -> dict:
+def one_run(mode: str, tp: int, out: Path, seconds: float, shape: str) -> dict:
     from decodemon.monitor.demo import spawn_engine
     from decodemon.monitor.ranks import discover_ranks
 
     dev = ["--tiny", "--device", "cpu"] if CPU else []
-    eng, pid = spawn_engine(dev + ["--mode", "eager" if CPU else mode, "--tokens", "0", "--tp", str(tp)],
+    tag = "" if shape == "qwen3-0.6b" else "_" + shape.replace("-", "")
+    eng, pid = spawn_engine(dev + ["--mode", "eager" if CPU else mode, "--tokens", "0", "--tp", str(tp)]
+                            + ([] if CPU else ["--shape", shape]),
                             timeout_s=240, env=ENV)
     time.sleep(2)
     try:
@@ -54,8 +58,11 @@ def one_run(mode: str, tp: int, out: Path, seconds: float) -> dict:
         res["attach"] = run_json(DM + ["attach", str(pid), "--json", "--seconds", str(seconds)], seconds + 120)
         recs = []
         for r, rp in enumerate(ranks):
-            f = out / f"h200_tp{tp}_{mode}_rank{r}.dmon"
-            recs.append((f, subprocess.Popen(DM + ["record", str(rp), "-o", str(f), "--seconds", str(seconds)],
+            f = out / f"h200_tp{tp}_{mode}{tag}_rank{r}.dmon"
+            # one rank traced at a time, as `attach` staggers a group: rank r's first window r/N of a period later
+            stagger = ["--first-window", f"{0.5 + r * 4.0 / len(ranks):g}"]
+            recs.append((f, subprocess.Popen(DM + ["record", str(rp), "-o", str(f), "--seconds", str(seconds)]
+                                             + stagger,
                                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=ENV)))
         res["recordings"] = []
         for f, p in recs:
@@ -83,6 +90,8 @@ def main() -> None:
     ap.add_argument("out", nargs="?", default="out")
     ap.add_argument("--seconds", type=float, default=12.0)
     ap.add_argument("--modes", default="eager")
+    ap.add_argument("--shape", default="qwen3-0.6b")
+    ap.add_argument("--extra-payloads", default="", help="comma-separated bytes: more microbenchmarks")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -95,11 +104,17 @@ def main() -> None:
     def save():
         (out / "tp_check.json").write_text(json.dumps(res, indent=1, ensure_ascii=False))
 
-    for mode in a.modes.split(","):
+    bench_cmd = ["allreduce", "--tp", "2", "--json", "--iters", "400"] + ([] if CPU else ["--profile-kernels"]) + (["--device", "cpu"] if CPU else ["--device", "cuda"])
+    res["shape"] = a.shape
+    for p in filter(None, a.extra_payloads.split(",")):
+        res.setdefault("extra_microbenchmarks", {})[p] = run_json(DM + bench_cmd + ["--payload-bytes", p], 600)
+        save()
+    tag = "" if a.shape == "qwen3-0.6b" else "_" + a.shape.replace("-", "")
+    for mode in filter(None, a.modes.split(",")):
         m = res["modes"][mode] = {}
         for tp in (1, 2):
             try:
-                m[f"tp{tp}"] = one_run(mode, tp, out, a.seconds)
+                m[f"tp{tp}"] = one_run(mode, tp, out, a.seconds, a.shape)
             except Exception as exc:
                 m[f"tp{tp}"] = {"error": f"{type(exc).__name__}: {exc}"[-1500:]}
             save()
@@ -107,22 +122,36 @@ def main() -> None:
         rows = rank_rows(two) if "error" not in two and two else []
         payload = next((r["collectives"].get("payload_bytes") for r in rows if r.get("collectives")), None)
         if payload:
-            bench = run_json(DM + ["allreduce", "--payload-bytes", str(int(payload)), "--tp", "2", "--json"]
-                             + (["--device", "cpu"] if CPU else ["--device", "cuda"]), 600)
+            # the GEMVs whose outputs the decode reduces, one rank's shard: o_proj and down_proj
+            from decodemon.engine_adapter.model import SHAPES
+
+            sh = SHAPES["tiny" if CPU else a.shape]
+            spacers = f"{sh.q_heads * sh.head_dim // 2},{sh.ffn // 2}"
+            bench = run_json(DM + bench_cmd + ["--payload-bytes", str(int(payload)), "--spacer-in", spacers], 600)
             m["microbenchmark"] = bench
             ref = (bench.get("sizes") or {}).get("1", {}).get("us_per_call")
+            group = two.get("group") or {}
+            m["group_check"] = {"last_to_arrive_rank": group.get("last_to_arrive_rank"),
+                                "decodemon_us_per_call": group.get("collective_us_per_call"),
+                                "microbenchmark_us_per_call": ref,
+                                "ratio": round(group["collective_us_per_call"] / ref, 3)
+                                if group.get("collective_us_per_call") and ref else None}
             m["check"] = []
             for r in rows:
                 c = r.get("collectives") or {}
                 us = c.get("us_per_call")
                 m["check"].append({"tp_rank": r.get("tp_rank"), "source": c.get("source"), "decodemon_us_per_call": us,
+                                   "decodemon_kernel_us_per_call": c.get("kernel_us_per_call"),
+                                   "decodemon_launch_gap_us_per_call": c.get("launch_gap_us_per_call"),
+                                   "microbenchmark_kernel_us_profiler": (bench.get("sizes") or {}).get("1", {})
+                                   .get("kernel_us_profiler"),
                                    "microbenchmark_us_per_call": ref,
                                    "ratio": round(us / ref, 3) if us and ref else None,
                                    "within_10pct": bool(us and ref and abs(us / ref - 1) <= 0.10),
                                    "calls_per_token": c.get("calls_per_token"),
                                    "counted_per_token": c.get("counted_per_token"),
                                    "share_of_step_pct": c.get("share_of_step_pct"), "verdict": r.get("verdict")})
-        f1, f2 = out / f"h200_tp1_{mode}_rank0.dmon", out / f"h200_tp2_{mode}_rank0.dmon"
+        f1, f2 = out / f"h200_tp1_{mode}{tag}_rank0.dmon", out / f"h200_tp2_{mode}{tag}_rank0.dmon"
         if f1.exists() and f2.exists():
             m["scaling"] = run_json(DM + ["scaling", str(f1), str(f2), "--json"], 120)
         save()

@@ -1,4 +1,5 @@
-"""Collectives panel: all-reduce calls per token, µs per call, share of the step ("none seen" on one GPU)."""
+"""Collectives panel: all-reduce calls per token, µs per call (kernel + launch gap), share of the step, time spent
+waiting for a late peer ("none seen" on one GPU)."""
 
 from __future__ import annotations
 
@@ -27,8 +28,15 @@ class CollectivesPanel(Redraw, Static):
             t.append(f"\n{s.model.tp_degree if s.model else 1} GPU(s): no all-reduce in the step", style="dim")
         else:
             ms = s.tokens.ms_per_token if s.tokens else None
-            share = 100 * w.collective_ms_per_token / ms if ms else None
-            t.append(f"{w.collective_calls_per_token:.0f} calls/token · {w.collective_us_per_call:.1f} µs/call\n",
-                     style="bold")
-            t.append(f"{w.collective_ms_per_token:.3f} ms/token" + (f" = {share:.1f}% of the step" if share else ""))
+            own = w.collective_us_unwaited or w.collective_us_per_call
+            priced = s.inputs.us_per_collective if s.inputs is not None and s.inputs.us_per_collective else None
+            us = priced or w.collective_in_step_us
+            calls = w.collective_calls_per_token
+            share = 100 * calls * us / 1e3 / ms if ms else None
+            t.append(f"{calls:.0f} calls/token · {us:.1f} µs/call", style="bold")
+            t.append(f" (kernel {own:.1f} + launch gap {w.collective_gap_us:.1f})\n", style="dim")
+            t.append(f"{calls * us / 1e3:.3f} ms/token" + (f" = {share:.1f}% of the step" if share else ""))
+            wait = w.collective_ms_per_token - calls * own / 1e3
+            if ms and wait > 0.01 * ms:
+                t.append(f"\n+{wait:.3f} ms/token waiting for a late peer", style="yellow")
         self.put(t)
