@@ -5,11 +5,11 @@
 Starts `--tp` processes (gloo on CPU, NCCL on CUDA with NVLink multicast off) and reports µs per call at each size.
 
 On CUDA the figure is device time, the quantity decodemon reads from a traced window (an NCCL kernel that did not
-wait for a peer): what one call adds to a CUDA graph in which calls sit apart, as between a decode's layers,
-timed by CUDA events around graph replays (see `_cuda_times`; median of `--iters` // 20 trials, each after a
+wait for a peer, plus the launch gap it adds): what one call adds to a CUDA graph in which calls sit between the
+GEMVs whose outputs a decode reduces (`--spacer-in`), timed by CUDA events around graph replays (see `_cuda_times`; median of `--iters` // 20 trials, each after a
 barrier). Nothing of the host is in it. Two other ways are reported beside it, because each measures something
 else: calls back to back in a graph (each waits for the peer to finish the last one: 11 µs per call against a 5 µs
-kernel on two H200s), and calls enqueued from Python (an eager loop's price, 24-25 µs there). Timing one call
+kernel on two H200s), and calls enqueued from Python (an eager loop's price, 38-77 µs there). Timing one call
 between two events, the first version of this lab, measured the host's enqueue and whichever rank arrived last:
 65-70 µs (two H200s, 2026-11-29).
 On CPU (gloo) the call is synchronous and the host clock times it.
@@ -62,12 +62,14 @@ def _profiled_kernels(torch, graph, replays: int = 5) -> dict:
         for _ in range(replays):
             graph.replay()
         torch.cuda.synchronize()
-    ks = sorted(((e.time_range.start, e.time_range.end, "nccl" in e.name.lower()) for e in prof.events()
+    ks = sorted(((e.time_range.start, e.time_range.end, "nccl" in e.name.lower(), e.name) for e in prof.events()
                  if str(e.device_type).endswith("CUDA")), key=lambda k: k[0])  # kernels, GPU time (µs)
-    durs = [end - start for start, end, c in ks if c]
+    durs = [k[1] - k[0] for k in ks if k[2]]
     gaps = [max(0.0, ks[i][0] - ks[i - 1][1]) for i in range(1, len(ks)) if ks[i][2]]
+    before = [ks[i - 1][3] for i in range(1, len(ks)) if ks[i][2] and not ks[i - 1][2]]
     return {"kernel_us_profiler": statistics.median(durs) if durs else None,
-            "gap_before_us_profiler": statistics.median(gaps) if gaps else None}
+            "gap_before_us_profiler": statistics.median(gaps) if gaps else None,
+            "kernel_before": max(set(before), key=before.count)[:60] if before else None}
 
 
 def _cuda_times(dist, torch, t, calls: int, trials: int, spacer: str, profile_kernels: bool, hidden: int,
@@ -83,15 +85,24 @@ def _cuda_times(dist, torch, t, calls: int, trials: int, spacer: str, profile_ke
     from Python (what an eager loop pays per call). With `profile_kernels`, torch.profiler also reads the NCCL
     kernels of the spaced graph (kernel_us_profiler, gap_before_us_profiler): the CUPTI view of the same calls.
     """
+    import torch.nn.functional as F
+
+    # laid out as the model computes it, F.linear(x, W) with W [out, in], so cuBLAS picks the decode's kernel; and
+    # as many weights as it takes to read twice the L2 between reuses (a decode never rereads a layer's weights:
+    # one 58 MiB matrix reused from L2 ran faster than once read, and the difference came out of the all-reduce)
     x = torch.ones(1, spacer_in or hidden, dtype=torch.bfloat16, device=t.device)
-    w = torch.full((spacer_in or hidden, hidden), 1e-3, dtype=torch.bfloat16, device=t.device)
-    y = torch.empty(1, hidden, dtype=torch.bfloat16, device=t.device)
+    w_bytes = hidden * (spacer_in or hidden) * 2
+    l2 = getattr(torch.cuda.get_device_properties(t.device), "L2_cache_size", 50 << 20) or (50 << 20)
+    ws = [torch.full((hidden, spacer_in or hidden), 1e-3, dtype=torch.bfloat16, device=t.device)
+          for _ in range(max(1, min(calls, -(-2 * l2 // w_bytes))))] if spacer != "spin" else []
+    turn = [0]
 
     def space():
         if spacer == "spin":
             torch.cuda._sleep(SPACING_CYCLES)
         else:
-            torch.mm(x, w, out=y)
+            F.linear(x, ws[turn[0] % len(ws)])
+            turn[0] += 1
 
     def spaced():
         space()
@@ -154,7 +165,7 @@ def _worker(rank: int, world: int, payload: int, iters: int, device: str, dtype:
                     for k in spacer_in}
             row = {"bytes": n * size}
             for key in next(iter(each.values())):
-                vals = [v[key] for v in each.values() if v.get(key) is not None]
+                vals = [v[key] for v in each.values() if isinstance(v.get(key), float)]
                 row[key] = statistics.fmean(vals) if vals else None
             if len(each) > 1:
                 row["by_spacer_in"] = each

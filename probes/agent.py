@@ -130,6 +130,14 @@ def _foreign_profiler_active() -> bool:
         return False
 
 
+def first_window_at(st: wire.Attach, now: float) -> float:
+    """When an attach's first window is due: half a second in (or a period, if shorter), or `first_window_s`
+    (a group's monitor staggers its ranks with it)."""
+    if st.first_window_s is None:
+        return now + min(st.window_period_s, 0.5)
+    return now + max(0.0, min(st.first_window_s, 3600.0))
+
+
 def window_due(st: wire.Attach, now: float, next_window: float, since_s: float, tokens_since: int,
                windows_so_far: int = 0) -> bool:
     """Is it time to ask for the next traced window?
@@ -556,8 +564,7 @@ class _Agent:
             sel.register(sidecar.stdout, selectors.EVENT_READ, "sidecar")
         out = bytearray()
         next_marks = time.monotonic() + 0.25
-        next_window = time.monotonic() + (min(st.window_period_s, 0.5) if st.first_window_s is None
-                                          else max(0.0, min(st.first_window_s, 3600.0)))
+        next_window = first_window_at(st, time.monotonic())
         last_window, tokens_at_window = time.monotonic(), -10**9  # the first window does not wait for tokens
         shipped = 0  # token marks sent so far: with the ones still queued, the token count (no per-token counter)
         next_stats = time.monotonic() + 1.0

@@ -11,6 +11,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 
 from decodemon.probes import agent, wire
 from tests.conftest import Engine, cli
@@ -362,6 +364,17 @@ def test_attach_sends_the_window_budget_it_was_given():
     a = mcli.build_parser().parse_args(["attach", "1", "--window-budget", "7"])
     assert mcli._attach_settings(a).window_budget == 7
     assert wire.decode_control(wire.encode(mcli._attach_settings(a))).window_budget == 7
+
+
+def test_first_window_waits_as_long_as_the_monitor_says():
+    from decodemon.monitor import cli as mcli
+
+    assert agent.first_window_at(wire.Attach(), 100.0) == 100.5
+    assert agent.first_window_at(wire.Attach(window_period_s=0.2), 100.0) == pytest.approx(100.2)
+    assert agent.first_window_at(wire.Attach(first_window_s=2.5), 100.0) == 102.5
+    assert agent.first_window_at(wire.Attach(first_window_s=1e9), 0.0) == 3600.0
+    a = mcli.build_parser().parse_args(["record", "1", "-o", "x.dmon", "--first-window", "2.5"])
+    assert wire.decode_control(wire.encode(mcli._attach_settings(a))).first_window_s == 2.5
 
 
 def test_runtime_api_filter_keeps_what_the_timeline_draws_and_is_worked_out_once():
