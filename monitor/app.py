@@ -93,8 +93,37 @@ class RatioBar(Static):
         self.update(t)
 
 
+class GroupBar(Static):
+    """One tensor-parallel group: who the others wait for, the all-reduce's price, every rank's verdict."""
+
+    DEFAULT_CSS = """
+    GroupBar { height: auto; padding: 0 1; background: $panel; }
+    """
+
+    def show(self, snaps) -> None:
+        from decodemon.monitor.ranks import combine
+
+        g = combine(snaps)
+        self.group = g
+        t = Text()
+        t.append(f"TP={g['tp']}  ", style="bold")
+        last = g.get("last_to_arrive_rank")
+        ranks = {r["tp_rank"]: r for r in g["ranks"]}
+        if last is not None and last in ranks:
+            c = ranks[last]["collectives"]
+            t.append(f"all-reduce {num(g['collective_us_per_call'], '.1f')} µs/call "
+                     f"(kernel {num(c.get('kernel_us_per_call'), '.1f')} + launch gap "
+                     f"{num(c.get('launch_gap_us_per_call'), '.1f')}) × {num(c.get('calls_per_token'), '.0f')}/token"
+                     f" = {num(c.get('share_of_step_pct'), '.1f')}% of the step  ", style="bold")
+            t.append(f"the others wait for rank {last}  ")
+        else:
+            t.append("all-reduce: waiting for a traced window on two ranks  ", style="dim")
+        t.append("verdicts: " + ", ".join(f"rank {r['tp_rank']} {str(r['verdict']).upper()}" for r in g["ranks"]))
+        self.update(t)
+
+
 class DecodemonApp(App):
-    """Watch one or two decode loops."""
+    """Watch one or two decode loops, or the ranks of one tensor-parallel group (`group=True`)."""
 
     CSS_PATH = "app.tcss"
     TITLE = "decodemon"
@@ -114,9 +143,10 @@ class DecodemonApp(App):
     ]
 
     def __init__(self, players, start_at_s: float | None = None, paused: bool = False, out_dir: str = ".",
-                 quit_after_s: float | None = None) -> None:
+                 quit_after_s: float | None = None, group: bool = False) -> None:
         super().__init__()
         self.players = players
+        self.group = group
         self.start_at_s, self.start_paused = start_at_s, paused
         self.out_dir = Path(out_dir)
         self.quit_after_s = quit_after_s
@@ -125,7 +155,9 @@ class DecodemonApp(App):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            if len(self.players) == 2:
+            if self.group:
+                yield GroupBar()
+            elif len(self.players) == 2:
                 yield RatioBar()
             with Horizontal(id="panes"):
                 for _ in self.players:
@@ -154,7 +186,9 @@ class DecodemonApp(App):
     def _apply(self, i: int, snap, status: str) -> None:
         panes = list(self.query(SourcePane))
         panes[i].show(snap)
-        if len(self.players) == 2 and all(hasattr(p, "last") for p in panes):
+        if self.group and all(hasattr(p, "last") for p in panes):
+            self.query_one(GroupBar).show([p.last for p in panes])
+        elif len(self.players) == 2 and all(hasattr(p, "last") for p in panes):
             self.query_one(RatioBar).show(panes[0].last, panes[1].last)
         self.query_one("#status", Static).update(
             "  ·  ".join(f"{p.label}: {p.status()}" for p in self.players) + ("  ·  FROZEN" if self.frozen else ""))
@@ -231,8 +265,9 @@ class DecodemonApp(App):
 
 
 def run_app(specs, settings=None, speed: float = 1.0, loop: bool = False, labels=None, quit_after_s=None,
-            start_at_s: float | None = None, paused: bool = False) -> int:
-    """Open the app on one or two sources (pids or recordings)."""
+            start_at_s: float | None = None, paused: bool = False, group: bool = False) -> int:
+    """Open the app on one or two sources (pids or recordings), or on the ranks of one group (`group`; `settings`
+    may then be a list, one per rank)."""
     from decodemon.monitor.client import check_pid
     from decodemon.monitor.player import make_player
 
@@ -240,6 +275,7 @@ def run_app(specs, settings=None, speed: float = 1.0, loop: bool = False, labels
         if s.isdigit():
             check_pid(int(s))  # one clear line before the screen opens
     labels = labels or [None] * len(specs)
-    players = [make_player(s, settings, speed=speed, loop=loop, label=lab) for s, lab in zip(specs, labels)]
-    DecodemonApp(players, quit_after_s=quit_after_s, start_at_s=start_at_s, paused=paused).run()
+    each = settings if isinstance(settings, list) else [settings] * len(specs)
+    players = [make_player(s, st, speed=speed, loop=loop, label=lab) for s, st, lab in zip(specs, each, labels)]
+    DecodemonApp(players, quit_after_s=quit_after_s, start_at_s=start_at_s, paused=paused, group=group).run()
     return 0

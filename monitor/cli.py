@@ -149,18 +149,19 @@ def _print_json(obj) -> None:
     print(json.dumps(obj, indent=2, default=str, ensure_ascii=False))
 
 
+def _staggered(settings: wire.Attach, ranks: int) -> list[wire.Attach]:
+    """One rank traced at a time: rank r's first window r/N of a period after rank 0's (docs/tensor-parallel.md)."""
+    import msgspec
+
+    return [msgspec.structs.replace(settings, first_window_s=0.5 + r * settings.window_period_s / ranks)
+            for r in range(ranks)]
+
+
 def _collect_group(pids, settings, seconds):
     """Attach to every rank at once (one thread each) for `seconds`, their traced windows staggered by rank."""
     import threading
 
-    import msgspec
-
     out = {}
-
-    def staggered(rank: int):
-        # one rank traced at a time: rank r's first window r/N of a period after rank 0's
-        first = 0.5 + rank * settings.window_period_s / len(pids)
-        return msgspec.structs.replace(settings, first_window_s=first)
 
     def one(p, st):
         try:
@@ -168,7 +169,7 @@ def _collect_group(pids, settings, seconds):
         except (SourceError, wire.WireError) as exc:
             out[p] = exc
 
-    threads = [threading.Thread(target=one, args=(p, staggered(r))) for r, p in enumerate(pids)]
+    threads = [threading.Thread(target=one, args=(p, st)) for p, st in zip(pids, _staggered(settings, len(pids)))]
     for t in threads:
         t.start()
     for t in threads:
@@ -204,7 +205,14 @@ def cmd_attach(a) -> int:
         _print_json(summary_json(snap))
         return 0
     from decodemon.monitor.app import run_app
+    from decodemon.monitor.client import check_pid
+    from decodemon.monitor.ranks import discover_ranks
 
+    check_pid(a.pid)
+    pids = discover_ranks(a.pid)
+    if len(pids) > 1:  # a tensor-parallel group: every rank side by side, under the group's figures
+        return run_app([str(p) for p in pids], settings=_staggered(_attach_settings(a), len(pids)),
+                       labels=[f"rank {r} · pid {p}" for r, p in enumerate(pids)], group=True)
     return run_app([str(a.pid)], settings=_attach_settings(a))
 
 
@@ -221,8 +229,6 @@ def cmd_replay(a) -> int:
         _source_of(f)
         if f.isdigit():
             raise UsageError(f"{f}: replay takes recordings; to watch a live pid use `decodemon attach {f}`")
-    if len(a.files) > 1 and not a.json:
-        raise UsageError("several recordings are one tensor-parallel group: add --json (or use `decodemon compare`)")
     if a.json:
         from decodemon.monitor.session import summary_json
 
@@ -236,7 +242,8 @@ def cmd_replay(a) -> int:
         return 0
     from decodemon.monitor.app import run_app
 
-    return run_app(a.files, speed=a.speed, start_at_s=a.at, paused=a.paused)
+    # several recordings are the ranks of one group (two runs side by side: `decodemon compare`)
+    return run_app(a.files, speed=a.speed, start_at_s=a.at, paused=a.paused, group=len(a.files) > 1)
 
 
 def cmd_report(a) -> int:
@@ -368,7 +375,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_record)
 
     p = sub.add_parser("replay", help="play a recording in the app, or summarise it with --json "
-                                      "(several: one per rank of a tensor-parallel group, with the group view)")
+                                      "(several: one per rank of a tensor-parallel group, shown as a group)")
     p.add_argument("files", nargs="+", metavar="file")
     p.add_argument("--json", action="store_true")
     p.add_argument("--speed", type=_positive("--speed", 0, 1000), default=1.0)

@@ -103,3 +103,28 @@ async def _probe_notes():
         assert "left a graphed loop ~13% faster" in tele
         assert "windows paused: torch.profiler is recording" in line
         assert "window budget: 500 windows reached" in line
+
+
+def test_group_of_ranks_shows_the_all_reduce_and_who_the_others_wait_for():
+    asyncio.run(_group())
+
+
+async def _group():
+    from pathlib import Path
+
+    from decodemon.monitor.app import GroupBar
+    from decodemon.monitor.widgets.collectives import CollectivesPanel
+
+    data = Path(__file__).parent / "data"
+    players = [RecordingPlayer(str(data / f"h200_tp2_graph_rank{r}.dmon"), f"rank {r}") for r in (0, 1)]
+    app = DecodemonApp(players, start_at_s=60.0, paused=True, group=True)  # past the end: the whole recording
+    async with app.run_test(size=(200, 50)):
+        bar = app.query_one(GroupBar)
+        g = bar.group
+        assert g["tp"] == 2 and g["last_to_arrive_rank"] == 0
+        text = str(bar.render())
+        assert f"all-reduce {g['collective_us_per_call']:.1f} µs/call" in text and "× 56/token" in text
+        assert "the others wait for rank 0" in text
+        assert "rank 0 OCCUPANCY, rank 1 OCCUPANCY" in text
+        panels = [p._put_last.plain for p in app.query(CollectivesPanel)]
+        assert len(panels) == 2 and all("56 calls/token" in t and "launch gap" in t for t in panels)
