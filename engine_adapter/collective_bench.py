@@ -6,12 +6,12 @@ Starts `--tp` processes (gloo on CPU, NCCL on CUDA with NVLink multicast off) an
 
 On CUDA the figure is device time, the quantity decodemon reads from a traced window (an NCCL kernel that did not
 wait for a peer, plus the launch gap it adds): what one call adds to a CUDA graph in which calls sit between the
-GEMVs whose outputs a decode reduces (`--spacer-in`), timed by CUDA events around graph replays (see `_cuda_times`; median of `--iters` // 20 trials, each after a
-barrier). Nothing of the host is in it. Two other ways are reported beside it, because each measures something
-else: calls back to back in a graph (each waits for the peer to finish the last one: 11 µs per call against a 5 µs
-kernel on two H200s), and calls enqueued from Python (an eager loop's price, 38-77 µs there). Timing one call
-between two events, the first version of this lab, measured the host's enqueue and whichever rank arrived last:
-65-70 µs (two H200s, 2026-11-29).
+GEMVs whose outputs a decode reduces (`--spacer-in`), timed by CUDA events around graph replays (see `_cuda_times`;
+median of `--iters` // 20 trials, each after a barrier). Nothing of the host is in it. Two other ways are reported
+beside it, because each measures something else: calls back to back in a graph (each waits for the peer to finish
+the last one: 11 µs per call against a 5 µs kernel on two H200s), and calls enqueued from Python (an eager loop's
+price, 38-77 µs there). Timing one call between two events, the first version of this lab, measured the host's
+enqueue and whichever rank arrived last: 65-70 µs (two H200s, 2026-11-29).
 On CPU (gloo) the call is synchronous and the host clock times it.
 If 64x the bytes costs less than 2x the time, the collective is latency-bound: report µs/call and target the call
 count, not bandwidth.
@@ -41,13 +41,13 @@ def _graph(torch, body, calls: int):
     return graph
 
 
-def _replay_us(dist, torch, graph) -> float:
-    """One replay between CUDA events, both ranks released together (µs)."""
+def _timed_us(dist, torch, work) -> float:
+    """`work()` between two CUDA events, both ranks released together (µs)."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     dist.barrier()
     torch.cuda.synchronize()
     start.record()
-    graph.replay()
+    work()
     end.record()
     end.synchronize()
     return start.elapsed_time(end) * 1e3
@@ -118,22 +118,20 @@ def _cuda_times(dist, torch, t, calls: int, trials: int, spacer: str, profile_ke
     graphs = {"spaced": _graph(torch, spaced, calls), "spacer": _graph(torch, space, calls),
               "back_to_back": _graph(torch, lambda: dist.all_reduce(t), calls)}
     for g in graphs.values():
-        _replay_us(dist, torch, g)  # the first replay uploads the graph
-    res = {k: [] for k in ("us_per_call", "back_to_back_us_per_call", "host_issued_us_per_call", "spacer_us")}
-    for _ in range(trials):
-        spaced_us, spacer_us = _replay_us(dist, torch, graphs["spaced"]), _replay_us(dist, torch, graphs["spacer"])
-        res["us_per_call"].append((spaced_us - spacer_us) / calls)
-        res["spacer_us"].append(spacer_us / calls)
-        res["back_to_back_us_per_call"].append(_replay_us(dist, torch, graphs["back_to_back"]) / calls)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        dist.barrier()
-        torch.cuda.synchronize()
-        start.record()
+        _timed_us(dist, torch, g.replay)  # the first replay uploads the graph
+
+    def host_issued():
         for _ in range(calls):
             dist.all_reduce(t)
-        end.record()
-        end.synchronize()
-        res["host_issued_us_per_call"].append(start.elapsed_time(end) * 1e3 / calls)
+
+    res = {k: [] for k in ("us_per_call", "back_to_back_us_per_call", "host_issued_us_per_call", "spacer_us")}
+    for _ in range(trials):
+        spaced_us = _timed_us(dist, torch, graphs["spaced"].replay)
+        spacer_us = _timed_us(dist, torch, graphs["spacer"].replay)
+        res["us_per_call"].append((spaced_us - spacer_us) / calls)
+        res["spacer_us"].append(spacer_us / calls)
+        res["back_to_back_us_per_call"].append(_timed_us(dist, torch, graphs["back_to_back"].replay) / calls)
+        res["host_issued_us_per_call"].append(_timed_us(dist, torch, host_issued) / calls)
     out = {k: statistics.median(v) for k, v in res.items()}
     if profile_kernels:
         dist.barrier()

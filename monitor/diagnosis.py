@@ -52,7 +52,7 @@ class Inputs:
     bytes_per_token: float | None = None
     bandwidth_gbs: float | None = None
     collectives_per_token: float | None = None
-    us_per_collective: float | None = None  # the typical (median) call: the collective's own latency
+    us_per_collective: float | None = None  # one call's price: its kernel when not waiting for a peer + launch gap
     collective_wait_ms_per_token: float | None = None  # kernels' time beyond that: waiting for a late peer
     kernel_sum_ms_per_token: float | None = None  # from a trace: lets LAUNCH use measured idle time
     gpu_busy_pct: float | None = None

@@ -119,24 +119,32 @@ class WindowMetrics:
     collective_gap_us: float = 0.0
 
     @property
+    def collective_kernel_us(self) -> float:
+        """One collective's kernel when it did not wait for a peer (the mean where that is not known)."""
+        return self.collective_us_unwaited or self.collective_us_per_call
+
+    @property
+    def collective_wait_ms_per_token(self) -> float:
+        """The collective kernels' time beyond their own latency: waiting for a late peer."""
+        own_ms = self.collective_calls_per_token * self.collective_kernel_us / 1e3
+        return max(0.0, self.collective_ms_per_token - own_ms)
+
+    @property
     def collective_in_step_us(self) -> float:
         """What one collective costs the step: its kernel (not waiting for a peer) plus the idle it adds."""
-        return (self.collective_us_unwaited or self.collective_us_per_call) + self.collective_gap_us
+        return self.collective_kernel_us + self.collective_gap_us
 
 
-def _collective_gap_ns(gap, coll, corr, run_end, launch_start) -> float:
+def _collective_gap_ns(gap, coll, device_side) -> float:
     """Median device idle a collective kernel adds before and after itself, beyond the usual gap (ns).
 
     `gap[i]` is the idle before sorted kernel i+1; `coll` marks collective kernels in the same order. A gap counts
-    only when the kernel's launch call began before the GPU went idle (device-side: a graph's, or a queue's).
+    only where `device_side[i]`: the kernel's launch call was traced and began before the GPU went idle (a
+    graph's, or a queue's); an untraced launch is not counted.
     """
     n = len(coll)
     if n < 3 or not coll.any():
         return 0.0
-    device_side = np.ones(n - 1, bool)
-    for i in range(n - 1):
-        ls = launch_start.get(int(corr[i + 1]))
-        device_side[i] = ls is not None and ls < run_end[i]  # unknown launch (not traced): not counted
     g = np.maximum(gap, 0)
     plain = device_side & ~coll[1:] & ~coll[:-1]
     base = float(np.median(g[plain])) if plain.any() else 0.0
@@ -262,16 +270,20 @@ def window_metrics(w: wire.KernelWindow, sm_count: int, cc: str = "9.0") -> Wind
         sel = is_kernel_launch | is_graph_launch
         for c, st in zip(a_corr[sel].tolist(), a_start[sel].tolist()):
             launch_start[c] = st
+        # for the idle before each kernel after the first: was its launch call traced, and did it begin only once
+        # the GPU had gone idle (the host was late)?
+        ls = [launch_start.get(c) for c in corr[1:].tolist()]
+        known = np.array([x is not None for x in ls], dtype=bool)
+        late = known & (np.array([x if x is not None else 0 for x in ls], dtype=np.int64) >= run_end[:-1])
         for i in np.flatnonzero(gap > 0).tolist():
             g = int(gap[i])
-            ls = launch_start.get(int(corr[i + 1]))
-            if ls is not None and ls >= run_end[i]:
+            if late[i]:
                 gaps["host_late"] += g
             elif g <= SHORT_GAP_NS:
                 gaps["short"] += g
             else:
                 gaps["other"] += g
-        coll_gap_ns = _collective_gap_ns(gap, is_coll[names_idx[o]], corr, run_end, launch_start)
+        coll_gap_ns = _collective_gap_ns(gap, is_coll[names_idx[o]], known & ~late)
         head = int(s[0]) - lo  # before the first kernel of the window: the host had not launched yet
         if head > 0:
             if graph_launches:

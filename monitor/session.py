@@ -59,6 +59,13 @@ class Snapshot:
     kernel_share_pct: float | None = None
     inputs: dx.Inputs | None = None  # what the diagnosis was given (a group view re-prices the collectives)
 
+    @property
+    def collective_us_priced(self) -> float | None:
+        """µs per collective as the diagnosis priced it, else the last window's in-step figure."""
+        if self.inputs is not None and self.inputs.us_per_collective:
+            return self.inputs.us_per_collective
+        return self.window.collective_in_step_us if self.window is not None else None
+
 
 def host_clock_times_collectives(model: wire.ModelFacts | None, gpu) -> bool:
     """Whether the engine's clock around a collective call is the collective's time.
@@ -151,8 +158,7 @@ class Session:
         with_coll = [w for w in wins if w.collective_calls_per_token]
         # the lowest of the span's windows: waiting for a peer only ever adds to a call
         coll_us = min(w.collective_in_step_us for w in with_coll) if with_coll else None
-        coll_wait = _median([max(0.0, w.collective_ms_per_token - w.collective_calls_per_token
-                                 * (w.collective_us_unwaited or w.collective_us_per_call) / 1e3) for w in with_coll])
+        coll_wait = _median([w.collective_wait_ms_per_token for w in with_coll])
         host = f.host_collectives(since)
         if not coll_calls and host is not None:  # no NCCL kernels traced (gloo, or before a window): engine's clock
             # with NCCL the clock times the enqueue, not the collective: calls are known, µs wait for a window
@@ -255,15 +261,12 @@ def collectives_json(s: Snapshot) -> dict | None:
     c = s.diagnosis.candidates.get("comm")
     out = {}
     if w is not None and w.collective_calls_per_token:
-        own = w.collective_us_unwaited or w.collective_us_per_call
         # us_per_call: what a call costs the step (kernel + the idle it adds); the kernel alone beside it
-        priced = s.inputs.us_per_collective if s.inputs is not None and s.inputs.us_per_collective else None
         out = {"source": "NCCL kernels (traced window)", "calls_per_token": round(w.collective_calls_per_token, 2),
-               "us_per_call": round(priced or w.collective_in_step_us, 2), "kernel_us_per_call": round(own, 2),
+               "us_per_call": round(s.collective_us_priced, 2), "kernel_us_per_call": round(w.collective_kernel_us, 2),
                "launch_gap_us_per_call": round(w.collective_gap_us, 2),
                "kernel_us_per_call_mean": round(w.collective_us_per_call, 2),
-               "wait_ms_per_token": round(max(0.0, w.collective_ms_per_token
-                                              - w.collective_calls_per_token * own / 1e3), 4)}
+               "wait_ms_per_token": round(w.collective_wait_ms_per_token, 4)}
     elif s.host_collectives is not None and s.host_clock_is_collective:
         calls, us, nbytes = s.host_collectives
         out = {"source": "engine clock (host-side call time)", "calls_per_token": round(calls, 2),

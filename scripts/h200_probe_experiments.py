@@ -18,6 +18,8 @@ import sys
 import time
 from pathlib import Path
 
+from _child import run_child_json  # scripts/ is on sys.path when this runs as a script
+
 CHILD = r'''
 import json, os, statistics, sys, threading, time
 import torch
@@ -112,15 +114,7 @@ def main():
             ("graph", "kernel_only"), ("graph", "driver"), ("eager", "none"), ("eager", "default"),
             ("eager", "default+finalize"), ("eager", "unfiltered+finalize")]
     for mode, variant in plan:
-        t0 = time.time()
-        r = subprocess.run([sys.executable, "-c", CHILD, mode, variant], capture_output=True, text=True, timeout=240)
-        line = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ""
-        try:
-            res = json.loads(line)
-        except ValueError:
-            res = {"mode": mode, "variant": variant, "survived": False, "rc": r.returncode,
-                   "stderr": r.stderr.strip().splitlines()[-3:]}
-        res["wall_s"] = round(time.time() - t0, 1)
+        res = run_child_json(CHILD, [mode, variant], 240, mode=mode, variant=variant)
         results.append(res)
         print(json.dumps(res), flush=True)
     # PM sampling from a second process while a graphed loop runs

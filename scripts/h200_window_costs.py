@@ -25,11 +25,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
-import sys
 import time
 from pathlib import Path
+
+from _child import run_child_json  # scripts/ is on sys.path when this runs as a script
 
 CHILD = r'''
 import json, os, statistics, sys, threading, time
@@ -178,21 +178,11 @@ def main():
     # eager only: graphed windows keep a guard token (probes/agent.py); in the first run of this script
     # (docs/h200/window_costs_run1_2026-11-29.json) one-token graphed windows without it ended in
     # cudaErrorLaunchFailure in both graph processes
-    groups = [("eager", a.variants)]
-    for mode, variants in groups:
-        t0 = time.time()
-        r = subprocess.run([sys.executable, "-c", CHILD, mode, variants, str(a.reps), str(a.gap)],
-                           capture_output=True, text=True, timeout=300)
-        line = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ""
-        try:
-            one = json.loads(line)
-        except ValueError:
-            one = {"mode": mode, "variants": variants, "survived": False, "rc": r.returncode,
-                   "stderr": r.stderr.strip().splitlines()[-4:]}
-        one["wall_s"] = round(time.time() - t0, 1)
-        res["runs"].append(one)
-        print(json.dumps(one), flush=True)
-        (out / "window_costs.json").write_text(json.dumps(res, indent=1))
+    one = run_child_json(CHILD, ["eager", a.variants, str(a.reps), str(a.gap)], 300,
+                         mode="eager", variants=a.variants)
+    res["runs"].append(one)
+    print(json.dumps(one), flush=True)
+    (out / "window_costs.json").write_text(json.dumps(res, indent=1))
 
 
 if __name__ == "__main__":

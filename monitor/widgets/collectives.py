@@ -28,15 +28,13 @@ class CollectivesPanel(Redraw, Static):
             t.append(f"\n{s.model.tp_degree if s.model else 1} GPU(s): no all-reduce in the step", style="dim")
         else:
             ms = s.tokens.ms_per_token if s.tokens else None
-            own = w.collective_us_unwaited or w.collective_us_per_call
-            priced = s.inputs.us_per_collective if s.inputs is not None and s.inputs.us_per_collective else None
-            us = priced or w.collective_in_step_us
+            own, us = w.collective_kernel_us, s.collective_us_priced
             calls = w.collective_calls_per_token
             share = 100 * calls * us / 1e3 / ms if ms else None
             t.append(f"{calls:.0f} calls/token · {us:.1f} µs/call", style="bold")
             t.append(f" (kernel {own:.1f} + launch gap {w.collective_gap_us:.1f})\n", style="dim")
             t.append(f"{calls * us / 1e3:.3f} ms/token" + (f" = {share:.1f}% of the step" if share else ""))
-            wait = w.collective_ms_per_token - calls * own / 1e3
+            wait = w.collective_wait_ms_per_token
             if ms and wait > 0.01 * ms:
                 t.append(f"\n+{wait:.3f} ms/token waiting for a late peer", style="yellow")
         self.put(t)
