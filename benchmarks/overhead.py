@@ -57,6 +57,16 @@ def pair_stats(per: list[dict], label: str) -> dict:
         p99r.append(p["p99_ms"] / statistics.mean(q["p99_ms"] for q in refs))
         if after:
             null.append(after["median_ms"] / per[i - 1]["median_ms"])
+    # The same arithmetic as an observed phase gets, done on an unobserved one: each U between two U's (one
+    # `label` phase apart on each side) against their mean. This is the noise floor of the estimator itself;
+    # the U-after / U-before one above also carries the drift across a pair that the bracketing cancels.
+    bracketed = []
+    for i, p in enumerate(per):
+        if (p["phase"] == "U" and p["median_ms"] and 2 <= i < len(per) - 2
+                and per[i - 1]["phase"] == label and per[i + 1]["phase"] == label
+                and per[i - 2]["phase"] == "U" and per[i + 2]["phase"] == "U"
+                and per[i - 2]["median_ms"] and per[i + 2]["median_ms"]):
+            bracketed.append(p["median_ms"] / statistics.mean((per[i - 2]["median_ms"], per[i + 2]["median_ms"])))
     later = ratios[1:]  # the process's first attach carries one-off costs (see D_later in run_mode)
     obs = [p["median_ms"] for p in per if p["phase"] == label and p["median_ms"]]
 
@@ -70,6 +80,8 @@ def pair_stats(per: list[dict], label: str) -> dict:
             "p99_ratio_median": statistics.median(p99r) if p99r else None,
             "p99_ratio_median_after_first": statistics.median(p99r[1:]) if len(p99r) > 1 else None,
             "noise_floor_pct": 100 * statistics.median(abs(x - 1) for x in null) if null else None,
+            "noise_floor_bracketed_pct": 100 * statistics.median(abs(x - 1) for x in bracketed) if bracketed else None,
+            "bracketed_null_pct": [round(100 * (x - 1), 2) for x in bracketed],
             "reference": "mean of the unobserved phases before and after",
             "median_ms": statistics.median(obs) if obs else None}
 
@@ -118,9 +130,13 @@ def engine_session(mode: str, tag: str, plan: list[str], phase_s: float, work: P
                 time.sleep(0.05)
             time.sleep(profiler_phase_s or phase_s)
             os.kill(pid, signal.SIGUSR1)
-            while not (prof_dir / f"profiler{k}.json").exists():
+            res = None
+            while res is None:  # the engine may still be writing it
                 time.sleep(0.1)
-            res = json.loads((prof_dir / f"profiler{k}.json").read_text())
+                try:
+                    res = json.loads((prof_dir / f"profiler{k}.json").read_text())
+                except (OSError, ValueError):
+                    res = None
             profs.append(res)
             phases.append(("P", res["start_unix_s"], res["end_unix_s"]))
             time.sleep(1.0)  # let the engine settle after the profiler's own processing
@@ -181,6 +197,8 @@ def run_mode(mode: str, phase_s: float, pairs: int, work: Path, profiler_phase_s
                                                       if x.get("kernel_share_of_step_pct") is not None)
         if any(x.get("kernel_share_of_step_pct") is not None for x in ok) else None,
         "pm_state": ok[-1]["probe"].get("pm") if ok else None,
+        # the agent thread's PM pumps: GIL time each (what they can take from an eager decode thread)
+        "pm_gil": ok[-1]["probe"].get("pm_gil") if ok else None,
         "windows_per_attach": [x.get("windows") for x in ok],
         "seconds_per_attach": phase_s,
     }
@@ -209,7 +227,7 @@ def markdown(results: list[dict], env: dict, cmd: str) -> str:
         "CUPTI had loaded kineto recorded no GPU events.",
         "",
         "| mode | observer | pairs | median ms/token | overhead (median) | spread | overhead, pairs after the "
-        "first | noise floor (unobserved vs unobserved) | p99 ratio (median) | p99 ratio, pairs after the first |",
+        "first | noise floor (unobserved between unobserved) | p99 ratio (median) | p99 ratio, pairs after the first |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     names = {"D": "decodemon, defaults (1 traced token every 4 s and ≥ 250 tokens, ≤ 5 s apart; PM 2 ms)", "P": "torch.profiler (CPU+CUDA)",
@@ -221,7 +239,7 @@ def markdown(results: list[dict], env: dict, cmd: str) -> str:
             lines.append(f"| {r['mode']} | {names[k]} | {v['pairs']} | {fmt(v['median_ms'])} | "
                          f"{fmt(v['overhead_pct_median'], '+.2f')}% | {fmt(v['overhead_pct_min'], '+.2f')}%.."
                          f"{fmt(v['overhead_pct_max'], '+.2f')}% | {fmt(v.get('overhead_pct_median_after_first'), '+.2f')}% | "
-                         f"±{fmt(v.get('noise_floor_pct'), '.2f')}% | "
+                         f"±{fmt(v.get('noise_floor_bracketed_pct'), '.2f')}% (after/before ±{fmt(v.get('noise_floor_pct'), '.2f')}%) | "
                          f"{fmt(v['p99_ratio_median'], '.3f')} | {fmt(v.get('p99_ratio_median_after_first'), '.3f')} |")
     lines += ["", "All decodemon phases against all unobserved phases after the first attach (p99 over every token of "
               "each kind); the first unobserved phase, before any attach, is shown apart:", "",
@@ -251,6 +269,7 @@ def markdown(results: list[dict], env: dict, cmd: str) -> str:
                 f"{fmt(a['pm_gpu_busy_pct'], '.1f')}% vs {fmt(a.get('kernel_share_of_step_pct'), '.1f')}%")
         lines.append(f"| {r['mode']} | {fmt(a['decodemon_launches_per_token'], '.1f')} vs "
                      f"{fmt(a['profiler_kernels_per_token'], '.1f')} | {fmt(kd)} vs {fmt(kp)}{diff} | {busy} |")
+    lines += [""] + [f"PM pumps ({r['mode']}): {r['accuracy'].get('pm_gil') or 'n/a'}." for r in results]
     lines += ["", "## Design decisions these rows reflect", "",
               "- Traced windows of whole tokens only, opened and closed at token boundaries by the engine's own "
               "token clock; CUPTI is finalized (detached) at the closing boundary, so untraced tokens run unobserved "
@@ -273,6 +292,8 @@ def main():
     ap.add_argument("--phase-s", type=float, default=4.0)
     ap.add_argument("--pairs", type=int, default=5)
     ap.add_argument("--modes", default="graph,eager")
+    ap.add_argument("--eager-pairs", type=int, default=None,
+                    help="pairs in eager mode (default: --pairs); its loop is noisier than the graphed one")
     ap.add_argument("--long-s", type=float, default=20.0, help="one long attach at default settings: steady p99")
     ap.add_argument("--profiler-phase-s", type=float, default=3.0,
                     help="torch.profiler phases (its trace of an eager loop takes long to process)")
@@ -295,7 +316,8 @@ def main():
         env["error"] = str(exc)
     results = []
     for mode in a.modes.split(","):
-        r = run_mode(mode, a.phase_s, a.pairs, work, a.profiler_phase_s, a.long_s)
+        pairs = a.eager_pairs if (mode == "eager" and a.eager_pairs) else a.pairs
+        r = run_mode(mode, a.phase_s, pairs, work, a.profiler_phase_s, a.long_s)
         results.append(r)
         (out / "overhead.json").write_text(json.dumps({"env": env, "results": results}, indent=1))
         print(json.dumps({k: r[k] for k in ("mode", "D", "P", "Ddense", "U_first", "U_all", "D_all", "D_later", "Dlong",

@@ -20,6 +20,13 @@ def report_model(name: str, weight_bytes: int, kv_bytes_per_position: int = 0, l
     return facts
 
 
+def report_cuda_graphs(replays: bool) -> None:
+    """Say whether this engine replays CUDA graphs. An engine that says it never does (an eager loop) saves one
+    slow token per attach: the first traced window needs no guard token, which graph replays do. Say it again
+    if that changes (a loop that starts capturing graphs must call this with True first)."""
+    agent.set_cuda_graphs(replays)
+
+
 class TokenClock:
     """`with clock.token(depth): ...` marks the boundary when the block ends."""
 

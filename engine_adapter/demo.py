@@ -156,7 +156,7 @@ def main(argv=None) -> int:
         torch.backends.cuda.enable_flash_sdp(False)
         torch.backends.cuda.enable_mem_efficient_sdp(False)
         torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
-    from decodemon.engine_adapter.adapter import report_model
+    from decodemon.engine_adapter.adapter import report_cuda_graphs, report_model
     from decodemon.engine_adapter.model import SHAPES, DecodeModel
     from decodemon.probes.agent import mark_token, start_from_env
 
@@ -199,6 +199,7 @@ def main(argv=None) -> int:
                  hidden=model.shape.hidden, measured_bandwidth_gbs=round(bw, 1), tp_rank=a.rank,
                  collectives_per_token=model.collectives_per_token(), collective_bytes=model.collective_bytes(),
                  collective_backend=("nccl" if device.startswith("cuda") else "gloo") if a.tp > 1 else "")
+    report_cuda_graphs(a.mode == "graph")
     if device.startswith("cuda"):
         os.environ.setdefault("DECODEMON_DEVICE", str(torch.cuda.current_device()))
     start_from_env()

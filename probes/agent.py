@@ -52,6 +52,26 @@ PM_FIRST_SESSION_NOTE = ("first PM session in this process: on an H200 it left a
 # and on the H200 a one-token graphed window closed without its guard ended in cudaErrorLaunchFailure
 # (docs/h200/window_costs_run1_2026-11-29.json).
 _graph_kernels_seen = False
+# What the engine says about itself (engine_adapter.report_cuda_graphs): False = it never replays CUDA graphs, so
+# an attach's first window can trace one token without a guard (one slow eager token less per attach); None = not
+# said, and the first window keeps its guard.
+_engine_cuda_graphs: bool | None = None
+
+
+def set_cuda_graphs(replays: bool | None) -> None:
+    """The engine says whether it replays CUDA graphs (None: not said). Read when a window opens."""
+    global _engine_cuda_graphs
+    _engine_cuda_graphs = None if replays is None else bool(replays)
+
+
+def _guard_for_window(tracer_needs_guard: bool) -> bool:
+    """Does the window about to open keep a guard token? (decode thread, only when a window opens)
+
+    Yes once the process has shown graph kernels or the engine says it replays graphs; no when the tracer's last
+    window saw none, or, for an attach's first window, when the engine has said it never replays graphs."""
+    if _graph_kernels_seen or _engine_cuda_graphs:
+        return True
+    return bool(tracer_needs_guard) and _engine_cuda_graphs is None
 
 
 def _guard_after(window_saw_graph_kernels: bool) -> bool:
@@ -213,7 +233,7 @@ class _Session:
                 if _foreign_profiler_active():
                     self.skipped_windows += 1  # our detach would end its CUPTI session too
                     return
-                self.guard = 1 if getattr(tr, "needs_guard", True) else 0
+                self.guard = 1 if _guard_for_window(getattr(tr, "needs_guard", True)) else 0
                 self.tokens_left = self.settings.window_tokens + self.guard  # see wire.KernelWindow
                 tr.open()
         except Exception as exc:  # never raise into the user's loop
@@ -528,7 +548,12 @@ class _Agent:
             return None
         try:
             got = session.pm.samples(max_samples=1024)
-            state["pm_stride"] = str(session.pm.stride)
+            pm = session.pm
+            state["pm_stride"] = str(pm.stride)
+            if getattr(pm, "pumps", 0):
+                state["pm_gil"] = (f"{1e3 * pm.gil_total_s / pm.pumps:.2f} ms per pump outside GIL-free calls, "
+                                   f"{pm.pumps} pumps; libcupti called "
+                                   + ("without the GIL (ctypes)" if pm.nogil else "through cupti-python"))
             if got is not None:
                 starts, ends, rows = got
                 return wire.PmSamples(metrics=list(PM_METRICS), start_ns=wire.Column.of(starts),

@@ -10,9 +10,50 @@ decode thread), under a time budget.
 
 from __future__ import annotations
 
+import ctypes
 import time
 
+import numpy as np
+
 from decodemon.probes.sidecar import PM_METRICS
+
+
+_WRAPPER = {"cuptiPmSamplingDecodeData": "pm_sampling_decode_data",
+            "cuptiPmSamplingGetCounterDataInfo": "pm_sampling_get_counter_data_info",
+            "cuptiPmSamplingCounterDataGetSampleInfo": "pm_sampling_counter_data_get_sample_info",
+            "cuptiProfilerHostEvaluateToGpuValues": "profiler_host_evaluate_to_gpu_values"}
+
+
+def _libcupti_without_gil():
+    """The PM-sampling and evaluation entry points cupti-python itself calls, as ctypes functions, or None.
+
+    ctypes lets go of the GIL for the length of a foreign call; cupti-python's wrappers do not. An eager decode
+    thread needs the GIL for nearly all of its token (PyTorch dispatches each op holding it), so every
+    millisecond the agent thread holds it is a millisecond added to the decode thread. The addresses come from
+    cupti-python's own function table, so these are the same functions of the same libcupti (a process can map
+    two: torch's and the one cupti-python loaded). Each takes one pointer (a cupti-python params struct's
+    `.ptr`) and returns a CUptiResult.
+    """
+    try:
+        from cupti._internal import cupti as table  # noqa: PLC0415
+
+        proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+        fns = {}
+        for name in _WRAPPER:
+            addr = 0
+            for key in ("__" + name, name):
+                try:
+                    addr = int(table._inspect_function_pointer(key) or 0)
+                except Exception:
+                    addr = 0
+                if addr:
+                    break
+            if not addr:
+                return None
+            fns[name] = proto(addr)
+        return fns
+    except Exception:
+        return None
 
 
 class PmSampler:
@@ -41,27 +82,48 @@ class PmSampler:
         # every pump (cupti-python's Collector.decode does), it took 7.9 ms of a 12.9 ms pump on the H200
         # (scripts/h200_slow_tokens.py --plan pm, 2026-11-29 16:26 UTC); the image is a self-contained byte blob.
         self._templates: dict = {}
+        self._nogil = _libcupti_without_gil()
+        from cupti.utils import metrics_to_c_array  # noqa: PLC0415
+
+        self._names_keep, self._names_ptr = metrics_to_c_array(list(PM_METRICS))
         self.stride = 4
         self.eval_s = 0.0
         self.decode_s = 0.0  # the last pump: decode, counter-data image included
         self.image_s = 0.0  # the last pump: allocating and initialising the counter-data image
+        self.gil_s = 0.0  # the last pump's time outside GIL-free calls: what it can have taken from the decode thread
+        self.gil_total_s = 0.0
+        self.pumps = 0
+
+    def _call(self, name: str, params) -> None:
+        """One libcupti call on a params struct, without the GIL when ctypes can reach it."""
+        if self._nogil is not None:
+            t0 = time.perf_counter()
+            rc = self._nogil[name](params.ptr)
+            self._free_s += time.perf_counter() - t0
+            if rc != 0:
+                raise RuntimeError(f"{name} returned CUptiResult {rc}")
+            return
+        getattr(self._c, _WRAPPER[name])(params.ptr)
 
     def samples(self, max_samples: int = 1024, budget_s: float = 0.0015):
         """Decode and evaluate completed samples, within a time budget: (start ns, end ns, rows) or None.
 
-        Evaluating a sample holds the GIL, which the decode thread needs: on the H200 an eager loop ran at
-        40.9 ms/token instead of ~20 while every 2 ms sample was evaluated through `Collector.decode()` (a
-        fresh profiler host per call, every sample). Here one host is kept, and only every `stride`-th
+        The GIL is what the decode thread needs: on the H200 an eager loop ran at 40.9 ms/token instead of ~20
+        while every 2 ms sample was evaluated through `Collector.decode()` (a fresh profiler host per call,
+        every sample, all of it holding the GIL). Here one host is kept, libcupti's decode and evaluation are
+        called through ctypes (which lets go of the GIL for each call), and only every `stride`-th
         sample is evaluated; the stride doubles whenever a pump overruns its budget and halves when it
         uses under a quarter of it. The averages the diagnosis reads need only a few samples per second.
         The GIL is given up after every evaluated sample (`time.sleep(0)`), so a decode
         thread that wants it back waits one evaluation, not the whole pump (CPython otherwise lets a busy
         thread keep the GIL for up to its 5 ms switch interval).
         """
-        t_dec = time.perf_counter()
+        t_pump = t_dec = time.perf_counter()
+        self._free_s = 0.0
         raw = self._decode_image(max_samples)
         self.decode_s = time.perf_counter() - t_dec
         if raw is None:
+            self._account(t_pump)
             return None
         image, n = raw
         t0 = time.perf_counter()
@@ -71,12 +133,22 @@ class PmSampler:
         info.p_pm_sampling_object = coll._pm_sampling_object
         info.p_counter_data_image = image.ctypes.data
         info.counter_data_image_size = len(image)
+        values = np.zeros(len(PM_METRICS), dtype=np.float64)
+        ev = c.ProfilerHostEvaluateToGpuValuesParams()
+        ev.struct_size = c.PROFILER_HOST_EVALUATE_TO_GPU_VALUES_PARAMS_STRUCT_SIZE
+        ev.p_host_object = self._host._p_host_object
+        ev.p_counter_data_image = image.ctypes.data
+        ev.counter_data_image_size = len(image)
+        ev.pp_metric_names = self._names_ptr
+        ev.num_metrics = len(PM_METRICS)
+        ev.p_metric_values = values.ctypes.data
         starts, ends, rows = [], [], []
         for i in range(0, n, self.stride):
             info.sample_index = i
-            c.pm_sampling_counter_data_get_sample_info(info.ptr)
-            rows.append(self._host.evaluate_metric_values(counter_data_image=image, metrics=PM_METRICS,
-                                                          index=i).tolist())
+            self._call("cuptiPmSamplingCounterDataGetSampleInfo", info)
+            ev.range_index = i
+            self._call("cuptiProfilerHostEvaluateToGpuValues", ev)
+            rows.append(values.tolist())
             starts.append(info.start_timestamp)
             ends.append(info.end_timestamp)
             time.sleep(0)
@@ -86,7 +158,17 @@ class PmSampler:
             self.stride *= 2
         elif spent < budget_s / 4 and self.stride > 1:
             self.stride //= 2
+        self._account(t_pump)
         return starts, ends, rows
+
+    def _account(self, t_pump: float) -> None:
+        self.gil_s = max(0.0, time.perf_counter() - t_pump - self._free_s)
+        self.gil_total_s += self.gil_s
+        self.pumps += 1
+
+    @property
+    def nogil(self) -> bool:
+        return self._nogil is not None
 
     def _decode_image(self, max_samples: int):
         c, coll = self._c, self._coll
@@ -101,12 +183,12 @@ class PmSampler:
         p.p_pm_sampling_object = coll._pm_sampling_object
         p.p_counter_data_image = image.ctypes.data
         p.counter_data_image_size = len(image)
-        c.pm_sampling_decode_data(p.ptr)
+        self._call("cuptiPmSamplingDecodeData", p)
         info = c.PmSamplingGetCounterDataInfoParams()
         info.struct_size = c.PM_SAMPLING_GET_COUNTER_DATA_INFO_PARAMS_STRUCT_SIZE
         info.p_counter_data_image = image.ctypes.data
         info.counter_data_image_size = len(image)
-        c.pm_sampling_get_counter_data_info(info.ptr)
+        self._call("cuptiPmSamplingGetCounterDataInfo", info)
         n = info.num_completed_samples
         return (image, n) if n else None
 

@@ -434,6 +434,7 @@ def test_pm_pump_decodes_into_a_copy_of_one_initialised_image():
 
     pm = object.__new__(PmSampler)
     pm._c, pm._coll, pm._templates, pm.image_s = _FakePmCupti(), _FakeCollector(), {}, 0.0
+    pm._nogil, pm._free_s = None, 0.0  # no libcupti here: the cupti-python path
     first, n = pm._decode_image(1024)
     first[:] = 0  # what a decode writes must not reach the template
     second, n2 = pm._decode_image(1024)
@@ -441,3 +442,84 @@ def test_pm_pump_decodes_into_a_copy_of_one_initialised_image():
     assert (second == 5).all() and second is not first
     pm._decode_image(64)  # another size: its own template
     assert pm._coll.made == 2
+
+
+def test_pm_calls_go_through_ctypes_without_the_gil_when_libcupti_is_reachable():
+    """The pump's libcupti calls leave the GIL to the decode thread; their time is not counted as held."""
+    import threading
+
+    from decodemon.probes.pm_inproc import PmSampler
+
+    held_elsewhere = []
+
+    def decode(ptr):  # a foreign call that blocks: another thread must be able to run Python meanwhile
+        t = threading.Thread(target=lambda: held_elsewhere.append(sum(range(1000))))
+        t.start()
+        t.join(timeout=5)
+        time.sleep(0.01)
+        return 0
+
+    pm = object.__new__(PmSampler)
+    pm._c, pm._free_s = _FakePmCupti(), 0.0
+    pm._nogil = {"cuptiPmSamplingDecodeData": decode, "cuptiPmSamplingGetCounterDataInfo": lambda ptr: 3}
+    pm._call("cuptiPmSamplingDecodeData", _P())
+    assert held_elsewhere and pm._free_s >= 0.01 and pm._c.decoded == []  # cupti-python's wrapper not used
+    try:
+        pm._call("cuptiPmSamplingGetCounterDataInfo", _P())
+    except RuntimeError as exc:
+        assert "CUptiResult 3" in str(exc)
+    else:
+        raise AssertionError("a failing libcupti call must raise (the agent re-arms PM)")
+
+
+def test_first_window_guard_follows_what_the_engine_says_about_cuda_graphs(monkeypatch):
+    """An eager engine that says so saves the guard token of each attach's first window; nothing else does."""
+    from decodemon.engine_adapter import report_cuda_graphs
+
+    monkeypatch.setattr(agent, "_graph_kernels_seen", False)
+    monkeypatch.setattr(agent, "_engine_cuda_graphs", None)
+    g = agent._guard_for_window
+    assert g(True) is True and g(False) is False  # not said: a new attach's tracer (needs_guard) guards
+    report_cuda_graphs(False)
+    assert g(True) is False and g(False) is False  # said eager: even the first window traces one token
+    report_cuda_graphs(True)
+    assert g(True) is True and g(False) is True  # said graphs: every window guards
+    report_cuda_graphs(False)
+    agent._guard_after(True)  # but a window saw graph kernels: the process guards for good, whatever was said
+    assert g(False) is True
+
+
+def test_an_eager_engines_first_window_traces_one_token(monkeypatch):
+    monkeypatch.setattr(agent, "_graph_kernels_seen", False)
+    monkeypatch.setattr(agent, "_engine_cuda_graphs", False)
+
+    class Tr:
+        active = False
+        needs_guard = True  # a new attach's tracer
+
+        def __init__(self):
+            self.calls = []
+
+        def open(self):
+            self.active = True
+            self.calls.append("open")
+
+        def boundary(self):
+            self.calls.append("boundary")
+
+        def close(self):
+            self.active = False
+            self.calls.append("close")
+
+        def flush(self):
+            self.calls.append("flush")
+
+        def detach(self):
+            self.calls.append("detach")
+
+    tr = Tr()
+    s = agent._Session(wire.Attach(window_tokens=1), tr)
+    s.want_window = True
+    for i in range(4):
+        s.on_token(i)
+    assert s.guard == 0 and tr.calls == ["open", "close", "flush", "detach"]  # opened, one token, closed

@@ -41,3 +41,16 @@ def test_an_observed_phase_not_preceded_by_an_unobserved_one_is_not_a_pair():
     per = [_ph("D", 12.0, 13.0), _ph("U", 10.0, 11.0), _ph("Ddense", 11.0, 12.0), _ph("D", 10.0, 11.0)]
     assert overhead.pair_stats(per, "D")["pairs"] == 0
     assert overhead.pair_stats(per, "Ddense")["pairs"] == 1
+
+
+def test_the_bracketed_noise_floor_judges_an_unobserved_phase_as_an_observed_one_is_judged():
+    # a loop drifting 20 -> 21 -> 22 -> 23 ms: after/before reads 5% noise, the bracketed estimator none
+    per = [_ph("U", 20.0, 30.0), _ph("D", 20.5, 31.0), _ph("U", 21.0, 31.0), _ph("D", 21.5, 32.0),
+           _ph("U", 22.0, 33.0), _ph("D", 22.5, 33.0), _ph("U", 23.0, 34.0)]
+    st = overhead.pair_stats(per, "D")
+    assert st["noise_floor_bracketed_pct"] == pytest.approx(0.0)
+    assert st["noise_floor_pct"] == pytest.approx(100 * (22.0 / 21.0 - 1))  # 21/20, 22/21, 23/22: median 22/21
+    per[4] = _ph("U", 22.0 * 1.03, 33.0)  # one unobserved phase 3% off its neighbours' mean
+    st = overhead.pair_stats(per, "D")
+    assert st["bracketed_null_pct"][1] == pytest.approx(3.0, abs=0.01)
+    assert len(st["bracketed_null_pct"]) == 2  # the first and last U have no U on one side
