@@ -336,8 +336,12 @@ class _EventLog:
         return cls(p) if p else None
 
     def add(self, what: str, *vals: int) -> None:
+        self.add_at(time.time_ns(), what, *vals)
+
+    def add_at(self, t_ns: int, what: str, *vals: int) -> None:
+        """An event that ended at t_ns (wall clock), e.g. a PM arm made before the log existed."""
         if len(self.rows) < 200_000:
-            self.rows.append((time.time_ns(), what, *vals))
+            self.rows.append((t_ns, what, *vals))
 
     def write(self) -> None:
         import json
@@ -551,7 +555,7 @@ class _Agent:
             pm = session.pm
             state["pm_stride"] = str(pm.stride)
             if getattr(pm, "pumps", 0):
-                state["pm_gil"] = (f"{1e3 * pm.gil_total_s / pm.pumps:.2f} ms per pump outside GIL-free calls, "
+                state["pm_gil"] = (f"{1e3 * pm.gil_total_s / pm.pumps:.2f} ms CPU per pump outside GIL-free calls, "
                                    f"{pm.pumps} pumps; libcupti called "
                                    + ("without the GIL (ctypes)" if pm.nogil else "through cupti-python"))
             if got is not None:
@@ -645,8 +649,12 @@ class _Agent:
                 t_pump = time.time_ns()
                 pm_frame = self._pump_pm(session, state)
                 if ev is not None and session.pm is not None:
-                    ev.add("pump", time.time_ns() - t_pump, int(session.pm.decode_s * 1e9), session.pm.stride,
-                           int(getattr(session.pm, "image_s", 0.0) * 1e9))
+                    pm = session.pm
+                    if not getattr(pm, "logged", True):  # armed (or re-armed after a finalize) since the last pump
+                        pm.logged = True
+                        ev.add_at(pm.armed_ns + pm.arm_ns, "arm", pm.arm_ns, pm.arm_cpu_ns)
+                    ev.add("pump", time.time_ns() - t_pump, int(pm.decode_s * 1e9), pm.stride,
+                           int(getattr(pm, "image_s", 0.0) * 1e9), int(getattr(pm, "gil_s", 0.0) * 1e9))
                 if pm_frame is not None:
                     out += wire.pack(pm_frame)
                 next_pm = now + 0.5

@@ -60,6 +60,8 @@ class PmSampler:
     """A running PM sampling session on one device."""
 
     def __init__(self, device: int, interval_us: int) -> None:
+        self.armed_ns = time.time_ns()  # the arm's wall time and CPU time end up in arm_ns / arm_cpu_ns
+        c0 = time.thread_time_ns()
         from cupti import cupti, pm_sampling  # noqa: PLC0415 - only when a monitor attaches
 
         self._c = cupti
@@ -90,16 +92,19 @@ class PmSampler:
         self.eval_s = 0.0
         self.decode_s = 0.0  # the last pump: decode, counter-data image included
         self.image_s = 0.0  # the last pump: allocating and initialising the counter-data image
-        self.gil_s = 0.0  # the last pump's time outside GIL-free calls: what it can have taken from the decode thread
+        self.gil_s = 0.0  # the last pump's CPU time outside GIL-free calls: what it can have taken from the decode thread
         self.gil_total_s = 0.0
         self.pumps = 0
+        self.arm_ns = time.time_ns() - self.armed_ns
+        self.arm_cpu_ns = time.thread_time_ns() - c0
+        self.logged = False  # the agent's event log has this arm
 
     def _call(self, name: str, params) -> None:
         """One libcupti call on a params struct, without the GIL when ctypes can reach it."""
         if self._nogil is not None:
-            t0 = time.perf_counter()
+            t0 = time.thread_time()
             rc = self._nogil[name](params.ptr)
-            self._free_s += time.perf_counter() - t0
+            self._free_s += time.thread_time() - t0
             if rc != 0:
                 raise RuntimeError(f"{name} returned CUptiResult {rc}")
             return
@@ -118,7 +123,8 @@ class PmSampler:
         thread that wants it back waits one evaluation, not the whole pump (CPython otherwise lets a busy
         thread keep the GIL for up to its 5 ms switch interval).
         """
-        t_pump = t_dec = time.perf_counter()
+        t_dec = time.perf_counter()
+        t_pump = time.thread_time()
         self._free_s = 0.0
         raw = self._decode_image(max_samples)
         self.decode_s = time.perf_counter() - t_dec
@@ -162,7 +168,9 @@ class PmSampler:
         return starts, ends, rows
 
     def _account(self, t_pump: float) -> None:
-        self.gil_s = max(0.0, time.perf_counter() - t_pump - self._free_s)
+        # this thread's CPU time outside the GIL-free calls: time it ran Python, i.e. held the GIL (waiting for
+        # the GIL, e.g. after each sleep(0), takes no CPU time and is not counted)
+        self.gil_s = max(0.0, time.thread_time() - t_pump - self._free_s)
         self.gil_total_s += self.gil_s
         self.pumps += 1
 

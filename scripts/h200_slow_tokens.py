@@ -91,7 +91,8 @@ def run_case(name, mode, env_extra, work: Path, attach_s: float, cpu: bool, plan
         if lab == "U":
             continue
         m = (end >= a) & (end <= b)
-        causes = {"window": 0, "pump": 0, "collect": 0, "send": 0, "none": 0}
+        causes = {"window": 0, "arm": 0, "pump": 0, "collect": 0, "send": 0, "none": 0}
+        arms = [((e[0] - e[2]) / 1e9, e[0] / 1e9) for e in events if e[1] == "arm"]  # PM (re-)arms: start, end
         # a window opens at the first boundary after its request: that token carries CUPTI's start-up, the
         # next ones are traced, the guard, and the close (flush + finalize): five tokens from the request on
         req = [e[0] / 1e9 for e in events if e[1] == "want_window"]
@@ -111,6 +112,8 @@ def run_case(name, mode, env_extra, work: Path, attach_s: float, cpu: bool, plan
             kinds = {e[1] for e in near}
             if int(i) in win_tok:
                 causes["window"] += 1
+            elif any(a0 <= t_end and a1 >= t_start for a0, a1 in arms):
+                causes["arm"] += 1
             elif "pump" in kinds:
                 causes["pump"] += 1
             elif "collect" in kinds:
@@ -136,6 +139,11 @@ def run_case(name, mode, env_extra, work: Path, attach_s: float, cpu: bool, plan
             "pump_image_ms_median": float(np.median([p[5] for p in pumps if len(p) > 5]) / 1e6)
             if any(len(p) > 5 for p in pumps) else None,
             "pump_stride_median": float(np.median([p[4] for p in pumps])) if pumps else None,
+            "pump_gil_cpu_ms_median": float(np.median([p[6] for p in pumps if len(p) > 6]) / 1e6)
+            if any(len(p) > 6 for p in pumps) else None,
+            "pump_gil_cpu_ms_per_s": (float(sum(p[6] for p in pumps if len(p) > 6)) / 1e6 / (b - a)) if pumps else None,
+            "arms_ms": [[round(e[2] / 1e6, 2), round(e[3] / 1e6, 2)] for e in events
+                        if e[1] == "arm" and a <= e[0] / 1e9 <= b],  # [wall, CPU] per PM (re-)arm
             "windows_requested": sum(1 for e in events if e[1] == "want_window" and a <= e[0] / 1e9 <= b),
             "collect_ms": [round(e[2] / 1e6, 2) for e in events if e[1] == "collect" and a <= e[0] / 1e9 <= b],
             # per window: [open, flush, finalize] ms on the decode thread
@@ -170,7 +178,8 @@ def main() -> None:
         (out / "slow_tokens.json").write_text(json.dumps(res, indent=1))
         c = res["cases"][name]
         print(name, json.dumps([{k: p.get(k) for k in ("phase", "median_ms", "p99_ratio", "slow_tokens",
-                                                        "slow_causes", "pump_ms_median", "pump_decode_ms_median", "pump_image_ms_median")}
+                                                        "slow_causes", "pump_ms_median", "pump_decode_ms_median", "pump_image_ms_median",
+                                                        "pump_gil_cpu_ms_per_s", "arms_ms", "window_steps_ms")}
                                 for p in c.get("phases", [])]) if "phases" in c else c, flush=True)
 
 

@@ -445,25 +445,23 @@ def test_pm_pump_decodes_into_a_copy_of_one_initialised_image():
 
 
 def test_pm_calls_go_through_ctypes_without_the_gil_when_libcupti_is_reachable():
-    """The pump's libcupti calls leave the GIL to the decode thread; their time is not counted as held."""
-    import threading
-
+    """The pump's libcupti calls go through the GIL-free functions; their CPU time is not counted as GIL time."""
     from decodemon.probes.pm_inproc import PmSampler
 
-    held_elsewhere = []
-
-    def decode(ptr):  # a foreign call that blocks: another thread must be able to run Python meanwhile
-        t = threading.Thread(target=lambda: held_elsewhere.append(sum(range(1000))))
-        t.start()
-        t.join(timeout=5)
-        time.sleep(0.01)
+    def decode(ptr):  # stands in for a foreign call that works for ~10 ms of CPU
+        t0 = time.thread_time()
+        while time.thread_time() - t0 < 0.01:
+            pass
         return 0
 
     pm = object.__new__(PmSampler)
-    pm._c, pm._free_s = _FakePmCupti(), 0.0
+    pm._c, pm._free_s, pm.gil_total_s, pm.pumps = _FakePmCupti(), 0.0, 0.0, 0
     pm._nogil = {"cuptiPmSamplingDecodeData": decode, "cuptiPmSamplingGetCounterDataInfo": lambda ptr: 3}
+    t_pump = time.thread_time()
     pm._call("cuptiPmSamplingDecodeData", _P())
-    assert held_elsewhere and pm._free_s >= 0.01 and pm._c.decoded == []  # cupti-python's wrapper not used
+    pm._account(t_pump)
+    assert pm._free_s >= 0.01 and pm._c.decoded == []  # cupti-python's wrapper not used
+    assert pm.gil_s < 0.005 and pm.pumps == 1  # the call's 10 ms are not GIL time
     try:
         pm._call("cuptiPmSamplingGetCounterDataInfo", _P())
     except RuntimeError as exc:
