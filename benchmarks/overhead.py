@@ -143,7 +143,8 @@ def engine_session(mode: str, tag: str, plan: list[str], phase_s: float, work: P
     os.kill(pid, signal.SIGTERM)
     eng.wait(timeout=60)
     tdata = json.loads(times_file.read_text())
-    return {"phases": phases, "attach": attach, "profs": profs, "ends": tdata["end_unix_s"], "ms": tdata["ms"]}
+    return {"phases": phases, "attach": attach, "profs": profs, "ends": tdata["end_unix_s"], "ms": tdata["ms"],
+            "ms_iter": tdata.get("ms_iter")}
 
 
 def run_mode(mode: str, phase_s: float, pairs: int, work: Path, profiler_phase_s: float, long_s: float) -> dict:
@@ -163,6 +164,21 @@ def run_mode(mode: str, phase_s: float, pairs: int, work: Path, profiler_phase_s
                         "p99_ms": pct(xs, 99) if xs else None, "ms": xs})
         per_all.append(per)
     out["phases"] = [{k: v for k, v in p.items() if k != "ms"} for per in per_all for p in per]
+    # the same tokens on the engine's other clock, stamped after the token clock's hook (which then counts in the
+    # token just emitted, not the one the user waits for next): p99 per pair and over the long attach
+    if a.get("ms_iter"):
+        per_i = []
+        for label, t0, t1 in a["phases"]:
+            xs = [m for e, m in zip(a["ends"], a["ms_iter"]) if t0 + 0.05 <= e <= t1]
+            per_i.append({"phase": label, "median_ms": statistics.median(xs) if xs else None,
+                          "p99_ms": pct(xs, 99) if xs else None, "ms": xs})
+        u_i = [m for p in per_i[1:] if p["phase"] == "U" for m in p["ms"]]
+        dl_i = [m for p in per_i if p["phase"] == "Dlong" for m in p["ms"]]
+        st = pair_stats(per_i, "D")
+        out["iteration_clock"] = {"p99_ratio_median": st["p99_ratio_median"],
+                                  "p99_ratio_median_after_first": st["p99_ratio_median_after_first"],
+                                  "overhead_pct_median": st["overhead_pct_median"],
+                                  "long_p99_ratio": pct(dl_i, 99) / pct(u_i, 99) if dl_i and u_i else None}
     for label, per in (("D", per_all[0]), ("Ddense", per_all[0]), ("P", per_all[1])):
         out[label] = pair_stats(per, label)
     # all tokens of each kind in the decodemon process: the first U phase (before any attach) is left out,
@@ -270,6 +286,14 @@ def markdown(results: list[dict], env: dict, cmd: str) -> str:
         lines.append(f"| {r['mode']} | {fmt(a['decodemon_launches_per_token'], '.1f')} vs "
                      f"{fmt(a['profiler_kernels_per_token'], '.1f')} | {fmt(kd)} vs {fmt(kp)}{diff} | {busy} |")
     lines += [""] + [f"PM pumps ({r['mode']}): {r['accuracy'].get('pm_gil') or 'n/a'}." for r in results]
+    lines += ["", "Token times above are inter-token latency: from one token's arrival on the host (`.item()` "
+              "returning) to the next's, so the token clock's hook counts in the token after it. On the engine's "
+              "other clock (stamped after the hook, which then counts in the token just emitted):"]
+    for r in results:
+        ic = r.get("iteration_clock") or {}
+        lines.append(f"- {r['mode']}: p99 ratio per pair {fmt(ic.get('p99_ratio_median'))} (after the first "
+                     f"{fmt(ic.get('p99_ratio_median_after_first'))}), long attach {fmt(ic.get('long_p99_ratio'))}, "
+                     f"median overhead {fmt(ic.get('overhead_pct_median'), '+.2f')}%")
     lines += ["", "## Design decisions these rows reflect", "",
               "- Traced windows of whole tokens only, opened and closed at token boundaries by the engine's own "
               "token clock; CUPTI is finalized (detached) at the closing boundary, so untraced tokens run unobserved "
