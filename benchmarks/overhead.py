@@ -213,8 +213,9 @@ def run_mode(mode: str, phase_s: float, pairs: int, work: Path, profiler_phase_s
                                                       if x.get("kernel_share_of_step_pct") is not None)
         if any(x.get("kernel_share_of_step_pct") is not None for x in ok) else None,
         "pm_state": ok[-1]["probe"].get("pm") if ok else None,
-        # the agent thread's PM pumps: GIL time each (what they can take from an eager decode thread)
-        "pm_gil": ok[-1]["probe"].get("pm_gil") if ok else None,
+        # the agent thread's PM pumps: CPU outside libcupti's GIL-free calls (the most they can take from an eager
+        # decode thread, which needs the GIL)
+        "pm_cpu": ok[-1]["probe"].get("pm_cpu") if ok else None,
         "windows_per_attach": [x.get("windows") for x in ok],
         "seconds_per_attach": phase_s,
     }
@@ -285,7 +286,7 @@ def markdown(results: list[dict], env: dict, cmd: str) -> str:
                 f"{fmt(a['pm_gpu_busy_pct'], '.1f')}% vs {fmt(a.get('kernel_share_of_step_pct'), '.1f')}%")
         lines.append(f"| {r['mode']} | {fmt(a['decodemon_launches_per_token'], '.1f')} vs "
                      f"{fmt(a['profiler_kernels_per_token'], '.1f')} | {fmt(kd)} vs {fmt(kp)}{diff} | {busy} |")
-    lines += [""] + [f"PM pumps ({r['mode']}): {r['accuracy'].get('pm_gil') or 'n/a'}." for r in results]
+    lines += [""] + [f"PM pumps ({r['mode']}, the last attach): {r['accuracy'].get('pm_cpu') or 'n/a'}." for r in results]
     lines += ["", "Token times above are inter-token latency: from one token's arrival on the host (`.item()` "
               "returning) to the next's, so the token clock's hook counts in the token after it. On the engine's "
               "other clock (stamped after the hook, which then counts in the token just emitted):"]

@@ -92,8 +92,12 @@ class PmSampler:
         self.eval_s = 0.0
         self.decode_s = 0.0  # the last pump: decode, counter-data image included
         self.image_s = 0.0  # the last pump: allocating and initialising the counter-data image
-        self.gil_s = 0.0  # the last pump's CPU time outside GIL-free calls: what it can have taken from the decode thread
-        self.gil_total_s = 0.0
+        # the agent thread's CPU time in a pump outside libcupti's GIL-free calls: the most the pump can have taken
+        # from a decode thread that needs the GIL (the counter-data image copy, image_s, is in it; numpy copies
+        # without the GIL, so the true figure is lower). The first pump, which makes the template, apart.
+        self.cpu_s = 0.0
+        self.cpu_first_s = 0.0
+        self.cpu_later_s = 0.0
         self.pumps = 0
         self.arm_ns = time.time_ns() - self.armed_ns
         self.arm_cpu_ns = time.thread_time_ns() - c0
@@ -168,10 +172,13 @@ class PmSampler:
         return starts, ends, rows
 
     def _account(self, t_pump: float) -> None:
-        # this thread's CPU time outside the GIL-free calls: time it ran Python, i.e. held the GIL (waiting for
-        # the GIL, e.g. after each sleep(0), takes no CPU time and is not counted)
-        self.gil_s = max(0.0, time.thread_time() - t_pump - self._free_s)
-        self.gil_total_s += self.gil_s
+        # this thread's CPU time outside the GIL-free calls (waiting for the GIL, e.g. after each sleep(0), takes
+        # no CPU time and is not counted)
+        self.cpu_s = max(0.0, time.thread_time() - t_pump - self._free_s)
+        if self.pumps:
+            self.cpu_later_s += self.cpu_s
+        else:
+            self.cpu_first_s = self.cpu_s
         self.pumps += 1
 
     @property

@@ -139,9 +139,9 @@ def run_case(name, mode, env_extra, work: Path, attach_s: float, cpu: bool, plan
             "pump_image_ms_median": float(np.median([p[5] for p in pumps if len(p) > 5]) / 1e6)
             if any(len(p) > 5 for p in pumps) else None,
             "pump_stride_median": float(np.median([p[4] for p in pumps])) if pumps else None,
-            "pump_gil_cpu_ms_median": float(np.median([p[6] for p in pumps if len(p) > 6]) / 1e6)
+            "pump_cpu_outside_libcupti_ms_median": float(np.median([p[6] for p in pumps if len(p) > 6]) / 1e6)
             if any(len(p) > 6 for p in pumps) else None,
-            "pump_gil_cpu_ms_per_s": (float(sum(p[6] for p in pumps if len(p) > 6)) / 1e6 / (b - a)) if pumps else None,
+            "pump_cpu_outside_libcupti_ms_per_s": (float(sum(p[6] for p in pumps if len(p) > 6)) / 1e6 / (b - a)) if pumps else None,
             "arms_ms": [[round(e[2] / 1e6, 2), round(e[3] / 1e6, 2)] for e in events
                         if e[1] == "arm" and a <= e[0] / 1e9 <= b],  # [wall, CPU] per PM (re-)arm
             "windows_requested": sum(1 for e in events if e[1] == "want_window" and a <= e[0] / 1e9 <= b),
@@ -179,7 +179,7 @@ def main() -> None:
         c = res["cases"][name]
         print(name, json.dumps([{k: p.get(k) for k in ("phase", "median_ms", "p99_ratio", "slow_tokens",
                                                         "slow_causes", "pump_ms_median", "pump_decode_ms_median", "pump_image_ms_median",
-                                                        "pump_gil_cpu_ms_per_s", "arms_ms", "window_steps_ms")}
+                                                        "pump_cpu_outside_libcupti_ms_per_s", "arms_ms", "window_steps_ms")}
                                 for p in c.get("phases", [])]) if "phases" in c else c, flush=True)
 
 

@@ -456,13 +456,13 @@ def test_pm_calls_go_through_ctypes_without_the_gil_when_libcupti_is_reachable()
         return 0
 
     pm = object.__new__(PmSampler)
-    pm._c, pm._free_s, pm.gil_total_s, pm.pumps = _FakePmCupti(), 0.0, 0.0, 0
+    pm._c, pm._free_s, pm.cpu_later_s, pm.pumps = _FakePmCupti(), 0.0, 0.0, 0
     pm._nogil = {"cuptiPmSamplingDecodeData": decode, "cuptiPmSamplingGetCounterDataInfo": lambda ptr: 3}
     t_pump = time.thread_time()
     pm._call("cuptiPmSamplingDecodeData", _P())
     pm._account(t_pump)
     assert pm._free_s >= 0.01 and pm._c.decoded == []  # cupti-python's wrapper not used
-    assert pm.gil_s < 0.005 and pm.pumps == 1  # the call's 10 ms are not GIL time
+    assert pm.cpu_s < 0.005 and pm.cpu_first_s == pm.cpu_s and pm.pumps == 1  # the call's 10 ms are not counted
     try:
         pm._call("cuptiPmSamplingGetCounterDataInfo", _P())
     except RuntimeError as exc:

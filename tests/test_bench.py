@@ -54,3 +54,20 @@ def test_the_bracketed_noise_floor_judges_an_unobserved_phase_as_an_observed_one
     st = overhead.pair_stats(per, "D")
     assert st["bracketed_null_pct"][1] == pytest.approx(3.0, abs=0.01)
     assert len(st["bracketed_null_pct"]) == 2  # the first and last U have no U on one side
+
+
+def test_the_demo_engine_writes_both_clocks(tmp_path):
+    """Inter-token latency (stamped as the token reaches the host) and the iteration clock (after the hook)."""
+    import json
+    import subprocess
+    import sys
+
+    f = tmp_path / "times.json"
+    r = subprocess.run([sys.executable, "-m", "decodemon.engine_adapter.demo", "--tiny", "--device", "cpu",
+                        "--tokens", "40", "--times-file", str(f)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-500:]
+    d = json.loads(f.read_text())
+    assert len(d["ms"]) == len(d["ms_iter"]) == len(d["end_unix_s"]) == 40
+    # unattached, the hook costs next to nothing: the two clocks cover the same span, one boundary apart
+    assert sum(d["ms_iter"]) == pytest.approx(sum(d["ms"]), rel=0.2)
+    assert all(m > 0 for m in d["ms"]) and all(m > 0 for m in d["ms_iter"])
