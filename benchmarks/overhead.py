@@ -213,8 +213,8 @@ def run_mode(mode: str, phase_s: float, pairs: int, work: Path, profiler_phase_s
                                                       if x.get("kernel_share_of_step_pct") is not None)
         if any(x.get("kernel_share_of_step_pct") is not None for x in ok) else None,
         "pm_state": ok[-1]["probe"].get("pm") if ok else None,
-        # the agent thread's PM pumps: CPU outside libcupti's GIL-free calls (the most they can take from an eager
-        # decode thread, which needs the GIL)
+        # the agent thread's PM pumps: CPU outside libcupti's calls (which run without the GIL): the most they can
+        # take from an eager decode thread, which needs the GIL
         "pm_cpu": ok[-1]["probe"].get("pm_cpu") if ok else None,
         "windows_per_attach": [x.get("windows") for x in ok],
         "seconds_per_attach": phase_s,
@@ -236,7 +236,8 @@ def markdown(results: list[dict], env: dict, cmd: str) -> str:
         f"Command: `{cmd}` (through `bash scripts/h200.sh benchmarks/overhead.py` on the lent H200).",
         "",
         "Interleaved phases on a running demo engine per mode (Qwen3-0.6B shape, bf16, batch 1, `.item()` every "
-        "token); every phase's ms/token is the engine's own clock over whole loop iterations, token clock included. "
+        "token); every phase's ms/token is the engine's own clock: inter-token latency, from one token's arrival on "
+        "the host to the next's, the token clock's hook included (in the token after it). "
         "Overhead = observed phase median ÷ the mean of the unobserved phases on both sides of it (p99 likewise); "
         "spread = min..max over the pairs; 'after the first' leaves out the process's first attach. "
         "decodemon's phases and torch.profiler's run in two engine processes of the same mode and seed: the two "
@@ -305,9 +306,13 @@ def markdown(results: list[dict], env: dict, cmd: str) -> str:
               "two eager tokens), which cut the flush from ~170 ms to ~15 ms.",
               "- A guard token is traced after the analysed one and discarded only in processes that replay CUDA "
               "graphs (their last token's end times come back wrong); eager windows trace one token.",
+              "- An engine that says it never replays CUDA graphs (`report_cuda_graphs(False)`, as the demo's eager "
+              "mode does) has no guard token even in an attach's first window; one that says nothing keeps it there.",
               "- Windows are at least 250 tokens and at most 5 s apart, so their slow tokens stay under 1%.",
               "- PM sampling is armed, decoded and evaluated in the agent thread (a second process could not enable "
-              "it on this H200), NVML runs in a sidecar process, and all analysis runs in the monitor process.", ""]
+              "it on this H200), into a work buffer reset from one initialised counter-data image, with the GIL "
+              "released inside libcupti's calls; NVML runs in a sidecar process, and all analysis runs in the "
+              "monitor process.", ""]
     return "\n".join(lines)
 
 

@@ -558,8 +558,7 @@ class _Agent:
                 state["pm_cpu"] = (f"{1e3 * pm.cpu_later_s / (pm.pumps - 1):.2f} ms of agent CPU per pump outside "
                                    f"libcupti calls, {1e3 * pm.image_s:.2f} of it copying the counter-data image "
                                    f"({pm.pumps - 1} pumps; the first, which makes the image, "
-                                   f"{1e3 * pm.cpu_first_s:.1f} ms); libcupti called "
-                                   + ("without the GIL (ctypes)" if pm.nogil else "through cupti-python"))
+                                   f"{1e3 * pm.cpu_first_s:.1f} ms)")
             if got is not None:
                 starts, ends, rows = got
                 return wire.PmSamples(metrics=list(PM_METRICS), start_ns=wire.Column.of(starts),

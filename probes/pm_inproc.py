@@ -10,50 +10,11 @@ decode thread), under a time budget.
 
 from __future__ import annotations
 
-import ctypes
 import time
 
 import numpy as np
 
 from decodemon.probes.sidecar import PM_METRICS
-
-
-_WRAPPER = {"cuptiPmSamplingDecodeData": "pm_sampling_decode_data",
-            "cuptiPmSamplingGetCounterDataInfo": "pm_sampling_get_counter_data_info",
-            "cuptiPmSamplingCounterDataGetSampleInfo": "pm_sampling_counter_data_get_sample_info",
-            "cuptiProfilerHostEvaluateToGpuValues": "profiler_host_evaluate_to_gpu_values"}
-
-
-def _libcupti_without_gil():
-    """The PM-sampling and evaluation entry points cupti-python itself calls, as ctypes functions, or None.
-
-    ctypes lets go of the GIL for the length of a foreign call; cupti-python's wrappers do not. An eager decode
-    thread needs the GIL for nearly all of its token (PyTorch dispatches each op holding it), so every
-    millisecond the agent thread holds it is a millisecond added to the decode thread. The addresses come from
-    cupti-python's own function table, so these are the same functions of the same libcupti (a process can map
-    two: torch's and the one cupti-python loaded). Each takes one pointer (a cupti-python params struct's
-    `.ptr`) and returns a CUptiResult.
-    """
-    try:
-        from cupti._internal import cupti as table  # noqa: PLC0415
-
-        proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
-        fns = {}
-        for name in _WRAPPER:
-            addr = 0
-            for key in ("__" + name, name):
-                try:
-                    addr = int(table._inspect_function_pointer(key) or 0)
-                except Exception:
-                    addr = 0
-                if addr:
-                    break
-            if not addr:
-                return None
-            fns[name] = proto(addr)
-        return fns
-    except Exception:
-        return None
 
 
 class PmSampler:
@@ -84,7 +45,6 @@ class PmSampler:
         # every pump (cupti-python's Collector.decode does), it took 7.9 ms of a 12.9 ms pump on the H200
         # (scripts/h200_slow_tokens.py --plan pm, 2026-11-29 16:26 UTC); the image is a self-contained byte blob.
         self._templates: dict = {}
-        self._nogil = _libcupti_without_gil()
         from cupti.utils import metrics_to_c_array  # noqa: PLC0415
 
         self._names_keep, self._names_ptr = metrics_to_c_array(list(PM_METRICS))
@@ -104,23 +64,21 @@ class PmSampler:
         self.logged = False  # the agent's event log has this arm
 
     def _call(self, name: str, params) -> None:
-        """One libcupti call on a params struct, without the GIL when ctypes can reach it."""
-        if self._nogil is not None:
-            t0 = time.thread_time()
-            rc = self._nogil[name](params.ptr)
-            self._free_s += time.thread_time() - t0
-            if rc != 0:
-                raise RuntimeError(f"{name} returned CUptiResult {rc}")
-            return
-        getattr(self._c, _WRAPPER[name])(params.ptr)
+        """One libcupti call (a cupti-python wrapper) on a params struct, its CPU time counted apart.
+
+        cupti-python's wrappers release the GIL for the C call (tests/test_agent.py checks it against a stub
+        libcupti), so this time is not taken from a decode thread that needs the GIL."""
+        t0 = time.thread_time()
+        getattr(self._c, name)(params.ptr)
+        self._free_s += time.thread_time() - t0
 
     def samples(self, max_samples: int = 1024, budget_s: float = 0.0015):
         """Decode and evaluate completed samples, within a time budget: (start ns, end ns, rows) or None.
 
         The GIL is what the decode thread needs: on the H200 an eager loop ran at 40.9 ms/token instead of ~20
         while every 2 ms sample was evaluated through `Collector.decode()` (a fresh profiler host per call,
-        every sample, all of it holding the GIL). Here one host is kept, libcupti's decode and evaluation are
-        called through ctypes (which lets go of the GIL for each call), and only every `stride`-th
+        every sample). Here one host and one set of call parameters are kept (cupti-python releases the GIL inside
+        each libcupti call; the Python around the calls holds it), and only every `stride`-th
         sample is evaluated; the stride doubles whenever a pump overruns its budget and halves when it
         uses under a quarter of it. The averages the diagnosis reads need only a few samples per second.
         The GIL is given up after every evaluated sample (`time.sleep(0)`), so a decode
@@ -155,9 +113,9 @@ class PmSampler:
         starts, ends, rows = [], [], []
         for i in range(0, n, self.stride):
             info.sample_index = i
-            self._call("cuptiPmSamplingCounterDataGetSampleInfo", info)
+            self._call("pm_sampling_counter_data_get_sample_info", info)
             ev.range_index = i
-            self._call("cuptiProfilerHostEvaluateToGpuValues", ev)
+            self._call("profiler_host_evaluate_to_gpu_values", ev)
             rows.append(values.tolist())
             starts.append(info.start_timestamp)
             ends.append(info.end_timestamp)
@@ -181,9 +139,6 @@ class PmSampler:
             self.cpu_first_s = self.cpu_s
         self.pumps += 1
 
-    @property
-    def nogil(self) -> bool:
-        return self._nogil is not None
 
     def _decode_image(self, max_samples: int):
         c, coll = self._c, self._coll
@@ -202,12 +157,12 @@ class PmSampler:
         p.p_pm_sampling_object = coll._pm_sampling_object
         p.p_counter_data_image = image.ctypes.data
         p.counter_data_image_size = len(image)
-        self._call("cuptiPmSamplingDecodeData", p)
+        self._call("pm_sampling_decode_data", p)
         info = c.PmSamplingGetCounterDataInfoParams()
         info.struct_size = c.PM_SAMPLING_GET_COUNTER_DATA_INFO_PARAMS_STRUCT_SIZE
         info.p_counter_data_image = image.ctypes.data
         info.counter_data_image_size = len(image)
-        self._call("cuptiPmSamplingGetCounterDataInfo", info)
+        self._call("pm_sampling_get_counter_data_info", info)
         n = info.num_completed_samples
         return (image, n) if n else None
 

@@ -445,30 +445,73 @@ def test_pm_pump_decodes_into_a_copy_of_one_initialised_image():
     assert pm._coll.made == 2
 
 
-def test_pm_calls_go_through_ctypes_without_the_gil_when_libcupti_is_reachable():
-    """The pump's libcupti calls go through the GIL-free functions; their CPU time is not counted as GIL time."""
+def test_pm_pump_counts_its_cpu_outside_libcupti_calls_apart():
+    """The pump's CPU inside libcupti calls (GIL released by cupti-python) is not counted as the pump's own."""
     from decodemon.probes.pm_inproc import PmSampler
 
-    def decode(ptr):  # stands in for a foreign call that works for ~10 ms of CPU
-        t0 = time.thread_time()
-        while time.thread_time() - t0 < 0.01:
-            pass
-        return 0
+    class C(_FakePmCupti):
+        def pm_sampling_decode_data(self, ptr):  # stands in for a libcupti call that works ~10 ms of CPU
+            t0 = time.thread_time()
+            while time.thread_time() - t0 < 0.01:
+                pass
 
     pm = object.__new__(PmSampler)
-    pm._c, pm._free_s, pm.cpu_later_s, pm.pumps = _FakePmCupti(), 0.0, 0.0, 0
-    pm._nogil = {"cuptiPmSamplingDecodeData": decode, "cuptiPmSamplingGetCounterDataInfo": lambda ptr: 3}
+    pm._c, pm._free_s, pm.cpu_later_s, pm.pumps = C(), 0.0, 0.0, 0
     t_pump = time.thread_time()
-    pm._call("cuptiPmSamplingDecodeData", _P())
+    pm._call("pm_sampling_decode_data", _P())
     pm._account(t_pump)
-    assert pm._free_s >= 0.01 and pm._c.decoded == []  # cupti-python's wrapper not used
-    assert pm.cpu_s < 0.005 and pm.cpu_first_s == pm.cpu_s and pm.pumps == 1  # the call's 10 ms are not counted
-    try:
-        pm._call("cuptiPmSamplingGetCounterDataInfo", _P())
-    except RuntimeError as exc:
-        assert "CUptiResult 3" in str(exc)
-    else:
-        raise AssertionError("a failing libcupti call must raise (the agent re-arms PM)")
+    assert pm._free_s >= 0.01 and pm.cpu_s < 0.005 and pm.cpu_first_s == pm.cpu_s and pm.pumps == 1
+    pm._account(time.thread_time())
+    assert pm.pumps == 2 and pm.cpu_later_s == pm.cpu_s  # the first pump (which makes the image) kept apart
+
+
+_STUB_GIL_CHECK = r"""
+import ctypes, json, sys, threading, time
+d = sys.argv[1]
+ctypes.CDLL(d + "/libcuda.so.1", mode=ctypes.RTLD_GLOBAL)   # cupti-python asks the driver's version first
+ctypes.CDLL(d + "/libcupti.so.13", mode=ctypes.RTLD_GLOBAL) # then finds this libcupti already loaded
+from cupti import cupti as c
+out = {}
+for name in sys.argv[2:]:
+    box = {}
+    def run():
+        box["t0"] = time.perf_counter(); getattr(c, name)(0); box["t1"] = time.perf_counter()
+    th = threading.Thread(target=run); th.start()
+    ticks = []
+    while th.is_alive():
+        ticks.append(time.perf_counter())
+    out[name] = (round(box["t1"] - box["t0"], 3), sum(box["t0"] + 0.02 < t < box["t1"] - 0.02 for t in ticks))
+print(json.dumps(out))
+"""
+
+
+def test_cupti_python_lets_go_of_the_gil_in_the_calls_the_agent_makes(tmp_path):
+    """The agent's PM pumps (decode, evaluation) and a window's flush call libcupti through cupti-python while the
+    decode thread needs the GIL. Against a stub libcupti whose functions sleep 0.2 s, another thread must keep
+    running Python during each call (it would not if the wrapper held the GIL)."""
+    import shutil
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler for the stub libcupti")
+    (tmp_path / "cuda.c").write_text("int cuDriverGetVersion(int *v) { *v = 13020; return 0; }\n")
+    (tmp_path / "cupti.c").write_text(
+        "#include <unistd.h>\n"
+        "int cuptiPmSamplingDecodeData(void *p) { usleep(200000); return 0; }\n"
+        "int cuptiProfilerHostEvaluateToGpuValues(void *p) { usleep(200000); return 0; }\n"
+        "int cuptiActivityFlushAll(unsigned f) { usleep(200000); return 0; }\n")
+    for src, lib in (("cuda.c", "libcuda.so.1"), ("cupti.c", "libcupti.so.13")):
+        subprocess.run([cc, "-shared", "-fPIC", "-o", str(tmp_path / lib), f"-Wl,-soname,{lib}",
+                        str(tmp_path / src)], check=True, capture_output=True)
+    calls = ["pm_sampling_decode_data", "profiler_host_evaluate_to_gpu_values", "activity_flush_all"]
+    r = subprocess.run([sys.executable, "-c", _STUB_GIL_CHECK, str(tmp_path), *calls], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr[-800:]
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    for name in calls:
+        took, ticks = res[name]
+        assert took >= 0.19, (name, took)  # the stub was called
+        assert ticks > 1000, (name, ticks)  # and the other thread ran Python meanwhile
 
 
 def test_first_window_guard_follows_what_the_engine_says_about_cuda_graphs(monkeypatch):
