@@ -157,7 +157,7 @@ def main(argv=None) -> int:
         torch.backends.cuda.enable_mem_efficient_sdp(False)
         torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
     from decodemon.engine_adapter.adapter import report_cuda_graphs, report_model
-    from decodemon.engine_adapter.model import SHAPES, DecodeModel
+    from decodemon.engine_adapter.model import SHAPES, DecodeModel, cuda_graph_step
     from decodemon.probes.agent import mark_token, start_from_env
 
     device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -211,26 +211,7 @@ def main(argv=None) -> int:
         return out
 
     model.reset()
-    graph = None
-    if a.mode == "graph":
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            for _ in range(3):  # warm up allocations and autotuning outside the capture
-                step()
-        torch.cuda.current_stream().wait_stream(s)
-        torch.cuda.synchronize()
-        model.reset()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out_buf = step()
-        model.reset()
-
-        def run_step():
-            graph.replay()
-            return out_buf
-    else:
-        run_step = step
+    run_step = cuda_graph_step(step, model.reset) if a.mode == "graph" else step
 
     stop = {"now": False, "toggle": False}
     signal.signal(signal.SIGTERM, lambda *_: stop.__setitem__("now", True))

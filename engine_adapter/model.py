@@ -152,3 +152,28 @@ class DecodeModel:
         self.token.copy_(nxt)
         self.pos.add_(1)
         return nxt
+
+
+def cuda_graph_step(step, reset):
+    """One decode step captured as a CUDA graph: three warm-up steps on a side stream (allocations and autotuning
+    stay outside the capture), the capture, then `reset()`. Returns `replay() -> the step's output buffer`."""
+    import torch
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    reset()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = step()
+    reset()
+
+    def replay():
+        graph.replay()
+        return out
+    replay.graph = graph  # kept alive with the function
+    return replay

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from decodemon.engine_adapter.model import SHAPES, DecodeModel
+from decodemon.engine_adapter.model import SHAPES, DecodeModel, cuda_graph_step
 from decodemon.monitor.metrics import _union_ns
 from decodemon.probes.tracer import WindowTracer
 
@@ -72,22 +72,7 @@ def build(mode):
         return run
     if mode == "eager":
         return model, wrap(model.step)
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            model.step()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    model.reset()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        out = model.step()
-    model.reset()
-
-    def replay():
-        g.replay()
-        return out
+    replay = cuda_graph_step(model.step, model.reset)
     return model, wrap(replay)
 
 

@@ -39,21 +39,13 @@ from _child import run_child_json  # scripts/ is on sys.path when this runs as a
 CHILD = r'''
 import ctypes, json, os, statistics, sys, time
 import torch
-from decodemon.engine_adapter.model import SHAPES, DecodeModel
+from decodemon.engine_adapter.model import SHAPES, DecodeModel, cuda_graph_step
 mode, variant, reps, gap = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 m = DecodeModel(SHAPES["qwen3-0.6b"], "cuda", torch.bfloat16, 512, seed=0)
 m.reset()
 step = m.step
 if mode == "graph":
-    s = torch.cuda.Stream(); s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3): step()
-    torch.cuda.current_stream().wait_stream(s); torch.cuda.synchronize(); m.reset()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g): out = step()
-    m.reset()
-    def step():
-        g.replay(); return out
+    step = cuda_graph_step(step, m.reset)
 count = [0]
 def tok():
     if count[0] >= 500:

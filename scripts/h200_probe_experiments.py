@@ -23,21 +23,13 @@ from _child import run_child_json  # scripts/ is on sys.path when this runs as a
 CHILD = r'''
 import json, os, statistics, sys, threading, time
 import torch
-from decodemon.engine_adapter.model import SHAPES, DecodeModel
+from decodemon.engine_adapter.model import SHAPES, DecodeModel, cuda_graph_step
 mode, variant = sys.argv[1], sys.argv[2]
 m = DecodeModel(SHAPES["qwen3-0.6b"], "cuda", torch.bfloat16, 512)
 m.reset()
 step = m.step
 if mode == "graph":
-    s = torch.cuda.Stream(); s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3): step()
-    torch.cuda.current_stream().wait_stream(s); torch.cuda.synchronize(); m.reset()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g): out = step()
-    m.reset()
-    def step():
-        g.replay(); return out
+    step = cuda_graph_step(step, m.reset)
 def run(n):
     ts = []
     for i in range(n):

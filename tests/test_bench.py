@@ -71,3 +71,46 @@ def test_the_demo_engine_writes_both_clocks(tmp_path):
     # unattached, the hook costs next to nothing: the two clocks cover the same span, one boundary apart
     assert sum(d["ms_iter"]) == pytest.approx(sum(d["ms"]), rel=0.2)
     assert all(m > 0 for m in d["ms"]) and all(m > 0 for m in d["ms_iter"])
+
+
+def test_cuda_graph_step_warms_up_outside_the_capture_and_replays_the_captured_step(monkeypatch):
+    """The demo engine and the device scripts capture a step this one way (torch.cuda faked: no GPU in CI)."""
+    import contextlib
+
+    import torch
+
+    from decodemon.engine_adapter.model import cuda_graph_step
+
+    log = []
+
+    class Stream:
+        def wait_stream(self, other):
+            log.append("wait")
+
+    class Graph:
+        def replay(self):
+            log.append("replay")
+
+    @contextlib.contextmanager
+    def ctx(name):
+        log.append(f"enter {name}")
+        yield
+        log.append(f"exit {name}")
+
+    monkeypatch.setattr(torch.cuda, "Stream", Stream)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: Stream())
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: ctx("side stream"))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: log.append("sync"))
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", Graph)
+    monkeypatch.setattr(torch.cuda, "graph", lambda g: ctx("capture"))
+    n = [0]
+
+    def step():
+        n[0] += 1
+        log.append("step")
+        return f"out{n[0]}"
+
+    replay = cuda_graph_step(step, lambda: log.append("reset"))
+    assert log == ["wait", "enter side stream", "step", "step", "step", "exit side stream", "wait", "sync", "reset",
+                   "enter capture", "step", "exit capture", "reset"]
+    assert replay() == "out4" and log[-1] == "replay" and n[0] == 4  # replays the graph; no step runs again
