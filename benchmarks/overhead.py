@@ -3,16 +3,20 @@
     python benchmarks/overhead.py [OUTDIR] [--phase-s 4] [--pairs 5]
 
 One engine per mode decodes until told to stop. Phases alternate on that
-same process: unobserved (U), decodemon attached with default settings (D),
-unobserved, torch.profiler active (P, toggled in the engine by SIGUSR1);
-then U / dense-trace pairs. Every token's end time is logged by the engine,
-so each phase's ms/token (median, p99) comes from the engine's own clock,
-token clock included. Accuracy is checked in the same run: decodemon's
-launches and kernel time per token against torch.profiler's, and PM GPU busy
-against the traced window's.
+same process: unobserved (U) and decodemon attached with default settings (D),
+then U / dense-trace pairs and one long attach. torch.profiler (P, toggled
+in the engine by SIGUSR1) alternates with U phases in a second engine
+process of the same mode. Every token's time is logged by the engine, so
+each phase's ms/token (median, p99) comes from the engine's own clock:
+inter-token latency, the token clock's hook included (in the token after
+it); the iteration clock, stamped after the hook, is reported beside it.
+Accuracy is checked in the same run: decodemon's launches and kernel time
+per token against torch.profiler's, and PM GPU busy against the traced
+window's.
 
 Writes OUTDIR/overhead.json and docs/benchmarks.md (a markdown table naming
-device, driver, CUPTI version, date and this command).
+device, driver, CUPTI version, date and this command). Use --eager-pairs to
+give the noisier eager loop more pairs.
 """
 
 from __future__ import annotations
