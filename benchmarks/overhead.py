@@ -320,6 +320,22 @@ def markdown(results: list[dict], env: dict, cmd: str) -> str:
     return "\n".join(lines)
 
 
+MARK_START, MARK_END = "<!-- benchmarks/overhead.py writes from here -->", "<!-- benchmarks/overhead.py: end -->"
+
+
+def write_doc(doc: Path, md_text: str) -> None:
+    """Put the run's markdown between the markers of an existing doc (its headings one level down), keeping the
+    write-ups around them; a doc without the markers is replaced whole."""
+    text = doc.read_text() if doc.exists() else ""
+    if MARK_START in text and MARK_END in text.split(MARK_START, 1)[1]:
+        head, rest = text.split(MARK_START, 1)
+        tail = rest.split(MARK_END, 1)[1]
+        body = "\n".join("##" + ln if ln.startswith("#") else ln for ln in md_text.splitlines())
+        doc.write_text(f"{head}{MARK_START}\n\n{body.strip()}\n\n{MARK_END}{tail}")
+    else:
+        doc.write_text(md_text)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out", nargs="?", default="out")
@@ -362,7 +378,7 @@ def main():
     md_text = markdown(results, env, cmd.strip())
     (out / "benchmarks.md").write_text(md_text)
     Path("docs").mkdir(exist_ok=True)
-    Path("docs/benchmarks.md").write_text(md_text)
+    write_doc(Path("docs/benchmarks.md"), md_text)
     print(md_text)
 
 

@@ -114,3 +114,15 @@ def test_cuda_graph_step_warms_up_outside_the_capture_and_replays_the_captured_s
     assert log == ["wait", "enter side stream", "step", "step", "step", "exit side stream", "wait", "sync", "reset",
                    "enter capture", "step", "exit capture", "reset"]
     assert replay() == "out4" and log[-1] == "replay" and n[0] == 4  # replays the graph; no step runs again
+
+
+def test_a_run_rewrites_only_its_part_of_a_doc_with_markers(tmp_path):
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text(f"# Write-up\nkept\n{overhead.MARK_START}\nold table\n{overhead.MARK_END}\nhistory kept\n")
+    overhead.write_doc(doc, "# What watching costs\n| a |\n## Accuracy, same run\n| b |")
+    t = doc.read_text()
+    assert t.startswith("# Write-up\nkept\n") and t.endswith(f"{overhead.MARK_END}\nhistory kept\n")
+    assert "old table" not in t and "### What watching costs" in t and "#### Accuracy, same run" in t
+    plain = tmp_path / "new.md"
+    overhead.write_doc(plain, "# What watching costs\n")
+    assert plain.read_text() == "# What watching costs\n"
