@@ -474,8 +474,9 @@ from cupti import cupti as c
 out = {}
 for name in sys.argv[2:]:
     box = {}
+    args = () if name in ("finalize", "get_timestamp") else (1,) if name.startswith("activity_") else (0,)
     def run():
-        box["t0"] = time.perf_counter(); getattr(c, name)(0); box["t1"] = time.perf_counter()
+        box["t0"] = time.perf_counter(); getattr(c, name)(*args); box["t1"] = time.perf_counter()
     th = threading.Thread(target=run); th.start()
     ticks = []
     while th.is_alive():
@@ -486,29 +487,36 @@ print(json.dumps(out))
 
 
 def test_cupti_python_lets_go_of_the_gil_in_the_calls_the_agent_makes(tmp_path):
-    """The agent's PM pumps (decode, evaluation) and a window's flush call libcupti through cupti-python while the
-    decode thread needs the GIL. Against a stub libcupti whose functions sleep 0.2 s, another thread must keep
-    running Python during each call (it would not if the wrapper held the GIL)."""
+    """The agent's PM arm and pumps and a window's CUPTI calls go through cupti-python while the other thread needs
+    the GIL. Against a stub libcupti whose functions sleep 0.2 s, another thread must keep running Python during
+    each call (it would not if the wrapper held the GIL: ctypes.PyDLL, which does, lets it run 0 times)."""
     import shutil
 
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         pytest.skip("no C compiler for the stub libcupti")
     (tmp_path / "cuda.c").write_text("int cuDriverGetVersion(int *v) { *v = 13020; return 0; }\n")
-    (tmp_path / "cupti.c").write_text(
-        "#include <unistd.h>\n"
-        "int cuptiPmSamplingDecodeData(void *p) { usleep(200000); return 0; }\n"
-        "int cuptiProfilerHostEvaluateToGpuValues(void *p) { usleep(200000); return 0; }\n"
-        "int cuptiActivityFlushAll(unsigned f) { usleep(200000); return 0; }\n")
+    # the libcupti functions behind the agent's calls: PM arm, pumps and close; a window's open, close, flush and
+    # detach on the decode thread (while the agent thread may need the GIL too)
+    calls = {"cuptiPmSamplingEnable": "pm_sampling_enable", "cuptiPmSamplingSetConfig": "pm_sampling_set_config",
+             "cuptiPmSamplingStart": "pm_sampling_start", "cuptiPmSamplingStop": "pm_sampling_stop",
+             "cuptiProfilerHostInitialize": "profiler_host_initialize",
+             "cuptiPmSamplingCounterDataImageInitialize": "pm_sampling_counter_data_image_initialize",
+             "cuptiPmSamplingDecodeData": "pm_sampling_decode_data",
+             "cuptiProfilerHostEvaluateToGpuValues": "profiler_host_evaluate_to_gpu_values",
+             "cuptiActivityEnable": "activity_enable", "cuptiActivityDisable": "activity_disable",
+             "cuptiActivityFlushAll": "activity_flush_all", "cuptiFinalize": "finalize",
+             "cuptiGetTimestamp": "get_timestamp"}
+    (tmp_path / "cupti.c").write_text("#include <unistd.h>\n" + "".join(
+        f"int {fn}(void *p) {{ usleep(200000); return 0; }}\n" for fn in calls))
     for src, lib in (("cuda.c", "libcuda.so.1"), ("cupti.c", "libcupti.so.13")):
         subprocess.run([cc, "-shared", "-fPIC", "-o", str(tmp_path / lib), f"-Wl,-soname,{lib}",
                         str(tmp_path / src)], check=True, capture_output=True)
-    calls = ["pm_sampling_decode_data", "profiler_host_evaluate_to_gpu_values", "activity_flush_all"]
-    r = subprocess.run([sys.executable, "-c", _STUB_GIL_CHECK, str(tmp_path), *calls], capture_output=True,
+    r = subprocess.run([sys.executable, "-c", _STUB_GIL_CHECK, str(tmp_path), *calls.values()], capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 0, r.stderr[-800:]
     res = json.loads(r.stdout.strip().splitlines()[-1])
-    for name in calls:
+    for name in calls.values():
         took, ticks = res[name]
         assert took >= 0.19, (name, took)  # the stub was called
         assert ticks > 1000, (name, ticks)  # and the other thread ran Python meanwhile
