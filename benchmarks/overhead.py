@@ -90,6 +90,27 @@ def pair_stats(per: list[dict], label: str) -> dict:
             "median_ms": statistics.median(obs) if obs else None}
 
 
+def host_ticks() -> list[int] | None:
+    """The machine's CPU time so far (/proc/stat, all CPUs): user, nice, system, idle, iowait, irq, softirq, steal."""
+    try:
+        with open("/proc/stat") as fh:
+            return [int(x) for x in fh.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+
+
+def host_share(before: list[int] | None, after: list[int] | None) -> dict:
+    """Steal and busy % of all CPUs between two host_ticks() readings: is the machine itself noisy in a phase?
+    (steal = time the hypervisor gave this VM's CPUs to someone else)."""
+    if not before or not after:
+        return {}
+    d = [b - a for a, b in zip(before, after)]
+    total = sum(d)
+    if total <= 0:
+        return {}
+    return {"host_steal_pct": round(100 * d[7] / total, 2), "host_busy_pct": round(100 * (total - d[3] - d[4]) / total, 2)}
+
+
 def engine_session(mode: str, tag: str, plan: list[str], phase_s: float, work: Path,
                    profiler_phase_s: float | None = None) -> dict:
     """Run one engine through a plan of phases ('U', 'D', 'Ddense', 'P'); return phases and token times."""
@@ -110,8 +131,9 @@ def engine_session(mode: str, tag: str, plan: list[str], phase_s: float, work: P
         time.sleep(0.3)
     pid = int(pid_file.read_text())
     time.sleep(2)
-    phases, attach, profs = [], [], []
+    phases, attach, profs, hosts = [], [], [], []
     for label in plan:
+        h0 = host_ticks()
         secs = phase_s
         if isinstance(label, tuple):
             label, secs = label
@@ -144,11 +166,25 @@ def engine_session(mode: str, tag: str, plan: list[str], phase_s: float, work: P
             profs.append(res)
             phases.append(("P", res["start_unix_s"], res["end_unix_s"]))
             time.sleep(1.0)  # let the engine settle after the profiler's own processing
+        hosts.append(host_share(h0, host_ticks()))
     os.kill(pid, signal.SIGTERM)
     eng.wait(timeout=60)
     tdata = json.loads(times_file.read_text())
     return {"phases": phases, "attach": attach, "profs": profs, "ends": tdata["end_unix_s"], "ms": tdata["ms"],
-            "ms_iter": tdata.get("ms_iter")}
+            "ms_iter": tdata.get("ms_iter"), "hosts": hosts}
+
+
+def host_summary(per: list[dict]) -> dict:
+    """The machine during the unobserved phases: steal and busy ranges, and how the loop's speed went with steal."""
+    u = [p for p in per if p["phase"] == "U" and p.get("median_ms") and "host_steal_pct" in p]
+    if not u:
+        return {}
+    steal = [p["host_steal_pct"] for p in u]
+    busy = [p["host_busy_pct"] for p in u]
+    out = {"u_steal_pct": [min(steal), max(steal)], "u_busy_pct": [min(busy), max(busy)]}
+    if len(u) >= 3 and len(set(steal)) > 1:
+        out["r_ms_vs_steal"] = round(statistics.correlation([p["median_ms"] for p in u], steal), 3)
+    return out
 
 
 def run_mode(mode: str, phase_s: float, pairs: int, work: Path, profiler_phase_s: float, long_s: float) -> dict:
@@ -162,10 +198,10 @@ def run_mode(mode: str, phase_s: float, pairs: int, work: Path, profiler_phase_s
     per_all = []
     for sess in (a, b):
         per = []
-        for label, t0, t1 in sess["phases"]:
+        for (label, t0, t1), host in zip(sess["phases"], sess["hosts"]):
             xs = [m for e, m in zip(sess["ends"], sess["ms"]) if t0 + 0.05 <= e <= t1]
             per.append({"phase": label, "tokens": len(xs), "median_ms": statistics.median(xs) if xs else None,
-                        "p99_ms": pct(xs, 99) if xs else None, "ms": xs})
+                        "p99_ms": pct(xs, 99) if xs else None, "ms": xs, **host})
         per_all.append(per)
     out["phases"] = [{k: v for k, v in p.items() if k != "ms"} for per in per_all for p in per]
     # the same tokens on the engine's other clock, stamped after the token clock's hook (which then counts in the
@@ -193,6 +229,7 @@ def run_mode(mode: str, phase_s: float, pairs: int, work: Path, profiler_phase_s
     out["Dlong"] = {"median_ms": statistics.median(dlong) if dlong else None, "p99_ms": pct(dlong, 99),
                     "tokens": len(dlong), "seconds": long_s,
                     "slow_tokens_over_1.1x_u_p99": sum(m > 1.1 * pct(uall, 99) for m in dlong)}
+    out["host"] = host_summary(per_all[0])
     first_u = per_all[0][0]
     out["U_first"] = {"median_ms": first_u["median_ms"], "p99_ms": first_u["p99_ms"], "tokens": first_u["tokens"]}
     out["U_all"] = {"median_ms": statistics.median(uall), "p99_ms": pct(uall, 99), "tokens": len(uall)}
@@ -292,6 +329,13 @@ def markdown(results: list[dict], env: dict, cmd: str) -> str:
         lines.append(f"| {r['mode']} | {fmt(a['decodemon_launches_per_token'], '.1f')} vs "
                      f"{fmt(a['profiler_kernels_per_token'], '.1f')} | {fmt(kd)} vs {fmt(kp)}{diff} | {busy} |")
     lines += [""] + [f"PM pumps ({r['mode']}, the last attach): {r['accuracy'].get('pm_cpu') or 'n/a'}." for r in results]
+    for r in results:
+        h = r.get("host") or {}
+        if h:
+            lines.append(f"The machine in {r['mode']}'s unobserved phases: steal {h['u_steal_pct'][0]:g}–"
+                         f"{h['u_steal_pct'][1]:g}% and busy {h['u_busy_pct'][0]:g}–{h['u_busy_pct'][1]:g}% of all "
+                         f"CPUs (/proc/stat)" + (f"; correlation of the phase's ms/token with steal "
+                                                 f"{h['r_ms_vs_steal']:+.2f}" if "r_ms_vs_steal" in h else "") + ".")
     lines += ["", "Token times above are inter-token latency: from one token's arrival on the host (`.item()` "
               "returning) to the next's, so the token clock's hook counts in the token after it. On the engine's "
               "other clock (stamped after the hook, which then counts in the token just emitted):"]

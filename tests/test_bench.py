@@ -126,3 +126,15 @@ def test_a_run_rewrites_only_its_part_of_a_doc_with_markers(tmp_path):
     plain = tmp_path / "new.md"
     overhead.write_doc(plain, "# What watching costs\n")
     assert plain.read_text() == "# What watching costs\n"
+
+
+def test_host_share_reads_steal_and_busy_between_two_readings():
+    a = [100, 0, 50, 800, 50, 0, 0, 0]  # user nice system idle iowait irq softirq steal
+    b = [200, 0, 100, 1000, 50, 0, 0, 50]  # +100 user, +50 system, +200 idle, +50 steal: 400 in all
+    assert overhead.host_share(a, b) == {"host_steal_pct": 12.5, "host_busy_pct": 50.0}
+    assert overhead.host_share(None, b) == {} and overhead.host_share(a, a) == {}
+    per = [{"phase": "U", "median_ms": m, "host_steal_pct": st, "host_busy_pct": 10.0}
+           for m, st in ((20.0, 0.0), (30.0, 5.0), (40.0, 10.0))] + [{"phase": "D", "median_ms": 25.0}]
+    h = overhead.host_summary(per)
+    assert h["u_steal_pct"] == [0.0, 10.0] and h["r_ms_vs_steal"] == pytest.approx(1.0)
+    assert overhead.host_ticks() is None or len(overhead.host_ticks()) == 8
