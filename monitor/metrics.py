@@ -117,6 +117,10 @@ class WindowMetrics:
     # call; gaps the host caused are LAUNCH's, not counted). Graphed on two H200s an NCCL kernel waited 1.4-2.2 µs
     # to start where other kernels waited 0.1: a CUDA-event microbenchmark pays it too (2026-11-29)
     collective_gap_us: float = 0.0
+    # what the window cost the decode thread in the probe's own calls (CUPTI's start-up in open, close, flush,
+    # finalize), and the tokens it traced beyond the analysed ones (a graph process's guard)
+    probe_host_ms: float = 0.0
+    guard_tokens: int = 0
 
     @property
     def collective_kernel_us(self) -> float:
@@ -367,6 +371,7 @@ def window_metrics(w: wire.KernelWindow, sm_count: int, cc: str = "9.0") -> Wind
         collective_gap_us=coll_gap_ns / 1e3,
         collective_us_unwaited=unwaited_ns / 1e3 / tokens / coll_calls if coll_calls else 0.0,
         dropped_records=w.dropped_records + invalid,
+        probe_host_ms=w.probe_host_ns / 1e6, guard_tokens=int(w.guard_tokens),
     )
 
 

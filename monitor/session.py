@@ -58,6 +58,7 @@ class Snapshot:
     # (on the H200 an eager loop read 27-29% busy from the counter and 17% kernels: the rest is launch work)
     kernel_share_pct: float | None = None
     inputs: dx.Inputs | None = None  # what the diagnosis was given (a group view re-prices the collectives)
+    observer: dict | None = None  # what watching costs the decode thread (Session.observer_cost)
 
     @property
     def collective_us_priced(self) -> float | None:
@@ -218,8 +219,31 @@ class Session:
             host_clock_is_collective=host_clock_times_collectives(f.hello.model if f.hello else None, gpu),
             kernel_share_pct=(min(100.0, 100.0 * inp.kernel_sum_ms_per_token / inp.ms_per_token)
                               if inp.kernel_sum_ms_per_token is not None and inp.ms_per_token else None),
-            inputs=inp,
+            inputs=inp, observer=self.observer_cost(ts),
         )
+
+    def observer_cost(self, ts: TokenStats | None) -> dict | None:
+        """What the traced windows cost the decode thread, from the windows themselves.
+
+        Per window: the probe's own calls on the decode thread (CUPTI's start-up in open, the flush, the finalize:
+        the window's `probe_host_ns`) plus the traced tokens' stretch over an untraced token (CUPTI's per-launch
+        cost while tracing, guard token included). With the median time between windows, the share of the loop's
+        time. Not in it: PM pumps and NVML, which run off the decode thread (agent thread, sidecar process).
+        On an H200, eager: ~30 ms per window every ~5 s, the benchmark's measured window cost (docs/benchmarks.md).
+        """
+        ms = [m for _, m in self.metrics]
+        if not ms or ts is None or not ts.ms_per_token:
+            return None
+        probe = [m.probe_host_ms for m in ms if m.probe_host_ms > 0]
+        stretch = [max(0.0, m.traced_ms_per_token - ts.ms_per_token) * (m.tokens + m.guard_tokens) for m in ms]
+        gaps = np.diff([rx for rx, _ in self.metrics]) / 1e9
+        every_s = float(np.median(gaps)) if len(gaps) else None
+        probe_ms = _median(probe) if probe else None
+        per_window = (probe_ms or 0.0) + _median(stretch)
+        return {"probe_ms_per_window": round(probe_ms, 2) if probe_ms is not None else None,
+                "tracing_ms_per_window": round(_median(stretch), 2),
+                "window_every_s": round(every_s, 2) if every_s else None,
+                "share_of_loop_pct": round(100.0 * per_window / (every_s * 1e3), 3) if every_s else None}
 
     def series(self, rx: int, points: int = 60, step_ns: int = 500_000_000) -> dict:
         """Recent history in `step_ns` bins: GPU busy, SM active, DRAM %, ms/token, clocks, power, launches."""
@@ -323,6 +347,7 @@ def summary_json(s: Snapshot, kernels: int = 15) -> dict:
         "nvml": s.nvml,
         "other_gpu_pids": list(s.other_pids),
         "probe": s.probe,
+        "observer_cost": s.observer,
         "dropped_records": s.dropped_records,
         "errors": list(s.errors),
         "kernels": [

@@ -141,3 +141,23 @@ def test_the_graphs_memcpy_node_is_a_kernel_and_the_profiler_count_keeps_it():
     assert len(in_token) == 1864 and in_token.count("memcpy32_post") == 1
     assert not is_copy_or_set("memcpy32_post")
     assert is_copy_or_set("Memcpy DtoH (Device -> Pinned)") and is_copy_or_set("Memset (Device)")
+
+
+def test_what_watching_costs_the_decode_thread_is_read_from_the_windows(eager, graph):
+    """The observer's bill per window: the probe's own decode-thread time (probe_host_ns: CUPTI's start-up,
+    flush, finalize) plus the traced tokens' stretch over an untraced token, and its share of the loop's time."""
+    import statistics
+
+    for name, j in (("eager", eager), ("graph", graph)):
+        frames = [(rx, f) for rx, f in wire.read_recording(REC[name])]
+        wins = [(rx, f) for rx, f in frames if isinstance(f, wire.KernelWindow)]
+        o = j["observer_cost"]
+        assert o["probe_ms_per_window"] == pytest.approx(statistics.median(f.probe_host_ns for _, f in wins) / 1e6,
+                                                         abs=0.01)
+        gaps = [b[0] - a[0] for a, b in zip(wins, wins[1:])]
+        assert o["window_every_s"] == pytest.approx(statistics.median(gaps) / 1e9, abs=0.01)
+        per_window = o["probe_ms_per_window"] + o["tracing_ms_per_window"]
+        assert o["share_of_loop_pct"] == pytest.approx(100 * per_window / (o["window_every_s"] * 1e3), rel=0.01)
+        # traced tokens run slower than untraced ones (CUPTI's per-launch cost), so the stretch is real time
+        assert 5 < o["tracing_ms_per_window"] < 60 and 15 < o["probe_ms_per_window"] < 60, (name, o)
+        assert 0.3 < o["share_of_loop_pct"] < 3, (name, o)
