@@ -243,7 +243,9 @@ class Session:
         return {"probe_ms_per_window": round(probe_ms, 2) if probe_ms is not None else None,
                 "tracing_ms_per_window": round(_median(stretch), 2),
                 "window_every_s": round(every_s, 2) if every_s else None,
-                "share_of_loop_pct": round(100.0 * per_window / (every_s * 1e3), 3) if every_s else None}
+                # without the probe's own time (recordings older than probe_host_ns) the bill is incomplete
+                "share_of_loop_pct": (round(100.0 * per_window / (every_s * 1e3), 3)
+                                      if every_s and probe_ms is not None else None)}
 
     def series(self, rx: int, points: int = 60, step_ns: int = 500_000_000) -> dict:
         """Recent history in `step_ns` bins: GPU busy, SM active, DRAM %, ms/token, clocks, power, launches."""
