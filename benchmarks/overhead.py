@@ -51,7 +51,7 @@ def pair_stats(per: list[dict], label: str) -> dict:
     attached: the U phase after each pair against the one before it. An overhead smaller than the noise floor's
     median |ratio - 1| is not resolved by the run. `per`: phases in order, each {"phase", "median_ms", "p99_ms"}.
     """
-    ratios, p99r, null = [], [], []
+    ratios, p99r, null, means = [], [], [], []
     for i, p in enumerate(per):
         if p["phase"] != label or i == 0 or per[i - 1]["phase"] != "U" or not p["median_ms"]:
             continue
@@ -59,6 +59,8 @@ def pair_stats(per: list[dict], label: str) -> dict:
         refs = [per[i - 1]] + ([after] if after else [])
         ratios.append(p["median_ms"] / statistics.mean(q["median_ms"] for q in refs))
         p99r.append(p["p99_ms"] / statistics.mean(q["p99_ms"] for q in refs))
+        if p.get("mean_ms") and all(q.get("mean_ms") for q in refs):
+            means.append(p["mean_ms"] / statistics.mean(q["mean_ms"] for q in refs))
         if after:
             null.append(after["median_ms"] / per[i - 1]["median_ms"])
     # The same arithmetic as an observed phase gets, done on an unobserved one: each U between two U's (one
@@ -82,6 +84,9 @@ def pair_stats(per: list[dict], label: str) -> dict:
             "overhead_pct_max": pct_(max(ratios)) if ratios else None,
             "overhead_pct_median_after_first": pct_(statistics.median(later)) if later else None,
             "p99_ratio_median": statistics.median(p99r) if p99r else None,
+            # the mean token carries the windows' slow tokens the median leaves out: compare with the monitor's
+            # live "share of the loop" (observer_cost)
+            "overhead_mean_pct_median": pct_(statistics.median(means)) if means else None,
             "p99_ratio_median_after_first": statistics.median(p99r[1:]) if len(p99r) > 1 else None,
             "noise_floor_pct": 100 * statistics.median(abs(x - 1) for x in null) if null else None,
             "noise_floor_bracketed_pct": 100 * statistics.median(abs(x - 1) for x in bracketed) if bracketed else None,
@@ -201,6 +206,7 @@ def run_mode(mode: str, phase_s: float, pairs: int, work: Path, profiler_phase_s
         for (label, t0, t1), host in zip(sess["phases"], sess["hosts"]):
             xs = [m for e, m in zip(sess["ends"], sess["ms"]) if t0 + 0.05 <= e <= t1]
             per.append({"phase": label, "tokens": len(xs), "median_ms": statistics.median(xs) if xs else None,
+                        "mean_ms": statistics.fmean(xs) if xs else None,
                         "p99_ms": pct(xs, 99) if xs else None, "ms": xs, **host})
         per_all.append(per)
     out["phases"] = [{k: v for k, v in p.items() if k != "ms"} for per in per_all for p in per]
@@ -329,6 +335,13 @@ def markdown(results: list[dict], env: dict, cmd: str) -> str:
         lines.append(f"| {r['mode']} | {fmt(a['decodemon_launches_per_token'], '.1f')} vs "
                      f"{fmt(a['profiler_kernels_per_token'], '.1f')} | {fmt(kd)} vs {fmt(kp)}{diff} | {busy} |")
     lines += [""] + [f"PM pumps ({r['mode']}, the last attach): {r['accuracy'].get('pm_cpu') or 'n/a'}." for r in results]
+    for r in results:
+        d, oc = r["D"], (r["attach"][-1] or {}).get("observer_cost") if r.get("attach") else None
+        lines.append(f"Mean token, {r['mode']}: decodemon defaults {fmt(d.get('overhead_mean_pct_median'), '+.2f')}% "
+                     f"(median of pairs); the monitor's own bill in the last attach: "
+                     + (f"{oc['probe_ms_per_window']} ms probe + {oc['tracing_ms_per_window']} ms tracing per window"
+                        + (f", {oc['share_of_loop_pct']}% of the loop" if oc.get('share_of_loop_pct') is not None
+                           else "") if oc and oc.get("probe_ms_per_window") is not None else "n/a") + ".")
     for r in results:
         h = r.get("host") or {}
         if h:

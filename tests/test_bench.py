@@ -138,3 +138,12 @@ def test_host_share_reads_steal_and_busy_between_two_readings():
     h = overhead.host_summary(per)
     assert h["u_steal_pct"] == [0.0, 10.0] and h["r_ms_vs_steal"] == pytest.approx(1.0)
     assert overhead.host_ticks() is None or len(overhead.host_ticks()) == 8
+
+
+def test_the_mean_token_is_judged_like_the_median():
+    per = [{"phase": "U", "median_ms": 20.0, "p99_ms": 30.0, "mean_ms": 21.0},
+           {"phase": "D", "median_ms": 20.0, "p99_ms": 31.0, "mean_ms": 21.42},
+           {"phase": "U", "median_ms": 20.0, "p99_ms": 30.0, "mean_ms": 21.0}]
+    st = overhead.pair_stats(per, "D")
+    assert st["overhead_pct_median"] == pytest.approx(0.0)  # the median token untouched
+    assert st["overhead_mean_pct_median"] == pytest.approx(2.0)  # the windows' slow tokens in the mean
