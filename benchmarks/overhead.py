@@ -32,6 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from decodemon.monitor.session import observer_parts
+
 PY = sys.executable
 DM = [PY, "-m", "decodemon.monitor.cli"]
 DEMO = [PY, "-m", "decodemon.engine_adapter.demo"]
@@ -336,12 +338,10 @@ def markdown(results: list[dict], env: dict, cmd: str) -> str:
                      f"{fmt(a['profiler_kernels_per_token'], '.1f')} | {fmt(kd)} vs {fmt(kp)}{diff} | {busy} |")
     lines += [""] + [f"PM pumps ({r['mode']}, the last attach): {r['accuracy'].get('pm_cpu') or 'n/a'}." for r in results]
     for r in results:
-        d, oc = r["D"], (r["attach"][-1] or {}).get("observer_cost") if r.get("attach") else None
-        lines.append(f"Mean token, {r['mode']}: decodemon defaults {fmt(d.get('overhead_mean_pct_median'), '+.2f')}% "
-                     f"(median of pairs); the monitor's own bill in the last attach: "
-                     + (f"{oc['probe_ms_per_window']} ms probe + {oc['tracing_ms_per_window']} ms tracing per window"
-                        + (f", {oc['share_of_loop_pct']}% of the loop" if oc.get('share_of_loop_pct') is not None
-                           else "") if oc and oc.get("probe_ms_per_window") is not None else "n/a") + ".")
+        last = r["attach"][-1] if r.get("attach") else {}
+        lines.append(f"Mean token, {r['mode']}: decodemon defaults "
+                     f"{fmt(r['D'].get('overhead_mean_pct_median'), '+.2f')}% (median of pairs); the monitor's own "
+                     f"bill in the last attach: {''.join(observer_parts(last.get('observer_cost'))) or 'n/a'}.")
     for r in results:
         h = r.get("host") or {}
         if h:

@@ -281,6 +281,18 @@ class Session:
         return [c.text() for c in self.rolling.history]
 
 
+def observer_parts(o: dict | None) -> list[str]:
+    """Session.observer_cost in words: ["watching: 21.5 ms probe + 46.4 ms tracing per window", ", one per 3.9 s =
+    1.8% of the loop"] (the second only with the time between windows; nothing without the probe's own time)."""
+    if not o or o.get("probe_ms_per_window") is None:
+        return []
+    parts = [f"watching: {o['probe_ms_per_window']:.1f} ms probe + {o['tracing_ms_per_window']:.1f} ms tracing "
+             "per window"]
+    if o.get("share_of_loop_pct") is not None:
+        parts.append(f", one per {o['window_every_s']:.1f} s = {o['share_of_loop_pct']:.1f}% of the loop")
+    return parts
+
+
 def collectives_json(s: Snapshot) -> dict | None:
     """Collectives per token, µs per call, payload and share of the step, from traces or the engine's clock."""
     w, m = s.window, s.model

@@ -6,6 +6,7 @@ import numpy as np
 from rich.text import Text
 from textual.widgets import Static
 
+from decodemon.monitor.session import observer_parts
 from decodemon.monitor.widgets.format import Redraw, num
 
 SHADES = " ░▒▓█"
@@ -88,11 +89,6 @@ class TimelinePanel(Redraw, Static):
         t.append(f" · short {100 * g['short'] / total:.0f}% · other {100 * g['other'] / total:.0f}%")
         if g.get("tracing"):
             t.append(f" · tracing {100 * g['tracing'] / total:.0f}%", style="dim")
-        o = s.observer
-        if o and o.get("probe_ms_per_window") is not None:
-            t.append(f"\nwatching: {o['probe_ms_per_window']:.1f} ms probe + {o['tracing_ms_per_window']:.1f} ms "
-                     "tracing per window", style="dim")
-            if o.get("share_of_loop_pct") is not None:
-                t.append(f", one per {o['window_every_s']:.1f} s = {o['share_of_loop_pct']:.1f}% of the loop",
-                         style="dim")
+        for i, part in enumerate(observer_parts(s.observer)):
+            t.append(("\n" if i == 0 else "") + part, style="dim")
         self.put(t)
