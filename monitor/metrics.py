@@ -120,6 +120,7 @@ class WindowMetrics:
     # what the window cost the decode thread in the probe's own calls (CUPTI's start-up in open, close, flush,
     # finalize), and the tokens it traced beyond the analysed ones (a graph process's guard)
     probe_host_ms: float = 0.0
+    prepare_ms: float = 0.0  # CUPTI's start-up on the agent thread before the window (0: made in open, or older)
     guard_tokens: int = 0
 
     @property
@@ -371,7 +372,7 @@ def window_metrics(w: wire.KernelWindow, sm_count: int, cc: str = "9.0") -> Wind
         collective_gap_us=coll_gap_ns / 1e3,
         collective_us_unwaited=unwaited_ns / 1e3 / tokens / coll_calls if coll_calls else 0.0,
         dropped_records=w.dropped_records + invalid,
-        probe_host_ms=w.probe_host_ns / 1e6, guard_tokens=int(w.guard_tokens),
+        probe_host_ms=w.probe_host_ns / 1e6, prepare_ms=w.prepare_ns / 1e6, guard_tokens=int(w.guard_tokens),
     )
 
 

@@ -228,7 +228,9 @@ class Session:
         Per window: the probe's own calls on the decode thread (CUPTI's start-up in open, the flush, the finalize:
         the window's `probe_host_ns`) plus the traced tokens' stretch over an untraced token (CUPTI's per-launch
         cost while tracing, guard token included). With the median time between windows, the share of the loop's
-        time. Not in it: PM pumps and NVML, which run off the decode thread (agent thread, sidecar process).
+        time. Not in it: PM pumps and NVML, which run off the decode thread (agent thread, sidecar process), and
+        CUPTI's start-up when the agent thread made it (`cupti_start_off_thread_ms`, given beside the bill: on an
+        H200 it still cost the eager decode thread ~5 ms of its 14).
         On an H200, eager: ~30 ms per window every ~5 s, the benchmark's measured window cost (docs/benchmarks.md).
         """
         ms = [m for _, m in self.metrics]
@@ -240,9 +242,11 @@ class Session:
         every_s = float(np.median(gaps)) if len(gaps) else None
         probe_ms = _median(probe) if probe else None
         per_window = (probe_ms or 0.0) + _median(stretch)
+        prep = [m.prepare_ms for m in ms if m.prepare_ms > 0]
         return {"probe_ms_per_window": round(probe_ms, 2) if probe_ms is not None else None,
                 "tracing_ms_per_window": round(_median(stretch), 2),
                 "window_every_s": round(every_s, 2) if every_s else None,
+                "cupti_start_off_thread_ms": round(_median(prep), 2) if prep else None,
                 # without the probe's own time (recordings older than probe_host_ns) the bill is incomplete
                 "share_of_loop_pct": (round(100.0 * per_window / (every_s * 1e3), 3)
                                       if every_s and probe_ms is not None else None)}
@@ -288,6 +292,8 @@ def observer_parts(o: dict | None) -> list[str]:
         return []
     parts = [f"watching: {o['probe_ms_per_window']:.1f} ms probe + {o['tracing_ms_per_window']:.1f} ms tracing "
              "per window"]
+    if o.get("cupti_start_off_thread_ms"):
+        parts[0] += f" (CUPTI start {o['cupti_start_off_thread_ms']:.0f} ms off-thread)"
     if o.get("share_of_loop_pct") is not None:
         parts.append(f", one per {o['window_every_s']:.1f} s = {o['share_of_loop_pct']:.1f}% of the loop")
     return parts

@@ -58,6 +58,13 @@ _graph_kernels_seen = False
 _engine_cuda_graphs: bool | None = None
 
 
+# Tokens between CUPTI's start-up on the agent thread (tracer.prepare) and the window's opening boundary: the
+# H200 measurement that showed the start-up off the decode thread's critical path left four tokens between them
+# (scripts/h200_open_costs.py, variant preinit); made in the token just before the open, an earlier try
+# (fourth session) cost that token as much as an open on the decode thread.
+PREPARE_LEAD_TOKENS = 3
+
+
 def set_cuda_graphs(replays: bool | None) -> None:
     """The engine says whether it replays CUDA graphs (None: not said). Read when a window opens."""
     global _engine_cuda_graphs
@@ -200,6 +207,25 @@ class _Session:
         self.errors: list[str] = []
         self.pm = None
         self.pm_restarts = 0
+
+    def prepare_window(self) -> int:
+        """Agent thread: make CUPTI's start-up here (tracer.prepare), a few tokens before the window opens.
+        Returns the ns it took (0: not made here, and open() on the decode thread will make it).
+
+        On an H200 (scripts/h200_open_costs.py, variant preinit: the start-up made on another thread four tokens
+        before the window) the eager decode thread lost ~5 ms in the token it overlapped instead of 13-17 ms in the
+        opening one, and the tokens after the window ran at their unobserved speed. Not while torch.profiler
+        records (its CUPTI session would end with ours); a prepare that fails leaves the start-up to open()."""
+        tr, ns = self.tracer, 0
+        prepare = getattr(tr, "prepare", None)
+        if prepare is not None and not _foreign_profiler_active():
+            t0 = time.perf_counter_ns()
+            try:
+                prepare()
+                ns = int(getattr(tr, "prepare_ns", 0) or 0) or time.perf_counter_ns() - t0
+            except Exception as exc:
+                self.errors.append(f"trace prepare: {type(exc).__name__}: {exc}")
+        return ns
 
     def on_token(self, depth: int) -> None:
         if self.closing:
@@ -601,6 +627,7 @@ class _Agent:
         next_pm = time.monotonic() + 0.5
         window_id = 0
         skipped_seen = windows_seen = 0
+        open_after: int | None = None  # token count at which a prepared window is asked for
         while True:
             for key, _ in sel.select(timeout=0.05):
                 if key.data == "monitor":
@@ -638,14 +665,21 @@ class _Agent:
                     session.errors.append(f"trace collect: {type(exc).__name__}: {exc}")
                 next_pm = now  # a finalize may have taken PM down: pump (and re-arm) right away
             if session.tracer is not None and not session.tracer.active \
-                    and not session.window_ready.is_set() and not session.want_window \
+                    and not session.window_ready.is_set() and not session.want_window and open_after is None \
                     and window_due(st, now, next_window, now - last_window,
                                    shipped + len(session.marks_t) - tokens_at_window, _windows_in_process):
+                # CUPTI starts here, in this thread; the window opens PREPARE_LEAD_TOKENS tokens later
+                prep_ns = session.prepare_window()
+                if ev is not None:
+                    ev.add("prepare", prep_ns)
+                open_after = shipped + len(session.marks_t) + (PREPARE_LEAD_TOKENS if prep_ns else 0)
+                next_window = now + st.window_period_s
+                last_window, tokens_at_window = now, shipped + len(session.marks_t)
+            if open_after is not None and shipped + len(session.marks_t) >= open_after:
+                open_after = None
                 session.want_window = True
                 if ev is not None:
                     ev.add("want_window")
-                next_window = now + st.window_period_s
-                last_window, tokens_at_window = now, shipped + len(session.marks_t)
             if now >= next_pm:
                 t_pump = time.time_ns()
                 pm_frame = self._pump_pm(session, state)

@@ -1,10 +1,11 @@
 """Traced windows: CUPTI activity switched on for whole tokens, then CUPTI detached.
 
-The decode thread calls `open()` and `close()` at token boundaries (that is
-all it pays, plus CUPTI's own per-launch cost while a window is open). The
-agent thread then calls `collect()` to flush the buffers and turn the records
-into columns, and the decode thread calls `detach()` at its next boundary,
-because CUPTI left initialised slows even untraced tokens.
+The agent thread calls `prepare()` just before it asks for a window (CUPTI's
+re-initialisation, off the decode thread). The decode thread calls `open()` and
+`close()` at token boundaries, then `flush()` and `detach()` at the closing one
+(that is all it pays, plus CUPTI's own per-launch cost while a window is open),
+because CUPTI left initialised slows even untraced tokens. The agent thread
+then calls `collect()` to turn the records into columns.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ class WindowTracer:
         self._reset()
         self.active = False
         self.initialised = False
+        self.prepared = False  # prepare() ran (agent thread) and no window has opened since
         self.last_ns: dict[str, int] = {}  # how long each step of the last window took (for the agent's event log)
         # A guard token is traced after the analysed ones only while the process replays CUDA graphs (their
         # last token's end times come back wrong); the first window has one, later ones follow what it saw.
@@ -67,6 +69,7 @@ class WindowTracer:
         self._syncs: list[tuple] = []
         self.bounds: list[int] = []
         self.host_ns = 0
+        self.prepare_ns = 0  # CUPTI's start-up made by prepare() on the agent thread, for this window
 
     # -- CUPTI callbacks (run in whichever thread flushes) --------------------
     def _requested(self):
@@ -117,14 +120,36 @@ class WindowTracer:
         self.host_ns += dt
         self.last_ns[step] = dt
 
+    # -- agent thread, just before a window is asked for -----------------------
+    def prepare(self) -> None:
+        """Make CUPTI's (re-)initialisation here, off the decode thread, so that open() only enables.
+
+        After a finalize, whichever CUPTI call comes first re-initialises CUPTI: 13-27 ms on an H200, which
+        in open() landed on the decode thread as one slow token per window. Made here, on the agent thread
+        (cupti-python lets go of the GIL inside the call), it cost the eager decode thread ~5 ms spread over
+        the token it overlapped, and open() took 0.4 ms instead of 14 (scripts/h200_open_costs.py, variant
+        preinit; docs/h200/open_costs_preinit_2026-11-29.json). If the window never opens, the decode thread's
+        detach at its next boundary finalizes as usual (`initialised` is set).
+        """
+        t0 = time.perf_counter_ns()
+        self._reset()
+        self.last_ns = {}
+        self._c.activity_register_callbacks(self._requested, self._completed)
+        self.initialised = True
+        self.prepared = True
+        self.prepare_ns = time.perf_counter_ns() - t0
+        self.last_ns["prepare"] = self.prepare_ns
+
     # -- decode thread, at token boundaries -----------------------------------
     def open(self) -> None:
         """Start tracing now (a token boundary)."""
         t0 = time.perf_counter_ns()
         c = self._c
-        self._reset()
-        self.last_ns = {}
-        c.activity_register_callbacks(self._requested, self._completed)
+        if not self.prepared:  # nobody prepared this window: CUPTI's start-up is paid here
+            self._reset()
+            self.last_ns = {}
+            c.activity_register_callbacks(self._requested, self._completed)
+        self.prepared = False
         for k in self._kinds:
             c.activity_enable(k)
         if self._api_filter:
@@ -169,6 +194,7 @@ class WindowTracer:
                 self._c.finalize()
             finally:
                 self.initialised = False
+                self.prepared = False
                 self._spent("finalize", t0)
 
     # -- agent thread -----------------------------------------------------------
@@ -201,4 +227,5 @@ class WindowTracer:
             memcpys={c_: Column.of(cps[:, j]) for j, c_ in enumerate(["start", "end", "bytes", "copy_kind"])},
             syncs={c_: Column.of(syn[:, j]) for j, c_ in enumerate(["start", "end", "type"])},
             probe_host_ns=self.host_ns,
+            prepare_ns=self.prepare_ns,
         )

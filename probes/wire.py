@@ -174,6 +174,7 @@ class KernelWindow(msgspec.Struct, frozen=True, tag="window"):
     dropped_records: int = 0
     probe_host_ns: int = 0  # time the probe spent on the decode host thread for this window
     guard_tokens: int = 1  # traced after the analysed tokens and discarded (recordings before this field had 1)
+    prepare_ns: int = 0  # CUPTI's start-up, made on the agent thread before the window (not in probe_host_ns)
 
 
 class PmSamples(msgspec.Struct, frozen=True, tag="pm"):

@@ -573,3 +573,97 @@ def test_an_eager_engines_first_window_traces_one_token(monkeypatch):
     for i in range(4):
         s.on_token(i)
     assert s.guard == 0 and tr.calls == ["open", "close", "flush", "detach"]  # opened, one token, closed
+
+
+class _FakeCupti:
+    """Stands in for cupti-python's module: notes each call and the thread that made it."""
+
+    def __init__(self):
+        import threading
+
+        self.calls, self._t, self._now = [], threading, 0
+
+    def __getattr__(self, name):
+        def call(*a, **k):
+            self.calls.append((name, self._t.current_thread().name))
+            if name == "get_timestamp":
+                self._now += 100
+                return self._now
+        return call
+
+
+def _fake_tracer():
+    from decodemon.probes.tracer import WindowTracer
+
+    tr = object.__new__(WindowTracer)
+    tr._c, tr._kinds, tr._api_filter, tr._drop_cbids = _FakeCupti(), [1, 2], False, []
+    tr._names, tr._rt_names, tr._drv_names = {}, {}, {}
+    tr._reset()
+    tr.active = tr.initialised = tr.prepared = False
+    tr.last_ns, tr.needs_guard = {}, False
+    return tr
+
+
+def test_cupti_starts_on_the_agent_thread_and_the_decode_threads_open_only_enables(monkeypatch):
+    import threading
+
+    monkeypatch.setattr(agent, "_graph_kernels_seen", False)
+    monkeypatch.setattr(agent, "_engine_cuda_graphs", False)
+    tr = _fake_tracer()
+    s = agent._Session(wire.Attach(window_tokens=1), tr)
+    got = []
+    th = threading.Thread(target=lambda: got.append(s.prepare_window()), name="decodemon-session")
+    th.start()
+    th.join()
+    assert got[0] > 0 and tr.prepared and tr.initialised and tr.prepare_ns == got[0]
+    assert tr._c.calls == [("activity_register_callbacks", "decodemon-session")]
+    tr._c.calls.clear()
+    s.want_window = True
+    for i in range(3):
+        s.on_token(i)  # the decode thread (this one): open, then close + flush + finalize a token later
+    names = [n for n, _ in tr._c.calls]
+    assert "activity_register_callbacks" not in names  # no second start-up on the decode thread
+    assert names[:2] == ["activity_enable", "activity_enable"]
+    assert names[-2:] == ["activity_flush_all", "finalize"] and not tr.initialised and not tr.prepared
+    assert {th_ for _, th_ in tr._c.calls} == {threading.current_thread().name}
+    w = tr.collect(0, guard_tokens=0)
+    assert w.prepare_ns == got[0] and w.tokens == 1
+
+
+def test_a_window_nobody_prepared_starts_cupti_in_open(monkeypatch):
+    monkeypatch.setattr(agent, "_engine_cuda_graphs", False)
+    tr = _fake_tracer()
+    s = agent._Session(wire.Attach(window_tokens=1), tr)
+    s.want_window = True
+    s.on_token(0)
+    assert [n for n, _ in tr._c.calls][0] == "activity_register_callbacks" and tr.active
+
+
+def test_a_prepared_window_that_never_opens_is_finalized_at_the_next_boundary():
+    tr = _fake_tracer()
+    s = agent._Session(wire.Attach(), tr)
+    agent._session = s
+    try:
+        s.prepare_window()
+        s.closing = True  # the monitor left before the window opened
+        agent.mark_token(1)
+        assert [n for n, _ in tr._c.calls][-2:] == ["activity_flush_all", "finalize"] and not tr.initialised
+        assert agent._session is None
+    finally:
+        agent._session = None
+
+
+def test_no_cupti_start_up_while_torch_profiler_records(monkeypatch):
+    monkeypatch.setattr(agent, "_foreign_profiler_active", lambda: True)
+    tr = _fake_tracer()
+    s = agent._Session(wire.Attach(), tr)
+    assert s.prepare_window() == 0 and tr._c.calls == [] and not tr.initialised
+
+
+def test_a_failed_prepare_is_noted_and_leaves_the_start_up_to_open():
+    class Tr:
+        def prepare(self):
+            raise RuntimeError("CUPTI_ERROR_NOT_INITIALIZED")
+
+    s = agent._Session(wire.Attach(), Tr())
+    assert s.prepare_window() == 0 and "CUPTI_ERROR_NOT_INITIALIZED" in s.errors[0]

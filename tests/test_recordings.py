@@ -161,3 +161,13 @@ def test_what_watching_costs_the_decode_thread_is_read_from_the_windows(eager, g
         # traced tokens run slower than untraced ones (CUPTI's per-launch cost), so the stretch is real time
         assert 5 < o["tracing_ms_per_window"] < 60 and 15 < o["probe_ms_per_window"] < 60, (name, o)
         assert 0.3 < o["share_of_loop_pct"] < 3, (name, o)
+        # these recordings predate CUPTI's start-up on the agent thread: the whole start-up is in probe_host_ns
+        assert o["cupti_start_off_thread_ms"] is None
+
+
+def test_the_bill_names_cuptis_start_up_when_the_agent_thread_made_it():
+    from decodemon.monitor.session import observer_parts
+
+    o = {"probe_ms_per_window": 8.2, "tracing_ms_per_window": 20.1, "window_every_s": 4.0, "share_of_loop_pct": 0.7}
+    assert "off-thread" not in "".join(observer_parts(o))
+    assert "(CUPTI start 14 ms off-thread)" in observer_parts({**o, "cupti_start_off_thread_ms": 13.9})[0]
