@@ -218,7 +218,14 @@ class _Session:
         records (its CUPTI session would end with ours); a prepare that fails leaves the start-up to open()."""
         tr, ns = self.tracer, 0
         prepare = getattr(tr, "prepare", None)
-        if prepare is not None and not _foreign_profiler_active():
+        # Only for windows without a guard token (processes that do not replay CUDA graphs). Made for graphed
+        # windows too, the H200 bench's 20 s graphed attach had 78 of 5,182 tokens over 1.1x the unobserved p99
+        # (ratio 1.112, against 1.001-1.005 with the start-up in open(); docs/benchmarks.md, seventh session).
+        # Our reading, not measured token by token: the agent's 50 ms tick leaves CUPTI started but not tracing
+        # for ~12 graphed tokens, and an initialised CUPTI makes untraced graphed tokens ~8-12% slower, past a
+        # p99 only 2% above their median. In open() the start-up is one slow 4 ms token, which p99 does not see.
+        if prepare is not None and not _guard_for_window(getattr(tr, "needs_guard", True)) \
+                and not _foreign_profiler_active():
             t0 = time.perf_counter_ns()
             try:
                 prepare()

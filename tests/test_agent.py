@@ -639,7 +639,9 @@ def test_a_window_nobody_prepared_starts_cupti_in_open(monkeypatch):
     assert [n for n, _ in tr._c.calls][0] == "activity_register_callbacks" and tr.active
 
 
-def test_a_prepared_window_that_never_opens_is_finalized_at_the_next_boundary():
+def test_a_prepared_window_that_never_opens_is_finalized_at_the_next_boundary(monkeypatch):
+    monkeypatch.setattr(agent, "_graph_kernels_seen", False)
+    monkeypatch.setattr(agent, "_engine_cuda_graphs", False)
     tr = _fake_tracer()
     s = agent._Session(wire.Attach(), tr)
     agent._session = s
@@ -660,10 +662,29 @@ def test_no_cupti_start_up_while_torch_profiler_records(monkeypatch):
     assert s.prepare_window() == 0 and tr._c.calls == [] and not tr.initialised
 
 
-def test_a_failed_prepare_is_noted_and_leaves_the_start_up_to_open():
+def test_a_failed_prepare_is_noted_and_leaves_the_start_up_to_open(monkeypatch):
+    monkeypatch.setattr(agent, "_graph_kernels_seen", False)
+    monkeypatch.setattr(agent, "_engine_cuda_graphs", False)
+
     class Tr:
+        needs_guard = False
+
         def prepare(self):
             raise RuntimeError("CUPTI_ERROR_NOT_INITIALIZED")
 
     s = agent._Session(wire.Attach(), Tr())
     assert s.prepare_window() == 0 and "CUPTI_ERROR_NOT_INITIALIZED" in s.errors[0]
+
+
+def test_graphed_windows_start_cupti_in_open_not_on_the_agent_thread(monkeypatch):
+    """A process that replays CUDA graphs (said, or seen in a window) keeps the start-up at the opening boundary."""
+    monkeypatch.setattr(agent, "_engine_cuda_graphs", None)
+    monkeypatch.setattr(agent, "_graph_kernels_seen", True)
+    tr = _fake_tracer()
+    s = agent._Session(wire.Attach(), tr)
+    assert s.prepare_window() == 0 and tr._c.calls == [] and not tr.prepared
+    monkeypatch.setattr(agent, "_graph_kernels_seen", False)
+    tr.needs_guard = True  # a new attach's first window, engine silent about graphs: guarded, so no prepare
+    assert s.prepare_window() == 0 and tr._c.calls == []
+    monkeypatch.setattr(agent, "_engine_cuda_graphs", False)  # the engine says eager: prepared
+    assert s.prepare_window() > 0 and tr.prepared
