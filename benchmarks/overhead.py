@@ -194,6 +194,28 @@ def host_summary(per: list[dict]) -> dict:
     return out
 
 
+def speed_regimes(per: list[dict], factor: float = 1.25) -> dict:
+    """Did the loop run at more than one speed? Phases (unobserved and decodemon's) whose median is over `factor`
+    times the fastest unobserved phase's. On the H200 (seventh session, runs 11-13) the eager loop switched between
+    ~21-24 and ~32-40 ms/token for seconds to a minute, attached or not; pairs across two speeds resolve nothing."""
+    u = [p["median_ms"] for p in per if p["phase"] == "U" and p.get("median_ms")]
+    d = [p["median_ms"] for p in per if p["phase"] in ("D", "Ddense", "Dlong") and p.get("median_ms")]
+    if not u:
+        return {}
+    thr = factor * min(u)
+    return {"threshold_ms": round(thr, 3), "u_slow": [sum(m > thr for m in u), len(u)],
+            "observed_slow": [sum(m > thr for m in d), len(d)]}
+
+
+def speed_line(mode: str, sp: dict | None) -> str | None:
+    """speed_regimes() in words, or None when every phase ran at one speed."""
+    if not sp or not (sp["u_slow"][0] or sp["observed_slow"][0]):
+        return None
+    return (f"Loop speed, {mode}: {sp['u_slow'][0]} of {sp['u_slow'][1]} unobserved and {sp['observed_slow'][0]} of "
+            f"{sp['observed_slow'][1]} decodemon phases ran over {sp['threshold_ms']:.1f} ms/token (1.25x the fastest "
+            "unobserved phase): the loop ran at more than one speed, and a pair across two speeds resolves nothing.")
+
+
 def run_mode(mode: str, phase_s: float, pairs: int, work: Path, profiler_phase_s: float, long_s: float) -> dict:
     # decodemon and torch.profiler each bring a libcupti; once kineto has initialised CUPTI it stays attached
     # (tokens after a profiler phase ran ~13% slower in graph mode), and after decodemon's CUPTI has loaded,
@@ -238,6 +260,7 @@ def run_mode(mode: str, phase_s: float, pairs: int, work: Path, profiler_phase_s
                     "tokens": len(dlong), "seconds": long_s,
                     "slow_tokens_over_1.1x_u_p99": sum(m > 1.1 * pct(uall, 99) for m in dlong)}
     out["host"] = host_summary(per_all[0])
+    out["speeds"] = speed_regimes(per_all[0])
     first_u = per_all[0][0]
     out["U_first"] = {"median_ms": first_u["median_ms"], "p99_ms": first_u["p99_ms"], "tokens": first_u["tokens"]}
     out["U_all"] = {"median_ms": statistics.median(uall), "p99_ms": pct(uall, 99), "tokens": len(uall)}
@@ -349,6 +372,7 @@ def markdown(results: list[dict], env: dict, cmd: str) -> str:
                          f"{h['u_steal_pct'][1]:g}% and busy {h['u_busy_pct'][0]:g}–{h['u_busy_pct'][1]:g}% of all "
                          f"CPUs (/proc/stat)" + (f"; correlation of the phase's ms/token with steal "
                                                  f"{h['r_ms_vs_steal']:+.2f}" if "r_ms_vs_steal" in h else "") + ".")
+    lines += [x for x in (speed_line(r["mode"], r.get("speeds")) for r in results) if x]
     lines += ["", "Token times above are inter-token latency: from one token's arrival on the host (`.item()` "
               "returning) to the next's, so the token clock's hook counts in the token after it. On the engine's "
               "other clock (stamped after the hook, which then counts in the token just emitted):"]
@@ -369,6 +393,9 @@ def markdown(results: list[dict], env: dict, cmd: str) -> str:
               "graphs (their last token's end times come back wrong); eager windows trace one token.",
               "- An engine that says it never replays CUDA graphs (`report_cuda_graphs(False)`, as the demo's eager "
               "mode does) has no guard token even in an attach's first window; one that says nothing keeps it there.",
+              "- CUPTI's start-up (the first CUPTI call after a finalize) is made on the agent thread three tokens "
+              "before a window without a guard token opens (eager), so `open()` only enables; windows with a guard "
+              "(graphs) make it in `open()` (off-thread it cost graphed p99: docs/benchmarks.md, seventh session).",
               "- Windows are at least 250 tokens and at most 5 s apart, so their slow tokens stay under 1%.",
               "- PM sampling is armed, decoded and evaluated in the agent thread (a second process could not enable "
               "it on this H200), into a work buffer reset from one initialised counter-data image, with the GIL "

@@ -4,7 +4,8 @@ Dormant means: one daemon thread blocked in `accept()` on a Unix socket in a
 per-user 0700 directory, CUPTI not loaded, and `mark_token()` returning after
 one global read. On attach the agent starts the counter sidecar, relays its
 frames, ships token marks four times a second and, every `window_period_s`,
-asks the decode thread to trace `window_tokens` whole tokens. On detach, or
+asks the decode thread to trace `window_tokens` whole tokens (for an eager
+process it first makes CUPTI's start-up itself, a few tokens ahead). On detach, or
 when the monitor vanishes, it disarms; the next token boundary finalizes
 CUPTI if a window was open.
 
@@ -169,8 +170,9 @@ def window_due(st: wire.Attach, now: float, next_window: float, since_s: float, 
                windows_so_far: int = 0) -> bool:
     """Is it time to ask for the next traced window?
 
-    A window costs about two slow tokens on the decode thread (CUPTI's re-initialisation when it opens; the
-    traced token with its flush and finalize when it closes). Every `window_period_s` a window is due once
+    A window costs the decode thread one slow eager token (the traced one, with its flush and finalize; CUPTI's
+    re-initialisation is made on the agent thread a few tokens before) or two graphed ones (the re-initialisation
+    at the opening boundary as well). Every `window_period_s` a window is due once
     `window_min_tokens` tokens have passed since the last one, so those slow tokens stay under 1% of all
     tokens (p99 untouched) — but never later than `window_max_s` after it: the picture is never older.
     Once the process has had `window_budget` windows, the memory each window leaves in the process for good

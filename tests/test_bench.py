@@ -147,3 +147,22 @@ def test_the_mean_token_is_judged_like_the_median():
     st = overhead.pair_stats(per, "D")
     assert st["overhead_pct_median"] == pytest.approx(0.0)  # the median token untouched
     assert st["overhead_mean_pct_median"] == pytest.approx(2.0)  # the windows' slow tokens in the mean
+
+
+def test_a_loop_that_runs_at_two_speeds_is_called_out():
+    # run 13's eager decodemon session on the H200 (docs/h200/overhead_session7_run13_2026-11-29.json), medians only
+    import json
+
+    d = json.loads((Path(__file__).parents[1] / "docs/h200/overhead_session7_run13_2026-11-29.json").read_text())
+    ph = [r for r in d["results"] if r["mode"] == "eager"][0]["phases"]
+    dm = ph[:[i for i, p in enumerate(ph) if p["phase"] == "Dlong"][0] + 2]  # up to the U after the long attach
+    sp = overhead.speed_regimes(dm)
+    assert sp["threshold_ms"] == pytest.approx(1.25 * 21.39, abs=0.01)
+    assert sp["u_slow"] == [3, 13] and sp["observed_slow"] == [7, 12]
+    steady = [_ph("U", 20.0, 30.0), _ph("D", 20.2, 31.0), _ph("U", 20.1, 30.0)]
+    assert overhead.speed_regimes(steady)["observed_slow"] == [0, 1]
+    assert overhead.speed_line("eager", sp) == (
+        "Loop speed, eager: 3 of 13 unobserved and 7 of 12 decodemon phases ran over 26.7 ms/token (1.25x the "
+        "fastest unobserved phase): the loop ran at more than one speed, and a pair across two speeds resolves "
+        "nothing.")
+    assert overhead.speed_line("eager", overhead.speed_regimes(steady)) is None
