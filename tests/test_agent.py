@@ -688,3 +688,72 @@ def test_graphed_windows_start_cupti_in_open_not_on_the_agent_thread(monkeypatch
     assert s.prepare_window() == 0 and tr._c.calls == []
     monkeypatch.setattr(agent, "_engine_cuda_graphs", False)  # the engine says eager: prepared
     assert s.prepare_window() > 0 and tr.prepared
+
+
+def test_the_agent_loop_starts_cupti_then_asks_for_the_window_three_tokens_later(monkeypatch):
+    """The agent thread's own loop, driven by a decode thread's token marks: CUPTI's start-up on the agent thread,
+    the window's opening boundary PREPARE_LEAD_TOKENS or more tokens after it, enable/close/flush/finalize on the
+    decode thread."""
+    import socket
+    import threading
+
+    monkeypatch.setattr(agent, "_graph_kernels_seen", False)
+    monkeypatch.setattr(agent, "_engine_cuda_graphs", False)
+    monkeypatch.setattr(agent, "_windows_in_process", 0)
+    tr = _fake_tracer()
+    tokens = [0]
+    calls = []
+    fake = tr._c
+
+    class Counting:
+        def __getattr__(self, name):
+            f = getattr(fake, name)
+
+            def call(*a, **k):
+                calls.append((name, threading.current_thread().name, tokens[0]))
+                return f(*a, **k)
+            return call
+
+    tr._c = Counting()
+    st = wire.Attach(window_period_s=0.2, window_tokens=1, window_min_tokens=0)
+    s = agent._Session(st, tr)
+    mine, theirs = socket.socketpair()
+    got = bytearray()
+
+    def drain():
+        while True:
+            try:
+                b = theirs.recv(1 << 16)
+            except OSError:
+                return
+            if not b:
+                return
+            got.extend(b)
+
+    threading.Thread(target=drain, daemon=True).start()
+    ag = object.__new__(agent._Agent)
+    result = []
+    loop = threading.Thread(name="decodemon-session", target=lambda: result.append(
+        ag._loop_inner(mine, wire.StreamReader(max_frame=1 << 20), s, None, {}, None)))
+    loop.start()
+    t_end = time.monotonic() + 10
+    while time.monotonic() < t_end and not s.window_ready.is_set() and not any(c[0] == "finalize" for c in calls):
+        s.on_token(1)  # this thread is the decode thread
+        tokens[0] += 1
+        time.sleep(0.01)
+    for _ in range(5):
+        s.on_token(1)
+        tokens[0] += 1
+        time.sleep(0.01)
+    theirs.shutdown(socket.SHUT_RDWR)
+    loop.join(5)
+    names = [c[0] for c in calls]
+    reg = next(c for c in calls if c[0] == "activity_register_callbacks")
+    enable = next(c for c in calls if c[0] == "activity_enable")
+    assert reg[1] == "decodemon-session" and enable[1] == threading.current_thread().name
+    assert enable[2] - reg[2] >= agent.PREPARE_LEAD_TOKENS, calls  # the window opened tokens after the start-up
+    assert names.count("activity_register_callbacks") == 1 and names[-2:] == ["activity_flush_all", "finalize"]
+    assert result == ["monitor went away"]
+    frames = [wire.decode_frame(x) for x in wire.StreamReader(max_frame=1 << 22).feed(bytes(got))]
+    wins = [f for f in frames if isinstance(f, wire.KernelWindow)]
+    assert len(wins) == 1 and wins[0].prepare_ns > 0 and wins[0].tokens == 1
