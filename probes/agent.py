@@ -226,8 +226,10 @@ class _Session:
         # Our reading, not measured token by token: the agent's 50 ms tick leaves CUPTI started but not tracing
         # for ~12 graphed tokens, and an initialised CUPTI makes untraced graphed tokens ~8-12% slower, past a
         # p99 only 2% above their median. In open() the start-up is one slow 4 ms token, which p99 does not see.
-        if prepare is not None and not _guard_for_window(getattr(tr, "needs_guard", True)) \
-                and not _foreign_profiler_active():
+        # Nor while an earlier attach's tracer waits for the decode thread's next boundary to finalize CUPTI
+        # (pending_detach): that finalize would undo this start-up before the window opens.
+        if prepare is not None and self.pending_detach is None \
+                and not _guard_for_window(getattr(tr, "needs_guard", True)) and not _foreign_profiler_active():
             t0 = time.perf_counter_ns()
             try:
                 prepare()

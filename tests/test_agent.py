@@ -757,3 +757,19 @@ def test_the_agent_loop_starts_cupti_then_asks_for_the_window_three_tokens_later
     frames = [wire.decode_frame(x) for x in wire.StreamReader(max_frame=1 << 22).feed(bytes(got))]
     wins = [f for f in frames if isinstance(f, wire.KernelWindow)]
     assert len(wins) == 1 and wins[0].prepare_ns > 0 and wins[0].tokens == 1
+
+
+def test_no_start_up_while_an_earlier_attachs_finalize_is_still_due(monkeypatch):
+    """A stalled loop left the last attach's tracer to be finalized at the next boundary; a start-up made now would
+    be finalized with it, so the window's open() makes its own."""
+    monkeypatch.setattr(agent, "_graph_kernels_seen", False)
+    monkeypatch.setattr(agent, "_engine_cuda_graphs", False)
+    old, tr = _fake_tracer(), _fake_tracer()
+    old.initialised = True
+    s = agent._Session(wire.Attach(window_tokens=1), tr)
+    s.pending_detach = old
+    assert s.prepare_window() == 0 and tr._c.calls == []
+    s.want_window = True
+    s.on_token(0)  # the old tracer is finalized first, then this window starts CUPTI itself
+    assert [n for n, _ in old._c.calls][-1] == "finalize"
+    assert [n for n, _ in tr._c.calls][0] == "activity_register_callbacks" and tr.active
