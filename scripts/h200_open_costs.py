@@ -82,6 +82,8 @@ def opening():
         timed("set_" + a.name, lambda: set_attr(a, v, ct))
     tr._reset()
     timed("register", lambda: c.activity_register_callbacks(tr._requested, tr._completed))
+    enable_all(t0)
+def enable_all(t0):
     for k in tr._kinds:
         timed("enable_" + k.name, lambda: c.activity_enable(k))
     timed("filter", tr._filter_apis)
@@ -119,13 +121,7 @@ def wait_bg(name):
     t0 = time.perf_counter_ns(); bg_done.wait(); note(name, time.perf_counter_ns() - t0)
 def opening_enable_only():
     wait_bg("wait_preinit")
-    t0 = time.perf_counter_ns()
-    for k in tr._kinds:
-        timed("enable_" + k.name, lambda: c.activity_enable(k))
-    timed("filter", tr._filter_apis)
-    tr.initialised = tr.active = True
-    tr.bounds.append(c.get_timestamp())
-    note("open_total", time.perf_counter_ns() - t0)
+    enable_all(time.perf_counter_ns())
 def preinit():
     tr._reset()
     c.activity_register_callbacks(tr._requested, tr._completed)
