@@ -203,17 +203,40 @@ def speed_regimes(per: list[dict], factor: float = 1.25) -> dict:
     if not u:
         return {}
     thr = factor * min(u)
+    # Pairs whose three phases (U, D, U) all ran at the fast speed, judged as pair_stats judges them. This
+    # conditions on the D phase being fast, so it cannot see decodemon causing the slow speed: read it beside
+    # the counts of slow phases above, never alone.
+    one = []
+    for i in range(1, len(per) - 1):
+        tri = (per[i - 1], per[i], per[i + 1])
+        if per[i]["phase"] == "D" and tri[0]["phase"] == tri[2]["phase"] == "U" \
+                and all(q.get("median_ms") and q["median_ms"] <= thr for q in tri):
+            one.append(100.0 * (per[i]["median_ms"] / ((tri[0]["median_ms"] + tri[2]["median_ms"]) / 2) - 1))
     return {"threshold_ms": round(thr, 3), "u_slow": [sum(m > thr for m in u), len(u)],
-            "observed_slow": [sum(m > thr for m in d), len(d)]}
+            "observed_slow": [sum(m > thr for m in d), len(d)],
+            "one_speed_pairs_pct": [round(x, 2) for x in one],
+            "one_speed_overhead_pct_median": round(statistics.median(one), 2) if one else None}
+
+
+def decodemon_phases(phases: list[dict]) -> list[dict]:
+    """The decodemon engine's phases of a run's `phases` list (the torch.profiler engine's follow them): up to the
+    unobserved phase after the long attach."""
+    ends = [i for i, p in enumerate(phases) if p["phase"] == "Dlong"]
+    return phases[:ends[0] + 2] if ends else phases
 
 
 def speed_line(mode: str, sp: dict | None) -> str | None:
     """speed_regimes() in words, or None when every phase ran at one speed."""
     if not sp or not (sp["u_slow"][0] or sp["observed_slow"][0]):
         return None
-    return (f"Loop speed, {mode}: {sp['u_slow'][0]} of {sp['u_slow'][1]} unobserved and {sp['observed_slow'][0]} of "
+    line = (f"Loop speed, {mode}: {sp['u_slow'][0]} of {sp['u_slow'][1]} unobserved and {sp['observed_slow'][0]} of "
             f"{sp['observed_slow'][1]} decodemon phases ran over {sp['threshold_ms']:.1f} ms/token (1.25x the fastest "
             "unobserved phase): the loop ran at more than one speed, and a pair across two speeds resolves nothing.")
+    if sp.get("one_speed_overhead_pct_median") is not None:
+        line += (f" The {len(sp['one_speed_pairs_pct'])} pairs whose three phases all ran at the fast speed: "
+                 f"{sp['one_speed_overhead_pct_median']:+.2f}% (median; this leaves out any slow stretch decodemon "
+                 "might cause, so read it with the counts).")
+    return line
 
 
 def run_mode(mode: str, phase_s: float, pairs: int, work: Path, profiler_phase_s: float, long_s: float) -> dict:
@@ -431,7 +454,19 @@ def main():
     ap.add_argument("--long-s", type=float, default=20.0, help="one long attach at default settings: steady p99")
     ap.add_argument("--profiler-phase-s", type=float, default=3.0,
                     help="torch.profiler phases (its trace of an eager loop takes long to process)")
+    ap.add_argument("--reread", metavar="OVERHEAD_JSON",
+                    help="no run: read a committed overhead.json and print its loop-speed lines (speed_regimes)")
     a = ap.parse_args()
+    if a.reread:
+        try:
+            results = json.loads(Path(a.reread).read_text())["results"]
+        except (OSError, ValueError, KeyError) as exc:
+            print(f"overhead.py: cannot read {a.reread}: {exc}", file=sys.stderr)
+            sys.exit(2)
+        for r in results:
+            print(speed_line(r["mode"], speed_regimes(decodemon_phases(r["phases"])))
+                  or f"Loop speed, {r['mode']}: one speed throughout.")
+        return
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="dm-bench-"))
