@@ -475,6 +475,8 @@ out = {}
 for name in sys.argv[2:]:
     box = {}
     args = () if name in ("finalize", "get_timestamp") else (1,) if name.startswith("activity_") else (0,)
+    if name == "activity_register_callbacks":
+        args = (lambda: (1024, 0), lambda activities: None)
     def run():
         box["t0"] = time.perf_counter(); getattr(c, name)(*args); box["t1"] = time.perf_counter()
     th = threading.Thread(target=run); th.start()
@@ -496,8 +498,8 @@ def test_cupti_python_lets_go_of_the_gil_in_the_calls_the_agent_makes(tmp_path):
     if cc is None:
         pytest.skip("no C compiler for the stub libcupti")
     (tmp_path / "cuda.c").write_text("int cuDriverGetVersion(int *v) { *v = 13020; return 0; }\n")
-    # the libcupti functions behind the agent's calls: PM arm, pumps and close; a window's open, close, flush and
-    # detach on the decode thread (while the agent thread may need the GIL too)
+    # the libcupti functions behind the agent's calls: PM arm, pumps and close; CUPTI's start-up before an eager
+    # window; a window's open, close, flush and detach on the decode thread (while the agent thread may need the GIL)
     calls = {"cuptiPmSamplingEnable": "pm_sampling_enable", "cuptiPmSamplingSetConfig": "pm_sampling_set_config",
              "cuptiPmSamplingStart": "pm_sampling_start", "cuptiPmSamplingStop": "pm_sampling_stop",
              "cuptiProfilerHostInitialize": "profiler_host_initialize",
@@ -506,7 +508,9 @@ def test_cupti_python_lets_go_of_the_gil_in_the_calls_the_agent_makes(tmp_path):
              "cuptiProfilerHostEvaluateToGpuValues": "profiler_host_evaluate_to_gpu_values",
              "cuptiActivityEnable": "activity_enable", "cuptiActivityDisable": "activity_disable",
              "cuptiActivityFlushAll": "activity_flush_all", "cuptiFinalize": "finalize",
-             "cuptiGetTimestamp": "get_timestamp"}
+             "cuptiGetTimestamp": "get_timestamp",
+             # the agent thread's CUPTI start-up before an eager window (tracer.prepare)
+             "cuptiActivityRegisterCallbacks": "activity_register_callbacks"}
     (tmp_path / "cupti.c").write_text("#include <unistd.h>\n" + "".join(
         f"int {fn}(void *p) {{ usleep(200000); return 0; }}\n" for fn in calls))
     for src, lib in (("cuda.c", "libcuda.so.1"), ("cupti.c", "libcupti.so.13")):
