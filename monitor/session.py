@@ -231,7 +231,8 @@ class Session:
         time. Not in it: PM pumps and NVML, which run off the decode thread (agent thread, sidecar process), and
         CUPTI's start-up when the agent thread made it (`cupti_start_off_thread_ms`, given beside the bill: on an
         H200 it still cost the eager decode thread ~5 ms of its 14).
-        On an H200, eager: ~30 ms per window every ~5 s, the benchmark's measured window cost (docs/benchmarks.md).
+        On an H200 (docs/benchmarks.md, seventh session), eager with the start-up off-thread: 7.5-9.3 ms probe +
+        10-35 ms tracing per window, one per 5 s, 0.3-0.9% of the loop; graphed: 23-26 ms + 7 ms, one per 4 s.
         """
         ms = [m for _, m in self.metrics]
         if not ms or ts is None or not ts.ms_per_token:
