@@ -230,10 +230,8 @@ class _Session:
         # (pending_detach): that finalize would undo this start-up before the window opens.
         if prepare is not None and self.pending_detach is None \
                 and not _guard_for_window(getattr(tr, "needs_guard", True)) and not _foreign_profiler_active():
-            t0 = time.perf_counter_ns()
             try:
-                prepare()
-                ns = int(getattr(tr, "prepare_ns", 0) or 0) or time.perf_counter_ns() - t0
+                ns = prepare()
             except Exception as exc:
                 self.errors.append(f"trace prepare: {type(exc).__name__}: {exc}")
         return ns

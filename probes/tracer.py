@@ -121,7 +121,7 @@ class WindowTracer:
         self.last_ns[step] = dt
 
     # -- agent thread, just before a window is asked for -----------------------
-    def prepare(self) -> None:
+    def prepare(self) -> int:
         """Make CUPTI's (re-)initialisation here, off the decode thread, so that open() only enables.
 
         After a finalize, whichever CUPTI call comes first re-initialises CUPTI: 13-27 ms on an H200, which
@@ -129,7 +129,7 @@ class WindowTracer:
         (cupti-python lets go of the GIL inside the call), it cost the eager decode thread ~5 ms spread over
         the token it overlapped, and open() took 0.4 ms instead of 14 (scripts/h200_open_costs.py, variant
         preinit; docs/h200/open_costs_preinit_2026-11-29.json). If the window never opens, the decode thread's
-        detach at its next boundary finalizes as usual (`initialised` is set).
+        detach at its next boundary finalizes as usual (`initialised` is set). Returns the ns it took.
         """
         t0 = time.perf_counter_ns()
         self._reset()
@@ -138,7 +138,7 @@ class WindowTracer:
         self.initialised = True
         self.prepared = True
         self.prepare_ns = time.perf_counter_ns() - t0
-        self.last_ns["prepare"] = self.prepare_ns
+        return self.prepare_ns
 
     # -- decode thread, at token boundaries -----------------------------------
     def open(self) -> None:
