@@ -131,6 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "default runs of the same seed parted after ~100 tokens")
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
     ap.add_argument("--times-file", help="at exit, write every token's end time (unix s) and ms to this .json")
+    ap.add_argument("--cpu-clocks", action="store_true",
+                    help="with --times-file: also write, per token, the decode thread's CPU ms, the whole process's "
+                         "CPU ms and the decode thread's run-queue wait ms (/proc/thread-self/schedstat)")
     ap.add_argument("--profiler-dir", help="SIGUSR1 toggles torch.profiler; each stop writes its kernel counts here")
     ap.add_argument("--log-every", type=float, default=0.0,
                     help="every S seconds print a JSON line with the median ms/token since the last line")
@@ -229,6 +232,27 @@ def main(argv=None) -> int:
     n = a.tokens
     i = 0
     pos = 0
+    # --cpu-clocks: where a slow token's time went. Thread CPU up with wall time: the decode thread worked longer
+    # (or its core ran slower); process CPU up without it: another thread of this process was busy (GIL);
+    # run-queue wait up: the scheduler kept the thread off a core. `canary_us` times a fixed bit of pure Python
+    # on the decode thread itself each token (~30 us): up with the token's time, the core itself ran slower.
+    clocks: dict[str, list[float]] = {"thread_cpu_ms": [], "process_cpu_ms": [], "runq_wait_ms": [], "canary_us": []}
+    want_clocks = bool(a.cpu_clocks and a.times_file)
+
+    def read_clocks() -> tuple[float, float, float]:
+        try:
+            with open("/proc/thread-self/schedstat") as fh:
+                wait = int(fh.read().split()[1]) / 1e6
+        except (OSError, ValueError, IndexError):
+            wait = 0.0
+        c0 = time.perf_counter_ns()
+        x = 0
+        for j in range(1000):
+            x += j
+        canary = (time.perf_counter_ns() - c0) / 1e3
+        return time.thread_time() * 1e3, time.process_time() * 1e3, wait, canary
+
+    c_prev = read_clocks() if want_clocks else None
     t_prev = t_prev_iter = time.perf_counter()
     try:
         while (n == 0 or i < n + a.warmup) and not stop["now"]:
@@ -252,6 +276,13 @@ def main(argv=None) -> int:
                 stop["toggle"] = False
                 _toggle_profiler(torch, prof, a.profiler_dir)
                 t_prev = t_prev_iter = time.perf_counter()  # the profiler's own start/stop work is not a token
+            if want_clocks:
+                c_now = read_clocks()
+                if i >= a.warmup:
+                    for k, x, y in zip(list(clocks)[:3], c_now, c_prev):
+                        clocks[k].append(round(x - y, 4))
+                    clocks["canary_us"].append(round(c_now[3], 3))
+                c_prev = c_now
             if i >= a.warmup:
                 if a.times_file:
                     end_times.append(time.time())
@@ -276,7 +307,8 @@ def main(argv=None) -> int:
     if a.times_file:
         with open(a.times_file, "w") as fh:
             json.dump({"end_unix_s": end_times, "ms": [round(t * 1e3, 5) for t in list(times)[-len(end_times):]],
-                       "ms_iter": [round(t * 1e3, 5) for t in list(iter_times)[-len(end_times):]]}, fh)
+                       "ms_iter": [round(t * 1e3, 5) for t in list(iter_times)[-len(end_times):]],
+                       **({k: v[-len(end_times):] for k, v in clocks.items()} if want_clocks else {})}, fh)
     ms = sorted(t * 1e3 for t in times)
     res = {
         "mode": a.mode, "device": device, "shape": shape_name, "tokens": len(times),

@@ -71,6 +71,27 @@ def test_the_demo_engine_writes_both_clocks(tmp_path):
     # unattached, the hook costs next to nothing: the two clocks cover the same span, one boundary apart
     assert sum(d["ms_iter"]) == pytest.approx(sum(d["ms"]), rel=0.2)
     assert all(m > 0 for m in d["ms"]) and all(m > 0 for m in d["ms_iter"])
+    assert "thread_cpu_ms" not in d  # per-token CPU clocks only when asked for
+
+
+def test_demo_engine_cpu_clocks_account_for_the_decode_threads_time(tmp_path):
+    """--cpu-clocks: per token, the decode thread's CPU ms, the process's CPU ms and the run-queue wait."""
+    import json
+    import subprocess
+    import sys
+
+    f = tmp_path / "times.json"
+    r = subprocess.run([sys.executable, "-m", "decodemon.engine_adapter.demo", "--tiny", "--device", "cpu",
+                        "--tokens", "40", "--times-file", str(f), "--cpu-clocks"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-500:]
+    d = json.loads(f.read_text())
+    assert len(d["thread_cpu_ms"]) == len(d["process_cpu_ms"]) == len(d["runq_wait_ms"]) == 40
+    # a CPU decode loop is on its thread's CPU for most of each token, and no thread can use more CPU than the
+    # whole process (torch's intra-op threads may add to the process's share)
+    assert 0.3 * sum(d["ms"]) < sum(d["thread_cpu_ms"]) <= sum(d["process_cpu_ms"]) + 1.0
+    assert all(w >= 0 for w in d["runq_wait_ms"])
+    assert len(d["canary_us"]) == 40 and all(c > 0 for c in d["canary_us"])
 
 
 def test_cuda_graph_step_warms_up_outside_the_capture_and_replays_the_captured_step(monkeypatch):
