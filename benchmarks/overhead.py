@@ -32,6 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 from decodemon.monitor.session import observer_parts
 
 PY = sys.executable
@@ -130,7 +132,7 @@ def engine_session(mode: str, tag: str, plan: list[str], phase_s: float, work: P
     cpu = ["--tiny", "--device", "cpu"] if os.environ.get("BENCH_CPU") == "1" else []  # a dry run of the script
     eng = subprocess.Popen(DM + ["run", "--pid-file", str(pid_file), "--"] + DEMO + cpu +
                            ["--mode", "eager" if cpu else mode, "--tokens", "0", "--times-file", str(times_file),
-                            "--profiler-dir", str(prof_dir)], stdout=subprocess.DEVNULL, stderr=err)
+                            "--cpu-clocks", "--profiler-dir", str(prof_dir)], stdout=subprocess.DEVNULL, stderr=err)
     t0 = time.time()
     while "decoding" not in err_path.read_text():
         if eng.poll() is not None or time.time() - t0 > 180:
@@ -178,7 +180,7 @@ def engine_session(mode: str, tag: str, plan: list[str], phase_s: float, work: P
     eng.wait(timeout=60)
     tdata = json.loads(times_file.read_text())
     return {"phases": phases, "attach": attach, "profs": profs, "ends": tdata["end_unix_s"], "ms": tdata["ms"],
-            "ms_iter": tdata.get("ms_iter"), "hosts": hosts}
+            "ms_iter": tdata.get("ms_iter"), "canary_us": tdata.get("canary_us"), "hosts": hosts}
 
 
 def host_summary(per: list[dict]) -> dict:
@@ -239,6 +241,31 @@ def speed_line(mode: str, sp: dict | None) -> str | None:
     return line
 
 
+CANARY_WINDOW = 15  # tokens: the host's slow stretches last 1 s and more (40+ eager tokens)
+CANARY_SLOW = 1.25  # a smoothed canary over 1.25x its unobserved median: the core ran slow (~1.65x on the H200)
+
+
+def core_speed(ms: list[float], canary_us: list[float] | None, is_u: list[bool]) -> dict | None:
+    """Token times at one core speed. The eager loop is bound by its host thread, and on the H200's host that
+    thread's core ran ~1.65x slower for seconds at a time, attached or not (eighth session, scripts/h200_speeds.py:
+    slow tokens' decode-thread CPU time equalled their wall time, other threads' CPU ~0, run-queue wait 0, and the
+    engine's ~30 us canary of fixed pure Python on the decode thread ran 1.68x slower). Each token's ms is scaled by
+    ref / (the canary's rolling median over CANARY_WINDOW tokens), ref being that median over the unobserved
+    tokens. Work decodemon adds to the decode thread (the hook, a window's open/close, GIL waits) is not in the
+    canary, so it stays in the scaled time; a slowdown of the core itself would be scaled away, which is why
+    `canary` (unobserved vs observed) is reported beside it. `is_u`: per token, whether it is unobserved."""
+    if not canary_us or len(canary_us) != len(ms) or not any(is_u):
+        return None
+    c = np.asarray(canary_us, dtype=float)
+    h = CANARY_WINDOW // 2
+    pad = np.pad(c, (h, h), mode="edge")
+    smooth = np.median(np.lib.stride_tricks.sliding_window_view(pad, CANARY_WINDOW), axis=1)
+    u = np.asarray(is_u, dtype=bool)
+    ref = float(np.median(smooth[u]))
+    return {"ms": list(np.asarray(ms, dtype=float) * ref / smooth), "ref_us": ref,
+            "slow": list(smooth > CANARY_SLOW * ref), "smooth_us": list(smooth)}
+
+
 def run_mode(mode: str, phase_s: float, pairs: int, work: Path, profiler_phase_s: float, long_s: float) -> dict:
     # decodemon and torch.profiler each bring a libcupti; once kineto has initialised CUPTI it stays attached
     # (tokens after a profiler phase ran ~13% slower in graph mode), and after decodemon's CUPTI has loaded,
@@ -274,6 +301,38 @@ def run_mode(mode: str, phase_s: float, pairs: int, work: Path, profiler_phase_s
                                   "long_p99_ratio": pct(dl_i, 99) / pct(u_i, 99) if dl_i and u_i else None}
     for label, per in (("D", per_all[0]), ("Ddense", per_all[0]), ("P", per_all[1])):
         out[label] = pair_stats(per, label)
+    # the same pairs at one core speed (see core_speed), and whether decodemon's phases ran on a slower core
+    core_per = []
+    canary = {}
+    for sess in (a, b):
+        ends = sess["ends"]
+        where = [next((lab for lab, t0, t1 in sess["phases"] if t0 + 0.05 <= e <= t1), None) for e in ends]
+        cs = core_speed(sess["ms"], sess.get("canary_us"), [w == "U" for w in where])
+        if cs is None:
+            core_per.append(None)
+            continue
+        per = []
+        for label, t0, t1 in sess["phases"]:
+            idx = [i for i, e in enumerate(ends) if t0 + 0.05 <= e <= t1]
+            xs = [cs["ms"][i] for i in idx]
+            per.append({"phase": label, "median_ms": statistics.median(xs) if xs else None,
+                        "p99_ms": pct(xs, 99) if xs else None, "ms": xs})
+        core_per.append(per)
+        if sess is a:
+            for kind in ("U", "D"):
+                sel = [i for i, w in enumerate(where) if w == kind]
+                canary[kind] = {"median_us": round(float(np.median([sess["canary_us"][i] for i in sel])), 2)
+                                if sel else None,
+                                "slow_core_share": round(sum(cs["slow"][i] for i in sel) / len(sel), 3) if sel else None}
+            canary["ref_us"] = round(cs["ref_us"], 2)
+    if core_per[0] is not None:
+        out["core"] = {label: pair_stats(per, label) for label, per in
+                       (("D", core_per[0]), ("Ddense", core_per[0]), ("P", core_per[1]))
+                       if per is not None}
+        cu = [m for p in core_per[0][1:] if p["phase"] == "U" for m in p["ms"]]
+        cl = [m for p in core_per[0] if p["phase"] == "Dlong" for m in p["ms"]]
+        out["core"]["long_p99_ratio"] = pct(cl, 99) / pct(cu, 99) if cl and cu else None
+        out["core"]["canary"] = canary
     # all tokens of each kind in the decodemon process: the first U phase (before any attach) is left out,
     # because the first attach itself changed the graphed loop's speed (see docs/benchmarks.md)
     uall = [m for p in per_all[0][1:] if p["phase"] == "U" for m in p["ms"]]
@@ -319,6 +378,45 @@ def run_mode(mode: str, phase_s: float, pairs: int, work: Path, profiler_phase_s
 
 def fmt(x, spec=".3f"):
     return "n/a" if x is None else format(x, spec)
+
+
+def core_table(results: list[dict], names: dict) -> list[str]:
+    """The pairs again at one core speed (core_speed): the same arithmetic on canary-scaled token times."""
+    rows = [r for r in results if r.get("core")]
+    if not rows:
+        return []
+    lines = ["", "## The same pairs at one core speed", "",
+             "The eager loop is bound by its host thread, and that thread's core ran ~1.65× slower for seconds at a "
+             "time, attached or not (scripts/h200_speeds.py: the slow tokens' thread CPU time equalled their wall "
+             "time, other threads' CPU ~0, run-queue wait 0, and a fixed ~30 µs canary of pure Python on the decode "
+             "thread ran 1.68× slower with them). Here each token's time is scaled by the unobserved tokens' canary "
+             f"median ÷ the canary's rolling median over {CANARY_WINDOW} tokens. Work decodemon adds on the decode "
+             "thread is not in the canary and stays in; a slower core under decodemon would be scaled away, so the "
+             "canary's own figures for unobserved and decodemon tokens are shown beside.", "",
+             "| mode | observer | pairs | overhead (median) | spread | overhead, pairs after the first | noise floor | "
+             "p99 ratio (median) | p99 ratio, pairs after the first | canary µs, unobserved vs decodemon (median) | "
+             "tokens on a slow core, unobserved vs decodemon |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        c = r["core"]
+        cn = c.get("canary") or {}
+        cu, cd = cn.get("U") or {}, cn.get("D") or {}
+        for k in ("D", "P", "Ddense"):
+            v = c.get(k)
+            if not v:
+                continue
+            can = (f"{fmt(cu.get('median_us'), '.1f')} vs {fmt(cd.get('median_us'), '.1f')} | "
+                   f"{fmt(100 * cu['slow_core_share'] if cu.get('slow_core_share') is not None else None, '.1f')}% vs "
+                   f"{fmt(100 * cd['slow_core_share'] if cd.get('slow_core_share') is not None else None, '.1f')}%"
+                   if k == "D" else "— | —")
+            lines.append(f"| {r['mode']} | {names[k]} | {v['pairs']} | {fmt(v['overhead_pct_median'], '+.2f')}% | "
+                         f"{fmt(v['overhead_pct_min'], '+.2f')}%..{fmt(v['overhead_pct_max'], '+.2f')}% | "
+                         f"{fmt(v.get('overhead_pct_median_after_first'), '+.2f')}% | "
+                         f"±{fmt(v.get('noise_floor_bracketed_pct'), '.2f')}% | {fmt(v['p99_ratio_median'], '.3f')} | "
+                         f"{fmt(v.get('p99_ratio_median_after_first'), '.3f')} | {can} |")
+    lines.append("")
+    lines += [f"Long attach at one core speed, {r['mode']}: p99 ratio {fmt(r['core'].get('long_p99_ratio'))}."
+              for r in rows]
+    return lines
 
 
 def markdown(results: list[dict], env: dict, cmd: str) -> str:
@@ -396,6 +494,7 @@ def markdown(results: list[dict], env: dict, cmd: str) -> str:
                          f"CPUs (/proc/stat)" + (f"; correlation of the phase's ms/token with steal "
                                                  f"{h['r_ms_vs_steal']:+.2f}" if "r_ms_vs_steal" in h else "") + ".")
     lines += [x for x in (speed_line(r["mode"], r.get("speeds")) for r in results) if x]
+    lines += core_table(results, names)
     lines += ["", "Token times above are inter-token latency: from one token's arrival on the host (`.item()` "
               "returning) to the next's, so the token clock's hook counts in the token after it. On the engine's "
               "other clock (stamped after the hook, which then counts in the token just emitted):"]

@@ -191,3 +191,50 @@ def test_a_loop_that_runs_at_two_speeds_is_called_out():
         "nothing. The 5 pairs whose three phases all ran at the fast speed: +0.41% (median; this leaves out any "
         "slow stretch decodemon might cause, so read it with the counts).")
     assert overhead.speed_line("eager", overhead.speed_regimes(steady)) is None
+
+
+def _speeds_recording():
+    import json
+
+    # an eager demo engine on the H200 with --cpu-clocks, 17 phases of 8 s (U, then N U D U x4):
+    # docs/h200/speeds_session8_run2_2026-11-29.json has the run's summary and command
+    return json.loads((Path(__file__).parents[1] / "tests/data/h200_eager_speeds_times.json").read_text())
+
+
+def test_slow_stretches_of_the_h200_eager_loop_were_its_core_not_its_work():
+    """The recording behind core_speed: slow tokens' decode-thread CPU time is their wall time, no other thread
+    of the process ran, the run queue never held the thread, and the canary slowed with them."""
+    import numpy as np
+
+    t = _speeds_recording()
+    ms, thr = np.array(t["ms"]), np.array(t["thread_cpu_ms"])
+    oth = np.array(t["process_cpu_ms"]) - thr
+    can, rq = np.array(t["canary_us"]), np.array(t["runq_wait_ms"])
+    slow = ms > 1.3 * np.median(ms)
+    assert 0.15 < slow.mean() < 0.35
+    assert np.median(thr[slow] / ms[slow]) > 0.98  # on a core the whole time
+    assert np.median(oth[slow]) < 0.2
+    assert np.mean(rq[slow] > 1.0) < 0.02  # 8 of 5,489 tokens waited over 1 ms for a core (at most 24 ms)
+    token_ratio = np.median(ms[slow]) / np.median(ms[~slow])
+    canary_ratio = np.median(can[slow]) / np.median(can[~slow])
+    assert 1.5 < token_ratio < 1.8 and abs(canary_ratio / token_ratio - 1) < 0.1
+
+
+def test_core_speed_scales_a_slow_core_away_and_keeps_work_added_on_the_decode_thread():
+    import numpy as np
+
+    t = _speeds_recording()
+    ms = np.array(t["ms"])
+    cs = overhead.core_speed(t["ms"], t["canary_us"], [True] * len(ms))
+    slow, scaled = np.array(cs["slow"]), np.array(cs["ms"])
+    assert 0.15 < slow.mean() < 0.35
+    assert np.median(ms[slow]) / np.median(ms[~slow]) > 1.5
+    assert abs(np.median(scaled[slow]) / np.median(scaled[~slow]) - 1) < 0.05  # at one core speed
+    # 1 ms of work on the decode thread in every other block of 200 tokens (the canary does not see it) survives
+    extra = np.array([(i // 200) % 2 for i in range(len(ms))], dtype=float)
+    cs2 = overhead.core_speed(list(ms + extra), t["canary_us"], [True] * len(ms))
+    added = np.array(cs2["ms"]) - scaled
+    assert np.median(added[extra == 1]) == pytest.approx(1.0, abs=0.15) and np.all(added[extra == 0] == 0)
+    # no canary (an older engine), or no unobserved token to take the reference from: nothing to scale by
+    assert overhead.core_speed(t["ms"], None, [True] * len(ms)) is None
+    assert overhead.core_speed(t["ms"], t["canary_us"], [False] * len(ms)) is None
