@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -242,7 +243,7 @@ def speed_line(mode: str, sp: dict | None) -> str | None:
 
 
 CANARY_WINDOW = 15  # tokens: the host's slow stretches last 1 s and more (40+ eager tokens)
-CANARY_SLOW = 1.25  # a smoothed canary over 1.25x its unobserved median: the core ran slow (~1.65x on the H200)
+CANARY_SLOW = 1.25  # a smoothed canary over 1.25x its unobserved 25th percentile: a slow core (~1.65x on the H200)
 
 
 def core_speed(ms: list[float], canary_us: list[float] | None, is_u: list[bool]) -> dict | None:
@@ -262,8 +263,9 @@ def core_speed(ms: list[float], canary_us: list[float] | None, is_u: list[bool])
     smooth = np.median(np.lib.stride_tricks.sliding_window_view(pad, CANARY_WINDOW), axis=1)
     u = np.asarray(is_u, dtype=bool)
     ref = float(np.median(smooth[u]))
-    return {"ms": list(np.asarray(ms, dtype=float) * ref / smooth), "ref_us": ref,
-            "slow": list(smooth > CANARY_SLOW * ref), "smooth_us": list(smooth)}
+    fast = float(np.percentile(smooth[u], 25))  # the core's usual speed, even where the unobserved phases ran slow
+    return {"ms": list(np.asarray(ms, dtype=float) * ref / smooth), "ref_us": ref, "fast_us": fast,
+            "slow": list(smooth > CANARY_SLOW * fast), "smooth_us": list(smooth)}
 
 
 def run_mode(mode: str, phase_s: float, pairs: int, work: Path, profiler_phase_s: float, long_s: float) -> dict:
@@ -304,7 +306,7 @@ def run_mode(mode: str, phase_s: float, pairs: int, work: Path, profiler_phase_s
     # the same pairs at one core speed (see core_speed), and whether decodemon's phases ran on a slower core
     core_per = []
     canary = {}
-    for sess in (a, b):
+    for sess in (a, b) if mode == "eager" else ():  # a graphed loop waits on the GPU: its core's speed is not its
         ends = sess["ends"]
         where = [next((lab for lab, t0, t1 in sess["phases"] if t0 + 0.05 <= e <= t1), None) for e in ends]
         cs = core_speed(sess["ms"], sess.get("canary_us"), [w == "U" for w in where])
@@ -325,7 +327,7 @@ def run_mode(mode: str, phase_s: float, pairs: int, work: Path, profiler_phase_s
                                 if sel else None,
                                 "slow_core_share": round(sum(cs["slow"][i] for i in sel) / len(sel), 3) if sel else None}
             canary["ref_us"] = round(cs["ref_us"], 2)
-    if core_per[0] is not None:
+    if core_per and core_per[0] is not None:
         out["core"] = {label: pair_stats(per, label) for label, per in
                        (("D", core_per[0]), ("Ddense", core_per[0]), ("P", core_per[1]))
                        if per is not None}
@@ -389,7 +391,8 @@ def core_table(results: list[dict], names: dict) -> list[str]:
              "The eager loop is bound by its host thread, and that thread's core ran ~1.65× slower for seconds at a "
              "time, attached or not (scripts/h200_speeds.py: the slow tokens' thread CPU time equalled their wall "
              "time, other threads' CPU ~0, run-queue wait 0, and a fixed ~30 µs canary of pure Python on the decode "
-             "thread ran 1.68× slower with them). Here each token's time is scaled by the unobserved tokens' canary "
+             "thread ran 1.68× slower with them). Eager rows only: a graphed loop waits on the GPU, not its core. "
+             "Here each token's time is scaled by the unobserved tokens' canary "
              f"median ÷ the canary's rolling median over {CANARY_WINDOW} tokens. Work decodemon adds on the decode "
              "thread is not in the canary and stays in; a slower core under decodemon would be scaled away, so the "
              "canary's own figures for unobserved and decodemon tokens are shown beside.", "",
@@ -588,6 +591,10 @@ def main():
         r = run_mode(mode, a.phase_s, pairs, work, a.profiler_phase_s, a.long_s)
         results.append(r)
         (out / "overhead.json").write_text(json.dumps({"env": env, "results": results}, indent=1))
+        times = out / "times"  # every token of the run, for re-reading later
+        times.mkdir(exist_ok=True)
+        for f in work.glob(f"times_{mode}_*.json"):
+            shutil.copy(f, times / f.name)
         print(json.dumps({k: r[k] for k in ("mode", "D", "P", "Ddense", "U_first", "U_all", "D_all", "D_later", "Dlong",
                                             "accuracy")}),
               flush=True)
