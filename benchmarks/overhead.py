@@ -283,7 +283,9 @@ def run_mode(mode: str, phase_s: float, pairs: int, work: Path, profiler_phase_s
             xs = [m for e, m in zip(sess["ends"], sess["ms"]) if t0 + 0.05 <= e <= t1]
             per.append({"phase": label, "tokens": len(xs), "median_ms": statistics.median(xs) if xs else None,
                         "mean_ms": statistics.fmean(xs) if xs else None,
-                        "p99_ms": pct(xs, 99) if xs else None, "ms": xs, **host})
+                        "p99_ms": pct(xs, 99) if xs else None, "ms": xs, **host,
+                        # the phase's span (unix s), so the tokens under OUT/times can be re-read by phase
+                        "t0_unix_s": round(t0, 3), "t1_unix_s": round(t1, 3)})
         per_all.append(per)
     out["phases"] = [{k: v for k, v in p.items() if k != "ms"} for per in per_all for p in per]
     # the same tokens on the engine's other clock, stamped after the token clock's hook (which then counts in the
