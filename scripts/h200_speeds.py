@@ -68,6 +68,9 @@ def main() -> None:
                     help="one round's phases after the first U: U unobserved, P PM only, T traces only, N token clock "
                          "and NVML only, D defaults")
     a = ap.parse_args()
+    plan = ["U"] + list(a.plan) * a.rounds
+    if set(plan) - {"U", *ATTACH}:
+        ap.error(f"--plan: phases are U, {', '.join(ATTACH)}")
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     work = out / "work"
@@ -112,9 +115,6 @@ def main() -> None:
         threads.append(threading.Thread(target=read_lines, args=(smi, smi_lines), daemon=True))
     for t in threads:
         t.start()
-    plan = ["U"] + list(a.plan) * a.rounds
-    if set(plan) - {"U", *ATTACH}:
-        ap.error(f"--plan: phases are U, {', '.join(ATTACH)}")
     phases = []
     time.sleep(2)
     for label in plan:
