@@ -238,3 +238,19 @@ def test_core_speed_scales_a_slow_core_away_and_keeps_work_added_on_the_decode_t
     # no canary (an older engine), or no unobserved token to take the reference from: nothing to scale by
     assert overhead.core_speed(t["ms"], None, [True] * len(ms)) is None
     assert overhead.core_speed(t["ms"], t["canary_us"], [False] * len(ms)) is None
+
+
+def test_the_core_speed_table_shows_the_canary_beside_the_pairs_and_only_where_it_was_measured():
+    import json
+
+    # run 16 on the H200 (docs/h200/overhead_session8_run16_2026-11-29.json): eager has core-speed rows, graph not
+    d = json.loads((Path(__file__).parents[1] / "docs/h200/overhead_session8_run16_2026-11-29.json").read_text())
+    eager, graph = d["results"]
+    assert "core" in eager and "core" not in graph
+    names = {"D": "defaults", "P": "torch.profiler", "Ddense": "dense"}
+    lines = overhead.core_table(d["results"], names)
+    rows = [ln for ln in lines if ln.startswith("| eager |")]
+    assert len(rows) == 3 and not any(ln.startswith("| graph |") for ln in lines)
+    assert rows[0].startswith("| eager | defaults | 9 | -2.63% |") and rows[0].endswith("| 34.4 vs 33.2 | 26.3% vs 26.4% |")
+    assert "Long attach at one core speed, eager: p99 ratio 1.088." in lines
+    assert overhead.core_table([graph], names) == []
