@@ -71,13 +71,17 @@ def pair_stats(per: list[dict], label: str) -> dict:
     # The same arithmetic as an observed phase gets, done on an unobserved one: each U between two U's (one
     # `label` phase apart on each side) against their mean. This is the noise floor of the estimator itself;
     # the U-after / U-before one above also carries the drift across a pair that the bracketing cancels.
-    bracketed = []
+    bracketed, bracketed_p99 = [], []
     for i, p in enumerate(per):
         if (p["phase"] == "U" and p["median_ms"] and 2 <= i < len(per) - 2
                 and per[i - 1]["phase"] == label and per[i + 1]["phase"] == label
                 and per[i - 2]["phase"] == "U" and per[i + 2]["phase"] == "U"
                 and per[i - 2]["median_ms"] and per[i + 2]["median_ms"]):
             bracketed.append(p["median_ms"] / statistics.mean((per[i - 2]["median_ms"], per[i + 2]["median_ms"])))
+            # p99 too: a short phase's p99 is one of its few slowest tokens, and noisy (eager on the H200,
+            # eighth session: ±7-14% between unobserved phases)
+            if p.get("p99_ms") and per[i - 2].get("p99_ms") and per[i + 2].get("p99_ms"):
+                bracketed_p99.append(p["p99_ms"] / statistics.mean((per[i - 2]["p99_ms"], per[i + 2]["p99_ms"])))
     later = ratios[1:]  # the process's first attach carries one-off costs (see D_later in run_mode)
     obs = [p["median_ms"] for p in per if p["phase"] == label and p["median_ms"]]
 
@@ -96,6 +100,8 @@ def pair_stats(per: list[dict], label: str) -> dict:
             "noise_floor_pct": 100 * statistics.median(abs(x - 1) for x in null) if null else None,
             "noise_floor_bracketed_pct": 100 * statistics.median(abs(x - 1) for x in bracketed) if bracketed else None,
             "bracketed_null_pct": [round(100 * (x - 1), 2) for x in bracketed],
+            "p99_noise_floor_bracketed_pct": 100 * statistics.median(abs(x - 1) for x in bracketed_p99)
+            if bracketed_p99 else None,
             "reference": "mean of the unobserved phases before and after",
             "median_ms": statistics.median(obs) if obs else None}
 
@@ -384,6 +390,12 @@ def fmt(x, spec=".3f"):
     return "n/a" if x is None else format(x, spec)
 
 
+def p99_noise(v: dict) -> str:
+    """' (noise ±N%)' after a p99 ratio: the same ratio taken for an unobserved phase between two others."""
+    n = v.get("p99_noise_floor_bracketed_pct")
+    return "" if n is None else f" (noise ±{n:.1f}%)"
+
+
 def core_table(results: list[dict], names: dict) -> list[str]:
     """The pairs again at one core speed (core_speed): the same arithmetic on canary-scaled token times."""
     rows = [r for r in results if r.get("core")]
@@ -416,7 +428,8 @@ def core_table(results: list[dict], names: dict) -> list[str]:
             lines.append(f"| {r['mode']} | {names[k]} | {v['pairs']} | {fmt(v['overhead_pct_median'], '+.2f')}% | "
                          f"{fmt(v['overhead_pct_min'], '+.2f')}%..{fmt(v['overhead_pct_max'], '+.2f')}% | "
                          f"{fmt(v.get('overhead_pct_median_after_first'), '+.2f')}% | "
-                         f"±{fmt(v.get('noise_floor_bracketed_pct'), '.2f')}% | {fmt(v['p99_ratio_median'], '.3f')} | "
+                         f"±{fmt(v.get('noise_floor_bracketed_pct'), '.2f')}% | {fmt(v['p99_ratio_median'], '.3f')}"
+                         f"{p99_noise(v)} | "
                          f"{fmt(v.get('p99_ratio_median_after_first'), '.3f')} | {can} |")
     lines.append("")
     lines += [f"Long attach at one core speed, {r['mode']}: p99 ratio {fmt(r['core'].get('long_p99_ratio'))}."
@@ -456,7 +469,8 @@ def markdown(results: list[dict], env: dict, cmd: str) -> str:
                          f"{fmt(v['overhead_pct_median'], '+.2f')}% | {fmt(v['overhead_pct_min'], '+.2f')}%.."
                          f"{fmt(v['overhead_pct_max'], '+.2f')}% | {fmt(v.get('overhead_pct_median_after_first'), '+.2f')}% | "
                          f"±{fmt(v.get('noise_floor_bracketed_pct'), '.2f')}% (after/before ±{fmt(v.get('noise_floor_pct'), '.2f')}%) | "
-                         f"{fmt(v['p99_ratio_median'], '.3f')} | {fmt(v.get('p99_ratio_median_after_first'), '.3f')} |")
+                         f"{fmt(v['p99_ratio_median'], '.3f')}{p99_noise(v)} | "
+                         f"{fmt(v.get('p99_ratio_median_after_first'), '.3f')} |")
     lines += ["", "All decodemon phases against all unobserved phases after the first attach (p99 over every token of "
               "each kind); the first unobserved phase, before any attach, is shown apart:", "",
               "| mode | before any attach median / p99 | unobserved median / p99 | decodemon, all short attaches "

@@ -1,6 +1,7 @@
 """The overhead benchmark's arithmetic (benchmarks/overhead.py), on phase tables shaped like the H200 runs'."""
 
 import importlib.util
+import statistics
 from pathlib import Path
 
 import pytest
@@ -54,6 +55,11 @@ def test_the_bracketed_noise_floor_judges_an_unobserved_phase_as_an_observed_one
     st = overhead.pair_stats(per, "D")
     assert st["bracketed_null_pct"][1] == pytest.approx(3.0, abs=0.01)
     assert len(st["bracketed_null_pct"]) == 2  # the first and last U have no U on one side
+    # the p99 ratio gets the same noise floor: U p99s 30, 31, 33, 34 -> 31 / 31.5 and 33 / 32.5
+    assert st["p99_noise_floor_bracketed_pct"] == pytest.approx(100 * statistics.median(
+        [abs(31.0 / 31.5 - 1), abs(33.0 / 32.5 - 1)]))
+    assert overhead.p99_noise(st) == f" (noise ±{st['p99_noise_floor_bracketed_pct']:.1f}%)"
+    assert overhead.p99_noise({}) == ""
 
 
 def test_the_demo_engine_writes_both_clocks(tmp_path):
