@@ -133,7 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--times-file", help="at exit, write every token's end time (unix s) and ms to this .json")
     ap.add_argument("--cpu-clocks", action="store_true",
                     help="with --times-file: also write, per token, the decode thread's CPU ms, the whole process's "
-                         "CPU ms and the decode thread's run-queue wait ms (/proc/thread-self/schedstat)")
+                         "CPU ms, the decode thread's run-queue wait ms (/proc/thread-self/schedstat) and a ~30 us "
+                         "canary of fixed pure Python timed on the decode thread (the core's speed)")
     ap.add_argument("--profiler-dir", help="SIGUSR1 toggles torch.profiler; each stop writes its kernel counts here")
     ap.add_argument("--log-every", type=float, default=0.0,
                     help="every S seconds print a JSON line with the median ms/token since the last line")
@@ -239,7 +240,7 @@ def main(argv=None) -> int:
     clocks: dict[str, list[float]] = {"thread_cpu_ms": [], "process_cpu_ms": [], "runq_wait_ms": [], "canary_us": []}
     want_clocks = bool(a.cpu_clocks and a.times_file)
 
-    def read_clocks() -> tuple[float, float, float]:
+    def read_clocks() -> tuple[float, float, float, float]:
         try:
             with open("/proc/thread-self/schedstat") as fh:
                 wait = int(fh.read().split()[1]) / 1e6
