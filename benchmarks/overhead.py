@@ -270,8 +270,25 @@ def core_speed(ms: list[float], canary_us: list[float] | None, is_u: list[bool])
     u = np.asarray(is_u, dtype=bool)
     ref = float(np.median(smooth[u]))
     fast = float(np.percentile(smooth[u], 25))  # the core's usual speed, even where the unobserved phases ran slow
-    return {"ms": list(np.asarray(ms, dtype=float) * ref / smooth), "ref_us": ref, "fast_us": fast,
-            "slow": list(smooth > CANARY_SLOW * fast), "smooth_us": list(smooth)}
+    return {"ms": list(np.asarray(ms, dtype=float) * ref / smooth), "ref_us": ref,
+            "slow": list(smooth > CANARY_SLOW * fast)}
+
+
+PHASE_SKIP_S = 0.05  # a phase's tokens: those that ended inside it, less its first 50 ms (the switch itself)
+
+
+def phase_of(e: float, t0: float, t1: float) -> bool:
+    return t0 + PHASE_SKIP_S <= e <= t1
+
+
+def phase_rows(phases: list[tuple], ends: list[float], values: list[float]) -> list[dict]:
+    """Per phase (label, t0, t1): its tokens' values with their median and p99, as pair_stats reads them."""
+    rows = []
+    for label, t0, t1 in phases:
+        xs = [v for e, v in zip(ends, values) if phase_of(e, t0, t1)]
+        rows.append({"phase": label, "median_ms": statistics.median(xs) if xs else None,
+                     "p99_ms": pct(xs, 99) if xs else None, "ms": xs})
+    return rows
 
 
 def run_mode(mode: str, phase_s: float, pairs: int, work: Path, profiler_phase_s: float, long_s: float) -> dict:
@@ -284,24 +301,18 @@ def run_mode(mode: str, phase_s: float, pairs: int, work: Path, profiler_phase_s
     out = {"mode": mode, "attach": [x for _, x in a["attach"]]}
     per_all = []
     for sess in (a, b):
-        per = []
-        for (label, t0, t1), host in zip(sess["phases"], sess["hosts"]):
-            xs = [m for e, m in zip(sess["ends"], sess["ms"]) if t0 + 0.05 <= e <= t1]
-            per.append({"phase": label, "tokens": len(xs), "median_ms": statistics.median(xs) if xs else None,
-                        "mean_ms": statistics.fmean(xs) if xs else None,
-                        "p99_ms": pct(xs, 99) if xs else None, "ms": xs, **host,
-                        # the phase's span (unix s), so the tokens under OUT/times can be re-read by phase
-                        "t0_unix_s": round(t0, 3), "t1_unix_s": round(t1, 3)})
+        per = phase_rows(sess["phases"], sess["ends"], sess["ms"])
+        for row, (_, t0, t1), host in zip(per, sess["phases"], sess["hosts"]):
+            xs = row["ms"]
+            row.update(tokens=len(xs), mean_ms=statistics.fmean(xs) if xs else None, **host,
+                       # the phase's span (unix s), so the tokens under OUT/times can be re-read by phase
+                       t0_unix_s=round(t0, 3), t1_unix_s=round(t1, 3))
         per_all.append(per)
     out["phases"] = [{k: v for k, v in p.items() if k != "ms"} for per in per_all for p in per]
     # the same tokens on the engine's other clock, stamped after the token clock's hook (which then counts in the
     # token just emitted, not the one the user waits for next): p99 per pair and over the long attach
     if a.get("ms_iter"):
-        per_i = []
-        for label, t0, t1 in a["phases"]:
-            xs = [m for e, m in zip(a["ends"], a["ms_iter"]) if t0 + 0.05 <= e <= t1]
-            per_i.append({"phase": label, "median_ms": statistics.median(xs) if xs else None,
-                          "p99_ms": pct(xs, 99) if xs else None, "ms": xs})
+        per_i = phase_rows(a["phases"], a["ends"], a["ms_iter"])
         u_i = [m for p in per_i[1:] if p["phase"] == "U" for m in p["ms"]]
         dl_i = [m for p in per_i if p["phase"] == "Dlong" for m in p["ms"]]
         st = pair_stats(per_i, "D")
@@ -316,18 +327,12 @@ def run_mode(mode: str, phase_s: float, pairs: int, work: Path, profiler_phase_s
     canary = {}
     for sess in (a, b) if mode == "eager" else ():  # a graphed loop waits on the GPU: its core's speed is not its
         ends = sess["ends"]
-        where = [next((lab for lab, t0, t1 in sess["phases"] if t0 + 0.05 <= e <= t1), None) for e in ends]
+        where = [next((lab for lab, t0, t1 in sess["phases"] if phase_of(e, t0, t1)), None) for e in ends]
         cs = core_speed(sess["ms"], sess.get("canary_us"), [w == "U" for w in where])
         if cs is None:
             core_per.append(None)
             continue
-        per = []
-        for label, t0, t1 in sess["phases"]:
-            idx = [i for i, e in enumerate(ends) if t0 + 0.05 <= e <= t1]
-            xs = [cs["ms"][i] for i in idx]
-            per.append({"phase": label, "median_ms": statistics.median(xs) if xs else None,
-                        "p99_ms": pct(xs, 99) if xs else None, "ms": xs})
-        core_per.append(per)
+        core_per.append(phase_rows(sess["phases"], ends, cs["ms"]))
         if sess is a:
             for kind in ("U", "D"):
                 sel = [i for i, w in enumerate(where) if w == kind]

@@ -242,10 +242,11 @@ class Session:
         gaps = np.diff([rx for rx, _ in self.metrics]) / 1e9
         every_s = float(np.median(gaps)) if len(gaps) else None
         probe_ms = _median(probe) if probe else None
-        per_window = (probe_ms or 0.0) + _median(stretch)
+        tracing_ms = _median(stretch)
+        per_window = (probe_ms or 0.0) + tracing_ms
         prep = [m.prepare_ms for m in ms if m.prepare_ms > 0]
         return {"probe_ms_per_window": round(probe_ms, 2) if probe_ms is not None else None,
-                "tracing_ms_per_window": round(_median(stretch), 2),
+                "tracing_ms_per_window": round(tracing_ms, 2),
                 "window_every_s": round(every_s, 2) if every_s else None,
                 "cupti_start_off_thread_ms": round(_median(prep), 2) if prep else None,
                 # without the probe's own time (recordings older than probe_host_ns) the bill is incomplete

@@ -132,13 +132,17 @@ class WindowTracer:
         detach at its next boundary finalizes as usual (`initialised` is set). Returns the ns it took.
         """
         t0 = time.perf_counter_ns()
+        self._start()
+        self.prepared = True
+        self.prepare_ns = time.perf_counter_ns() - t0
+        return self.prepare_ns
+
+    def _start(self) -> None:
+        """A new window's state, and CUPTI (re-)initialised by registering the buffer callbacks."""
         self._reset()
         self.last_ns = {}
         self._c.activity_register_callbacks(self._requested, self._completed)
         self.initialised = True
-        self.prepared = True
-        self.prepare_ns = time.perf_counter_ns() - t0
-        return self.prepare_ns
 
     # -- decode thread, at token boundaries -----------------------------------
     def open(self) -> None:
@@ -146,9 +150,7 @@ class WindowTracer:
         t0 = time.perf_counter_ns()
         c = self._c
         if not self.prepared:  # nobody prepared this window: CUPTI's start-up is paid here
-            self._reset()
-            self.last_ns = {}
-            c.activity_register_callbacks(self._requested, self._completed)
+            self._start()
         self.prepared = False
         for k in self._kinds:
             c.activity_enable(k)
