@@ -381,6 +381,10 @@ def run_mode(mode: str, phase_s: float, pairs: int, work: Path, profiler_phase_s
         "kernel_share_of_step_pct": statistics.median(x["kernel_share_of_step_pct"] for x in ok
                                                       if x.get("kernel_share_of_step_pct") is not None)
         if any(x.get("kernel_share_of_step_pct") is not None for x in ok) else None,
+        # the two instruments over the same GPU time: the PM samples inside each attach's traced tokens, PM's busy
+        # counter against the traced kernels' union over exactly those samples (pooled, sample-weighted)
+        "pm_vs_window": pool_pm_checks([x.get("pm_vs_window") for lab, x in a["attach"]
+                                        if lab in ("D", "Dlong") and "error" not in x]),
         "pm_state": ok[-1]["probe"].get("pm") if ok else None,
         # the agent thread's PM pumps: CPU outside libcupti's calls (which run without the GIL): the most they can
         # take from an eager decode thread, which needs the GIL
@@ -389,6 +393,18 @@ def run_mode(mode: str, phase_s: float, pairs: int, work: Path, profiler_phase_s
         "seconds_per_attach": phase_s,
     }
     return out
+
+
+def pool_pm_checks(checks: list) -> dict | None:
+    """Attaches' `pm_vs_window` figures pooled, each weighted by its samples; the largest attach-level gap beside."""
+    cs = [c for c in checks if c and c.get("samples")]
+    n = sum(c["samples"] for c in cs)
+    if not n:
+        return None
+    pm = sum(c["pm_gpu_busy_pct"] * c["samples"] for c in cs) / n
+    tr = sum(c["traced_gpu_busy_pct"] * c["samples"] for c in cs) / n
+    return {"samples": n, "attaches": len(cs), "pm_gpu_busy_pct": round(pm, 2), "traced_gpu_busy_pct": round(tr, 2),
+            "max_attach_gap_points": round(max(abs(c["pm_gpu_busy_pct"] - c["traced_gpu_busy_pct"]) for c in cs), 1)}
 
 
 def fmt(x, spec=".3f"):
@@ -493,14 +509,19 @@ def markdown(results: list[dict], env: dict, cmd: str) -> str:
                      f"| {dl['slow_tokens_over_1.1x_u_p99']} of {dl['tokens']} ({dl['seconds']:g} s) |")
     lines += ["", "## Accuracy, same run", "",
               "| mode | launches/token decodemon vs torch.profiler | kernel ms/token decodemon vs torch.profiler | "
-              "GPU busy: PM vs traced window (kernel union ÷ traced token) | GPU busy: PM vs traced kernels ÷ "
-              "untraced step |", "|---|---|---|---|---|"]
+              "GPU busy over the traced tokens, same PM samples: PM vs traced kernel union | "
+              "GPU busy: PM (whole attach) vs traced window (kernel union ÷ traced token) | GPU busy: PM (whole "
+              "attach) vs traced kernels ÷ untraced step |", "|---|---|---|---|---|---|"]
     for r in results:
         a = r["accuracy"]
         kd = a["decodemon_kernel_ms_per_token"]
         kp = a["profiler_kernel_ms_per_token"]
         diff = f" ({100 * (kd / kp - 1):+.1f}%)" if kd and kp else ""
-        busy = (f"{fmt(a['pm_gpu_busy_pct'], '.1f')}% vs {fmt(a['traced_gpu_busy_pct'], '.1f')}% | "
+        c = a.get("pm_vs_window")
+        same = (f"{c['pm_gpu_busy_pct']:.1f}% vs {c['traced_gpu_busy_pct']:.1f}% "
+                f"({c['pm_gpu_busy_pct'] - c['traced_gpu_busy_pct']:+.1f} points; {c['samples']} samples of "
+                f"{c['attaches']} attaches, widest attach {c['max_attach_gap_points']:g})" if c else "n/a")
+        busy = (f"{same} | {fmt(a['pm_gpu_busy_pct'], '.1f')}% vs {fmt(a['traced_gpu_busy_pct'], '.1f')}% | "
                 f"{fmt(a['pm_gpu_busy_pct'], '.1f')}% vs {fmt(a.get('kernel_share_of_step_pct'), '.1f')}%")
         lines.append(f"| {r['mode']} | {fmt(a['decodemon_launches_per_token'], '.1f')} vs "
                      f"{fmt(a['profiler_kernels_per_token'], '.1f')} | {fmt(kd)} vs {fmt(kp)}{diff} | {busy} |")

@@ -59,7 +59,9 @@ class Ring:
         return self._hi - self._lo
 
 
-PM_COLS = ("rx_ns", "gpu_busy_pct", "sm_active_pct", "warps_active_pct", "dram_pct")
+# gpu_t0_ns / gpu_t1_ns: each sample's interval in CUPTI's clock (the traced windows' clock; float64, exact to
+# ~0.3 µs at today's timestamps, against 2 ms samples)
+PM_COLS = ("rx_ns", "gpu_busy_pct", "sm_active_pct", "warps_active_pct", "dram_pct", "gpu_t0_ns", "gpu_t1_ns")
 
 
 @dataclass
@@ -76,6 +78,7 @@ class Feed:
     coll: deque = field(default_factory=deque)  # (rx_ns, tokens in frame, calls, host ns, bytes) per TokenMarks
     windows: deque = field(default_factory=deque)  # (rx_ns, KernelWindow)
     pm: Ring = None  # rows: PM_COLS
+    pm_window: Ring = None  # rows: PM_COLS, the samples evaluated only for traced windows' spans (not averaged)
     nvml: deque = field(default_factory=deque)  # (rx_ns, NvmlSamples)
     state: dict = field(default_factory=dict)
     errors: list = field(default_factory=list)
@@ -87,6 +90,7 @@ class Feed:
     def __post_init__(self) -> None:
         self.marks = Ring(self.max_marks, 3, np.int64)
         self.pm = Ring(self.max_pm, len(PM_COLS), np.float64)
+        self.pm_window = Ring(4_000, len(PM_COLS), np.float64)
 
     def add(self, rx_ns: int, frame) -> None:
         """Take one frame."""
@@ -106,7 +110,7 @@ class Feed:
             while len(self.windows) > self.max_windows:
                 self.windows.popleft()
         elif isinstance(frame, wire.PmSamples):
-            self.pm.extend(pm_columns(rx_ns, frame))
+            (self.pm_window if frame.window_span else self.pm).extend(pm_columns(rx_ns, frame))
         elif isinstance(frame, wire.NvmlSamples):
             self.nvml.append((rx_ns, frame))
             while len(self.nvml) > self.max_nvml:
@@ -158,6 +162,18 @@ class Feed:
         v = self.pm.view()[:, -n:]
         return {k: v[i] for i, k in enumerate(PM_COLS)}
 
+    def pm_within(self, t0_ns: int, t1_ns: int) -> dict[str, np.ndarray]:
+        """PM columns of every kept sample (regular or evaluated for a window) that lies wholly inside
+        [t0_ns, t1_ns] of CUPTI's clock, in time order."""
+        cols = []
+        for ring in (self.pm, self.pm_window):
+            v = ring.view()
+            a, b = v[PM_COLS.index("gpu_t0_ns")], v[PM_COLS.index("gpu_t1_ns")]
+            cols.append(v[:, (a >= t0_ns) & (b <= t1_ns) & (b > a)])
+        v = np.concatenate(cols, axis=1)
+        v = v[:, np.argsort(v[PM_COLS.index("gpu_t0_ns")], kind="stable")]
+        return {k: v[i] for i, k in enumerate(PM_COLS)}
+
     def latest_window(self):
         """The newest traced window, or None."""
         return self.windows[-1][1] if self.windows else None
@@ -168,7 +184,8 @@ class Feed:
 
 
 def pm_columns(rx_ns: int, f: wire.PmSamples) -> np.ndarray:
-    """Raw PM metric rows → PM_COLS columns: rx, GPU busy, SM active, warps active, DRAM % (5 × n)."""
+    """Raw PM metric rows → PM_COLS columns: rx, GPU busy, SM active, warps active, DRAM %, sample start and end
+    (7 × n)."""
     m = {name: i for i, name in enumerate(f.metrics)}
     vals = f.values.array()
     if not len(f.metrics) or vals.size == 0:
@@ -188,4 +205,9 @@ def pm_columns(rx_ns: int, f: wire.PmSamples) -> np.ndarray:
         sm = np.clip(100.0 * col("sm__cycles_active.avg") / elapsed, 0, 100)
     warps = col("sm__warps_active.avg.pct_of_peak_sustained_active")
     dram = col("dram__throughput.avg.pct_of_peak_sustained_elapsed")
-    return np.vstack([np.full(len(vals), float(rx_ns)), busy, sm, warps, dram]).astype(np.float64)
+    n = len(vals)
+    t0, t1 = f.start_ns.array()[:n], f.end_ns.array()[:n]
+    if len(t0) < n or len(t1) < n:
+        t0 = t1 = np.zeros(n)
+    return np.vstack([np.full(n, float(rx_ns)), busy, sm, warps, dram,
+                      t0.astype(np.float64), t1.astype(np.float64)]).astype(np.float64)

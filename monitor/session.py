@@ -15,7 +15,8 @@ import numpy as np
 
 from decodemon.monitor import diagnosis as dx
 from decodemon.monitor.feed import Feed
-from decodemon.monitor.metrics import TokenStats, WindowMetrics, token_stats, window_metrics
+from decodemon.monitor.metrics import (PmWindowCheck, TokenStats, WindowMetrics, pm_window_check, token_stats,
+                                       window_metrics)
 from decodemon.probes import wire
 
 SPAN_NS = 5_000_000_000  # figures are taken over the last 5 s of the feed
@@ -59,6 +60,8 @@ class Snapshot:
     kernel_share_pct: float | None = None
     inputs: dx.Inputs | None = None  # what the diagnosis was given (a group view re-prices the collectives)
     observer: dict | None = None  # what watching costs the decode thread (Session.observer_cost)
+    # PM's GPU busy and the traced kernels' over the same PM samples inside the span's traced tokens
+    pm_check: PmWindowCheck | None = None
 
     @property
     def collective_us_priced(self) -> float | None:
@@ -219,8 +222,28 @@ class Session:
             host_clock_is_collective=host_clock_times_collectives(f.hello.model if f.hello else None, gpu),
             kernel_share_pct=(min(100.0, 100.0 * inp.kernel_sum_ms_per_token / inp.ms_per_token)
                               if inp.kernel_sum_ms_per_token is not None and inp.ms_per_token else None),
-            inputs=inp, observer=self.observer_cost(ts),
+            inputs=inp, observer=self.observer_cost(ts), pm_check=self.pm_check(max(rx - SPAN_NS, 0)),
         )
+
+    def pm_check(self, since: int) -> PmWindowCheck | None:
+        """PM against the traced windows received since `since` (else the last one), over the same samples:
+        the two instruments on the same GPU time (see metrics.pm_window_check), pooled over the windows."""
+        f = self.feed
+        wins = [w for rx, w in f.windows if rx >= since] or ([f.windows[-1][1]] if f.windows else [])
+        checks = []
+        for w in wins:
+            tb = w.token_bounds_ns.array()
+            if w.tokens <= 0 or len(tb) <= w.tokens:
+                continue
+            pm = f.pm_within(int(tb[0]), int(tb[w.tokens]))
+            c = pm_window_check(w, pm["gpu_t0_ns"], pm["gpu_t1_ns"], pm["gpu_busy_pct"]) if len(pm["rx_ns"]) else None
+            if c is not None:
+                checks.append(c)
+        n = sum(c.samples for c in checks)
+        if not n:
+            return None
+        return PmWindowCheck(samples=n, pm_busy_pct=sum(c.pm_busy_pct * c.samples for c in checks) / n,
+                             traced_busy_pct=sum(c.traced_busy_pct * c.samples for c in checks) / n)
 
     def observer_cost(self, ts: TokenStats | None) -> dict | None:
         """What the traced windows cost the decode thread, from the windows themselves.
@@ -357,6 +380,9 @@ def summary_json(s: Snapshot, kernels: int = 15) -> dict:
         "pm_gpu_busy_pct": round(s.pm["gpu_busy_pct"], 1) if s.pm else None,
         "traced_gpu_busy_pct": round(w.gpu_busy_pct, 1) if w else None,
         "kernel_share_of_step_pct": round(s.kernel_share_pct, 1) if s.kernel_share_pct is not None else None,
+        # GPU busy over the same PM samples inside the traced tokens: PM's counter and the traced kernels' union
+        "pm_vs_window": ({"samples": s.pm_check.samples, "pm_gpu_busy_pct": round(s.pm_check.pm_busy_pct, 1),
+                          "traced_gpu_busy_pct": round(s.pm_check.traced_busy_pct, 1)} if s.pm_check else None),
         "sm_active_pct": round(s.pm["sm_active_pct"], 1) if s.pm else None,
         "warps_active_pct": round(s.pm["warps_active_pct"], 1) if s.pm else None,
         "dram_pct": round(s.pm["dram_pct"], 1) if s.pm else None,

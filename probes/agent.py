@@ -158,6 +158,18 @@ def _foreign_profiler_active() -> bool:
         return False
 
 
+def pm_frames(starts, ends, rows, extra) -> list:
+    """One pump's samples as frames: the regular ones, then (apart) those evaluated for a traced window's span."""
+    out = []
+    for flag in (False, True):
+        idx = [i for i, e in enumerate(extra) if bool(e) == flag]
+        if idx:
+            out.append(wire.PmSamples(metrics=list(PM_METRICS), start_ns=wire.Column.of([starts[i] for i in idx]),
+                                      end_ns=wire.Column.of([ends[i] for i in idx]),
+                                      values=wire.Column.of([rows[i] for i in idx], "<f8"), window_span=flag))
+    return out
+
+
 def first_window_at(st: wire.Attach, now: float) -> float:
     """When an attach's first window is due: half a second in (or a period, if shorter), or `first_window_s`
     (a group's monitor staggers its ranks with it)."""
@@ -209,6 +221,16 @@ class _Session:
         self.errors: list[str] = []
         self.pm = None
         self.pm_restarts = 0
+        # traced windows' spans (CUPTI ns) whose PM samples the next pump evaluates in full: the monitor reads
+        # the counters over exactly the traced tokens beside the window's kernel records (an accuracy check)
+        self.pm_spans: list[tuple[int, int]] = []
+
+    def window_in_progress(self) -> bool:
+        """A window is prepared, asked for, open, or closed but not yet collected: PM pumps wait for its end, so
+        that one pump evaluates all of the samples over its tokens (not every `stride`-th)."""
+        tr = self.tracer
+        return tr is not None and (self.want_window or bool(getattr(tr, "active", False))
+                                   or bool(getattr(tr, "initialised", False)) or self.window_ready.is_set())
 
     def prepare_window(self) -> int:
         """Agent thread: make CUPTI's start-up here (tracer.prepare), a few tokens before the window opens.
@@ -582,12 +604,18 @@ class _Agent:
         return None
 
     def _pump_pm(self, session, state):
-        """Decode and evaluate PM samples into a frame; re-arm PM if a CUPTI finalize took the session down."""
+        """Decode and evaluate PM samples into frames; re-arm PM if a CUPTI finalize took the session down."""
         if session.pm is None:
             return None
         try:
-            got = session.pm.samples(max_samples=1024)
+            spans = list(session.pm_spans)
+            got = session.pm.samples(max_samples=1024, dense_spans=spans) if spans else \
+                session.pm.samples(max_samples=1024)
             pm = session.pm
+            if got is not None and len(got[1]):
+                last = max(got[1])
+                # covered by this pump (the sample over the window's end had completed), or never going to be
+                session.pm_spans = [sp for sp in session.pm_spans if sp[1] > last][-8:]
             state["pm_stride"] = str(pm.stride)
             if getattr(pm, "pumps", 0) > 1:
                 state["pm_cpu"] = (f"{1e3 * pm.cpu_later_s / (pm.pumps - 1):.2f} ms of agent CPU per pump outside "
@@ -595,9 +623,7 @@ class _Agent:
                                    f"({pm.pumps - 1} pumps; the first, which makes the image, "
                                    f"{1e3 * pm.cpu_first_s:.1f} ms)")
             if got is not None:
-                starts, ends, rows = got
-                return wire.PmSamples(metrics=list(PM_METRICS), start_ns=wire.Column.of(starts),
-                                      end_ns=wire.Column.of(ends), values=wire.Column.of(rows, "<f8"))
+                return pm_frames(*got)
         except Exception as exc:
             session.pm.close()
             session.pm = None
@@ -665,6 +691,9 @@ class _Agent:
                     # collect() set needs_guard from this window's records; once graphs were seen, always guard
                     session.tracer.needs_guard = _guard_after(bool(session.tracer.needs_guard))
                     window_id += 1
+                    tb = win.token_bounds_ns.array()
+                    if win.tokens and len(tb) > win.tokens:
+                        session.pm_spans.append((int(tb[0]), int(tb[win.tokens])))
                     out += wire.pack(win)
                     if ev is not None:
                         ln = getattr(session.tracer, "last_ns", {})
@@ -672,7 +701,9 @@ class _Agent:
                                *(ln.get(k, -1) for k in ("open", "flush", "finalize")))
                 except Exception as exc:
                     session.errors.append(f"trace collect: {type(exc).__name__}: {exc}")
-                next_pm = now  # a finalize may have taken PM down: pump (and re-arm) right away
+                # a finalize may have taken PM down: pump (and re-arm) soon, once the sample over the window's
+                # last token has completed (2 ms at the default interval)
+                next_pm = now + max(0.01, 2e-6 * st.pm_interval_us)
             if session.tracer is not None and not session.tracer.active \
                     and not session.window_ready.is_set() and not session.want_window and open_after is None \
                     and window_due(st, now, next_window, now - last_window,
@@ -689,9 +720,11 @@ class _Agent:
                 session.want_window = True
                 if ev is not None:
                     ev.add("want_window")
-            if now >= next_pm:
+            # a pump waits for a window in progress to be collected, but not for more than half a second (a loop
+            # that stops between a window's prepare and its open would otherwise stop PM with it)
+            if now >= next_pm and (now >= next_pm + 0.5 or (open_after is None and not session.window_in_progress())):
                 t_pump = time.time_ns()
-                pm_frame = self._pump_pm(session, state)
+                frames = self._pump_pm(session, state)
                 if ev is not None and session.pm is not None:
                     pm = session.pm
                     if not getattr(pm, "logged", True):  # armed (or re-armed after a finalize) since the last pump
@@ -699,8 +732,8 @@ class _Agent:
                         ev.add_at(pm.armed_ns + pm.arm_ns, "arm", pm.arm_ns, pm.arm_cpu_ns)
                     ev.add("pump", time.time_ns() - t_pump, int(pm.decode_s * 1e9), pm.stride,
                            int(getattr(pm, "image_s", 0.0) * 1e9), int(getattr(pm, "cpu_s", 0.0) * 1e9))
-                if pm_frame is not None:
-                    out += wire.pack(pm_frame)
+                for f in frames or ():
+                    out += wire.pack(f)
                 next_pm = now + 0.5
             if now >= next_marks:
                 t, d, c = session.marks_t, session.marks_d, session.marks_c

@@ -17,6 +17,24 @@ import numpy as np
 from decodemon.probes.sidecar import PM_METRICS
 
 
+def span_indices(n: int, last_start: int, last_end: int, spans, margin: int = 2) -> set[int]:
+    """Indices of the samples (`n` of them, one interval each, the last one from `last_start` to `last_end`) that
+    overlap any of `spans`, with `margin` samples either side for an interval that drifts. Counted back from the
+    last sample: the first sample of a session starts at 0 on the H200 (tests/data/h200_eager_pm.dmon)."""
+    step = last_end - last_start
+    if n <= 0 or step <= 0:
+        return set()
+    first = last_end - n * step
+    out: set[int] = set()
+    for a, b in spans:
+        if b < first or a > last_end:
+            continue
+        lo = max(0, int((a - first) // step) - margin)
+        hi = min(n - 1, int((b - first) // step) + margin)
+        out.update(range(lo, hi + 1))
+    return out
+
+
 class PmSampler:
     """A running PM sampling session on one device."""
 
@@ -49,6 +67,7 @@ class PmSampler:
 
         self._names_keep, self._names_ptr = metrics_to_c_array(list(PM_METRICS))
         self.stride = 4
+        self.dense_evaluated = 0  # samples evaluated for traced windows' spans, beyond the stride
         self.eval_s = 0.0
         self.decode_s = 0.0  # the last pump: decode, counter-data image included
         self.image_s = 0.0  # the last pump: resetting the counter-data image (the first: making it)
@@ -72,8 +91,14 @@ class PmSampler:
         getattr(self._c, name)(params.ptr)
         self._free_s += time.thread_time() - t0
 
-    def samples(self, max_samples: int = 1024, budget_s: float = 0.0015):
-        """Decode and evaluate completed samples, within a time budget: (start ns, end ns, rows) or None.
+    def samples(self, max_samples: int = 1024, budget_s: float = 0.0015, dense_spans=()):
+        """Decode and evaluate completed samples, within a time budget: (start ns, end ns, rows, extra) or None;
+        `extra[i]` is True for a sample evaluated only because it lies in one of `dense_spans`.
+
+        `dense_spans`: (start, end) spans in CUPTI's clock (a traced window's tokens) whose samples are all
+        evaluated, whatever the stride, so the monitor can read the counters over exactly the traced tokens and
+        set them beside the window's own kernel records. They are found from the last sample's
+        timestamps (samples come at a fixed interval), two samples of margin each side, outside the budget.
 
         The GIL is what the decode thread needs: on the H200 an eager loop ran at 40.9 ms/token instead of ~20
         while every 2 ms sample was evaluated through `Collector.decode()` (a fresh profiler host per call,
@@ -110,8 +135,15 @@ class PmSampler:
         ev.pp_metric_names = self._names_ptr
         ev.num_metrics = len(PM_METRICS)
         ev.p_metric_values = values.ctypes.data
-        starts, ends, rows = [], [], []
-        for i in range(0, n, self.stride):
+        starts, ends, rows, extra = [], [], [], []
+        dense: set[int] = set()
+        if dense_spans and n:
+            info.sample_index = n - 1
+            self._call("pm_sampling_counter_data_get_sample_info", info)
+            dense = span_indices(n, info.start_timestamp, info.end_timestamp, dense_spans)
+        t_dense = 0.0
+        for i in sorted(set(range(0, n, self.stride)) | dense):
+            t_i = time.perf_counter()
             info.sample_index = i
             self._call("pm_sampling_counter_data_get_sample_info", info)
             ev.range_index = i
@@ -120,14 +152,18 @@ class PmSampler:
             starts.append(info.start_timestamp)
             ends.append(info.end_timestamp)
             time.sleep(0)
-        spent = time.perf_counter() - t0
+            extra.append(bool(i % self.stride))
+            if i % self.stride:
+                t_dense += time.perf_counter() - t_i
+        self.dense_evaluated += sum(extra)
+        spent = time.perf_counter() - t0 - t_dense  # the stride follows the regular samples' cost only
         self.eval_s += spent
         if spent > budget_s and self.stride < 256:
             self.stride *= 2
         elif spent < budget_s / 4 and self.stride > 1:
             self.stride //= 2
         self._account(t_pump)
-        return starts, ends, rows
+        return starts, ends, rows, extra
 
     def _account(self, t_pump: float) -> None:
         # this thread's CPU time outside the GIL-free calls (waiting for the GIL, e.g. after each sleep(0), takes

@@ -184,6 +184,9 @@ class PmSamples(msgspec.Struct, frozen=True, tag="pm"):
     start_ns: Column
     end_ns: Column
     values: Column  # float64, rows x len(metrics), row-major
+    # samples evaluated only because they fall in a traced window's tokens (beyond the pump's stride): kept out
+    # of the loop's averages, which the regular samples give in proportion to time
+    window_span: bool = False
 
 
 class NvmlSamples(msgspec.Struct, frozen=True, tag="nvml"):

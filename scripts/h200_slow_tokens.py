@@ -40,6 +40,11 @@ PLANS = {
            ("D10", ["--pm-interval-us", "10000"]), ("U", None), ("D2", []), ("U", None)),
     # eager loop, default attaches only: where do a window's costs land once CUPTI starts in the agent thread
     "eager": (("U", None), ("D", []), ("U", None), ("D2", []), ("U", None), ("D3", []), ("U", None)),
+    # short attaches as the benchmark makes them (use --attach-s 4), default first window (0.5 s in) against one
+    # made 2 s in, well after PM's arm and first pump; both modes, each window's tokens kept
+    "short": (("U", None), ("D", []), ("U", None), ("F", ["--first-window", "2"]), ("U", None), ("D2", []),
+              ("U", None), ("F2", ["--first-window", "2"]), ("U", None), ("D3", []), ("U", None),
+              ("F3", ["--first-window", "2"]), ("U", None)),
 }
 
 
@@ -49,8 +54,8 @@ def run_case(name, mode, env_extra, work: Path, attach_s: float, cpu: bool, plan
     times_file = work / f"times_{name}.json"
     env = dict(os.environ, DECODEMON_AGENT_EVENTS=str(work / f"events_{name}"), **env_extra)
     dev = ["--tiny", "--device", "cpu"] if cpu else []
-    eng, pid = spawn_engine(dev + ["--mode", "eager" if cpu else mode, "--tokens", "0", "--times-file",
-                                   str(times_file)], env=env)
+    eng, pid = spawn_engine(dev + ["--mode", "eager" if cpu else mode, "--tokens", "0", "--cpu-clocks",
+                                   "--times-file", str(times_file)], env=env)
     time.sleep(2)
     phases = []
     attach_out: dict = {}
@@ -67,7 +72,9 @@ def run_case(name, mode, env_extra, work: Path, attach_s: float, cpu: bool, plan
             try:
                 d = json.loads(r.stdout)
                 attach_out[label] = {k: d.get(k) for k in ("pm_gpu_busy_pct", "traced_gpu_busy_pct",
-                                                            "kernel_share_of_step_pct", "windows", "launches_per_token")}
+                                                            "kernel_share_of_step_pct", "windows", "launches_per_token",
+                                                            "pm_vs_window", "observer_cost", "ms_per_token")}
+                attach_out[label]["pm_stride"] = (d.get("probe") or {}).get("pm_stride")
                 attach_out[label]["pm"] = (d.get("probe") or {}).get("pm")
                 attach_out[label]["errors"] = (d.get("probe") or {}).get("errors")
             except (ValueError, AttributeError):
@@ -150,6 +157,16 @@ def run_case(name, mode, env_extra, work: Path, attach_s: float, cpu: bool, plan
             "window_steps_ms": [[round(v / 1e6, 2) for v in e[4:7]] for e in events
                                 if e[1] == "collect" and len(e) >= 7 and a <= e[0] / 1e9 <= b],
             "prepare_ms": [round(e[2] / 1e6, 2) for e in events if e[1] == "prepare" and a <= e[0] / 1e9 <= b],
+            # each window's tokens on the inter-token clock, from 3 before the one its request lands in to 5 after,
+            # over the unobserved median; with the seconds from the attach's start to the request
+            "around_windows": [{"t_s": round(r - a, 3),
+                                "ms_over_median": [round(float(x) - res["unobserved_median_ms"], 2)
+                                                   for x in ms[max(0, int(np.searchsorted(end, r)) - 3):
+                                                               int(np.searchsorted(end, r)) + 6]]}
+                               for r in [e[0] / 1e9 for e in events if e[1] == "want_window"] if a <= r <= b],
+            # the slowest three tokens, seconds after the attach started
+            "slowest_at_s": [[round(float(end[i] - a), 3), round(float(ms[i]), 2)]
+                             for i in idx[np.argsort(ms[idx])[-3:]]] if len(idx) else [],
         })
     return res
 
@@ -167,7 +184,8 @@ def main() -> None:
     work.mkdir(exist_ok=True)
     plan = sys.argv[sys.argv.index("--plan") + 1] if "--plan" in sys.argv else "default"
     cases = {"default": [("graph", "graph", {}), ("eager", "eager", {})], "first": [("graph_first", "graph", {})],
-             "eager": [("eager", "eager", {})], "pm": [("eager", "eager", {})]}[plan]
+             "eager": [("eager", "eager", {})], "pm": [("eager", "eager", {})],
+             "short": [("eager", "eager", {}), ("graph", "graph", {})]}[plan]
     res["plan"] = plan
     res["command"] += f" --plan {plan}"
     for name, mode, env in cases:

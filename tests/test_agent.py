@@ -777,3 +777,107 @@ def test_no_start_up_while_an_earlier_attachs_finalize_is_still_due(monkeypatch)
     s.on_token(0)  # the old tracer is finalized first, then this window starts CUPTI itself
     assert [n for n, _ in old._c.calls][-1] == "finalize"
     assert [n for n, _ in tr._c.calls][0] == "activity_register_callbacks" and tr.active
+
+
+def test_span_indices_cover_a_traced_windows_samples_with_margin():
+    from decodemon.probes.pm_inproc import span_indices
+
+    # 100 samples of 2 ms from t=1e9 (the last from 1.198e9 to 1.2e9): a window from 41 ms to 67 ms covers
+    # samples 20..33
+    last = (10**9 + 198_000_000, 10**9 + 200_000_000)
+    assert span_indices(100, *last, [(10**9 + 41_000_000, 10**9 + 67_000_000)]) == set(range(18, 36))
+    assert span_indices(100, *last, [(0, 10)]) == set()  # before the pump's samples
+    assert span_indices(5, 8_000_000, 10_000_000, [(0, 10**12)]) == set(range(5))  # clamped
+    assert span_indices(0, 0, 0, [(0, 1)]) == set() and span_indices(3, 5, 5, [(0, 9)]) == set()
+
+
+class _SelfP:
+    """A params struct whose .ptr hands the struct itself to the fake libcupti call."""
+
+    @property
+    def ptr(self):
+        return self
+
+
+class _FakeEvalCupti(_FakePmCupti):
+    """Samples every 2 ms from t=1e9; evaluation writes the sample index as every metric's value."""
+
+    PmSamplingCounterDataGetSampleInfoParams = ProfilerHostEvaluateToGpuValuesParams = _SelfP
+    PmSamplingDecodeDataParams = PmSamplingGetCounterDataInfoParams = _SelfP
+    PM_SAMPLING_COUNTER_DATA_GET_SAMPLE_INFO_PARAMS_STRUCT_SIZE = 1
+    PROFILER_HOST_EVALUATE_TO_GPU_VALUES_PARAMS_STRUCT_SIZE = 1
+
+    def __init__(self, n):
+        super().__init__()
+        self.n, self.evaluated = n, []
+
+    def pm_sampling_get_counter_data_info(self, p):
+        p.num_completed_samples = self.n
+
+    def pm_sampling_counter_data_get_sample_info(self, p):
+        # as on the H200: a session's first sample starts at 0
+        p.start_timestamp = 10**9 + 2_000_000 * p.sample_index if p.sample_index else 0
+        p.end_timestamp = 10**9 + 2_000_000 * (p.sample_index + 1)
+
+    def profiler_host_evaluate_to_gpu_values(self, p):
+        import ctypes
+
+        self.evaluated.append(p.range_index)
+        ctypes.memset(p.p_metric_values, 0, 8)
+
+
+def _sampler(n):
+    from decodemon.probes.pm_inproc import PmSampler
+
+    pm = object.__new__(PmSampler)
+    pm._c, pm._coll, pm._templates, pm.image_s = _FakeEvalCupti(n), _FakeCollector(), {}, 0.0
+    pm._free_s, pm.cpu_later_s, pm.cpu_first_s, pm.pumps, pm.eval_s = 0.0, 0.0, 0.0, 0, 0.0
+    pm.stride, pm.dense_evaluated = 32, 0
+    pm._host = type("H", (), {"_p_host_object": 0})()
+    pm._names_ptr = 0
+    return pm
+
+
+def test_pm_pump_evaluates_every_sample_of_a_traced_window_beyond_its_stride():
+    pm = _sampler(250)
+    # the window: 60-86 ms after the first sample (samples 30..42), two samples of margin each side
+    starts, ends, rows, extra = pm.samples(1024, budget_s=10.0,
+                                           dense_spans=[(10**9 + 60_000_000, 10**9 + 86_000_000)])
+    strided = set(range(0, 250, 32))
+    assert set(pm._c.evaluated) == strided | set(range(28, 46))
+    assert starts == sorted(starts) and len(starts) == len(rows) == len(extra) == len(pm._c.evaluated)
+    assert [s for s, e in zip(starts, extra) if not e] == [10**9 + 2_000_000 * i if i else 0 for i in sorted(strided)]
+    assert pm.dense_evaluated == sum(extra) == len(set(range(28, 46)) - strided)
+    pm2 = _sampler(250)
+    assert set(pm2.samples(1024, budget_s=10.0)[3]) == {False}  # no window: the stride only
+    assert pm.stride == pm2.stride  # the window's samples do not count against the pump's budget
+
+
+def test_window_span_samples_travel_apart_and_stay_out_of_the_loops_averages():
+    from decodemon.monitor.feed import Feed
+
+    frames = agent.pm_frames([1, 2, 3], [2, 3, 4], [[10.0] * 6, [20.0] * 6, [30.0] * 6], [False, True, False])
+    assert [f.window_span for f in frames] == [False, True]
+    assert list(frames[0].start_ns.array()) == [1, 3] and list(frames[1].start_ns.array()) == [2]
+    feed = Feed()
+    for f in frames:
+        feed.add(5, f)
+    assert len(feed.pm) == 2 and len(feed.pm_window) == 1
+    assert len(feed.pm_since(0)["rx_ns"]) == 2  # what the verdict averages
+    assert list(feed.pm_within(0, 10)["gpu_t0_ns"]) == [1, 2, 3]  # what the window check reads: all of them
+
+
+def test_pm_pumps_wait_while_a_window_is_in_progress():
+    s = agent._Session(wire.Attach(), _RecordingTracer(active=False))
+    s.tracer.initialised = False
+    assert not s.window_in_progress()
+    s.want_window = True  # asked for, not yet open
+    assert s.window_in_progress()
+    s.want_window = False
+    s.tracer.initialised = True  # prepared (CUPTI started), or open, or closed but not yet finalized
+    assert s.window_in_progress()
+    s.tracer.initialised = False
+    s.window_ready.set()  # closed and detached, records not yet collected
+    assert s.window_in_progress()
+    s.window_ready.clear()
+    assert not agent._Session(wire.Attach(), None).window_in_progress()

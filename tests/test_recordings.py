@@ -171,3 +171,49 @@ def test_the_bill_names_cuptis_start_up_when_the_agent_thread_made_it():
     o = {"probe_ms_per_window": 8.2, "tracing_ms_per_window": 20.1, "window_every_s": 4.0, "share_of_loop_pct": 0.7}
     assert "off-thread" not in "".join(observer_parts(o))
     assert "(CUPTI start 14 ms off-thread)" in observer_parts({**o, "cupti_start_off_thread_ms": 13.9})[0]
+
+
+def test_pm_and_the_traced_kernels_agree_sample_by_sample_over_the_traced_tokens():
+    # PM's samples and CUPTI's kernel records carry one clock: inside a traced window, each 2 ms sample's busy
+    # counter follows the kernel union over exactly its interval (the eager recording, every sample evaluated)
+    import numpy as np
+
+    from decodemon.monitor.feed import pm_columns
+    from decodemon.monitor.metrics import busy_within
+
+    frames = [f for _, f in wire.read_recording(REC["eager_pm"])]
+    cols = np.concatenate([pm_columns(0, f) for f in frames if isinstance(f, wire.PmSamples)], axis=1)
+    t0, t1, busy = cols[5], cols[6], cols[1]
+    for w in (f for f in frames if isinstance(f, wire.KernelWindow)):
+        b = w.token_bounds_ns.array()
+        m = (t0 >= b[0]) & (t1 <= b[w.tokens])
+        assert m.sum() >= 10
+        traced = busy_within(w.kernels["start"].array(), w.kernels["end"].array(), t0[m], t1[m])
+        assert np.corrcoef(busy[m], traced)[0, 1] > 0.9
+        # the kernels read 5 ms late no longer follow the samples as closely
+        late = busy_within(w.kernels["start"].array(), w.kernels["end"].array(), t0[m] + 5e6, t1[m] + 5e6)
+        assert np.corrcoef(busy[m], late)[0, 1] < np.corrcoef(busy[m], traced)[0, 1] - 0.1
+
+
+def test_pm_vs_window_leaves_out_a_graphed_windows_idle_head(graph):
+    from decodemon.monitor.metrics import pm_window_check
+
+    c = graph["pm_vs_window"]
+    assert c["samples"] >= 1 and abs(c["pm_gpu_busy_pct"] - c["traced_gpu_busy_pct"]) <= 5
+    # with the head (the traced cudaGraphLaunch: GPU idle while CUPTI instruments the graph) the same check
+    # would count samples both instruments call idle
+    frames = [f for _, f in wire.read_recording(REC["graph"])]
+    w = next(f for f in frames if isinstance(f, wire.KernelWindow))
+    pm = [f for f in frames if isinstance(f, wire.PmSamples)]
+    import numpy as np
+
+    t0 = np.concatenate([p.start_ns.array() for p in pm])
+    t1 = np.concatenate([p.end_ns.array() for p in pm])
+    from decodemon.monitor.feed import pm_columns
+
+    busy = np.concatenate([pm_columns(0, p)[1] for p in pm])
+    b = w.token_bounds_ns.array()
+    whole = (t0 >= b[0]) & (t1 <= b[w.tokens])
+    one = pm_window_check(w, t0, t1, busy)
+    assert one is not None and one.samples < whole.sum()
+    assert busy[whole].min() < 1 and one.pm_busy_pct > 50
