@@ -563,7 +563,11 @@ def markdown(results: list[dict], env: dict, cmd: str) -> str:
               "- CUPTI's start-up (the first CUPTI call after a finalize) is made on the agent thread three tokens "
               "before a window without a guard token opens (eager), so `open()` only enables; windows with a guard "
               "(graphs) make it in `open()` (off-thread it cost graphed p99: docs/benchmarks.md, seventh session).",
-              "- Windows are at least 250 tokens and at most 5 s apart, so their slow tokens stay under 1%.",
+              "- Windows are at least 250 tokens and at most 5 s apart. An eager window makes one slow token on the "
+              "engine's after-hook clock and two on the inter-token clock (the traced one, then the closing flush "
+              "and finalize): ~1% of a 26 ms eager loop's tokens at one window per 5 s.",
+              "- The PM samples inside a window's tokens are all evaluated (beyond the pump's stride) and set beside "
+              "the traced kernels over the same intervals: the accuracy table's first GPU-busy column.",
               "- PM sampling is armed, decoded and evaluated in the agent thread (a second process could not enable "
               "it on this H200), into a work buffer reset from one initialised counter-data image, with the GIL "
               "released inside libcupti's calls; NVML runs in a sidecar process, and all analysis runs in the "

@@ -45,6 +45,11 @@ def diagnosis_markdown(s) -> str:
     if s.pm:
         out.append(f"- GPU busy {s.pm['gpu_busy_pct']:.0f}%, SM active {s.pm['sm_active_pct']:.0f}%, "
                    f"DRAM {s.pm['dram_pct']:.1f}% of peak (PM sampling, device-wide)")
+    if s.pm_check is not None:
+        c = s.pm_check
+        n = f"{c.samples} PM sample" + ("s" if c.samples != 1 else "")
+        out.append(f"- over the traced tokens, the same {n}: GPU busy {c.pm_busy_pct:.1f}% from "
+                   f"the counter, {c.traced_busy_pct:.1f}% from the traced kernels")
     if d.bandwidth_floor_ms is not None:
         out.append(f"- bandwidth floor {d.bandwidth_floor_ms:.3f} ms/token "
                    f"({(s.bytes_per_token or 0) / 1e9:.3f} GB/token at {s.bandwidth_gbs:.0f} GB/s, {s.bandwidth_source})")

@@ -260,3 +260,28 @@ def test_the_core_speed_table_shows_the_canary_beside_the_pairs_and_only_where_i
     assert rows[0].startswith("| eager | defaults | 9 | -2.63% |") and rows[0].endswith("| 34.4 vs 33.2 | 26.3% vs 26.4% |")
     assert "Long attach at one core speed, eager: p99 ratio 1.088." in lines
     assert overhead.core_table([graph], names) == []
+
+
+def test_pm_checks_pool_by_samples_and_keep_the_widest_attach():
+    got = overhead.pool_pm_checks([{"samples": 30, "pm_gpu_busy_pct": 10.0, "traced_gpu_busy_pct": 9.0},
+                             {"samples": 10, "pm_gpu_busy_pct": 14.0, "traced_gpu_busy_pct": 11.0},
+                             None, {"samples": 0, "pm_gpu_busy_pct": 90.0, "traced_gpu_busy_pct": 0.0}])
+    assert got == {"samples": 40, "attaches": 2, "pm_gpu_busy_pct": 11.0, "traced_gpu_busy_pct": 9.5,
+                   "max_attach_gap_points": 3.0}
+    assert overhead.pool_pm_checks([None, {}]) is None
+
+
+def test_the_h200_runs_pm_check_pools_what_each_attach_reported():
+    # run 17's raw attach outputs, pooled again here, give the accuracy figure the run itself wrote
+    import json
+    from pathlib import Path
+
+    run = json.loads((Path(__file__).parent.parent / "docs/h200/overhead_session9_run17_2026-11-29.json").read_text())
+    for r in run["results"]:
+        per_attach = [x.get("pm_vs_window") for x in r["attach"] if "error" not in x]
+        pooled = r["accuracy"]["pm_vs_window"]
+        assert pooled["samples"] >= 7 and pooled["attaches"] >= 6
+        # the plan's attaches: the default pairs, two dense ones, one long; the dense ones are left out of the pool
+        assert overhead.pool_pm_checks(per_attach[:-3] + per_attach[-1:]) == pooled
+        assert overhead.pool_pm_checks(per_attach) != pooled
+        assert abs(pooled["pm_gpu_busy_pct"] - pooled["traced_gpu_busy_pct"]) <= 5

@@ -90,6 +90,7 @@ def test_graph_report_names_the_small_grid_kernels(tmp_path):
     assert "Binding ceiling: **OCCUPANCY**" in md
     assert "native::elementwise_kernel" in md and "/132" in md
     assert "would prove this wrong" in md
+    assert "the same 1 PM sample: GPU busy 100.0% from the counter, 95.7% from the traced kernels" in md
 
 
 def test_bandwidth_by_construction_8b_graph():
