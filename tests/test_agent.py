@@ -881,3 +881,55 @@ def test_pm_pumps_wait_while_a_window_is_in_progress():
     assert s.window_in_progress()
     s.window_ready.clear()
     assert not agent._Session(wire.Attach(), None).window_in_progress()
+
+
+def _one_window(settings, guard_seen):
+    """Drive a session's boundaries through one window; what each boundary did, and when it was ready."""
+    tr = _RecordingTracer(active=False)
+    tr.initialised = False
+    tr.needs_guard = guard_seen
+    tr.open = lambda: (tr._note("open"), setattr(tr, "active", True), setattr(tr, "initialised", True))
+    tr.boundary = lambda: tr._note("boundary")
+    s = agent._Session(settings, tr)
+    s.want_window = True
+    steps = []
+    for i in range(6):
+        n = len(tr.calls)
+        s.on_token(i)
+        steps.append(([c for c, _ in tr.calls[n:]], s.window_ready.is_set()))
+    return steps
+
+
+def test_an_eager_window_finalizes_at_the_boundary_after_its_close(monkeypatch):
+    # a guard-less (eager) window: close and flush at the boundary after the traced token, the finalize at the
+    # next one, and only then are the records handed to the agent thread
+    monkeypatch.setattr(agent, "_graph_kernels_seen", False)
+    steps = _one_window(wire.Attach(), guard_seen=False)
+    assert steps[:4] == [(["open"], False), (["close", "flush"], False), (["detach"], True), ([], True)]
+    # a window with a guard token (graphs), or when asked: the whole closing sequence at one boundary, as before
+    monkeypatch.setattr(agent, "_graph_kernels_seen", True)
+    steps = _one_window(wire.Attach(), guard_seen=True)
+    assert steps[:4] == [(["open"], False), (["boundary"], False), (["close", "flush", "detach"], True), ([], True)]
+    monkeypatch.setattr(agent, "_graph_kernels_seen", False)
+    steps = _one_window(wire.Attach(finalize_at_close=True), guard_seen=False)
+    assert steps[:3] == [(["open"], False), (["close", "flush", "detach"], True), ([], True)]
+
+
+def test_no_window_is_prepared_while_the_last_ones_finalize_waits():
+    tr = _RecordingTracer(active=False)
+    tr.needs_guard = False
+    tr.prepare = lambda: (tr._note("prepare"), 5)[1]
+    s = agent._Session(wire.Attach(), tr)
+    s.detach_next = True
+    assert s.prepare_window() == 0 and tr.calls == []
+    s.detach_next = False
+    assert s.prepare_window() == 5 and [c for c, _ in tr.calls] == ["prepare"]
+
+
+def test_attach_cli_can_finalize_at_the_close_as_before():
+    from decodemon.monitor import cli as mcli
+
+    p = mcli.build_parser()
+    a = p.parse_args(["attach", "1", "--finalize-at-close"])
+    assert mcli._attach_settings(a).finalize_at_close is True
+    assert mcli._attach_settings(p.parse_args(["attach", "1"])).finalize_at_close is False
