@@ -52,8 +52,7 @@ def _attach_settings(a) -> wire.Attach:
                        window_min_tokens=a.window_min_tokens, window_max_s=max(a.window_max, a.window_period),
                        window_budget=a.window_budget,
                        pm_interval_us=a.pm_interval_us, trace=not a.no_trace, pm=not a.no_pm,
-                       first_window_s=getattr(a, "first_window", None),
-                       finalize_at_close=getattr(a, "finalize_at_close", False))
+                       first_window_s=getattr(a, "first_window", None))
 
 
 def _add_probe_opts(p):
@@ -66,9 +65,6 @@ def _add_probe_opts(p):
     p.add_argument("--first-window", type=_positive("--first-window", 0, 3600, allow_zero=True), default=None,
                    help="seconds before the first traced window (default 0.5); for one rank of a tensor-parallel "
                         "group recorded on its own, stagger it by rank (attach to a group does this itself)")
-    p.add_argument("--finalize-at-close", action="store_true",
-                   help="finalize CUPTI at the boundary that closes an eager window, as before (default: at the "
-                        "next one, which splits the window's closing work over two tokens)")
     p.add_argument("--window-max", type=_positive("--window-max", 0, 3600), default=5.0,
                    help="but never more seconds than this between windows (default 5)")
     p.add_argument("--window-budget", type=_positive("--window-budget", 1, 10**9, True), default=500,

@@ -214,7 +214,6 @@ class _Session:
         self.tracer = tracer
         self.want_window = False  # set by agent, consumed by decode thread
         self.tokens_left = 0
-        self.detach_next = False  # a closed, flushed window waits for the next boundary's finalize
         self.guard = 1  # guard tokens in the window being traced
         self.window_ready = threading.Event()  # set by decode thread when a window has closed
         self.closing = False
@@ -251,7 +250,7 @@ class _Session:
         # p99 only 2% above their median. In open() the start-up is one slow 4 ms token, which p99 does not see.
         # Nor while an earlier attach's tracer waits for the decode thread's next boundary to finalize CUPTI
         # (pending_detach): that finalize would undo this start-up before the window opens.
-        if prepare is not None and self.pending_detach is None and not self.detach_next \
+        if prepare is not None and self.pending_detach is None \
                 and not _guard_for_window(getattr(tr, "needs_guard", True)) and not _foreign_profiler_active():
             try:
                 ns = prepare()
@@ -276,26 +275,14 @@ class _Session:
         if tr is None or self.window_ready.is_set():
             return
         try:
-            if self.detach_next:  # the boundary after a guard-less window's close: the finalize, then collect
-                self.detach_next = False
-                tr.detach()
-                self.window_ready.set()
-                return
             if tr.active:
                 self.tokens_left -= 1
                 if self.tokens_left <= 0 or self.closing:
-                    # close and flush at one boundary, all on this thread (see tracer.flush); the finalize too
-                    # for windows with a guard token (graphs: the sequence found safe) and when asked for
+                    # close, flush and detach at one boundary, all on this thread (see tracer.flush)
                     tr.close()
                     tr.flush()
-                    if self.guard or self.settings.finalize_at_close:
-                        tr.detach()
-                        self.window_ready.set()
-                    else:
-                        # An eager window's closing work landed in one token after the traced one on the
-                        # inter-token clock (flush 3.7-7.1 ms + finalize 2.2-3.2 ms on the H200, ninth session):
-                        # with the traced token, two slow tokens per window. The finalize goes to the next boundary.
-                        self.detach_next = True
+                    tr.detach()
+                    self.window_ready.set()
                 else:
                     tr.boundary()
             elif self.want_window and not self.closing:

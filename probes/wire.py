@@ -233,9 +233,6 @@ class Attach(msgspec.Struct, frozen=True, tag="attach"):
     nvml_hz: float = 4.0
     trace: bool = True
     pm: bool = True
-    # close, flush and finalize an eager window at one boundary (before the ninth session: always), instead of
-    # finalizing at the boundary after
-    finalize_at_close: bool = False
     # seconds from attach to the first window (None: half a second, or the period if shorter). A monitor watching
     # a tensor-parallel group staggers it by rank, so one rank is traced at a time: the traced rank is then the
     # last to reach each collective, and its NCCL kernels time the link, not a traced peer (measured on two H200s:

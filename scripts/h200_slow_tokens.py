@@ -45,12 +45,6 @@ PLANS = {
     "short": (("U", None), ("D", []), ("U", None), ("F", ["--first-window", "2"]), ("U", None), ("D2", []),
               ("U", None), ("F2", ["--first-window", "2"]), ("U", None), ("D3", []), ("U", None),
               ("F3", ["--first-window", "2"]), ("U", None)),
-    # eager only: the finalize at the boundary after a window's close (default since the ninth session) against
-    # at the close (--finalize-at-close), 4 s attaches alternating
-    "split": (("U", None), ("D", []), ("U", None), ("C", ["--finalize-at-close"]), ("U", None), ("D2", []),
-              ("U", None), ("C2", ["--finalize-at-close"]), ("U", None), ("D3", []), ("U", None),
-              ("C3", ["--finalize-at-close"]), ("U", None), ("D4", []), ("U", None),
-              ("C4", ["--finalize-at-close"]), ("U", None)),
 }
 
 
@@ -191,7 +185,7 @@ def main() -> None:
     plan = sys.argv[sys.argv.index("--plan") + 1] if "--plan" in sys.argv else "default"
     cases = {"default": [("graph", "graph", {}), ("eager", "eager", {})], "first": [("graph_first", "graph", {})],
              "eager": [("eager", "eager", {})], "pm": [("eager", "eager", {})],
-             "short": [("eager", "eager", {}), ("graph", "graph", {})], "split": [("eager", "eager", {})]}[plan]
+             "short": [("eager", "eager", {}), ("graph", "graph", {})]}[plan]
     res["plan"] = plan
     res["command"] += f" --plan {plan}"
     for name, mode, env in cases:
