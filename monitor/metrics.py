@@ -207,19 +207,6 @@ def short_kernel_name(name: str, width: int = 48) -> str:
     return n if len(n) <= width else n[: width - 1] + "…"
 
 
-def _union_ns(starts: np.ndarray, ends: np.ndarray) -> int:
-    if len(starts) == 0:
-        return 0
-    o = np.argsort(starts, kind="stable")
-    s, e = starts[o], ends[o]
-    run_end = np.maximum.accumulate(e)
-    new = np.ones(len(s), bool)
-    new[1:] = s[1:] > run_end[:-1]
-    idx = np.flatnonzero(new)
-    seg_end = np.append(run_end[idx[1:] - 1], run_end[-1])
-    return int((seg_end - s[idx]).sum())
-
-
 def _segments(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The union of intervals as sorted, disjoint (start, end) segments."""
     if len(starts) == 0:
@@ -231,6 +218,11 @@ def _segments(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndar
     new[1:] = s[1:] > run_end[:-1]
     idx = np.flatnonzero(new)
     return s[idx], np.append(run_end[idx[1:] - 1], run_end[-1])
+
+
+def _union_ns(starts: np.ndarray, ends: np.ndarray) -> int:
+    seg_s, seg_e = _segments(starts, ends)
+    return int((seg_e - seg_s).sum())
 
 
 def busy_within(starts: np.ndarray, ends: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
