@@ -258,10 +258,10 @@ def pm_window_check(w: wire.KernelWindow, t0: np.ndarray, t1: np.ndarray, pm_bus
     CUPTI's clock, as the window's) that lie wholly inside the window's analysed tokens, each sample's busy share
     from the traced kernels over exactly its interval. The head of a graphed window (a traced cudaGraphLaunch
     stretched by CUPTI instrumenting every node, GPU idle) is left out, as in the window's own GPU busy figure."""
-    tb = w.token_bounds_ns.array()
-    if w.tokens <= 0 or len(tb) <= w.tokens:
+    span = w.analysed_span()
+    if span is None:
         return None
-    lo, hi = int(tb[0]), int(tb[w.tokens])
+    lo, hi = span
     ks, ke = w.kernels["start"].array(), w.kernels["end"].array()
     inside = (ks >= lo) & (ke <= hi) & (ke >= ks)
     ks, ke = ks[inside], ke[inside]

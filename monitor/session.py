@@ -232,10 +232,10 @@ class Session:
         wins = [w for rx, w in f.windows if rx >= since] or ([f.windows[-1][1]] if f.windows else [])
         checks = []
         for w in wins:
-            tb = w.token_bounds_ns.array()
-            if w.tokens <= 0 or len(tb) <= w.tokens:
+            span = w.analysed_span()
+            if span is None:
                 continue
-            pm = f.pm_within(int(tb[0]), int(tb[w.tokens]))
+            pm = f.pm_within(*span)
             c = pm_window_check(w, pm["gpu_t0_ns"], pm["gpu_t1_ns"], pm["gpu_busy_pct"]) if len(pm["rx_ns"]) else None
             if c is not None:
                 checks.append(c)

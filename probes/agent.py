@@ -608,9 +608,7 @@ class _Agent:
         if session.pm is None:
             return None
         try:
-            spans = list(session.pm_spans)
-            got = session.pm.samples(max_samples=1024, dense_spans=spans) if spans else \
-                session.pm.samples(max_samples=1024)
+            got = session.pm.samples(max_samples=1024, dense_spans=session.pm_spans)
             pm = session.pm
             if got is not None and len(got[1]):
                 last = max(got[1])
@@ -691,9 +689,9 @@ class _Agent:
                     # collect() set needs_guard from this window's records; once graphs were seen, always guard
                     session.tracer.needs_guard = _guard_after(bool(session.tracer.needs_guard))
                     window_id += 1
-                    tb = win.token_bounds_ns.array()
-                    if win.tokens and len(tb) > win.tokens:
-                        session.pm_spans.append((int(tb[0]), int(tb[win.tokens])))
+                    span = win.analysed_span()
+                    if span is not None:
+                        session.pm_spans.append(span)
                     out += wire.pack(win)
                     if ev is not None:
                         ln = getattr(session.tracer, "last_ns", {})

@@ -153,7 +153,7 @@ class PmSampler:
             ends.append(info.end_timestamp)
             time.sleep(0)
             extra.append(bool(i % self.stride))
-            if i % self.stride:
+            if extra[-1]:
                 t_dense += time.perf_counter() - t_i
         self.dense_evaluated += sum(extra)
         spent = time.perf_counter() - t0 - t_dense  # the stride follows the regular samples' cost only

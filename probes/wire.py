@@ -176,6 +176,11 @@ class KernelWindow(msgspec.Struct, frozen=True, tag="window"):
     guard_tokens: int = 1  # traced after the analysed tokens and discarded (recordings before this field had 1)
     prepare_ns: int = 0  # CUPTI's start-up, made on the agent thread before the window (not in probe_host_ns)
 
+    def analysed_span(self) -> tuple[int, int] | None:
+        """(first, last) boundary of the analysed tokens in CUPTI's clock, the guard left out; None if there are none."""
+        tb = self.token_bounds_ns.array()
+        return (int(tb[0]), int(tb[self.tokens])) if 0 < self.tokens < len(tb) else None
+
 
 class PmSamples(msgspec.Struct, frozen=True, tag="pm"):
     """CUPTI PM sampling: device-wide hardware counters, one row per interval."""
