@@ -52,7 +52,8 @@ def _attach_settings(a) -> wire.Attach:
                        window_min_tokens=a.window_min_tokens, window_max_s=max(a.window_max, a.window_period),
                        window_budget=a.window_budget,
                        pm_interval_us=a.pm_interval_us, trace=not a.no_trace, pm=not a.no_pm,
-                       first_window_s=getattr(a, "first_window", None))
+                       first_window_s=getattr(a, "first_window", None),
+                       prepare_lead_tokens=getattr(a, "prepare_lead", 0))
 
 
 def _add_probe_opts(p):
@@ -70,6 +71,9 @@ def _add_probe_opts(p):
     p.add_argument("--window-budget", type=_positive("--window-budget", 1, 10**9, True), default=500,
                    help="windows per target process at full cadence, then one a minute, and none after 4x: "
                         "each window leaves ~90-280 KB in the process for good (CUPTI) (default 500)")
+    p.add_argument("--prepare-lead", type=_positive("--prepare-lead", 0, 64, True, allow_zero=True), default=0,
+                   help="start CUPTI on the agent thread this many tokens before an eager window opens (default 0: "
+                        "at the opening boundary, so the start-up lands in the traced token)")
     p.add_argument("--pm-interval-us", type=_positive("--pm-interval-us", 100, 1_000_000, True), default=2000,
                    help="PM sampling interval in µs (default 2000)")
     p.add_argument("--no-trace", action="store_true", help="no CUPTI activity windows, counters only")

@@ -59,11 +59,6 @@ _graph_kernels_seen = False
 _engine_cuda_graphs: bool | None = None
 
 
-# Tokens between CUPTI's start-up on the agent thread (tracer.prepare) and the window's opening boundary: the
-# H200 measurement that showed the start-up off the decode thread's critical path left four tokens between them
-# (scripts/h200_open_costs.py, variant preinit); made in the token just before the open, an earlier try
-# (fourth session) cost that token as much as an open on the decode thread.
-PREPARE_LEAD_TOKENS = 3
 
 
 def set_cuda_graphs(replays: bool | None) -> None:
@@ -182,9 +177,9 @@ def window_due(st: wire.Attach, now: float, next_window: float, since_s: float, 
                windows_so_far: int = 0) -> bool:
     """Is it time to ask for the next traced window?
 
-    A window costs the decode thread one slow eager token (the traced one, with its flush and finalize; CUPTI's
-    re-initialisation is made on the agent thread a few tokens before) or two graphed ones (the re-initialisation
-    at the opening boundary as well). Every `window_period_s` a window is due once
+    A window costs the decode thread one or two slow tokens: the traced one (CUPTI's re-initialisation at its
+    opening boundary, then CUPTI's cost per launch) and, in an eager loop, the next one (the closing boundary's
+    flush and finalize, ~5.5 ms on an H200). Every `window_period_s` a window is due once
     `window_min_tokens` tokens have passed since the last one, so those slow tokens stay under 1% of all
     tokens (p99 untouched) — but never later than `window_max_s` after it: the picture is never older.
     Once the process has had `window_budget` windows, the memory each window leaves in the process for good
@@ -233,7 +228,8 @@ class _Session:
                                    or bool(getattr(tr, "initialised", False)) or self.window_ready.is_set())
 
     def prepare_window(self) -> int:
-        """Agent thread: make CUPTI's start-up here (tracer.prepare), a few tokens before the window opens.
+        """Agent thread: make CUPTI's start-up here (tracer.prepare), a few tokens before the window opens, when
+        `Attach.prepare_lead_tokens` asks for it (by default the open makes it, in the traced token).
         Returns the ns it took (0: not made here, and open() on the decode thread will make it).
 
         On an H200 (scripts/h200_open_costs.py, variant preinit: the start-up made on another thread four tokens
@@ -706,11 +702,13 @@ class _Agent:
                     and not session.window_ready.is_set() and not session.want_window and open_after is None \
                     and window_due(st, now, next_window, now - last_window,
                                    shipped + len(session.marks_t) - tokens_at_window, _windows_in_process):
-                # CUPTI starts here, in this thread; the window opens PREPARE_LEAD_TOKENS tokens later
-                prep_ns = session.prepare_window()
+                # with a prepare lead, CUPTI starts here, in this thread, and the window opens that many tokens
+                # later; without one (the default) the opening boundary starts it, in the traced token
+                lead = st.prepare_lead_tokens
+                prep_ns = session.prepare_window() if lead > 0 else 0
                 if ev is not None:
                     ev.add("prepare", prep_ns)
-                open_after = shipped + len(session.marks_t) + (PREPARE_LEAD_TOKENS if prep_ns else 0)
+                open_after = shipped + len(session.marks_t) + (lead if prep_ns else 0)
                 next_window = now + st.window_period_s
                 last_window, tokens_at_window = now, shipped + len(session.marks_t)
             if open_after is not None and shipped + len(session.marks_t) >= open_after:

@@ -1,11 +1,12 @@
 """Traced windows: CUPTI activity switched on for whole tokens, then CUPTI detached.
 
-The agent thread calls `prepare()` just before it asks for a window (CUPTI's
-re-initialisation, off the decode thread). The decode thread calls `open()` and
-`close()` at token boundaries, then `flush()` and `detach()` at the closing one
-(that is all it pays, plus CUPTI's own per-launch cost while a window is open),
-because CUPTI left initialised slows even untraced tokens. The agent thread
-then calls `collect()` to turn the records into columns.
+The decode thread calls `open()` and `close()` at token boundaries, then `flush()`
+and `detach()` at the closing one (that is all it pays, plus CUPTI's own per-launch
+cost while a window is open), because CUPTI left initialised slows even untraced
+tokens. CUPTI's buffer callback, inside the flush, only keeps cupti-python's record
+objects; the agent thread reads their fields in `collect()` and turns them into
+columns. (`prepare()`, CUPTI's start-up on the agent thread a few tokens before the
+open, is there for `Attach.prepare_lead_tokens`; by default the open pays it.)
 """
 
 from __future__ import annotations
@@ -33,9 +34,11 @@ def _rows(records: list, ncols: int) -> np.ndarray:
 class WindowTracer:
     """One CUPTI activity session per window; records kept as plain tuples until collect()."""
 
-    def __init__(self, kinds: tuple[str, ...] = ("CONCURRENT_KERNEL", "RUNTIME", "MEMCPY", "MEMSET",
-                                                 "SYNCHRONIZATION"),
-                 api_filter: bool = True) -> None:
+    # SYNCHRONIZATION records are not read by the monitor, and tracing them cost an eager 0.6B token ~3.6 ms more
+    # on the H200 (25 windows each, scripts/h200_window_costs.py variants defer vs dnosync, docs/benchmarks.md)
+    KINDS = ("CONCURRENT_KERNEL", "RUNTIME", "MEMCPY", "MEMSET")
+
+    def __init__(self, kinds: tuple[str, ...] = KINDS, api_filter: bool = True) -> None:
         from cupti import cupti  # noqa: PLC0415 - only when a monitor asks for traces
 
         self._c = cupti
@@ -63,6 +66,7 @@ class WindowTracer:
         self.needs_guard = True
 
     def _reset(self) -> None:
+        self._batches: list = []  # what the buffer callback was handed, read in collect()
         self._kernels: list[tuple] = []
         self._apis: list[tuple] = []
         self._memcpys: list[tuple] = []
@@ -76,6 +80,18 @@ class WindowTracer:
         return _BUFFER_BYTES, 0
 
     def _completed(self, activities) -> None:
+        """Keep the records; their fields are read on the agent thread (collect).
+
+        The callback runs inside flush(), on the decode thread. Reading ~3,700 records' fields there cost the eager
+        token after a window 2.0-3.1 ms of its 5-7 ms flush (H200, scripts/h200_window_costs.py: flush 5.2 ms with
+        the fields read in the callback, 2.9 ms without). cupti-python's record objects own copies of their
+        records (`from_ptr` without an owner copies), checked field by field after CUPTI's finalize and 64 MB of
+        fresh allocations: scripts/h200_record_lifetime.py.
+        """
+        self._batches.append(activities)
+
+    def _read(self, activities) -> None:
+        """The fields the monitor uses, as tuples (agent thread)."""
         kk, rt, dr, mc, ms, sy = (self._k_kernel, self._k_runtime, self._k_driver,
                                   self._k_memcpy, self._k_memset, self._k_sync)
         names = self._names
@@ -202,6 +218,9 @@ class WindowTracer:
     # -- agent thread -----------------------------------------------------------
     def collect(self, window_id: int, guard_tokens: int = 1) -> KernelWindow:
         """Pack the flushed records of the window as columns (agent thread)."""
+        batches, self._batches = self._batches, []
+        for acts in batches:
+            self._read(acts)
         kern = _rows(self._kernels, 16)
         # graph kernels seen: later windows keep a guard token; none: they can do without
         self.needs_guard = bool(len(kern) and (kern[:, 13] != 0).any())

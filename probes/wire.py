@@ -227,7 +227,7 @@ class Attach(msgspec.Struct, frozen=True, tag="attach"):
 
     window_period_s: float = 4.0
     window_tokens: int = 1
-    # a window costs ~2 slow tokens; keep them under 1% of tokens by waiting for this many tokens
+    # a window costs 1-2 slow tokens; keep them under 1% of tokens by waiting for this many tokens
     # between windows, but never longer than window_max_s (a fresh window at least that often)
     window_min_tokens: int = 250
     window_max_s: float = 5.0
@@ -243,6 +243,13 @@ class Attach(msgspec.Struct, frozen=True, tag="attach"):
     # last to reach each collective, and its NCCL kernels time the link, not a traced peer (measured on two H200s:
     # windows of both ranks in the same token made one rank's calls wait 305 µs for the other, 2026-11-29)
     first_window_s: float | None = None
+    # tokens between CUPTI's start-up on the agent thread (tracer.prepare) and the window's opening boundary; 0: the
+    # opening boundary starts CUPTI, on the decode thread. The start-up slows the eager decode thread by ~10 ms in
+    # whichever token it overlaps (H200: +9.4 ms median in the token it overlapped 3 tokens ahead, +12.0 ms made
+    # at the open; scripts/h200_window_costs.py, variants dpre3 and defer, 25 windows each). Made at the open it
+    # lands in the traced token, already the slowest: one slow token per window instead of two, which is what a p99
+    # sees. Eager windows only; graphed windows (with a guard token) always start CUPTI at the open.
+    prepare_lead_tokens: int = 0
 
 
 BUDGET_PERIOD_S = 60.0

@@ -12,10 +12,16 @@ variants taking turns (interleaved, so drift hits them alike):
   / cuptiActivityRegisterCallbacks through ctypes (GIL released), to see whether
   CUPTI's start-up can be paid off the decode thread so that open() is cheap
 - pre_all:      the second thread enables every kind during token w-1; the decode thread only notes the boundary
+- defer:        as now, but the buffer callback only keeps cupti-python's record objects; their fields are read
+                after the finalize ("deferred_read", timed but outside the tokens' clock, as collect() would)
+- dnosync / dk: deferred, without SYNCHRONIZATION records / with kernel records only
+- dpre3:        deferred, and CUPTI's start-up made on a second thread (tracer.prepare) from the boundary after
+                token w-4, as the agent does it (PREPARE_LEAD_TOKENS = 3)
+- nort / kern:  as now, without RUNTIME records (kernels, copies, syncs) / with kernel records only
 
 Work done at a boundary counts in the token that just ended, as in the demo engine's clock (the first run,
 docs/h200/window_costs_run1_2026-11-29.json, counted it in the next token instead). Reports, per variant, the
-median and max extra ms of tokens w-2..w+2 over the median of tokens w-12..w-3, and the time of each step
+median and max extra ms of tokens w-4..w+2 over the median of tokens w-14..w-5, and the time of each step
 (open, flush, time inside the buffer-completed callback, finalize, the thread's call). Writes
 OUTDIR/window_costs.json.
 """
@@ -40,6 +46,7 @@ cpu = os.environ.get("BENCH_CPU") == "1"
 m = DecodeModel(SHAPES["tiny" if cpu else "qwen3-0.6b"], "cpu" if cpu else "cuda",
                 torch.float32 if cpu else torch.bfloat16, 512, seed=0)
 m.reset()
+probe = {}  # what cupti-python hands the buffer callback (variant defer)
 step = m.step  # eager only: graphed windows need their guard token (see main)
 count = [0]
 def tok():
@@ -61,12 +68,37 @@ if cpu:
 else:
     from decodemon.probes.tracer import WindowTracer
     from cupti import cupti as c
-    tr = WindowTracer()
-    inner = tr._completed
     cb_ns = [0]
-    def timed(acts):
-        t0 = time.perf_counter_ns(); inner(acts); cb_ns[0] += time.perf_counter_ns() - t0
-    tr._completed = timed
+    class Deferring(WindowTracer):
+        """The buffer callback keeps cupti-python's record objects; their fields are read later (collect)."""
+        def _reset(self):
+            super()._reset(); self._raw = []
+        def _completed(self, activities):
+            self._raw.append(activities)
+            if "first" not in probe and len(activities):
+                a = activities[0]
+                probe["first"] = {"type": type(a).__name__, "kind": int(a.kind), "start": int(a.start),
+                                  "attrs": [x for x in dir(a) if not x.startswith("__")][:80]}
+    def make(v):
+        if v in ("defer", "dpre3"):
+            t = Deferring()
+        elif v == "dnosync":  # deferred, and no SYNCHRONIZATION records (the monitor does not read them)
+            t = Deferring(kinds=("CONCURRENT_KERNEL", "RUNTIME", "MEMCPY", "MEMSET"))
+        elif v == "dk":
+            t = Deferring(kinds=("CONCURRENT_KERNEL",))
+        elif v == "nort":  # no RUNTIME records: kernels, copies, syncs
+            t = WindowTracer(kinds=("CONCURRENT_KERNEL", "MEMCPY", "MEMSET", "SYNCHRONIZATION"))
+        elif v == "kern":
+            t = WindowTracer(kinds=("CONCURRENT_KERNEL",))
+        else:
+            t = WindowTracer()
+        inner = t._completed
+        def timed(acts, inner=inner):
+            t0 = time.perf_counter_ns(); inner(acts); cb_ns[0] += time.perf_counter_ns() - t0
+        t._completed = timed
+        return t
+    tracers = {v: make(v) for v in variants}
+    tr = tracers[variants[0]]
 import ctypes
 _REQ = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t),
                         ctypes.POINTER(ctypes.c_size_t))
@@ -98,6 +130,7 @@ def pre(v):
         elif v == "pre_device": c.activity_enable(c.ActivityKind.DEVICE)
         elif v == "pre_all": tr.open()
         elif v == "pre_ctypes": register_through_ctypes()
+        elif v == "dpre3": tr.prepare()  # as the agent does it: PREPARE_LEAD_TOKENS before the open
         note(v, "thread_call", time.perf_counter_ns() - t0)
     th = threading.Thread(target=work); th.start(); box["th"] = th
 def join(v):
@@ -110,7 +143,14 @@ def hooks_for(v, w):
     h = {}
     if v.startswith("pre_") and not cpu:
         h[w - 2] = lambda: pre(v)  # the agent's thread works during token w-1
+    if v == "dpre3" and not cpu:
+        def early():
+            global tr
+            tr = tracers[v]; pre(v)  # the agent's thread works during tokens w-4..w-1
+        h[w - 4] = early
     def opening():
+        global tr
+        if not cpu: tr = tracers[v]
         join(v)
         if v == "pre_all" and not cpu:
             timed_call(v, "boundary", tr.boundary)
@@ -121,7 +161,14 @@ def hooks_for(v, w):
         timed_call(v, "close", tr.close)
         if not cpu: cb_ns[0] = 0
         timed_call(v, "flush", tr.flush)
-        if not cpu: note(v, "in_callback", cb_ns[0]); note(v, "kernels", len(tr._kernels) * 1e6)
+        if not cpu:
+            note(v, "in_callback", cb_ns[0]); note(v, "kernels", len(tr._kernels) * 1e6)
+            if isinstance(tr, Deferring):  # read the kept records now (after the window, as collect() would), and time it
+                t0 = time.perf_counter_ns(); raw = tr._raw; tr._raw = []
+                for acts in raw: WindowTracer._completed(tr, acts)
+                note(v, "deferred_read", time.perf_counter_ns() - t0); note(v, "kernels", len(tr._kernels) * 1e6)
+                ks = tr._kernels
+                note(v, "kernel_ends_sane", 1e6 * float(bool(ks) and all(k[2] >= k[1] > 0 for k in ks)))
         if v != "split":
             timed_call(v, "finalize", tr.detach)
     h[w] = closing
@@ -144,15 +191,16 @@ for i in range(n):
     t1 = time.perf_counter(); times.append((t1 - t) * 1e3); t = t1
 res = {"mode": mode, "variants": {}, "tokens": n, "median_ms": statistics.median(times)}
 for v in variants:
-    rel = {r: [] for r in range(-2, 3)}
+    rel = {r: [] for r in range(-4, 3)}
     for vv, w in where:
         if vv != v: continue
-        base = statistics.median(times[w - 12:w - 2])
+        base = statistics.median(times[w - 14:w - 4])
         for r in rel: rel[r].append(times[w + r] - base)
     res["variants"][v] = {"extra_ms_median": {r: statistics.median(x) for r, x in rel.items()},
                           "extra_ms_max": {r: max(x) for r, x in rel.items()},
                           "steps_ms_median": {k: statistics.median(x) for k, x in steps.get(v, {}).items()}}
-far = [times[w + r] for _, w in where for r in range(-12, -2)]
+far = [times[w + r] for _, w in where for r in range(-14, -4)]
+res["probe"] = probe
 res["base_median_ms"] = statistics.median(far)
 res["base_p99_ms"] = sorted(far)[int(0.99 * len(far))]
 if not cpu: torch.cuda.synchronize()
