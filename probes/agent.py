@@ -67,6 +67,12 @@ def set_cuda_graphs(replays: bool | None) -> None:
     _engine_cuda_graphs = None if replays is None else bool(replays)
 
 
+def _collect_pause() -> None:
+    """Between chunks of a window's records (agent thread): a 1 ms sleep lets the decode thread run Python, so the
+    field reading and packing of an eager window's ~3,500 records is spread over a few tokens, not one."""
+    time.sleep(0.001)
+
+
 def _guard_for_window(tracer_needs_guard: bool) -> bool:
     """Does the window about to open keep a guard token? (decode thread, only when a window opens)
 
@@ -681,7 +687,7 @@ class _Agent:
                 try:
                     t_col = time.time_ns()
                     with _GilPolite():
-                        win = session.tracer.collect(window_id, session.guard)
+                        win = session.tracer.collect(window_id, session.guard, pause=_collect_pause)
                     # collect() set needs_guard from this window's records; once graphs were seen, always guard
                     session.tracer.needs_guard = _guard_after(bool(session.tracer.needs_guard))
                     window_id += 1

@@ -21,13 +21,15 @@ _BUFFER_BYTES = 8 * 1024 * 1024
 _CHUNK = 256
 
 
-def _rows(records: list, ncols: int) -> np.ndarray:
+def _rows(records: list, ncols: int, pause=None) -> np.ndarray:
     """Records (tuples) to an int64 array in chunks, so a thread waiting for the GIL gets it between chunks:
     one np.array() over two tokens' ~3,700 kernel records is a single 3-10 ms call that cannot be interrupted."""
     out = np.empty((len(records), ncols), dtype=np.int64)
     for i in range(0, len(records), _CHUNK):
         part = records[i:i + _CHUNK]
         out[i:i + len(part)] = part
+        if pause is not None:
+            pause()
     return out
 
 
@@ -216,15 +218,22 @@ class WindowTracer:
                 self._spent("finalize", t0)
 
     # -- agent thread -----------------------------------------------------------
-    def collect(self, window_id: int, guard_tokens: int = 1) -> KernelWindow:
-        """Pack the flushed records of the window as columns (agent thread)."""
+    def collect(self, window_id: int, guard_tokens: int = 1, pause=None) -> KernelWindow:
+        """Pack the flushed records of the window as columns (agent thread).
+
+        `pause()`, when given, is called after each chunk of 256 records: the agent sleeps there, so that its
+        Python work, which an eager decode thread pays for in GIL time, is spread over several tokens instead
+        of landing in one."""
         batches, self._batches = self._batches, []
         for acts in batches:
-            self._read(acts)
-        kern = _rows(self._kernels, 16)
+            for i in range(0, len(acts), _CHUNK):
+                self._read(acts[i:i + _CHUNK])
+                if pause is not None:
+                    pause()
+        kern = _rows(self._kernels, 16, pause)
         # graph kernels seen: later windows keep a guard token; none: they can do without
         self.needs_guard = bool(len(kern) and (kern[:, 13] != 0).any())
-        apis = _rows(self._apis, 5)
+        apis = _rows(self._apis, 5, pause)
         cps = _rows(self._memcpys, 4)
         syn = _rows(self._syncs, 3)
         kcols = ["name", "start", "end", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",

@@ -1,6 +1,6 @@
 """Which part of an attach makes the slow tokens: PM pumps, traced windows, or the attach itself?
 
-    bash scripts/h200.sh scripts/h200_slow_tokens.py OUTDIR [--attach-s 8] [--plan default|first|eager|pm]
+    bash scripts/h200.sh scripts/h200_slow_tokens.py OUTDIR [--attach-s 8] [--plan default|first|eager|pm|short|lead]
 
 One demo engine per case decodes until stopped, logging every token's end time; the agent logs what its thread
 does (DECODEMON_AGENT_EVENTS: PM pumps with their durations, window requests, collects). Phases on that engine:
@@ -42,6 +42,11 @@ PLANS = {
     "eager": (("U", None), ("D", []), ("U", None), ("D2", []), ("U", None), ("D3", []), ("U", None)),
     # short attaches as the benchmark makes them (use --attach-s 4), default first window (0.5 s in) against one
     # made 2 s in, well after PM's arm and first pump; both modes, each window's tokens kept
+    # eager, default attaches (CUPTI's start-up at the opening boundary) against --prepare-lead 3 (made on the agent
+    # thread 3 tokens before), each window's tokens kept (use --attach-s 4)
+    "lead": (("U", None), ("D", []), ("U", None), ("L", ["--prepare-lead", "3"]), ("U", None), ("D2", []),
+             ("U", None), ("L2", ["--prepare-lead", "3"]), ("U", None), ("D3", []), ("U", None),
+             ("L3", ["--prepare-lead", "3"]), ("U", None)),
     "short": (("U", None), ("D", []), ("U", None), ("F", ["--first-window", "2"]), ("U", None), ("D2", []),
               ("U", None), ("F2", ["--first-window", "2"]), ("U", None), ("D3", []), ("U", None),
               ("F3", ["--first-window", "2"]), ("U", None)),
@@ -157,12 +162,12 @@ def run_case(name, mode, env_extra, work: Path, attach_s: float, cpu: bool, plan
             "window_steps_ms": [[round(v / 1e6, 2) for v in e[4:7]] for e in events
                                 if e[1] == "collect" and len(e) >= 7 and a <= e[0] / 1e9 <= b],
             "prepare_ms": [round(e[2] / 1e6, 2) for e in events if e[1] == "prepare" and a <= e[0] / 1e9 <= b],
-            # each window's tokens on the inter-token clock, from 3 before the one its request lands in to 5 after,
+            # each window's tokens on the inter-token clock, from 6 before the one its request lands in to 8 after,
             # over the unobserved median; with the seconds from the attach's start to the request
             "around_windows": [{"t_s": round(r - a, 3),
                                 "ms_over_median": [round(float(x) - res["unobserved_median_ms"], 2)
-                                                   for x in ms[max(0, int(np.searchsorted(end, r)) - 3):
-                                                               int(np.searchsorted(end, r)) + 6]]}
+                                                   for x in ms[max(0, int(np.searchsorted(end, r)) - 6):
+                                                               int(np.searchsorted(end, r)) + 9]]}
                                for r in [e[0] / 1e9 for e in events if e[1] == "want_window"] if a <= r <= b],
             # the slowest three tokens, seconds after the attach started
             "slowest_at_s": [[round(float(end[i] - a), 3), round(float(ms[i]), 2)]
@@ -185,7 +190,7 @@ def main() -> None:
     plan = sys.argv[sys.argv.index("--plan") + 1] if "--plan" in sys.argv else "default"
     cases = {"default": [("graph", "graph", {}), ("eager", "eager", {})], "first": [("graph_first", "graph", {})],
              "eager": [("eager", "eager", {})], "pm": [("eager", "eager", {})],
-             "short": [("eager", "eager", {}), ("graph", "graph", {})]}[plan]
+             "short": [("eager", "eager", {}), ("graph", "graph", {})], "lead": [("eager", "eager", {})]}[plan]
     res["plan"] = plan
     res["command"] += f" --plan {plan}"
     for name, mode, env in cases:

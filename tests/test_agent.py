@@ -911,8 +911,9 @@ def test_the_buffer_callback_only_keeps_the_records_and_collect_reads_them():
     tr.bounds = [80, 200]
     tr._completed(batch)
     assert reads == [] and tr._kernels == []  # nothing read on the decode thread
-    w = tr.collect(0, guard_tokens=0)
-    assert reads  # read here, on the collecting thread
+    pauses = []
+    w = tr.collect(0, guard_tokens=0, pause=lambda: pauses.append(len(reads)))
+    assert reads and pauses and pauses[0] > 0  # read here, on the collecting thread, which pauses between chunks
     k = {c: col.array().tolist() for c, col in w.kernels.items()}
     assert (w.names, k["start"], k["end"], k["grid_x"], k["correlation"]) == (["gemv"], [100], [150], [32], [11])
     assert w.apis["cbid"].array().tolist() == [211] and w.memcpys["bytes"].array().tolist() == [2]
