@@ -552,20 +552,26 @@ def markdown(results: list[dict], env: dict, cmd: str) -> str:
               "- Traced windows of whole tokens only, opened and closed at token boundaries by the engine's own "
               "token clock; CUPTI is finalized (detached) at the closing boundary, so untraced tokens run unobserved "
               "(without the finalize, graphed untraced tokens stayed ~12% slower: scripts/h200_probe_experiments.py).",
-              "- Flush and finalize happen on the decode thread at that one boundary; the agent thread only packs "
-              "the records into columns (a flush from another thread followed by a finalize crashed a graphed loop).",
+              "- Flush and finalize happen on the decode thread at that one boundary (a flush from another thread "
+              "followed by a finalize crashed a graphed loop). The buffer callback inside the flush only keeps "
+              "cupti-python's record objects, which own copies of their records (scripts/h200_record_lifetime.py); "
+              "the agent thread reads their fields and packs the columns, sleeping 1 ms after every 256 records.",
               "- Runtime-API records are filtered to launches, copies and syncs (3,286 instead of 49,902 records for "
-              "two eager tokens), which cut the flush from ~170 ms to ~15 ms.",
+              "two eager tokens), which cut the flush from ~170 ms to ~15 ms. SYNCHRONIZATION records are not "
+              "traced: the monitor never read them, and they cost a traced eager token ~3.6 ms "
+              "(scripts/h200_window_costs.py).",
               "- A guard token is traced after the analysed one and discarded only in processes that replay CUDA "
               "graphs (their last token's end times come back wrong); eager windows trace one token.",
               "- An engine that says it never replays CUDA graphs (`report_cuda_graphs(False)`, as the demo's eager "
               "mode does) has no guard token even in an attach's first window; one that says nothing keeps it there.",
-              "- CUPTI's start-up (the first CUPTI call after a finalize) is made on the agent thread three tokens "
-              "before a window without a guard token opens (eager), so `open()` only enables; windows with a guard "
-              "(graphs) make it in `open()` (off-thread it cost graphed p99: docs/benchmarks.md, seventh session).",
-              "- Windows are at least 250 tokens and at most 5 s apart. An eager window makes one slow token on the "
-              "engine's after-hook clock and two on the inter-token clock (the traced one, then the closing flush "
-              "and finalize): ~1% of a 26 ms eager loop's tokens at one window per 5 s.",
+              "- CUPTI's start-up (the first CUPTI call after a finalize) is made at the window's opening boundary, "
+              "so it lands in the traced token, the window's slowest anyway. `--prepare-lead N` makes it on the "
+              "agent thread N tokens earlier instead (eager windows only); the token it overlapped then ran ~9 ms "
+              "slower: one more slow token per window (scripts/h200_window_costs.py, docs/benchmarks.md, tenth "
+              "session).",
+              "- Windows are at least 250 tokens and at most 5 s apart. An eager window makes two slow tokens on the "
+              "inter-token clock: the traced one (CUPTI's start-up and its cost per launch) and the next (the closing "
+              "flush and finalize, ~5 ms): ~1% of a 26 ms eager loop's tokens at one window per 5 s.",
               "- The PM samples inside a window's tokens are all evaluated (beyond the pump's stride) and set beside "
               "the traced kernels over the same intervals: the accuracy table's first GPU-busy column.",
               "- PM sampling is armed, decoded and evaluated in the agent thread (a second process could not enable "
@@ -575,6 +581,8 @@ def markdown(results: list[dict], env: dict, cmd: str) -> str:
     return "\n".join(lines)
 
 
+# the command every committed run since the seventh session used (older overhead.json files do not record theirs)
+STANDARD_COMMAND = "python benchmarks/overhead.py --phase-s 4 --pairs 5 --long-s 20 --eager-pairs 9 --modes eager,graph"
 MARK_START, MARK_END = "<!-- benchmarks/overhead.py writes from here -->", "<!-- benchmarks/overhead.py: end -->"
 
 
@@ -604,7 +612,19 @@ def main():
                     help="torch.profiler phases (its trace of an eager loop takes long to process)")
     ap.add_argument("--reread", metavar="OVERHEAD_JSON",
                     help="no run: read a committed overhead.json and print its loop-speed lines (speed_regimes)")
+    ap.add_argument("--render", metavar="OVERHEAD_JSON",
+                    help="no run: write a committed overhead.json's tables into docs/benchmarks.md again (with the "
+                         "current design notes), under the command it records (or the standard one)")
     a = ap.parse_args()
+    if a.render:
+        try:
+            run = json.loads(Path(a.render).read_text())
+            results, env = run["results"], run["env"]
+        except (OSError, ValueError, KeyError) as exc:
+            print(f"overhead.py: cannot read {a.render}: {exc}", file=sys.stderr)
+            sys.exit(2)
+        write_doc(Path("docs/benchmarks.md"), markdown(results, env, env.get("command", STANDARD_COMMAND)))
+        return
     if a.reread:
         try:
             results = json.loads(Path(a.reread).read_text())["results"]
@@ -645,6 +665,7 @@ def main():
                                             "accuracy")}),
               flush=True)
     cmd = "python benchmarks/overhead.py " + " ".join(sys.argv[2:])
+    env["command"] = cmd.strip()
     (out / "overhead.json").write_text(json.dumps({"env": env, "results": results}, indent=1))
     md_text = markdown(results, env, cmd.strip())
     (out / "benchmarks.md").write_text(md_text)

@@ -285,3 +285,30 @@ def test_the_h200_runs_pm_check_pools_what_each_attach_reported():
         assert overhead.pool_pm_checks(per_attach[:-3] + per_attach[-1:]) == pooled
         assert overhead.pool_pm_checks(per_attach) != pooled
         assert abs(pooled["pm_gpu_busy_pct"] - pooled["traced_gpu_busy_pct"]) <= 5
+
+
+def test_a_committed_run_renders_into_the_doc_again_as_the_run_wrote_it(tmp_path):
+    """`--render`: run 22's overhead.json, written into a doc's markers again, gives the tables the H200 run printed
+    (the same rows, from the same arithmetic), under the current design notes."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).parents[1]
+    (tmp_path / "docs").mkdir()
+    doc = tmp_path / "docs" / "benchmarks.md"
+    doc.write_text(f"# Write-up\n{overhead.MARK_START}\n{overhead.MARK_END}\nkept\n")
+    run = root / "docs/h200/overhead_session10_run22_2026-11-29.json"
+    r = subprocess.run([sys.executable, str(root / "benchmarks/overhead.py"), "--render", str(run)], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    text = doc.read_text()
+    printed = (root / "docs/h200/overhead_session10_run22_2026-11-29.log").read_text()
+    rows = [ln for ln in printed.splitlines() if ln.startswith("| eager | decodemon, defaults")
+            or ln.startswith("| graph | decodemon, defaults")]
+    assert len(rows) == 3 and all(row in text for row in rows)
+    assert "| graph | decodemon, defaults (1 traced token every 4 s and ≥ 250 tokens, ≤ 5 s apart; PM 2 ms) | 5 | " \
+           "4.033 | +0.16% |" in text
+    assert "made at the window's opening boundary" in text and text.endswith(f"{overhead.MARK_END}\nkept\n")
+    bad = subprocess.run([sys.executable, str(root / "benchmarks/overhead.py"), "--render", "nope.json"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "cannot read nope.json" in bad.stderr
