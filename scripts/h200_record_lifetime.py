@@ -7,8 +7,8 @@ callback on the decode thread. That is only safe if the record objects cupti-pyt
 data (`from_ptr` without an owner copies it). Here: the eager demo model decodes; each window traces one token with
 a callback that reads every field at once (the reference) and also keeps the objects; after close, flush and
 finalize, 64 MB of fresh allocations are written over freed memory, then the kept objects are read again and
-compared field by field with the reference. Also reports how far apart consecutive records' `ptr` lie (a view into
-CUPTI's buffer would put them one record size apart). Writes OUTDIR/record_lifetime.json.
+compared field by field with the reference, kernel names as text. Also reports how far apart consecutive records'
+`ptr` lie (a view into CUPTI's buffer would put them one record size apart). Writes OUTDIR/record_lifetime.json.
 """
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ def fields(acts):
     tr._k_memcpy, tr._k_memset, tr._k_sync = int(K.MEMCPY), int(K.MEMSET), int(K.SYNCHRONIZATION)
     tr._reset()
     WindowTracer._read(tr, acts)
-    return tr._kernels + tr._apis + tr._memcpys + tr._syncs
+    # the kernel names themselves, not only their indices: a record's name is a pointer into CUPTI's memory
+    return tr._kernels + tr._apis + tr._memcpys + tr._syncs + [tuple(sorted(tr._names, key=tr._names.get))]
 out = {"windows": []}
 for w in range(windows):
     tr = WindowTracer()
@@ -56,7 +57,9 @@ for w in range(windows):
     n = sum(len(a) for a in kept)
     ptrs = [int(x.ptr) for a in kept for x in a[:50]]
     gaps = sorted({b - a for a, b in zip(ptrs, ptrs[1:])})[:8]
-    out["windows"].append({"records": n, "same_after_finalize": again == ref,
+    names = ref[0][-1] if ref else ()
+    out["windows"].append({"records": n, "same_after_finalize": again == ref, "kernel_names": len(names),
+                           "a_name": names[0][:60] if names else "",
                            "first_ptr_gaps": gaps, "types": sorted({type(x).__name__ for a in kept for x in a})})
     del junk
 out["survived"] = True
