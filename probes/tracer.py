@@ -88,7 +88,7 @@ class WindowTracer:
         token after a window 2.0-3.1 ms of its 5-7 ms flush (H200, scripts/h200_window_costs.py: flush 5.2 ms with
         the fields read in the callback, 2.9 ms without). cupti-python's record objects own copies of their
         records (`from_ptr` without an owner copies), checked field by field after CUPTI's finalize and 64 MB of
-        fresh allocations: scripts/h200_record_lifetime.py.
+        fresh allocations, kernel names as text included: scripts/h200_record_lifetime.py.
         """
         self._batches.append(activities)
 
