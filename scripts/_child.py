@@ -1,11 +1,23 @@
-"""Shared by the device scripts: run one experiment in a fresh Python process and read its JSON answer."""
+"""Shared by the device scripts: the header every result file carries, and one experiment run in a fresh Python
+process whose JSON answer is read back."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
+
+
+def device_header(command: str) -> dict:
+    """Date, GPU and driver (from nvidia-smi; "cpu" for a BENCH_CPU=1 dry run) and the command, for a result file."""
+    q = ["cpu", "-"]
+    if os.environ.get("BENCH_CPU") != "1":
+        q = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                           capture_output=True, text=True).stdout.strip().split(", ")
+    return {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "gpu": q[0], "driver": (q + ["?"])[1],
+            "command": command}
 
 
 def run_child_json(code: str, args: list[str], timeout: float, **labels) -> dict:

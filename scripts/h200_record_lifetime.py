@@ -15,12 +15,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import time
 from pathlib import Path
 
-from _child import run_child_json  # scripts/ is on sys.path when this runs as a script
+from _child import device_header, run_child_json  # scripts/ is on sys.path when this runs as a script
 
 CHILD = r'''
 import json, sys
@@ -74,10 +71,7 @@ def main():
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    q = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                       capture_output=True, text=True).stdout.strip().split(", ")
-    res = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "gpu": q[0], "driver": (q + ["?"])[1],
-           "command": f"bash scripts/h200.sh scripts/h200_record_lifetime.py OUT --windows {a.windows}"}
+    res = device_header(f"bash scripts/h200.sh scripts/h200_record_lifetime.py OUT --windows {a.windows}")
     res.update(run_child_json(CHILD, [str(a.windows)], 300))
     print(json.dumps(res), flush=True)
     (out / "record_lifetime.json").write_text(json.dumps(res, indent=1))

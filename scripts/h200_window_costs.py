@@ -30,12 +30,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import time
 from pathlib import Path
 
-from _child import run_child_json  # scripts/ is on sys.path when this runs as a script
+from _child import device_header, run_child_json  # scripts/ is on sys.path when this runs as a script
 
 CHILD = r'''
 import json, os, statistics, sys, threading, time
@@ -218,11 +215,9 @@ def main():
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    q = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                       capture_output=True, text=True).stdout.strip().split(", ") if os.environ.get("BENCH_CPU") != "1" else ["cpu", "-"]
-    res = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "gpu": q[0], "driver": (q + ["?"])[1],
-           "command": f"bash scripts/h200.sh scripts/h200_window_costs.py OUT --reps {a.reps} --gap {a.gap} "
-                      f"--variants {a.variants}", "runs": []}
+    res = device_header(f"bash scripts/h200.sh scripts/h200_window_costs.py OUT --reps {a.reps} --gap {a.gap} "
+                        f"--variants {a.variants}")
+    res["runs"] = []
     # eager only: graphed windows keep a guard token (probes/agent.py); in the first run of this script
     # (docs/h200/window_costs_run1_2026-11-29.json) one-token graphed windows without it ended in
     # cudaErrorLaunchFailure in both graph processes
