@@ -366,6 +366,15 @@ def test_attach_sends_the_window_budget_it_was_given():
     assert wire.decode_control(wire.encode(mcli._attach_settings(a))).window_budget == 7
 
 
+def test_attach_sends_the_prepare_lead_it_was_given_and_defaults_to_none():
+    from decodemon.monitor import cli as mcli
+
+    default = mcli._attach_settings(mcli.build_parser().parse_args(["attach", "1"]))
+    assert default.prepare_lead_tokens == 0  # CUPTI's start-up at the opening boundary, in the traced token
+    a = mcli.build_parser().parse_args(["attach", "1", "--prepare-lead", "3"])
+    assert wire.decode_control(wire.encode(mcli._attach_settings(a))).prepare_lead_tokens == 3
+
+
 def test_first_window_waits_as_long_as_the_monitor_says():
     from decodemon.monitor import cli as mcli
 
