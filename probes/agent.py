@@ -59,8 +59,6 @@ _graph_kernels_seen = False
 _engine_cuda_graphs: bool | None = None
 
 
-
-
 def set_cuda_graphs(replays: bool | None) -> None:
     """The engine says whether it replays CUDA graphs (None: not said). Read when a window opens."""
     global _engine_cuda_graphs
