@@ -247,7 +247,8 @@ class Attach(msgspec.Struct, frozen=True, tag="attach"):
     # opening boundary starts CUPTI, on the decode thread. The start-up slows the eager decode thread by ~10 ms in
     # whichever token it overlaps (H200: +9.4 ms median in the token it overlapped 3 tokens ahead, +12.0 ms made
     # at the open; scripts/h200_window_costs.py, variants dpre3 and defer, 25 windows each). Made at the open it
-    # lands in the traced token, already the slowest: one slow token fewer per window, which is what a p99 sees. Eager windows only; graphed windows (with a guard token) always start CUPTI at the open.
+    # lands in the traced token, already the slowest: one slow token fewer per window, which is what a p99 sees.
+    # Eager windows only; graphed windows (with a guard token) always start CUPTI at the open.
     prepare_lead_tokens: int = 0
 
 
