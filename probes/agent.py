@@ -4,8 +4,9 @@ Dormant means: one daemon thread blocked in `accept()` on a Unix socket in a
 per-user 0700 directory, CUPTI not loaded, and `mark_token()` returning after
 one global read. On attach the agent starts the counter sidecar, relays its
 frames, ships token marks four times a second and, every `window_period_s`,
-asks the decode thread to trace `window_tokens` whole tokens (for an eager
-process it first makes CUPTI's start-up itself, a few tokens ahead). On detach, or
+asks the decode thread to trace `window_tokens` whole tokens (with
+`--prepare-lead N`, for an eager process it first makes CUPTI's start-up itself,
+N tokens ahead). On detach, or
 when the monitor vanishes, it disarms; the next token boundary finalizes
 CUPTI if a window was open.
 
@@ -238,7 +239,8 @@ class _Session:
 
         On an H200 (scripts/h200_open_costs.py, variant preinit: the start-up made on another thread four tokens
         before the window) the eager decode thread lost ~5 ms in the token it overlapped instead of 13-17 ms in the
-        opening one, and the tokens after the window ran at their unobserved speed. Not while torch.profiler
+        opening one, and the tokens after the window ran at their unobserved speed; in the tenth session's
+        measurement the overlapped token lost 9.4 ms (scripts/h200_window_costs.py, dpre3). Not while torch.profiler
         records (its CUPTI session would end with ours); a prepare that fails leaves the start-up to open()."""
         tr, ns = self.tracer, 0
         prepare = getattr(tr, "prepare", None)

@@ -144,10 +144,11 @@ class WindowTracer:
 
         After a finalize, whichever CUPTI call comes first re-initialises CUPTI: 13-27 ms on an H200, which
         in open() landed on the decode thread as one slow token per window. Made here, on the agent thread
-        (cupti-python lets go of the GIL inside the call), it cost the eager decode thread ~5 ms spread over
-        the token it overlapped, and open() took 0.4 ms instead of 14 (scripts/h200_open_costs.py, variant
-        preinit; docs/h200/open_costs_preinit_2026-11-29.json). If the window never opens, the decode thread's
-        detach at its next boundary finalizes as usual (`initialised` is set). Returns the ns it took.
+        (cupti-python lets go of the GIL inside the call), open() took 0.4 ms instead of 14
+        (scripts/h200_open_costs.py, variant preinit), but the token it overlapped still ran +5.2 ms (seventh
+        session) to +9.4 ms (tenth, scripts/h200_window_costs.py variant dpre3) slower: one more slow token per
+        window, which is why it runs only when `Attach.prepare_lead_tokens` asks. If the window never opens, the
+        decode thread's detach at its next boundary finalizes as usual (`initialised` is set). Returns the ns it took.
         """
         t0 = time.perf_counter_ns()
         self._start()

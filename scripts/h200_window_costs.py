@@ -5,18 +5,20 @@
 The eager demo model (Qwen3-0.6B shape) decodes in one process; every `gap` tokens one token (w) is traced, the
 variants taking turns (interleaved, so drift hits them alike):
 
-- now:          open at the boundary before w; close, flush and finalize at the one after it
+- now:          open at the boundary before w; close, flush and finalize at the one after it; the record fields
+                read inside the buffer callback (as the tracer did until the tenth session)
 - split:        as now, but the finalize one boundary later
 - pre_ts / pre_register / pre_device / pre_ctypes: as now, but during token w-1 a second thread (the agent's)
   first calls cupti.get_timestamp() / cupti-python's activity_register_callbacks() / activity_enable(DEVICE)
   / cuptiActivityRegisterCallbacks through ctypes (GIL released), to see whether
   CUPTI's start-up can be paid off the decode thread so that open() is cheap
 - pre_all:      the second thread enables every kind during token w-1; the decode thread only notes the boundary
-- defer:        as now, but the buffer callback only keeps cupti-python's record objects; their fields are read
-                after the finalize ("deferred_read", timed but outside the tokens' clock, as collect() would)
+- defer:        as now, but the buffer callback only keeps cupti-python's record objects (the tracer's way now);
+                their fields are read right after the flush ("deferred_read", timed apart but at the same boundary,
+                so still counted in token w; the agent reads them on its own thread)
 - dnosync / dk: deferred, without SYNCHRONIZATION records / with kernel records only
 - dpre3:        deferred, and CUPTI's start-up made on a second thread (tracer.prepare) from the boundary after
-                token w-4, as the agent does it (PREPARE_LEAD_TOKENS = 3)
+                token w-4, as the agent does it with --prepare-lead 3
 - nort / kern:  as now, without RUNTIME records (kernels, copies, syncs) / with kernel records only
 
 Work done at a boundary counts in the token that just ended, as in the demo engine's clock (the first run,
@@ -43,7 +45,7 @@ cpu = os.environ.get("BENCH_CPU") == "1"
 m = DecodeModel(SHAPES["tiny" if cpu else "qwen3-0.6b"], "cpu" if cpu else "cuda",
                 torch.float32 if cpu else torch.bfloat16, 512, seed=0)
 m.reset()
-probe = {}  # what cupti-python hands the buffer callback (variant defer)
+probe = {}  # what cupti-python hands the buffer callback (its first record)
 step = m.step  # eager only: graphed windows need their guard token (see main)
 count = [0]
 def tok():
@@ -66,33 +68,26 @@ else:
     from decodemon.probes.tracer import WindowTracer
     from cupti import cupti as c
     cb_ns = [0]
-    class Deferring(WindowTracer):
-        """The buffer callback keeps cupti-python's record objects; their fields are read later (collect)."""
-        def _reset(self):
-            super()._reset(); self._raw = []
+    # The tracer keeps the records in its buffer callback and reads their fields in collect() (since the tenth
+    # session); InCallback reads them inside the callback, as it did before. Kinds as each variant first ran.
+    class InCallback(WindowTracer):
         def _completed(self, activities):
-            self._raw.append(activities)
-            if "first" not in probe and len(activities):
-                a = activities[0]
-                probe["first"] = {"type": type(a).__name__, "kind": int(a.kind), "start": int(a.start),
-                                  "attrs": [x for x in dir(a) if not x.startswith("__")][:80]}
+            self._read(activities)
+    SYNC = WindowTracer.KINDS + ("SYNCHRONIZATION",)
+    KINDS = {"now": SYNC, "defer": SYNC, "dpre3": SYNC, "dnosync": WindowTracer.KINDS, "dk": ("CONCURRENT_KERNEL",),
+             "nort": ("CONCURRENT_KERNEL", "MEMCPY", "MEMSET", "SYNCHRONIZATION"), "kern": ("CONCURRENT_KERNEL",)}
     def make(v):
-        if v in ("defer", "dpre3"):
-            t = Deferring()
-        elif v == "dnosync":  # deferred, and no SYNCHRONIZATION records (the monitor does not read them)
-            t = Deferring(kinds=("CONCURRENT_KERNEL", "RUNTIME", "MEMCPY", "MEMSET"))
-        elif v == "dk":
-            t = Deferring(kinds=("CONCURRENT_KERNEL",))
-        elif v == "nort":  # no RUNTIME records: kernels, copies, syncs
-            t = WindowTracer(kinds=("CONCURRENT_KERNEL", "MEMCPY", "MEMSET", "SYNCHRONIZATION"))
-        elif v == "kern":
-            t = WindowTracer(kinds=("CONCURRENT_KERNEL",))
-        else:
-            t = WindowTracer()
+        deferred = v in ("defer", "dpre3", "dnosync", "dk")
+        t = (WindowTracer if deferred else InCallback)(kinds=KINDS.get(v, SYNC))
         inner = t._completed
         def timed(acts, inner=inner):
+            if "first" not in probe and len(acts):  # what cupti-python hands the callback
+                a = acts[0]
+                probe["first"] = {"type": type(a).__name__, "kind": int(a.kind), "start": int(a.start),
+                                  "attrs": [x for x in dir(a) if not x.startswith("__")][:80]}
             t0 = time.perf_counter_ns(); inner(acts); cb_ns[0] += time.perf_counter_ns() - t0
         t._completed = timed
+        t.deferred = deferred
         return t
     tracers = {v: make(v) for v in variants}
     tr = tracers[variants[0]]
@@ -127,7 +122,7 @@ def pre(v):
         elif v == "pre_device": c.activity_enable(c.ActivityKind.DEVICE)
         elif v == "pre_all": tr.open()
         elif v == "pre_ctypes": register_through_ctypes()
-        elif v == "dpre3": tr.prepare()  # as the agent does it: PREPARE_LEAD_TOKENS before the open
+        elif v == "dpre3": tr.prepare()  # as the agent does it with --prepare-lead 3
         note(v, "thread_call", time.perf_counter_ns() - t0)
     th = threading.Thread(target=work); th.start(); box["th"] = th
 def join(v):
@@ -160,9 +155,9 @@ def hooks_for(v, w):
         timed_call(v, "flush", tr.flush)
         if not cpu:
             note(v, "in_callback", cb_ns[0]); note(v, "kernels", len(tr._kernels) * 1e6)
-            if isinstance(tr, Deferring):  # read the kept records now (after the window, as collect() would), and time it
-                t0 = time.perf_counter_ns(); raw = tr._raw; tr._raw = []
-                for acts in raw: WindowTracer._completed(tr, acts)
+            if tr.deferred:  # read the kept records now (after the window, as collect() would), and time it
+                t0 = time.perf_counter_ns(); raw, tr._batches = tr._batches, []
+                for acts in raw: tr._read(acts)
                 note(v, "deferred_read", time.perf_counter_ns() - t0); note(v, "kernels", len(tr._kernels) * 1e6)
                 ks = tr._kernels
                 note(v, "kernel_ends_sane", 1e6 * float(bool(ks) and all(k[2] >= k[1] > 0 for k in ks)))
