@@ -128,8 +128,11 @@ def host_share(before: list[int] | None, after: list[int] | None) -> dict:
 
 
 def engine_session(mode: str, tag: str, plan: list[str], phase_s: float, work: Path,
-                   profiler_phase_s: float | None = None) -> dict:
-    """Run one engine through a plan of phases ('U', 'D', 'Ddense', 'P'); return phases and token times."""
+                   profiler_phase_s: float | None = None, attach_args: dict | None = None) -> dict:
+    """Run one engine through a plan of phases ('U', 'D', 'Ddense', 'Dlong', 'P', or any label in `attach_args`,
+    an attach with those extra arguments); return phases and token times."""
+    attach_args = {"Ddense": ["--window-period", "1", "--window-tokens", "2", "--window-min-tokens", "0"],
+                   **(attach_args or {})}
     prof_dir = work / f"prof_{mode}_{tag}"
     prof_dir.mkdir(parents=True, exist_ok=True)
     times_file = work / f"times_{mode}_{tag}.json"
@@ -157,9 +160,8 @@ def engine_session(mode: str, tag: str, plan: list[str], phase_s: float, work: P
             a = time.time()
             time.sleep(secs)
             phases.append(("U", a, time.time()))
-        elif label in ("D", "Ddense", "Dlong"):
-            extra = (["--window-period", "1", "--window-tokens", "2", "--window-min-tokens", "0"]
-                     if label == "Ddense" else [])
+        elif label in ("D", "Dlong") or label in attach_args:
+            extra = attach_args.get(label, [])
             a = time.time()
             r = subprocess.run(DM + ["attach", str(pid), "--json", "--seconds", str(secs)] + extra,
                                capture_output=True, text=True)

@@ -610,7 +610,7 @@ class _Agent:
         if session.pm is None:
             return None
         try:
-            got = session.pm.samples(max_samples=1024, dense_spans=session.pm_spans)
+            got = session.pm.samples(dense_spans=session.pm_spans)
             pm = session.pm
             if got is not None and len(got[1]):
                 last = max(got[1])
@@ -620,7 +620,7 @@ class _Agent:
             if getattr(pm, "pumps", 0) > 1:
                 state["pm_cpu"] = (f"{1e3 * pm.cpu_later_s / (pm.pumps - 1):.2f} ms of agent CPU per pump outside "
                                    f"libcupti calls, {1e3 * pm.image_s:.2f} of it copying the counter-data image "
-                                   f"({pm.pumps - 1} pumps; the first, which makes the image, "
+                                   f"({pm.pumps - 1} pumps; the first, with all the samples since the arm, "
                                    f"{1e3 * pm.cpu_first_s:.1f} ms)")
             if got is not None:
                 return pm_frames(*got)

@@ -35,6 +35,9 @@ def span_indices(n: int, last_start: int, last_end: int, spans, margin: int = 2)
     return out
 
 
+MAX_SAMPLES = 1024  # samples one pump decodes at most (the agent pumps every 0.5 s; 250 at the 2 ms interval)
+
+
 class PmSampler:
     """A running PM sampling session on one device."""
 
@@ -63,6 +66,12 @@ class PmSampler:
         # every pump (cupti-python's Collector.decode does), it took 7.9 ms of a 12.9 ms pump on the H200
         # (scripts/h200_slow_tokens.py --plan pm, 2026-11-29 16:26 UTC); the image is a self-contained byte blob.
         self._templates: dict = {}
+        # ... and made here, at the arm, not in the first pump. The agent's first pump waits for the first traced
+        # window to be collected, so making the image there put 12.2-21.7 ms of agent CPU (against 2.5-3.6 ms for
+        # later pumps) right after the window, in the tokens just after the traced one (tenth session,
+        # scripts/h200_slow_tokens.py --plan lead). The arm is a one-off at the attach, half a second before any
+        # window. The work buffer is written once here too, so its pages are not first touched in a pump.
+        self._image_pair(MAX_SAMPLES)
         from cupti.utils import metrics_to_c_array  # noqa: PLC0415
 
         self._names_keep, self._names_ptr = metrics_to_c_array(list(PM_METRICS))
@@ -70,10 +79,11 @@ class PmSampler:
         self.dense_evaluated = 0  # samples evaluated for traced windows' spans, beyond the stride
         self.eval_s = 0.0
         self.decode_s = 0.0  # the last pump: decode, counter-data image included
-        self.image_s = 0.0  # the last pump: resetting the counter-data image (the first: making it)
+        self.image_s = 0.0  # the last pump: resetting the counter-data image
         # the agent thread's CPU time in a pump outside libcupti's GIL-free calls: the most the pump can have taken
         # from a decode thread that needs the GIL (the counter-data image copy, image_s, is in it; numpy copies
-        # without the GIL, so the true figure is lower). The first pump, which makes the template, apart.
+        # without the GIL, so the true figure is lower). The first pump apart: it decodes all the samples since
+        # the arm, the first window's dense ones with them.
         self.cpu_s = 0.0
         self.cpu_first_s = 0.0
         self.cpu_later_s = 0.0
@@ -91,7 +101,7 @@ class PmSampler:
         getattr(self._c, name)(params.ptr)
         self._free_s += time.thread_time() - t0
 
-    def samples(self, max_samples: int = 1024, budget_s: float = 0.0015, dense_spans=()):
+    def samples(self, max_samples: int = MAX_SAMPLES, budget_s: float = 0.0015, dense_spans=()):
         """Decode and evaluate completed samples, within a time budget: (start ns, end ns, rows, extra) or None;
         `extra[i]` is True for a sample evaluated only because it lies in one of `dense_spans`.
 
@@ -178,11 +188,7 @@ class PmSampler:
     def _decode_image(self, max_samples: int):
         c, coll = self._c, self._coll
         t0 = time.perf_counter()
-        pair = self._templates.get(max_samples)
-        if pair is None:
-            template = coll._create_counter_data_image(max_samples)
-            pair = self._templates[max_samples] = (template, np.empty_like(template))
-        template, image = pair
+        template, image = self._image_pair(max_samples)
         # reset from the template into a buffer kept for the purpose: 2.3-3.0 ms of the agent thread's CPU per
         # pump on the H200 (numpy copies without the GIL), the same as a fresh template.copy() measured
         np.copyto(image, template)
@@ -200,6 +206,15 @@ class PmSampler:
         self._call("pm_sampling_get_counter_data_info", info)
         n = info.num_completed_samples
         return (image, n) if n else None
+
+    def _image_pair(self, max_samples: int):
+        """The initialised counter-data image for `max_samples` and the work buffer a pump decodes into, made once
+        (the buffer a copy of the image, so its pages are touched when it is made)."""
+        pair = self._templates.get(max_samples)
+        if pair is None:
+            template = self._coll._create_counter_data_image(max_samples)
+            pair = self._templates[max_samples] = (template, template.copy())
+        return pair
 
     def close(self) -> None:
         """Stop sampling and release the session (errors ignored: CUPTI may already be gone)."""

@@ -454,6 +454,48 @@ def test_pm_pump_decodes_into_a_copy_of_one_initialised_image():
     assert pm._coll.made == 2
 
 
+def test_pm_arm_makes_the_counter_data_image_before_any_pump(monkeypatch):
+    """The image is made at the arm (half a second before the first window), not in the first pump, which comes
+    right after the first traced window; the pumps decode into the buffer made with it."""
+    import types
+
+    from decodemon.probes import pm_inproc
+
+    coll = _FakeCollector()
+    calls = []
+
+    class Collector:
+        def __new__(cls, device):
+            coll._chip_name = "GH100"
+            for name in ("enable", "start", "stop", "disable"):
+                setattr(coll, name, lambda name=name: calls.append(name))
+            coll.configure = lambda **kw: calls.append("configure")
+            return coll
+
+    class Host:
+        def __init__(self, chip, kind):
+            self._p_host_object = 1
+
+        def initialize(self):
+            calls.append("host")
+
+    fake = types.ModuleType("cupti")
+    fake.cupti = _FakePmCupti()
+    fake.pm_sampling = types.SimpleNamespace(Collector=Collector)
+    fake.profiler_host = types.SimpleNamespace(ProfilerHost=Host, ProfilerType=types.SimpleNamespace(PM_SAMPLING=0))
+    utils = types.ModuleType("cupti.utils")
+    utils.metrics_to_c_array = lambda names: (names, 0)
+    monkeypatch.setitem(sys.modules, "cupti", fake)
+    monkeypatch.setitem(sys.modules, "cupti.utils", utils)
+    pm = pm_inproc.PmSampler(0, 2000)
+    assert calls == ["enable", "configure", "start", "host"] and coll.made == 1
+    template, work = pm._templates[pm_inproc.MAX_SAMPLES]
+    assert work is not template and (work == template).all()  # the buffer is written (its pages touched) at the arm
+    pm._free_s = 0.0
+    image, _ = pm._decode_image(pm_inproc.MAX_SAMPLES)
+    assert image is work and coll.made == 1  # the first pump makes nothing
+
+
 def test_pm_pump_counts_its_cpu_outside_libcupti_calls_apart():
     """The pump's CPU inside libcupti calls (GIL released by cupti-python) is not counted as the pump's own."""
     from decodemon.probes.pm_inproc import PmSampler
@@ -471,7 +513,7 @@ def test_pm_pump_counts_its_cpu_outside_libcupti_calls_apart():
     pm._account(t_pump)
     assert pm._free_s >= 0.01 and pm.cpu_s < 0.005 and pm.cpu_first_s == pm.cpu_s and pm.pumps == 1
     pm._account(time.thread_time())
-    assert pm.pumps == 2 and pm.cpu_later_s == pm.cpu_s  # the first pump (which makes the image) kept apart
+    assert pm.pumps == 2 and pm.cpu_later_s == pm.cpu_s  # the first pump (all the samples since the arm) kept apart
 
 
 _STUB_GIL_CHECK = r"""

@@ -1,0 +1,103 @@
+"""Two attach settings against each other in one interleaved run on one engine: which design should be the default?
+
+    bash scripts/h200.sh scripts/h200_variant_ab.py [--mode eager] [--pairs 8] [--phase-s 4] \
+        [--b-args="--prepare-lead 2"]
+
+One demo engine (benchmarks/overhead.py's engine_session) runs U, A, U, B, U, A, ... : U unobserved, A an attach
+with default settings, B an attach with `--b-args`. Each attach is judged as the benchmark judges its D phases
+(pair_stats: its median and p99 against the U phases on both sides of it, and the noise floor), raw and at one
+core speed (core_speed), and all its tokens are pooled against all U tokens after the first attach; the process's
+first attach (one A) is left out of the pooled figures. Per attach, the tokens over 1.1x the pooled U p99 and when
+they came (seconds into the attach), and the attach's own report (observer cost, PM pump CPU).
+
+Writes OUTDIR/variant_ab.json and the engine's tokens under OUTDIR/times. A dry run on CPU:
+BENCH_CPU=1 python scripts/h200_variant_ab.py OUT --pairs 1 --phase-s 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import shutil
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+from _child import device_header  # noqa: E402
+from overhead import core_speed, engine_session, pair_stats, pct, phase_of, phase_rows  # noqa: E402
+
+
+def pooled(per: list[dict], label: str, u_p99: float, first_attach: int) -> dict:
+    """All tokens of `label`'s attaches (the process's first attach left out) against the U tokens' p99."""
+    xs = [m for i, p in enumerate(per) if p["phase"] == label and i != first_attach for m in p["ms"]]
+    if not xs:
+        return {}
+    return {"tokens": len(xs), "median_ms": round(statistics.median(xs), 3), "p99_ms": round(pct(xs, 99), 3),
+            "p99_ratio": round(pct(xs, 99) / u_p99, 3), "over_1.1x_u_p99": int(sum(m > 1.1 * u_p99 for m in xs))}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out", nargs="?", default="out")
+    ap.add_argument("--mode", default="eager", choices=("eager", "graph"))
+    ap.add_argument("--pairs", type=int, default=8, help="attaches of each setting")
+    ap.add_argument("--phase-s", type=float, default=4.0)
+    ap.add_argument("--b-args", default="--prepare-lead 2", help="extra `decodemon attach` arguments for B")
+    a = ap.parse_args()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    b_args = shlex.split(a.b_args)
+    head = device_header("bash scripts/h200.sh scripts/h200_variant_ab.py " + " ".join(shlex.quote(x)
+                                                                                       for x in sys.argv[2:]))
+    work = Path(tempfile.mkdtemp(prefix="dm-ab-"))
+    plan = ["U"]
+    for _ in range(a.pairs):
+        plan += ["A", "U", "B", "U"]
+    sess = engine_session(a.mode, "ab", plan, a.phase_s, work, attach_args={"A": [], "B": b_args})
+    (out / "times").mkdir(exist_ok=True)
+    for f in work.glob("times_*.json"):
+        shutil.copy(f, out / "times" / f.name)
+    ends, ms = sess["ends"], sess["ms"]
+    res = {**head, "mode": a.mode, "a_args": [], "b_args": b_args, "phase_s": a.phase_s, "pairs": a.pairs,
+           "attach": [{"phase": lab, **x} for lab, x in sess["attach"]]}
+    views = {"raw": phase_rows(sess["phases"], ends, ms)}
+    vals = {"raw": ms}
+    where = [next((lab for lab, t0, t1 in sess["phases"] if phase_of(e, t0, t1)), None) for e in ends]
+    cs = core_speed(ms, sess.get("canary_us"), [w == "U" for w in where])
+    if cs is not None:
+        views["one_core_speed"] = phase_rows(sess["phases"], ends, cs["ms"])
+        vals["one_core_speed"] = cs["ms"]
+    first_attach = next(i for i, p in enumerate(plan) if p != "U")
+    for name, per in views.items():
+        u = [m for i, p in enumerate(per) if p["phase"] == "U" and i > first_attach for m in p["ms"]]
+        u_p99 = pct(u, 99)
+        v = {"u_after_first_attach": {"tokens": len(u), "median_ms": round(statistics.median(u), 3),
+                                      "p99_ms": round(u_p99, 3)}}
+        for label in ("A", "B"):
+            st = pair_stats(per, label)
+            v[label] = {k: (round(x, 3) if isinstance(x, float) else x) for k, x in st.items()
+                        if k in ("pairs", "overhead_pct_median", "overhead_pct_min", "overhead_pct_max",
+                                 "overhead_mean_pct_median", "p99_ratio_median", "noise_floor_pct",
+                                 "noise_floor_bracketed_pct", "p99_noise_floor_bracketed_pct")}
+            v[label]["pooled"] = pooled(per, label, u_p99, first_attach)
+            # each attach's tokens over 1.1x the pooled U p99: how far into the attach (s) and how slow (ms)
+            v[label]["slow_tokens"] = [
+                [[round(e - t0, 2), round(float(x), 1)] for e, x in zip(ends, vals[name])
+                 if phase_of(e, t0, t1) and x > 1.1 * u_p99]
+                for lab, t0, t1 in sess["phases"] if lab == label]
+        res[name] = v
+    (out / "variant_ab.json").write_text(json.dumps(res, indent=1, default=lambda o: o.item()))
+    for name in views:  # the log: each setting's figures, without the slow tokens' list
+        print(name, json.dumps({k: {x: y for x, y in v.items() if x != "slow_tokens"} if isinstance(v, dict) else v
+                                for k, v in res[name].items()}, default=lambda o: o.item()))
+
+
+if __name__ == "__main__":
+    main()
