@@ -570,14 +570,16 @@ def markdown(results: list[dict], env: dict, cmd: str) -> str:
               "so it lands in the traced token, the window's slowest anyway. `--prepare-lead N` makes it on the "
               "agent thread N tokens earlier instead (eager windows only); the token it overlapped then ran ~9 ms "
               "slower: one more slow token per window (scripts/h200_window_costs.py, docs/benchmarks.md, tenth "
-              "session).",
+              "session). Eight 4 s attaches each way, interleaved on one engine, did not separate the two "
+              "(scripts/h200_variant_ab.py, eleventh session).",
               "- Windows are at least 250 tokens and at most 5 s apart. An eager window makes two slow tokens on the "
               "inter-token clock: the traced one (CUPTI's start-up and its cost per launch) and the next (the closing "
               "flush and finalize, ~5 ms): ~1% of a 26 ms eager loop's tokens at one window per 5 s.",
               "- The PM samples inside a window's tokens are all evaluated (beyond the pump's stride) and set beside "
               "the traced kernels over the same intervals: the accuracy table's first GPU-busy column.",
               "- PM sampling is armed, decoded and evaluated in the agent thread (a second process could not enable "
-              "it on this H200), into a work buffer reset from one initialised counter-data image, with the GIL "
+              "it on this H200), into a work buffer reset from one initialised counter-data image (both made when "
+              "PM is armed, not in the first pump, which follows the first window), with the GIL "
               "released inside libcupti's calls; NVML runs in a sidecar process, and all analysis runs in the "
               "monitor process.", ""]
     return "\n".join(lines)

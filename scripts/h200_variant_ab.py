@@ -66,7 +66,10 @@ def main() -> None:
         shutil.copy(f, out / "times" / f.name)
     ends, ms = sess["ends"], sess["ms"]
     res = {**head, "mode": a.mode, "a_args": [], "b_args": b_args, "phase_s": a.phase_s, "pairs": a.pairs,
-           "attach": [{"phase": lab, **x} for lab, x in sess["attach"]]}
+           "attach": [{"phase": lab, **x} for lab, x in sess["attach"]],
+           # every phase's span (unix s), so the tokens under OUT/times can be re-read by phase
+           "phases": [{"phase": lab, "t0_unix_s": round(t0, 3), "t1_unix_s": round(t1, 3)}
+                      for lab, t0, t1 in sess["phases"]]}
     views = {"raw": phase_rows(sess["phases"], ends, ms)}
     vals = {"raw": ms}
     where = [next((lab for lab, t0, t1 in sess["phases"] if phase_of(e, t0, t1)), None) for e in ends]

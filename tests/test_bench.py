@@ -312,3 +312,54 @@ def test_a_committed_run_renders_into_the_doc_again_as_the_run_wrote_it(tmp_path
     bad = subprocess.run([sys.executable, str(root / "benchmarks/overhead.py"), "--render", "nope.json"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "cannot read nope.json" in bad.stderr
+
+
+def test_an_engine_session_attaches_each_label_with_its_own_arguments(tmp_path, monkeypatch):
+    """engine_session's plan: U sleeps, D attaches at defaults, Ddense at the dense setting, and any label given in
+    `attach_args` attaches with those arguments (scripts/h200_variant_ab.py's A and B)."""
+    import json
+    import subprocess
+
+    attaches = []
+
+    class Engine:
+        def __init__(self, cmd, stdout=None, stderr=None):
+            i = cmd.index("--pid-file")
+            Path(cmd[i + 1]).write_text("4242")
+            self.times = Path(cmd[cmd.index("--times-file") + 1])
+            stderr.write("decoding\n")
+            stderr.flush()
+
+        def poll(self):
+            return None
+
+        def wait(self, timeout=None):
+            self.times.write_text(json.dumps({"end_unix_s": [], "ms": []}))
+
+    def run(cmd, capture_output=True, text=True):
+        attaches.append(cmd[cmd.index("attach"):])
+        return subprocess.CompletedProcess(cmd, 0, stdout="{}", stderr="")
+
+    monkeypatch.setattr(overhead.subprocess, "Popen", Engine)
+    monkeypatch.setattr(overhead.subprocess, "run", run)
+    monkeypatch.setattr(overhead.os, "kill", lambda pid, sig: None)
+    monkeypatch.setattr(overhead.time, "sleep", lambda s: None)
+    s = overhead.engine_session("eager", "t", ["U", "D", "Ddense", "A", "B"], 4.0, tmp_path,
+                                attach_args={"A": [], "B": ["--prepare-lead", "2"]})
+    assert [p[0] for p in s["phases"]] == ["U", "D", "Ddense", "A", "B"] and len(s["attach"]) == 4
+    extras = [a[a.index("--seconds") + 2:] for a in attaches]
+    assert extras == [[], ["--window-period", "1", "--window-tokens", "2", "--window-min-tokens", "0"], [],
+                      ["--prepare-lead", "2"]]
+    assert all(a[:2] == ["attach", "4242"] for a in attaches)
+
+
+def test_the_docs_generated_table_is_the_latest_h200_runs_own_output():
+    """docs/benchmarks.md's generated block holds run 25's rows exactly as the H200 run printed them (its log), and
+    the block was rendered from that run's overhead.json (device, driver and date lines)."""
+    root = Path(__file__).parents[1]
+    doc = (root / "docs/benchmarks.md").read_text()
+    block = doc.split(overhead.MARK_START, 1)[1].split(overhead.MARK_END, 1)[0]
+    printed = (root / "docs/h200/overhead_session11_run25_2026-11-30.log").read_text()
+    rows = [ln for ln in printed.splitlines() if ln.startswith(("| eager |", "| graph |"))]
+    assert len(rows) >= 12 and all(row in block for row in rows)
+    assert "driver 580.159.04" in block and "date 2026-11-30" in block
