@@ -10,7 +10,11 @@ core speed (core_speed), and all its tokens are pooled against all U tokens afte
 first attach (one A) is left out of the pooled figures. Per attach, the tokens over 1.1x the pooled U p99 and when
 they came (seconds into the attach), and the attach's own report (observer cost, PM pump CPU).
 
-Writes OUTDIR/variant_ab.json and the engine's tokens under OUTDIR/times. A dry run on CPU:
+`--b-args=""` makes B the defaults too: with `--phase-s 20`, long default attaches each between two unobserved
+phases of the same length, a long attach's p99 judged against its own neighbours (eleventh session, call 5).
+
+Writes OUTDIR/variant_ab.json (figures, every phase's span, each attach's report) and the engine's tokens under
+OUTDIR/times. A dry run on CPU:
 BENCH_CPU=1 python scripts/h200_variant_ab.py OUT --pairs 1 --phase-s 2.
 """
 
@@ -25,7 +29,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
@@ -90,6 +93,12 @@ def main() -> None:
                                  "overhead_mean_pct_median", "p99_ratio_median", "noise_floor_pct",
                                  "noise_floor_bracketed_pct", "p99_noise_floor_bracketed_pct")}
             v[label]["pooled"] = pooled(per, label, u_p99, first_attach)
+            # each attach's p99 against the mean of the unobserved phases' p99 on both sides of it
+            v[label]["p99_ratios"] = [
+                round(p["p99_ms"] / statistics.mean(q["p99_ms"] for q in (per[i - 1], per[i + 1])), 3)
+                for i, p in enumerate(per) if p["phase"] == label and 0 < i < len(per) - 1
+                and per[i - 1]["phase"] == per[i + 1]["phase"] == "U" and p["p99_ms"]
+                and per[i - 1]["p99_ms"] and per[i + 1]["p99_ms"]]
             # each attach's tokens over 1.1x the pooled U p99: how far into the attach (s) and how slow (ms)
             v[label]["slow_tokens"] = [
                 [[round(e - t0, 2), round(float(x), 1)] for e, x in zip(ends, vals[name])
