@@ -127,10 +127,20 @@ def host_share(before: list[int] | None, after: list[int] | None) -> dict:
     return {"host_steal_pct": round(100 * d[7] / total, 2), "host_busy_pct": round(100 * (total - d[3] - d[4]) / total, 2)}
 
 
+def pinned(cpus: set[int] | None):
+    """A preexec_fn that keeps a child on `cpus` (None: no pinning)."""
+    if not cpus:
+        return None
+    return lambda: os.sched_setaffinity(0, cpus)
+
+
 def engine_session(mode: str, tag: str, plan: list[str], phase_s: float, work: Path,
-                   profiler_phase_s: float | None = None, attach_args: dict | None = None) -> dict:
+                   profiler_phase_s: float | None = None, attach_args: dict | None = None,
+                   engine_cpus: set[int] | None = None, attach_cpus: dict | None = None) -> dict:
     """Run one engine through a plan of phases ('U', 'D', 'Ddense', 'Dlong', 'P', or any label in `attach_args`,
-    an attach with those extra arguments); return phases and token times."""
+    an attach with those extra arguments); return phases and token times. `engine_cpus` keeps the engine (and the
+    NVML sidecar its agent starts) on those CPUs; `attach_cpus[label]` keeps that label's monitor process on its
+    own."""
     attach_args = {"Ddense": ["--window-period", "1", "--window-tokens", "2", "--window-min-tokens", "0"],
                    **(attach_args or {})}
     prof_dir = work / f"prof_{mode}_{tag}"
@@ -142,7 +152,8 @@ def engine_session(mode: str, tag: str, plan: list[str], phase_s: float, work: P
     cpu = ["--tiny", "--device", "cpu"] if os.environ.get("BENCH_CPU") == "1" else []  # a dry run of the script
     eng = subprocess.Popen(DM + ["run", "--pid-file", str(pid_file), "--"] + DEMO + cpu +
                            ["--mode", "eager" if cpu else mode, "--tokens", "0", "--times-file", str(times_file),
-                            "--cpu-clocks", "--profiler-dir", str(prof_dir)], stdout=subprocess.DEVNULL, stderr=err)
+                            "--cpu-clocks", "--profiler-dir", str(prof_dir)], stdout=subprocess.DEVNULL, stderr=err,
+                           preexec_fn=pinned(engine_cpus))
     t0 = time.time()
     while "decoding" not in err_path.read_text():
         if eng.poll() is not None or time.time() - t0 > 180:
@@ -164,7 +175,7 @@ def engine_session(mode: str, tag: str, plan: list[str], phase_s: float, work: P
             extra = attach_args.get(label, [])
             a = time.time()
             r = subprocess.run(DM + ["attach", str(pid), "--json", "--seconds", str(secs)] + extra,
-                               capture_output=True, text=True)
+                               capture_output=True, text=True, preexec_fn=pinned((attach_cpus or {}).get(label)))
             phases.append((label, a, time.time()))
             attach.append((label, json.loads(r.stdout) if r.returncode == 0 else {"error": r.stderr.strip()}))
         elif label == "P":

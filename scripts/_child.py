@@ -17,7 +17,19 @@ def device_header(command: str) -> dict:
         q = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
                            capture_output=True, text=True).stdout.strip().split(", ")
     return {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "gpu": q[0], "driver": (q + ["?"])[1],
-            "command": command}
+            "command": command, "cpus": cpu_topology()}
+
+
+def cpu_topology() -> dict:
+    """How many CPUs, and which of them share a core (SMT siblings, from sysfs; empty where it is not exposed)."""
+    sib = set()
+    for n in range(os.cpu_count() or 0):
+        try:
+            with open(f"/sys/devices/system/cpu/cpu{n}/topology/thread_siblings_list") as fh:
+                sib.add(fh.read().strip())
+        except OSError:
+            pass
+    return {"count": os.cpu_count(), "thread_siblings": sorted(sib)}
 
 
 def run_child_json(code: str, args: list[str], timeout: float, **labels) -> dict:

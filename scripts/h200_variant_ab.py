@@ -10,7 +10,8 @@ core speed (core_speed), and all its tokens are pooled against all U tokens afte
 first attach (one A) is left out of the pooled figures. Per attach, the tokens over 1.1x the pooled U p99 and when
 they came (seconds into the attach), and the attach's own report (observer cost, PM pump CPU).
 
-`--b-args=""` makes B the defaults too: with `--phase-s 20`, long default attaches each between two unobserved
+`--engine-cpus 0-3 --b-monitor-cpus 8-15 --b-args=""` asks whether the monitor process slows the decode thread's
+core (the header records the CPUs' SMT siblings). `--b-args=""` makes B the defaults too: with `--phase-s 20`, long default attaches each between two unobserved
 phases of the same length, a long attach's p99 judged against its own neighbours (eleventh session, call 5).
 
 Writes OUTDIR/variant_ab.json (figures, every phase's span, each attach's report) and the engine's tokens under
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import shutil
 import statistics
@@ -46,6 +48,20 @@ def pooled(per: list[dict], label: str, u_p99: float, first_attach: int) -> dict
             "p99_ratio": round(pct(xs, 99) / u_p99, 3), "over_1.1x_u_p99": int(sum(m > 1.1 * u_p99 for m in xs))}
 
 
+def cpu_list(text: str) -> set[int]:
+    """'0-7,9' -> {0, ..., 7, 9} (argparse type)."""
+    out: set[int] = set()
+    try:
+        for part in filter(None, text.split(",")):
+            lo, _, hi = part.partition("-")
+            out.update(range(int(lo), int(hi or lo) + 1))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a CPU list like 0-7,9: {text!r}") from None
+    if not out or not out <= set(range(os.cpu_count() or 1)):
+        raise argparse.ArgumentTypeError(f"CPUs {text!r} are not all on this machine (0-{(os.cpu_count() or 1) - 1})")
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("out", nargs="?", default="out")
@@ -53,6 +69,10 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=8, help="attaches of each setting")
     ap.add_argument("--phase-s", type=float, default=4.0)
     ap.add_argument("--b-args", default="--prepare-lead 2", help="extra `decodemon attach` arguments for B")
+    ap.add_argument("--engine-cpus", type=cpu_list, help="keep the engine (and its agent's NVML sidecar) on these "
+                                                        "CPUs, e.g. 0-3")
+    ap.add_argument("--b-monitor-cpus", type=cpu_list, help="keep B's monitor process on these CPUs, e.g. 8-15: "
+                                                            "does the monitor slow the decode thread's core?")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -63,12 +83,14 @@ def main() -> None:
     plan = ["U"]
     for _ in range(a.pairs):
         plan += ["A", "U", "B", "U"]
-    sess = engine_session(a.mode, "ab", plan, a.phase_s, work, attach_args={"A": [], "B": b_args})
+    sess = engine_session(a.mode, "ab", plan, a.phase_s, work, attach_args={"A": [], "B": b_args},
+                          engine_cpus=a.engine_cpus, attach_cpus={"B": a.b_monitor_cpus})
     (out / "times").mkdir(exist_ok=True)
     for f in work.glob("times_*.json"):
         shutil.copy(f, out / "times" / f.name)
     ends, ms = sess["ends"], sess["ms"]
     res = {**head, "mode": a.mode, "a_args": [], "b_args": b_args, "phase_s": a.phase_s, "pairs": a.pairs,
+           "engine_cpus": sorted(a.engine_cpus or []), "b_monitor_cpus": sorted(a.b_monitor_cpus or []),
            "attach": [{"phase": lab, **x} for lab, x in sess["attach"]],
            # every phase's span (unix s), so the tokens under OUT/times can be re-read by phase
            "phases": [{"phase": lab, "t0_unix_s": round(t0, 3), "t1_unix_s": round(t1, 3)}

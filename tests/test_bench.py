@@ -320,10 +320,11 @@ def test_an_engine_session_attaches_each_label_with_its_own_arguments(tmp_path, 
     import json
     import subprocess
 
-    attaches = []
+    attaches, pins = [], []
 
     class Engine:
-        def __init__(self, cmd, stdout=None, stderr=None):
+        def __init__(self, cmd, stdout=None, stderr=None, preexec_fn=None):
+            pins.append(preexec_fn)
             i = cmd.index("--pid-file")
             Path(cmd[i + 1]).write_text("4242")
             self.times = Path(cmd[cmd.index("--times-file") + 1])
@@ -336,8 +337,9 @@ def test_an_engine_session_attaches_each_label_with_its_own_arguments(tmp_path, 
         def wait(self, timeout=None):
             self.times.write_text(json.dumps({"end_unix_s": [], "ms": []}))
 
-    def run(cmd, capture_output=True, text=True):
+    def run(cmd, capture_output=True, text=True, preexec_fn=None):
         attaches.append(cmd[cmd.index("attach"):])
+        pins.append(preexec_fn)
         return subprocess.CompletedProcess(cmd, 0, stdout="{}", stderr="")
 
     monkeypatch.setattr(overhead.subprocess, "Popen", Engine)
@@ -351,6 +353,47 @@ def test_an_engine_session_attaches_each_label_with_its_own_arguments(tmp_path, 
     assert extras == [[], ["--window-period", "1", "--window-tokens", "2", "--window-min-tokens", "0"], [],
                       ["--prepare-lead", "2"]]
     assert all(a[:2] == ["attach", "4242"] for a in attaches)
+    assert pins == [None] * 5  # nothing pinned unless asked
+
+
+def test_an_engine_session_can_pin_the_engine_and_one_labels_monitor(tmp_path, monkeypatch):
+    """`engine_cpus` and `attach_cpus` reach the children as affinity (the next session's SMT question)."""
+    import json
+    import os
+    import subprocess
+
+    calls = []
+
+    class Engine:
+        def __init__(self, cmd, stdout=None, stderr=None, preexec_fn=None):
+            calls.append(("engine", preexec_fn))
+            Path(cmd[cmd.index("--pid-file") + 1]).write_text("4242")
+            self.times = Path(cmd[cmd.index("--times-file") + 1])
+            stderr.write("decoding\n")
+            stderr.flush()
+
+        def poll(self):
+            return None
+
+        def wait(self, timeout=None):
+            self.times.write_text(json.dumps({"end_unix_s": [], "ms": []}))
+
+    def run(cmd, capture_output=True, text=True, preexec_fn=None):
+        calls.append(("attach", preexec_fn))
+        return subprocess.CompletedProcess(cmd, 0, stdout="{}", stderr="")
+
+    set_to = []
+    monkeypatch.setattr(overhead.subprocess, "Popen", Engine)
+    monkeypatch.setattr(overhead.subprocess, "run", run)
+    monkeypatch.setattr(overhead.os, "kill", lambda pid, sig: None)
+    monkeypatch.setattr(overhead.time, "sleep", lambda s: None)
+    monkeypatch.setattr(os, "sched_setaffinity", lambda pid, cpus: set_to.append((pid, set(cpus))))
+    overhead.engine_session("eager", "t", ["A", "B"], 4.0, tmp_path, attach_args={"A": [], "B": []},
+                            engine_cpus={0, 1}, attach_cpus={"B": {1}})
+    assert [k for k, _ in calls] == ["engine", "attach", "attach"] and calls[1][1] is None
+    calls[0][1]()
+    calls[2][1]()
+    assert set_to == [(0, {0, 1}), (0, {1})]
 
 
 def test_the_docs_generated_table_is_the_latest_h200_runs_own_output():
