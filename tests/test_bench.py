@@ -406,3 +406,29 @@ def test_the_docs_generated_table_is_the_latest_h200_runs_own_output():
     rows = [ln for ln in printed.splitlines() if ln.startswith(("| eager |", "| graph |"))]
     assert len(rows) >= 12 and all(row in block for row in rows)
     assert "driver 580.159.04" in block and "date 2026-11-30" in block
+
+
+def test_attaches_are_found_in_an_engines_token_log_from_its_other_threads_cpu():
+    """scripts/attach_tokens.py on committed H200 token logs: call 1's 16 attaches of ~4 s (A and B in turn) and
+    run 23's 12 (9 at defaults, 2 dense, one of 20 s), each with its traced window among its slowest tokens."""
+    import json
+
+    spec = importlib.util.spec_from_file_location("attach_tokens",
+                                                  Path(__file__).parents[1] / "scripts" / "attach_tokens.py")
+    at = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(at)
+    h200 = Path(__file__).parents[1] / "docs" / "h200"
+    call1 = at.report(json.loads((h200 / "variant_ab_lead2_session11_times_2026-11-30.json").read_text()), "AB")
+    assert len(call1["attaches"]) == 16 and [a["label"] for a in call1["attaches"][:3]] == ["A", "B", "A"]
+    assert all(4.0 < a["seconds"] < 5.0 for a in call1["attaches"])
+    # the unobserved tokens between the attaches: the run's own unobserved figures (variant_ab_lead2_..json: 2,748
+    # tokens, median 20.335 ms, which counted each phase from 50 ms after its start)
+    assert 2200 < call1["unobserved"]["tokens"] < 2748 and abs(call1["unobserved"]["median_ms"] - 20.335) < 0.1
+    run23 = at.report(json.loads((h200 / "overhead_session11_run23_times_eager_dm_2026-11-30.json").read_text()))
+    secs = [a["seconds"] for a in run23["attaches"]]
+    assert len(secs) == 12 and all(4.0 < s < 5.0 for s in secs[:11]) and 20.0 < secs[11] < 21.0
+    # default short attaches on a fast core: the window (~0.8 s in) is the slowest token, 14-40 ms over the median
+    # (in the others the slowest is the PM arm, 0.4-0.5 s in)
+    fast = [a for a in run23["attaches"][1:9] if a["canary_us"] < 33]
+    windows = [a["slowest"][0] for a in fast if a["slowest"][0][0] > 0.6]
+    assert len(fast) >= 6 and len(windows) >= 4 and all(0.7 < t < 1.1 and 14 < ms < 41 for t, ms in windows)
