@@ -97,6 +97,7 @@ def pair_stats(per: list[dict], label: str) -> dict:
             # live "share of the loop" (observer_cost)
             "overhead_mean_pct_median": pct_(statistics.median(means)) if means else None,
             "p99_ratio_median_after_first": statistics.median(p99r[1:]) if len(p99r) > 1 else None,
+            "p99_ratios": [round(x, 3) for x in p99r],  # each pair's, in order
             "noise_floor_pct": 100 * statistics.median(abs(x - 1) for x in null) if null else None,
             "noise_floor_bracketed_pct": 100 * statistics.median(abs(x - 1) for x in bracketed) if bracketed else None,
             "bracketed_null_pct": [round(100 * (x - 1), 2) for x in bracketed],

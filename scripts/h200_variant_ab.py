@@ -113,14 +113,8 @@ def main() -> None:
             v[label] = {k: (round(x, 3) if isinstance(x, float) else x) for k, x in st.items()
                         if k in ("pairs", "overhead_pct_median", "overhead_pct_min", "overhead_pct_max",
                                  "overhead_mean_pct_median", "p99_ratio_median", "noise_floor_pct",
-                                 "noise_floor_bracketed_pct", "p99_noise_floor_bracketed_pct")}
+                                 "noise_floor_bracketed_pct", "p99_noise_floor_bracketed_pct", "p99_ratios")}
             v[label]["pooled"] = pooled(per, label, u_p99, first_attach)
-            # each attach's p99 against the mean of the unobserved phases' p99 on both sides of it
-            v[label]["p99_ratios"] = [
-                round(p["p99_ms"] / statistics.mean(q["p99_ms"] for q in (per[i - 1], per[i + 1])), 3)
-                for i, p in enumerate(per) if p["phase"] == label and 0 < i < len(per) - 1
-                and per[i - 1]["phase"] == per[i + 1]["phase"] == "U" and p["p99_ms"]
-                and per[i - 1]["p99_ms"] and per[i + 1]["p99_ms"]]
             # each attach's tokens over 1.1x the pooled U p99: how far into the attach (s) and how slow (ms)
             v[label]["slow_tokens"] = [
                 [[round(e - t0, 2), round(float(x), 1)] for e, x in zip(ends, vals[name])

@@ -314,59 +314,15 @@ def test_a_committed_run_renders_into_the_doc_again_as_the_run_wrote_it(tmp_path
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "cannot read nope.json" in bad.stderr
 
 
-def test_an_engine_session_attaches_each_label_with_its_own_arguments(tmp_path, monkeypatch):
-    """engine_session's plan: U sleeps, D attaches at defaults, Ddense at the dense setting, and any label given in
-    `attach_args` attaches with those arguments (scripts/h200_variant_ab.py's A and B)."""
+def _fake_engine(monkeypatch, calls: list) -> None:
+    """engine_session's children replaced: a demo engine that writes its pid and an empty token log, and an attach
+    that answers `{}`. `calls` gets ("engine"|"attach", the command, its preexec_fn) for each child."""
     import json
     import subprocess
 
-    attaches, pins = [], []
-
     class Engine:
         def __init__(self, cmd, stdout=None, stderr=None, preexec_fn=None):
-            pins.append(preexec_fn)
-            i = cmd.index("--pid-file")
-            Path(cmd[i + 1]).write_text("4242")
-            self.times = Path(cmd[cmd.index("--times-file") + 1])
-            stderr.write("decoding\n")
-            stderr.flush()
-
-        def poll(self):
-            return None
-
-        def wait(self, timeout=None):
-            self.times.write_text(json.dumps({"end_unix_s": [], "ms": []}))
-
-    def run(cmd, capture_output=True, text=True, preexec_fn=None):
-        attaches.append(cmd[cmd.index("attach"):])
-        pins.append(preexec_fn)
-        return subprocess.CompletedProcess(cmd, 0, stdout="{}", stderr="")
-
-    monkeypatch.setattr(overhead.subprocess, "Popen", Engine)
-    monkeypatch.setattr(overhead.subprocess, "run", run)
-    monkeypatch.setattr(overhead.os, "kill", lambda pid, sig: None)
-    monkeypatch.setattr(overhead.time, "sleep", lambda s: None)
-    s = overhead.engine_session("eager", "t", ["U", "D", "Ddense", "A", "B"], 4.0, tmp_path,
-                                attach_args={"A": [], "B": ["--prepare-lead", "2"]})
-    assert [p[0] for p in s["phases"]] == ["U", "D", "Ddense", "A", "B"] and len(s["attach"]) == 4
-    extras = [a[a.index("--seconds") + 2:] for a in attaches]
-    assert extras == [[], ["--window-period", "1", "--window-tokens", "2", "--window-min-tokens", "0"], [],
-                      ["--prepare-lead", "2"]]
-    assert all(a[:2] == ["attach", "4242"] for a in attaches)
-    assert pins == [None] * 5  # nothing pinned unless asked
-
-
-def test_an_engine_session_can_pin_the_engine_and_one_labels_monitor(tmp_path, monkeypatch):
-    """`engine_cpus` and `attach_cpus` reach the children as affinity (the next session's SMT question)."""
-    import json
-    import os
-    import subprocess
-
-    calls = []
-
-    class Engine:
-        def __init__(self, cmd, stdout=None, stderr=None, preexec_fn=None):
-            calls.append(("engine", preexec_fn))
+            calls.append(("engine", cmd, preexec_fn))
             Path(cmd[cmd.index("--pid-file") + 1]).write_text("4242")
             self.times = Path(cmd[cmd.index("--times-file") + 1])
             stderr.write("decoding\n")
@@ -379,20 +335,44 @@ def test_an_engine_session_can_pin_the_engine_and_one_labels_monitor(tmp_path, m
             self.times.write_text(json.dumps({"end_unix_s": [], "ms": []}))
 
     def run(cmd, capture_output=True, text=True, preexec_fn=None):
-        calls.append(("attach", preexec_fn))
+        calls.append(("attach", cmd, preexec_fn))
         return subprocess.CompletedProcess(cmd, 0, stdout="{}", stderr="")
 
-    set_to = []
     monkeypatch.setattr(overhead.subprocess, "Popen", Engine)
     monkeypatch.setattr(overhead.subprocess, "run", run)
     monkeypatch.setattr(overhead.os, "kill", lambda pid, sig: None)
     monkeypatch.setattr(overhead.time, "sleep", lambda s: None)
+
+
+def test_an_engine_session_attaches_each_label_with_its_own_arguments(tmp_path, monkeypatch):
+    """engine_session's plan: U sleeps, D attaches at defaults, Ddense at the dense setting, and any label given in
+    `attach_args` attaches with those arguments (scripts/h200_variant_ab.py's A and B)."""
+    calls = []
+    _fake_engine(monkeypatch, calls)
+    s = overhead.engine_session("eager", "t", ["U", "D", "Ddense", "A", "B"], 4.0, tmp_path,
+                                attach_args={"A": [], "B": ["--prepare-lead", "2"]})
+    assert [p[0] for p in s["phases"]] == ["U", "D", "Ddense", "A", "B"] and len(s["attach"]) == 4
+    attaches = [cmd[cmd.index("attach"):] for kind, cmd, _ in calls if kind == "attach"]
+    extras = [a[a.index("--seconds") + 2:] for a in attaches]
+    assert extras == [[], ["--window-period", "1", "--window-tokens", "2", "--window-min-tokens", "0"], [],
+                      ["--prepare-lead", "2"]]
+    assert all(a[:2] == ["attach", "4242"] for a in attaches)
+    assert [pin for _, _, pin in calls] == [None] * 5  # nothing pinned unless asked
+
+
+def test_an_engine_session_can_pin_the_engine_and_one_labels_monitor(tmp_path, monkeypatch):
+    """`engine_cpus` and `attach_cpus` reach the children as affinity (the next session's SMT question)."""
+    import os
+
+    calls = []
+    _fake_engine(monkeypatch, calls)
+    set_to = []
     monkeypatch.setattr(os, "sched_setaffinity", lambda pid, cpus: set_to.append((pid, set(cpus))))
     overhead.engine_session("eager", "t", ["A", "B"], 4.0, tmp_path, attach_args={"A": [], "B": []},
                             engine_cpus={0, 1}, attach_cpus={"B": {1}})
-    assert [k for k, _ in calls] == ["engine", "attach", "attach"] and calls[1][1] is None
-    calls[0][1]()
-    calls[2][1]()
+    assert [k for k, _, _ in calls] == ["engine", "attach", "attach"] and calls[1][2] is None
+    calls[0][2]()
+    calls[2][2]()
     assert set_to == [(0, {0, 1}), (0, {1})]
 
 
