@@ -224,6 +224,7 @@ class _Session:
         # traced windows' spans (CUPTI ns) whose PM samples the next pump evaluates in full: the monitor reads
         # the counters over exactly the traced tokens beside the window's kernel records (an accuracy check)
         self.pm_spans: list[tuple[int, int]] = []
+        self.windows_asked = 0  # windows this attach has asked for (Attach.api_every counts them)
 
     def window_in_progress(self) -> bool:
         """A window is prepared, asked for, open, or closed but not yet collected: PM pumps wait for its end, so
@@ -711,6 +712,10 @@ class _Agent:
                 # with a prepare lead, CUPTI starts here, in this thread, and the window opens that many tokens
                 # later; without one (the default) the opening boundary starts it, in the traced token
                 lead = st.prepare_lead_tokens
+                # runtime-API records in every api_every-th window of this attach, the first included
+                every = int(getattr(st, "api_every", 1))
+                session.tracer.with_apis = every > 0 and session.windows_asked % every == 0
+                session.windows_asked += 1
                 prep_ns = session.prepare_window() if lead > 0 else 0
                 if ev is not None:
                     ev.add("prepare", prep_ns)

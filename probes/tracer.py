@@ -66,6 +66,10 @@ class WindowTracer:
         # A guard token is traced after the analysed ones only while the process replays CUDA graphs (their
         # last token's end times come back wrong); the first window has one, later ones follow what it saw.
         self.needs_guard = True
+        # whether the next window records runtime-API calls (launch calls, copies' calls): the agent sets it per
+        # window from `Attach.api_every`; without them a window holds kernels, copies and memsets only
+        self.with_apis = True
+        self._enabled: list = []
 
     def _reset(self) -> None:
         self._batches: list = []  # what the buffer callback was handed, read in collect()
@@ -76,6 +80,7 @@ class WindowTracer:
         self.bounds: list[int] = []
         self.host_ns = 0
         self.prepare_ns = 0  # CUPTI's start-up made by prepare() on the agent thread, for this window
+        self.apis_traced = True  # what the last open() enabled (KernelWindow.apis_traced)
 
     # -- CUPTI callbacks (run in whichever thread flushes) --------------------
     def _requested(self):
@@ -171,10 +176,13 @@ class WindowTracer:
         if not self.prepared:  # nobody prepared this window: CUPTI's start-up is paid here
             self._start()
         self.prepared = False
-        for k in self._kinds:
+        apis = bool(self.with_apis)
+        self._enabled = [k for k in self._kinds if apis or int(k) not in (self._k_runtime, self._k_driver)]
+        for k in self._enabled:
             c.activity_enable(k)
-        if self._api_filter:
+        if self._api_filter and any(int(k) == self._k_runtime for k in self._enabled):
             self._filter_apis()  # enabling RUNTIME again re-enables every cbid: filter on every open
+        self.apis_traced = apis
         self.initialised = True
         self.active = True
         self.bounds.append(c.get_timestamp())
@@ -189,7 +197,7 @@ class WindowTracer:
         t0 = time.perf_counter_ns()
         c = self._c
         self.bounds.append(c.get_timestamp())
-        for k in self._kinds:
+        for k in self._enabled:
             c.activity_disable(k)
         self.active = False
         self._spent("close", t0)
@@ -259,4 +267,5 @@ class WindowTracer:
             syncs={c_: Column.of(syn[:, j]) for j, c_ in enumerate(["start", "end", "type"])},
             probe_host_ns=self.host_ns,
             prepare_ns=self.prepare_ns,
+            apis_traced=bool(getattr(self, "apis_traced", True)),
         )

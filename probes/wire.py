@@ -175,6 +175,9 @@ class KernelWindow(msgspec.Struct, frozen=True, tag="window"):
     probe_host_ns: int = 0  # time the probe spent on the decode host thread for this window
     guard_tokens: int = 1  # traced after the analysed tokens and discarded (recordings before this field had 1)
     prepare_ns: int = 0  # CUPTI's start-up, made on the agent thread before the window (not in probe_host_ns)
+    # False: runtime-API records were not traced in this window (`Attach.api_every`): `apis` is empty by design,
+    # launches are counted from the kernels' correlation ids and the host side of the gaps is not known
+    apis_traced: bool = True
 
     def analysed_span(self) -> tuple[int, int] | None:
         """(first, last) boundary of the analysed tokens in CUPTI's clock, the guard left out; None if there are none."""
@@ -250,6 +253,9 @@ class Attach(msgspec.Struct, frozen=True, tag="attach"):
     # lands in the traced token, already the slowest: one slow token fewer per window, which is what a p99 sees.
     # Eager windows only; graphed windows (with a guard token) always start CUPTI at the open.
     prepare_lead_tokens: int = 0
+    # runtime-API records (the launch calls: the timeline's CPU lane and which gaps the host caused) in every Nth
+    # window, the first included; the others trace kernels, copies and memsets only. 1: every window; 0: none.
+    api_every: int = 1
 
 
 BUDGET_PERIOD_S = 60.0
