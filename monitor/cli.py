@@ -54,7 +54,7 @@ def _attach_settings(a) -> wire.Attach:
                        pm_interval_us=a.pm_interval_us, trace=not a.no_trace, pm=not a.no_pm,
                        first_window_s=getattr(a, "first_window", None),
                        prepare_lead_tokens=getattr(a, "prepare_lead", 0),
-                       api_every=getattr(a, "api_every", 1), keep_cupti=getattr(a, "keep_cupti", False))
+                       api_every=getattr(a, "api_every", 1))
 
 
 def _add_probe_opts(p):
@@ -79,9 +79,6 @@ def _add_probe_opts(p):
                    help="record the launch calls (CPU lane, host-late gaps) in every Nth window, the first "
                         "included; the others trace kernels only, which costs an eager token less (0: never; "
                         "default 1)")
-    p.add_argument("--keep-cupti", action="store_true",
-                   help="eager loops: leave CUPTI initialised between kernels-only windows instead of detaching "
-                        "after each, so no window pays CUPTI's start-up")
     p.add_argument("--pm-interval-us", type=_positive("--pm-interval-us", 100, 1_000_000, True), default=2000,
                    help="PM sampling interval in µs (default 2000)")
     p.add_argument("--no-trace", action="store_true", help="no CUPTI activity windows, counters only")

@@ -231,8 +231,7 @@ class _Session:
         that one pump evaluates all of the samples over its tokens (not every `stride`-th)."""
         tr = self.tracer
         return tr is not None and (self.want_window or bool(getattr(tr, "active", False))
-                                   or (bool(getattr(tr, "initialised", False)) and not getattr(tr, "kept", False))
-                                   or self.window_ready.is_set())
+                                   or bool(getattr(tr, "initialised", False)) or self.window_ready.is_set())
 
     def prepare_window(self) -> int:
         """Agent thread: make CUPTI's start-up here (tracer.prepare), a few tokens before the window opens, when
@@ -254,7 +253,7 @@ class _Session:
         # p99 only 2% above their median. In open() the start-up is one slow 4 ms token, which p99 does not see.
         # Nor while an earlier attach's tracer waits for the decode thread's next boundary to finalize CUPTI
         # (pending_detach): that finalize would undo this start-up before the window opens.
-        if prepare is not None and self.pending_detach is None and not getattr(tr, "kept", False) \
+        if prepare is not None and self.pending_detach is None \
                 and not _guard_for_window(getattr(tr, "needs_guard", True)) and not _foreign_profiler_active():
             try:
                 ns = prepare()
@@ -278,21 +277,14 @@ class _Session:
         tr = self.tracer
         if tr is None or self.window_ready.is_set():
             return
-        if getattr(tr, "kept", False) and _foreign_profiler_active():
-            tr.release()  # torch.profiler owns CUPTI now: our finalize would end its session too
         try:
             if tr.active:
                 self.tokens_left -= 1
                 if self.tokens_left <= 0 or self.closing:
-                    # close, flush and detach at one boundary, all on this thread (see tracer.flush); an eager
-                    # kernels-only window may leave CUPTI initialised for the next one (Attach.keep_cupti)
+                    # close, flush and detach at one boundary, all on this thread (see tracer.flush)
                     tr.close()
                     tr.flush()
-                    if self.settings.keep_cupti and not self.guard and not getattr(tr, "apis_traced", True) \
-                            and not self.closing:
-                        tr.keep()
-                    else:
-                        tr.detach()
+                    tr.detach()
                     self.window_ready.set()
                 else:
                     tr.boundary()

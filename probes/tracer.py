@@ -70,9 +70,6 @@ class WindowTracer:
         # window from `Attach.api_every`; without them a window holds kernels, copies and memsets only
         self.with_apis = True
         self._enabled: list = []
-        # CUPTI left initialised after a window (keep()), nothing enabled: the next open only enables. Only
-        # between eager kernels-only windows (`Attach.keep_cupti`): see keep()
-        self.kept = False
 
     def _reset(self) -> None:
         self._batches: list = []  # what the buffer callback was handed, read in collect()
@@ -176,12 +173,9 @@ class WindowTracer:
         """Start tracing now (a token boundary)."""
         t0 = time.perf_counter_ns()
         c = self._c
-        if self.kept:  # CUPTI still initialised from the last window: no start-up at all
-            self._reset()
-            self.last_ns = {}
-        elif not self.prepared:  # nobody prepared this window: CUPTI's start-up is paid here
+        if not self.prepared:  # nobody prepared this window: CUPTI's start-up is paid here
             self._start()
-        self.prepared = self.kept = False
+        self.prepared = False
         apis = bool(self.with_apis)
         self._enabled = [k for k in self._kinds if apis or int(k) not in (self._k_runtime, self._k_driver)]
         for k in self._enabled:
@@ -221,24 +215,8 @@ class WindowTracer:
         self._c.activity_flush_all(1)
         self._spent("flush", t0)
 
-    def keep(self) -> None:
-        """Leave CUPTI initialised after a closed and flushed window instead of finalizing it (decode thread).
-
-        For eager windows of kernel records only: the next window then skips CUPTI's start-up (~9-12 ms of the
-        eager decode thread per window on an H200, whichever thread makes it). Graphed tokens stayed 8-12%
-        slower with CUPTI left initialised (scripts/h200_probe_experiments.py), and a window that traced
-        runtime-API records re-enables every callback id: those windows still finalize (the agent decides)."""
-        if self.initialised and not self.active:
-            self.kept = True
-
-    def release(self) -> None:
-        """Someone else (torch.profiler) has taken CUPTI over while it was kept: forget it without finalizing,
-        which would end their session too. Our next window starts CUPTI again and finalizes as usual."""
-        self.kept = self.initialised = self.prepared = False
-
     def detach(self) -> None:
         """Finalize CUPTI so untraced tokens run at their unobserved speed."""
-        self.kept = False
         if self.initialised:
             t0 = time.perf_counter_ns()
             try:

@@ -256,10 +256,6 @@ class Attach(msgspec.Struct, frozen=True, tag="attach"):
     # runtime-API records (the launch calls: the timeline's CPU lane and which gaps the host caused) in every Nth
     # window, the first included; the others trace kernels, copies and memsets only. 1: every window; 0: none.
     api_every: int = 1
-    # eager processes (windows without a guard token): leave CUPTI initialised between windows of kernel records
-    # only, instead of finalizing after each, so no window pays CUPTI's start-up again. Windows with runtime-API
-    # records or a guard token (graph replays) still finalize: an initialised CUPTI slowed untraced graphed tokens
-    keep_cupti: bool = False
 
 
 BUDGET_PERIOD_S = 60.0
