@@ -122,6 +122,9 @@ class WindowMetrics:
     probe_host_ms: float = 0.0
     prepare_ms: float = 0.0  # CUPTI's start-up on the agent thread before the window (0: made in open, or older)
     guard_tokens: int = 0
+    # False: the window traced kernels only (Attach.api_every): launches counted from the kernels' correlation
+    # ids, no CPU lane, and idle longer than a short gap is "unsplit" (its host part needs the launch calls)
+    apis_traced: bool = True
 
     @property
     def collective_kernel_us(self) -> float:
@@ -316,12 +319,22 @@ def window_metrics(w: wire.KernelWindow, sm_count: int, cc: str = "9.0") -> Wind
     layer = rt if has_rt else (a_dom == 1)
     graph_launches = int((is_graph_launch & layer).sum())
     kernel_launch_calls = int((is_kernel_launch & layer).sum())
+    apis_traced = bool(getattr(w, "apis_traced", True))
+    if not apis_traced and n:
+        # no launch calls traced in this window (Attach.api_every): a kernel's correlation id is its launch call's,
+        # and every kernel of one cudaGraphLaunch carries that launch's id (checked on the H200 recordings whose
+        # windows alternate: tests/data/h200_*_api2.dmon)
+        kcorr, kgid = cols["correlation"], cols.get("graph_id", np.zeros(n, np.int64))
+        graph_launches = len(np.unique(kcorr[kgid != 0]))
+        kernel_launch_calls = len(np.unique(kcorr[kgid == 0]))
     mem = {k: v.array() for k, v in w.memcpys.items()}
     mstart = mem.get("start", np.zeros(0, np.int64))
     memcpys = int(((mstart >= lo) & (mstart < hi)).sum()) if nb else len(mstart)
 
     # gap causes: for each kernel after the first, when did its launch call begin?
     gaps = {"host_late": 0, "short": 0, "other": 0, "tracing": 0}
+    if not apis_traced:
+        gaps["unsplit"] = 0  # idle longer than a short gap whose cause needs the launch calls, not traced here
     head_ns = 0
     coll_gap_ns = 0.0
     if n > 1:
@@ -345,6 +358,8 @@ def window_metrics(w: wire.KernelWindow, sm_count: int, cc: str = "9.0") -> Wind
                 gaps["host_late"] += g
             elif g <= SHORT_GAP_NS:
                 gaps["short"] += g
+            elif not apis_traced:
+                gaps["unsplit"] += g
             else:
                 gaps["other"] += g
         coll_gap_ns = _collective_gap_ns(gap, is_coll[names_idx[o]], known & ~late)
@@ -432,6 +447,7 @@ def window_metrics(w: wire.KernelWindow, sm_count: int, cc: str = "9.0") -> Wind
         collective_us_unwaited=unwaited_ns / 1e3 / tokens / coll_calls if coll_calls else 0.0,
         dropped_records=w.dropped_records + invalid,
         probe_host_ms=w.probe_host_ns / 1e6, prepare_ms=w.prepare_ns / 1e6, guard_tokens=int(w.guard_tokens),
+        apis_traced=apis_traced,
     )
 
 

@@ -62,6 +62,10 @@ class Snapshot:
     observer: dict | None = None  # what watching costs the decode thread (Session.observer_cost)
     # PM's GPU busy and the traced kernels' over the same PM samples inside the span's traced tokens
     pm_check: PmWindowCheck | None = None
+    # the latest window that traced its launch calls (`window` itself unless that one traced kernels only,
+    # Attach.api_every): the timeline's CPU lane, the host-late share of the gaps and the launch-call count
+    api_window: WindowMetrics | None = None
+    api_window_age_s: float | None = None  # how long before the snapshot it arrived (0: it is `window`)
 
     @property
     def collective_us_priced(self) -> float | None:
@@ -208,7 +212,9 @@ class Session:
                       "power_w": float(s.power_w.array()[-1]), "mem_used_bytes": int(s.mem_used_bytes.array()[-1]),
                       "gpu_util_pct": int(s.gpu_util_pct.array()[-1])}
         others = tuple(f.nvml[-1][1].other_pids) if f.nvml else ()
+        api_rx, api_w = next(((r, m) for r, m in reversed(self.metrics) if r <= rx and m.apis_traced), (None, None))
         return Snapshot(
+            api_window=api_w, api_window_age_s=(rx - api_rx) / 1e9 if api_rx is not None else None,
             label=self.label or (f"pid {f.hello.pid}" if f.hello else "?"),
             gpu_busy_pct=inp.gpu_busy_pct, busy_source=self.busy_source(),
             pid=f.hello.pid if f.hello else 0,
@@ -359,6 +365,7 @@ def collectives_json(s: Snapshot) -> dict | None:
 def summary_json(s: Snapshot, kernels: int = 15) -> dict:
     """The JSON summary of `attach --json`, `replay --json` and `report --json`."""
     w = s.window
+    aw = s.api_window or w
     out = {
         "source": s.label,
         "pid": s.pid,
@@ -372,7 +379,7 @@ def summary_json(s: Snapshot, kernels: int = 15) -> dict:
         "tokens_per_s": round(s.tokens.tokens_per_s, 2) if s.tokens else None,
         "launches_per_token": round(w.kernels_per_token, 1) if w else None,
         "graph_launches_per_token": round(w.graph_launches_per_token, 2) if w else None,
-        "kernel_launch_calls_per_token": round(w.kernel_launch_calls_per_token, 1) if w else None,
+        "kernel_launch_calls_per_token": round(aw.kernel_launch_calls_per_token, 1) if aw else None,
         "memcpys_per_token": round(w.memcpys_per_token, 2) if w else None,
         "kernel_sum_ms_per_token": round(w.kernel_sum_ms_per_token, 4) if w else None,
         "gpu_busy_pct": round(s.gpu_busy_pct, 1) if s.gpu_busy_pct is not None else None,
@@ -386,7 +393,9 @@ def summary_json(s: Snapshot, kernels: int = 15) -> dict:
         "sm_active_pct": round(s.pm["sm_active_pct"], 1) if s.pm else None,
         "warps_active_pct": round(s.pm["warps_active_pct"], 1) if s.pm else None,
         "dram_pct": round(s.pm["dram_pct"], 1) if s.pm else None,
-        "gap_ms_per_token": {k: round(v, 4) for k, v in w.gap_ms_per_token.items()} if w else None,
+        # the idle's causes and the launch calls from the latest window that traced its launch calls
+        "gap_ms_per_token": {k: round(v, 4) for k, v in aw.gap_ms_per_token.items()} if aw else None,
+        "launch_calls_traced_s_ago": round(s.api_window_age_s, 1) if s.api_window_age_s is not None else None,
         "collectives": collectives_json(s),
         "bytes_per_token": s.bytes_per_token,
         "bandwidth_gbs": s.bandwidth_gbs,

@@ -178,6 +178,16 @@ def first_window_at(st: wire.Attach, now: float) -> float:
     return now + max(0.0, min(st.first_window_s, 3600.0))
 
 
+def apis_in_window(i: int, every: int) -> bool:
+    """Does an attach's window `i` (0 first) trace runtime-API records? (`Attach.api_every`)
+
+    Every window with 1, none with 0; otherwise windows 1, 1+every, 1+2*every, ...: the first window of an
+    attach traces kernels only, so an attach shorter than the window period pays only the cheap kind."""
+    if every <= 1:
+        return every == 1
+    return i % every == 1
+
+
 def window_due(st: wire.Attach, now: float, next_window: float, since_s: float, tokens_since: int,
                windows_so_far: int = 0) -> bool:
     """Is it time to ask for the next traced window?
@@ -712,9 +722,7 @@ class _Agent:
                 # with a prepare lead, CUPTI starts here, in this thread, and the window opens that many tokens
                 # later; without one (the default) the opening boundary starts it, in the traced token
                 lead = st.prepare_lead_tokens
-                # runtime-API records in every api_every-th window of this attach, the first included
-                every = int(getattr(st, "api_every", 1))
-                session.tracer.with_apis = every > 0 and session.windows_asked % every == 0
+                session.tracer.with_apis = apis_in_window(session.windows_asked, st.api_every)
                 session.windows_asked += 1
                 prep_ns = session.prepare_window() if lead > 0 else 0
                 if ev is not None:

@@ -253,9 +253,13 @@ class Attach(msgspec.Struct, frozen=True, tag="attach"):
     # lands in the traced token, already the slowest: one slow token fewer per window, which is what a p99 sees.
     # Eager windows only; graphed windows (with a guard token) always start CUPTI at the open.
     prepare_lead_tokens: int = 0
-    # runtime-API records (the launch calls: the timeline's CPU lane and which gaps the host caused) in every Nth
-    # window, the first included; the others trace kernels, copies and memsets only. 1: every window; 0: none.
-    api_every: int = 1
+    # runtime-API records (the launch calls: the timeline's CPU lane and which gaps the host caused) in one window
+    # of every N, the second window of an attach first (windows 1, 1+N, 1+2N, ...: ~5 s after the attach, then
+    # every ~N x 5 s); the others trace kernels, copies and memsets only. 1: every window; 0: none. On an H200 a
+    # kernels-only eager window's traced token was 2-10 ms cheaper (median over fast-core attaches 13.8 vs 16.0,
+    # 22.6 vs 32.9, 16.4 vs 31.5 ms over the attach median, three interleaved A/B runs of eight 4 s attaches each:
+    # scripts/h200_variant_ab.py, docs/benchmarks.md, twelfth session)
+    api_every: int = 4
 
 
 BUDGET_PERIOD_S = 60.0

@@ -4,7 +4,8 @@
 
 Writes under OUTDIR: h200_eager.dmon, h200_graph.dmon, h200_llama8b_graph.dmon,
 h200_narrow12_graph.dmon and capture.tar.gz (logs, JSON summaries, environment).
-Run through scripts/h200.sh on the device machine.
+Run through scripts/h200.sh on the device machine. CAPTURE_QUICK=1: only the eager and graph recordings;
+CAPTURE_API_EVERY=1: only h200_eager_api2.dmon and h200_graph_api2.dmon (see api_every()).
 """
 
 from __future__ import annotations
@@ -94,10 +95,11 @@ def live_cycle(mode):
     summary[f"{mode}_events"] = ev
 
 
-def record_only(name, args, seconds=21):
+def record_only(name, args, seconds=21, probe_opts=()):
     p, pid = start_engine(name, args)
     time.sleep(3)
-    sh(DM + ["record", str(pid), "-o", str(OUT / f"h200_{name}.dmon"), "--seconds", str(seconds)], f"{name}.record")
+    sh(DM + ["record", str(pid), "-o", str(OUT / f"h200_{name}.dmon"), "--seconds", str(seconds), *probe_opts],
+       f"{name}.record")
     r = sh(DM + ["replay", str(OUT / f"h200_{name}.dmon"), "--json"], f"{name}.replay")
     summary[f"{name}_replay"] = json.loads(r.stdout) if r.returncode == 0 else r.stderr
     stop_engine(p)
@@ -116,9 +118,23 @@ def quick():
                                            "probe")} if isinstance(v, dict) else v)
 
 
+def api_every():
+    """Recordings whose windows alternate: runtime-API records in one, kernels only in the next (`--api-every 2`,
+    a window a second), so a test can check what kernels-only windows say against the full ones of the same
+    process: h200_eager_api2.dmon, h200_graph_api2.dmon."""
+    opts = ["--api-every", "2", "--window-period", "1", "--window-max", "1", "--window-min-tokens", "0"]
+    for mode in ("eager", "graph"):
+        record_only(f"{mode}_api2", ["--mode", mode], seconds=8, probe_opts=opts)
+    (LOGS / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    with tarfile.open(OUT / "capture.tar.gz", "w:gz") as tf:
+        tf.add(LOGS, arcname="logs")
+
+
 def main():
     if os.environ.get("CAPTURE_QUICK"):
         return quick()
+    if os.environ.get("CAPTURE_API_EVERY"):
+        return api_every()
     env = sh(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem",
               "--format=csv,noheader"], "nvidia-smi")
     summary["nvidia_smi"] = env.stdout.strip()

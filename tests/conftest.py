@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 DATA = Path(__file__).parent / "data"
-REC = {name: DATA / f"h200_{name}.dmon" for name in ("eager", "graph", "eager_pm", "llama8b_graph", "narrow12_graph")}
+REC = {name: DATA / f"h200_{name}.dmon" for name in ("eager", "graph", "eager_pm", "llama8b_graph", "narrow12_graph",
+                                                   "eager_api2", "graph_api2")}
 
 
 def cli(*args, timeout=60, **kw):

@@ -970,3 +970,38 @@ def test_the_buffer_callback_only_keeps_the_records_and_collect_reads_them():
     assert (w.names, k["start"], k["end"], k["grid_x"], k["correlation"]) == (["gemv"], [100], [150], [32], [11])
     assert w.apis["cbid"].array().tolist() == [211] and w.memcpys["bytes"].array().tolist() == [2]
     assert tr._batches == []  # the kept objects go with the window
+
+
+def test_launch_calls_are_traced_from_an_attachs_second_window_then_every_nth():
+    sched = [agent.apis_in_window(i, 4) for i in range(10)]
+    # a short attach's only window is the cheap kind; the launch calls come ~one period later, then every 4th
+    assert [i for i, x in enumerate(sched) if x] == [1, 5, 9]
+    assert all(agent.apis_in_window(i, 1) for i in range(5)) and not any(agent.apis_in_window(i, 0) for i in range(5))
+    assert [i for i in range(7) if agent.apis_in_window(i, 2)] == [1, 3, 5]
+    assert wire.Attach().api_every == 4
+
+
+def test_a_kernels_only_window_enables_and_disables_no_runtime_records(monkeypatch):
+    monkeypatch.setattr(agent, "_engine_cuda_graphs", False)
+    tr = _fake_tracer()  # kinds [1, 2]: 2 stands for RUNTIME
+    enabled = []
+    tr._c.activity_enable = lambda k: enabled.append(("on", k))
+    tr._c.activity_disable = lambda k: enabled.append(("off", k))
+    for with_apis, kinds in ((False, [1]), (True, [1, 2])):
+        enabled.clear()
+        tr.with_apis = with_apis
+        s = agent._Session(wire.Attach(window_tokens=1), tr)
+        s.want_window = True
+        for i in range(3):
+            s.on_token(i)
+        assert enabled == [("on", k) for k in kinds] + [("off", k) for k in kinds]
+        w = tr.collect(0, guard_tokens=0)
+        assert w.apis_traced is with_apis and w.tokens == 1
+
+
+def test_attach_passes_api_every():
+    from decodemon.monitor.cli import _attach_settings, build_parser
+
+    a = build_parser().parse_args(["attach", "1", "--api-every", "0"])
+    assert _attach_settings(a).api_every == 0
+    assert _attach_settings(build_parser().parse_args(["attach", "1"])).api_every == 4

@@ -128,3 +128,23 @@ async def _group():
         assert "rank 0 OCCUPANCY, rank 1 OCCUPANCY" in text
         panels = [p._put_last.plain for p in app.query(CollectivesPanel)]
         assert len(panels) == 2 and all("56 calls/token" in t and "launch gap" in t for t in panels)
+
+
+def test_the_timeline_draws_the_last_token_whose_launch_calls_were_traced():
+    asyncio.run(_kernels_only_timeline())
+
+
+async def _kernels_only_timeline():
+    from decodemon.monitor.widgets.launches import LaunchesPanel
+
+    # h200_eager_api2.dmon: windows 1.46 (launch calls traced), 2.45 (kernels only), 3.47 (traced) s in
+    for at, title in ((3.0, "timeline · latest token with its launch calls traced, 2 s ago"),
+                      (4.2, "timeline · latest traced token")):
+        app = DecodemonApp([RecordingPlayer(str(REC["eager_api2"]), "eager")], start_at_s=at, paused=True,
+                           out_dir=".")
+        async with app.run_test(size=(120, 50)) as pilot:
+            await pilot.pause()
+            assert app.query(TimelinePanel).first().border_title == title
+            text = str(app.query(LaunchesPanel).first().content)
+            assert "1638 kernel launch calls" in text
+            assert ("launch calls: traced 2 s ago" in text) is (at == 3.0)

@@ -57,6 +57,7 @@ def test_missing_recording_and_directory(tmp_path):
     ["attach", "123", "--json", "--seconds", "0"], ["attach", "123", "--json", "--seconds", "-1"],
     ["attach", "123", "--json", "--seconds", "1e12"], ["attach", "123", "--json", "--window-tokens", "0"],
     ["attach", "123", "--json", "--window-budget", "0"], ["attach", "123", "--json", "--window-budget", "many"],
+    ["attach", "123", "--json", "--api-every", "-1"], ["attach", "123", "--json", "--api-every", "2.5"],
     ["record", "123"], ["replay"], ["demo", "--speed", "0"], ["bogus-verb"], ["run"],
 ])
 def test_bad_arguments(args):

@@ -218,3 +218,63 @@ def test_pm_vs_window_leaves_out_a_graphed_windows_idle_head(graph):
     one = pm_window_check(w, t0, t1, busy)
     assert one is not None and one.samples < whole.sum()
     assert busy[whole].min() < 1 and one.pm_busy_pct > 50
+
+
+# -- windows that trace kernels only (Attach.api_every) ---------------------------------------------------------
+# h200_{eager,graph}_api2.dmon: `decodemon record --api-every 2 --window-period 1 --window-max 1
+# --window-min-tokens 0` on the H200 (CAPTURE_API_EVERY=1 scripts/h200_capture.py, 2026-11-30, driver 580.159.04):
+# their windows alternate, launch calls traced in one, kernels only in the next, in one process. (Recorded while
+# `--api-every` still counted from an attach's first window; it now starts from the second: apis_in_window.)
+
+def _windows(name):
+    from decodemon.monitor.metrics import window_metrics
+
+    return [window_metrics(f, 132) for _, f in wire.read_recording(REC[name]) if isinstance(f, wire.KernelWindow)]
+
+
+@pytest.mark.parametrize("name", ["eager_api2", "graph_api2"])
+def test_kernels_only_windows_count_the_launches_the_full_windows_count(name):
+    ws = _windows(name)
+    full, kern = [w for w in ws if w.apis_traced], [w for w in ws if not w.apis_traced]
+    assert len(full) >= 3 and len(kern) >= 3  # they alternate in the recording
+    for w in ws:
+        assert w.kernels_per_token == full[0].kernels_per_token  # 1,863 eager, 1,864 graphed
+        # a graph's kernels carry their cudaGraphLaunch's correlation id: one graph launch per token either way
+        assert w.graph_launches_per_token == full[0].graph_launches_per_token
+    for w in kern:
+        assert len(w.timeline.cpu) == 0 and len(w.timeline.gpu) > 0  # no CPU lane, the GPU lane as ever
+        assert "unsplit" in w.gap_ms_per_token
+    if name == "graph_api2":
+        assert full[0].graph_launches_per_token == 1.0 and full[0].kernel_launch_calls_per_token == 0
+        for w in kern:  # the traced graph launch's head is still the observer's, not the host's
+            assert w.tracing_head_ms > 1 and w.gap_ms_per_token["host_late"] == 0
+            assert abs(w.gpu_busy_pct - full[0].gpu_busy_pct) < 2
+    else:
+        assert full[0].graph_launches_per_token == 0
+        for w in kern:  # each kernel is one launch call: runtime (cudaLaunchKernel) or driver (cuLaunchKernel)
+            assert w.kernel_launch_calls_per_token == w.kernels_per_token
+            # the idle the host caused is not split out without launch calls; it is most of the token
+            g = w.gap_ms_per_token
+            assert g["unsplit"] > 10 * (g["other"] + g["short"]) and g["unsplit"] > 0.5 * w.traced_ms_per_token
+        for w in full:  # the runtime layer's own launch calls (cuBLAS launches through the driver)
+            assert 0 < w.kernel_launch_calls_per_token < w.kernels_per_token and "unsplit" not in w.gap_ms_per_token
+
+
+def test_a_kernels_only_window_leaves_the_launch_calls_to_the_last_window_that_traced_them():
+    s = Session()
+    kinds = []
+    for rx, f in wire.read_recording(REC["eager_api2"]):
+        s.add(rx, f)
+        if isinstance(f, wire.KernelWindow):
+            snap = s.snapshot()
+            kinds.append(f.apis_traced)
+            if f.apis_traced:
+                assert snap.api_window is snap.window and snap.api_window_age_s == 0
+            else:
+                assert snap.api_window is not None and snap.api_window is not snap.window
+                assert snap.api_window.apis_traced and snap.api_window_age_s > 0
+                js = summary_json(snap)
+                assert js["launch_calls_traced_s_ago"] == round(snap.api_window_age_s, 1)
+                assert "unsplit" not in js["gap_ms_per_token"] and js["gap_ms_per_token"]["host_late"] > 0
+                assert js["kernel_launch_calls_per_token"] == round(snap.api_window.kernel_launch_calls_per_token, 1)
+    assert kinds[:4] == [True, False, True, False]

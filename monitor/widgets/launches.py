@@ -25,8 +25,13 @@ class LaunchesPanel(Redraw, Static):
         else:
             t.append(f"{w.kernels_per_token:.0f}", style="bold cyan")
             t.append(" kernels/token\n")
-            t.append(f"{w.kernel_launch_calls_per_token:.0f} kernel launch calls · "
+            aw = s.api_window
+            calls = num(aw.kernel_launch_calls_per_token, '.0f') if aw is not None else "—"
+            t.append(f"{calls} kernel launch calls · "
                      f"{w.graph_launches_per_token:.0f} graph launches · {w.memcpys_per_token:.0f} copies\n")
+            if aw is not w:
+                t.append("launch calls: " + (f"traced {s.api_window_age_s:.0f} s ago" if aw is not None
+                                             else "traced in a later window") + " (--api-every)\n", style="dim")
             per = s.diagnosis.us_per_launch
             t.append(f"{num(per, '.2f')} µs idle per launch\n", style="yellow")
             if s.dropped_records:

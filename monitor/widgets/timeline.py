@@ -53,6 +53,10 @@ class TimelinePanel(Redraw, Static):
         self._last = s
         self.border_title = "timeline · latest traced token"
         w = s.window
+        if w is not None and not w.apis_traced and s.api_window is not None:
+            # the latest window traced kernels only (--api-every): draw the latest one with its launch calls
+            w = s.api_window
+            self.border_title = f"timeline · latest token with its launch calls traced, {s.api_window_age_s:.0f} s ago"
         t = Text()
         if s.probe.get("trace_paused"):
             t.append(f"windows paused: {s.probe['trace_paused']}\n", style="yellow")
@@ -69,7 +73,8 @@ class TimelinePanel(Redraw, Static):
             self._rows_key, self._rows = key, render_rows(w.timeline, cells, self.zoom)
         cpu, gpu, span_ms = self._rows
         t.append("CPU ", style="bold blue")
-        t.append(cpu + "\n", style="blue")
+        t.append((cpu if w.apis_traced else "launch calls not traced in this window (--api-every)") + "\n",
+                 style="blue" if w.apis_traced else "dim")
         t.append("GPU ", style="bold green")
         t.append(gpu + "\n", style="green")
         right = f"{span_ms:.2f} ms"
@@ -87,6 +92,8 @@ class TimelinePanel(Redraw, Static):
         t.append("  ·  idle gaps: ")
         t.append(f"host launched late {100 * g['host_late'] / total:.0f}%", style="bold red")
         t.append(f" · short {100 * g['short'] / total:.0f}% · other {100 * g['other'] / total:.0f}%")
+        if "unsplit" in g:
+            t.append(f" · not split (no launch calls traced) {100 * g['unsplit'] / total:.0f}%", style="dim")
         if g.get("tracing"):
             t.append(f" · tracing {100 * g['tracing'] / total:.0f}%", style="dim")
         for i, part in enumerate(observer_parts(s.observer)):
