@@ -574,6 +574,16 @@ def markdown(results: list[dict], env: dict, cmd: str) -> str:
               "two eager tokens), which cut the flush from ~170 ms to ~15 ms. SYNCHRONIZATION records are not "
               "traced: the monitor never read them, and they cost a traced eager token ~3.6 ms "
               "(scripts/h200_window_costs.py).",
+              "- Runtime-API records (the launch calls) are traced in one window of every four, from an attach's "
+              "second window on (`--api-every 4`); the others trace kernels, copies and memsets only. A kernels-only "
+              "eager window's traced token was 2-10 ms cheaper in three interleaved A/B runs on the H200 "
+              "(scripts/h200_variant_ab.py, twelfth session). The monitor counts such a window's launches from the "
+              "kernels' correlation ids and takes the CPU lane and the host-late share from the last window that "
+              "traced them. A 4 s attach's one window is a kernels-only one; the 20 s attach has one with launch "
+              "calls.",
+              "- Tried and dropped (twelfth session): leaving CUPTI initialised between eager kernels-only windows "
+              "(no start-up per window) made untraced eager tokens ~10% slower (+10.5% at one core speed against "
+              "+1.9% for the defaults, eight 4 s attaches each).",
               "- A guard token is traced after the analysed one and discarded only in processes that replay CUDA "
               "graphs (their last token's end times come back wrong); eager windows trace one token.",
               "- An engine that says it never replays CUDA graphs (`report_cuda_graphs(False)`, as the demo's eager "
