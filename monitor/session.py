@@ -379,7 +379,9 @@ def summary_json(s: Snapshot, kernels: int = 15) -> dict:
         "tokens_per_s": round(s.tokens.tokens_per_s, 2) if s.tokens else None,
         "launches_per_token": round(w.kernels_per_token, 1) if w else None,
         "graph_launches_per_token": round(w.graph_launches_per_token, 2) if w else None,
-        "kernel_launch_calls_per_token": round(aw.kernel_launch_calls_per_token, 1) if aw else None,
+        # None until a window has traced the launch calls (an attach's second window: Attach.api_every)
+        "kernel_launch_calls_per_token": (round(s.api_window.kernel_launch_calls_per_token, 1)
+                                          if s.api_window is not None else None),
         "memcpys_per_token": round(w.memcpys_per_token, 2) if w else None,
         "kernel_sum_ms_per_token": round(w.kernel_sum_ms_per_token, 4) if w else None,
         "gpu_busy_pct": round(s.gpu_busy_pct, 1) if s.gpu_busy_pct is not None else None,

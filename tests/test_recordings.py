@@ -278,3 +278,16 @@ def test_a_kernels_only_window_leaves_the_launch_calls_to_the_last_window_that_t
                 assert "unsplit" not in js["gap_ms_per_token"] and js["gap_ms_per_token"]["host_late"] > 0
                 assert js["kernel_launch_calls_per_token"] == round(snap.api_window.kernel_launch_calls_per_token, 1)
     assert kinds[:4] == [True, False, True, False]
+
+
+def test_before_any_window_traced_the_launch_calls_json_has_none_and_the_gaps_say_unsplit():
+    s = Session()
+    for rx, f in wire.read_recording(REC["graph_api2"]):
+        s.add(rx, f)
+        if isinstance(f, wire.KernelWindow) and not f.apis_traced:
+            s.metrics = [(r, m) for r, m in s.metrics if not m.apis_traced]  # as if no traced one had come yet
+            js = summary_json(s.snapshot())
+            assert js["kernel_launch_calls_per_token"] is None and js["launch_calls_traced_s_ago"] is None
+            assert "unsplit" in js["gap_ms_per_token"] and js["graph_launches_per_token"] == 1.0
+            return
+    raise AssertionError("no kernels-only window in the recording")

@@ -31,7 +31,8 @@ class LaunchesPanel(Redraw, Static):
                      f"{w.graph_launches_per_token:.0f} graph launches · {w.memcpys_per_token:.0f} copies\n")
             if aw is not w:
                 t.append("launch calls: " + (f"traced {s.api_window_age_s:.0f} s ago" if aw is not None
-                                             else "traced in a later window") + " (--api-every)\n", style="dim")
+                                             else "not traced yet (from an attach's second window on)")
+                         + " (--api-every)\n", style="dim")
             per = s.diagnosis.us_per_launch
             t.append(f"{num(per, '.2f')} µs idle per launch\n", style="yellow")
             if s.dropped_records:
