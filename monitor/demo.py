@@ -68,6 +68,13 @@ def spawn_engine(args: list[str], stdout=subprocess.DEVNULL, timeout_s: float = 
                      "try `decodemon demo --replay`")
 
 
+def demo_settings():
+    """The live demo's attach settings: the defaults, with the launch calls traced in every window."""
+    from decodemon.probes import wire
+
+    return wire.Attach(api_every=1)
+
+
 def run_demo(replay: bool = False, tokens: int = 0, speed: float = 1.0, seconds: float | None = None) -> int:
     """Live on a GPU, else from bundled recordings."""
     from decodemon.monitor.app import DecodemonApp
@@ -86,7 +93,11 @@ def run_demo(replay: bool = False, tokens: int = 0, speed: float = 1.0, seconds:
             proc, pid = spawn_engine(["--mode", mode, "--tokens", str(tokens)])
             procs.append(proc)
             pids.append(pid)
-        players = [LivePlayer(pids[0], label=f"eager pid {pids[0]}"), LivePlayer(pids[1], label=f"graph pid {pids[1]}")]
+        # the demo is for showing the two loops side by side: every window traces the launch calls, so the eager
+        # timeline's CPU lane is always the window's own (`attach` traces them in one window of four: --api-every)
+        settings = demo_settings()
+        players = [LivePlayer(pids[0], settings, label=f"eager pid {pids[0]}"),
+                   LivePlayer(pids[1], settings, label=f"graph pid {pids[1]}")]
         DecodemonApp(players, quit_after_s=seconds).run()
     finally:
         for p in procs:

@@ -1005,3 +1005,12 @@ def test_attach_passes_api_every():
     a = build_parser().parse_args(["attach", "1", "--api-every", "0"])
     assert _attach_settings(a).api_every == 0
     assert _attach_settings(build_parser().parse_args(["attach", "1"])).api_every == 4
+
+
+def test_the_live_demo_traces_the_launch_calls_in_every_window():
+    from decodemon.monitor.demo import demo_settings
+
+    d = demo_settings()
+    # a lecture's eager timeline shows its own CPU lane; everything else is attach's defaults
+    assert d.api_every == 1 and wire.Attach(**{**{f: getattr(d, f) for f in d.__struct_fields__}, "api_every": 4}) \
+        == wire.Attach()
