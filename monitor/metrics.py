@@ -352,13 +352,20 @@ def window_metrics(w: wire.KernelWindow, sm_count: int, cc: str = "9.0") -> Wind
         ls = [launch_start.get(c) for c in corr[1:].tolist()]
         known = np.array([x is not None for x in ls], dtype=bool)
         late = known & (np.array([x if x is not None else 0 for x in ls], dtype=np.int64) >= run_end[:-1])
+        if not apis_traced:
+            # no launch calls: a kernel is known to have been queued before the GPU went idle only when it comes
+            # from the same cudaGraphLaunch as the kernel before it (one call queued them all), as a full window
+            # would find from that call's start
+            gid = cols.get("graph_id", np.zeros(n, np.int64))[o]
+            known = (corr[1:] == corr[:-1]) & (gid[1:] != 0)
+            late = np.zeros_like(known)
         for i in np.flatnonzero(gap > 0).tolist():
             g = int(gap[i])
             if late[i]:
                 gaps["host_late"] += g
             elif g <= SHORT_GAP_NS:
                 gaps["short"] += g
-            elif not apis_traced:
+            elif not known[i] and not apis_traced:
                 gaps["unsplit"] += g
             else:
                 gaps["other"] += g

@@ -164,8 +164,11 @@ class Session:
         small.sort(key=lambda x: -x[2])
         coll_calls = _median([w.collective_calls_per_token for w in wins]) if wins else None
         with_coll = [w for w in wins if w.collective_calls_per_token]
+        # the idle a collective adds around itself needs its launch calls, except inside a graph: an eager window
+        # that traced kernels only (Attach.api_every) says 0 for it, so it prices calls only when no other can
+        priced = [w for w in with_coll if w.apis_traced or w.graph_launches_per_token] or with_coll
         # the lowest of the span's windows: waiting for a peer only ever adds to a call
-        coll_us = min(w.collective_in_step_us for w in with_coll) if with_coll else None
+        coll_us = min(w.collective_in_step_us for w in priced) if priced else None
         coll_wait = _median([w.collective_wait_ms_per_token for w in with_coll])
         host = f.host_collectives(since)
         if not coll_calls and host is not None:  # no NCCL kernels traced (gloo, or before a window): engine's clock

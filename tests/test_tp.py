@@ -98,3 +98,34 @@ def test_allreduce_lab_on_cpu():
     assert d["sizes"]["64"]["bytes"] == 64 * d["sizes"]["1"]["bytes"]
     assert all(v["us_per_call"] > 0 for v in d["sizes"].values())
     assert d["regime"]
+
+
+def test_a_graphed_windows_collectives_price_the_same_without_its_launch_calls():
+    """Kernels-only windows (Attach.api_every) of a graphed TP=2 rank: each window of the H200 recording with its
+    launch calls taken out (derived here, not recorded) prices the all-reduces as the window itself did; the
+    idle inside one cudaGraphLaunch is known to be the device's from the kernels' shared correlation id."""
+    import msgspec
+
+    from decodemon.monitor.metrics import window_metrics
+    from decodemon.monitor.session import Session, collectives_json
+    from decodemon.probes import wire
+
+    from tests.conftest import DATA
+
+    path = DATA / "h200_tp2_graph_rank0.dmon"
+    full, kern = Session(), Session()
+    n = 0
+    for rx, f in wire.read_recording(path):
+        full.add(rx, f)
+        if isinstance(f, wire.KernelWindow):
+            k = msgspec.structs.replace(f, apis={}, api_names={}, apis_traced=False)
+            a, b = window_metrics(f, 132), window_metrics(k, 132)
+            assert b.collective_calls_per_token == a.collective_calls_per_token > 0
+            assert b.collective_gap_us == a.collective_gap_us > 0
+            assert b.graph_launches_per_token == a.graph_launches_per_token == 1.0
+            assert {x: v for x, v in b.gap_ms_per_token.items() if x != "unsplit"} == a.gap_ms_per_token
+            assert b.gap_ms_per_token["unsplit"] == 0
+            f, n = k, n + 1
+        kern.add(rx, f)
+    assert n >= 2
+    assert collectives_json(kern.snapshot())["us_per_call"] == collectives_json(full.snapshot())["us_per_call"]
