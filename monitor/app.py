@@ -82,7 +82,7 @@ class RatioBar(Static):
             return f"{y / x:.2f}×" if x and y else "—"
 
         ta, tb = a.tokens, b.tokens
-        wa, wb = a.window, b.window
+        wa, wb = a.api_window, b.api_window  # host launch calls: from the last window that traced them
         t = Text()
         t.append(f"{b.label} ÷ {a.label}: ", style="bold")
         t.append(f"ms/token {num(ta.ms_per_token if ta else None, '.2f')} → {num(tb.ms_per_token if tb else None, '.2f')} "
