@@ -576,7 +576,7 @@ def markdown(results: list[dict], env: dict, cmd: str) -> str:
               "(scripts/h200_window_costs.py).",
               "- Runtime-API records (the launch calls) are traced in one window of every four, from an attach's "
               "second window on (`--api-every 4`); the others trace kernels, copies and memsets only. A kernels-only "
-              "eager window's traced token was 2-15 ms cheaper (medians) in three interleaved A/B runs on the H200 "
+              "eager window's traced token was 2-16 ms cheaper (medians) in three interleaved A/B runs on the H200 "
               "(scripts/h200_variant_ab.py, twelfth session). The monitor counts such a window's launches from the "
               "kernels' correlation ids and takes the CPU lane and the host-late share from the last window that "
               "traced them. A 4 s attach's one window is a kernels-only one; the 20 s attach has one with launch "

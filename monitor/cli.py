@@ -78,7 +78,7 @@ def _add_probe_opts(p):
     p.add_argument("--api-every", type=_positive("--api-every", 0, 10**6, True, allow_zero=True), default=4,
                    help="trace the launch calls (the timeline's CPU lane, which gaps the host caused) in one window "
                         "of every N, from the second window on; the others trace kernels only, which costs an "
-                        "eager token 2-15 ms less (1: every window; 0: never; default 4)")
+                        "eager token 2-16 ms less (1: every window; 0: never; default 4)")
     p.add_argument("--pm-interval-us", type=_positive("--pm-interval-us", 100, 1_000_000, True), default=2000,
                    help="PM sampling interval in µs (default 2000)")
     p.add_argument("--no-trace", action="store_true", help="no CUPTI activity windows, counters only")

@@ -256,8 +256,8 @@ class Attach(msgspec.Struct, frozen=True, tag="attach"):
     # runtime-API records (the launch calls: the timeline's CPU lane and which gaps the host caused) in one window
     # of every N, the second window of an attach first (windows 1, 1+N, 1+2N, ...: ~5 s after the attach, then
     # every ~N x 5 s); the others trace kernels, copies and memsets only. 1: every window; 0: none. On an H200 a
-    # kernels-only eager window's traced token was 2-15 ms cheaper (median over fast-core attaches 13.8 vs 16.0,
-    # 22.6 vs 32.9, and 16.4 vs 31.5 ms with --prepare-lead 2 as well, over the attach median: three interleaved
+    # kernels-only eager window's traced token was 2-16 ms cheaper (median over fast-core attaches 13.8 vs 16.0,
+    # 22.6 vs 32.9, and 15.9 vs 31.5 ms with --prepare-lead 2 as well, over the attach median: three interleaved
     # A/B runs of eight 4 s attaches each, scripts/h200_variant_ab.py, docs/benchmarks.md, twelfth session)
     api_every: int = 4
 

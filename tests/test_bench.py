@@ -433,3 +433,22 @@ def test_kernels_only_windows_lowered_the_per_pair_p99_in_each_committed_ab_run(
     assert max(a for (_, v), (a, _) in p99.items() if v == "raw") == 1.369
     keep = json.loads((h200 / "variant_ab_keepcupti_session12_2026-11-30.json").read_text())["one_core_speed"]
     assert keep["B"]["overhead_pct_median"] > 10 > 2 > keep["A"]["overhead_pct_median"]
+
+
+def test_the_traced_token_figures_the_docs_quote_come_from_attach_tokens():
+    """scripts/attach_tokens.py's `traced_token` on the twelfth session's committed A/B token logs: the fast-core
+    medians docs/benchmarks.md, docs/h200.md and probes/wire.py quote (A: launch calls in every window, B: none)."""
+    import json
+
+    spec = importlib.util.spec_from_file_location("attach_tokens",
+                                                  Path(__file__).parents[1] / "scripts" / "attach_tokens.py")
+    at = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(at)
+    h200 = Path(__file__).parents[1] / "docs" / "h200"
+    want = {"apievery0": (16.0, 13.8), "apievery0_run2": (32.9, 22.6), "apievery0_lead2": (31.5, 15.9)}
+    for name, (a, b) in want.items():
+        r = at.report(json.loads((h200 / f"variant_ab_{name}_session12_times_2026-11-30.json").read_text()), "AB")
+        assert len(r["attaches"]) == 16
+        got = r["traced_token"]
+        assert (got["A"]["median_ms"], got["B"]["median_ms"]) == (a, b), name
+        assert len(got["A"]["fast_core_ms"]) >= 4 and len(got["B"]["fast_core_ms"]) >= 4
