@@ -452,3 +452,20 @@ def test_the_traced_token_figures_the_docs_quote_come_from_attach_tokens():
         got = r["traced_token"]
         assert (got["A"]["median_ms"], got["B"]["median_ms"]) == (a, b), name
         assert len(got["A"]["fast_core_ms"]) >= 4 and len(got["B"]["fast_core_ms"]) >= 4
+
+
+def test_slow_core_shares_of_the_pinned_monitor_run():
+    """scripts/slow_core_share.py on the twelfth session's call 5 (engine on CPUs 0-7, B's monitor on 8-15): the
+    shares docs/benchmarks.md quotes, 40.2% unobserved against 53.0% for both kinds of attach."""
+    import json
+
+    spec = importlib.util.spec_from_file_location("slow_core_share",
+                                                  Path(__file__).parents[1] / "scripts" / "slow_core_share.py")
+    sc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sc)
+    h200 = Path(__file__).parents[1] / "docs" / "h200"
+    run = json.loads((h200 / "variant_ab_pinned_session12_2026-11-30.json").read_text())
+    assert run["engine_cpus"] == list(range(8)) and run["b_monitor_cpus"] == list(range(8, 16))
+    r = sc.shares(run, json.loads((h200 / "variant_ab_pinned_session12_times_2026-11-30.json").read_text()))
+    assert (r["U"]["slow_pct"], r["A"]["slow_pct"], r["B"]["slow_pct"]) == (40.2, 53.0, 53.0)
+    assert (r["U"]["slow_phases"], r["U"]["phases"]) == (5, 14) and (r["B"]["slow_phases"], r["B"]["phases"]) == (4, 7)
