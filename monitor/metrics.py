@@ -320,11 +320,12 @@ def window_metrics(w: wire.KernelWindow, sm_count: int, cc: str = "9.0") -> Wind
     graph_launches = int((is_graph_launch & layer).sum())
     kernel_launch_calls = int((is_kernel_launch & layer).sum())
     apis_traced = bool(getattr(w, "apis_traced", True))
+    kgid = cols.get("graph_id", np.zeros(n, np.int64))
     if not apis_traced and n:
         # no launch calls traced in this window (Attach.api_every): a kernel's correlation id is its launch call's,
         # and every kernel of one cudaGraphLaunch carries that launch's id (checked on the H200 recordings whose
         # windows alternate: tests/data/h200_*_api2.dmon)
-        kcorr, kgid = cols["correlation"], cols.get("graph_id", np.zeros(n, np.int64))
+        kcorr = cols["correlation"]
         graph_launches = len(np.unique(kcorr[kgid != 0]))
         kernel_launch_calls = len(np.unique(kcorr[kgid == 0]))
     mem = {k: v.array() for k, v in w.memcpys.items()}
@@ -356,7 +357,7 @@ def window_metrics(w: wire.KernelWindow, sm_count: int, cc: str = "9.0") -> Wind
             # no launch calls: a kernel is known to have been queued before the GPU went idle only when it comes
             # from the same cudaGraphLaunch as the kernel before it (one call queued them all), as a full window
             # would find from that call's start
-            gid = cols.get("graph_id", np.zeros(n, np.int64))[o]
+            gid = kgid[o]
             known = (corr[1:] == corr[:-1]) & (gid[1:] != 0)
             late = np.zeros_like(known)
         for i in np.flatnonzero(gap > 0).tolist():

@@ -267,5 +267,5 @@ class WindowTracer:
             syncs={c_: Column.of(syn[:, j]) for j, c_ in enumerate(["start", "end", "type"])},
             probe_host_ns=self.host_ns,
             prepare_ns=self.prepare_ns,
-            apis_traced=bool(getattr(self, "apis_traced", True)),
+            apis_traced=self.apis_traced,
         )
