@@ -37,6 +37,44 @@ def span_indices(n: int, last_start: int, last_end: int, spans, margin: int = 2)
 
 MAX_SAMPLES = 1024  # samples one pump decodes at most (the agent pumps every 0.5 s; 250 at the 2 ms interval)
 
+# Made once per process, not once per attach: the metrics evaluator (a host-side ProfilerHost) and the PM
+# configuration image. cupti-python's Collector.configure() initialises a ProfilerHost of its own to make the
+# configuration image, and the sampler initialised a second one to evaluate with. On the H200 each attach's arm
+# took ~210 ms of the agent thread's CPU (scripts/h200_slow_tokens.py, tenth session: 209-226 ms in five later
+# attaches). Both objects are host-side (libnvperf_host) and depend only on the chip and the metrics.
+_EVALUATORS: dict = {}
+_CONFIG_IMAGES: dict = {}
+
+
+def _evaluator(chip: str):
+    """The process's initialised PM metrics evaluator for `chip` (made on first use, kept)."""
+    host = _EVALUATORS.get(chip)
+    if host is None:
+        from cupti import profiler_host  # noqa: PLC0415
+
+        host = profiler_host.ProfilerHost(chip, profiler_host.ProfilerType.PM_SAMPLING)
+        host.initialize()
+        _EVALUATORS[chip] = host
+    return host
+
+
+def _config_image(chip: str, metrics: tuple[str, ...]):
+    """The PM configuration image for `metrics` on `chip` (made on first use with a host of its own, as
+    cupti-python's Collector.configure makes it, then kept)."""
+    key = (chip, metrics)
+    image = _CONFIG_IMAGES.get(key)
+    if image is None:
+        from cupti import profiler_host  # noqa: PLC0415
+
+        host = profiler_host.ProfilerHost(chip, profiler_host.ProfilerType.PM_SAMPLING)
+        host.initialize()
+        try:
+            image = host.create_config_image(metrics=list(metrics))
+        finally:
+            host.deinitialize()
+        _CONFIG_IMAGES[key] = image
+    return image
+
 
 class PmSampler:
     """A running PM sampling session on one device."""
@@ -51,17 +89,14 @@ class PmSampler:
         self._coll = pm_sampling.Collector(device)
         self._coll.enable()
         try:
-            self._coll.configure(metrics=PM_METRICS, hardware_buffer_size=256 * 1024 * 1024,
-                                 sampling_interval=interval_us * 1000)
+            self._configure(interval_us)
             self._coll.start()
         except Exception:
             self._coll.disable()
             raise
         self.chip = self._coll._chip_name
-        from cupti import profiler_host  # noqa: PLC0415
-
-        self._host = profiler_host.ProfilerHost(self.chip, profiler_host.ProfilerType.PM_SAMPLING)
-        self._host.initialize()  # one evaluator for the whole session, not one per decode
+        # one evaluator for the whole session, not one per decode; and one per process, not one per attach
+        self._host = _evaluator(self.chip)
         # A counter-data image, allocated and initialised once; each pump decodes into a copy of it. Made fresh
         # every pump (cupti-python's Collector.decode does), it took 7.9 ms of a 12.9 ms pump on the H200
         # (scripts/h200_slow_tokens.py --plan pm, 2026-11-29 16:26 UTC); the image is a self-contained byte blob.
@@ -91,6 +126,23 @@ class PmSampler:
         self.arm_ns = time.time_ns() - self.armed_ns
         self.arm_cpu_ns = time.thread_time_ns() - c0
         self.logged = False  # the agent's event log has this arm
+
+    def _configure(self, interval_us: int) -> None:
+        """Collector.configure(), with the process's configuration image (_config_image) instead of a new one."""
+        c, coll = self._c, self._coll
+        image = _config_image(coll._chip_name, tuple(PM_METRICS))
+        p = c.PmSamplingSetConfigParams()
+        p.struct_size = c.PM_SAMPLING_SET_CONFIG_PARAMS_STRUCT_SIZE
+        p.p_pm_sampling_object = coll._pm_sampling_object
+        p.config_size = len(image)
+        p.p_config = image.ctypes.data
+        p.hardware_buffer_size = 256 * 1024 * 1024
+        p.sampling_interval = interval_us * 1000
+        p.trigger_mode = c.PmSamplingTriggerMode.GPU_TIME_INTERVAL
+        p.hw_buffer_append_mode = c.PmSamplingHardwareBufferAppendMode.KEEP_OLDEST
+        c.pm_sampling_set_config(p.ptr)
+        coll._metrics = list(PM_METRICS)  # what Collector.start/stop and the counter-data image read
+        coll._config = image
 
     def _call(self, name: str, params) -> None:
         """One libcupti call (a cupti-python wrapper) on a params struct, its CPU time counted apart.
@@ -218,7 +270,7 @@ class PmSampler:
 
     def close(self) -> None:
         """Stop sampling and release the session (errors ignored: CUPTI may already be gone)."""
-        for f in (self._coll.stop, self._coll.disable, self._host.deinitialize):
+        for f in (self._coll.stop, self._coll.disable):  # the evaluator is the process's (_evaluator)
             try:
                 f()
             except Exception:

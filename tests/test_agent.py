@@ -454,15 +454,15 @@ def test_pm_pump_decodes_into_a_copy_of_one_initialised_image():
     assert pm._coll.made == 2
 
 
-def test_pm_arm_makes_the_counter_data_image_before_any_pump(monkeypatch):
-    """The image is made at the arm (half a second before the first window), not in the first pump, which comes
-    right after the first traced window; the pumps decode into the buffer made with it."""
+def _fake_pm_modules(monkeypatch, calls):
+    """A fake cupti-python for PmSampler's arm: the calls it makes, in order, go to `calls`."""
     import types
+
+    import numpy as np
 
     from decodemon.probes import pm_inproc
 
     coll = _FakeCollector()
-    calls = []
 
     class Collector:
         def __new__(cls, device):
@@ -479,21 +479,67 @@ def test_pm_arm_makes_the_counter_data_image_before_any_pump(monkeypatch):
         def initialize(self):
             calls.append("host")
 
+        def deinitialize(self):
+            calls.append("host_deinit")
+
+        def create_config_image(self, metrics):
+            calls.append("config_image")
+            return np.zeros(8, dtype=np.uint8)
+
+    class PmCupti(_FakePmCupti):
+        PmSamplingSetConfigParams = _P
+        PM_SAMPLING_SET_CONFIG_PARAMS_STRUCT_SIZE = 1
+        PmSamplingTriggerMode = types.SimpleNamespace(GPU_TIME_INTERVAL=1)
+        PmSamplingHardwareBufferAppendMode = types.SimpleNamespace(KEEP_OLDEST=0)
+
+        def pm_sampling_set_config(self, ptr):
+            calls.append("set_config")
+
     fake = types.ModuleType("cupti")
-    fake.cupti = _FakePmCupti()
+    fake.cupti = PmCupti()
     fake.pm_sampling = types.SimpleNamespace(Collector=Collector)
     fake.profiler_host = types.SimpleNamespace(ProfilerHost=Host, ProfilerType=types.SimpleNamespace(PM_SAMPLING=0))
     utils = types.ModuleType("cupti.utils")
     utils.metrics_to_c_array = lambda names: (names, 0)
     monkeypatch.setitem(sys.modules, "cupti", fake)
     monkeypatch.setitem(sys.modules, "cupti.utils", utils)
+    monkeypatch.setattr(pm_inproc, "_EVALUATORS", {})
+    monkeypatch.setattr(pm_inproc, "_CONFIG_IMAGES", {})
+    return coll
+
+
+def test_pm_arm_makes_the_counter_data_image_before_any_pump(monkeypatch):
+    """The image is made at the arm (half a second before the first window), not in the first pump, which comes
+    right after the first traced window; the pumps decode into the buffer made with it."""
+    from decodemon.probes import pm_inproc
+
+    calls = []
+    coll = _fake_pm_modules(monkeypatch, calls)
     pm = pm_inproc.PmSampler(0, 2000)
-    assert calls == ["enable", "configure", "start", "host"] and coll.made == 1
+    assert calls == ["enable", "host", "config_image", "host_deinit", "set_config", "start", "host"]
+    assert coll.made == 1 and coll._config is not None and coll._metrics  # what Collector.start/stop read
     template, work = pm._templates[pm_inproc.MAX_SAMPLES]
     assert work is not template and (work == template).all()  # the buffer is written (its pages touched) at the arm
     pm._free_s = 0.0
     image, _ = pm._decode_image(pm_inproc.MAX_SAMPLES)
     assert image is work and coll.made == 1  # the first pump makes nothing
+
+
+def test_pm_arm_makes_the_evaluator_and_the_configuration_once_per_process(monkeypatch):
+    """A later attach's arm enables, configures from the kept image and starts: no metrics evaluator made, no
+    configuration image made (each had cost every attach's arm a ProfilerHost's initialisation), and closing a
+    session leaves the process's evaluator initialised for the next."""
+    from decodemon.probes import pm_inproc
+
+    calls = []
+    _fake_pm_modules(monkeypatch, calls)
+    first = pm_inproc.PmSampler(0, 2000)
+    first.close()
+    assert "host_deinit" not in calls[calls.index("start"):]  # the evaluator outlives the session
+    calls.clear()
+    second = pm_inproc.PmSampler(0, 2000)
+    assert calls == ["enable", "set_config", "start"]
+    assert second._host is first._host
 
 
 def test_pm_pump_counts_its_cpu_outside_libcupti_calls_apart():
