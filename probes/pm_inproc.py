@@ -39,9 +39,11 @@ MAX_SAMPLES = 1024  # samples one pump decodes at most (the agent pumps every 0.
 
 # Made once per process, not once per attach: the metrics evaluator (a host-side ProfilerHost) and the PM
 # configuration image. cupti-python's Collector.configure() initialises a ProfilerHost of its own to make the
-# configuration image, and the sampler initialised a second one to evaluate with. On the H200 each attach's arm
-# took ~210 ms of the agent thread's CPU (scripts/h200_slow_tokens.py, tenth session: 209-226 ms in five later
-# attaches). Both objects are host-side (libnvperf_host) and depend only on the chip and the metrics.
+# configuration image, and the sampler initialised a second one to evaluate with. Both are host-side
+# (libnvperf_host) and depend only on the chip and the metrics. On the H200 (scripts/h200_pm_arm.py, thirteenth
+# session) arms took 221 ms instead of 234 (medians of four), and every re-armed session's samples evaluated to
+# finite values, after traced windows' CUPTI finalizes too. Most of what is left is pm_sampling_set_config
+# allocating the hardware buffer: 194-232 ms at 256 MB, 80-87 ms at 32 MB (scripts/h200_pm_arm_steps.py).
 _EVALUATORS: dict = {}
 _CONFIG_IMAGES: dict = {}
 

@@ -1,0 +1,103 @@
+"""An attach's first seconds against the rest of it: where the eager median overhead of a short attach comes from.
+
+    python scripts/attach_start.py RUN.json TIMES.json [--split-s 1.5] [--mode eager]
+
+RUN.json is a scripts/h200_variant_ab.py result (labels U, A, B) or a benchmarks/overhead.py one (its `--mode`
+part; label D, the default attaches), TIMES.json the engine's token log beside it. For each attach after the
+process's first: the median token of its first `--split-s` seconds and of the rest, each over the mean of the
+median tokens of the unobserved phases on both sides of it, raw and at one core speed (benchmarks/overhead.py
+core_speed); and the CPU the engine's other threads (the agent) used per second in each part. Per label, the
+medians over its attaches. Prints JSON. docs/benchmarks.md quotes it for the thirteenth session.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+from overhead import PHASE_SKIP_S, core_speed  # noqa: E402
+
+
+def phases_of(run: dict, mode: str) -> list[dict]:
+    if "phases" in run:
+        return run["phases"]
+    return next(r for r in run["results"] if r["mode"] == mode)["phases"]
+
+
+def split_ratios(phases: list[dict], times: dict, split_s: float = 1.5) -> dict:
+    ends, ms = times["end_unix_s"], times["ms"]
+    scaled = ms
+    lab_of = ["-"] * len(ends)
+    for p in phases:
+        for k, e in enumerate(ends):
+            if p["t0_unix_s"] + PHASE_SKIP_S <= e <= p["t1_unix_s"]:
+                lab_of[k] = p["phase"]
+    cs = core_speed(ms, times.get("canary_us"), [x == "U" for x in lab_of])
+    if cs is not None:
+        scaled = cs["ms"]
+    other = None
+    if times.get("process_cpu_ms") and times.get("thread_cpu_ms"):
+        other = [p - t for p, t in zip(times["process_cpu_ms"], times["thread_cpu_ms"])]
+
+    def sel(t0: float, t1: float) -> list[int]:
+        return [k for k, e in enumerate(ends) if t0 <= e < t1]
+
+    def med(idx: list[int], vals) -> float | None:
+        return statistics.median(vals[k] for k in idx) if idx else None
+
+    first = next(i for i, p in enumerate(phases) if p["phase"] != "U")
+    rows: dict[str, list] = {}
+    for i, p in enumerate(phases):
+        if p["phase"] == "U" or i <= first:
+            continue
+        nb = [q for q in (phases[i - 1], phases[i + 1] if i + 1 < len(phases) else None) if q and q["phase"] == "U"]
+        if not nb:
+            continue
+        t0, t1 = p["t0_unix_s"], p["t1_unix_s"]
+        start, rest = sel(t0 + PHASE_SKIP_S, t0 + split_s), sel(t0 + split_s, t1)
+        if not start or not rest:
+            continue
+        row = {}
+        for view, vals in (("raw", ms), ("core", scaled)):
+            ref = statistics.mean(med(sel(q["t0_unix_s"] + PHASE_SKIP_S, q["t1_unix_s"]), vals) for q in nb)
+            row[view] = (float(med(start, vals) / ref), float(med(rest, vals) / ref))
+        if other is not None:
+            row["other_cpu_ms_per_s"] = (sum(other[k] for k in start) / (split_s - PHASE_SKIP_S),
+                                         sum(other[k] for k in rest) / (t1 - t0 - split_s))
+        rows.setdefault(p["phase"], []).append(row)
+    out = {"split_s": split_s}
+    for lab, rs in sorted(rows.items()):
+        d = {"attaches": len(rs)}
+        for view in ("raw", "core"):
+            d[view] = {"start_pct": round(100 * (statistics.median(r[view][0] for r in rs) - 1), 2),
+                       "rest_pct": round(100 * (statistics.median(r[view][1] for r in rs) - 1), 2),
+                       "start_above_rest": int(sum(bool(r[view][0] > r[view][1]) for r in rs))}
+        if all("other_cpu_ms_per_s" in r for r in rs):
+            d["other_cpu_ms_per_s"] = {"start": round(statistics.median(r["other_cpu_ms_per_s"][0] for r in rs), 1),
+                                       "rest": round(statistics.median(r["other_cpu_ms_per_s"][1] for r in rs), 1)}
+        out[lab] = d
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("run")
+    ap.add_argument("times")
+    ap.add_argument("--split-s", type=float, default=1.5)
+    ap.add_argument("--mode", default="eager")
+    a = ap.parse_args()
+    try:
+        run = json.loads(Path(a.run).read_text())
+        times = json.loads(Path(a.times).read_text())
+    except (OSError, ValueError) as exc:
+        sys.exit(f"attach_start: cannot read the run or its tokens: {exc}")
+    print(json.dumps(split_ratios(phases_of(run, a.mode), times, a.split_s), indent=1))
+
+
+if __name__ == "__main__":
+    main()
