@@ -7,7 +7,9 @@ part; label D, the default attaches), TIMES.json the engine's token log beside i
 process's first: the median token of its first `--split-s` seconds and of the rest, each over the mean of the
 median tokens of the unobserved phases on both sides of it, raw and at one core speed (benchmarks/overhead.py
 core_speed); and the CPU the engine's other threads (the agent) used per second in each part. Per label, the
-medians over its attaches. Prints JSON. docs/benchmarks.md quotes it for the thirteenth session.
+medians over its attaches. Also ("early") the tokens of every attach's first 0.3 s, before the agent has started,
+against the unobserved ones: the decode thread's CPU time, its time off CPU, run-queue wait and canary. Prints JSON.
+docs/benchmarks.md quotes it for the thirteenth session.
 """
 
 from __future__ import annotations
@@ -84,6 +86,38 @@ def split_ratios(phases: list[dict], times: dict, split_s: float = 1.5) -> dict:
     return out
 
 
+def early_tokens(phases: list[dict], times: dict, early_s: float = 0.3) -> dict:
+    """The tokens of each attach's first `early_s` (after the process's first attach; the agent has not started by
+    0.3 s) against the unobserved tokens (each U phase less its first 0.5 s): median ms, the decode thread's CPU
+    time in it, wall minus that CPU time, run-queue wait and the canary. Work that ran slower shows as CPU time
+    equal to the wall time with no run-queue wait; waiting (the GIL, a lock, the scheduler) as wall over CPU."""
+    ends = times["end_unix_s"]
+    cols = {k: times.get(k) for k in ("ms", "thread_cpu_ms", "runq_wait_ms", "canary_us")}
+    if any(v is None for v in cols.values()):
+        return {}
+    first = next(i for i, p in enumerate(phases) if p["phase"] != "U")
+    picked: dict[str, list[int]] = {"early": [], "unobserved": []}
+    for i, p in enumerate(phases):
+        if i <= first:
+            continue
+        if p["phase"] == "U":
+            lo, hi, key = p["t0_unix_s"] + 0.5, p["t1_unix_s"], "unobserved"
+        else:
+            lo, hi, key = p["t0_unix_s"] + PHASE_SKIP_S, p["t0_unix_s"] + early_s, "early"
+        picked[key] += [k for k, e in enumerate(ends) if lo <= e < hi]
+    out = {"early_s": early_s}
+    for key, idx in picked.items():
+        if not idx:
+            continue
+        med = lambda vals: round(statistics.median(vals), 3)  # noqa: E731
+        out[key] = {"tokens": len(idx), "ms": med([cols["ms"][k] for k in idx]),
+                    "thread_cpu_ms": med([cols["thread_cpu_ms"][k] for k in idx]),
+                    "off_cpu_ms": med([cols["ms"][k] - cols["thread_cpu_ms"][k] for k in idx]),
+                    "runq_wait_ms": med([cols["runq_wait_ms"][k] for k in idx]),
+                    "canary_us": med([cols["canary_us"][k] for k in idx])}
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("run")
@@ -96,7 +130,10 @@ def main() -> None:
         times = json.loads(Path(a.times).read_text())
     except (OSError, ValueError) as exc:
         sys.exit(f"attach_start: cannot read the run or its tokens: {exc}")
-    print(json.dumps(split_ratios(phases_of(run, a.mode), times, a.split_s), indent=1))
+    phases = phases_of(run, a.mode)
+    out = split_ratios(phases, times, a.split_s)
+    out["early"] = early_tokens(phases, times)
+    print(json.dumps(out, indent=1))
 
 
 if __name__ == "__main__":

@@ -529,6 +529,12 @@ def test_an_attachs_first_seconds_against_the_rest_on_the_committed_runs():
     assert sum(v["core"]["start_above_rest"] for v in got.values()) == 42
     assert all(150 < v["other_cpu_ms_per_s"]["start"] < 200 and 35 < v["other_cpu_ms_per_s"]["rest"] < 50
                for v in got.values())
+    early = {k: st.early_tokens(st.phases_of(json.loads((h200 / run).read_text()), "eager"),
+                                json.loads((h200 / times).read_text())) for k, (run, times) in runs.items()}
+    assert [e["early"]["ms"] for e in early.values()] == [21.761, 24.473, 22.802, 23.921, 22.769]
+    assert [e["unobserved"]["ms"] for e in early.values()] == [20.573, 24.11, 22.417, 27.004, 21.66]
+    assert all(e[k]["runq_wait_ms"] == 0.0 for e in early.values() for k in ("early", "unobserved"))
+    assert sum(e["early"]["canary_us"] <= e["unobserved"]["canary_us"] for e in early.values()) == 3
 
 
 def test_pm_arms_with_the_process_evaluator_against_fresh_ones_on_the_h200():
