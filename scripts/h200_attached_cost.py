@@ -16,7 +16,11 @@ candidates apart in one eager demo model decoding in this process's main thread 
   process's work slow the decode thread's core? (Decodemon's tokens were on a slow core more often than unobserved
   ones in 10 of the 11 runs with a canary.)
 
-Order per round: U, PA, PP, U, M. The arm, its first second and the close are left out (`x`). Each token's time is
+- S (with `--spawn`): one Python process after another, each importing the monitor and exiting: does a monitor's
+  start-up slow the decode thread? (The tokens of an attach's first 0.3 s, before the agent starts, ran 1.5-5.8%
+  slower in four of five runs, thirteenth session, scripts/attach_start.py.)
+
+Order per round: U, PA, PP, U, M (then U, S with `--spawn`). The arm, its first second and the close are left out (`x`). Each token's time is
 also scaled to one core speed by the same ~30 us canary of pure Python the demo engine times
 (`benchmarks/overhead.py` core_speed). Each block's median is set against the mean of the U blocks on both sides
 of it; the floor is the same arithmetic on a U block between two others. Writes OUTDIR/attached_cost.json.
@@ -47,6 +51,7 @@ BUSY = ("import time\n"
         "    while time.perf_counter() < t:\n"
         "        pass\n"
         "    time.sleep({idle})\n")
+SPAWN = "import decodemon.monitor.cli, decodemon.monitor.session"
 
 
 def blocks(labels: list[str]) -> list[tuple[str, int, int]]:
@@ -92,6 +97,8 @@ def main() -> None:
     ap.add_argument("--settle-s", type=float, default=1.0, help="left out after each PM arm")
     ap.add_argument("--busy-ms", type=float, default=10.0)
     ap.add_argument("--busy-period-ms", type=float, default=100.0)
+    ap.add_argument("--spawn", action="store_true", help="add U, S to each round: S starts a Python process that "
+                    "imports the monitor, one after another (what a monitor's start-up does to the host)")
     a = ap.parse_args()
     cpu = os.environ.get("BENCH_CPU") == "1"
     out = Path(a.out)
@@ -173,6 +180,15 @@ def main() -> None:
                 busy.kill()
                 busy.wait()
                 time.sleep(0.2)
+                if a.spawn:
+                    set_cond("U")
+                    time.sleep(a.block_s)
+                    set_cond("S")  # one monitor start-up after another, for the whole block
+                    end = time.monotonic() + a.block_s
+                    while time.monotonic() < end:
+                        subprocess.run([sys.executable, "-c", SPAWN], check=False)
+                    set_cond("x")
+                    time.sleep(0.2)
             set_cond("U")
             time.sleep(a.block_s)
         finally:
