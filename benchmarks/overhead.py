@@ -289,6 +289,16 @@ def core_speed(ms: list[float], canary_us: list[float] | None, is_u: list[bool])
 
 
 PHASE_SKIP_S = 0.05  # a phase's tokens: those that ended inside it, less its first 50 ms (the switch itself)
+# An attach's start-up: on the H200 an eager 4 s attach's first 1.5 s ran +2.4 to +10.3% at one core speed, the
+# rest +0.4 to +1.4% (scripts/attach_start.py, thirteenth session). An attach left on all day pays it once, so the
+# pairs are also judged with each attach's first START_S left out.
+START_S = 1.5
+
+
+def after_start_phases(phases: list[tuple]) -> list[tuple]:
+    """(label, t0, t1) phases with each default attach (D) starting START_S later, its start-up left out: phase_of
+    then counts its tokens from START_S in (PHASE_SKIP_S is already inside START_S)."""
+    return [(lab, t0 + START_S - PHASE_SKIP_S if lab == "D" else t0, t1) for lab, t0, t1 in phases]
 
 
 def phase_of(e: float, t0: float, t1: float) -> bool:
@@ -336,9 +346,13 @@ def run_mode(mode: str, phase_s: float, pairs: int, work: Path, profiler_phase_s
                                   "long_p99_ratio": pct(dl_i, 99) / pct(u_i, 99) if dl_i and u_i else None}
     for label, per in (("D", per_all[0]), ("Ddense", per_all[0]), ("P", per_all[1])):
         out[label] = pair_stats(per, label)
+    # the same pairs with each default attach's start-up left out (START_S)
+    after_start = after_start_phases(a["phases"])
+    out["D_after_start"] = pair_stats(phase_rows(after_start, a["ends"], a["ms"]), "D")
     # the same pairs at one core speed (see core_speed), and whether decodemon's phases ran on a slower core
     core_per = []
     canary = {}
+    core_after_start = None
     for sess in (a, b) if mode == "eager" else ():  # a graphed loop waits on the GPU: its core's speed is not its
         ends = sess["ends"]
         where = [next((lab for lab, t0, t1 in sess["phases"] if phase_of(e, t0, t1)), None) for e in ends]
@@ -348,6 +362,7 @@ def run_mode(mode: str, phase_s: float, pairs: int, work: Path, profiler_phase_s
             continue
         core_per.append(phase_rows(sess["phases"], ends, cs["ms"]))
         if sess is a:
+            core_after_start = pair_stats(phase_rows(after_start, ends, cs["ms"]), "D")
             for kind in ("U", "D"):
                 sel = [i for i, w in enumerate(where) if w == kind]
                 canary[kind] = {"median_us": round(float(np.median([sess["canary_us"][i] for i in sel])), 2)
@@ -361,6 +376,7 @@ def run_mode(mode: str, phase_s: float, pairs: int, work: Path, profiler_phase_s
         cu = [m for p in core_per[0][1:] if p["phase"] == "U" for m in p["ms"]]
         cl = [m for p in core_per[0] if p["phase"] == "Dlong" for m in p["ms"]]
         out["core"]["long_p99_ratio"] = pct(cl, 99) / pct(cu, 99) if cl and cu else None
+        out["core"]["D_after_start"] = core_after_start
         out["core"]["canary"] = canary
     # all tokens of each kind in the decodemon process: the first U phase (before any attach) is left out,
     # because the first attach itself changed the graphed loop's speed (see docs/benchmarks.md)
@@ -472,6 +488,21 @@ def core_table(results: list[dict], names: dict) -> list[str]:
     return lines
 
 
+def after_start_line(r: dict) -> str | None:
+    """The default pairs again with each attach's first START_S left out (absent from runs before the thirteenth
+    session's last ones)."""
+    st = r.get("D_after_start")
+    if not st:
+        return None
+    core = (r.get("core") or {}).get("D_after_start")
+    at_core = (f"; at one core speed {fmt(core.get('overhead_pct_median'), '+.2f')}% (after the first "
+               f"{fmt(core.get('overhead_pct_median_after_first'), '+.2f')}%)" if core else "")
+    return (f"Each default attach with its first {START_S:g} s left out (the start-up an attach left on all day pays "
+            f"once), {r['mode']}: median {fmt(st.get('overhead_pct_median'), '+.2f')}% (after the first "
+            f"{fmt(st.get('overhead_pct_median_after_first'), '+.2f')}%, noise floor "
+            f"±{fmt(st.get('noise_floor_bracketed_pct'), '.2f')}%){at_core}.")
+
+
 def markdown(results: list[dict], env: dict, cmd: str) -> str:
     lines = [
         "# What watching costs",
@@ -553,6 +584,7 @@ def markdown(results: list[dict], env: dict, cmd: str) -> str:
                          f"CPUs (/proc/stat)" + (f"; correlation of the phase's ms/token with steal "
                                                  f"{h['r_ms_vs_steal']:+.2f}" if "r_ms_vs_steal" in h else "") + ".")
     lines += [x for x in (speed_line(r["mode"], r.get("speeds")) for r in results) if x]
+    lines += [x for x in (after_start_line(r) for r in results) if x]
     lines += core_table(results, names)
     lines += ["", "Token times above are inter-token latency: from one token's arrival on the host (`.item()` "
               "returning) to the next's, so the token clock's hook counts in the token after it. On the engine's "

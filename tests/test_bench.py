@@ -547,3 +547,20 @@ def test_pm_arms_with_the_process_evaluator_against_fresh_ones_on_the_h200():
     assert len(arms) == 8 and d["windows"] == 4 and all(a["finite"] and a["samples"] > 90 for a in arms)
     med = {k: statistics.median(a["wall_ms"] for a in arms if a["kind"] == k) for k in ("fresh", "cached")}
     assert round(med["fresh"]) == 234 and round(med["cached"]) == 221
+
+
+def test_the_pairs_are_also_judged_with_each_attachs_start_up_left_out():
+    """Only the default attaches (D) lose their first START_S; an attach slower in its start-up only is judged
+    slower whole and not after it, and the line says both."""
+    ph = [("U", 0.0, 4.0), ("D", 4.0, 8.0), ("U", 8.0, 12.0), ("Ddense", 12.0, 16.0), ("U", 16.0, 20.0)]
+    shifted = overhead.after_start_phases(ph)
+    assert shifted[1] == ("D", 4.0 + overhead.START_S - overhead.PHASE_SKIP_S, 8.0) and shifted[3] == ph[3]
+    ends = [i * 0.02 for i in range(1, 1000)]
+    ms = [30.0 if 4.0 <= e < 6.2 else 20.0 for e in ends]  # slow for 2.2 s of the attach: most of it, start-up included
+    whole = overhead.pair_stats(overhead.phase_rows(ph, ends, ms), "D")
+    after = overhead.pair_stats(overhead.phase_rows(shifted, ends, ms), "D")
+    assert whole["overhead_pct_median"] > 0 and after["overhead_pct_median"] == 0
+    line = overhead.after_start_line({"mode": "eager", "D_after_start": after,
+                                      "core": {"D_after_start": after}})
+    assert line.startswith("Each default attach with its first 1.5 s left out") and "+0.00%" in line
+    assert overhead.after_start_line({"mode": "graph"}) is None
