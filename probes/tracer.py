@@ -53,6 +53,10 @@ class WindowTracer:
         self._k_memcpy = int(K.MEMCPY)
         self._k_memset = int(K.MEMSET)
         self._k_sync = int(K.SYNCHRONIZATION)
+        # the kinds a kernels-only window enables, and whether a full one traces runtime records (its open filters
+        # them): worked out here, on the agent thread, not at every open on the decode thread
+        self._kinds_without_apis = [k for k in self._kinds if int(k) not in (self._k_runtime, self._k_driver)]
+        self._traces_runtime = any(int(k) == self._k_runtime for k in self._kinds)
         self._rt_names = {int(v): n for n, v in cupti.runtime_api_trace_cbid.__members__.items()}
         self._drv_names = {int(v): n for n, v in cupti.driver_api_trace_cbid.__members__.items()}
         self._drop_cbids = [cbid for cbid, name in self._rt_names.items()
@@ -177,10 +181,10 @@ class WindowTracer:
             self._start()
         self.prepared = False
         apis = bool(self.with_apis)
-        self._enabled = [k for k in self._kinds if apis or int(k) not in (self._k_runtime, self._k_driver)]
+        self._enabled = self._kinds if apis else self._kinds_without_apis
         for k in self._enabled:
             c.activity_enable(k)
-        if self._api_filter and any(int(k) == self._k_runtime for k in self._enabled):
+        if self._api_filter and apis and self._traces_runtime:
             self._filter_apis()  # enabling RUNTIME again re-enables every cbid: filter on every open
         self.apis_traced = apis
         self.initialised = True
