@@ -78,6 +78,29 @@ def _config_image(chip: str, metrics: tuple[str, ...]):
     return image
 
 
+HW_BUFFER_BYTES = 256 * 1024 * 1024  # PM's hardware buffer: set_config's time grows with it (~0.5 ms per MB)
+
+
+def configure(coll, interval_us: int, buffer_bytes: int = HW_BUFFER_BYTES) -> None:
+    """Collector.configure() for PM_METRICS, with the process's configuration image (_config_image) instead of a
+    new one: cupti-python's PmSamplingSetConfigParams filled and set on an enabled `coll`."""
+    from cupti import cupti as c  # noqa: PLC0415
+
+    image = _config_image(coll._chip_name, tuple(PM_METRICS))
+    p = c.PmSamplingSetConfigParams()
+    p.struct_size = c.PM_SAMPLING_SET_CONFIG_PARAMS_STRUCT_SIZE
+    p.p_pm_sampling_object = coll._pm_sampling_object
+    p.config_size = len(image)
+    p.p_config = image.ctypes.data
+    p.hardware_buffer_size = buffer_bytes
+    p.sampling_interval = interval_us * 1000
+    p.trigger_mode = c.PmSamplingTriggerMode.GPU_TIME_INTERVAL
+    p.hw_buffer_append_mode = c.PmSamplingHardwareBufferAppendMode.KEEP_OLDEST
+    c.pm_sampling_set_config(p.ptr)
+    coll._metrics = list(PM_METRICS)  # what Collector.start/stop and the counter-data image read
+    coll._config = image
+
+
 class PmSampler:
     """A running PM sampling session on one device."""
 
@@ -91,7 +114,7 @@ class PmSampler:
         self._coll = pm_sampling.Collector(device)
         self._coll.enable()
         try:
-            self._configure(interval_us)
+            configure(self._coll, interval_us)
             self._coll.start()
         except Exception:
             self._coll.disable()
@@ -128,23 +151,6 @@ class PmSampler:
         self.arm_ns = time.time_ns() - self.armed_ns
         self.arm_cpu_ns = time.thread_time_ns() - c0
         self.logged = False  # the agent's event log has this arm
-
-    def _configure(self, interval_us: int) -> None:
-        """Collector.configure(), with the process's configuration image (_config_image) instead of a new one."""
-        c, coll = self._c, self._coll
-        image = _config_image(coll._chip_name, tuple(PM_METRICS))
-        p = c.PmSamplingSetConfigParams()
-        p.struct_size = c.PM_SAMPLING_SET_CONFIG_PARAMS_STRUCT_SIZE
-        p.p_pm_sampling_object = coll._pm_sampling_object
-        p.config_size = len(image)
-        p.p_config = image.ctypes.data
-        p.hardware_buffer_size = 256 * 1024 * 1024
-        p.sampling_interval = interval_us * 1000
-        p.trigger_mode = c.PmSamplingTriggerMode.GPU_TIME_INTERVAL
-        p.hw_buffer_append_mode = c.PmSamplingHardwareBufferAppendMode.KEEP_OLDEST
-        c.pm_sampling_set_config(p.ptr)
-        coll._metrics = list(PM_METRICS)  # what Collector.start/stop and the counter-data image read
-        coll._config = image
 
     def _call(self, name: str, params) -> None:
         """One libcupti call (a cupti-python wrapper) on a params struct, its CPU time counted apart.

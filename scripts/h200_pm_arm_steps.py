@@ -13,7 +13,6 @@ import json
 import time
 
 import torch
-from cupti import cupti as c
 from cupti import pm_sampling
 
 from decodemon.probes import pm_inproc as P
@@ -32,22 +31,11 @@ def main() -> None:
         co.enable()
         r["enable"] = T() - t
         t = T()
-        img = P._config_image(co._chip_name, tuple(PM_METRICS))
+        P._config_image(co._chip_name, tuple(PM_METRICS))
         r["config_image"] = T() - t
-        p = c.PmSamplingSetConfigParams()
-        p.struct_size = c.PM_SAMPLING_SET_CONFIG_PARAMS_STRUCT_SIZE
-        p.p_pm_sampling_object = co._pm_sampling_object
-        p.config_size = len(img)
-        p.p_config = img.ctypes.data
-        p.hardware_buffer_size = buf << 20
-        p.sampling_interval = 2000000
-        p.trigger_mode = c.PmSamplingTriggerMode.GPU_TIME_INTERVAL
-        p.hw_buffer_append_mode = c.PmSamplingHardwareBufferAppendMode.KEEP_OLDEST
         t = T()
-        c.pm_sampling_set_config(p.ptr)
+        P.configure(co, 2000, buf << 20)  # pm_sampling_set_config, with the image made just above
         r["set_config"] = T() - t
-        co._metrics = list(PM_METRICS)
-        co._config = img
         t = T()
         co.start()
         r["start"] = T() - t

@@ -15,10 +15,9 @@ import time
 
 import torch
 
-from cupti import cupti as c, pm_sampling
+from cupti import pm_sampling
 from decodemon.engine_adapter.model import SHAPES, DecodeModel
 from decodemon.probes import pm_inproc as P
-from decodemon.probes.sidecar import PM_METRICS
 
 model = DecodeModel(SHAPES["qwen3-0.6b"], "cuda", torch.bfloat16, 4096)
 model.reset()
@@ -28,18 +27,9 @@ ends, ms, arms, st = [], [], [], {"stop": False}
 def arm(mb):
     co = pm_sampling.Collector(0)
     co.enable()
-    img = P._config_image(co._chip_name, tuple(PM_METRICS))
-    p = c.PmSamplingSetConfigParams()
-    p.struct_size = c.PM_SAMPLING_SET_CONFIG_PARAMS_STRUCT_SIZE
-    p.p_pm_sampling_object = co._pm_sampling_object
-    p.config_size, p.p_config = len(img), img.ctypes.data
-    p.hardware_buffer_size, p.sampling_interval = mb << 20, 2000000
-    p.trigger_mode = c.PmSamplingTriggerMode.GPU_TIME_INTERVAL
-    p.hw_buffer_append_mode = c.PmSamplingHardwareBufferAppendMode.KEEP_OLDEST
     t0 = time.time()
-    c.pm_sampling_set_config(p.ptr)
+    P.configure(co, 2000, mb << 20)  # pm_sampling_set_config (the configuration image is the process's)
     t1 = time.time()
-    co._metrics, co._config = list(PM_METRICS), img
     co.start()
     time.sleep(1.0)
     co.stop()
