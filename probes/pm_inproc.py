@@ -104,7 +104,11 @@ def configure(coll, interval_us: int, buffer_bytes: int = HW_BUFFER_BYTES) -> No
 class PmSampler:
     """A running PM sampling session on one device."""
 
-    def __init__(self, device: int, interval_us: int) -> None:
+    overflows = 0  # pumps whose decode said the hardware buffer had overflowed (KEEP_OLDEST: newer records lost)
+    full_pumps = 0  # pumps that filled the counter-data image before the hardware buffer's end (a backlog left)
+    last_stop_reason = None  # the last decode's stop reason (cupti's PmSamplingDecodeStopReason, as an int)
+
+    def __init__(self, device: int, interval_us: int, buffer_bytes: int = HW_BUFFER_BYTES) -> None:
         self.armed_ns = time.time_ns()  # the arm's wall time and CPU time end up in arm_ns / arm_cpu_ns
         c0 = time.thread_time_ns()
         from cupti import cupti, pm_sampling  # noqa: PLC0415 - only when a monitor attaches
@@ -114,7 +118,7 @@ class PmSampler:
         self._coll = pm_sampling.Collector(device)
         self._coll.enable()
         try:
-            configure(self._coll, interval_us)
+            configure(self._coll, interval_us, buffer_bytes)
             self._coll.start()
         except Exception:
             self._coll.disable()
@@ -259,6 +263,11 @@ class PmSampler:
         p.p_counter_data_image = image.ctypes.data
         p.counter_data_image_size = len(image)
         self._call("pm_sampling_decode_data", p)
+        self.last_stop_reason = int(p.decode_stop_reason)
+        if p.overflow:
+            self.overflows += 1
+        if self.last_stop_reason == int(c.PmSamplingDecodeStopReason.COUNTER_DATA_FULL):
+            self.full_pumps += 1
         info = c.PmSamplingGetCounterDataInfoParams()
         info.struct_size = c.PM_SAMPLING_GET_COUNTER_DATA_INFO_PARAMS_STRUCT_SIZE
         info.p_counter_data_image = image.ctypes.data

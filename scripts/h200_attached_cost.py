@@ -20,7 +20,12 @@ candidates apart in one eager demo model decoding in this process's main thread 
   start-up slow the decode thread? (The tokens of an attach's first 0.3 s, before the agent starts, ran 1.5-5.8%
   slower in four of five runs, thirteenth session, scripts/attach_start.py.)
 
-Order per round: U, PA, PP, U, M (then U, S with `--spawn`). The arm, its first second and the close are left out (`x`). Each token's time is
+- N (with `--plan`): the NVML sidecar the agent starts at an attach, running (4 Hz); NS: one sidecar start-up
+  after another (process start, imports, nvmlInit, its first frame); NI: the same NVML polling from a thread of
+  the decode process itself (NVML initialised once there): which way of reading NVML costs the decode thread
+  least, and does the sidecar's start-up account for an attach's slow first 1.5 s?
+
+Order per round: U, PA, PP, U, M (then U, S with `--spawn`), or `--plan`'s. The arm, its first second and the close are left out (`x`). Each token's time is
 also scaled to one core speed by the same ~30 us canary of pure Python the demo engine times
 (`benchmarks/overhead.py` core_speed). Each block's median is set against the mean of the U blocks on both sides
 of it; the floor is the same arithmetic on a U block between two others. Writes OUTDIR/attached_cost.json.
@@ -99,6 +104,8 @@ def main() -> None:
     ap.add_argument("--busy-period-ms", type=float, default=100.0)
     ap.add_argument("--spawn", action="store_true", help="add U, S to each round: S starts a Python process that "
                     "imports the monitor, one after another (what a monitor's start-up does to the host)")
+    ap.add_argument("--plan", default=None, help="the blocks of a round, comma-separated, from U, PM (x, PA, PP), "
+                    "M, S, N (the NVML sidecar running), NS (sidecar start-ups), NI (NVML polled from a thread of this process); default U,PM,U,M (+ U,S)")
     a = ap.parse_args()
     cpu = os.environ.get("BENCH_CPU") == "1"
     out = Path(a.out)
@@ -118,6 +125,8 @@ def main() -> None:
     state = {"cond": "x", "stop": False}
     pm_ok = not cpu
     pump_cpu: list[float] = []
+    starts_s: list[float] = []  # NS: each sidecar's start to its first frame
+    plan = a.plan.split(",") if a.plan else ["U", "PM", "U", "M"] + (["U", "S"] if a.spawn else [])
     log: list[tuple] = []
 
     def arm():
@@ -141,6 +150,91 @@ def main() -> None:
         state["cond"] = c
         log.append((time.time(), c))
 
+    def sidecar() -> subprocess.Popen:
+        """The NVML sidecar as the agent starts it at an attach (PM in process, so --no-pm)."""
+        env = {k: v for k, v in os.environ.items() if k != "DECODEMON_AGENT"}
+        return subprocess.Popen([sys.executable, "-m", "decodemon.probes.sidecar", "--device", "0", "--no-pm",
+                                 "--nvml-hz", "4"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, env=env)
+
+    def sidecar_stop(sc: subprocess.Popen) -> None:
+        sc.stdin.close()
+        try:
+            sc.wait(timeout=3)
+        except subprocess.TimeoutExpired:
+            sc.kill()
+            sc.wait()
+
+    def block(label: str) -> None:
+        if label == "U":
+            set_cond("U")
+            time.sleep(a.block_s)
+        elif label == "PM" and pm_ok:
+            set_cond("x")
+            pm = arm()
+            time.sleep(a.settle_s)
+            set_cond("PA")
+            time.sleep(a.block_s)
+            set_cond("PP")
+            sleep_awake(a.block_s, pm)
+            set_cond("x")
+            pm.close()
+            time.sleep(0.2)
+        elif label == "M":
+            set_cond("x")
+            busy = subprocess.Popen([sys.executable, "-c", BUSY.format(busy=a.busy_ms / 1e3,
+                                                                       idle=(a.busy_period_ms - a.busy_ms) / 1e3)])
+            time.sleep(0.2)
+            set_cond("M")
+            time.sleep(a.block_s)
+            set_cond("x")
+            busy.kill()
+            busy.wait()
+            time.sleep(0.2)
+        elif label == "S":
+            set_cond("S")  # one monitor start-up after another, for the whole block
+            end = time.monotonic() + a.block_s
+            while time.monotonic() < end:
+                subprocess.run([sys.executable, "-c", SPAWN], check=False)
+            set_cond("x")
+            time.sleep(0.2)
+        elif label == "N":
+            set_cond("x")
+            sc = sidecar()
+            sc.stdout.read(1)  # its first frame: NVML initialised
+            time.sleep(a.settle_s)
+            set_cond("N")  # the sidecar polling NVML at 4 Hz, as during an attach
+            time.sleep(a.block_s)
+            set_cond("x")
+            sidecar_stop(sc)
+            time.sleep(0.2)
+        elif label == "NI":
+            from decodemon.probes.sidecar import _nvml_loop
+
+            sink = type("Sink", (), {"send": lambda self, f: None})()
+            stop = threading.Event()
+            set_cond("x")
+            th = threading.Thread(target=_nvml_loop, args=(sink, 0, 4.0, stop), daemon=True)
+            th.start()  # NVML initialised once in this process (kept), then polled at 4 Hz from a thread
+            time.sleep(a.settle_s)
+            set_cond("NI")
+            time.sleep(a.block_s)
+            set_cond("x")
+            stop.set()
+            th.join()
+            time.sleep(0.2)
+        elif label == "NS":
+            set_cond("NS")  # one sidecar start-up (to NVML initialised) after another, for the whole block
+            end = time.monotonic() + a.block_s
+            while time.monotonic() < end:
+                t0 = time.monotonic()
+                sc = sidecar()
+                sc.stdout.read(1)
+                starts_s.append(round(time.monotonic() - t0, 3))
+                sidecar_stop(sc)
+            set_cond("x")
+            time.sleep(0.2)
+
     def driver() -> None:
         nonlocal pm_ok
         try:
@@ -155,40 +249,8 @@ def main() -> None:
                     pm_ok = False
                 time.sleep(3.0)
             for _ in range(a.rounds):
-                set_cond("U")
-                time.sleep(a.block_s)
-                if pm_ok:
-                    set_cond("x")
-                    pm = arm()
-                    time.sleep(a.settle_s)
-                    set_cond("PA")
-                    time.sleep(a.block_s)
-                    set_cond("PP")
-                    sleep_awake(a.block_s, pm)
-                    set_cond("x")
-                    pm.close()
-                    time.sleep(0.2)
-                    set_cond("U")
-                    time.sleep(a.block_s)
-                set_cond("x")
-                busy = subprocess.Popen([sys.executable, "-c", BUSY.format(busy=a.busy_ms / 1e3,
-                                                                           idle=(a.busy_period_ms - a.busy_ms) / 1e3)])
-                time.sleep(0.2)
-                set_cond("M")
-                time.sleep(a.block_s)
-                set_cond("x")
-                busy.kill()
-                busy.wait()
-                time.sleep(0.2)
-                if a.spawn:
-                    set_cond("U")
-                    time.sleep(a.block_s)
-                    set_cond("S")  # one monitor start-up after another, for the whole block
-                    end = time.monotonic() + a.block_s
-                    while time.monotonic() < end:
-                        subprocess.run([sys.executable, "-c", SPAWN], check=False)
-                    set_cond("x")
-                    time.sleep(0.2)
+                for label in plan:
+                    block(label)
             set_cond("U")
             time.sleep(a.block_s)
         finally:
@@ -228,7 +290,7 @@ def main() -> None:
            "canary_us": {lab: round(statistics.median([m for m, q in zip(canary, labels) if q == lab]), 3)
                          for lab in sorted(set(labels))},
            "raw": judge(labels, ms), "core": judge(labels, [float(v) for v in scaled]),
-           "pump_cpu_ms": pump_cpu}
+           "pump_cpu_ms": pump_cpu, "plan": plan, "sidecar_start_s": starts_s}
     (out / "attached_cost.json").write_text(json.dumps(res, indent=1))
     (out / "attached_cost_tokens.json").write_text(json.dumps(
         {"ms": [round(m, 4) for m in ms], "canary_us": [round(c, 3) for c in canary], "cond": labels,

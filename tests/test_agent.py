@@ -10,6 +10,7 @@ import stat
 import subprocess
 import sys
 import time
+import types
 
 import pytest
 
@@ -409,10 +410,13 @@ class _P:
     """A cupti-python params struct stand-in."""
     ptr = 0
     num_completed_samples = 3
+    overflow = 0
+    decode_stop_reason = 1  # END_OF_RECORDS
 
 
 class _FakePmCupti:
     PmSamplingDecodeDataParams = PmSamplingGetCounterDataInfoParams = _P
+    PmSamplingDecodeStopReason = types.SimpleNamespace(OTHER=0, END_OF_RECORDS=1, COUNTER_DATA_FULL=2)
     PM_SAMPLING_DECODE_DATA_PARAMS_STRUCT_SIZE = PM_SAMPLING_GET_COUNTER_DATA_INFO_PARAMS_STRUCT_SIZE = 1
 
     def __init__(self):
@@ -911,9 +915,14 @@ class _FakeEvalCupti(_FakePmCupti):
     PM_SAMPLING_COUNTER_DATA_GET_SAMPLE_INFO_PARAMS_STRUCT_SIZE = 1
     PROFILER_HOST_EVALUATE_TO_GPU_VALUES_PARAMS_STRUCT_SIZE = 1
 
-    def __init__(self, n):
+    def __init__(self, n, overflow=0, stop_reason=1):
         super().__init__()
         self.n, self.evaluated = n, []
+        self.overflow, self.stop_reason = overflow, stop_reason
+
+    def pm_sampling_decode_data(self, p):
+        self.decoded.append(p)
+        p.overflow, p.decode_stop_reason = self.overflow, self.stop_reason
 
     def pm_sampling_get_counter_data_info(self, p):
         p.num_completed_samples = self.n
@@ -955,6 +964,18 @@ def test_pm_pump_evaluates_every_sample_of_a_traced_window_beyond_its_stride():
     pm2 = _sampler(250)
     assert set(pm2.samples(1024, budget_s=10.0)[3]) == {False}  # no window: the stride only
     assert pm.stride == pm2.stride  # the window's samples do not count against the pump's budget
+
+
+def test_pm_pump_counts_hardware_buffer_overflows_and_backlogs():
+    """A decode that says the hardware buffer overflowed (KEEP_OLDEST drops the newest records) or that stopped
+    because the counter-data image was full (samples left behind in the buffer) is counted, pump by pump."""
+    pm = _sampler(250)
+    pm.samples(1024, budget_s=10.0)
+    assert (pm.overflows, pm.full_pumps, pm.last_stop_reason) == (0, 0, 1)
+    pm._c.overflow, pm._c.stop_reason = 1, 2
+    pm.samples(1024, budget_s=10.0)
+    pm.samples(1024, budget_s=10.0)
+    assert (pm.overflows, pm.full_pumps, pm.last_stop_reason) == (2, 2, 2)
 
 
 def test_window_span_samples_travel_apart_and_stay_out_of_the_loops_averages():
