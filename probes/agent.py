@@ -210,6 +210,22 @@ def window_due(st: wire.Attach, now: float, next_window: float, since_s: float, 
     return tokens_since >= st.window_min_tokens or since_s >= max(st.window_max_s, st.window_period_s)
 
 
+_gpu = None  # the device's facts (wire.GpuInfo), read at the first attach that found a GPU
+
+
+def pm_lost(pm) -> str | None:
+    """What PM sampling has lost in this session, in words for the probe panel, or None."""
+    parts = []
+    if pm.full_pumps:
+        parts.append(f"{pm.full_pumps} pumps filled their {pm.max_samples}-sample image (the samples after it are "
+                     f"dropped)")
+    if pm.overflows:
+        parts.append(f"the hardware buffer overflowed at {pm.overflows} pumps (the newest samples are dropped)")
+    if not parts:
+        return None
+    return "; ".join(parts) + f": sampling every {pm.interval_us} us outruns the pumps, try a longer --pm-interval-us"
+
+
 class _Session:
     """State shared by the decode thread (on_token) and the agent thread while attached."""
 
@@ -489,9 +505,12 @@ class _Agent:
                 conn.close()
 
     def _hello(self, settings: dict) -> wire.Hello:
-        gpu, why = None, ""
+        global _gpu
+        gpu, why = _gpu, ""
         try:
-            gpu = gpu_info()
+            # once per process: the device's facts do not change, and reading them (cuInit, the device queries,
+            # pynvml's import and nvmlInit) is agent-thread work at every attach's start otherwise
+            gpu = _gpu = gpu or gpu_info()
         except Unavailable as exc:
             why = str(exc)
         except Exception as exc:
@@ -633,6 +652,9 @@ class _Agent:
                                    f"libcupti calls, {1e3 * pm.image_s:.2f} of it copying the counter-data image "
                                    f"({pm.pumps - 1} pumps; the first, with all the samples since the arm, "
                                    f"{1e3 * pm.cpu_first_s:.1f} ms)")
+            lost = pm_lost(pm)
+            if lost:
+                state["pm_lost"] = lost
             if got is not None:
                 return pm_frames(*got)
         except Exception as exc:

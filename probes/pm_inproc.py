@@ -10,6 +10,7 @@ decode thread), under a time budget.
 
 from __future__ import annotations
 
+import math
 import time
 
 import numpy as np
@@ -35,7 +36,30 @@ def span_indices(n: int, last_start: int, last_end: int, spans, margin: int = 2)
     return out
 
 
-MAX_SAMPLES = 1024  # samples one pump decodes at most (the agent pumps every 0.5 s; 250 at the 2 ms interval)
+PUMP_PERIOD_S = 0.5  # how often the agent pumps (probes/agent.py)
+MAX_SAMPLES = 1024  # the fewest samples one pump's counter-data image holds (250 are made per pump at 2 ms)
+
+
+def max_samples_for(interval_us: int) -> int:
+    """Samples one pump decodes at most: two pump periods' worth at `interval_us`, and at least MAX_SAMPLES.
+
+    A decode that fills the counter-data image loses the rest of the hardware buffer. On the H200
+    (scripts/h200_pm_overflow.py, fourteenth session), after a 10 s stall at 2 ms the first pump's 1,024 samples
+    ended 7,988 ms before it and the next pump's newest 23 ms before it: ~4,000 samples gone, no overflow
+    reported. With a fixed 1,024, every pump at 500 us filled its image, and at 100 us each pump kept the oldest
+    ~100 ms of its ~500."""
+    return max(MAX_SAMPLES, math.ceil(2 * PUMP_PERIOD_S * 1e6 / interval_us))
+
+
+def hw_buffer_bytes(interval_us: int) -> int:
+    """PM's hardware buffer for `interval_us`: 64 MB at 2 ms, scaled with the sample rate, within 32..256 MB.
+
+    It must hold the samples made between two pumps. On the H200 (scripts/h200_pm_overflow.py, fourteenth
+    session) 32 and 64 MB held a 10 s stall at 2 ms with no overflow (5,000 samples: at most 6.7 KB each), and
+    64 MB at 100 us overflowed within 2 s (over 3.3 KB each). set_config allocates it, and its time grows with it:
+    100-131 ms at 32-64 MB against 220-229 ms at 256 MB in the same run."""
+    mb = min(256, max(32, round(64 * 2000 / interval_us)))
+    return mb << 20
 
 # Made once per process, not once per attach: the metrics evaluator (a host-side ProfilerHost) and the PM
 # configuration image. cupti-python's Collector.configure() initialises a ProfilerHost of its own to make the
@@ -78,7 +102,7 @@ def _config_image(chip: str, metrics: tuple[str, ...]):
     return image
 
 
-HW_BUFFER_BYTES = 256 * 1024 * 1024  # PM's hardware buffer: set_config's time grows with it (~0.5 ms per MB)
+HW_BUFFER_BYTES = hw_buffer_bytes(2000)  # at the default interval: set_config's time grows with it (~0.5 ms/MB)
 
 
 def configure(coll, interval_us: int, buffer_bytes: int = HW_BUFFER_BYTES) -> None:
@@ -106,9 +130,10 @@ class PmSampler:
 
     overflows = 0  # pumps whose decode said the hardware buffer had overflowed (KEEP_OLDEST: newer records lost)
     full_pumps = 0  # pumps that filled the counter-data image before the hardware buffer's end (a backlog left)
+    max_samples = MAX_SAMPLES  # this session's (max_samples_for its interval)
     last_stop_reason = None  # the last decode's stop reason (cupti's PmSamplingDecodeStopReason, as an int)
 
-    def __init__(self, device: int, interval_us: int, buffer_bytes: int = HW_BUFFER_BYTES) -> None:
+    def __init__(self, device: int, interval_us: int, buffer_bytes: int | None = None) -> None:
         self.armed_ns = time.time_ns()  # the arm's wall time and CPU time end up in arm_ns / arm_cpu_ns
         c0 = time.thread_time_ns()
         from cupti import cupti, pm_sampling  # noqa: PLC0415 - only when a monitor attaches
@@ -118,7 +143,7 @@ class PmSampler:
         self._coll = pm_sampling.Collector(device)
         self._coll.enable()
         try:
-            configure(self._coll, interval_us, buffer_bytes)
+            configure(self._coll, interval_us, buffer_bytes or hw_buffer_bytes(interval_us))
             self._coll.start()
         except Exception:
             self._coll.disable()
@@ -135,7 +160,8 @@ class PmSampler:
         # later pumps) right after the window, in the tokens just after the traced one (tenth session,
         # scripts/h200_slow_tokens.py --plan lead). The arm is a one-off at the attach, half a second before any
         # window. The work buffer is written once here too, so its pages are not first touched in a pump.
-        self._image_pair(MAX_SAMPLES)
+        self.max_samples = max_samples_for(interval_us)
+        self._image_pair(self.max_samples)
         from cupti.utils import metrics_to_c_array  # noqa: PLC0415
 
         self._names_keep, self._names_ptr = metrics_to_c_array(list(PM_METRICS))
@@ -165,7 +191,7 @@ class PmSampler:
         getattr(self._c, name)(params.ptr)
         self._free_s += time.thread_time() - t0
 
-    def samples(self, max_samples: int = MAX_SAMPLES, budget_s: float = 0.0015, dense_spans=()):
+    def samples(self, max_samples: int | None = None, budget_s: float = 0.0015, dense_spans=()):
         """Decode and evaluate completed samples, within a time budget: (start ns, end ns, rows, extra) or None;
         `extra[i]` is True for a sample evaluated only because it lies in one of `dense_spans`.
 
@@ -187,7 +213,7 @@ class PmSampler:
         t_dec = time.perf_counter()
         t_pump = time.thread_time()
         self._free_s = 0.0
-        raw = self._decode_image(max_samples)
+        raw = self._decode_image(max_samples or self.max_samples)
         self.decode_s = time.perf_counter() - t_dec
         if raw is None:
             self._account(t_pump)

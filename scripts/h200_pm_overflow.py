@@ -5,11 +5,13 @@
 One eager demo model decodes in the main thread (Qwen3-0.6B shape, bf16, batch 1, `.item()` every token). A
 second thread, standing in for the agent, arms PM as the agent does (`PmSampler`) with one hardware buffer size
 and sampling interval per case, waits `--stall-s` (the agent's first pump waits for the first traced window), then
-pumps every 0.5 s as the agent does for `--pump-s`, each pump decoding at most `MAX_SAMPLES` into the agent's
-counter-data image. Per case: set_config's ms (the arm), samples decoded against the samples the interval made
-over the same span, pumps whose decode reported a hardware-buffer overflow, pumps that stopped at a full
-counter-data image (a backlog left in the buffer), and the gap between the newest decoded sample and the pump
-(how far the pumps fall behind). Writes OUTDIR/pm_overflow.json and prints it.
+pumps every 0.5 s as the agent does for `--pump-s`, each pump decoding into the session's counter-data image
+(`pm.max_samples` samples at most). Per case: set_config's ms (the arm), samples decoded against the samples
+made since the arm, pumps whose decode reported a hardware-buffer overflow, pumps that stopped at a full
+counter-data image, and the gap between the newest decoded sample and the pump
+(how far the pumps fall behind). Writes OUTDIR/pm_overflow.json and prints it. `--sized`: the buffer and the
+image as PmSampler sizes them for each interval. (The fourteenth session's first run also wrote a
+`span_samples` from the first sample's start timestamp, which is 0 on the H200: meaningless, since removed.)
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ CASES = [  # (hardware buffer MB, interval us, stall s or None for --stall-s)
     (64, 500, None), (32, 500, None),
     (256, 100, None), (64, 100, None),
 ]
+SIZED = [  # --sized: the buffer and the image as PmSampler sizes them for the interval (None)
+    (None, 2000, None), (None, 2000, 10.0), (None, 500, None), (None, 100, None),
+]
 
 
 def main() -> None:
@@ -38,6 +43,8 @@ def main() -> None:
     ap.add_argument("out")
     ap.add_argument("--pump-s", type=float, default=6.0)
     ap.add_argument("--stall-s", type=float, default=2.0)
+    ap.add_argument("--sized", action="store_true", help="the buffer and the counter-data image as PmSampler sizes "
+                    "them for each interval (pm_inproc.hw_buffer_bytes, max_samples_for), not the fixed cases")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -71,32 +78,29 @@ def main() -> None:
         from cupti import cupti
 
         t0 = time.perf_counter()
-        pm = P.PmSampler(0, interval_us, buffer_bytes=mb << 20)
+        pm = P.PmSampler(0, interval_us, buffer_bytes=mb << 20 if mb else None)
         arm_ms = (time.perf_counter() - t0) * 1e3
         t_armed = time.perf_counter()
         time.sleep(stall_s)
-        pumps, first_ts, last_ts, total = [], None, None, 0
+        pumps, total = [], 0
         end = time.perf_counter() + a.pump_s
         while time.perf_counter() < end:
             pm._free_s = 0.0
             tp = time.perf_counter()
-            raw = pm._decode_image(P.MAX_SAMPLES)
+            raw = pm._decode_image(pm.max_samples)
             n = raw[1] if raw else 0
             row = {"t_s": round(tp - t_armed, 3), "n": n, "stop": pm.last_stop_reason,
                    "decode_ms": round((time.perf_counter() - tp) * 1e3, 2)}
             if n:
-                (s0, _), (_, e1) = span(pm, raw[0], n)
-                first_ts = s0 if first_ts is None else first_ts
-                last_ts = e1
+                (_, _), (_, e1) = span(pm, raw[0], n)
                 total += n
                 row["now_minus_newest_ms"] = round((cupti.get_timestamp() - e1) / 1e6, 1)
             pumps.append(row)
             time.sleep(0.5)
         pm.close()
-        made = (last_ts - first_ts) / (interval_us * 1e3) if first_ts is not None else 0
         elapsed = time.perf_counter() - t_armed
-        res = {"buffer_mb": mb, "interval_us": interval_us, "stall_s": stall_s, "arm_ms": round(arm_ms, 1),
-               "decoded": total, "span_samples": round(made, 1),
+        res = {"buffer_mb": mb or P.hw_buffer_bytes(interval_us) >> 20, "interval_us": interval_us,
+               "stall_s": stall_s, "arm_ms": round(arm_ms, 1), "max_samples": pm.max_samples, "decoded": total,
                "made_since_arm": round(elapsed * 1e6 / interval_us),
                "overflow_pumps": pm.overflows, "full_pumps": pm.full_pumps, "pumps": pumps}
         results.append(res)
@@ -108,7 +112,7 @@ def main() -> None:
             first = P.PmSampler(0, 2000)  # the process's first PM session apart (it changes the speed for good)
             time.sleep(1.0)
             first.close()
-            for mb, iv, stall in CASES:
+            for mb, iv, stall in (SIZED if a.sized else CASES):
                 try:
                     case(mb, iv, a.stall_s if stall is None else stall)
                 except Exception as exc:
@@ -125,7 +129,7 @@ def main() -> None:
         tokens += 1
         if tokens % 4000 == 0:
             model.reset()
-    doc = {**header, "pump_s": a.pump_s, "max_samples": P.MAX_SAMPLES, "cases": results}
+    doc = {**header, "pump_s": a.pump_s, "cases": results}
     (out / "pm_overflow.json").write_text(json.dumps(doc, indent=1))
 
 

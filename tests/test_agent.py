@@ -1082,3 +1082,47 @@ def test_the_live_demo_traces_the_launch_calls_in_every_window():
     # a lecture's eager timeline shows its own CPU lane; everything else is attach's defaults
     assert d.api_every == 1 and wire.Attach(**{**{f: getattr(d, f) for f in d.__struct_fields__}, "api_every": 4}) \
         == wire.Attach()
+
+
+def test_pm_sizes_its_buffers_to_the_sampling_interval(monkeypatch):
+    """The hardware buffer holds the samples between pumps (64 MB held a 10 s stall at 2 ms on the H200, and
+    64 MB at 100 us overflowed within 2 s), and a pump's image holds two pump periods' samples (a full image
+    drops the rest of the buffer)."""
+    from decodemon.probes import pm_inproc
+
+    assert pm_inproc.hw_buffer_bytes(2000) == 64 << 20 == pm_inproc.HW_BUFFER_BYTES
+    assert pm_inproc.hw_buffer_bytes(500) == pm_inproc.hw_buffer_bytes(100) == 256 << 20
+    assert pm_inproc.hw_buffer_bytes(10_000) == 32 << 20
+    assert pm_inproc.max_samples_for(2000) == 1024 and pm_inproc.max_samples_for(10_000) == 1024
+    assert pm_inproc.max_samples_for(500) == 2000 and pm_inproc.max_samples_for(100) == 10_000
+    calls, sizes = [], []
+    _fake_pm_modules(monkeypatch, calls)
+    real = pm_inproc.configure
+    monkeypatch.setattr(pm_inproc, "configure", lambda coll, iv, nbytes: (sizes.append(nbytes), real(coll, iv, nbytes)))
+    pm = pm_inproc.PmSampler(0, 100)
+    assert sizes == [256 << 20] and pm.max_samples == 10_000 and 10_000 in pm._templates
+    pm_inproc.PmSampler(0, 2000, buffer_bytes=16 << 20)
+    assert sizes[-1] == 16 << 20
+
+
+def test_pm_losses_reach_the_probe_state_in_words():
+    pm = type("Pm", (), {"full_pumps": 0, "overflows": 0, "max_samples": 1024, "interval_us": 100})()
+    assert agent.pm_lost(pm) is None
+    pm.full_pumps, pm.overflows = 3, 1
+    text = agent.pm_lost(pm)
+    assert "3 pumps filled their 1024-sample image" in text and "overflowed at 1 pumps" in text
+    assert "every 100 us" in text and "--pm-interval-us" in text
+
+
+def test_the_devices_facts_are_read_at_the_first_attach_only(monkeypatch):
+    """cuInit, the device queries and nvmlInit ran on the agent thread at every attach's start; the facts do not
+    change within a process."""
+    from decodemon.probes import wire
+
+    info = wire.GpuInfo(index=0, name="NVIDIA H200", sm_count=132, mem_bandwidth_gbs=4800.0)
+    calls = []
+    monkeypatch.setattr(agent, "_gpu", None)
+    monkeypatch.setattr(agent, "gpu_info", lambda: calls.append(1) or info)
+    first = agent._Agent._hello(None, {})
+    second = agent._Agent._hello(None, {})
+    assert first.gpu == second.gpu == info and calls == [1]

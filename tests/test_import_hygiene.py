@@ -35,3 +35,10 @@ def test_monitor_uses_only_the_wire_from_probes():
     mods = loaded_after("decodemon.monitor.app")
     probes = {m for m in mods if m.startswith("decodemon.probes")}
     assert probes <= {"decodemon.probes", "decodemon.probes.wire"}, probes
+
+
+def test_the_nvml_sidecar_starts_without_numpy():
+    """The sidecar is a process started at every attach, and a process starting on another CPU slowed the eager
+    decode thread on the H200 (scripts/h200_attached_cost.py, fourteenth session): it imports what it needs only."""
+    mods = loaded_after("decodemon.probes.sidecar")
+    assert "numpy" not in mods and "decodemon.probes.wire" in mods

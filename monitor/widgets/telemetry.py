@@ -33,6 +33,8 @@ class TelemetryPanel(Redraw, Static):
             t.append(spark(vals, width, lo, hi) + "\n", style="cyan")
         if not s.pm:
             t.append(f"PM sampling: {s.probe.get('pm', 'not reported')}", style="dim")
+        elif s.probe.get("pm_lost"):
+            t.append(f"PM samples lost: {s.probe['pm_lost']}", style="yellow")
         elif s.probe.get("pm_note"):
             t.append(f"note: {s.probe['pm_note']}", style="dim")
         self.put(t)
