@@ -636,7 +636,14 @@ def markdown(results: list[dict], env: dict, cmd: str) -> str:
               "it on this H200), into a work buffer reset from one initialised counter-data image (both made when "
               "PM is armed, not in the first pump, which follows the first window), with the GIL "
               "released inside libcupti's calls; NVML runs in a sidecar process, and all analysis runs in the "
-              "monitor process.", ""]
+              "monitor process.",
+              "- An attach's start-up, trimmed (fourteenth session): a process starting on another CPU slowed the "
+              "eager decode thread (scripts/h200_attached_cost.py --plan U,S,U,N,U,NS,U,NI: back-to-back starts "
+              "+2.9% to +3.6% at one core speed), so the NVML sidecar started at every attach imports no numpy (its "
+              "start to its first frame 0.13-0.19 s instead of 0.33-0.56 s); PM's hardware buffer is sized to the "
+              "interval (64 MB at 2 ms: set_config 115-131 ms instead of ~220 at 256 MB) and each pump's "
+              "counter-data image to two pump periods' samples (a full image drops the rest of the buffer, "
+              "scripts/h200_pm_overflow.py); the device's facts are read at a process's first attach only.", ""]
     return "\n".join(lines)
 
 

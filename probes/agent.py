@@ -217,13 +217,14 @@ def pm_lost(pm) -> str | None:
     """What PM sampling has lost in this session, in words for the probe panel, or None."""
     parts = []
     if pm.full_pumps:
-        parts.append(f"{pm.full_pumps} pumps filled their {pm.max_samples}-sample image (the samples after it are "
-                     f"dropped)")
+        parts.append(f"{pm.full_pumps} pumps found more samples than their {pm.max_samples}-sample image holds and "
+                     f"dropped the rest")
     if pm.overflows:
         parts.append(f"the hardware buffer overflowed at {pm.overflows} pumps (the newest samples are dropped)")
     if not parts:
         return None
-    return "; ".join(parts) + f": sampling every {pm.interval_us} us outruns the pumps, try a longer --pm-interval-us"
+    return "; ".join(parts) + (f" (the agent thread was held up, or sampling every {pm.interval_us} us outruns a "
+                               f"pump every 0.5 s: try a longer --pm-interval-us)")
 
 
 class _Session:

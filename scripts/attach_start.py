@@ -1,6 +1,7 @@
 """An attach's first seconds against the rest of it: where the eager median overhead of a short attach comes from.
 
     python scripts/attach_start.py RUN.json TIMES.json [--split-s 1.5] [--mode eager]
+    python scripts/attach_start.py --profile RUN.json TIMES.json [RUN.json TIMES.json ...] [--bin-s 0.5]
 
 RUN.json is a scripts/h200_variant_ab.py result (labels U, A, B) or a benchmarks/overhead.py one (its `--mode`
 part; label D, the default attaches), TIMES.json the engine's token log beside it. For each attach after the
@@ -8,7 +9,9 @@ process's first: the median token of its first `--split-s` seconds and of the re
 median tokens of the unobserved phases on both sides of it, raw and at one core speed (benchmarks/overhead.py
 core_speed); and the CPU the engine's other threads (the agent) used per second in each part. Per label, the
 medians over its attaches. Also ("early") the tokens of every attach's first 0.3 s, before the agent has started,
-against the unobserved ones: the decode thread's CPU time, its time off CPU, run-queue wait and canary. Prints JSON.
+against the unobserved ones: the decode thread's CPU time, its time off CPU, run-queue wait and canary. With
+`--profile`, the default attaches' tokens of several runs pooled and binned by time since the attach started.
+Prints JSON.
 docs/benchmarks.md quotes it for the thirteenth session.
 """
 
@@ -118,19 +121,65 @@ def early_tokens(phases: list[dict], times: dict, early_s: float = 0.3) -> dict:
     return out
 
 
+def time_profile(runs: list[tuple[list[dict], dict]], label: str = "D", bin_s: float = 0.5,
+                 max_phase_s: float = 8.0) -> dict:
+    """Where in an attach the tokens are slow: every token of each `label` attach after its process's first (of
+    at most `max_phase_s`, so not the long one), over the mean of the median tokens of the unobserved phases on
+    both sides of its attach, binned by its end's time since the attach started (the monitor process's launch),
+    pooled over `runs`. Per bin: tokens and the median ratio, raw and at one core speed, as percent."""
+    bins: dict[str, dict[int, list[float]]] = {"raw": {}, "core": {}}
+    for phases, times in runs:
+        ends, ms = times["end_unix_s"], times["ms"]
+        lab_of = ["-"] * len(ends)
+        for p in phases:
+            for k, e in enumerate(ends):
+                if p["t0_unix_s"] + PHASE_SKIP_S <= e <= p["t1_unix_s"]:
+                    lab_of[k] = p["phase"]
+        cs = core_speed(ms, times.get("canary_us"), [x == "U" for x in lab_of])
+        views = {"raw": ms, "core": cs["ms"] if cs else ms}
+        first = next(i for i, p in enumerate(phases) if p["phase"] != "U")
+        for i, p in enumerate(phases):
+            if p["phase"] != label or i <= first or p["t1_unix_s"] - p["t0_unix_s"] > max_phase_s:
+                continue
+            nb = [q for q in (phases[i - 1], phases[i + 1] if i + 1 < len(phases) else None)
+                  if q and q["phase"] == "U"]
+            idx = [k for k, e in enumerate(ends) if p["t0_unix_s"] + PHASE_SKIP_S <= e <= p["t1_unix_s"]]
+            for view, vals in views.items():
+                refs = [[vals[k] for k, e in enumerate(ends) if q["t0_unix_s"] + PHASE_SKIP_S <= e <= q["t1_unix_s"]]
+                        for q in nb]
+                refs = [statistics.median(r) for r in refs if r]
+                if not refs:
+                    continue
+                ref = statistics.mean(refs)
+                for k in idx:
+                    bins[view].setdefault(int((ends[k] - p["t0_unix_s"]) / bin_s), []).append(vals[k] / ref)
+    return {"bin_s": bin_s, "label": label,
+            "bins": [{"from_s": round(b * bin_s, 3), "tokens": len(bins["raw"][b]),
+                      **{f"{v}_pct": round(100 * (statistics.median(bins[v][b]) - 1), 2) for v in ("raw", "core")}}
+                     for b in sorted(bins["raw"])]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("run")
-    ap.add_argument("times")
+    ap.add_argument("files", nargs="+", metavar="RUN.json TIMES.json",
+                    help="a run and its token log; with --profile, any number of such pairs, pooled")
     ap.add_argument("--split-s", type=float, default=1.5)
     ap.add_argument("--mode", default="eager")
+    ap.add_argument("--profile", action="store_true", help="the default attaches' tokens binned by time since the "
+                    "attach started (time_profile), pooled over the pairs given")
+    ap.add_argument("--bin-s", type=float, default=0.5)
     a = ap.parse_args()
+    if len(a.files) % 2 or (len(a.files) > 2 and not a.profile):
+        sys.exit("attach_start: give RUN.json TIMES.json (pairs of them with --profile)")
     try:
-        run = json.loads(Path(a.run).read_text())
-        times = json.loads(Path(a.times).read_text())
-    except (OSError, ValueError) as exc:
+        pairs = [(phases_of(json.loads(Path(r).read_text()), a.mode), json.loads(Path(t).read_text()))
+                 for r, t in zip(a.files[::2], a.files[1::2])]
+    except (OSError, ValueError, StopIteration, KeyError) as exc:
         sys.exit(f"attach_start: cannot read the run or its tokens: {exc}")
-    phases = phases_of(run, a.mode)
+    if a.profile:
+        print(json.dumps(time_profile(pairs, bin_s=a.bin_s), indent=1))
+        return
+    phases, times = pairs[0]
     out = split_ratios(phases, times, a.split_s)
     out["early"] = early_tokens(phases, times)
     print(json.dumps(out, indent=1))

@@ -1110,7 +1110,7 @@ def test_pm_losses_reach_the_probe_state_in_words():
     assert agent.pm_lost(pm) is None
     pm.full_pumps, pm.overflows = 3, 1
     text = agent.pm_lost(pm)
-    assert "3 pumps filled their 1024-sample image" in text and "overflowed at 1 pumps" in text
+    assert "3 pumps found more samples than their 1024-sample image holds" in text and "overflowed at 1 pumps" in text
     assert "every 100 us" in text and "--pm-interval-us" in text
 
 
