@@ -34,17 +34,22 @@ def phases_of(run: dict, mode: str) -> list[dict]:
     return next(r for r in run["results"] if r["mode"] == mode)["phases"]
 
 
-def split_ratios(phases: list[dict], times: dict, split_s: float = 1.5) -> dict:
+def at_one_core_speed(phases: list[dict], times: dict) -> list[float]:
+    """The token times scaled to one core speed (benchmarks/overhead.py core_speed, the unobserved phases' tokens
+    as its reference), or the raw ones where the log has no canary."""
     ends, ms = times["end_unix_s"], times["ms"]
-    scaled = ms
     lab_of = ["-"] * len(ends)
     for p in phases:
         for k, e in enumerate(ends):
             if p["t0_unix_s"] + PHASE_SKIP_S <= e <= p["t1_unix_s"]:
                 lab_of[k] = p["phase"]
     cs = core_speed(ms, times.get("canary_us"), [x == "U" for x in lab_of])
-    if cs is not None:
-        scaled = cs["ms"]
+    return cs["ms"] if cs is not None else ms
+
+
+def split_ratios(phases: list[dict], times: dict, split_s: float = 1.5) -> dict:
+    ends, ms = times["end_unix_s"], times["ms"]
+    scaled = at_one_core_speed(phases, times)
     other = None
     if times.get("process_cpu_ms") and times.get("thread_cpu_ms"):
         other = [p - t for p, t in zip(times["process_cpu_ms"], times["thread_cpu_ms"])]
@@ -130,13 +135,7 @@ def time_profile(runs: list[tuple[list[dict], dict]], label: str = "D", bin_s: f
     bins: dict[str, dict[int, list[float]]] = {"raw": {}, "core": {}}
     for phases, times in runs:
         ends, ms = times["end_unix_s"], times["ms"]
-        lab_of = ["-"] * len(ends)
-        for p in phases:
-            for k, e in enumerate(ends):
-                if p["t0_unix_s"] + PHASE_SKIP_S <= e <= p["t1_unix_s"]:
-                    lab_of[k] = p["phase"]
-        cs = core_speed(ms, times.get("canary_us"), [x == "U" for x in lab_of])
-        views = {"raw": ms, "core": cs["ms"] if cs else ms}
+        views = {"raw": ms, "core": at_one_core_speed(phases, times)}
         first = next(i for i, p in enumerate(phases) if p["phase"] != "U")
         for i, p in enumerate(phases):
             if p["phase"] != label or i <= first or p["t1_unix_s"] - p["t0_unix_s"] > max_phase_s:

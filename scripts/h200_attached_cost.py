@@ -165,6 +165,18 @@ def main() -> None:
             sc.kill()
             sc.wait()
 
+    def steady(label: str, start, stop) -> None:
+        """A block with something running beside the decode thread: started (and `settle_s`) outside the block,
+        stopped after it."""
+        set_cond("x")
+        start()
+        time.sleep(a.settle_s)
+        set_cond(label)
+        time.sleep(a.block_s)
+        set_cond("x")
+        stop()
+        time.sleep(0.2)
+
     def block(label: str) -> None:
         if label == "U":
             set_cond("U")
@@ -199,30 +211,16 @@ def main() -> None:
             set_cond("x")
             time.sleep(0.2)
         elif label == "N":
-            set_cond("x")
-            sc = sidecar()
-            sc.stdout.read(1)  # its first frame: NVML initialised
-            time.sleep(a.settle_s)
-            set_cond("N")  # the sidecar polling NVML at 4 Hz, as during an attach
-            time.sleep(a.block_s)
-            set_cond("x")
-            sidecar_stop(sc)
-            time.sleep(0.2)
+            held: list = []  # started inside steady(), after the condition is "x"; running once its first frame
+            steady("N", lambda: held.append(sidecar()) or held[0].stdout.read(1), lambda: sidecar_stop(held[0]))
         elif label == "NI":
             from decodemon.probes.sidecar import _nvml_loop
 
             sink = type("Sink", (), {"send": lambda self, f: None})()
             stop = threading.Event()
-            set_cond("x")
             th = threading.Thread(target=_nvml_loop, args=(sink, 0, 4.0, stop), daemon=True)
-            th.start()  # NVML initialised once in this process (kept), then polled at 4 Hz from a thread
-            time.sleep(a.settle_s)
-            set_cond("NI")
-            time.sleep(a.block_s)
-            set_cond("x")
-            stop.set()
-            th.join()
-            time.sleep(0.2)
+            # NVML initialised once in this process (kept), then polled at 4 Hz from a thread
+            steady("NI", th.start, lambda: (stop.set(), th.join()))
         elif label == "NS":
             set_cond("NS")  # one sidecar start-up (to NVML initialised) after another, for the whole block
             end = time.monotonic() + a.block_s
