@@ -117,6 +117,59 @@ def host_ticks() -> list[int] | None:
         return None
 
 
+VM_KEYS = ("compact_stall", "compact_migrate_scanned", "pgmigrate_success", "thp_fault_alloc",
+           "thp_collapse_alloc", "numa_pages_migrated", "pgfault", "pgmajfault")
+
+
+def vm_counters(path: str = "/proc/vmstat") -> dict[str, int]:
+    """The kernel's memory-management counters so far (whole machine) that can stall a thread of another process:
+    compaction, page migration, transparent huge pages, NUMA balancing, faults. A key the kernel lacks is left out.
+    (On the H200's host the eager decode thread ran ~1.65x slower for seconds at a time, on its CPU and with no
+    run-queue wait, attached or not, and processes starting slowed it; these say whether the kernel was moving
+    memory in a phase.)"""
+    out = {}
+    try:
+        with open(path) as fh:
+            for line in fh:
+                k, _, v = line.partition(" ")
+                if k in VM_KEYS:
+                    out[k] = int(v)
+    except (OSError, ValueError):
+        return {}
+    return out
+
+
+def vm_rates(before: dict, after: dict, seconds: float) -> dict:
+    """Per second between two vm_counters() readings, as {"vm_per_s": {key: rate}} ({} without both)."""
+    if not before or not after or seconds <= 0:
+        return {}
+    return {"vm_per_s": {k: round((after[k] - before[k]) / seconds, 2) for k in before if k in after}}
+
+
+def vm_summary(per: list[dict]) -> dict:
+    """Median per-second rate of each counter over the unobserved phases (after the first) and over the default
+    attaches: {key: [unobserved, decodemon]}, keys that moved in either only."""
+    def med(label: str, key: str):
+        xs = [p["vm_per_s"][key] for p in per[1:] if p["phase"] == label and key in p.get("vm_per_s", {})]
+        return statistics.median(xs) if xs else None
+
+    keys = {k for p in per for k in p.get("vm_per_s", {})}
+    out = {k: [med("U", k), med("D", k)] for k in VM_KEYS if k in keys}
+    return {k: v for k, v in out.items() if any(x for x in v)}
+
+
+def thp_settings() -> str:
+    """The machine's transparent-huge-page settings ("enabled=... defrag=..."), '' where not exposed."""
+    parts = []
+    for name in ("enabled", "defrag"):
+        try:
+            with open(f"/sys/kernel/mm/transparent_hugepage/{name}") as fh:
+                parts.append(f"{name}={fh.read().strip()}")
+        except OSError:
+            pass
+    return " ".join(parts)
+
+
 def host_share(before: list[int] | None, after: list[int] | None) -> dict:
     """Steal and busy % of all CPUs between two host_ticks() readings: is the machine itself noisy in a phase?
     (steal = time the hypervisor gave this VM's CPUs to someone else)."""
@@ -165,7 +218,7 @@ def engine_session(mode: str, tag: str, plan: list[str], phase_s: float, work: P
     time.sleep(2)
     phases, attach, profs, hosts = [], [], [], []
     for label in plan:
-        h0 = host_ticks()
+        h0, v0, w0 = host_ticks(), vm_counters(), time.time()
         secs = phase_s
         if isinstance(label, tuple):
             label, secs = label
@@ -197,7 +250,7 @@ def engine_session(mode: str, tag: str, plan: list[str], phase_s: float, work: P
             profs.append(res)
             phases.append(("P", res["start_unix_s"], res["end_unix_s"]))
             time.sleep(1.0)  # let the engine settle after the profiler's own processing
-        hosts.append(host_share(h0, host_ticks()))
+        hosts.append({**host_share(h0, host_ticks()), **vm_rates(v0, vm_counters(), time.time() - w0)})
     os.kill(pid, signal.SIGTERM)
     eng.wait(timeout=60)
     tdata = json.loads(times_file.read_text())
@@ -388,6 +441,7 @@ def run_mode(mode: str, phase_s: float, pairs: int, work: Path, profiler_phase_s
                     "tokens": len(dlong), "seconds": long_s,
                     "slow_tokens_over_1.1x_u_p99": sum(m > 1.1 * pct(uall, 99) for m in dlong)}
     out["host"] = host_summary(per_all[0])
+    out["vm"] = vm_summary(per_all[0])
     out["speeds"] = speed_regimes(per_all[0])
     first_u = per_all[0][0]
     out["U_first"] = {"median_ms": first_u["median_ms"], "p99_ms": first_u["p99_ms"], "tokens": first_u["tokens"]}
@@ -509,7 +563,8 @@ def markdown(results: list[dict], env: dict, cmd: str) -> str:
         "# What watching costs",
         "",
         f"Device: {env.get('gpu')} · driver {env.get('driver')} · cupti-python {env.get('cupti')} · "
-        f"torch {env.get('torch')} · date {env.get('date')}",
+        f"torch {env.get('torch')} · date {env.get('date')}"
+        + (f" · transparent huge pages: {env['thp']}" if env.get("thp") else ""),
         "",
         f"Command: `{cmd}` (through `bash scripts/h200.sh benchmarks/overhead.py` on the lent H200).",
         "",
@@ -584,6 +639,12 @@ def markdown(results: list[dict], env: dict, cmd: str) -> str:
                          f"{h['u_steal_pct'][1]:g}% and busy {h['u_busy_pct'][0]:g}–{h['u_busy_pct'][1]:g}% of all "
                          f"CPUs (/proc/stat)" + (f"; correlation of the phase's ms/token with steal "
                                                  f"{h['r_ms_vs_steal']:+.2f}" if "r_ms_vs_steal" in h else "") + ".")
+    for r in results:
+        vm = r.get("vm") or {}
+        if vm:
+            lines.append(f"Kernel memory work in {r['mode']}'s phases (/proc/vmstat, whole machine, median per second, "
+                         f"unobserved after the first vs default attaches): "
+                         + ", ".join(f"{k} {fmt(u, 'g')} vs {fmt(d, 'g')}" for k, (u, d) in vm.items()) + ".")
     lines += [x for x in (speed_line(r["mode"], r.get("speeds")) for r in results) if x]
     lines += [x for x in (after_start_line(r) for r in results) if x]
     lines += core_table(results, names)
@@ -704,7 +765,7 @@ def main():
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="dm-bench-"))
-    env = {"date": time.strftime("%Y-%m-%d", time.gmtime())}
+    env = {"date": time.strftime("%Y-%m-%d", time.gmtime()), "thp": thp_settings()}
     try:
         q = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
                            capture_output=True, text=True).stdout.strip().split(", ")

@@ -133,7 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--times-file", help="at exit, write every token's end time (unix s) and ms to this .json")
     ap.add_argument("--cpu-clocks", action="store_true",
                     help="with --times-file: also write, per token, the decode thread's CPU ms, the whole process's "
-                         "CPU ms, the decode thread's run-queue wait ms (/proc/thread-self/schedstat) and a ~30 us "
+                         "CPU ms, the decode thread's run-queue wait ms (/proc/thread-self/schedstat), its minor "
+                         "page faults and voluntary and involuntary context switches (getrusage) and a ~30 us "
                          "canary of fixed pure Python timed on the decode thread (the core's speed)")
     ap.add_argument("--profiler-dir", help="SIGUSR1 toggles torch.profiler; each stop writes its kernel counts here")
     ap.add_argument("--log-every", type=float, default=0.0,
@@ -237,21 +238,30 @@ def main(argv=None) -> int:
     # (or its core ran slower); process CPU up without it: another thread of this process was busy (GIL);
     # run-queue wait up: the scheduler kept the thread off a core. `canary_us` times a fixed bit of pure Python
     # on the decode thread itself each token (~30 us): up with the token's time, the core itself ran slower.
-    clocks: dict[str, list[float]] = {"thread_cpu_ms": [], "process_cpu_ms": [], "runq_wait_ms": [], "canary_us": []}
+    # The decode thread's own page faults and context switches (getrusage, RUSAGE_THREAD) say whether a slow
+    # token waited on the kernel's memory work (minor faults, e.g. pages being migrated or compacted) or was
+    # switched out (involuntary switches) while its CPU time still ran.
+    clocks: dict[str, list[float]] = {"thread_cpu_ms": [], "process_cpu_ms": [], "runq_wait_ms": [],
+                                      "minflt": [], "nvcsw": [], "nivcsw": [], "canary_us": []}
     want_clocks = bool(a.cpu_clocks and a.times_file)
+    import resource
 
-    def read_clocks() -> tuple[float, float, float, float]:
+    who = getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF)
+
+    def read_clocks() -> tuple[float, ...]:
         try:
             with open("/proc/thread-self/schedstat") as fh:
                 wait = int(fh.read().split()[1]) / 1e6
         except (OSError, ValueError, IndexError):
             wait = 0.0
+        ru = resource.getrusage(who)
         c0 = time.perf_counter_ns()
         x = 0
         for j in range(1000):
             x += j
         canary = (time.perf_counter_ns() - c0) / 1e3
-        return time.thread_time() * 1e3, time.process_time() * 1e3, wait, canary
+        return (time.thread_time() * 1e3, time.process_time() * 1e3, wait, ru.ru_minflt, ru.ru_nvcsw, ru.ru_nivcsw,
+                canary)
 
     c_prev = read_clocks() if want_clocks else None
     t_prev = t_prev_iter = time.perf_counter()
@@ -280,9 +290,9 @@ def main(argv=None) -> int:
             if want_clocks:
                 c_now = read_clocks()
                 if i >= a.warmup:
-                    for k, x, y in zip(list(clocks)[:3], c_now, c_prev):
+                    for k, x, y in zip(list(clocks)[:6], c_now, c_prev):
                         clocks[k].append(round(x - y, 4))
-                    clocks["canary_us"].append(round(c_now[3], 3))
+                    clocks["canary_us"].append(round(c_now[6], 3))
                 c_prev = c_now
             if i >= a.warmup:
                 if a.times_file:

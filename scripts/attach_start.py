@@ -123,6 +123,9 @@ def early_tokens(phases: list[dict], times: dict, early_s: float = 0.3) -> dict:
                     "off_cpu_ms": med([cols["ms"][k] - cols["thread_cpu_ms"][k] for k in idx]),
                     "runq_wait_ms": med([cols["runq_wait_ms"][k] for k in idx]),
                     "canary_us": med([cols["canary_us"][k] for k in idx])}
+        for k in ("minflt", "nivcsw"):  # token logs since the fourteenth session: the decode thread's own
+            if times.get(k):
+                out[key][f"{k}_mean"] = round(statistics.fmean(times[k][j] for j in idx), 3)
     return out
 
 

@@ -82,7 +82,8 @@ def test_the_demo_engine_writes_both_clocks(tmp_path):
 
 
 def test_demo_engine_cpu_clocks_account_for_the_decode_threads_time(tmp_path):
-    """--cpu-clocks: per token, the decode thread's CPU ms, the process's CPU ms and the run-queue wait."""
+    """--cpu-clocks: per token, the decode thread's CPU ms, the process's CPU ms, the run-queue wait, its page faults
+    and context switches, and the canary."""
     import json
     import subprocess
     import sys
@@ -99,6 +100,8 @@ def test_demo_engine_cpu_clocks_account_for_the_decode_threads_time(tmp_path):
     assert 0.3 * sum(d["ms"]) < sum(d["thread_cpu_ms"]) <= sum(d["process_cpu_ms"]) + 1.0
     assert all(w >= 0 for w in d["runq_wait_ms"])
     assert len(d["canary_us"]) == 40 and all(c > 0 for c in d["canary_us"])
+    # the decode thread's own faults and switches per token: counts, never negative, and whole numbers
+    assert all(len(d[k]) == 40 and all(x >= 0 and x == int(x) for x in d[k]) for k in ("minflt", "nvcsw", "nivcsw"))
 
 
 def test_cuda_graph_step_warms_up_outside_the_capture_and_replays_the_captured_step(monkeypatch):
@@ -655,3 +658,23 @@ def test_the_attach_time_profile_the_docs_quote():
     assert pooled[:4] == [1.01, -0.55, -0.1, -0.12] and (min(pooled[4:9]), max(pooled[4:9])) == (0.9, 1.94)
     cpu = [st.split_ratios(*r, 1.5)["D"]["other_cpu_ms_per_s"] for r in (r29, r30, r31)]
     assert [round(c["start"]) for c in cpu] == [101, 108, 107] and all(35 < c["rest"] < 40 for c in cpu)
+
+
+def test_the_kernels_memory_work_is_read_per_phase_and_summed_up(tmp_path):
+    """/proc/vmstat's compaction, migration, huge-page and fault counters, per second per phase, and the median
+    per label (unobserved after the first vs default attaches), keys that never moved left out."""
+    vm = tmp_path / "vmstat"
+    vm.write_text("nr_free_pages 5\ncompact_stall 10\npgmigrate_success 100\npgfault 1000\nthp_fault_alloc 7\n")
+    before = overhead.vm_counters(str(vm))
+    assert before == {"compact_stall": 10, "pgmigrate_success": 100, "pgfault": 1000, "thp_fault_alloc": 7}
+    vm.write_text("compact_stall 12\npgmigrate_success 140\npgfault 3000\nthp_fault_alloc 7\n")
+    rates = overhead.vm_rates(before, overhead.vm_counters(str(vm)), 4.0)
+    assert rates == {"vm_per_s": {"compact_stall": 0.5, "pgmigrate_success": 10.0, "pgfault": 500.0,
+                                  "thp_fault_alloc": 0.0}}
+    assert overhead.vm_counters(str(tmp_path / "missing")) == {} and overhead.vm_rates({}, before, 1.0) == {}
+    per = [{"phase": "U", "vm_per_s": {"pgfault": 900.0, "compact_stall": 9.0}},  # the first: left out
+           {"phase": "D", "vm_per_s": {"pgfault": 600.0, "compact_stall": 1.0, "thp_fault_alloc": 0.0}},
+           {"phase": "U", "vm_per_s": {"pgfault": 100.0, "compact_stall": 0.0, "thp_fault_alloc": 0.0}},
+           {"phase": "D", "vm_per_s": {"pgfault": 800.0, "compact_stall": 0.0, "thp_fault_alloc": 0.0}},
+           {"phase": "U", "vm_per_s": {"pgfault": 300.0, "compact_stall": 0.0, "thp_fault_alloc": 0.0}}]
+    assert overhead.vm_summary(per) == {"compact_stall": [0.0, 0.5], "pgfault": [200.0, 700.0]}
