@@ -105,6 +105,26 @@ async def _probe_notes():
         assert "window budget: 500 windows reached" in line
 
 
+def test_lost_pm_samples_reach_the_screen_before_the_first_session_note():
+    asyncio.run(_pm_lost())
+
+
+async def _pm_lost():
+    from decodemon.monitor.widgets.telemetry import TelemetryPanel
+    from decodemon.probes import agent, wire
+
+    pm = type("Pm", (), {"full_pumps": 4, "overflows": 0, "max_samples": 1024, "interval_us": 200})()
+    app = make_app(["graph"])
+    async with app.run_test(size=(160, 50)):
+        p = app.players[0]
+        p.session.add(p.clock_ns, wire.Stats(state={"pm_note": agent.PM_FIRST_SESSION_NOTE,
+                                                    "pm_lost": agent.pm_lost(pm)}))
+        app._apply_all()
+        tele = app.query(TelemetryPanel).first()._put_last.plain
+        assert "PM samples lost: 4 pumps found more samples than their 1024-sample image holds" in tele
+        assert "--pm-interval-us" in tele and "~13% faster" not in tele
+
+
 def test_group_of_ranks_shows_the_all_reduce_and_who_the_others_wait_for():
     asyncio.run(_group())
 
