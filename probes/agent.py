@@ -210,7 +210,7 @@ def window_due(st: wire.Attach, now: float, next_window: float, since_s: float, 
     return tokens_since >= st.window_min_tokens or since_s >= max(st.window_max_s, st.window_period_s)
 
 
-_gpu = None  # the device's facts (wire.GpuInfo), read at the first attach that found a GPU
+_gpu: dict = {}  # the device's facts (wire.GpuInfo) by CUDA index, read at the first attach that found it
 
 
 def pm_lost(pm) -> str | None:
@@ -506,12 +506,12 @@ class _Agent:
                 conn.close()
 
     def _hello(self, settings: dict) -> wire.Hello:
-        global _gpu
-        gpu, why = _gpu, ""
+        gpu, why = None, ""
         try:
-            # once per process: the device's facts do not change, and reading them (cuInit, the device queries,
-            # pynvml's import and nvmlInit) is agent-thread work at every attach's start otherwise
-            gpu = _gpu = gpu or gpu_info()
+            # once per process and device: the device's facts do not change, and reading them (cuInit, the device
+            # queries, pynvml's import and nvmlInit) is agent-thread work at every attach's start otherwise
+            idx = cuda_device_index()
+            gpu = _gpu.get(idx) or _gpu.setdefault(idx, gpu_info(idx))
         except Unavailable as exc:
             why = str(exc)
         except Exception as exc:

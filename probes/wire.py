@@ -69,8 +69,8 @@ class Column(msgspec.Struct, frozen=True, array_like=True):
         if code is not None and isinstance(values, (list, tuple)):
             try:
                 return cls(dtype, struct.pack(f"<{len(values)}{code}", *values))
-            except struct.error:
-                pass  # e.g. floats for an integer column: numpy's casting, as before
+            except (struct.error, OverflowError):
+                pass  # e.g. floats for an integer column, or 1e40 as float32: numpy's casting, as before
         import numpy as np
 
         return cls(dtype, np.asarray(values, dtype=dtype).tobytes())

@@ -1121,8 +1121,23 @@ def test_the_devices_facts_are_read_at_the_first_attach_only(monkeypatch):
 
     info = wire.GpuInfo(index=0, name="NVIDIA H200", sm_count=132, mem_bandwidth_gbs=4800.0)
     calls = []
-    monkeypatch.setattr(agent, "_gpu", None)
-    monkeypatch.setattr(agent, "gpu_info", lambda: calls.append(1) or info)
+    monkeypatch.setattr(agent, "_gpu", {})
+    monkeypatch.setattr(agent, "gpu_info", lambda idx: calls.append(idx) or info)
+    monkeypatch.delenv("DECODEMON_DEVICE", raising=False)
     first = agent._Agent._hello(None, {})
     second = agent._Agent._hello(None, {})
-    assert first.gpu == second.gpu == info and calls == [1]
+    assert first.gpu == second.gpu == info and calls == [0]
+    monkeypatch.setenv("DECODEMON_DEVICE", "1")  # another device: its own facts
+    agent._Agent._hello(None, {})
+    assert calls == [0, 1]
+
+    def unavailable(idx):
+        calls.append(idx)
+        raise agent.Unavailable("no CUDA device 2")
+
+    monkeypatch.setattr(agent, "gpu_info", unavailable)
+    monkeypatch.setenv("DECODEMON_DEVICE", "2")
+    for _ in range(2):  # not found is not kept: the next attach looks again
+        hello = agent._Agent._hello(None, {})
+        assert hello.gpu is None and hello.gpu_unavailable == "no CUDA device 2"
+    assert calls == [0, 1, 2, 2]
