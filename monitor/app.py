@@ -23,7 +23,12 @@ from decodemon.monitor.widgets.format import num
 from decodemon.monitor.widgets.source_pane import SourcePane
 from decodemon.monitor.widgets.timeline import TimelinePanel
 
-REFRESH_S = 0.25
+# Seconds between screen refreshes (`--refresh`). The app's CPU is another process's work beside the decode thread,
+# and on the H200's host that slowed an eager decode thread (+0.71% for a process busy 10% of a core, thirteenth
+# session, scripts/h200_attached_cost.py). The app on the graph H200 recording used 7.0-7.6% of a core at 0.25 s,
+# 4.7-5.2% at 0.5 s and 3.0-3.2% at 1 s on this repository's 2-core CPU machine (scripts/monitor_cpu.py
+# --refresh, two runs each, fourteenth session). Keys redraw at once, whatever the refresh.
+REFRESH_S = 0.5
 
 HELP = """\
 decodemon keys
@@ -143,13 +148,14 @@ class DecodemonApp(App):
     ]
 
     def __init__(self, players, start_at_s: float | None = None, paused: bool = False, out_dir: str = ".",
-                 quit_after_s: float | None = None, group: bool = False) -> None:
+                 quit_after_s: float | None = None, group: bool = False, refresh_s: float = REFRESH_S) -> None:
         super().__init__()
         self.players = players
         self.group = group
         self.start_at_s, self.start_paused = start_at_s, paused
         self.out_dir = Path(out_dir)
         self.quit_after_s = quit_after_s
+        self.refresh_s = refresh_s
         self.frozen = False
         self._running = True
 
@@ -197,7 +203,7 @@ class DecodemonApp(App):
     def _pump(self) -> None:
         last = time.monotonic()
         while self._running:
-            time.sleep(REFRESH_S)
+            time.sleep(self.refresh_s)
             now = time.monotonic()
             for i, p in enumerate(self.players):
                 p.tick(now - last)
@@ -265,7 +271,8 @@ class DecodemonApp(App):
 
 
 def run_app(specs, settings=None, speed: float = 1.0, loop: bool = False, labels=None, quit_after_s=None,
-            start_at_s: float | None = None, paused: bool = False, group: bool = False) -> int:
+            start_at_s: float | None = None, paused: bool = False, group: bool = False,
+            refresh_s: float | None = None) -> int:
     """Open the app on one or two sources (pids or recordings), or on the ranks of one group (`group`; `settings`
     may then be a list, one per rank)."""
     from decodemon.monitor.client import check_pid
@@ -277,5 +284,6 @@ def run_app(specs, settings=None, speed: float = 1.0, loop: bool = False, labels
     labels = labels or [None] * len(specs)
     each = settings if isinstance(settings, list) else [settings] * len(specs)
     players = [make_player(s, st, speed=speed, loop=loop, label=lab) for s, st, lab in zip(specs, each, labels)]
-    DecodemonApp(players, quit_after_s=quit_after_s, start_at_s=start_at_s, paused=paused, group=group).run()
+    DecodemonApp(players, quit_after_s=quit_after_s, start_at_s=start_at_s, paused=paused, group=group,
+                 refresh_s=refresh_s or REFRESH_S).run()
     return 0

@@ -75,9 +75,12 @@ def demo_settings():
     return wire.Attach(api_every=1)
 
 
-def run_demo(replay: bool = False, tokens: int = 0, speed: float = 1.0, seconds: float | None = None) -> int:
+def run_demo(replay: bool = False, tokens: int = 0, speed: float = 1.0, seconds: float | None = None,
+             refresh_s: float | None = None) -> int:
     """Live on a GPU, else from bundled recordings."""
-    from decodemon.monitor.app import DecodemonApp
+    from decodemon.monitor.app import REFRESH_S, DecodemonApp
+
+    refresh_s = refresh_s or REFRESH_S
     from decodemon.monitor.player import LivePlayer, RecordingPlayer
 
     if replay or not gpu_available():
@@ -85,7 +88,7 @@ def run_demo(replay: bool = False, tokens: int = 0, speed: float = 1.0, seconds:
         players = [RecordingPlayer(a, "eager (H200 recording)", speed=speed, loop=True),
                    RecordingPlayer(b, "graph (H200 recording)", speed=speed, loop=True)]
         # start a few seconds in, so the first screen already has a traced window and a verdict
-        DecodemonApp(players, start_at_s=6.0, quit_after_s=seconds).run()
+        DecodemonApp(players, start_at_s=6.0, quit_after_s=seconds, refresh_s=refresh_s).run()
         return 0
     procs, pids = [], []
     try:
@@ -98,7 +101,7 @@ def run_demo(replay: bool = False, tokens: int = 0, speed: float = 1.0, seconds:
         settings = demo_settings()
         players = [LivePlayer(pids[0], settings, label=f"eager pid {pids[0]}"),
                    LivePlayer(pids[1], settings, label=f"graph pid {pids[1]}")]
-        DecodemonApp(players, quit_after_s=seconds).run()
+        DecodemonApp(players, quit_after_s=seconds, refresh_s=refresh_s).run()
     finally:
         for p in procs:
             p.terminate()

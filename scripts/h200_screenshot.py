@@ -4,8 +4,8 @@
 
 1. Two demo engines (eager, graph) on the one GPU; `compare` on both, live,
    headless at 160x50 for 12 s; the screen is saved as SVG.
-2. One graphed engine; the app attached alone for 15 s at 4 refreshes a
-   second; the monitor process's CPU time over that span is reported.
+2. One graphed engine; the app attached alone for 15 s at its default refresh (4 a
+   second until the fourteenth session, 2 since); the monitor process's CPU time over that span is reported.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
     python scripts/h200_soak.py OUTDIR [--minutes 10.5] [--mode graph] [--size 160x50]
 
 `decodemon attach PID` runs in a pseudo-terminal (what a user's terminal
-gives it) at its default 4 refreshes a second; its screen output is read and
+gives it) at its default refresh (4 a second until the fourteenth session, 2 since); its screen output is read and
 discarded. Every 15 s: the monitor's CPU (% of one core over the interval,
 from /proc), RSS of the monitor and of the engine, and the engine's own
 ms/token. At the end: `q` is pressed (the app must exit by itself), and one

@@ -1,6 +1,7 @@
-"""The monitor's own CPU and memory, on CPU: the app on the graph H200 recording at real speed, 4 refreshes a second.
+"""The monitor's own CPU and memory, on CPU: the app on the graph H200 recording at real speed, at the app's refresh
+(REFRESH_S: 0.25 s until the fourteenth session, 0.5 s since) or `--refresh S`.
 
-    python scripts/monitor_cpu.py [--seconds 20] [--warmup 5] [--endless]
+    python scripts/monitor_cpu.py [--seconds 20] [--warmup 5] [--endless] [--refresh S]
 
 Replaying goes through the same Session, snapshots and panels as a live attach (only the socket differs), so
 this is the CPU-machine check of issue 4's "under 10% of one core"; scripts/h200_soak.py measures it live.
@@ -57,7 +58,8 @@ async def main(a):
     player = cls(a.file, "graph", speed=a.speed, **({} if a.endless else {"loop": True}))
     if a.endless and a.prefill_s:  # as after a long attach: rings full
         player.seek(int(a.prefill_s * 1e9))
-    app = DecodemonApp([player], start_at_s=a.start if not a.prefill_s else None)
+    app = DecodemonApp([player], start_at_s=a.start if not a.prefill_s else None,
+                       **({"refresh_s": a.refresh} if a.refresh else {}))
     async with app.run_test(size=(160, 50)) as pilot:
         await asyncio.sleep(a.warmup)
         c0, t0, m0 = cpu_s(), time.monotonic(), rss_mb()
@@ -78,4 +80,5 @@ if __name__ == "__main__":
     ap.add_argument("--endless", action="store_true")
     ap.add_argument("--prefill-s", type=float, default=0, help="--endless: feed this many seconds before the screen")
     ap.add_argument("--file", default="tests/data/h200_graph.dmon")
+    ap.add_argument("--refresh", type=float, default=None, help="seconds between refreshes (default: the app's)")
     asyncio.run(main(ap.parse_args()))

@@ -168,3 +168,23 @@ async def _kernels_only_timeline():
             text = str(app.query(LaunchesPanel).first().content)
             assert "1638 kernel launch calls" in text
             assert ("launch calls: traced 2 s ago" in text) is (at == 3.0)
+
+
+def test_the_screen_refresh_is_the_users_and_defaults_to_half_a_second(monkeypatch):
+    """`--refresh S` reaches the app (None: the app's REFRESH_S, 0.5 s since the app's CPU was measured beside an
+    eager decode thread); the CLI's help names the same default."""
+    from decodemon.monitor import app as app_mod
+    from decodemon.monitor.cli import build_parser
+
+    assert app_mod.REFRESH_S == 0.5
+    for argv in (["attach", "123"], ["replay", "x.dmon"], ["compare", "a", "b"], ["demo"]):
+        assert build_parser().parse_args(argv).refresh is None
+        assert build_parser().parse_args(argv + ["--refresh", "2"]).refresh == 2.0
+    sub = next(a for a in build_parser()._actions if getattr(a, "choices", None) and "attach" in a.choices)
+    assert "default 0.5" in sub.choices["attach"].format_help().replace("\n", " ")
+    assert make_app(["graph"]).refresh_s == app_mod.REFRESH_S
+    seen = []
+    monkeypatch.setattr(app_mod.DecodemonApp, "run", lambda self: seen.append(self.refresh_s))
+    app_mod.run_app([str(REC["graph"])], refresh_s=2.0)
+    app_mod.run_app([str(REC["graph"])])
+    assert seen == [2.0, app_mod.REFRESH_S]

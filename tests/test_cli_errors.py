@@ -59,6 +59,7 @@ def test_missing_recording_and_directory(tmp_path):
     ["attach", "123", "--json", "--window-budget", "0"], ["attach", "123", "--json", "--window-budget", "many"],
     ["attach", "123", "--json", "--api-every", "-1"], ["attach", "123", "--json", "--api-every", "2.5"],
     ["record", "123"], ["replay"], ["demo", "--speed", "0"], ["bogus-verb"], ["run"],
+    ["attach", "123", "--refresh", "0"], ["replay", "x.dmon", "--refresh", "nan"], ["demo", "--refresh", "61"],
 ])
 def test_bad_arguments(args):
     assert_one_line_error(cli(*args))
