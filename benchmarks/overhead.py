@@ -189,13 +189,73 @@ def pinned(cpus: set[int] | None):
     return lambda: os.sched_setaffinity(0, cpus)
 
 
+def run_screen(pid: int, extra: list[str], seconds: float, size: tuple[int, int] = (160, 50),
+               cpus: set[int] | None = None) -> dict:
+    """`decodemon attach PID` (the live screen, not --json) in a pseudo-terminal of `size` for `seconds`, its output
+    read and dropped as a terminal would take it, then `q`. Returns the monitor's CPU seconds and how it ended."""
+    import fcntl
+    import pty
+    import select
+    import struct
+    import termios
+
+    child, fd = pty.fork()
+    if child == 0:  # the monitor: no Python-level cleanup in this forked copy, exec or exit at once
+        try:
+            if cpus:
+                os.sched_setaffinity(0, cpus)
+            os.environ.update(TERM="xterm-256color", COLUMNS=str(size[0]), LINES=str(size[1]))
+            os.execv(DM[0], DM + ["attach", str(pid)] + list(extra))
+        finally:
+            os._exit(127)
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", size[1], size[0], 0, 0))
+
+    def drain(until: float) -> bool:
+        """Read the screen until `until`; False once the monitor has closed it."""
+        while time.monotonic() < until:
+            if select.select([fd], [], [], 0.1)[0]:
+                try:
+                    if not os.read(fd, 1 << 16):
+                        return False
+                except OSError:
+                    return False
+        return True
+
+    out = {"screen": True}
+    alive = drain(time.monotonic() + seconds)
+    try:
+        with open(f"/proc/{child}/stat") as fh:  # utime + stime, in clock ticks
+            f = fh.read().rsplit(")", 1)[1].split()
+            out["monitor_cpu_s"] = round((int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK"), 2)
+    except (OSError, ValueError, IndexError):
+        pass
+    if alive:
+        try:
+            os.write(fd, b"q")
+        except OSError:
+            pass
+        drain(time.monotonic() + 5.0)
+    for _ in range(50):
+        if os.waitpid(child, os.WNOHANG)[0]:
+            out["quit_on_q"] = alive
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+        out["killed"] = True
+    os.close(fd)
+    return out
+
+
 def engine_session(mode: str, tag: str, plan: list[str], phase_s: float, work: Path,
                    profiler_phase_s: float | None = None, attach_args: dict | None = None,
-                   engine_cpus: set[int] | None = None, attach_cpus: dict | None = None) -> dict:
+                   engine_cpus: set[int] | None = None, attach_cpus: dict | None = None,
+                   screens: set[str] | None = None) -> dict:
     """Run one engine through a plan of phases ('U', 'D', 'Ddense', 'Dlong', 'P', or any label in `attach_args`,
     an attach with those extra arguments); return phases and token times. `engine_cpus` keeps the engine (and the
     NVML sidecar its agent starts) on those CPUs; `attach_cpus[label]` keeps that label's monitor process on its
-    own."""
+    own. A label in `screens` attaches with the live screen in a pseudo-terminal (run_screen) instead of --json."""
     attach_args = {"Ddense": ["--window-period", "1", "--window-tokens", "2", "--window-min-tokens", "0"],
                    **(attach_args or {})}
     prof_dir = work / f"prof_{mode}_{tag}"
@@ -226,6 +286,11 @@ def engine_session(mode: str, tag: str, plan: list[str], phase_s: float, work: P
             a = time.time()
             time.sleep(secs)
             phases.append(("U", a, time.time()))
+        elif label in (screens or ()):
+            a = time.time()
+            rep = run_screen(pid, attach_args.get(label, []), secs, cpus=(attach_cpus or {}).get(label))
+            phases.append((label, a, time.time()))
+            attach.append((label, rep))
         elif label in ("D", "Dlong") or label in attach_args:
             extra = attach_args.get(label, [])
             a = time.time()

@@ -10,7 +10,9 @@ core speed (core_speed), and all its tokens are pooled against all U tokens afte
 first attach (one A) is left out of the pooled figures. Per attach, the tokens over 1.1x the pooled U p99 and when
 they came (seconds into the attach), and the attach's own report (observer cost, PM pump CPU).
 
-`--engine-cpus 0-3 --b-monitor-cpus 8-15 --b-args=""` asks whether the monitor process slows the decode thread's
+`--a-screen --b-screen --a-args="--refresh 0.25" --b-args="--refresh 0.5"` sets the live screen (in a
+pseudo-terminal, 160x50) at two refresh rates against each other; `--b-screen --b-args=""` the screen against
+`--json` (what the benchmark attaches with). `--engine-cpus 0-3 --b-monitor-cpus 8-15 --b-args=""` asks whether the monitor process slows the decode thread's
 core (the header records the CPUs' SMT siblings). `--b-args=""` makes B the defaults too: with `--phase-s 20`, long default attaches each between two unobserved
 phases of the same length, a long attach's p99 judged against its own neighbours (eleventh session, call 5).
 
@@ -69,6 +71,10 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=8, help="attaches of each setting")
     ap.add_argument("--phase-s", type=float, default=4.0)
     ap.add_argument("--b-args", default="--prepare-lead 2", help="extra `decodemon attach` arguments for B")
+    ap.add_argument("--a-args", default="", help="extra `decodemon attach` arguments for A (default: none)")
+    ap.add_argument("--a-screen", action="store_true", help="A attaches with the live screen in a pseudo-terminal "
+                    "(benchmarks/overhead.py run_screen), not --json")
+    ap.add_argument("--b-screen", action="store_true", help="B likewise")
     ap.add_argument("--engine-cpus", type=cpu_list, help="keep the engine (and its agent's NVML sidecar) on these "
                                                         "CPUs, e.g. 0-3")
     ap.add_argument("--b-monitor-cpus", type=cpu_list, help="keep B's monitor process on these CPUs, e.g. 8-15: "
@@ -76,20 +82,22 @@ def main() -> None:
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    b_args = shlex.split(a.b_args)
+    b_args, a_args = shlex.split(a.b_args), shlex.split(a.a_args)
+    screens = {lab for lab, on in (("A", a.a_screen), ("B", a.b_screen)) if on}
     head = device_header("bash scripts/h200.sh scripts/h200_variant_ab.py " + " ".join(shlex.quote(x)
                                                                                        for x in sys.argv[2:]))
     work = Path(tempfile.mkdtemp(prefix="dm-ab-"))
     plan = ["U"]
     for _ in range(a.pairs):
         plan += ["A", "U", "B", "U"]
-    sess = engine_session(a.mode, "ab", plan, a.phase_s, work, attach_args={"A": [], "B": b_args},
-                          engine_cpus=a.engine_cpus, attach_cpus={"B": a.b_monitor_cpus})
+    sess = engine_session(a.mode, "ab", plan, a.phase_s, work, attach_args={"A": a_args, "B": b_args},
+                          engine_cpus=a.engine_cpus, attach_cpus={"B": a.b_monitor_cpus}, screens=screens)
     (out / "times").mkdir(exist_ok=True)
     for f in work.glob("times_*.json"):
         shutil.copy(f, out / "times" / f.name)
     ends, ms = sess["ends"], sess["ms"]
-    res = {**head, "mode": a.mode, "a_args": [], "b_args": b_args, "phase_s": a.phase_s, "pairs": a.pairs,
+    res = {**head, "mode": a.mode, "a_args": a_args, "b_args": b_args, "screens": sorted(screens),
+           "phase_s": a.phase_s, "pairs": a.pairs,
            "engine_cpus": sorted(a.engine_cpus or []), "b_monitor_cpus": sorted(a.b_monitor_cpus or []),
            "attach": [{"phase": lab, **x} for lab, x in sess["attach"]],
            # every phase's span (unix s), so the tokens under OUT/times can be re-read by phase

@@ -678,3 +678,32 @@ def test_the_kernels_memory_work_is_read_per_phase_and_summed_up(tmp_path):
            {"phase": "D", "vm_per_s": {"pgfault": 800.0, "compact_stall": 0.0, "thp_fault_alloc": 0.0}},
            {"phase": "U", "vm_per_s": {"pgfault": 300.0, "compact_stall": 0.0, "thp_fault_alloc": 0.0}}]
     assert overhead.vm_summary(per) == {"compact_stall": [0.0, 0.5], "pgfault": [200.0, 700.0]}
+
+
+def test_the_live_screen_attaches_in_a_pseudo_terminal_and_quits_on_q():
+    """run_screen: the real `decodemon attach PID` (the app) on a tiny CPU engine, in a pseudo-terminal, for 3 s;
+    it used CPU, quit on `q` by itself, and left the engine decoding (what `--a-screen`/`--b-screen` attach with)."""
+    from tests.conftest import Engine
+
+    e = Engine()
+    try:
+        rep = overhead.run_screen(e.pid, ["--refresh", "0.5"], 3.0, size=(120, 40))
+        assert rep["screen"] and rep.get("quit_on_q") is True and "killed" not in rep
+        assert 0 < rep["monitor_cpu_s"] < 3.0
+        assert e.alive() and e.proc.poll() is None
+    finally:
+        e.stop()
+
+
+def test_an_engine_session_runs_a_screen_label_through_run_screen(tmp_path, monkeypatch):
+    """A label in `screens` attaches with the live screen, with its own arguments and CPUs; the others as before."""
+    calls = []
+    _fake_engine(monkeypatch, calls)
+    seen = []
+    monkeypatch.setattr(overhead, "run_screen", lambda pid, extra, secs, cpus=None: seen.append(
+        (pid, extra, secs, cpus)) or {"screen": True})
+    s = overhead.engine_session("eager", "t", ["A", "B"], 4.0, tmp_path, attach_args={"A": [], "B": ["--refresh", "1"]},
+                                attach_cpus={"B": {3}}, screens={"B"})
+    assert [p[0] for p in s["phases"]] == ["A", "B"] and s["attach"][1] == ("B", {"screen": True})
+    assert seen == [(4242, ["--refresh", "1"], 4.0, {3})]
+    assert [k for k, _, _ in calls] == ["engine", "attach"]
