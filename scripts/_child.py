@@ -20,6 +20,26 @@ def device_header(command: str) -> dict:
             "command": command, "cpus": cpu_topology()}
 
 
+def start(a, script: str) -> tuple:
+    """A device script's start: its output folder (`a.out`, made) and its result header (the command as run)."""
+    from pathlib import Path
+
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    return out, device_header(f"python3 scripts/{script} " + " ".join(sys.argv[2:]))
+
+
+def eager_model():
+    """The demo model on the GPU as the device scripts decode it (Qwen3-0.6B shape, bf16, 4,096 positions), reset."""
+    import torch
+
+    from decodemon.engine_adapter.model import SHAPES, DecodeModel
+
+    model = DecodeModel(SHAPES["qwen3-0.6b"], "cuda", torch.bfloat16, 4096)
+    model.reset()
+    return model
+
+
 def cpu_topology() -> dict:
     """How many CPUs, and which of them share a core (SMT siblings, from sysfs; empty where it is not exposed)."""
     sib = set()

@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _child import device_header  # noqa: E402
+from _child import eager_model, start  # noqa: E402
 
 
 def main() -> None:
@@ -34,18 +34,11 @@ def main() -> None:
     ap.add_argument("out")
     ap.add_argument("--arms", type=int, default=4, help="arms of each kind")
     a = ap.parse_args()
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    header = device_header("python3 scripts/h200_pm_arm.py " + " ".join(sys.argv[2:]))
-
-    import torch
-
-    from decodemon.engine_adapter.model import SHAPES, DecodeModel
+    out, header = start(a, "h200_pm_arm.py")
     from decodemon.probes import pm_inproc
     from decodemon.probes.tracer import WindowTracer
 
-    model = DecodeModel(SHAPES["qwen3-0.6b"], "cuda", torch.bfloat16, 4096)
-    model.reset()
+    model = eager_model()
     state = {"stop": False, "window": False}
     arms: list[dict] = []
     ends: list[float] = []

@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _child import device_header  # noqa: E402
+from _child import eager_model, start  # noqa: E402
 
 CASES = [  # (hardware buffer MB, interval us, stall s or None for --stall-s)
     (256, 2000, None), (64, 2000, None), (32, 2000, None), (16, 2000, None),
@@ -46,17 +46,10 @@ def main() -> None:
     ap.add_argument("--sized", action="store_true", help="the buffer and the counter-data image as PmSampler sizes "
                     "them for each interval (pm_inproc.hw_buffer_bytes, max_samples_for), not the fixed cases")
     a = ap.parse_args()
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    header = device_header("python3 scripts/h200_pm_overflow.py " + " ".join(sys.argv[2:]))
-
-    import torch
-
-    from decodemon.engine_adapter.model import SHAPES, DecodeModel
+    out, header = start(a, "h200_pm_overflow.py")
     from decodemon.probes import pm_inproc as P
 
-    model = DecodeModel(SHAPES["qwen3-0.6b"], "cuda", torch.bfloat16, 4096)
-    model.reset()
+    model = eager_model()
     st = {"stop": False}
     results = []
 
