@@ -420,6 +420,51 @@ def after_start_phases(phases: list[tuple]) -> list[tuple]:
     return [(lab, t0 + START_S - PHASE_SKIP_S if lab == "D" else t0, t1) for lab, t0, t1 in phases]
 
 
+
+def at_one_core_speed(phases: list[dict], times: dict) -> list[float]:
+    """The token times scaled to one core speed (benchmarks/overhead.py core_speed, the unobserved phases' tokens
+    as its reference), or the raw ones where the log has no canary."""
+    ends, ms = times["end_unix_s"], times["ms"]
+    lab_of = ["-"] * len(ends)
+    for p in phases:
+        for k, e in enumerate(ends):
+            if p["t0_unix_s"] + PHASE_SKIP_S <= e <= p["t1_unix_s"]:
+                lab_of[k] = p["phase"]
+    cs = core_speed(ms, times.get("canary_us"), [x == "U" for x in lab_of])
+    return cs["ms"] if cs is not None else ms
+
+
+def time_profile(runs: list[tuple[list[dict], dict]], label: str = "D", bin_s: float = 0.5,
+                 max_phase_s: float = 8.0) -> dict:
+    """Where in an attach the tokens are slow: every token of each `label` attach after its process's first (of
+    at most `max_phase_s`, so not the long one), over the mean of the median tokens of the unobserved phases on
+    both sides of its attach, binned by its end's time since the attach started (the monitor process's launch),
+    pooled over `runs`. Per bin: tokens and the median ratio, raw and at one core speed, as percent."""
+    bins: dict[str, dict[int, list[float]]] = {"raw": {}, "core": {}}
+    for phases, times in runs:
+        ends, ms = times["end_unix_s"], times["ms"]
+        views = {"raw": ms, "core": at_one_core_speed(phases, times)}
+        first = next(i for i, p in enumerate(phases) if p["phase"] != "U")
+        for i, p in enumerate(phases):
+            if p["phase"] != label or i <= first or p["t1_unix_s"] - p["t0_unix_s"] > max_phase_s:
+                continue
+            nb = [q for q in (phases[i - 1], phases[i + 1] if i + 1 < len(phases) else None)
+                  if q and q["phase"] == "U"]
+            idx = [k for k, e in enumerate(ends) if p["t0_unix_s"] + PHASE_SKIP_S <= e <= p["t1_unix_s"]]
+            for view, vals in views.items():
+                refs = [[vals[k] for k, e in enumerate(ends) if q["t0_unix_s"] + PHASE_SKIP_S <= e <= q["t1_unix_s"]]
+                        for q in nb]
+                refs = [statistics.median(r) for r in refs if r]
+                if not refs:
+                    continue
+                ref = statistics.mean(refs)
+                for k in idx:
+                    bins[view].setdefault(int((ends[k] - p["t0_unix_s"]) / bin_s), []).append(vals[k] / ref)
+    return {"bin_s": bin_s, "label": label,
+            "bins": [{"from_s": round(b * bin_s, 3), "tokens": len(bins["raw"][b]),
+                      **{f"{v}_pct": round(100 * (statistics.median(bins[v][b]) - 1), 2) for v in ("raw", "core")}}
+                     for b in sorted(bins["raw"])]}
+
 def phase_of(e: float, t0: float, t1: float) -> bool:
     return t0 + PHASE_SKIP_S <= e <= t1
 
@@ -468,6 +513,10 @@ def run_mode(mode: str, phase_s: float, pairs: int, work: Path, profiler_phase_s
     # the same pairs with each default attach's start-up left out (START_S)
     after_start = after_start_phases(a["phases"])
     out["D_after_start"] = pair_stats(phase_rows(after_start, a["ends"], a["ms"]), "D")
+    # where in a default attach the tokens were slow (scripts/attach_start.py --profile on this run's tokens)
+    out["start_profile"] = time_profile([([{"phase": lab, "t0_unix_s": t0, "t1_unix_s": t1}
+                                           for lab, t0, t1 in a["phases"]],
+                                          {"end_unix_s": a["ends"], "ms": a["ms"], "canary_us": a.get("canary_us")})])
     # the same pairs at one core speed (see core_speed), and whether decodemon's phases ran on a slower core
     core_per = []
     canary = {}
@@ -623,6 +672,17 @@ def after_start_line(r: dict) -> str | None:
             f"±{fmt(st.get('noise_floor_bracketed_pct'), '.2f')}%){at_core}.")
 
 
+def start_profile_line(r: dict) -> str | None:
+    """time_profile's bins in words (absent from runs before the fourteenth session's last ones)."""
+    bins = (r.get("start_profile") or {}).get("bins")
+    if not bins:
+        return None
+    w = r["start_profile"]["bin_s"]
+    return (f"Where in a default attach (after the process's first, not the long one) the tokens were slow, {r['mode']}: "
+            "each token over its attach's unobserved neighbours, median per bin from the monitor's launch, raw: "
+            + ", ".join(f"{b['from_s']:g}-{b['from_s'] + w:g} s {b['raw_pct']:+.2f}%" for b in bins) + ".")
+
+
 def markdown(results: list[dict], env: dict, cmd: str) -> str:
     lines = [
         "# What watching costs",
@@ -712,6 +772,7 @@ def markdown(results: list[dict], env: dict, cmd: str) -> str:
                          + ", ".join(f"{k} {fmt(u, 'g')} vs {fmt(d, 'g')}" for k, (u, d) in vm.items()) + ".")
     lines += [x for x in (speed_line(r["mode"], r.get("speeds")) for r in results) if x]
     lines += [x for x in (after_start_line(r) for r in results) if x]
+    lines += [x for x in (start_profile_line(r) for r in results) if x]
     lines += core_table(results, names)
     lines += ["", "Token times above are inter-token latency: from one token's arrival on the host (`.item()` "
               "returning) to the next's, so the token clock's hook counts in the token after it. On the engine's "

@@ -25,26 +25,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
-from overhead import PHASE_SKIP_S, core_speed  # noqa: E402
+from overhead import PHASE_SKIP_S, at_one_core_speed, time_profile  # noqa: E402
 
 
 def phases_of(run: dict, mode: str) -> list[dict]:
     if "phases" in run:
         return run["phases"]
     return next(r for r in run["results"] if r["mode"] == mode)["phases"]
-
-
-def at_one_core_speed(phases: list[dict], times: dict) -> list[float]:
-    """The token times scaled to one core speed (benchmarks/overhead.py core_speed, the unobserved phases' tokens
-    as its reference), or the raw ones where the log has no canary."""
-    ends, ms = times["end_unix_s"], times["ms"]
-    lab_of = ["-"] * len(ends)
-    for p in phases:
-        for k, e in enumerate(ends):
-            if p["t0_unix_s"] + PHASE_SKIP_S <= e <= p["t1_unix_s"]:
-                lab_of[k] = p["phase"]
-    cs = core_speed(ms, times.get("canary_us"), [x == "U" for x in lab_of])
-    return cs["ms"] if cs is not None else ms
 
 
 def split_ratios(phases: list[dict], times: dict, split_s: float = 1.5) -> dict:
@@ -127,38 +114,6 @@ def early_tokens(phases: list[dict], times: dict, early_s: float = 0.3) -> dict:
             if times.get(k):
                 out[key][f"{k}_mean"] = round(statistics.fmean(times[k][j] for j in idx), 3)
     return out
-
-
-def time_profile(runs: list[tuple[list[dict], dict]], label: str = "D", bin_s: float = 0.5,
-                 max_phase_s: float = 8.0) -> dict:
-    """Where in an attach the tokens are slow: every token of each `label` attach after its process's first (of
-    at most `max_phase_s`, so not the long one), over the mean of the median tokens of the unobserved phases on
-    both sides of its attach, binned by its end's time since the attach started (the monitor process's launch),
-    pooled over `runs`. Per bin: tokens and the median ratio, raw and at one core speed, as percent."""
-    bins: dict[str, dict[int, list[float]]] = {"raw": {}, "core": {}}
-    for phases, times in runs:
-        ends, ms = times["end_unix_s"], times["ms"]
-        views = {"raw": ms, "core": at_one_core_speed(phases, times)}
-        first = next(i for i, p in enumerate(phases) if p["phase"] != "U")
-        for i, p in enumerate(phases):
-            if p["phase"] != label or i <= first or p["t1_unix_s"] - p["t0_unix_s"] > max_phase_s:
-                continue
-            nb = [q for q in (phases[i - 1], phases[i + 1] if i + 1 < len(phases) else None)
-                  if q and q["phase"] == "U"]
-            idx = [k for k, e in enumerate(ends) if p["t0_unix_s"] + PHASE_SKIP_S <= e <= p["t1_unix_s"]]
-            for view, vals in views.items():
-                refs = [[vals[k] for k, e in enumerate(ends) if q["t0_unix_s"] + PHASE_SKIP_S <= e <= q["t1_unix_s"]]
-                        for q in nb]
-                refs = [statistics.median(r) for r in refs if r]
-                if not refs:
-                    continue
-                ref = statistics.mean(refs)
-                for k in idx:
-                    bins[view].setdefault(int((ends[k] - p["t0_unix_s"]) / bin_s), []).append(vals[k] / ref)
-    return {"bin_s": bin_s, "label": label,
-            "bins": [{"from_s": round(b * bin_s, 3), "tokens": len(bins["raw"][b]),
-                      **{f"{v}_pct": round(100 * (statistics.median(bins[v][b]) - 1), 2) for v in ("raw", "core")}}
-                     for b in sorted(bins["raw"])]}
 
 
 def main() -> None:

@@ -707,3 +707,15 @@ def test_an_engine_session_runs_a_screen_label_through_run_screen(tmp_path, monk
     assert [p[0] for p in s["phases"]] == ["A", "B"] and s["attach"][1] == ("B", {"screen": True})
     assert seen == [(4242, ["--refresh", "1"], 4.0, {3})]
     assert [k for k, _, _ in calls] == ["engine", "attach"]
+
+
+def test_the_benchmark_prints_where_in_an_attach_the_tokens_were_slow():
+    """Each run's eager and graph results carry time_profile's bins (scripts/attach_start.py --profile on the run's
+    own tokens) and the notes print them; older results without them print nothing."""
+    r = {"mode": "eager", "start_profile": {"bin_s": 0.5, "bins": [
+        {"from_s": 0.0, "tokens": 10, "raw_pct": 2.18, "core_pct": 2.8},
+        {"from_s": 0.5, "tokens": 12, "raw_pct": -1.68, "core_pct": 0.88}]}}
+    line = overhead.start_profile_line(r)
+    assert line.startswith("Where in a default attach") and "eager" in line
+    assert "0-0.5 s +2.18%" in line and "0.5-1 s -1.68%" in line
+    assert overhead.start_profile_line({"mode": "graph"}) is None
