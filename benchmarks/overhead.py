@@ -425,12 +425,8 @@ def at_one_core_speed(phases: list[dict], times: dict) -> list[float]:
     """The token times scaled to one core speed (benchmarks/overhead.py core_speed, the unobserved phases' tokens
     as its reference), or the raw ones where the log has no canary."""
     ends, ms = times["end_unix_s"], times["ms"]
-    lab_of = ["-"] * len(ends)
-    for p in phases:
-        for k, e in enumerate(ends):
-            if p["t0_unix_s"] + PHASE_SKIP_S <= e <= p["t1_unix_s"]:
-                lab_of[k] = p["phase"]
-    cs = core_speed(ms, times.get("canary_us"), [x == "U" for x in lab_of])
+    u = [(p["t0_unix_s"], p["t1_unix_s"]) for p in phases if p["phase"] == "U"]
+    cs = core_speed(ms, times.get("canary_us"), [any(phase_of(e, t0, t1) for t0, t1 in u) for e in ends])
     return cs["ms"] if cs is not None else ms
 
 
@@ -450,9 +446,9 @@ def time_profile(runs: list[tuple[list[dict], dict]], label: str = "D", bin_s: f
                 continue
             nb = [q for q in (phases[i - 1], phases[i + 1] if i + 1 < len(phases) else None)
                   if q and q["phase"] == "U"]
-            idx = [k for k, e in enumerate(ends) if p["t0_unix_s"] + PHASE_SKIP_S <= e <= p["t1_unix_s"]]
+            idx = [k for k, e in enumerate(ends) if phase_of(e, p["t0_unix_s"], p["t1_unix_s"])]
             for view, vals in views.items():
-                refs = [[vals[k] for k, e in enumerate(ends) if q["t0_unix_s"] + PHASE_SKIP_S <= e <= q["t1_unix_s"]]
+                refs = [[vals[k] for k, e in enumerate(ends) if phase_of(e, q["t0_unix_s"], q["t1_unix_s"])]
                         for q in nb]
                 refs = [statistics.median(r) for r in refs if r]
                 if not refs:

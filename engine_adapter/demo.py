@@ -243,6 +243,7 @@ def main(argv=None) -> int:
     # switched out (involuntary switches) while its CPU time still ran.
     clocks: dict[str, list[float]] = {"thread_cpu_ms": [], "process_cpu_ms": [], "runq_wait_ms": [],
                                       "minflt": [], "nvcsw": [], "nivcsw": [], "canary_us": []}
+    deltas = list(clocks)[:6]  # read_clocks()' first six, kept as per-token differences
     want_clocks = bool(a.cpu_clocks and a.times_file)
     import resource
 
@@ -290,7 +291,7 @@ def main(argv=None) -> int:
             if want_clocks:
                 c_now = read_clocks()
                 if i >= a.warmup:
-                    for k, x, y in zip(list(clocks)[:6], c_now, c_prev):
+                    for k, x, y in zip(deltas, c_now, c_prev):
                         clocks[k].append(round(x - y, 4))
                     clocks["canary_us"].append(round(c_now[6], 3))
                 c_prev = c_now

@@ -148,14 +148,14 @@ class DecodemonApp(App):
     ]
 
     def __init__(self, players, start_at_s: float | None = None, paused: bool = False, out_dir: str = ".",
-                 quit_after_s: float | None = None, group: bool = False, refresh_s: float = REFRESH_S) -> None:
+                 quit_after_s: float | None = None, group: bool = False, refresh_s: float | None = None) -> None:
         super().__init__()
         self.players = players
         self.group = group
         self.start_at_s, self.start_paused = start_at_s, paused
         self.out_dir = Path(out_dir)
         self.quit_after_s = quit_after_s
-        self.refresh_s = refresh_s
+        self.refresh_s = refresh_s or REFRESH_S
         self.frozen = False
         self._running = True
 
@@ -285,5 +285,5 @@ def run_app(specs, settings=None, speed: float = 1.0, loop: bool = False, labels
     each = settings if isinstance(settings, list) else [settings] * len(specs)
     players = [make_player(s, st, speed=speed, loop=loop, label=lab) for s, st, lab in zip(specs, each, labels)]
     DecodemonApp(players, quit_after_s=quit_after_s, start_at_s=start_at_s, paused=paused, group=group,
-                 refresh_s=refresh_s or REFRESH_S).run()
+                 refresh_s=refresh_s).run()
     return 0

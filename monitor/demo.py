@@ -78,9 +78,7 @@ def demo_settings():
 def run_demo(replay: bool = False, tokens: int = 0, speed: float = 1.0, seconds: float | None = None,
              refresh_s: float | None = None) -> int:
     """Live on a GPU, else from bundled recordings."""
-    from decodemon.monitor.app import REFRESH_S, DecodemonApp
-
-    refresh_s = refresh_s or REFRESH_S
+    from decodemon.monitor.app import DecodemonApp
     from decodemon.monitor.player import LivePlayer, RecordingPlayer
 
     if replay or not gpu_available():
