@@ -121,12 +121,33 @@ VM_KEYS = ("compact_stall", "compact_migrate_scanned", "pgmigrate_success", "thp
            "thp_collapse_alloc", "numa_pages_migrated", "pgfault", "pgmajfault")
 
 
-def vm_counters(path: str = "/proc/vmstat") -> dict[str, int]:
+IRQ_KEYS = ("irq_TLB", "irq_CAL", "irq_RES")  # /proc/interrupts: TLB shootdowns, function-call IPIs, reschedules
+
+
+def irq_counters(path: str = "/proc/interrupts") -> dict[str, int]:
+    """Interrupts so far that one process's memory work or scheduling sends to other CPUs (whole machine, summed
+    over CPUs): TLB shootdowns (an munmap or mprotect in a process with threads on several CPUs), function-call
+    IPIs and reschedule IPIs, as {"irq_TLB": n, ...}. A line the kernel lacks is left out."""
+    out = {}
+    try:
+        with open(path) as fh:
+            ncpu = len(fh.readline().split())
+            for line in fh:
+                name, _, rest = line.partition(":")
+                key = "irq_" + name.strip()
+                if key in IRQ_KEYS:
+                    out[key] = sum(int(x) for x in rest.split()[:ncpu] if x.isdigit())
+    except (OSError, ValueError):
+        return {}
+    return out
+
+
+def vm_counters(path: str = "/proc/vmstat", irq_path: str | None = "/proc/interrupts") -> dict[str, int]:
     """The kernel's memory-management counters so far (whole machine) that can stall a thread of another process:
     compaction, page migration, transparent huge pages, NUMA balancing, faults. A key the kernel lacks is left out.
     (On the H200's host the eager decode thread ran ~1.65x slower for seconds at a time, on its CPU and with no
     run-queue wait, attached or not, and processes starting slowed it; these say whether the kernel was moving
-    memory in a phase.)"""
+    memory in a phase.) With `irq_path`, irq_counters() too."""
     out = {}
     try:
         with open(path) as fh:
@@ -136,7 +157,7 @@ def vm_counters(path: str = "/proc/vmstat") -> dict[str, int]:
                     out[k] = int(v)
     except (OSError, ValueError):
         return {}
-    return out
+    return {**out, **(irq_counters(irq_path) if irq_path else {})}
 
 
 def vm_rates(before: dict, after: dict, seconds: float) -> dict:
@@ -154,7 +175,7 @@ def vm_summary(per: list[dict]) -> dict:
         return statistics.median(xs) if xs else None
 
     keys = {k for p in per for k in p.get("vm_per_s", {})}
-    out = {k: [med("U", k), med("D", k)] for k in VM_KEYS if k in keys}
+    out = {k: [med("U", k), med("D", k)] for k in VM_KEYS + IRQ_KEYS if k in keys}
     return {k: v for k, v in out.items() if any(x for x in v)}
 
 
@@ -763,7 +784,7 @@ def markdown(results: list[dict], env: dict, cmd: str) -> str:
     for r in results:
         vm = r.get("vm") or {}
         if vm:
-            lines.append(f"Kernel memory work in {r['mode']}'s phases (/proc/vmstat, whole machine, median per second, "
+            lines.append(f"Kernel memory work in {r['mode']}'s phases (/proc/vmstat and /proc/interrupts, whole machine, median per second, "
                          f"unobserved after the first vs default attaches): "
                          + ", ".join(f"{k} {fmt(u, 'g')} vs {fmt(d, 'g')}" for k, (u, d) in vm.items()) + ".")
     lines += [x for x in (speed_line(r["mode"], r.get("speeds")) for r in results) if x]

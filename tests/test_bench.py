@@ -665,19 +665,40 @@ def test_the_kernels_memory_work_is_read_per_phase_and_summed_up(tmp_path):
     per label (unobserved after the first vs default attaches), keys that never moved left out."""
     vm = tmp_path / "vmstat"
     vm.write_text("nr_free_pages 5\ncompact_stall 10\npgmigrate_success 100\npgfault 1000\nthp_fault_alloc 7\n")
-    before = overhead.vm_counters(str(vm))
+    before = overhead.vm_counters(str(vm), None)
     assert before == {"compact_stall": 10, "pgmigrate_success": 100, "pgfault": 1000, "thp_fault_alloc": 7}
     vm.write_text("compact_stall 12\npgmigrate_success 140\npgfault 3000\nthp_fault_alloc 7\n")
-    rates = overhead.vm_rates(before, overhead.vm_counters(str(vm)), 4.0)
+    rates = overhead.vm_rates(before, overhead.vm_counters(str(vm), None), 4.0)
     assert rates == {"vm_per_s": {"compact_stall": 0.5, "pgmigrate_success": 10.0, "pgfault": 500.0,
                                   "thp_fault_alloc": 0.0}}
-    assert overhead.vm_counters(str(tmp_path / "missing")) == {} and overhead.vm_rates({}, before, 1.0) == {}
+    assert overhead.vm_counters(str(tmp_path / "missing"), None) == {} and overhead.vm_rates({}, before, 1.0) == {}
     per = [{"phase": "U", "vm_per_s": {"pgfault": 900.0, "compact_stall": 9.0}},  # the first: left out
            {"phase": "D", "vm_per_s": {"pgfault": 600.0, "compact_stall": 1.0, "thp_fault_alloc": 0.0}},
            {"phase": "U", "vm_per_s": {"pgfault": 100.0, "compact_stall": 0.0, "thp_fault_alloc": 0.0}},
            {"phase": "D", "vm_per_s": {"pgfault": 800.0, "compact_stall": 0.0, "thp_fault_alloc": 0.0}},
            {"phase": "U", "vm_per_s": {"pgfault": 300.0, "compact_stall": 0.0, "thp_fault_alloc": 0.0}}]
     assert overhead.vm_summary(per) == {"compact_stall": [0.0, 0.5], "pgfault": [200.0, 700.0]}
+
+
+def test_interrupts_sent_between_cpus_are_summed_over_cpus_and_join_the_memory_counters(tmp_path):
+    """/proc/interrupts' TLB shootdowns, function-call and reschedule IPIs, summed over the CPUs of the header
+    (not the trailing description), read beside /proc/vmstat and summed up per label like its counters."""
+    irq = tmp_path / "interrupts"
+    irq.write_text("           CPU0       CPU1       CPU2\n"
+                   "  0:         40          0          0  IO-APIC   2-edge      timer\n"
+                   "RES:        120         30          7   Rescheduling interrupts\n"
+                   "CAL:          5          6          1   Function call interrupts\n"
+                   "TLB:        900          0         11   TLB shootdowns\n"
+                   "LOC:       1000       1000       1000   Local timer interrupts\n")
+    assert overhead.irq_counters(str(irq)) == {"irq_RES": 157, "irq_CAL": 12, "irq_TLB": 911}
+    assert overhead.irq_counters(str(tmp_path / "missing")) == {}
+    vm = tmp_path / "vmstat"
+    vm.write_text("pgfault 10\n")
+    assert overhead.vm_counters(str(vm), str(irq)) == {"pgfault": 10, "irq_RES": 157, "irq_CAL": 12, "irq_TLB": 911}
+    per = [{"phase": "U", "vm_per_s": {"irq_TLB": 99.0}},
+           {"phase": "D", "vm_per_s": {"irq_TLB": 50.0, "irq_CAL": 0.0}},
+           {"phase": "U", "vm_per_s": {"irq_TLB": 10.0, "irq_CAL": 0.0}}]
+    assert overhead.vm_summary(per) == {"irq_TLB": [10.0, 50.0]}
 
 
 def test_the_live_screen_attaches_in_a_pseudo_terminal_and_quits_on_q():
