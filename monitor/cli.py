@@ -54,7 +54,7 @@ def _attach_settings(a) -> wire.Attach:
                        pm_interval_us=a.pm_interval_us, trace=not a.no_trace, pm=not a.no_pm,
                        first_window_s=getattr(a, "first_window", None),
                        prepare_lead_tokens=getattr(a, "prepare_lead", 0),
-                       api_every=getattr(a, "api_every", 4))
+                       api_every=getattr(a, "api_every", 4), agent_tick_s=getattr(a, "agent_tick", 0.25))
 
 
 def _add_refresh_opt(p):
@@ -85,6 +85,9 @@ def _add_probe_opts(p):
                    help="trace the launch calls (the timeline's CPU lane, which gaps the host caused) in one window "
                         "of every N, from the second window on; the others trace kernels only, which costs an "
                         "eager token 2-16 ms less (1: every window; 0: never; default 4)")
+    p.add_argument("--agent-tick", type=_positive("--agent-tick", 0.01, 1.0), default=0.25, metavar="S",
+                   help="seconds between the in-process agent's wake-ups; each takes the GIL from the decode thread "
+                        "(default 0.25; 0.05 is how often it woke until the fifteenth session)")
     p.add_argument("--pm-interval-us", type=_positive("--pm-interval-us", 100, 1_000_000, True), default=2000,
                    help="PM sampling interval in µs (default 2000)")
     p.add_argument("--no-trace", action="store_true", help="no CUPTI activity windows, counters only")

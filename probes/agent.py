@@ -89,6 +89,21 @@ def _guard_after(window_saw_graph_kernels: bool) -> bool:
     return _graph_kernels_seen
 
 
+def _read_available(fd: int) -> bytes | None:
+    """What a non-blocking pipe holds now (b"" if nothing), or None once its writer has closed it."""
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(fd, 1 << 20)
+        except BlockingIOError:
+            return b"".join(chunks)
+        except OSError:
+            return None
+        if not chunk:
+            return b"".join(chunks) if chunks else None
+        chunks.append(chunk)
+
+
 def _ensure_dir(d: Path) -> None:
     d.mkdir(mode=0o700, parents=True, exist_ok=True)
     st = d.stat()
@@ -242,7 +257,12 @@ class _Session:
         self.want_window = False  # set by agent, consumed by decode thread
         self.tokens_left = 0
         self.guard = 1  # guard tokens in the window being traced
-        self.window_ready = threading.Event()  # set by decode thread when a window has closed
+        self.window_ready = threading.Event()  # set by decode thread when a window has closed (then wake())
+        # the agent thread sleeps between its ticks (Attach.agent_tick_s); a closed window wakes it at once, so its
+        # records are collected as soon as before. One non-blocking send per window on the decode thread.
+        self.wake_r, self._wake_w = socket.socketpair()
+        self.wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
         self.closing = False
         self.done = threading.Event()
         self.errors: list[str] = []
@@ -252,6 +272,13 @@ class _Session:
         # the counters over exactly the traced tokens beside the window's kernel records (an accuracy check)
         self.pm_spans: list[tuple[int, int]] = []
         self.windows_asked = 0  # windows this attach has asked for (Attach.api_every counts them)
+
+    def wake(self) -> None:
+        """Wake the agent thread before its next tick (decode thread; never blocks, never raises)."""
+        try:
+            self._wake_w.send(b"w")
+        except OSError:
+            pass
 
     def window_in_progress(self) -> bool:
         """A window is prepared, asked for, open, or closed but not yet collected: PM pumps wait for its end, so
@@ -313,6 +340,7 @@ class _Session:
                     tr.flush()
                     tr.detach()
                     self.window_ready.set()
+                    self.wake()
                 else:
                     tr.boundary()
             elif self.want_window and not self.closing:
@@ -684,37 +712,55 @@ class _Agent:
         sel = selectors.DefaultSelector()
         conn.setblocking(False)
         sel.register(conn, selectors.EVENT_READ, "monitor")
-        if sidecar is not None:
-            os.set_blocking(sidecar.stdout.fileno(), False)
-            sel.register(sidecar.stdout, selectors.EVENT_READ, "sidecar")
+        sel.register(session.wake_r, selectors.EVENT_READ, "wake")
+        side_fd = None
+        if sidecar is not None:  # read at the ticks, not a wake-up of its own: its frames wait in the pipe
+            side_fd = sidecar.stdout.fileno()
+            os.set_blocking(side_fd, False)
+        tick = min(st.agent_tick_s, 0.05) if st.prepare_lead_tokens > 0 else st.agent_tick_s
+        next_tick = time.monotonic()
+        slack = tick / 2  # what is due every k ticks is done at the k-th tick, however late the tick before it woke
         out = bytearray()
-        next_marks = time.monotonic() + 0.25
-        next_window = first_window_at(st, time.monotonic())
-        last_window, tokens_at_window = time.monotonic(), -10**9  # the first window does not wait for tokens
+        t_start = time.monotonic()
+        next_marks = t_start + 0.25 - slack
+        next_window = first_window_at(st, t_start) - slack
+        last_window, tokens_at_window = t_start, -10**9  # the first window does not wait for tokens
         shipped = 0  # token marks sent so far: with the ones still queued, the token count (no per-token counter)
-        next_stats = time.monotonic() + 1.0
-        next_pm = time.monotonic() + 0.5
+        next_stats = t_start + 1.0 - slack
+        next_pm = t_start + 0.5 - slack
         window_id = 0
         skipped_seen = windows_seen = 0
         open_after: int | None = None  # token count at which a prepared window is asked for
         while True:
-            for key, _ in sel.select(timeout=0.05):
-                if key.data == "monitor":
-                    data = conn.recv(65536)
-                    if not data:
-                        return "monitor went away"
-                    for payload in reader.feed(data):
-                        msg = wire.decode_control(payload)
-                        if isinstance(msg, wire.Detach):
-                            return "detached"
-                else:
-                    chunk = os.read(sidecar.stdout.fileno(), 1 << 20)
-                    if not chunk:
-                        sel.unregister(sidecar.stdout)
-                        state["pm"] = state.get("pm", "") if "unavailable" in state.get("pm", "") else "sidecar exited"
-                        continue
-                    out += chunk  # already framed by the sidecar: relayed without decoding
+            woken = False
+            for key, _ in sel.select(timeout=max(0.0, next_tick - time.monotonic())):
+                if key.data == "wake":
+                    try:
+                        session.wake_r.recv(4096)
+                    except OSError:
+                        pass
+                    woken = True
+                    continue
+                data = conn.recv(65536)
+                if not data:
+                    return "monitor went away"
+                for payload in reader.feed(data):
+                    msg = wire.decode_control(payload)
+                    if isinstance(msg, wire.Detach):
+                        return "detached"
             now = time.monotonic()
+            on_tick = now >= next_tick
+            if not on_tick and not woken:
+                continue  # the monitor's message, read; the rest waits for the tick
+            if on_tick:
+                next_tick = max(next_tick + tick, now + tick / 2)
+            if on_tick and side_fd is not None:
+                chunk = _read_available(side_fd)
+                if chunk is None:
+                    side_fd = None
+                    state["pm"] = state.get("pm", "") if "unavailable" in state.get("pm", "") else "sidecar exited"
+                else:
+                    out += chunk  # already framed by the sidecar: relayed without decoding
             if session.tracer is not None and session.window_ready.is_set():
                 session.window_ready.clear()
                 _windows_in_process += 1  # counted here, in the agent thread, not at the decode thread's boundary
@@ -751,7 +797,7 @@ class _Agent:
                 if ev is not None:
                     ev.add("prepare", prep_ns)
                 open_after = shipped + len(session.marks_t) + (lead if prep_ns else 0)
-                next_window = now + st.window_period_s
+                next_window = now + st.window_period_s - slack
                 last_window, tokens_at_window = now, shipped + len(session.marks_t)
             if open_after is not None and shipped + len(session.marks_t) >= open_after:
                 open_after = None
@@ -772,7 +818,7 @@ class _Agent:
                            int(getattr(pm, "image_s", 0.0) * 1e9), int(getattr(pm, "cpu_s", 0.0) * 1e9))
                 for f in frames or ():
                     out += wire.pack(f)
-                next_pm = now + 0.5
+                next_pm = now + 0.5 - slack
             if now >= next_marks:
                 t, d, c = session.marks_t, session.marks_d, session.marks_c
                 session.marks_t, session.marks_d, session.marks_c = [], [], []
@@ -788,7 +834,7 @@ class _Agent:
                                      coll_bytes=wire.Column.of(nb))
                     out += wire.pack(wire.TokenMarks(t_ns=wire.Column.of(t), depth=wire.Column.of(d[: len(t)]),
                                                      **extra))
-                next_marks = now + 0.25
+                next_marks = now + 0.25 - slack
             if now >= next_stats:
                 if session.skipped_windows > skipped_seen:
                     skipped_seen = session.skipped_windows
@@ -813,7 +859,7 @@ class _Agent:
                     state["errors"] = str(len(session.errors))
                 out += wire.pack(wire.Stats(state=dict(state), windows=window_id,
                                             errors=session.errors[-5:]))
-                next_stats = now + 1.0
+                next_stats = now + 1.0 - slack
             if out:
                 if ev is not None:
                     ev.add("send", len(out))

@@ -274,6 +274,13 @@ class Attach(msgspec.Struct, frozen=True, tag="attach"):
     # 22.6 vs 32.9, and 15.9 vs 31.5 ms with --prepare-lead 2 as well, over the attach median: three interleaved
     # A/B runs of eight 4 s attaches each, scripts/h200_variant_ab.py, docs/benchmarks.md, twelfth session)
     api_every: int = 4
+    # seconds between the agent thread's wake-ups: token marks, the NVML sidecar's frames, PM pumps, window checks
+    # and stats are all handled at these ticks (a monitor's message wakes it at once). Each wake-up takes the GIL
+    # from a decode thread that is running Python: on the H200 an eager decode thread made 0 voluntary context
+    # switches per second unobserved and ~70-90 attached while the agent woke every 50 ms and at every sidecar
+    # frame (benchmarks/overhead.py, run 32). With a prepare lead the agent wakes every 50 ms at most, to count
+    # the lead's tokens.
+    agent_tick_s: float = 0.25
 
 
 BUDGET_PERIOD_S = 60.0

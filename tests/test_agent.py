@@ -9,6 +9,7 @@ import socket
 import stat
 import subprocess
 import sys
+import threading
 import time
 import types
 
@@ -1141,3 +1142,96 @@ def test_the_devices_facts_are_read_at_the_first_attach_only(monkeypatch):
         hello = agent._Agent._hello(None, {})
         assert hello.gpu is None and hello.gpu_unavailable == "no CUDA device 2"
     assert calls == [0, 1, 2, 2]
+
+
+def test_attach_passes_the_agent_tick_and_rejects_a_bad_one():
+    from decodemon.monitor.cli import _attach_settings, build_parser
+
+    assert _attach_settings(build_parser().parse_args(["attach", "1"])).agent_tick_s == 0.25 == wire.Attach().agent_tick_s
+    a = build_parser().parse_args(["attach", "1", "--agent-tick", "0.05"])
+    assert wire.decode_control(wire.encode(_attach_settings(a))).agent_tick_s == 0.05
+    from decodemon.monitor.cli import UsageError
+
+    with pytest.raises(UsageError, match="--agent-tick must be in"):
+        build_parser().parse_args(["attach", "1", "--agent-tick", "0"])
+
+
+class _Events:
+    """An agent event log that keeps what the loop adds (its `send`s, one per wake-up that had something)."""
+
+    def __init__(self):
+        self.seen = []
+
+    def add(self, what, *vals):
+        self.seen.append((time.monotonic(), what))
+
+    def add_at(self, t_ns, what, *vals):
+        self.seen.append((time.monotonic(), what))
+
+
+def _run_loop_with_a_chatty_sidecar(tick: float, seconds: float = 1.6):
+    """The agent loop (no tracer, no PM) with a fake NVML sidecar writing a frame every 20 ms and a decode thread
+    marking a token every 10 ms: (times of the loop's sends, frames the monitor got, frames the sidecar wrote)."""
+    class Side:  # what _loop_inner reads of a sidecar: its stdout
+        def __init__(self, fd):
+            self.stdout = os.fdopen(fd, "rb", buffering=0)
+
+    r, w = os.pipe()
+    side = Side(r)
+    s = agent._Session(wire.Attach(agent_tick_s=tick, trace=False, pm=False), None)
+    mine, theirs = socket.socketpair()
+    got = bytearray()
+
+    def drain():
+        while True:
+            try:
+                b = theirs.recv(1 << 16)
+            except OSError:
+                return
+            if not b:
+                return
+            got.extend(b)
+
+    threading.Thread(target=drain, daemon=True).start()
+    ev = _Events()
+    ag = object.__new__(agent._Agent)
+    result = []
+    loop = threading.Thread(target=lambda: result.append(
+        ag._loop_inner(mine, wire.StreamReader(max_frame=1 << 20), s, side, {}, ev)))
+    loop.start()
+    one = wire.Column.of([1.0])
+    frame = wire.pack(wire.NvmlSamples(t_unix_ns=wire.Column.of([1]), sm_clock_mhz=one, mem_clock_mhz=one,
+                                       power_w=one, mem_used_bytes=one, gpu_util_pct=one))
+    written = 0
+    t_end = time.monotonic() + seconds
+    while time.monotonic() < t_end:
+        s.on_token(1)
+        if int((t_end - time.monotonic()) * 100) % 2 == 0:
+            os.write(w, frame)
+            written += 1
+        time.sleep(0.01)
+    time.sleep(tick + 0.1)  # the last frames are relayed at the next tick
+    theirs.shutdown(socket.SHUT_WR)
+    mine.shutdown(socket.SHUT_RDWR)
+    loop.join(5)
+    os.close(w)
+    assert result == ["monitor went away"]
+    frames = [wire.decode_frame(x) for x in wire.StreamReader(max_frame=1 << 22).feed(bytes(got))]
+    return [t for t, what in ev.seen if what == "send"], frames, written
+
+
+def test_the_agent_wakes_at_its_ticks_not_at_every_sidecar_frame():
+    """Every wake-up of the agent thread takes the GIL from a decode thread running Python (on the H200 an eager
+    decode thread went from 0 to ~70-90 voluntary switches a second while attached, run 32). At the default tick
+    the loop sends ~4 times a second however often the sidecar writes, and still relays all of its frames and the
+    tokens; at a 50 ms tick (how it woke before) it sends several times as often."""
+    sends, frames, written = _run_loop_with_a_chatty_sidecar(0.25)
+    nvml = [f for f in frames if isinstance(f, wire.NvmlSamples)]
+    marks = sum(len(f.t_ns.array()) for f in frames if isinstance(f, wire.TokenMarks))
+    assert written > 50 and len(nvml) == written  # every sidecar frame relayed, none decoded on the way
+    assert marks > 100
+    span = sends[-1] - sends[0]
+    assert 4 <= len(sends) <= 10 and span > 1.0, sends  # ~4 per second over ~1.7 s, never one per frame
+    fast, frames_fast, written_fast = _run_loop_with_a_chatty_sidecar(0.05)
+    assert len([f for f in frames_fast if isinstance(f, wire.NvmlSamples)]) == written_fast
+    assert len(fast) >= 3 * len(sends), (len(fast), len(sends))
