@@ -239,7 +239,7 @@ def pm_lost(pm) -> str | None:
     if not parts:
         return None
     return "; ".join(parts) + (f" (the agent thread was held up, or sampling every {pm.interval_us} us outruns a "
-                               f"pump every 0.5 s: try a longer --pm-interval-us)")
+                               f"pump every {getattr(pm, 'pump_s', 1.0):g} s: try a longer --pm-interval-us)")
 
 
 class _Session:
@@ -651,7 +651,7 @@ class _Agent:
             from decodemon.probes.pm_inproc import PmSampler
 
             global _pm_armed_before
-            pm = PmSampler(cuda_device_index(), settings.pm_interval_us)
+            pm = PmSampler(cuda_device_index(), settings.pm_interval_us, pump_s=settings.pm_pump_s)
             state["pm"] = f"armed (in process, {settings.pm_interval_us} us interval)"
             if not _pm_armed_before:
                 _pm_armed_before = True
@@ -727,7 +727,7 @@ class _Agent:
         last_window, tokens_at_window = t_start, -10**9  # the first window does not wait for tokens
         shipped = 0  # token marks sent so far: with the ones still queued, the token count (no per-token counter)
         next_stats = t_start + 1.0 - slack
-        next_pm = t_start + 0.5 - slack
+        next_pm = t_start + min(0.5, st.pm_pump_s) - slack  # the first pump half a second in, as before
         window_id = 0
         skipped_seen = windows_seen = 0
         open_after: int | None = None  # token count at which a prepared window is asked for
@@ -818,7 +818,7 @@ class _Agent:
                            int(getattr(pm, "image_s", 0.0) * 1e9), int(getattr(pm, "cpu_s", 0.0) * 1e9))
                 for f in frames or ():
                     out += wire.pack(f)
-                next_pm = now + 0.5 - slack
+                next_pm = now + st.pm_pump_s - slack
             if now >= next_marks:
                 t, d, c = session.marks_t, session.marks_d, session.marks_c
                 session.marks_t, session.marks_d, session.marks_c = [], [], []

@@ -36,19 +36,20 @@ def span_indices(n: int, last_start: int, last_end: int, spans, margin: int = 2)
     return out
 
 
-PUMP_PERIOD_S = 0.5  # how often the agent pumps (probes/agent.py)
+PUMP_PERIOD_S = 1.0  # how often the agent pumps by default (wire.Attach.pm_pump_s, probes/agent.py)
 MAX_SAMPLES = 1024  # the fewest samples one pump's counter-data image holds (250 are made per pump at 2 ms)
 
 
-def max_samples_for(interval_us: int) -> int:
-    """Samples one pump decodes at most: two pump periods' worth at `interval_us`, and at least MAX_SAMPLES.
+def max_samples_for(interval_us: int, pump_s: float = PUMP_PERIOD_S) -> int:
+    """Samples one pump decodes at most: two pump periods (`pump_s`) worth at `interval_us`, and at least
+    MAX_SAMPLES.
 
     A decode that fills the counter-data image loses the rest of the hardware buffer. On the H200
     (scripts/h200_pm_overflow.py, fourteenth session), after a 10 s stall at 2 ms the first pump's 1,024 samples
     ended 7,988 ms before it and the next pump's newest 23 ms before it: ~4,000 samples gone, no overflow
     reported. With a fixed 1,024, every pump at 500 us filled its image, and at 100 us each pump kept the oldest
     ~100 ms of its ~500."""
-    return max(MAX_SAMPLES, math.ceil(2 * PUMP_PERIOD_S * 1e6 / interval_us))
+    return max(MAX_SAMPLES, math.ceil(2 * pump_s * 1e6 / interval_us))
 
 
 def hw_buffer_bytes(interval_us: int) -> int:
@@ -133,7 +134,8 @@ class PmSampler:
     max_samples = MAX_SAMPLES  # this session's (max_samples_for its interval)
     last_stop_reason = None  # the last decode's stop reason (cupti's PmSamplingDecodeStopReason, as an int)
 
-    def __init__(self, device: int, interval_us: int, buffer_bytes: int | None = None) -> None:
+    def __init__(self, device: int, interval_us: int, buffer_bytes: int | None = None,
+                 pump_s: float = PUMP_PERIOD_S) -> None:
         self.armed_ns = time.time_ns()  # the arm's wall time and CPU time end up in arm_ns / arm_cpu_ns
         c0 = time.thread_time_ns()
         from cupti import cupti, pm_sampling  # noqa: PLC0415 - only when a monitor attaches
@@ -160,7 +162,8 @@ class PmSampler:
         # later pumps) right after the window, in the tokens just after the traced one (tenth session,
         # scripts/h200_slow_tokens.py --plan lead). The arm is a one-off at the attach, half a second before any
         # window. The work buffer is written once here too, so its pages are not first touched in a pump.
-        self.max_samples = max_samples_for(interval_us)
+        self.pump_s = pump_s
+        self.max_samples = max_samples_for(interval_us, pump_s)
         self._image_pair(self.max_samples)
         from cupti.utils import metrics_to_c_array  # noqa: PLC0415
 
@@ -206,9 +209,9 @@ class PmSampler:
         each libcupti call; the Python around the calls holds it), and only every `stride`-th
         sample is evaluated; the stride doubles whenever a pump overruns its budget and halves when it
         uses under a quarter of it. The averages the diagnosis reads need only a few samples per second.
-        The GIL is given up after every evaluated sample (`time.sleep(0)`), so a decode
-        thread that wants it back waits one evaluation, not the whole pump (CPython otherwise lets a busy
-        thread keep the GIL for up to its 5 ms switch interval).
+        The GIL is given up inside every libcupti call, so a decode thread that wants it back waits one
+        sample's Python, not the whole pump. (An extra `time.sleep(0)` after each sample gave it up once more per
+        sample; each take-back from a decode thread running Python is one more voluntary switch of that thread.)
         """
         t_dec = time.perf_counter()
         t_pump = time.thread_time()
@@ -251,7 +254,6 @@ class PmSampler:
             rows.append(values.tolist())
             starts.append(info.start_timestamp)
             ends.append(info.end_timestamp)
-            time.sleep(0)
             extra.append(bool(i % self.stride))
             if extra[-1]:
                 t_dense += time.perf_counter() - t_i

@@ -281,6 +281,12 @@ class Attach(msgspec.Struct, frozen=True, tag="attach"):
     # frame (benchmarks/overhead.py, run 32). With a prepare lead the agent wakes every 50 ms at most, to count
     # the lead's tokens.
     agent_tick_s: float = 0.25
+    # seconds between PM pumps (decode and evaluate in the agent thread). A pump's libcupti calls each give up the
+    # GIL and take it back, and every take-back from a decode thread running Python is a voluntary switch of that
+    # thread: on the H200 an eager decode thread switched ~54 times a second in 4 s attaches with PM and ~32
+    # without (--no-pm), at a pump every 0.5 s (scripts/h200_variant_ab.py, fifteenth session). A pump every 1 s
+    # halves them; the counter-data image holds two pump periods' samples (pm_inproc.max_samples_for).
+    pm_pump_s: float = 1.0
 
 
 BUDGET_PERIOD_S = 60.0

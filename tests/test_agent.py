@@ -295,7 +295,7 @@ def test_first_pm_session_of_a_process_carries_its_lasting_effect_note(monkeypat
     import decodemon.probes.pm_inproc as pm
 
     class FakeSampler:
-        def __init__(self, *a):
+        def __init__(self, *a, **k):
             pass
 
     monkeypatch.setattr(pm, "PmSampler", FakeSampler)
@@ -1095,13 +1095,15 @@ def test_pm_sizes_its_buffers_to_the_sampling_interval(monkeypatch):
     assert pm_inproc.hw_buffer_bytes(500) == pm_inproc.hw_buffer_bytes(100) == 256 << 20
     assert pm_inproc.hw_buffer_bytes(10_000) == 32 << 20
     assert pm_inproc.max_samples_for(2000) == 1024 and pm_inproc.max_samples_for(10_000) == 1024
-    assert pm_inproc.max_samples_for(500) == 2000 and pm_inproc.max_samples_for(100) == 10_000
+    assert pm_inproc.max_samples_for(500) == 4000 and pm_inproc.max_samples_for(100) == 20_000  # a pump a second
+    assert pm_inproc.max_samples_for(500, 0.5) == 2000 and pm_inproc.max_samples_for(100, 0.5) == 10_000
     calls, sizes = [], []
     _fake_pm_modules(monkeypatch, calls)
     real = pm_inproc.configure
     monkeypatch.setattr(pm_inproc, "configure", lambda coll, iv, nbytes: (sizes.append(nbytes), real(coll, iv, nbytes)))
     pm = pm_inproc.PmSampler(0, 100)
-    assert sizes == [256 << 20] and pm.max_samples == 10_000 and 10_000 in pm._templates
+    assert sizes == [256 << 20] and pm.max_samples == 20_000 and 20_000 in pm._templates
+    assert pm_inproc.PmSampler(0, 100, pump_s=0.5).max_samples == 10_000
     pm_inproc.PmSampler(0, 2000, buffer_bytes=16 << 20)
     assert sizes[-1] == 16 << 20
 
@@ -1235,3 +1237,23 @@ def test_the_agent_wakes_at_its_ticks_not_at_every_sidecar_frame():
     fast, frames_fast, written_fast = _run_loop_with_a_chatty_sidecar(0.05)
     assert len([f for f in frames_fast if isinstance(f, wire.NvmlSamples)]) == written_fast
     assert len(fast) >= 3 * len(sends), (len(fast), len(sends))
+
+
+def test_attach_passes_the_pm_pump_period_to_the_sampler(monkeypatch):
+    """`--pm-pump S` reaches Attach.pm_pump_s (default 1 s), and the agent's sampler sizes its image by it."""
+    from decodemon.monitor.cli import UsageError, _attach_settings, build_parser
+    from decodemon.probes import pm_inproc
+
+    assert _attach_settings(build_parser().parse_args(["attach", "1"])).pm_pump_s == 1.0 == wire.Attach().pm_pump_s
+    a = _attach_settings(build_parser().parse_args(["attach", "1", "--pm-pump", "0.5", "--pm-interval-us", "500"]))
+    assert wire.decode_control(wire.encode(a)).pm_pump_s == 0.5
+    with pytest.raises(UsageError, match="--pm-pump must be in"):
+        build_parser().parse_args(["attach", "1", "--pm-pump", "0.01"])
+    made = []
+    monkeypatch.setattr(pm_inproc, "PmSampler", lambda dev, iv, pump_s: made.append((iv, pump_s)) or
+                        types.SimpleNamespace(max_samples=pm_inproc.max_samples_for(iv, pump_s)))
+    monkeypatch.setattr(agent, "cuda_device_index", lambda: 0)
+    monkeypatch.setattr(agent, "_pm_armed_before", True)
+    state: dict = {}
+    pm = agent._Agent._arm_pm(a, state)
+    assert made == [(500, 0.5)] and pm.max_samples == 2000 and "armed" in state["pm"]

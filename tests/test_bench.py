@@ -630,7 +630,7 @@ def test_pm_overflow_runs_show_what_sized_the_buffer_and_the_image():
     from decodemon.probes.pm_inproc import hw_buffer_bytes, max_samples_for
 
     assert all(c["buffer_mb"] == hw_buffer_bytes(c["interval_us"]) >> 20 and
-               c["max_samples"] == max_samples_for(c["interval_us"]) for c in sized)
+               c["max_samples"] == max_samples_for(c["interval_us"], 0.5) for c in sized)  # pumps 0.5 s apart
 
 
 def test_the_attach_time_profile_the_docs_quote():
