@@ -341,7 +341,8 @@ def engine_session(mode: str, tag: str, plan: list[str], phase_s: float, work: P
     eng.wait(timeout=60)
     tdata = json.loads(times_file.read_text())
     return {"phases": phases, "attach": attach, "profs": profs, "ends": tdata["end_unix_s"], "ms": tdata["ms"],
-            "ms_iter": tdata.get("ms_iter"), "canary_us": tdata.get("canary_us"), "hosts": hosts}
+            "ms_iter": tdata.get("ms_iter"), "canary_us": tdata.get("canary_us"), "nvcsw": tdata.get("nvcsw"),
+            "hosts": hosts}
 
 
 def host_summary(per: list[dict]) -> dict:
@@ -482,6 +483,63 @@ def time_profile(runs: list[tuple[list[dict], dict]], label: str = "D", bin_s: f
                       **{f"{v}_pct": round(100 * (statistics.median(bins[v][b]) - 1), 2) for v in ("raw", "core")}}
                      for b in sorted(bins["raw"])]}
 
+def switch_profile(phases: list[dict], times: dict, labels: tuple[str, ...] = ("U", "D", "Dlong")) -> dict:
+    """The decode thread's voluntary context switches (the engine's `--cpu-clocks` token log, `nvcsw`) per label,
+    every phase after the process's first attach: switches per second of its tokens (median over the phases),
+    the share of its tokens that had any, and the median token without and with them (ms).
+
+    An eager decode thread never blocks on its own (CUDA's sync spins): unobserved it made 0 a second on the
+    H200. Attached, each switch is a wait, mostly for the GIL the agent thread took back (every wake-up of the
+    agent and every libcupti call of a PM pump gives it up and takes it back), and the tokens that had one are
+    the ones the agent touched. {} where the log has no `nvcsw` (runs before the fourteenth session's last)."""
+    nv, ends, ms = times.get("nvcsw"), times["end_unix_s"], times["ms"]
+    if not nv or len(nv) != len(ms):
+        return {}
+    first = next((i for i, p in enumerate(phases) if p["phase"] != "U"), len(phases))
+    per: dict[str, list] = {}
+    for i, p in enumerate(phases):
+        if p["phase"] not in labels or i <= first:
+            continue
+        idx = [k for k, e in enumerate(ends) if phase_of(e, p["t0_unix_s"], p["t1_unix_s"])]
+        if idx:
+            per.setdefault(p["phase"], []).append(idx)
+    out = {}
+    for label, groups in per.items():
+        idx = [k for g in groups for k in g]
+        quiet = [ms[k] for k in idx if nv[k] == 0]
+        woken = [ms[k] for k in idx if nv[k] > 0]
+        out[label] = {"phases": len(groups),
+                      "per_s": round(statistics.median(1e3 * sum(nv[k] for k in g) / sum(ms[k] for k in g)
+                                                       for g in groups), 1),
+                      "tokens": len(idx), "share_with": round(len(woken) / len(idx), 3),
+                      "median_ms_without": round(statistics.median(quiet), 3) if quiet else None,
+                      "median_ms_with": round(statistics.median(woken), 3) if woken else None}
+    return out
+
+
+def quiet_overhead(phases: list[dict], times: dict, label: str = "D") -> dict:
+    """The median overhead of `label`'s attaches (pair_stats, against the unobserved phases on both sides), raw and
+    at one core speed, over all their tokens and over only the tokens in which the decode thread made no
+    voluntary switch (`nvcsw` 0: the agent thread did not take the GIL from it). What is left in the second is
+    what watching costs a token the agent never touched: other processes, caches, the core. {} without `nvcsw`."""
+    nv, ends = times.get("nvcsw"), times["end_unix_s"]
+    if not nv or len(nv) != len(ends):
+        return {}
+    spans = [(p["phase"], p["t0_unix_s"], p["t1_unix_s"]) for p in phases]
+    out = {}
+    for view, vals in (("raw", times["ms"]), ("core", at_one_core_speed(phases, times))):
+        for name, keep in (("all", None), ("quiet", [x == 0 for x in nv])):
+            xs = [float(v) for v in vals] if keep is None else [float(v) if k else None for v, k in zip(vals, keep)]
+            rows = []
+            for lab, t0, t1 in spans:
+                ms = [x for e, x in zip(ends, xs) if x is not None and phase_of(e, t0, t1)]
+                rows.append({"phase": lab, "median_ms": statistics.median(ms) if ms else None,
+                             "p99_ms": pct(ms, 99) if ms else None, "ms": ms})
+            s = pair_stats(rows, label)
+            out[f"{view}_{name}_pct"] = round(s["overhead_pct_median"], 2)
+    return out
+
+
 def phase_of(e: float, t0: float, t1: float) -> bool:
     return t0 + PHASE_SKIP_S <= e <= t1
 
@@ -534,6 +592,9 @@ def run_mode(mode: str, phase_s: float, pairs: int, work: Path, profiler_phase_s
     out["start_profile"] = time_profile([([{"phase": lab, "t0_unix_s": t0, "t1_unix_s": t1}
                                            for lab, t0, t1 in a["phases"]],
                                           {"end_unix_s": a["ends"], "ms": a["ms"], "canary_us": a.get("canary_us")})])
+    # the decode thread's voluntary switches: the tokens the agent thread touched (switch_profile)
+    out["switches"] = switch_profile([{"phase": lab, "t0_unix_s": t0, "t1_unix_s": t1} for lab, t0, t1 in a["phases"]],
+                                     {"end_unix_s": a["ends"], "ms": a["ms"], "nvcsw": a.get("nvcsw")})
     # the same pairs at one core speed (see core_speed), and whether decodemon's phases ran on a slower core
     core_per = []
     canary = {}
@@ -689,6 +750,20 @@ def after_start_line(r: dict) -> str | None:
             f"±{fmt(st.get('noise_floor_bracketed_pct'), '.2f')}%){at_core}.")
 
 
+def switch_line(r: dict) -> str | None:
+    """switch_profile in words (absent from runs before the fifteenth session)."""
+    sw = r.get("switches") or {}
+    names = {"U": "unobserved", "D": "default attaches", "Dlong": "the long attach"}
+    parts = [f"{names.get(k, k)} {v['per_s']:g}/s, {100 * v['share_with']:.1f}% of tokens"
+             + (f" (median {fmt(v['median_ms_without'], '.2f')} ms without, {fmt(v['median_ms_with'], '.2f')} with)"
+                if v["share_with"] else "")
+             for k, v in sw.items()]
+    if not parts:
+        return None
+    return (f"The decode thread's voluntary context switches, {r['mode']} (after the first attach; each one a wait, "
+            "mostly for the GIL the agent thread took back): " + "; ".join(parts) + ".")
+
+
 def start_profile_line(r: dict) -> str | None:
     """time_profile's bins in words (absent from runs before the fourteenth session's last ones)."""
     bins = (r.get("start_profile") or {}).get("bins")
@@ -790,6 +865,7 @@ def markdown(results: list[dict], env: dict, cmd: str) -> str:
     lines += [x for x in (speed_line(r["mode"], r.get("speeds")) for r in results) if x]
     lines += [x for x in (after_start_line(r) for r in results) if x]
     lines += [x for x in (start_profile_line(r) for r in results) if x]
+    lines += [x for x in (switch_line(r) for r in results) if x]
     lines += core_table(results, names)
     lines += ["", "Token times above are inter-token latency: from one token's arrival on the host (`.item()` "
               "returning) to the next's, so the token clock's hook counts in the token after it. On the engine's "

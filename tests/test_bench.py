@@ -740,3 +740,88 @@ def test_the_benchmark_prints_where_in_an_attach_the_tokens_were_slow():
     assert line.startswith("Where in a default attach") and "eager" in line
     assert "0-0.5 s +2.18%" in line and "0.5-1 s -1.68%" in line
     assert overhead.start_profile_line({"mode": "graph"}) is None
+
+
+def test_switch_profile_counts_the_decode_threads_waits_per_label_after_the_first_attach():
+    """switch_profile: voluntary switches per second of a label's tokens (median over its phases), the share of
+    tokens with any, and the median token without and with; the process's first attach and what precedes it
+    left out, and {} for a log without nvcsw."""
+    phases = [{"phase": "U", "t0_unix_s": 0.0, "t1_unix_s": 1.0}, {"phase": "D", "t0_unix_s": 1.0, "t1_unix_s": 2.0},
+              {"phase": "U", "t0_unix_s": 2.0, "t1_unix_s": 3.0}, {"phase": "D", "t0_unix_s": 3.0, "t1_unix_s": 4.0},
+              {"phase": "U", "t0_unix_s": 4.0, "t1_unix_s": 5.0}]
+    ends = [k / 10 + 0.1 for k in range(50)]  # ten 100 ms tokens a phase
+    nv = [0] * 50
+    for k in (31, 33, 35):  # the second attach's tokens 2, 4 and 6 waited, 2 switches each
+        nv[k] = 2
+    ms = [100.0 + (10.0 if x else 0.0) for x in nv]
+    nv[12] = 5  # in the first attach: left out
+    sw = overhead.switch_profile(phases, {"end_unix_s": ends, "ms": ms, "nvcsw": nv})
+    assert set(sw) == {"U", "D"} and sw["U"]["per_s"] == 0 and sw["U"]["share_with"] == 0
+    d = sw["D"]
+    assert d["phases"] == 1 and d["tokens"] == 10 and d["share_with"] == 0.3
+    assert d["per_s"] == round(1e3 * 6 / (7 * 100 + 3 * 110), 1)
+    assert d["median_ms_without"] == 100.0 and d["median_ms_with"] == 110.0
+    assert overhead.switch_profile(phases, {"end_unix_s": ends, "ms": ms}) == {}
+    line = overhead.switch_line({"mode": "eager", "switches": sw})
+    assert f"default attaches {d['per_s']:g}/s, 30.0% of tokens (median 100.00 ms without, 110.00 with)" in line
+    assert "unobserved 0/s, 0.0% of tokens;" in line and overhead.switch_line({"mode": "graph"}) is None
+    # the tokens without a switch carry none of the waits: the quiet overhead is 0 where all of it is in them
+    q = overhead.quiet_overhead(phases, {"end_unix_s": ends, "ms": ms, "nvcsw": nv}, "D")
+    assert q["raw_quiet_pct"] == 0.0 and q["raw_all_pct"] == 0.0  # 3 of 10 slow: the median does not move
+    slow = set(range(10, 16)) | set(range(30, 36))  # six of each attach's ten tokens waited
+    ms2 = [100.0 + (10.0 if k in slow else 0.0) for k in range(50)]
+    nv2 = [2 if k in slow else 0 for k in range(50)]
+    q2 = overhead.quiet_overhead(phases, {"end_unix_s": ends, "ms": ms2, "nvcsw": nv2}, "D")
+    assert q2["raw_all_pct"] == 10.0 and q2["raw_quiet_pct"] == 0.0
+
+
+def _s15(name: str) -> dict:
+    import json
+
+    return json.loads((Path(__file__).parents[1] / "docs/h200" / f"{name}_2026-11-30.json").read_text())
+
+
+def test_the_fifteenth_sessions_switch_figures_are_the_committed_runs_own():
+    """What docs/benchmarks.md and the closing note quote for the fifteenth session, from the committed H200 files:
+    the decode thread's voluntary switches per second and the share of tokens with one, before the agent's ticks
+    (run 32, the 50 ms wake-ups), after them (run 33), after the 1 s pumps too (run 34); the ticks' A/B (A 0.25 s,
+    B 0.05 s); --no-pm against --no-trace; and the overhead of the tokens without a switch."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("switches", Path(__file__).parents[1] / "scripts/switches.py")
+    sw = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sw)
+    got = {}
+    for run in ("run32", "run33", "run34"):
+        r = _s15(f"overhead_session15_{run}" + ("_eager" if run == "run34" else ""))
+        got[run] = sw.report(r, _s15(f"overhead_session15_{run}_times_eager_dm"))
+    assert [got[r]["switches"]["U"]["per_s"] for r in got] == [0.0, 0.0, 0.0]
+    assert [got[r]["switches"]["D"]["per_s"] for r in got] == [77.6, 73.0, 66.4]
+    assert [got[r]["switches"]["Dlong"]["per_s"] for r in got] == [65.3, 53.1, 45.5]
+    assert [got[r]["switches"]["D"]["share_with"] for r in got] == [0.498, 0.13, 0.139]
+    assert [got[r]["switches"]["Dlong"]["share_with"] for r in got] == [0.538, 0.107, 0.115]
+    assert [got[r]["overhead_D"]["raw_all_pct"] for r in got] == [7.44, -1.03, -0.64]
+    assert [got[r]["overhead_D"]["core_all_pct"] for r in got] == [4.11, 2.69, 2.06]
+    assert [got[r]["overhead_D"]["raw_quiet_pct"] for r in got] == [2.19, -1.22, -1.1]
+    assert [got[r]["overhead_D"]["core_quiet_pct"] for r in got] == [2.84, 2.35, 1.71]
+    ab = {}
+    for name in ("screen", "tick005", "nopm_notrace"):
+        ab[name] = sw.report(_s15(f"variant_ab_{name}_session15"), _s15(f"variant_ab_{name}_session15_times"),
+                             labels=("U", "A", "B"))
+    t = ab["tick005"]
+    assert (t["switches"]["A"]["per_s"], t["switches"]["B"]["per_s"]) == (75.8, 100.2)
+    assert (t["switches"]["A"]["share_with"], t["switches"]["B"]["share_with"]) == (0.124, 0.419)
+    assert (t["overhead_A"]["core_all_pct"], t["overhead_B"]["core_all_pct"]) == (-0.01, 2.39)
+    assert (t["overhead_A"]["raw_all_pct"], t["overhead_B"]["raw_all_pct"]) == (-2.22, 0.04)
+    n = ab["nopm_notrace"]  # A --no-pm, B --no-trace
+    assert (n["switches"]["A"]["per_s"], n["switches"]["B"]["per_s"]) == (32.8, 56.6)
+    s = ab["screen"]  # A --json, B the live screen (both before the ticks)
+    assert (s["overhead_A"]["core_all_pct"], s["overhead_B"]["core_all_pct"]) == (-0.38, 2.48)
+    assert (s["overhead_A"]["raw_all_pct"], s["overhead_B"]["raw_all_pct"]) == (-3.67, -1.93)
+    assert (s["switches"]["A"]["share_with"], s["switches"]["B"]["share_with"]) == (0.435, 0.356)
+    v = _s15("variant_ab_pump05_session15")  # A a pump a second, B every 0.5 s (its token log did not come back)
+    assert v["b_args"] == ["--pm-pump", "0.5"]
+    core = v["one_core_speed"]
+    assert (round(core["A"]["overhead_pct_median"], 2), round(core["B"]["overhead_pct_median"], 2)) == (1.7, 1.82)
+    assert (core["A"]["pooled"]["p99_ratio"], core["B"]["pooled"]["p99_ratio"]) == (0.984, 1.206)
+    assert (core["A"]["pooled"]["over_1.1x_u_p99"], core["B"]["pooled"]["over_1.1x_u_p99"]) == (4, 26)
