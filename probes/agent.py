@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import select
 import selectors
 import socket
 import struct
@@ -89,12 +90,20 @@ def _guard_after(window_saw_graph_kernels: bool) -> bool:
     return _graph_kernels_seen
 
 
+# Every system call the agent thread makes gives up the GIL and takes it back, and a take-back from a decode thread
+# running Python makes that thread wait: one voluntary switch (on a CPU, a thread looping in Python while the agent
+# ticked at 0.25 s made ~21 a second with the old send's four calls, see tests/test_agent.py). So a tick makes as
+# few calls as it can: one read of the sidecar's pipe, one send on a socket left non-blocking.
+_READ_MAX = 1 << 20
+
+
 def _read_available(fd: int) -> bytes | None:
-    """What a non-blocking pipe holds now (b"" if nothing), or None once its writer has closed it."""
+    """What a non-blocking pipe holds now (b"" if nothing), or None once its writer has closed it. One read unless
+    the pipe held more than _READ_MAX."""
     chunks = []
     while True:
         try:
-            chunk = os.read(fd, 1 << 20)
+            chunk = os.read(fd, _READ_MAX)
         except BlockingIOError:
             return b"".join(chunks)
         except OSError:
@@ -102,6 +111,34 @@ def _read_available(fd: int) -> bytes | None:
         if not chunk:
             return b"".join(chunks) if chunks else None
         chunks.append(chunk)
+        if len(chunk) < _READ_MAX:
+            return b"".join(chunks)
+
+
+def _send_all(conn: socket.socket, data, timeout_s: float) -> bool:
+    """Send `data` on the non-blocking `conn`: one send() when the socket has room (the usual case: no switch to
+    blocking mode and back, each of which is a call of its own), else wait for room, `timeout_s` in all. False
+    if the peer went away or never made room."""
+    view = memoryview(data)
+    deadline = None
+    while view:
+        try:
+            n = conn.send(view)
+        except BlockingIOError:
+            n = 0
+        except OSError:  # BrokenPipeError, ConnectionResetError, ...
+            return False
+        view = view[n:]
+        if view:
+            now = time.monotonic()
+            deadline = deadline or now + timeout_s
+            if now >= deadline:
+                return False
+            try:
+                select.select([], [conn], [], deadline - now)
+            except (OSError, ValueError):
+                return False
+    return True
 
 
 def _ensure_dir(d: Path) -> None:
@@ -863,14 +900,8 @@ class _Agent:
             if out:
                 if ev is not None:
                     ev.add("send", len(out))
-                conn.setblocking(True)
-                conn.settimeout(2.0)
-                try:
-                    conn.sendall(out)
-                except (BrokenPipeError, ConnectionResetError, socket.timeout):
+                if not _send_all(conn, out, 2.0):
                     return "monitor went away"
-                finally:
-                    conn.setblocking(False)
                 out.clear()
 
 

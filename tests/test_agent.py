@@ -1257,3 +1257,77 @@ def test_attach_passes_the_pm_pump_period_to_the_sampler(monkeypatch):
     state: dict = {}
     pm = agent._Agent._arm_pm(a, state)
     assert made == [(500, 0.5)] and pm.max_samples == 2000 and "armed" in state["pm"]
+
+
+def _decode_thread_switches(tick: float, seconds: float = 2.0) -> float:
+    """Voluntary switches per second of this thread, looping in Python (holding the GIL, as an eager decode thread
+    does) and marking a token every ~1 ms, while the agent loop (no tracer, PM or sidecar) runs at `tick`."""
+    import resource
+
+    s = agent._Session(wire.Attach(agent_tick_s=tick, trace=False, pm=False), None)
+    mine, theirs = socket.socketpair()
+
+    def drain():
+        while True:
+            try:
+                if not theirs.recv(1 << 16):
+                    return
+            except OSError:
+                return
+
+    threading.Thread(target=drain, daemon=True).start()
+    ag = object.__new__(agent._Agent)
+    loop = threading.Thread(target=lambda: ag._loop_inner(mine, wire.StreamReader(max_frame=1 << 20), s, None, {},
+                                                          None))
+    loop.start()
+    time.sleep(0.05)
+    r0 = resource.getrusage(resource.RUSAGE_THREAD)
+    t_end = time.monotonic() + seconds
+    while time.monotonic() < t_end:
+        x = 0
+        for j in range(20000):
+            x += j
+        s.on_token(1)
+    r1 = resource.getrusage(resource.RUSAGE_THREAD)
+    theirs.shutdown(socket.SHUT_RDWR)
+    loop.join(5)
+    return (r1.ru_nvcsw - r0.ru_nvcsw) / seconds
+
+
+@pytest.mark.skipif(not hasattr(__import__("resource"), "RUSAGE_THREAD"), reason="needs RUSAGE_THREAD (Linux)")
+def test_a_decode_thread_running_python_waits_less_for_the_gil_at_the_agents_default_tick():
+    """The mechanism behind the ticks, on this CPU: every agent wake-up and every system call it makes takes the
+    GIL back from a thread running Python, and that thread then waits (a voluntary switch; an eager decode thread
+    on the H200 made 0 a second unobserved). At 0.25 s ticks with one send per tick it waited ~14-19 times a
+    second here, at 50 ms ticks ~43 (and ~58 with the old send's four calls)."""
+    slow, fast = _decode_thread_switches(0.25), _decode_thread_switches(0.05)
+    assert slow < 0.6 * fast and slow < 40, (slow, fast)
+
+
+def test_send_all_sends_in_one_call_when_there_is_room_waits_when_not_and_gives_up():
+    """_send_all on a non-blocking socket: everything arrives though the socket fills many times over (a slow
+    monitor); False when the monitor never reads within the timeout, or has gone."""
+    mine, theirs = socket.socketpair()
+    mine.setblocking(False)
+    data = bytes(range(256)) * (4 << 12)  # 4 MB, far more than a socket buffer
+    got = bytearray()
+
+    def slow_reader():
+        while len(got) < len(data):
+            time.sleep(0.001)
+            b = theirs.recv(1 << 16)
+            if not b:
+                return
+            got.extend(b)
+
+    t = threading.Thread(target=slow_reader)
+    t.start()
+    assert agent._send_all(mine, data, 10.0)
+    t.join(10)
+    assert bytes(got) == data
+    t0 = time.monotonic()
+    assert not agent._send_all(mine, data, 0.2)  # nobody reads now: the buffer fills and stays full
+    assert 0.15 < time.monotonic() - t0 < 2.0
+    theirs.close()
+    assert not agent._send_all(mine, b"x" * 100, 1.0)  # the monitor has gone: at once, not after the timeout
+    mine.close()
