@@ -923,7 +923,14 @@ def markdown(results: list[dict], env: dict, cmd: str) -> str:
               "start to its first frame 0.13-0.19 s instead of 0.33-0.56 s); PM's hardware buffer is sized to the "
               "interval (64 MB at 2 ms: set_config 115-131 ms instead of ~220 at 256 MB) and each pump's "
               "counter-data image to two pump periods' samples (a full image drops the rest of the buffer, "
-              "scripts/h200_pm_overflow.py); the device's facts are read at a process's first attach only.", ""]
+              "scripts/h200_pm_overflow.py); the device's facts are read at a process's first attach only.",
+              "- The agent thread's wake-ups, cut (fifteenth session): each one takes the GIL back from the decode "
+              "thread, which then waits (a voluntary switch: 0 a second unobserved). It woke every 50 ms and at "
+              "every NVML frame; since run 33 it wakes at 0.25 s ticks (`--agent-tick`), reads the sidecar's frames "
+              "there, and a closed window wakes it at once: the share of eager tokens with a switch fell from ~50% "
+              "to ~13% (scripts/switches.py; A/B against 50 ms ticks: -0.01% against +2.39% at one core speed, "
+              "twelve pairs). Since run 34 PM is pumped every 1 s, not 0.5 (`--pm-pump`), with one GIL hand-back "
+              "fewer per evaluated sample; after run 34, one send per tick on a socket left non-blocking.", ""]
     return "\n".join(lines)
 
 

@@ -381,13 +381,13 @@ def test_an_engine_session_can_pin_the_engine_and_one_labels_monitor(tmp_path, m
 
 
 def test_the_docs_generated_table_is_the_latest_h200_runs_own_output():
-    """docs/benchmarks.md's generated block holds run 29's rows exactly as the H200 run printed them (its log), and
-    the block was rendered from that run's overhead.json (device, driver and date lines). Run 29 is the fourteenth
-    session's one run on a fast lease; runs 30 and 31 are quoted beside it."""
+    """docs/benchmarks.md's generated block holds run 33's rows exactly as the H200 run printed them (its log), and
+    the block was rendered from that run's overhead.json (device, driver and date lines). Run 33 is the fifteenth
+    session's last run of both modes (the agent's 0.25 s ticks); runs 32 and 34 are quoted beside it."""
     root = Path(__file__).parents[1]
     doc = (root / "docs/benchmarks.md").read_text()
     block = doc.split(overhead.MARK_START, 1)[1].split(overhead.MARK_END, 1)[0]
-    printed = (root / "docs/h200/overhead_session14_run29_2026-11-30.log").read_text()
+    printed = (root / "docs/h200/overhead_session15_run33_2026-11-30.log").read_text()
     rows = [ln for ln in printed.splitlines() if ln.startswith(("| eager |", "| graph |"))]
     assert len(rows) >= 12 and all(row in block for row in rows)
     assert "driver 580.159.04" in block and "date 2026-11-30" in block
@@ -825,3 +825,30 @@ def test_the_fifteenth_sessions_switch_figures_are_the_committed_runs_own():
     assert (round(core["A"]["overhead_pct_median"], 2), round(core["B"]["overhead_pct_median"], 2)) == (1.7, 1.82)
     assert (core["A"]["pooled"]["p99_ratio"], core["B"]["pooled"]["p99_ratio"]) == (0.984, 1.206)
     assert (core["A"]["pooled"]["over_1.1x_u_p99"], core["B"]["pooled"]["over_1.1x_u_p99"]) == (4, 26)
+
+
+def test_the_fifteenth_sessions_run_table_is_the_committed_runs_own():
+    """docs/benchmarks.md's table of runs 32-34, from their committed overhead.json files: medians, floors and
+    p99 ratios, raw and at one core speed, torch.profiler beside them, and the accuracy figures."""
+    got = {}
+    for run in ("run32", "run33", "run34_eager"):
+        d = _s15(f"overhead_session15_{run}")
+        got[run] = {r["mode"]: r for r in d["results"]}
+    r2 = lambda x: round(x, 2)  # noqa: E731
+    eager = [got[r]["eager"] for r in got]
+    assert [r2(e["D"]["overhead_pct_median"]) for e in eager] == [7.44, -1.03, -0.64]
+    assert [r2(e["D"]["noise_floor_bracketed_pct"]) for e in eager] == [11.52, 3.49, 3.93]
+    assert [r2(e["D"]["overhead_pct_median_after_first"]) for e in eager] == [7.81, -1.21, -0.11]
+    assert [r2(e["core"]["D"]["overhead_pct_median"]) for e in eager] == [4.11, 2.69, 2.06]
+    assert [r2(e["core"]["D"]["noise_floor_bracketed_pct"]) for e in eager] == [3.86, 1.54, 1.79]
+    assert [round(e["D"]["p99_ratio_median"], 3) for e in eager] == [1.004, 1.047, 1.11]
+    assert [r2(e["P"]["overhead_pct_median"]) for e in eager] == [17.32, 56.9, 60.43]
+    assert [e["speeds"]["u_slow"] for e in eager] == [[7, 16], [1, 16], [1, 12]]
+    assert [e["accuracy"]["decodemon_launches_per_token"] for e in eager] == [1863.0] * 3
+    # as the run printed them, to one decimal: run 34's profiler saw 1,863.02 kernels per token
+    assert [round(e["accuracy"]["profiler_kernels_per_token"], 1) for e in eager] == [1863.0] * 3
+    graph = [got[r]["graph"] for r in ("run32", "run33")]
+    assert [r2(g["D"]["overhead_pct_median"]) for g in graph] == [-0.03, -0.14]
+    assert [r2(g["D"]["noise_floor_bracketed_pct"]) for g in graph] == [0.16, 0.19]
+    assert [round(g["D"]["p99_ratio_median"], 3) for g in graph] == [1.015, 1.014]
+    assert [r2(g["P"]["overhead_pct_median"]) for g in graph] == [35.73, 37.69]
