@@ -798,6 +798,31 @@ def test_graphed_windows_start_cupti_in_open_not_on_the_agent_thread(monkeypatch
     assert s.prepare_window() > 0 and tr.prepared
 
 
+def _run_agent_loop(s, sidecar=None, ev=None, name: str | None = None):
+    """The agent loop of session `s` in a thread of its own, talking to a monitor socket whose bytes are drained
+    into `got`: (loop thread, result list, got, the monitor's end of the socket)."""
+    mine, theirs = socket.socketpair()
+    got = bytearray()
+
+    def drain():
+        while True:
+            try:
+                b = theirs.recv(1 << 16)
+            except OSError:
+                return
+            if not b:
+                return
+            got.extend(b)
+
+    threading.Thread(target=drain, daemon=True).start()
+    ag = object.__new__(agent._Agent)
+    result: list = []
+    loop = threading.Thread(name=name, target=lambda: result.append(
+        ag._loop_inner(mine, wire.StreamReader(max_frame=1 << 20), s, sidecar, {}, ev)))
+    loop.start()
+    return loop, result, got, theirs
+
+
 @pytest.mark.parametrize("lead", [0, 3])
 def test_the_agent_loop_starts_cupti_where_the_prepare_lead_says(monkeypatch, lead):
     """The agent thread's own loop, driven by a decode thread's token marks. By default (lead 0) the window's
@@ -826,25 +851,7 @@ def test_the_agent_loop_starts_cupti_where_the_prepare_lead_says(monkeypatch, le
     tr._c = Counting()
     st = wire.Attach(window_period_s=0.2, window_tokens=1, window_min_tokens=0, prepare_lead_tokens=lead)
     s = agent._Session(st, tr)
-    mine, theirs = socket.socketpair()
-    got = bytearray()
-
-    def drain():
-        while True:
-            try:
-                b = theirs.recv(1 << 16)
-            except OSError:
-                return
-            if not b:
-                return
-            got.extend(b)
-
-    threading.Thread(target=drain, daemon=True).start()
-    ag = object.__new__(agent._Agent)
-    result = []
-    loop = threading.Thread(name="decodemon-session", target=lambda: result.append(
-        ag._loop_inner(mine, wire.StreamReader(max_frame=1 << 20), s, None, {}, None)))
-    loop.start()
+    loop, result, got, theirs = _run_agent_loop(s, name="decodemon-session")
     t_end = time.monotonic() + 10
     while time.monotonic() < t_end and not s.window_ready.is_set() and not any(c[0] == "finalize" for c in calls):
         s.on_token(1)  # this thread is the decode thread
@@ -1181,26 +1188,8 @@ def _run_loop_with_a_chatty_sidecar(tick: float, seconds: float = 1.6):
     r, w = os.pipe()
     side = Side(r)
     s = agent._Session(wire.Attach(agent_tick_s=tick, trace=False, pm=False), None)
-    mine, theirs = socket.socketpair()
-    got = bytearray()
-
-    def drain():
-        while True:
-            try:
-                b = theirs.recv(1 << 16)
-            except OSError:
-                return
-            if not b:
-                return
-            got.extend(b)
-
-    threading.Thread(target=drain, daemon=True).start()
     ev = _Events()
-    ag = object.__new__(agent._Agent)
-    result = []
-    loop = threading.Thread(target=lambda: result.append(
-        ag._loop_inner(mine, wire.StreamReader(max_frame=1 << 20), s, side, {}, ev)))
-    loop.start()
+    loop, result, got, theirs = _run_agent_loop(s, side, ev)
     one = wire.Column.of([1.0])
     frame = wire.pack(wire.NvmlSamples(t_unix_ns=wire.Column.of([1]), sm_clock_mhz=one, mem_clock_mhz=one,
                                        power_w=one, mem_used_bytes=one, gpu_util_pct=one))
@@ -1213,8 +1202,7 @@ def _run_loop_with_a_chatty_sidecar(tick: float, seconds: float = 1.6):
             written += 1
         time.sleep(0.01)
     time.sleep(tick + 0.1)  # the last frames are relayed at the next tick
-    theirs.shutdown(socket.SHUT_WR)
-    mine.shutdown(socket.SHUT_RDWR)
+    theirs.shutdown(socket.SHUT_RDWR)
     loop.join(5)
     os.close(w)
     assert result == ["monitor went away"]
@@ -1265,21 +1253,7 @@ def _decode_thread_switches(tick: float, seconds: float = 2.0) -> float:
     import resource
 
     s = agent._Session(wire.Attach(agent_tick_s=tick, trace=False, pm=False), None)
-    mine, theirs = socket.socketpair()
-
-    def drain():
-        while True:
-            try:
-                if not theirs.recv(1 << 16):
-                    return
-            except OSError:
-                return
-
-    threading.Thread(target=drain, daemon=True).start()
-    ag = object.__new__(agent._Agent)
-    loop = threading.Thread(target=lambda: ag._loop_inner(mine, wire.StreamReader(max_frame=1 << 20), s, None, {},
-                                                          None))
-    loop.start()
+    loop, _, _, theirs = _run_agent_loop(s)
     time.sleep(0.05)
     r0 = resource.getrusage(resource.RUSAGE_THREAD)
     t_end = time.monotonic() + seconds
