@@ -342,6 +342,7 @@ def engine_session(mode: str, tag: str, plan: list[str], phase_s: float, work: P
     tdata = json.loads(times_file.read_text())
     return {"phases": phases, "attach": attach, "profs": profs, "ends": tdata["end_unix_s"], "ms": tdata["ms"],
             "ms_iter": tdata.get("ms_iter"), "canary_us": tdata.get("canary_us"), "nvcsw": tdata.get("nvcsw"),
+            "canary_c_us": tdata.get("canary_c_us"),
             "hosts": hosts}
 
 
@@ -611,8 +612,12 @@ def run_mode(mode: str, phase_s: float, pairs: int, work: Path, profiler_phase_s
             core_after_start = pair_stats(phase_rows(after_start, ends, cs["ms"]), "D")
             for kind in ("U", "D"):
                 sel = [i for i, w in enumerate(where) if w == kind]
+                cc = sess.get("canary_c_us")
                 canary[kind] = {"median_us": round(float(np.median([sess["canary_us"][i] for i in sel])), 2)
                                 if sel else None,
+                                # the C canary (no bytecode): since the fifteenth session's last commits
+                                "c_median_us": round(float(np.median([cc[i] for i in sel])), 3)
+                                if sel and cc and len(cc) == len(sess["ms"]) else None,
                                 "slow_core_share": round(sum(cs["slow"][i] for i in sel) / len(sel), 3) if sel else None}
             canary["ref_us"] = round(cs["ref_us"], 2)
     if core_per and core_per[0] is not None:
@@ -732,7 +737,20 @@ def core_table(results: list[dict], names: dict) -> list[str]:
     lines.append("")
     lines += [f"Long attach at one core speed, {r['mode']}: p99 ratio {fmt(r['core'].get('long_p99_ratio'))}."
               for r in rows]
+    lines += [x for x in (c_canary_line(r) for r in rows) if x]
     return lines
+
+
+def c_canary_line(r: dict) -> str | None:
+    """The C canary beside the Python one (absent from runs before the fifteenth session's last commits)."""
+    cn = (r.get("core") or {}).get("canary") or {}
+    u, d = cn.get("U") or {}, cn.get("D") or {}
+    if u.get("c_median_us") is None or d.get("c_median_us") is None:
+        return None
+    return (f"Canaries, {r['mode']} (median, unobserved vs default attaches): Python {fmt(u.get('median_us'), '.1f')} "
+            f"vs {fmt(d.get('median_us'), '.1f')} µs; C (zlib.crc32 of 4 KB, 16 times, the GIL held) "
+            f"{fmt(u['c_median_us'], '.2f')} vs {fmt(d['c_median_us'], '.2f')} µs. A Python canary faster while "
+            "attached and a C one not would say the one core speed view scales by the interpreter, not the core.")
 
 
 def after_start_line(r: dict) -> str | None:

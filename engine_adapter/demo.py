@@ -135,7 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="with --times-file: also write, per token, the decode thread's CPU ms, the whole process's "
                          "CPU ms, the decode thread's run-queue wait ms (/proc/thread-self/schedstat), its minor "
                          "page faults and voluntary and involuntary context switches (getrusage) and a ~30 us "
-                         "canary of fixed pure Python timed on the decode thread (the core's speed)")
+                         "canary of fixed pure Python timed on the decode thread (the core's speed), and a canary of "
+                         "fixed C (zlib.crc32 of 4 KB, 16 times, the GIL held: the core without the interpreter)")
     ap.add_argument("--profiler-dir", help="SIGUSR1 toggles torch.profiler; each stop writes its kernel counts here")
     ap.add_argument("--log-every", type=float, default=0.0,
                     help="every S seconds print a JSON line with the median ms/token since the last line")
@@ -242,12 +243,18 @@ def main(argv=None) -> int:
     # token waited on the kernel's memory work (minor faults, e.g. pages being migrated or compacted) or was
     # switched out (involuntary switches) while its CPU time still ran.
     clocks: dict[str, list[float]] = {"thread_cpu_ms": [], "process_cpu_ms": [], "runq_wait_ms": [],
-                                      "minflt": [], "nvcsw": [], "nivcsw": [], "canary_us": []}
+                                      "minflt": [], "nvcsw": [], "nivcsw": [], "canary_us": [], "canary_c_us": []}
     deltas = list(clocks)[:6]  # read_clocks()' first six, kept as per-token differences
     want_clocks = bool(a.cpu_clocks and a.times_file)
     import resource
 
+    import zlib
+
     who = getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF)
+    # the C canary's buffer: under zlib's 5 KB, so crc32 keeps the GIL (nothing else runs in its time); the
+    # Python canary ran 1-2% faster while decodemon was attached in five of six A/B labels on the H200
+    # (fifteenth session), so the core's speed gets a yardstick that runs no bytecode
+    crc_buf = bytes(range(256)) * 16
 
     def read_clocks() -> tuple[float, ...]:
         try:
@@ -261,8 +268,12 @@ def main(argv=None) -> int:
         for j in range(1000):
             x += j
         canary = (time.perf_counter_ns() - c0) / 1e3
+        c1 = time.perf_counter_ns()
+        for _ in range(16):
+            zlib.crc32(crc_buf)
+        canary_c = (time.perf_counter_ns() - c1) / 1e3
         return (time.thread_time() * 1e3, time.process_time() * 1e3, wait, ru.ru_minflt, ru.ru_nvcsw, ru.ru_nivcsw,
-                canary)
+                canary, canary_c)
 
     c_prev = read_clocks() if want_clocks else None
     t_prev = t_prev_iter = time.perf_counter()
@@ -294,6 +305,7 @@ def main(argv=None) -> int:
                     for k, x, y in zip(deltas, c_now, c_prev):
                         clocks[k].append(round(x - y, 4))
                     clocks["canary_us"].append(round(c_now[6], 3))
+                    clocks["canary_c_us"].append(round(c_now[7], 3))
                 c_prev = c_now
             if i >= a.warmup:
                 if a.times_file:

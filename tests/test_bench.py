@@ -100,6 +100,8 @@ def test_demo_engine_cpu_clocks_account_for_the_decode_threads_time(tmp_path):
     assert 0.3 * sum(d["ms"]) < sum(d["thread_cpu_ms"]) <= sum(d["process_cpu_ms"]) + 1.0
     assert all(w >= 0 for w in d["runq_wait_ms"])
     assert len(d["canary_us"]) == 40 and all(c > 0 for c in d["canary_us"])
+    # the C canary: 16 crc32s of 4 KB, a few microseconds, timed apart from the Python one
+    assert len(d["canary_c_us"]) == 40 and all(0 < c < 5000 for c in d["canary_c_us"])
     # the decode thread's own faults and switches per token: counts, never negative, and whole numbers
     assert all(len(d[k]) == 40 and all(x >= 0 and x == int(x) for x in d[k]) for k in ("minflt", "nvcsw", "nivcsw"))
 
@@ -852,3 +854,12 @@ def test_the_fifteenth_sessions_run_table_is_the_committed_runs_own():
     assert [r2(g["D"]["noise_floor_bracketed_pct"]) for g in graph] == [0.16, 0.19]
     assert [round(g["D"]["p99_ratio_median"], 3) for g in graph] == [1.015, 1.014]
     assert [r2(g["P"]["overhead_pct_median"]) for g in graph] == [35.73, 37.69]
+
+
+def test_the_c_canary_is_printed_beside_the_python_one_when_the_run_has_it():
+    r = {"mode": "eager", "core": {"canary": {"U": {"median_us": 31.1, "c_median_us": 4.012},
+                                              "D": {"median_us": 30.5, "c_median_us": 4.013}}}}
+    line = overhead.c_canary_line(r)
+    assert "Python 31.1 vs 30.5 µs; C (zlib.crc32 of 4 KB, 16 times, the GIL held) 4.01 vs 4.01 µs" in line
+    r["core"]["canary"]["D"]["c_median_us"] = None  # a run before the C canary
+    assert overhead.c_canary_line(r) is None and overhead.c_canary_line({"mode": "graph"}) is None
