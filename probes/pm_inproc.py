@@ -36,6 +36,12 @@ def span_indices(n: int, last_start: int, last_end: int, spans, margin: int = 2)
     return out
 
 
+# the most regular (strided) samples one pump evaluates, whatever its stride: each takes two libcupti calls, and
+# each call gives the GIL up and takes it back from a decode thread running Python. On the H200 the stride of a
+# 4 s attach stayed at 8-32 (it adapts once per pump from 4), so a pump of 500 samples evaluated up to ~60 (runs
+# 33-34, fifteenth session). 16 a second keep the monitor's rolling averages (80 samples in 5 s); a traced
+# window's samples are evaluated in full beside them.
+MAX_REGULAR_PER_PUMP = 16
 PUMP_PERIOD_S = 1.0  # how often the agent pumps by default (wire.Attach.pm_pump_s, probes/agent.py)
 MAX_SAMPLES = 1024  # the fewest samples one pump's counter-data image holds (250 are made per pump at 2 ms)
 
@@ -208,7 +214,8 @@ class PmSampler:
         every sample). Here one host and one set of call parameters are kept (cupti-python releases the GIL inside
         each libcupti call; the Python around the calls holds it), and only every `stride`-th
         sample is evaluated; the stride doubles whenever a pump overruns its budget and halves when it
-        uses under a quarter of it. The averages the diagnosis reads need only a few samples per second.
+        uses under a quarter of it; and never more than MAX_REGULAR_PER_PUMP regular samples in one pump. The
+        averages the diagnosis reads need only a few samples per second.
         The GIL is given up inside every libcupti call, so a decode thread that wants it back waits one
         sample's Python, not the whole pump. (An extra `time.sleep(0)` after each sample gave it up once more per
         sample; each take-back from a decode thread running Python is one more voluntary switch of that thread.)
@@ -245,7 +252,8 @@ class PmSampler:
             self._call("pm_sampling_counter_data_get_sample_info", info)
             dense = span_indices(n, info.start_timestamp, info.end_timestamp, dense_spans)
         t_dense = 0.0
-        for i in sorted(set(range(0, n, self.stride)) | dense):
+        step = max(self.stride, math.ceil(n / MAX_REGULAR_PER_PUMP))  # the pump's stride, capped in samples
+        for i in sorted(set(range(0, n, step)) | dense):
             t_i = time.perf_counter()
             info.sample_index = i
             self._call("pm_sampling_counter_data_get_sample_info", info)
@@ -254,7 +262,7 @@ class PmSampler:
             rows.append(values.tolist())
             starts.append(info.start_timestamp)
             ends.append(info.end_timestamp)
-            extra.append(bool(i % self.stride))
+            extra.append(bool(i % step))
             if extra[-1]:
                 t_dense += time.perf_counter() - t_i
         self.dense_evaluated += sum(extra)

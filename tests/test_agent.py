@@ -1305,3 +1305,24 @@ def test_send_all_sends_in_one_call_when_there_is_room_waits_when_not_and_gives_
     theirs.close()
     assert not agent._send_all(mine, b"x" * 100, 1.0)  # the monitor has gone: at once, not after the timeout
     mine.close()
+
+
+def test_pm_pump_evaluates_at_most_its_cap_of_regular_samples_whatever_the_stride():
+    """A pump of 500 samples at stride 4 (an attach's first) evaluates 16 regular samples, evenly spread, not 125:
+    each is two libcupti calls that take the GIL back from the decode thread. A traced window's samples are all
+    evaluated beside them, and a stride above the cap's still wins."""
+    from decodemon.probes import pm_inproc
+
+    assert pm_inproc.MAX_REGULAR_PER_PUMP == 16
+    pm = _sampler(500)
+    pm.stride = 4
+    starts, ends, rows, extra = pm.samples(1024, budget_s=10.0,
+                                           dense_spans=[(10**9 + 60_000_000, 10**9 + 86_000_000)])
+    regular = sorted(i for i in pm._c.evaluated if i % 32 == 0)
+    assert regular == list(range(0, 500, 32)) and len(regular) == 16  # ceil(500 / 16) = 32
+    assert set(pm._c.evaluated) == set(regular) | set(range(28, 46))
+    assert sum(not e for e in extra) == 16 and sum(extra) == len(set(range(28, 46)) - set(regular))
+    pm2 = _sampler(500)
+    pm2.stride = 64
+    pm2.samples(1024, budget_s=10.0)
+    assert sorted(pm2._c.evaluated) == list(range(0, 500, 64))
