@@ -310,6 +310,11 @@ class _Session:
         self.pm_spans: list[tuple[int, int]] = []
         self.windows_asked = 0  # windows this attach has asked for (Attach.api_every counts them)
 
+    def close_wake(self) -> None:
+        """Close the wake-up socket pair (a wake() after it does nothing)."""
+        for s in (self.wake_r, self._wake_w):
+            s.close()
+
     def wake(self) -> None:
         """Wake the agent thread before its next tick (decode thread; never blocks, never raises)."""
         try:
@@ -669,16 +674,15 @@ class _Agent:
                 session.finish(at_boundary=False)
         if session is not None and session.pm is not None:
             session.pm.close()
+        if session is not None:
+            session.close_wake()
         if sidecar is not None:
             try:
                 sidecar.stdin.close()
                 sidecar.wait(timeout=3)
             except Exception:
                 sidecar.kill()
-        try:
-            conn.sendall(wire.pack(wire.Bye(reason=reason)))
-        except OSError:
-            pass
+        _send_all(conn, wire.pack(wire.Bye(reason=reason)), 1.0)  # the socket may be non-blocking by now
         conn.close()
         self.busy_with = None
 
