@@ -594,8 +594,10 @@ def run_mode(mode: str, phase_s: float, pairs: int, work: Path, profiler_phase_s
                                            for lab, t0, t1 in a["phases"]],
                                           {"end_unix_s": a["ends"], "ms": a["ms"], "canary_us": a.get("canary_us")})])
     # the decode thread's voluntary switches: the tokens the agent thread touched (switch_profile)
-    out["switches"] = switch_profile([{"phase": lab, "t0_unix_s": t0, "t1_unix_s": t1} for lab, t0, t1 in a["phases"]],
-                                     {"end_unix_s": a["ends"], "ms": a["ms"], "nvcsw": a.get("nvcsw")})
+    a_phases = [{"phase": lab, "t0_unix_s": t0, "t1_unix_s": t1} for lab, t0, t1 in a["phases"]]
+    a_times = {"end_unix_s": a["ends"], "ms": a["ms"], "nvcsw": a.get("nvcsw"), "canary_us": a.get("canary_us")}
+    out["switches"] = switch_profile(a_phases, a_times)
+    out["quiet"] = quiet_overhead(a_phases, a_times, "D")  # the tokens the agent never touched
     # the same pairs at one core speed (see core_speed), and whether decodemon's phases ran on a slower core
     core_per = []
     canary = {}
@@ -778,8 +780,12 @@ def switch_line(r: dict) -> str | None:
              for k, v in sw.items()]
     if not parts:
         return None
+    q = r.get("quiet") or {}
+    tail = (f" Default attaches' median overhead over all tokens / over the tokens without a switch: raw "
+            f"{fmt(q.get('raw_all_pct'), '+.2f')}% / {fmt(q.get('raw_quiet_pct'), '+.2f')}%, at one core speed "
+            f"{fmt(q.get('core_all_pct'), '+.2f')}% / {fmt(q.get('core_quiet_pct'), '+.2f')}%." if q else "")
     return (f"The decode thread's voluntary context switches, {r['mode']} (after the first attach; each one a wait, "
-            "mostly for the GIL the agent thread took back): " + "; ".join(parts) + ".")
+            "mostly for the GIL the agent thread took back): " + "; ".join(parts) + "." + tail)
 
 
 def start_profile_line(r: dict) -> str | None:

@@ -767,6 +767,10 @@ def test_switch_profile_counts_the_decode_threads_waits_per_label_after_the_firs
     line = overhead.switch_line({"mode": "eager", "switches": sw})
     assert f"default attaches {d['per_s']:g}/s, 30.0% of tokens (median 100.00 ms without, 110.00 with)" in line
     assert "unobserved 0/s, 0.0% of tokens;" in line and overhead.switch_line({"mode": "graph"}) is None
+    assert "over the tokens without a switch" not in line  # a run without the quiet figures
+    line = overhead.switch_line({"mode": "eager", "switches": sw, "quiet": {"raw_all_pct": 1.0, "raw_quiet_pct": 0.5,
+                                                                            "core_all_pct": 2.0, "core_quiet_pct": 1.5}})
+    assert line.endswith("raw +1.00% / +0.50%, at one core speed +2.00% / +1.50%.")
     # the tokens without a switch carry none of the waits: the quiet overhead is 0 where all of it is in them
     q = overhead.quiet_overhead(phases, {"end_unix_s": ends, "ms": ms, "nvcsw": nv}, "D")
     assert q["raw_quiet_pct"] == 0.0 and q["raw_all_pct"] == 0.0  # 3 of 10 slow: the median does not move
