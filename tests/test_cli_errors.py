@@ -60,6 +60,8 @@ def test_missing_recording_and_directory(tmp_path):
     ["attach", "123", "--json", "--api-every", "-1"], ["attach", "123", "--json", "--api-every", "2.5"],
     ["record", "123"], ["replay"], ["demo", "--speed", "0"], ["bogus-verb"], ["run"],
     ["attach", "123", "--refresh", "0"], ["replay", "x.dmon", "--refresh", "nan"], ["demo", "--refresh", "61"],
+    ["attach", "123", "--json", "--agent-tick", "0"], ["attach", "123", "--json", "--agent-tick", "inf"],
+    ["attach", "123", "--json", "--pm-pump", "-1"], ["attach", "123", "--json", "--pm-pump", "fast"],
 ])
 def test_bad_arguments(args):
     assert_one_line_error(cli(*args))
