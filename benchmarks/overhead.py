@@ -954,7 +954,8 @@ def markdown(results: list[dict], env: dict, cmd: str) -> str:
               "there, and a closed window wakes it at once: the share of eager tokens with a switch fell from ~50% "
               "to ~13% (scripts/switches.py; A/B against 50 ms ticks: -0.01% against +2.39% at one core speed, "
               "twelve pairs). Since run 34 PM is pumped every 1 s, not 0.5 (`--pm-pump`), with one GIL hand-back "
-              "fewer per evaluated sample; after run 34, one send per tick on a socket left non-blocking.", ""]
+              "fewer per evaluated sample; after run 34, one send per tick on a socket left non-blocking and at most 16 "
+              "regular PM samples evaluated per pump (not yet measured on the H200).", ""]
     return "\n".join(lines)
 
 
