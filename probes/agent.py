@@ -91,9 +91,10 @@ def _guard_after(window_saw_graph_kernels: bool) -> bool:
 
 
 # Every system call the agent thread makes gives up the GIL and takes it back, and a take-back from a decode thread
-# running Python makes that thread wait: one voluntary switch (on a CPU, a thread looping in Python while the agent
-# ticked at 0.25 s made ~21 a second with the old send's four calls, see tests/test_agent.py). So a tick makes as
-# few calls as it can: one read of the sidecar's pipe, one send on a socket left non-blocking.
+# running Python makes that thread wait: a voluntary switch. (On the development machine, a thread looping in
+# Python beside the agent loop at 0.25 s ticks made ~21 a second with the old send's four calls and 14-19 with
+# one; the counts depend on the scheduler, so tests/test_agent.py counts the calls instead.) So a tick makes as few
+# calls as it can: one read of the sidecar's pipe, one send on a socket left non-blocking.
 _READ_MAX = 1 << 20
 
 
