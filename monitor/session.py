@@ -277,13 +277,20 @@ class Session:
         tracing_ms = _median(stretch)
         per_window = (probe_ms or 0.0) + tracing_ms
         prep = [m.prepare_ms for m in ms if m.prepare_ms > 0]
+        try:  # the probe's reading of the decode thread's voluntary switches (agent._SwitchCounter), if any
+            waits = float(self.feed.state.get("decode_waits_per_s", "nan"))
+        except ValueError:
+            waits = float("nan")
         return {"probe_ms_per_window": round(probe_ms, 2) if probe_ms is not None else None,
                 "tracing_ms_per_window": round(tracing_ms, 2),
                 "window_every_s": round(every_s, 2) if every_s else None,
                 "cupti_start_off_thread_ms": round(_median(prep), 2) if prep else None,
                 # without the probe's own time (recordings older than probe_host_ns) the bill is incomplete
                 "share_of_loop_pct": (round(100.0 * per_window / (every_s * 1e3), 3)
-                                      if every_s and probe_ms is not None else None)}
+                                      if every_s and probe_ms is not None else None),
+                # not in the share: each is a wait of the decode thread, mostly for the GIL the agent thread took
+                # back (an eager decode thread made 0 a second unobserved on the H200, 45-78 attached)
+                "decode_waits_per_s": round(waits, 1) if waits == waits else None}
 
     def series(self, rx: int, points: int = 60, step_ns: int = 500_000_000) -> dict:
         """Recent history in `step_ns` bins: GPU busy, SM active, DRAM %, ms/token, clocks, power, launches."""
@@ -330,6 +337,8 @@ def observer_parts(o: dict | None) -> list[str]:
         parts[0] += f" (CUPTI start {o['cupti_start_off_thread_ms']:.0f} ms off-thread)"
     if o.get("share_of_loop_pct") is not None:
         parts.append(f", one per {o['window_every_s']:.1f} s = {o['share_of_loop_pct']:.1f}% of the loop")
+    if o.get("decode_waits_per_s") is not None:
+        parts.append(f"; the decode thread blocked {o['decode_waits_per_s']:.0f}×/s (waits for the GIL, its own too)")
     return parts
 
 

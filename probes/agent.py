@@ -142,6 +142,60 @@ def _send_all(conn: socket.socket, data, timeout_s: float) -> bool:
     return True
 
 
+class _SwitchCounter:
+    """The decode thread's voluntary context switches per second, read by the agent at its stats tick.
+
+    An eager decode thread that never blocks on its own (CUDA's sync spins) made 0 a second unobserved on the
+    H200, and 45-78 attached (fifteenth session): each is a wait, mostly for the GIL the agent thread took back.
+    The figure goes to the probe state, so the bill on screen has it. One pread of /proc/self/task/TID/status per
+    reading (a system call is a GIL hand-back too), the file kept open."""
+
+    def __init__(self) -> None:
+        self.fd: int | None = None
+        self.tid: int | None = None
+        self.last: tuple[float, int] | None = None
+
+    @staticmethod
+    def parse(status: bytes) -> int | None:
+        for line in status.splitlines():
+            if line.startswith(b"voluntary_ctxt_switches:"):
+                try:
+                    return int(line.split(b":", 1)[1])
+                except ValueError:
+                    return None
+        return None
+
+    def per_s(self, tid: int | None, now: float) -> float | None:
+        """Switches per second since the last reading of the same thread (None at the first, or unreadable)."""
+        if tid is None:
+            return None
+        if tid != self.tid:
+            self.close()
+            try:
+                self.fd = os.open(f"/proc/self/task/{tid}/status", os.O_RDONLY)
+            except OSError:
+                return None
+            self.tid = tid
+        try:
+            n = self.parse(os.pread(self.fd, 4096, 0))
+        except OSError:
+            n = None
+        if n is None:
+            return None
+        prev, self.last = self.last, (now, n)
+        if prev is None or now <= prev[0]:
+            return None
+        return (n - prev[1]) / (now - prev[0])
+
+    def close(self) -> None:
+        if self.fd is not None:
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
+        self.fd, self.tid, self.last = None, None, None
+
+
 def _ensure_dir(d: Path) -> None:
     d.mkdir(mode=0o700, parents=True, exist_ok=True)
     st = d.stat()
@@ -310,11 +364,14 @@ class _Session:
         # the counters over exactly the traced tokens beside the window's kernel records (an accuracy check)
         self.pm_spans: list[tuple[int, int]] = []
         self.windows_asked = 0  # windows this attach has asked for (Attach.api_every counts them)
+        self.decode_tid: int | None = None  # the decode thread's native id, from its first token mark
+        self.switches = _SwitchCounter()  # its voluntary switches per second, read at the agent's stats tick
 
-    def close_wake(self) -> None:
-        """Close the wake-up socket pair (a wake() after it does nothing)."""
+    def release(self) -> None:
+        """Close the wake-up socket pair (a wake() after it does nothing) and the switch counter's file."""
         for s in (self.wake_r, self._wake_w):
             s.close()
+        self.switches.close()
 
     def wake(self) -> None:
         """Wake the agent thread before its next tick (decode thread; never blocks, never raises)."""
@@ -365,6 +422,8 @@ class _Session:
         if self.pending_detach is not None:  # a stalled earlier session's tracer (see _Closer)
             old, self.pending_detach = self.pending_detach, None
             _detach_tracer(old, self.errors)
+        if self.decode_tid is None:
+            self.decode_tid = threading.get_native_id()  # the thread that marks tokens: the decode thread
         self.marks_t.append(time.perf_counter_ns())
         self.marks_d.append(depth)
         c = self.coll
@@ -676,7 +735,7 @@ class _Agent:
         if session is not None and session.pm is not None:
             session.pm.close()
         if session is not None:
-            session.close_wake()
+            session.release()
         if sidecar is not None:
             try:
                 sidecar.stdin.close()
@@ -878,6 +937,9 @@ class _Agent:
                                                      **extra))
                 next_marks = now + 0.25 - slack
             if now >= next_stats:
+                waits = session.switches.per_s(session.decode_tid, now)
+                if waits is not None:  # the decode thread's voluntary switches a second (_SwitchCounter)
+                    state["decode_waits_per_s"] = f"{waits:.1f}"
                 if session.skipped_windows > skipped_seen:
                     skipped_seen = session.skipped_windows
                     state["trace_paused"] = ("torch.profiler is recording in the target: no window opens while it "

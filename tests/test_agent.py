@@ -1380,5 +1380,44 @@ def test_a_closed_window_wakes_the_agent_and_a_wake_after_the_attach_is_harmless
     assert _select.select([s.wake_r], [], [], 0)[0] == [s.wake_r]
     for _ in range(100_000):  # far more than the socket holds: never blocks
         s.wake()
-    s.close_wake()
+    s.release()
     s.wake()
+
+
+def test_the_switch_counter_reads_a_threads_voluntary_switches_per_second():
+    """_SwitchCounter: /proc/self/task/TID/status's voluntary_ctxt_switches, per second between two readings of the
+    same thread (None at the first, for no thread, or for a thread that is gone); sleeping blocks, so it counts."""
+    sc = agent._SwitchCounter()
+    assert sc.parse(b"Name:\tpython\nvoluntary_ctxt_switches:\t42\nnonvoluntary_ctxt_switches:\t7\n") == 42
+    assert sc.parse(b"Name:\tpython\n") is None
+    tid = threading.get_native_id()
+    assert sc.per_s(None, 1.0) is None and sc.per_s(tid, time.monotonic()) is None  # the first reading
+    for _ in range(20):
+        time.sleep(0.001)
+    rate = sc.per_s(tid, time.monotonic())
+    assert rate is not None and rate >= 20 / 0.5  # 20 sleeps in well under half a second
+    assert sc.per_s(2**31 - 7, time.monotonic()) is None  # no such thread
+    sc.close()
+    assert sc.fd is None
+
+
+def test_the_probe_state_carries_the_decode_threads_waits():
+    """At its stats ticks the agent reads the voluntary switches of the thread that marks tokens and puts them
+    in the probe state (`decode_waits_per_s`), which reaches the monitor's bill; a thread that sleeps between
+    tokens blocks at each, so the figure is there and not small."""
+    s = agent._Session(wire.Attach(trace=False, pm=False), None)
+    loop, result, got, theirs = _run_agent_loop(s)
+    t_end = time.monotonic() + 2.6
+    while time.monotonic() < t_end:
+        s.on_token(1)
+        time.sleep(0.005)  # ~200 tokens a second, each after a voluntary switch
+    time.sleep(0.3)
+    theirs.shutdown(socket.SHUT_RDWR)
+    loop.join(5)
+    stats = [f for f in (wire.decode_frame(x) for x in wire.StreamReader(max_frame=1 << 22).feed(bytes(got)))
+             if isinstance(f, wire.Stats)]
+    waits = [float(f.state["decode_waits_per_s"]) for f in stats if "decode_waits_per_s" in f.state]
+    assert waits and min(waits) > 50, waits
+    assert s.switches.tid == threading.get_native_id()
+    s.release()
+    assert s.switches.fd is None

@@ -291,3 +291,20 @@ def test_before_any_window_traced_the_launch_calls_json_has_none_and_the_gaps_sa
             assert "unsplit" in js["gap_ms_per_token"] and js["graph_launches_per_token"] == 1.0
             return
     raise AssertionError("no kernels-only window in the recording")
+
+
+def test_the_bill_names_the_decode_threads_waits_when_the_probe_reads_them():
+    """The probe's `decode_waits_per_s` reaches observer_cost (and --json) and the bill's words."""
+    from decodemon.monitor.session import Session, observer_parts
+
+    o = {"probe_ms_per_window": 8.2, "tracing_ms_per_window": 20.1, "window_every_s": 4.0, "share_of_loop_pct": 0.7,
+         "decode_waits_per_s": 44.6}
+    assert observer_parts(o)[-1] == "; the decode thread blocked 45×/s (waits for the GIL, its own too)"
+    assert not any("blocked" in p for p in observer_parts({**o, "decode_waits_per_s": None}))
+    sess = Session(label="x")
+    for rx, f in wire.read_recording(REC["eager"]):
+        sess.add(rx, f)
+    snap = sess.snapshot()
+    assert snap.observer["decode_waits_per_s"] is None  # a recording from before the probe read them
+    sess.feed.state["decode_waits_per_s"] = "12.5"
+    assert sess.snapshot().observer["decode_waits_per_s"] == 12.5
