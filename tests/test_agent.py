@@ -798,10 +798,13 @@ def test_graphed_windows_start_cupti_in_open_not_on_the_agent_thread(monkeypatch
     assert s.prepare_window() > 0 and tr.prepared
 
 
-def _run_agent_loop(s, sidecar=None, ev=None, name: str | None = None):
+def _run_agent_loop(s, sidecar=None, ev=None, name: str | None = None, wrap=None):
     """The agent loop of session `s` in a thread of its own, talking to a monitor socket whose bytes are drained
-    into `got`: (loop thread, result list, got, the monitor's end of the socket)."""
+    into `got`: (loop thread, result list, got, the monitor's end of the socket). `wrap(sock)` stands in for the
+    agent's end, if given (and is `wrap.made` after)."""
     mine, theirs = socket.socketpair()
+    if wrap is not None:
+        mine = wrap.made = wrap(mine)
     got = bytearray()
 
     def drain():
@@ -1282,24 +1285,12 @@ def test_a_tick_makes_one_send_on_the_monitor_socket_and_nothing_else(monkeypatc
 
     monkeypatch.setattr(ag_mod.selectors, "DefaultSelector", CountingSelector)
     s = agent._Session(wire.Attach(trace=False, pm=False), None)
-    mine, theirs = socket.socketpair()
-    conn = _CountingConn(mine)
-    got = bytearray()
 
-    def drain():
-        while True:
-            try:
-                b = theirs.recv(1 << 16)
-            except OSError:
-                return
-            if not b:
-                return
-            got.extend(b)
+    def wrap(sock):
+        return _CountingConn(sock)
 
-    threading.Thread(target=drain, daemon=True).start()
-    loop = threading.Thread(target=lambda: object.__new__(agent._Agent)._loop_inner(
-        conn, wire.StreamReader(max_frame=1 << 20), s, None, {}, None))
-    loop.start()
+    loop, _, got, theirs = _run_agent_loop(s, wrap=wrap)
+    conn = wrap.made
     t_end = time.monotonic() + 1.6
     while time.monotonic() < t_end:
         s.on_token(1)
