@@ -527,17 +527,12 @@ def quiet_overhead(phases: list[dict], times: dict, label: str = "D") -> dict:
     if not nv or len(nv) != len(ends):
         return {}
     spans = [(p["phase"], p["t0_unix_s"], p["t1_unix_s"]) for p in phases]
+    quiet = [k for k, x in enumerate(nv) if x == 0]
     out = {}
     for view, vals in (("raw", times["ms"]), ("core", at_one_core_speed(phases, times))):
-        for name, keep in (("all", None), ("quiet", [x == 0 for x in nv])):
-            xs = [float(v) for v in vals] if keep is None else [float(v) if k else None for v, k in zip(vals, keep)]
-            rows = []
-            for lab, t0, t1 in spans:
-                ms = [x for e, x in zip(ends, xs) if x is not None and phase_of(e, t0, t1)]
-                rows.append({"phase": lab, "median_ms": statistics.median(ms) if ms else None,
-                             "p99_ms": pct(ms, 99) if ms else None, "ms": ms})
-            s = pair_stats(rows, label)
-            out[f"{view}_{name}_pct"] = round(s["overhead_pct_median"], 2)
+        for name, idx in (("all", range(len(ends))), ("quiet", quiet)):
+            rows = phase_rows(spans, [ends[k] for k in idx], [float(vals[k]) for k in idx])
+            out[f"{view}_{name}_pct"] = round(pair_stats(rows, label)["overhead_pct_median"], 2)
     return out
 
 
@@ -590,12 +585,10 @@ def run_mode(mode: str, phase_s: float, pairs: int, work: Path, profiler_phase_s
     after_start = after_start_phases(a["phases"])
     out["D_after_start"] = pair_stats(phase_rows(after_start, a["ends"], a["ms"]), "D")
     # where in a default attach the tokens were slow (scripts/attach_start.py --profile on this run's tokens)
-    out["start_profile"] = time_profile([([{"phase": lab, "t0_unix_s": t0, "t1_unix_s": t1}
-                                           for lab, t0, t1 in a["phases"]],
-                                          {"end_unix_s": a["ends"], "ms": a["ms"], "canary_us": a.get("canary_us")})])
-    # the decode thread's voluntary switches: the tokens the agent thread touched (switch_profile)
     a_phases = [{"phase": lab, "t0_unix_s": t0, "t1_unix_s": t1} for lab, t0, t1 in a["phases"]]
     a_times = {"end_unix_s": a["ends"], "ms": a["ms"], "nvcsw": a.get("nvcsw"), "canary_us": a.get("canary_us")}
+    out["start_profile"] = time_profile([(a_phases, a_times)])
+    # the decode thread's voluntary switches: the tokens the agent thread touched (switch_profile)
     out["switches"] = switch_profile(a_phases, a_times)
     out["quiet"] = quiet_overhead(a_phases, a_times, "D")  # the tokens the agent never touched
     # the same pairs at one core speed (see core_speed), and whether decodemon's phases ran on a slower core
