@@ -55,7 +55,7 @@ def _attach_settings(a) -> wire.Attach:
                        first_window_s=getattr(a, "first_window", None),
                        prepare_lead_tokens=getattr(a, "prepare_lead", 0),
                        api_every=getattr(a, "api_every", 4), agent_tick_s=getattr(a, "agent_tick", 0.25),
-                       pm_pump_s=getattr(a, "pm_pump", 1.0))
+                       pm_pump_s=getattr(a, "pm_pump", 1.0), hold_gil=not getattr(a, "release_gil", False))
 
 
 def _add_refresh_opt(p):
@@ -92,6 +92,9 @@ def _add_probe_opts(p):
     p.add_argument("--pm-pump", type=_positive("--pm-pump", 0.1, 10), default=1.0, metavar="S",
                    help="seconds between PM pumps in the agent thread; each pump's libcupti calls take the GIL back "
                         "from the decode thread (default 1; 0.5 until the fifteenth session)")
+    p.add_argument("--release-gil", action="store_true",
+                   help="the agent's short calls give the GIL up, as until the sixteenth session (each take-back "
+                        "makes an eager decode thread wait); for A/B runs")
     p.add_argument("--pm-interval-us", type=_positive("--pm-interval-us", 100, 1_000_000, True), default=2000,
                    help="PM sampling interval in µs (default 2000)")
     p.add_argument("--no-trace", action="store_true", help="no CUPTI activity windows, counters only")

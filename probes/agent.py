@@ -28,7 +28,7 @@ import threading
 import time
 from pathlib import Path
 
-from decodemon.probes import wire
+from decodemon.probes import held, wire
 from decodemon.probes.sidecar import PM_METRICS
 from decodemon.probes.wire import socket_dir, socket_path
 from decodemon.probes.device import Unavailable, cuda_device_index, cupti_version, gpu_info
@@ -94,17 +94,18 @@ def _guard_after(window_saw_graph_kernels: bool) -> bool:
 # running Python makes that thread wait: a voluntary switch. (On the development machine, a thread looping in
 # Python beside the agent loop at 0.25 s ticks made ~21 a second with the old send's four calls and 14-19 with
 # one; the counts depend on the scheduler, so tests/test_agent.py counts the calls instead.) So a tick makes as few
-# calls as it can: one read of the sidecar's pipe, one send on a socket left non-blocking.
+# calls as it can: one read of the sidecar's pipe, one send on a socket left non-blocking; and since the sixteenth
+# session both keep the GIL (held.py), so the tick's only hand-back is its wake-up.
 _READ_MAX = 1 << 20
 
 
 def _read_available(fd: int) -> bytes | None:
     """What a non-blocking pipe holds now (b"" if nothing), or None once its writer has closed it. One read unless
-    the pipe held more than _READ_MAX."""
+    the pipe held more than _READ_MAX, made keeping the GIL (held.py)."""
     chunks = []
     while True:
         try:
-            chunk = os.read(fd, _READ_MAX)
+            chunk = _PIPE_READER.read(fd)
         except BlockingIOError:
             return b"".join(chunks)
         except OSError:
@@ -116,15 +117,18 @@ def _read_available(fd: int) -> bytes | None:
             return b"".join(chunks)
 
 
+_PIPE_READER = held.Reader(_READ_MAX)
+
+
 def _send_all(conn: socket.socket, data, timeout_s: float) -> bool:
     """Send `data` on the non-blocking `conn`: one send() when the socket has room (the usual case: no switch to
-    blocking mode and back, each of which is a call of its own), else wait for room, `timeout_s` in all. False
-    if the peer went away or never made room."""
+    blocking mode and back, each of which is a call of its own), made keeping the GIL (held.py), else wait for
+    room, `timeout_s` in all. False if the peer went away or never made room."""
     view = memoryview(data)
     deadline = None
     while view:
         try:
-            n = conn.send(view)
+            n = held.send(conn, view)
         except BlockingIOError:
             n = 0
         except OSError:  # BrokenPipeError, ConnectionResetError, ...
@@ -148,9 +152,10 @@ class _SwitchCounter:
     An eager decode thread that never blocks on its own (CUDA's sync spins) made 0 a second unobserved on the
     H200, and 45-78 attached (fifteenth session): each is a wait, mostly for the GIL the agent thread took back.
     The figure goes to the probe state, so the bill on screen has it. One pread of /proc/self/task/TID/status per
-    reading (a system call is a GIL hand-back too), the file kept open."""
+    reading, made keeping the GIL (held.py), the file kept open."""
 
     def __init__(self) -> None:
+        self._reader = held.Reader(4096)
         self.fd: int | None = None
         self.tid: int | None = None
         self.last: tuple[float, int] | None = None
@@ -177,7 +182,7 @@ class _SwitchCounter:
                 return None
             self.tid = tid
         try:
-            n = self.parse(os.pread(self.fd, 4096, 0))
+            n = self.parse(self._reader.pread(self.fd, 0))
         except OSError:
             n = None
         if n is None:
@@ -682,6 +687,7 @@ class _Agent:
         hello = self._hello({k: float(getattr(settings, k)) for k in
                              ("window_period_s", "window_tokens", "pm_interval_us", "nvml_hz")})
         conn.sendall(wire.pack(hello))
+        held.ENABLED = settings.hold_gil  # before the loop's first call (an A/B run's attaches set it both ways)
         state: dict[str, str] = {"token_clock": "armed"}
         tracer = pm = None
         if hello.gpu is None:
@@ -779,9 +785,12 @@ class _Agent:
             state["pm_stride"] = str(pm.stride)
             if getattr(pm, "pumps", 0) > 1:
                 state["pm_cpu"] = (f"{1e3 * pm.cpu_later_s / (pm.pumps - 1):.2f} ms of agent CPU per pump outside "
-                                   f"libcupti calls, {1e3 * pm.image_s:.2f} of it copying the counter-data image "
-                                   f"({pm.pumps - 1} pumps; the first, with all the samples since the arm, "
-                                   f"{1e3 * pm.cpu_first_s:.1f} ms)")
+                                   f"GIL-free libcupti calls, {1e3 * pm.image_s:.2f} of it copying the counter-data "
+                                   f"image ({pm.pumps - 1} pumps; the first, with all the samples since the arm, "
+                                   f"{1e3 * pm.cpu_first_s:.1f} ms)"
+                                   + (f"; {len(pm._held)} short calls held the GIL, given up "
+                                      f"{pm.handbacks / pm.pumps:.1f}x per pump between them"
+                                      if pm._held and held.ENABLED else ""))
             lost = pm_lost(pm)
             if lost:
                 state["pm_lost"] = lost

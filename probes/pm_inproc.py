@@ -15,7 +15,17 @@ import time
 
 import numpy as np
 
+from decodemon.probes import held
 from decodemon.probes.sidecar import PM_METRICS
+
+
+# the libcupti calls made keeping the GIL (cupti-python name: C name): each returns in microseconds; decode_data,
+# milliseconds per pump, still lets the GIL go
+HELD_CALLS = {"pm_sampling_counter_data_get_sample_info": "cuptiPmSamplingCounterDataGetSampleInfo",
+              "profiler_host_evaluate_to_gpu_values": "cuptiProfilerHostEvaluateToGpuValues",
+              "pm_sampling_get_counter_data_info": "cuptiPmSamplingGetCounterDataInfo"}
+# the longest run of held calls before the GIL is given up once (a decode thread waiting for it waits that long)
+HELD_SLICE_S = 0.001
 
 
 def span_indices(n: int, last_start: int, last_end: int, spans, margin: int = 2) -> set[int]:
@@ -139,6 +149,8 @@ class PmSampler:
     full_pumps = 0  # pumps that filled the counter-data image before the hardware buffer's end (a backlog left)
     max_samples = MAX_SAMPLES  # this session's (max_samples_for its interval)
     last_stop_reason = None  # the last decode's stop reason (cupti's PmSamplingDecodeStopReason, as an int)
+    _held: dict = {}  # HELD_CALLS found in libcupti (held.cupti_functions), made at the arm
+    handbacks = 0  # the GIL given up between held calls (held.Slicer), all pumps
 
     def __init__(self, device: int, interval_us: int, buffer_bytes: int | None = None,
                  pump_s: float = PUMP_PERIOD_S) -> None:
@@ -174,6 +186,8 @@ class PmSampler:
         from cupti.utils import metrics_to_c_array  # noqa: PLC0415
 
         self._names_keep, self._names_ptr = metrics_to_c_array(list(PM_METRICS))
+        # the short per-sample calls, made keeping the GIL (held.py); the decode itself, milliseconds, lets it go
+        self._held = held.cupti_functions(HELD_CALLS)
         self.stride = 4
         self.dense_evaluated = 0  # samples evaluated for traced windows' spans, beyond the stride
         self.eval_s = 0.0
@@ -192,10 +206,16 @@ class PmSampler:
         self.logged = False  # the agent's event log has this arm
 
     def _call(self, name: str, params) -> None:
-        """One libcupti call (a cupti-python wrapper) on a params struct, its CPU time counted apart.
+        """One libcupti call on a params struct.
 
-        cupti-python's wrappers release the GIL for the C call (tests/test_agent.py checks it against a stub
-        libcupti), so this time is not taken from a decode thread that needs the GIL."""
+        Through cupti-python, whose wrappers release the GIL for the C call (tests/test_agent.py checks it against
+        a stub libcupti): its CPU time is counted apart, as it is not taken from a decode thread that needs the GIL.
+        But each release lets that thread run, and taking the GIL back from it costs it a voluntary switch, so the
+        short calls in HELD_CALLS keep the GIL instead (held.py) and count as the pump's own CPU."""
+        fn = self._held.get(name) if held.ENABLED else None
+        if fn is not None:
+            held.call(fn, name, params.ptr)
+            return
         t0 = time.thread_time()
         getattr(self._c, name)(params.ptr)
         self._free_s += time.thread_time() - t0
@@ -211,14 +231,14 @@ class PmSampler:
 
         The GIL is what the decode thread needs: on the H200 an eager loop ran at 40.9 ms/token instead of ~20
         while every 2 ms sample was evaluated through `Collector.decode()` (a fresh profiler host per call,
-        every sample). Here one host and one set of call parameters are kept (cupti-python releases the GIL inside
-        each libcupti call; the Python around the calls holds it), and only every `stride`-th
+        every sample). Here one host and one set of call parameters are kept, and only every `stride`-th
         sample is evaluated; the stride doubles whenever a pump overruns its budget and halves when it
         uses under a quarter of it; and never more than MAX_REGULAR_PER_PUMP regular samples in one pump. The
         averages the diagnosis reads need only a few samples per second.
-        The GIL is given up inside every libcupti call, so a decode thread that wants it back waits one
-        sample's Python, not the whole pump. (An extra `time.sleep(0)` after each sample gave it up once more per
-        sample; each take-back from a decode thread running Python is one more voluntary switch of that thread.)
+        Each take-back of the GIL from a decode thread running Python is a voluntary switch of that thread, so
+        the per-sample calls keep the GIL (HELD_CALLS, held.py) and it is given up once per HELD_SLICE_S of them,
+        not in every call (until the sixteenth session cupti-python's wrappers gave it up in each: ~2 switches
+        per sample) and not after every sample (an extra `time.sleep(0)`, until the fifteenth).
         """
         t_dec = time.perf_counter()
         t_pump = time.thread_time()
@@ -253,7 +273,9 @@ class PmSampler:
             dense = span_indices(n, info.start_timestamp, info.end_timestamp, dense_spans)
         t_dense = 0.0
         step = max(self.stride, math.ceil(n / MAX_REGULAR_PER_PUMP))  # the pump's stride, capped in samples
+        slicer = held.Slicer(HELD_SLICE_S)
         for i in sorted(set(range(0, n, step)) | dense):
+            slicer.tick()  # the GIL given up once per HELD_SLICE_S of held calls, not at every call
             t_i = time.perf_counter()
             info.sample_index = i
             self._call("pm_sampling_counter_data_get_sample_info", info)
@@ -266,6 +288,7 @@ class PmSampler:
             if extra[-1]:
                 t_dense += time.perf_counter() - t_i
         self.dense_evaluated += sum(extra)
+        self.handbacks += slicer.handbacks
         spent = time.perf_counter() - t0 - t_dense  # the stride follows the regular samples' cost only
         self.eval_s += spent
         if spent > budget_s and self.stride < 256:

@@ -287,6 +287,10 @@ class Attach(msgspec.Struct, frozen=True, tag="attach"):
     # without (--no-pm), at a pump every 0.5 s (scripts/h200_variant_ab.py, fifteenth session). A pump every 1 s
     # halves them; the counter-data image holds two pump periods' samples (pm_inproc.max_samples_for).
     pm_pump_s: float = 1.0
+    # the agent's short calls (a tick's read of the sidecar's pipe and its send, the stats tick's pread, a pump's
+    # per-sample libcupti calls) keep the GIL instead of giving it up and taking it back from the decode thread
+    # (probes/held.py); False makes them as before, for A/B runs (`--release-gil`)
+    hold_gil: bool = True
 
 
 BUDGET_PERIOD_S = 60.0

@@ -1267,13 +1267,17 @@ class _CountingConn:
         return f
 
 
-def test_a_tick_makes_one_send_on_the_monitor_socket_and_nothing_else(monkeypatch):
-    """Each system call of the agent thread gives the GIL up and takes it back from a decode thread running Python,
+@pytest.mark.parametrize("hold", [True, False])
+def test_a_tick_makes_one_send_on_the_monitor_socket_and_nothing_else(monkeypatch, hold):
+    """Each system call of the agent thread that gives the GIL up takes it back from a decode thread running Python,
     which then waits (on the H200 an eager decode thread made 0 voluntary switches a second unobserved, 66-78
-    attached). A tick with something to send makes one send() on the socket, which stays non-blocking; it used to
-    make four calls (blocking mode on, a timeout, sendall, blocking mode off). And the loop's select() wakes
-    about four times a second at the default tick, not twenty."""
+    attached). A tick with something to send makes one send on the socket, which stays non-blocking; it used to
+    make four calls (blocking mode on, a timeout, sendall, blocking mode off). By default that send keeps the GIL
+    (libc's send through held.py: the socket object's own send() is never called); with `hold_gil` off
+    (`--release-gil`) it is the socket's send(). And the loop's select() wakes about four times a second at the
+    default tick, not twenty."""
     from decodemon.probes import agent as ag_mod
+    from decodemon.probes import held
 
     selects = []
     real_select = ag_mod.selectors.DefaultSelector
@@ -1283,7 +1287,17 @@ def test_a_tick_makes_one_send_on_the_monitor_socket_and_nothing_else(monkeypatc
             selects.append(timeout)
             return super().select(timeout)
 
+    held_sends = []
+    real_send = held.send
+
+    def counting_send(sock, view):
+        n = real_send(sock, view)
+        held_sends.append(n)
+        return n
+
     monkeypatch.setattr(ag_mod.selectors, "DefaultSelector", CountingSelector)
+    monkeypatch.setattr(held, "send", counting_send)
+    monkeypatch.setattr(held, "ENABLED", hold)
     s = agent._Session(wire.Attach(trace=False, pm=False), None)
 
     def wrap(sock):
@@ -1296,13 +1310,15 @@ def test_a_tick_makes_one_send_on_the_monitor_socket_and_nothing_else(monkeypatc
         s.on_token(1)
         time.sleep(0.005)
     time.sleep(0.3)
-    sends = conn.calls.count("send")
+    sends = len(held_sends)
     n_selects = len(selects)
     theirs.shutdown(socket.SHUT_RDWR)
     loop.join(5)
     assert conn.calls.count("setblocking") == 1  # made non-blocking once, at the start
     assert "settimeout" not in conn.calls and "sendall" not in conn.calls
-    assert 3 <= sends <= 9, conn.calls  # one per tick with token marks (and stats) to send: ~1.9 s at 0.25 s
+    assert 3 <= sends <= 9, held_sends  # one per tick with token marks (and stats) to send: ~1.9 s at 0.25 s
+    # the socket object's send() (which lets the GIL go) only when the calls do not hold it
+    assert conn.calls.count("send") == (0 if hold else sends), conn.calls
     assert n_selects <= 12, n_selects  # ~8 ticks (+ the end): every 50 ms would be ~38
     marks = [f for f in (wire.decode_frame(x) for x in wire.StreamReader(max_frame=1 << 22).feed(bytes(got)))
              if isinstance(f, wire.TokenMarks)]

@@ -1,0 +1,139 @@
+"""Short calls the agent thread makes without giving the GIL up: a non-blocking read or send, a pread of /proc, a
+libcupti evaluation of one PM sample.
+
+Every call that releases the GIL (`os.read`, `socket.send`, cupti-python's wrappers) lets a decode thread that
+was waiting for it run; when the call returns a moment later the agent thread asks for the GIL back, and a decode
+thread running Python has to stop and wait for it again: one voluntary context switch of the decode thread per
+call. Unobserved, an eager decode thread on the H200 made 0 a second; attached it made 43.6 a second in run 35
+(sixteenth session), and tokens with one were the slow ones. A call that returns in microseconds and never blocks
+costs the decode thread less if the GIL is simply kept through it. ctypes' PyDLL functions and PYFUNCTYPE
+prototypes keep it; CDLL and cupti-python release it.
+
+`ENABLED` (set per attach from `Attach.hold_gil`) turns all of this off, for A/B runs against the old calls.
+Where libc or a libcupti symbol cannot be had, the calls fall back to the GIL-releasing ones.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import time
+
+ENABLED = True
+
+_MSG_DONTWAIT = 0x40
+_MSG_NOSIGNAL = 0x4000
+_SEND_MAX = 1 << 20
+
+try:
+    _libc = ctypes.PyDLL(None, use_errno=True)  # the process's own symbols: libc's read, send, pread
+    _read = _libc.read
+    _read.argtypes, _read.restype = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t], ctypes.c_ssize_t
+    _send = _libc.send
+    _send.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    _send.restype = ctypes.c_ssize_t
+    _pread = _libc.pread
+    _pread.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_long]
+    _pread.restype = ctypes.c_ssize_t
+except (OSError, AttributeError):  # no libc symbols to be had (not Linux): the os module's calls
+    _read = _send = _pread = None
+
+
+def _raise_errno() -> None:
+    e = ctypes.get_errno()
+    raise OSError(e, os.strerror(e))  # OSError(EAGAIN, ...) is a BlockingIOError, as os.read would raise
+
+
+class Reader:
+    """Reads of a non-blocking fd into one buffer kept for the purpose, as `os.read(fd, size)` would (bytes, b""
+    at end of file, BlockingIOError when nothing is there), without giving the GIL up."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._buf: ctypes.Array | None = None
+
+    def read(self, fd: int) -> bytes:
+        if not ENABLED or _read is None:
+            return os.read(fd, self.size)
+        if self._buf is None:
+            self._buf = ctypes.create_string_buffer(self.size)
+        n = _read(fd, self._buf, self.size)
+        if n < 0:
+            _raise_errno()
+        return ctypes.string_at(self._buf, n)  # the n bytes read, not the whole buffer
+
+    def pread(self, fd: int, offset: int = 0) -> bytes:
+        if not ENABLED or _pread is None:
+            return os.pread(fd, self.size, offset)
+        if self._buf is None:
+            self._buf = ctypes.create_string_buffer(self.size)
+        n = _pread(fd, self._buf, self.size, offset)
+        if n < 0:
+            _raise_errno()
+        return ctypes.string_at(self._buf, n)
+
+
+def send(sock, view: memoryview) -> int:
+    """One non-blocking send of `view` on `sock` (a socket object): bytes sent; BlockingIOError when the socket has
+    no room, another OSError when the peer has gone (no SIGPIPE), as `sock.send` on a non-blocking socket."""
+    if not ENABLED or _send is None:
+        return sock.send(view)
+    n = min(len(view), _SEND_MAX)  # no more than a socket takes in one send anyway
+    if view.readonly:
+        ptr = ctypes.c_char_p(bytes(view[:n]))
+    else:
+        ptr = (ctypes.c_char * n).from_buffer(view)
+    sent = _send(sock.fileno(), ptr, n, _MSG_DONTWAIT | _MSG_NOSIGNAL)
+    if sent < 0:
+        _raise_errno()
+    return sent
+
+
+_PARAMS_CALL = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p)  # CUptiResult f(Params *): the GIL kept
+
+
+class CuptiError(RuntimeError):
+    def __init__(self, name: str, code: int) -> None:
+        super().__init__(f"{name}: CUPTI error {code}")
+        self.code = code
+
+
+def cupti_functions(names: dict[str, str]) -> dict[str, object]:
+    """{cupti-python name: a callable keeping the GIL} for libcupti functions of one params-struct pointer, found
+    through the very function pointers cupti-python calls (`names`: cupti-python name -> C name). Those it cannot
+    find are left out: the caller then goes through cupti-python."""
+    try:
+        from cupti._internal import cupti as _internal  # noqa: PLC0415 - only when PM is armed
+        ptrs = _internal._inspect_function_pointers()
+    except Exception:
+        return {}
+    out = {}
+    for name, c_name in names.items():
+        addr = ptrs.get("__" + c_name) or 0
+        if addr:
+            out[name] = _PARAMS_CALL(addr)
+    return out
+
+
+def call(fn, name: str, ptr: int) -> None:
+    code = fn(ptr)
+    if code:
+        raise CuptiError(name, code)
+
+
+class Slicer:
+    """Gives the GIL up (`time.sleep(0)`) once the held calls since the last hand-back have taken `slice_s`, so a
+    run of held calls costs a waiting decode thread a few switches, not one per call, and no long wait either."""
+
+    def __init__(self, slice_s: float) -> None:
+        self.slice_s = slice_s
+        self.t0 = time.perf_counter()
+        self.handbacks = 0
+
+    def tick(self) -> None:
+        now = time.perf_counter()
+        if now - self.t0 >= self.slice_s:
+            time.sleep(0)
+            self.handbacks += 1
+            self.t0 = time.perf_counter()
+
