@@ -122,6 +122,31 @@ VM_KEYS = ("compact_stall", "compact_migrate_scanned", "pgmigrate_success", "thp
 
 
 IRQ_KEYS = ("irq_TLB", "irq_CAL", "irq_RES")  # /proc/interrupts: TLB shootdowns, function-call IPIs, reschedules
+# the processes themselves (proc_counters): the engine's minor faults and CPU (all its threads: decode, agent),
+# and the CPU of the monitor processes the phase waited for (the attaches), in ms per second
+PROC_KEYS = ("engine_minflt", "engine_cpu_ms", "monitor_cpu_ms")
+
+
+def proc_counters(pid: int | None) -> dict[str, float]:
+    """So far: the engine's minor faults and CPU ms (/proc/PID/stat), and the CPU ms of this process's waited-for
+    children (the monitor processes of finished attaches; RUSAGE_CHILDREN). What cannot be read is left out.
+    Which process a phase's machine-wide faults and interrupts (vm_counters) belong to, and how busy the monitor
+    kept a CPU beside the engine's."""
+    import resource
+
+    out: dict[str, float] = {}
+    ch = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out["monitor_cpu_ms"] = 1e3 * (ch.ru_utime + ch.ru_stime)
+    if pid:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                f = fh.read().rsplit(")", 1)[1].split()  # fields after the command name, from the state on
+            hz = os.sysconf("SC_CLK_TCK")
+            out["engine_minflt"] = int(f[7])
+            out["engine_cpu_ms"] = 1e3 * (int(f[11]) + int(f[12])) / hz
+        except (OSError, IndexError, ValueError):
+            pass
+    return out
 
 
 def irq_counters(path: str = "/proc/interrupts") -> dict[str, int]:
@@ -175,7 +200,7 @@ def vm_summary(per: list[dict]) -> dict:
         return statistics.median(xs) if xs else None
 
     keys = {k for p in per for k in p.get("vm_per_s", {})}
-    out = {k: [med("U", k), med("D", k)] for k in VM_KEYS + IRQ_KEYS if k in keys}
+    out = {k: [med("U", k), med("D", k)] for k in VM_KEYS + IRQ_KEYS + PROC_KEYS if k in keys}
     return {k: v for k, v in out.items() if any(x for x in v)}
 
 
@@ -299,7 +324,7 @@ def engine_session(mode: str, tag: str, plan: list[str], phase_s: float, work: P
     time.sleep(2)
     phases, attach, profs, hosts = [], [], [], []
     for label in plan:
-        h0, v0, w0 = host_ticks(), vm_counters(), time.time()
+        h0, v0, w0 = host_ticks(), {**vm_counters(), **proc_counters(pid)}, time.time()
         secs = phase_s
         if isinstance(label, tuple):
             label, secs = label
@@ -336,7 +361,8 @@ def engine_session(mode: str, tag: str, plan: list[str], phase_s: float, work: P
             profs.append(res)
             phases.append(("P", res["start_unix_s"], res["end_unix_s"]))
             time.sleep(1.0)  # let the engine settle after the profiler's own processing
-        hosts.append({**host_share(h0, host_ticks()), **vm_rates(v0, vm_counters(), time.time() - w0)})
+        hosts.append({**host_share(h0, host_ticks()),
+                      **vm_rates(v0, {**vm_counters(), **proc_counters(pid)}, time.time() - w0)})
     os.kill(pid, signal.SIGTERM)
     eng.wait(timeout=60)
     tdata = json.loads(times_file.read_text())
@@ -876,7 +902,9 @@ def markdown(results: list[dict], env: dict, cmd: str) -> str:
     for r in results:
         vm = r.get("vm") or {}
         if vm:
-            lines.append(f"Kernel memory work in {r['mode']}'s phases (/proc/vmstat and /proc/interrupts, whole machine, median per second, "
+            lines.append(f"Kernel memory work in {r['mode']}'s phases (/proc/vmstat and /proc/interrupts, whole machine; "
+                         "engine_* the engine process's own, monitor_cpu_ms the finished attaches' monitor "
+                         "processes; median per second, "
                          f"unobserved after the first vs default attaches): "
                          + ", ".join(f"{k} {fmt(u, 'g')} vs {fmt(d, 'g')}" for k, (u, d) in vm.items()) + ".")
     lines += [x for x in (speed_line(r["mode"], r.get("speeds")) for r in results) if x]

@@ -703,6 +703,32 @@ def test_interrupts_sent_between_cpus_are_summed_over_cpus_and_join_the_memory_c
     assert overhead.vm_summary(per) == {"irq_TLB": [10.0, 50.0]}
 
 
+def test_proc_counters_read_the_engines_faults_and_cpu_and_the_finished_monitors_cpu():
+    """Per phase, whose faults and CPU: the engine's own (/proc/PID/stat, here this process's) and the monitor
+    processes the phase waited for (RUSAGE_CHILDREN), beside the machine-wide counters."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    a = overhead.proc_counters(os.getpid())
+    junk = [bytearray(1 << 16) for _ in range(200)]  # ~13 MB of fresh pages: minor faults of this process
+    t0 = time.thread_time()
+    while time.thread_time() - t0 < 0.05:
+        pass
+    subprocess.run([sys.executable, "-c", "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.2: pass"],
+                   check=True)
+    b = overhead.proc_counters(os.getpid())
+    assert set(a) == set(b) == set(overhead.PROC_KEYS) and len(junk) == 200
+    assert b["engine_minflt"] > a["engine_minflt"] and b["engine_cpu_ms"] >= a["engine_cpu_ms"] + 40
+    assert b["monitor_cpu_ms"] - a["monitor_cpu_ms"] >= 150  # the child's 0.2 s of CPU, once it was waited for
+    rates = overhead.vm_rates(a, b, 1.0)["vm_per_s"]
+    per = [{"phase": "U"}, {"phase": "U", "vm_per_s": {**rates, "monitor_cpu_ms": 0.0}},
+           {"phase": "D", "vm_per_s": rates}]
+    assert overhead.vm_summary(per)["monitor_cpu_ms"] == [0.0, rates["monitor_cpu_ms"]]
+    assert overhead.proc_counters(None).keys() == {"monitor_cpu_ms"}  # no engine pid: the monitors' alone
+
+
 def test_the_live_screen_attaches_in_a_pseudo_terminal_and_quits_on_q():
     """run_screen: the real `decodemon attach PID` (the app) on a tiny CPU engine, in a pseudo-terminal, for 3 s;
     it used CPU, quit on `q` by itself, and left the engine decoding (what `--a-screen`/`--b-screen` attach with)."""
