@@ -960,8 +960,8 @@ def markdown(results: list[dict], env: dict, cmd: str) -> str:
               "- PM sampling is armed, decoded and evaluated in the agent thread (a second process could not enable "
               "it on this H200), into a work buffer reset from one initialised counter-data image (both made when "
               "PM is armed, not in the first pump, which follows the first window), with the GIL "
-              "released inside libcupti's calls; NVML runs in a sidecar process, and all analysis runs in the "
-              "monitor process.",
+              "released inside libcupti's decode and kept through its short per-sample calls (sixteenth session); "
+              "NVML runs in a sidecar process, and all analysis runs in the monitor process.",
               "- An attach's start-up, trimmed (fourteenth session): a process starting on another CPU slowed the "
               "eager decode thread (scripts/h200_attached_cost.py --plan U,S,U,N,U,NS,U,NI: back-to-back starts "
               "+2.9% to +3.6% at one core speed), so the NVML sidecar started at every attach imports no numpy (its "
@@ -975,8 +975,14 @@ def markdown(results: list[dict], env: dict, cmd: str) -> str:
               "there, and a closed window wakes it at once: the share of eager tokens with a switch fell from ~50% "
               "to ~13% (scripts/switches.py; A/B against 50 ms ticks: -0.01% against +2.39% at one core speed, "
               "twelve pairs). Since run 34 PM is pumped every 1 s, not 0.5 (`--pm-pump`), with one GIL hand-back "
-              "fewer per evaluated sample; after run 34, one send per tick on a socket left non-blocking and at most 16 "
-              "regular PM samples evaluated per pump (not yet measured on the H200).", ""]
+              "fewer per evaluated sample; since run 35, one send per tick on a socket left non-blocking and at most 16 "
+              "regular PM samples evaluated per pump (4 s attaches: 43.6 switches a second, 15.7% of tokens).",
+              "- The agent's short calls keep the GIL (sixteenth session, runs 36-37, probes/held.py): a tick's read "
+              "of the sidecar's pipe and its send, the stats tick's pread and a pump's per-sample libcupti calls "
+              "(through cupti-python's own function pointers, as ctypes PYFUNCTYPE) no longer give the GIL up and "
+              "take it back; the tick's only hand-back is its wake-up. A/B against `--release-gil` (ten pairs): "
+              "27.7 against 43.8 switches a second, +1.85% against +1.90% at one core speed: fewer waits, the "
+              "same median.", ""]
     return "\n".join(lines)
 
 

@@ -150,7 +150,8 @@ class _SwitchCounter:
     """The decode thread's voluntary context switches per second, read by the agent at its stats tick.
 
     An eager decode thread that never blocks on its own (CUDA's sync spins) made 0 a second unobserved on the
-    H200, and 45-78 attached (fifteenth session): each is a wait, mostly for the GIL the agent thread took back.
+    H200, 45-78 attached (fifteenth session) and 17-28 with the held calls (sixteenth): each is a wait, mostly for
+    the GIL the agent thread took back.
     The figure goes to the probe state, so the bill on screen has it. One pread of /proc/self/task/TID/status per
     reading, made keeping the GIL (held.py), the file kept open."""
 

@@ -383,16 +383,17 @@ def test_an_engine_session_can_pin_the_engine_and_one_labels_monitor(tmp_path, m
 
 
 def test_the_docs_generated_table_is_the_latest_h200_runs_own_output():
-    """docs/benchmarks.md's generated block holds run 33's rows exactly as the H200 run printed them (its log), and
-    the block was rendered from that run's overhead.json (device, driver and date lines). Run 33 is the fifteenth
-    session's last run of both modes (the agent's 0.25 s ticks); runs 32 and 34 are quoted beside it."""
+    """docs/benchmarks.md's generated block holds run 37's rows exactly as the H200 run printed them (its log), and
+    the block was rendered from that run's overhead.json (device, driver, date and command lines). Run 37 is the
+    sixteenth session's last run (eager, 12 s phases, the held calls); runs 35 and 36 (both modes) are quoted
+    beside it."""
     root = Path(__file__).parents[1]
     doc = (root / "docs/benchmarks.md").read_text()
     block = doc.split(overhead.MARK_START, 1)[1].split(overhead.MARK_END, 1)[0]
-    printed = (root / "docs/h200/overhead_session15_run33_2026-11-30.log").read_text()
-    rows = [ln for ln in printed.splitlines() if ln.startswith(("| eager |", "| graph |"))]
-    assert len(rows) >= 12 and all(row in block for row in rows)
-    assert "driver 580.159.04" in block and "date 2026-11-30" in block
+    printed = (root / "docs/h200/overhead_session16_run37_eager_2026-11-30.log").read_text()
+    rows = [ln for ln in printed.splitlines() if ln.startswith("| eager |")]
+    assert len(rows) >= 6 and all(row in block for row in rows)
+    assert "driver 580.159.04" in block and "date 2026-11-30" in block and "--phase-s 12" in block
 
 
 def test_attaches_are_found_in_an_engines_token_log_from_its_other_threads_cpu():
@@ -706,21 +707,28 @@ def test_interrupts_sent_between_cpus_are_summed_over_cpus_and_join_the_memory_c
 def test_proc_counters_read_the_engines_faults_and_cpu_and_the_finished_monitors_cpu():
     """Per phase, whose faults and CPU: the engine's own (/proc/PID/stat, here this process's) and the monitor
     processes the phase waited for (RUSAGE_CHILDREN), beside the machine-wide counters."""
+    import mmap
     import os
     import subprocess
     import sys
     import time
 
     a = overhead.proc_counters(os.getpid())
-    junk = [bytearray(1 << 16) for _ in range(200)]  # ~13 MB of fresh pages: minor faults of this process
+    fresh = mmap.mmap(-1, 8 << 20)  # pages never touched before: each first write is a minor fault
+    if hasattr(mmap, "MADV_NOHUGEPAGE"):
+        fresh.madvise(mmap.MADV_NOHUGEPAGE)  # 4 KB pages, whatever the machine's THP setting
+    for i in range(0, 8 << 20, 4096):
+        fresh[i] = 1
     t0 = time.thread_time()
     while time.thread_time() - t0 < 0.05:
         pass
     subprocess.run([sys.executable, "-c", "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.2: pass"],
                    check=True)
     b = overhead.proc_counters(os.getpid())
-    assert set(a) == set(b) == set(overhead.PROC_KEYS) and len(junk) == 200
-    assert b["engine_minflt"] > a["engine_minflt"] and b["engine_cpu_ms"] >= a["engine_cpu_ms"] + 40
+    fresh.close()
+    assert set(a) == set(b) == set(overhead.PROC_KEYS)
+    assert b["engine_minflt"] >= a["engine_minflt"] + 1000, (a, b)  # 2,048 pages touched (fewer if huge pages)
+    assert b["engine_cpu_ms"] >= a["engine_cpu_ms"] + 40, (a, b)
     assert b["monitor_cpu_ms"] - a["monitor_cpu_ms"] >= 150  # the child's 0.2 s of CPU, once it was waited for
     rates = overhead.vm_rates(a, b, 1.0)["vm_per_s"]
     per = [{"phase": "U"}, {"phase": "U", "vm_per_s": {**rates, "monitor_cpu_ms": 0.0}},
@@ -893,3 +901,68 @@ def test_the_c_canary_is_printed_beside_the_python_one_when_the_run_has_it():
     assert "Python 31.1 vs 30.5 µs; C (zlib.crc32 of 4 KB, 16 times, the GIL held) 4.01 vs 4.01 µs" in line
     r["core"]["canary"]["D"]["c_median_us"] = None  # a run before the C canary
     assert overhead.c_canary_line(r) is None and overhead.c_canary_line({"mode": "graph"}) is None
+
+
+def _s16(name: str):
+    import json
+
+    return json.loads((Path(__file__).parents[1] / "docs/h200" / f"{name}_2026-11-30.json").read_text())
+
+
+def test_the_sixteenth_sessions_figures_are_the_committed_runs_own():
+    """What docs/benchmarks.md, the README and the closing note quote for the sixteenth session, from the committed
+    H200 files: runs 35-37 (medians, floors, p99, canaries, accuracy), their switch counts, and the A/B of the
+    held calls against --release-gil."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("switches", Path(__file__).parents[1] / "scripts/switches.py")
+    sw = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sw)
+    r2 = lambda x: round(x, 2)  # noqa: E731
+    runs = {"run35": "overhead_session16_run35", "run36": "overhead_session16_run36",
+            "run37": "overhead_session16_run37_eager"}
+    got, sws = {}, {}
+    for run, name in runs.items():
+        got[run] = {r["mode"]: r for r in _s16(name)["results"]}
+        sws[run] = sw.report(_s16(name), _s16(f"overhead_session16_{run}_times_eager_dm"))
+    eager = [got[r]["eager"] for r in runs]
+    assert [r2(e["D"]["overhead_pct_median"]) for e in eager] == [6.02, -6.35, 2.12]
+    assert [r2(e["D"]["noise_floor_bracketed_pct"]) for e in eager] == [6.34, 20.03, 2.02]
+    assert [r2(e["core"]["D"]["overhead_pct_median"]) for e in eager] == [2.12, 3.13, 1.45]
+    assert [r2(e["core"]["D"]["noise_floor_bracketed_pct"]) for e in eager] == [2.6, 2.25, 0.64]
+    assert [r2(e["D_after_start"]["overhead_pct_median"]) for e in eager] == [11.75, -6.64, 2.2]
+    assert [round(e["D"]["p99_ratio_median"], 3) for e in eager] == [1.219, 1.172, 1.06]
+    assert [round(e["D"]["p99_ratio_median_after_first"], 3) for e in eager] == [1.192, 1.149, 1.048]
+    assert [round(e["D_later"]["p99_ms"] / e["U_all"]["p99_ms"], 3) for e in eager] == [1.251, 1.029, 0.991]
+    assert [round(e["Dlong"]["p99_ms"] / e["U_all"]["p99_ms"], 3) for e in eager] == [0.903, 0.97, 0.951]
+    assert [e["speeds"]["u_slow"] for e in eager] == [[7, 16], [6, 14], [0, 12]]
+    assert [r2(e["P"]["overhead_pct_median"]) for e in eager] == [47.79, 50.11, 50.78]
+    canary = [e["core"]["canary"] for e in eager]
+    assert [(r2(c["U"]["c_median_us"]), r2(c["D"]["c_median_us"])) for c in canary] == [
+        (25.56, 25.78), (25.27, 24.92), (23.32, 23.36)]
+    assert [(round(c["U"]["median_us"], 1), round(c["D"]["median_us"], 1)) for c in canary] == [
+        (34.1, 34.1), (33.9, 33.1), (32.1, 31.8)]
+    assert [e["accuracy"]["decodemon_launches_per_token"] for e in eager] == [1863.0] * 3
+    assert [round(e["accuracy"]["profiler_kernels_per_token"], 1) for e in eager] == [1863.0] * 3
+    graph = [got[r]["graph"] for r in ("run35", "run36")]
+    assert [r2(g["D"]["overhead_pct_median"]) for g in graph] == [-1.93, -1.01]
+    assert [r2(g["D"]["noise_floor_bracketed_pct"]) for g in graph] == [2.92, 1.73]
+    assert [round(g["D"]["p99_ratio_median"], 3) for g in graph] == [1.008, 1.013]
+    assert [round(g["Dlong"]["p99_ms"] / g["U_all"]["p99_ms"], 3) for g in graph] == [0.999, 1.012]
+    assert [g["accuracy"]["decodemon_launches_per_token"] for g in graph] == [1864.0] * 2
+    assert [r2(g["P"]["overhead_pct_median"]) for g in graph] == [51.63, 35.23]
+    # the switches: one send per tick and 16 samples a pump (run 35), then the held calls (runs 36, 37)
+    assert [sws[r]["switches"]["U"]["per_s"] for r in runs] == [0.0] * 3
+    assert [sws[r]["switches"]["D"]["per_s"] for r in runs] == [43.6, 28.1, 20.0]
+    assert [sws[r]["switches"]["D"]["share_with"] for r in runs] == [0.157, 0.14, 0.119]
+    assert [sws[r]["switches"]["Dlong"]["per_s"] for r in runs] == [36.3, 17.9, 17.3]
+    assert [sws[r]["overhead_D"]["raw_quiet_pct"] for r in runs] == [3.4, -6.58, 1.47]
+    assert [sws[r]["overhead_D"]["core_quiet_pct"] for r in runs] == [1.78, 2.28, 1.03]
+    ab = sw.report(_s16("variant_ab_releasegil_session16"), _s16("variant_ab_releasegil_session16_times"),
+                   labels=("U", "A", "B"))
+    assert _s16("variant_ab_releasegil_session16")["b_args"] == ["--release-gil"]
+    assert (ab["switches"]["A"]["per_s"], ab["switches"]["B"]["per_s"]) == (27.7, 43.8)
+    assert (ab["switches"]["A"]["share_with"], ab["switches"]["B"]["share_with"]) == (0.148, 0.151)
+    assert (ab["overhead_A"]["core_all_pct"], ab["overhead_B"]["core_all_pct"]) == (1.85, 1.9)
+    assert (ab["overhead_A"]["raw_all_pct"], ab["overhead_B"]["raw_all_pct"]) == (5.13, 0.07)
+    assert (ab["overhead_A"]["core_quiet_pct"], ab["overhead_B"]["core_quiet_pct"]) == (1.56, 1.49)
