@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 from _child import device_header  # noqa: E402
-from overhead import core_speed, engine_session, pair_stats, pct, phase_of, phase_rows  # noqa: E402
+from overhead import PROC_KEYS, core_speed, engine_session, pair_stats, pct, phase_of, phase_rows  # noqa: E402
 
 
 def pooled(per: list[dict], label: str, u_p99: float, first_attach: int) -> dict:
@@ -101,8 +101,9 @@ def main() -> None:
            "engine_cpus": sorted(a.engine_cpus or []), "b_monitor_cpus": sorted(a.b_monitor_cpus or []),
            "attach": [{"phase": lab, **x} for lab, x in sess["attach"]],
            # every phase's span (unix s), so the tokens under OUT/times can be re-read by phase
-           "phases": [{"phase": lab, "t0_unix_s": round(t0, 3), "t1_unix_s": round(t1, 3)}
-                      for lab, t0, t1 in sess["phases"]]}
+           # and its machine's and processes' counters per second (overhead.vm_counters, proc_counters)
+           "phases": [{"phase": lab, "t0_unix_s": round(t0, 3), "t1_unix_s": round(t1, 3), **host}
+                      for (lab, t0, t1), host in zip(sess["phases"], sess["hosts"])]}
     views = {"raw": phase_rows(sess["phases"], ends, ms)}
     vals = {"raw": ms}
     where = [next((lab for lab, t0, t1 in sess["phases"] if phase_of(e, t0, t1)), None) for e in ends]
@@ -130,6 +131,12 @@ def main() -> None:
                 for lab, t0, t1 in sess["phases"] if lab == label]
         res[name] = v
     (out / "variant_ab.json").write_text(json.dumps(res, indent=1, default=lambda o: o.item()))
+    procs = {lab: {k: statistics.median(xs) for k in PROC_KEYS
+                   if (xs := [p["vm_per_s"][k] for p in res["phases"][1:]
+                              if p["phase"] == lab and k in p.get("vm_per_s", {})])}
+             for lab in ("U", "A", "B")}
+    print("per second, median of each label's phases (engine_*: the engine's own; monitor_cpu_ms: the attaches' "
+          "monitor processes):", json.dumps(procs))
     for name in views:  # the log: each setting's figures, without the slow tokens' list
         print(name, json.dumps({k: {x: y for x, y in v.items() if x != "slow_tokens"} if isinstance(v, dict) else v
                                 for k, v in res[name].items()}, default=lambda o: o.item()))
