@@ -966,3 +966,30 @@ def test_the_sixteenth_sessions_figures_are_the_committed_runs_own():
     assert (ab["overhead_A"]["core_all_pct"], ab["overhead_B"]["core_all_pct"]) == (1.85, 1.9)
     assert (ab["overhead_A"]["raw_all_pct"], ab["overhead_B"]["raw_all_pct"]) == (5.13, 0.07)
     assert (ab["overhead_A"]["core_quiet_pct"], ab["overhead_B"]["core_quiet_pct"]) == (1.56, 1.49)
+
+
+def test_the_variant_ab_script_runs_on_cpu_and_records_each_phases_processes(tmp_path):
+    """scripts/h200_variant_ab.py end to end on the tiny CPU engine (BENCH_CPU=1): one pair of 1 s attaches, B with
+    `--release-gil`. Its JSON keeps each phase's counters: the monitor processes' CPU only in the attached
+    phases, the engine's own CPU in all; its log prints them per label."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).parents[1]
+    r = subprocess.run([sys.executable, str(root / "scripts/h200_variant_ab.py"), str(tmp_path / "ab"), "--mode",
+                        "eager", "--pairs", "1", "--phase-s", "1", "--b-args=--release-gil"],
+                       capture_output=True, text=True, timeout=240, env={**os.environ, "BENCH_CPU": "1"})
+    assert r.returncode == 0, r.stderr[-1500:]
+    d = json.loads((tmp_path / "ab/variant_ab.json").read_text())
+    assert d["b_args"] == ["--release-gil"] and [p["phase"] for p in d["phases"]] == ["U", "A", "U", "B", "U"]
+    assert [a.get("error") for a in d["attach"]] == [None, None]
+    mon = {p["phase"]: [] for p in d["phases"]}
+    for p in d["phases"]:
+        mon[p["phase"]].append(p["vm_per_s"]["monitor_cpu_ms"])
+        assert p["vm_per_s"]["engine_cpu_ms"] > 100  # the engine decodes all along (ms of CPU a second)
+    assert mon["U"] == [0.0, 0.0, 0.0] and mon["A"][0] > 10 and mon["B"][0] > 10
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("per second, median of each label's phases"))
+    procs = json.loads(line[line.index("{"):])
+    assert set(procs) == {"U", "A", "B"} and procs["A"]["monitor_cpu_ms"] == mon["A"][0]
