@@ -369,6 +369,7 @@ def engine_session(mode: str, tag: str, plan: list[str], phase_s: float, work: P
     return {"phases": phases, "attach": attach, "profs": profs, "ends": tdata["end_unix_s"], "ms": tdata["ms"],
             "ms_iter": tdata.get("ms_iter"), "canary_us": tdata.get("canary_us"), "nvcsw": tdata.get("nvcsw"),
             "canary_c_us": tdata.get("canary_c_us"),
+            **{k: tdata.get(k) for k in GC_KEYS},
             "hosts": hosts}
 
 
@@ -544,6 +545,49 @@ def switch_profile(phases: list[dict], times: dict, labels: tuple[str, ...] = ("
     return out
 
 
+GC_KEYS = ("gc_ms", "gc_n", "gc_other_ms")  # the engine's --cpu-clocks token log, since the sixteenth session
+
+
+def gc_profile(phases: list[dict], times: dict, labels: tuple[str, ...] = ("U", "D", "Dlong")) -> dict:
+    """The cyclic garbage collector per label, every phase after the process's first attach (the engine's
+    `--cpu-clocks` log: `gc_ms`, `gc_n` on the decode thread and `gc_other_ms` on other threads, per token):
+    collections and ms a second on the decode thread, ms a second on the others, and the share of tokens with a
+    collection on the decode thread (medians over the phases). An attached process allocates more objects that
+    live on, so the collector may run more often, on whichever thread crosses its threshold. {} without the log."""
+    ends, ms = times["end_unix_s"], times["ms"]
+    cols = [times.get(k) for k in GC_KEYS]
+    if any(not c or len(c) != len(ms) for c in cols):
+        return {}
+    gms, gn, gother = cols
+    first = next((i for i, p in enumerate(phases) if p["phase"] != "U"), len(phases))
+    out: dict[str, dict] = {}
+    for label in labels:
+        groups = [[k for k, e in enumerate(ends) if phase_of(e, p["t0_unix_s"], p["t1_unix_s"])]
+                  for i, p in enumerate(phases) if p["phase"] == label and i > first]
+        groups = [g for g in groups if g]
+        if not groups:
+            continue
+        secs = [sum(ms[k] for k in g) / 1e3 for g in groups]
+        med = lambda col: round(statistics.median(sum(col[k] for k in g) / s for g, s in zip(groups, secs)), 3)  # noqa: E731
+        idx = [k for g in groups for k in g]
+        out[label] = {"phases": len(groups), "collections_per_s": med(gn), "ms_per_s": med(gms),
+                      "other_threads_ms_per_s": med(gother),
+                      "share_with": round(sum(1 for k in idx if gn[k]) / len(idx), 4)}
+    return out
+
+
+def gc_line(r: dict) -> str | None:
+    """gc_profile in words (absent from runs before the sixteenth session's last)."""
+    g = r.get("gc") or {}
+    names = {"U": "unobserved", "D": "default attaches", "Dlong": "the long attach"}
+    parts = [f"{names.get(k, k)} {v['collections_per_s']:g} collections and {v['ms_per_s']:g} ms a second on the "
+             f"decode thread ({100 * v['share_with']:.2f}% of tokens), {v['other_threads_ms_per_s']:g} ms a second "
+             "on other threads" for k, v in g.items()]
+    if not parts:
+        return None
+    return f"The garbage collector, {r['mode']} (after the first attach): " + "; ".join(parts) + "."
+
+
 def quiet_overhead(phases: list[dict], times: dict, label: str = "D") -> dict:
     """The median overhead of `label`'s attaches (pair_stats, against the unobserved phases on both sides), raw and
     at one core speed, over all their tokens and over only the tokens in which the decode thread made no
@@ -612,11 +656,13 @@ def run_mode(mode: str, phase_s: float, pairs: int, work: Path, profiler_phase_s
     out["D_after_start"] = pair_stats(phase_rows(after_start, a["ends"], a["ms"]), "D")
     # where in a default attach the tokens were slow (scripts/attach_start.py --profile on this run's tokens)
     a_phases = [{"phase": lab, "t0_unix_s": t0, "t1_unix_s": t1} for lab, t0, t1 in a["phases"]]
-    a_times = {"end_unix_s": a["ends"], "ms": a["ms"], "nvcsw": a.get("nvcsw"), "canary_us": a.get("canary_us")}
+    a_times = {"end_unix_s": a["ends"], "ms": a["ms"], "nvcsw": a.get("nvcsw"), "canary_us": a.get("canary_us"),
+               **{k: a.get(k) for k in GC_KEYS}}
     out["start_profile"] = time_profile([(a_phases, a_times)])
     # the decode thread's voluntary switches: the tokens the agent thread touched (switch_profile)
     out["switches"] = switch_profile(a_phases, a_times)
     out["quiet"] = quiet_overhead(a_phases, a_times, "D")  # the tokens the agent never touched
+    out["gc"] = gc_profile(a_phases, a_times)  # the garbage collector's time, per thread
     # the same pairs at one core speed (see core_speed), and whether decodemon's phases ran on a slower core
     core_per = []
     canary = {}
@@ -911,6 +957,7 @@ def markdown(results: list[dict], env: dict, cmd: str) -> str:
     lines += [x for x in (after_start_line(r) for r in results) if x]
     lines += [x for x in (start_profile_line(r) for r in results) if x]
     lines += [x for x in (switch_line(r) for r in results) if x]
+    lines += [x for x in (gc_line(r) for r in results) if x]
     lines += core_table(results, names)
     lines += ["", "Token times above are inter-token latency: from one token's arrival on the host (`.item()` "
               "returning) to the next's, so the token clock's hook counts in the token after it. On the engine's "

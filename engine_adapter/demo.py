@@ -17,6 +17,7 @@ import os
 import signal
 import statistics
 import sys
+import threading
 import time
 
 
@@ -48,6 +49,31 @@ def is_copy_or_set(name: str) -> bool:
     (Device)") rather than a kernel? Not every name with "memcpy" in it: a graph's memcpy node runs as the
     driver's kernel `memcpy32_post`, which CUPTI reports as a kernel and decodemon counts."""
     return name.startswith(("Memcpy", "Memset"))
+
+
+class GcClock:
+    """A gc.callbacks entry that sums the cyclic collector's time: `ms` and `n` (collections) on the thread
+    `decode_ident`, `other_ms` on any other thread."""
+
+    def __init__(self, decode_ident: int) -> None:
+        self.decode_ident = decode_ident
+        self.ms, self.n, self.other_ms = 0.0, 0, 0.0
+        self._started: dict[int, int] = {}
+
+    def __call__(self, phase: str, info: dict) -> None:
+        me = threading.get_ident()
+        if phase == "start":
+            self._started[me] = time.perf_counter_ns()
+            return
+        t0 = self._started.pop(me, None)
+        if t0 is None:
+            return
+        took = (time.perf_counter_ns() - t0) / 1e6
+        if me == self.decode_ident:
+            self.ms += took
+            self.n += 1
+        else:
+            self.other_ms += took
 
 
 def _toggle_profiler(torch, prof: dict, out_dir: str) -> None:
@@ -242,9 +268,14 @@ def main(argv=None) -> int:
     # The decode thread's own page faults and context switches (getrusage, RUSAGE_THREAD) say whether a slow
     # token waited on the kernel's memory work (minor faults, e.g. pages being migrated or compacted) or was
     # switched out (involuntary switches) while its CPU time still ran.
+    # `gc_ms` / `gc_n`: the cyclic garbage collector's time and collections on the decode thread in the token,
+    # `gc_other_ms` its time on other threads (the agent's): an attached process allocates more, so the collector
+    # may run more often, on whichever thread crosses its threshold (gc.callbacks; the sixteenth session's
+    # question: what slows the tokens the agent never touched?)
     clocks: dict[str, list[float]] = {"thread_cpu_ms": [], "process_cpu_ms": [], "runq_wait_ms": [],
-                                      "minflt": [], "nvcsw": [], "nivcsw": [], "canary_us": [], "canary_c_us": []}
-    deltas = list(clocks)[:6]  # read_clocks()' first six, kept as per-token differences
+                                      "minflt": [], "nvcsw": [], "nivcsw": [], "gc_ms": [], "gc_n": [],
+                                      "gc_other_ms": [], "canary_us": [], "canary_c_us": []}
+    deltas = list(clocks)[:9]  # read_clocks()' first nine, kept as per-token differences
     want_clocks = bool(a.cpu_clocks and a.times_file)
     import resource
 
@@ -255,6 +286,11 @@ def main(argv=None) -> int:
     # Python canary ran 1-2% faster while decodemon was attached in five of six A/B labels on the H200
     # (fifteenth session), so the core's speed gets a yardstick that runs no bytecode
     crc_buf = bytes(range(256)) * 16
+    gc_clock = GcClock(threading.get_ident())
+    if want_clocks:
+        import gc
+
+        gc.callbacks.append(gc_clock)
 
     def read_clocks() -> tuple[float, ...]:
         try:
@@ -273,7 +309,7 @@ def main(argv=None) -> int:
             zlib.crc32(crc_buf)
         canary_c = (time.perf_counter_ns() - c1) / 1e3
         return (time.thread_time() * 1e3, time.process_time() * 1e3, wait, ru.ru_minflt, ru.ru_nvcsw, ru.ru_nivcsw,
-                canary, canary_c)
+                gc_clock.ms, gc_clock.n, gc_clock.other_ms, canary, canary_c)
 
     c_prev = read_clocks() if want_clocks else None
     t_prev = t_prev_iter = time.perf_counter()
@@ -304,8 +340,8 @@ def main(argv=None) -> int:
                 if i >= a.warmup:
                     for k, x, y in zip(deltas, c_now, c_prev):
                         clocks[k].append(round(x - y, 4))
-                    clocks["canary_us"].append(round(c_now[6], 3))
-                    clocks["canary_c_us"].append(round(c_now[7], 3))
+                    clocks["canary_us"].append(round(c_now[9], 3))
+                    clocks["canary_c_us"].append(round(c_now[10], 3))
                 c_prev = c_now
             if i >= a.warmup:
                 if a.times_file:

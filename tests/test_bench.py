@@ -104,6 +104,8 @@ def test_demo_engine_cpu_clocks_account_for_the_decode_threads_time(tmp_path):
     assert len(d["canary_c_us"]) == 40 and all(0 < c < 5000 for c in d["canary_c_us"])
     # the decode thread's own faults and switches per token: counts, never negative, and whole numbers
     assert all(len(d[k]) == 40 and all(x >= 0 and x == int(x) for x in d[k]) for k in ("minflt", "nvcsw", "nivcsw"))
+    # the garbage collector's time per token, on the decode thread and on others (GcClock)
+    assert all(len(d[k]) == 40 and min(d[k]) >= 0 for k in ("gc_ms", "gc_n", "gc_other_ms"))
 
 
 def test_cuda_graph_step_warms_up_outside_the_capture_and_replays_the_captured_step(monkeypatch):
@@ -993,3 +995,50 @@ def test_the_variant_ab_script_runs_on_cpu_and_records_each_phases_processes(tmp
     line = next(ln for ln in r.stdout.splitlines() if ln.startswith("per second, median of each label's phases"))
     procs = json.loads(line[line.index("{"):])
     assert set(procs) == {"U", "A", "B"} and procs["A"]["monitor_cpu_ms"] == mon["A"][0]
+
+
+def test_the_demo_engines_gc_clock_sums_collections_per_thread():
+    """--cpu-clocks' garbage-collector columns: collections on the decode thread counted with their time, those
+    on another thread (the agent's) apart; and the demo's token log has them per token."""
+    import gc
+    import threading
+
+    from decodemon.engine_adapter.demo import GcClock
+
+    clock = GcClock(threading.get_ident())
+    gc.callbacks.append(clock)
+    try:
+        junk = []
+        for _ in range(20000):  # cycles for the collector to walk
+            a, b = [], []
+            a.append(b)
+            b.append(a)
+            junk.append(a)
+        gc.collect()
+        other = threading.Thread(target=gc.collect)
+        other.start()
+        other.join()
+    finally:
+        gc.callbacks.remove(clock)
+    assert clock.n >= 1 and clock.ms > 0 and clock.other_ms > 0 and len(junk) == 20000
+    n = clock.n
+    gc.collect()  # no longer counted
+    assert clock.n == n
+
+
+def test_gc_profile_reads_the_collectors_columns_per_label():
+    """gc_profile over a token log of four phases (U, D, U, D): medians of the attached phases' collections and
+    ms a second, and the share of tokens with one; nothing for a log without the columns."""
+    phases = [{"phase": p, "t0_unix_s": float(i), "t1_unix_s": float(i + 1)} for i, p in enumerate("UDUD")]
+    ends = [i + 0.5 + j / 100 for i in range(4) for j in range(10)]  # ten 100 ms tokens per phase
+    times = {"end_unix_s": ends, "ms": [100.0] * 40, "gc_n": [0] * 40, "gc_ms": [0.0] * 40, "gc_other_ms": [0.0] * 40}
+    for k in (12, 15, 31):  # collections on the decode thread in the first D (two) and in the second (one)
+        times["gc_n"][k], times["gc_ms"][k] = 1, 4.0
+    times["gc_other_ms"][33] = 2.0
+    g = overhead.gc_profile(phases, times)
+    assert set(g) == {"U", "D"}  # the first D is the first attach: the phases after it only
+    assert g["D"] == {"phases": 1, "collections_per_s": 1.0, "ms_per_s": 4.0, "other_threads_ms_per_s": 2.0,
+                      "share_with": 0.1}
+    assert g["U"]["collections_per_s"] == 0 and g["U"]["phases"] == 1
+    assert "default attaches 1 collections and 4 ms a second" in overhead.gc_line({"mode": "eager", "gc": g})
+    assert overhead.gc_profile(phases, {"end_unix_s": ends, "ms": [100.0] * 40}) == {}
