@@ -277,10 +277,15 @@ class Session:
         tracing_ms = _median(stretch)
         per_window = (probe_ms or 0.0) + tracing_ms
         prep = [m.prepare_ms for m in ms if m.prepare_ms > 0]
-        try:  # the probe's reading of the decode thread's voluntary switches (agent._SwitchCounter), if any
-            waits = float(self.feed.state.get("decode_waits_per_s", "nan"))
-        except ValueError:
-            waits = float("nan")
+        def probe_figure(key: str) -> float | None:  # a number the probe put in its state, if any
+            try:
+                x = float(self.feed.state.get(key, "nan"))
+            except ValueError:
+                return None
+            return x if x == x else None
+
+        waits = probe_figure("decode_waits_per_s")  # the decode thread's voluntary switches (agent._SwitchCounter)
+        agent_cpu = probe_figure("agent_cpu_ms_per_s")
         return {"probe_ms_per_window": round(probe_ms, 2) if probe_ms is not None else None,
                 "tracing_ms_per_window": round(tracing_ms, 2),
                 "window_every_s": round(every_s, 2) if every_s else None,
@@ -290,7 +295,10 @@ class Session:
                                       if every_s and probe_ms is not None else None),
                 # not in the share: each is a wait of the decode thread, mostly for the GIL the agent thread took
                 # back (an eager decode thread made 0 a second unobserved on the H200, 45-78 attached)
-                "decode_waits_per_s": round(waits, 1) if waits == waits else None}
+                "decode_waits_per_s": round(waits, 1) if waits is not None else None,
+                # the agent thread's own CPU, ms a second (libcupti's GIL-free calls included): on another core,
+                # but while it holds the GIL the decode thread waits
+                "agent_cpu_ms_per_s": round(agent_cpu, 1) if agent_cpu is not None else None}
 
     def series(self, rx: int, points: int = 60, step_ns: int = 500_000_000) -> dict:
         """Recent history in `step_ns` bins: GPU busy, SM active, DRAM %, ms/token, clocks, power, launches."""
@@ -339,6 +347,8 @@ def observer_parts(o: dict | None) -> list[str]:
         parts.append(f", one per {o['window_every_s']:.1f} s = {o['share_of_loop_pct']:.1f}% of the loop")
     if o.get("decode_waits_per_s") is not None:
         parts.append(f"; the decode thread blocked {o['decode_waits_per_s']:.0f}×/s (waits for the GIL, its own too)")
+    if o.get("agent_cpu_ms_per_s") is not None:
+        parts.append(f"; the agent thread used {o['agent_cpu_ms_per_s']:.0f} ms of CPU a second")
     return parts
 
 

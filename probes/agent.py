@@ -838,6 +838,7 @@ class _Agent:
         last_window, tokens_at_window = t_start, -10**9  # the first window does not wait for tokens
         shipped = 0  # token marks sent so far: with the ones still queued, the token count (no per-token counter)
         next_stats = t_start + 1.0 - slack
+        cpu_prev = (t_start, time.thread_time())  # this thread's CPU, for the bill (agent_cpu_ms_per_s)
         next_pm = t_start + min(0.5, st.pm_pump_s) - slack  # the first pump half a second in, as before
         window_id = 0
         skipped_seen = windows_seen = 0
@@ -950,6 +951,10 @@ class _Agent:
                 waits = session.switches.per_s(session.decode_tid, now)
                 if waits is not None:  # the decode thread's voluntary switches a second (_SwitchCounter)
                     state["decode_waits_per_s"] = f"{waits:.1f}"
+                cpu_now = (now, time.thread_time())  # the agent thread's own CPU (libcupti's included)
+                if cpu_now[0] > cpu_prev[0]:
+                    state["agent_cpu_ms_per_s"] = f"{1e3 * (cpu_now[1] - cpu_prev[1]) / (cpu_now[0] - cpu_prev[0]):.1f}"
+                cpu_prev = cpu_now
                 if session.skipped_windows > skipped_seen:
                     skipped_seen = session.skipped_windows
                     state["trace_paused"] = ("torch.profiler is recording in the target: no window opens while it "

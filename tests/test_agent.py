@@ -1425,6 +1425,9 @@ def test_the_probe_state_carries_the_decode_threads_waits():
              if isinstance(f, wire.Stats)]
     waits = [float(f.state["decode_waits_per_s"]) for f in stats if "decode_waits_per_s" in f.state]
     assert waits and min(waits) > 50, waits
+    # and the agent thread's own CPU a second: a loop that mostly sleeps uses little (well under a whole CPU)
+    cpu = [float(f.state["agent_cpu_ms_per_s"]) for f in stats if "agent_cpu_ms_per_s" in f.state]
+    assert cpu and all(0 <= c < 500 for c in cpu), cpu
     assert s.switches.tid == threading.get_native_id()
     s.release()
     assert s.switches.fd is None

@@ -308,3 +308,8 @@ def test_the_bill_names_the_decode_threads_waits_when_the_probe_reads_them():
     assert snap.observer["decode_waits_per_s"] is None  # a recording from before the probe read them
     sess.feed.state["decode_waits_per_s"] = "12.5"
     assert sess.snapshot().observer["decode_waits_per_s"] == 12.5
+    assert snap.observer["agent_cpu_ms_per_s"] is None  # likewise the agent thread's CPU
+    sess.feed.state["agent_cpu_ms_per_s"] = "41.3"
+    o2 = sess.snapshot().observer
+    assert o2["agent_cpu_ms_per_s"] == 41.3
+    assert observer_parts(o2)[-1] == "; the agent thread used 41 ms of CPU a second"
