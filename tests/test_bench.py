@@ -1042,3 +1042,26 @@ def test_gc_profile_reads_the_collectors_columns_per_label():
     assert g["U"]["collections_per_s"] == 0 and g["U"]["phases"] == 1
     assert "default attaches 1 collections and 4 ms a second" in overhead.gc_line({"mode": "eager", "gc": g})
     assert overhead.gc_profile(phases, {"end_unix_s": ends, "ms": [100.0] * 40}) == {}
+
+
+def test_run_37s_pooled_and_binned_figures_are_the_committed_runs_own():
+    """docs/benchmarks.md quotes run 37's eager attaches (12 s) three ways: per pair, pooled over every token, and
+    in 2 s bins since each attach started (time_profile on the committed token log)."""
+    import statistics
+
+    d = _s16("overhead_session16_run37_eager")
+    t = _s16("overhead_session16_run37_times_eager_dm")
+    ends = t["end_unix_s"]
+    phases = [p for p in d["results"][0]["phases"] if any(p["t0_unix_s"] <= e <= p["t1_unix_s"] for e in ends)]
+    assert [p["phase"] for p in phases] == ["U", "D"] * 8 + ["U", "Ddense", "U", "Ddense", "U", "Dlong", "U"]
+
+    def med(p):
+        return statistics.median(m for e, m in zip(ends, t["ms"]) if p["t0_unix_s"] <= e <= p["t1_unix_s"])
+
+    pairs = [round(100 * (med(p) / ((med(phases[i - 1]) + med(phases[i + 1])) / 2) - 1), 2)
+             for i, p in enumerate(phases) if p["phase"] == "D"]
+    assert pairs == [0.2, -3.65, 2.2, 2.31, 1.98, 3.12, -2.86, 3.25]
+    pooled = overhead.time_profile([(phases, t)], bin_s=20.0, max_phase_s=14.0)["bins"]
+    assert [(b["raw_pct"], round(float(b["core_pct"]), 2)) for b in pooled] == [(0.72, 1.8)]
+    bins = overhead.time_profile([(phases, t)], bin_s=2.0, max_phase_s=14.0)["bins"]
+    assert [b["raw_pct"] for b in bins] == [2.48, -1.06, 0.1, 0.37, 1.58, 0.51, 1.24]
