@@ -663,6 +663,8 @@ def run_mode(mode: str, phase_s: float, pairs: int, work: Path, profiler_phase_s
     out["switches"] = switch_profile(a_phases, a_times)
     out["quiet"] = quiet_overhead(a_phases, a_times, "D")  # the tokens the agent never touched
     out["gc"] = gc_profile(a_phases, a_times)  # the garbage collector's time, per thread
+    if mode == "eager":  # one core speed by the C canary (c_canary_view)
+        out["core_c"] = c_canary_view(a_phases, {**a_times, "canary_c_us": a.get("canary_c_us")})
     # the same pairs at one core speed (see core_speed), and whether decodemon's phases ran on a slower core
     core_per = []
     canary = {}
@@ -805,7 +807,56 @@ def core_table(results: list[dict], names: dict) -> list[str]:
     lines += [f"Long attach at one core speed, {r['mode']}: p99 ratio {fmt(r['core'].get('long_p99_ratio'))}."
               for r in rows]
     lines += [x for x in (c_canary_line(r) for r in rows) if x]
+    lines += [x for x in (c_canary_view_line(r) for r in rows) if x]
     return lines
+
+
+def c_canary_view(phases: list[dict], times: dict, label: str = "D") -> dict:
+    """The default attaches at one core speed by the C canary (`canary_c_us`: zlib.crc32 of 4 KB, 16 times, no
+    bytecode) instead of the Python one: core_speed, pair_stats and the p99 ratios, as for the Python canary's view.
+
+    Why (sixteenth session): the ~30 us Python canary ran 1-2% faster while attached in most A/B labels and runs
+    (in run 37, 0.9%), the C canary not (23.36 against 23.32 us), so scaling by the Python canary adds that much
+    to an attached token; and across run 37's unobserved phases the C canary's median followed the loop's own
+    (19.28 ms with 22.55 us, 21.43 ms with 24.59 us). The fifteenth session set the rule before either was
+    measured: a Python canary faster attached and a C one not says the Python view scales by the interpreter,
+    not the core. {} without the C canary."""
+    cc, ends, ms = times.get("canary_c_us"), times["end_unix_s"], times["ms"]
+    if not cc or len(cc) != len(ms):
+        return {}
+    spans = [(p["phase"], p["t0_unix_s"], p["t1_unix_s"]) for p in phases]
+    where = [next((lab for lab, t0, t1 in spans if phase_of(e, t0, t1)), None) for e in ends]
+    cs = core_speed(ms, cc, [w == "U" for w in where])
+    if cs is None:
+        return {}
+    per = phase_rows(spans, ends, cs["ms"])
+    st = pair_stats(per, label)
+    u = [m for p in per[1:] if p["phase"] == "U" for m in p["ms"]]
+    first = next((i for i, p in enumerate(per) if p["phase"] != "U"), len(per))
+    later = [m for i, p in enumerate(per) if p["phase"] == label and i > first for m in p["ms"]]
+    lng = [m for p in per if p["phase"] == "Dlong" for m in p["ms"]]
+    after = pair_stats(phase_rows(after_start_phases(spans), ends, cs["ms"]), "D") if label == "D" else {}
+    return {label: {k: st.get(k) for k in ("pairs", "overhead_pct_median", "overhead_pct_median_after_first",
+                                         "noise_floor_bracketed_pct", "p99_ratio_median",
+                                         "p99_ratio_median_after_first", "overhead_mean_pct_median")},
+            "D_after_start_pct": after.get("overhead_pct_median"),
+            "pooled_p99_ratio": pct(later, 99) / pct(u, 99) if later and u else None,
+            "long_p99_ratio": pct(lng, 99) / pct(u, 99) if lng and u else None}
+
+
+def c_canary_view_line(r: dict) -> str | None:
+    """c_canary_view in words (absent from runs before the sixteenth session's last commits)."""
+    v = r.get("core_c") or {}
+    d = v.get("D")
+    if not d:
+        return None
+    return (f"At one core speed by the C canary, {r['mode']} (each token scaled as above, by zlib.crc32's rolling "
+            "median instead of the Python canary's): decodemon defaults median "
+            f"{fmt(d['overhead_pct_median'], '+.2f')}% (noise floor ±{fmt(d['noise_floor_bracketed_pct'], '.2f')}%, "
+            f"after the first {fmt(d['overhead_pct_median_after_first'], '+.2f')}%, first 1.5 s of each attach left out "
+            f"{fmt(v.get('D_after_start_pct'), '+.2f')}{'%' if v.get('D_after_start_pct') is not None else ''}); p99 ratio per pair {fmt(d['p99_ratio_median'], '.3f')} "
+            f"(after the first {fmt(d['p99_ratio_median_after_first'], '.3f')}), pooled after the first "
+            f"{fmt(v.get('pooled_p99_ratio'), '.3f')}, over the long attach {fmt(v.get('long_p99_ratio'), '.3f')}.")
 
 
 def c_canary_line(r: dict) -> str | None:

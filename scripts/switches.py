@@ -6,8 +6,9 @@ RUN.json is a benchmarks/overhead.py result (its `--mode` part; labels U, D, Dlo
 one (pass `--labels U,A,B`), TIMES.json the engine's token log beside it (`--cpu-clocks`, since the fourteenth
 session's last runs). Per label (benchmarks/overhead.py switch_profile): switches per second, the share of tokens
 that had any, and the median token without and with them. Per attach label (quiet_overhead): the median overhead
-over all tokens and over the tokens without a switch, raw and at one core speed. Prints JSON.
-docs/benchmarks.md quotes it for the fifteenth session.
+over all tokens and over the tokens without a switch, raw and at one core speed. For a benchmark run whose log has
+the C canary (run 35 on): the default attaches at one core speed by that canary (c_canary_view). Prints JSON.
+docs/benchmarks.md quotes it for the fifteenth and sixteenth sessions.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
-from overhead import quiet_overhead, switch_profile  # noqa: E402
+from overhead import c_canary_view, quiet_overhead, switch_profile  # noqa: E402
 
 
 def report(run: dict, times: dict, mode: str = "eager", labels: tuple[str, ...] = ("U", "D", "Dlong")) -> dict:
@@ -30,6 +31,12 @@ def report(run: dict, times: dict, mode: str = "eager", labels: tuple[str, ...] 
     for lab in labels:
         if lab not in ("U", "Dlong") and any(p["phase"] == lab for p in phases):
             out[f"overhead_{lab}"] = quiet_overhead(phases, times, lab)
+    if times.get("canary_c_us"):  # one core speed by the C canary (logs since run 35), per attach label
+        ends = times["end_unix_s"]  # this engine's phases only (a benchmark run lists torch.profiler's engine too)
+        mine = [p for p in phases if any(p["t0_unix_s"] <= e <= p["t1_unix_s"] for e in ends)]
+        for lab in labels:
+            if lab not in ("U", "Dlong") and any(p["phase"] == lab for p in mine):
+                out["core_c" if lab == "D" else f"core_c_{lab}"] = c_canary_view(mine, times, lab)
     return out
 
 
