@@ -1079,8 +1079,11 @@ def markdown(results: list[dict], env: dict, cmd: str) -> str:
               "of the sidecar's pipe and its send, the stats tick's pread and a pump's per-sample libcupti calls "
               "(through cupti-python's own function pointers, as ctypes PYFUNCTYPE) no longer give the GIL up and "
               "take it back; the tick's only hand-back is its wake-up. A/B against `--release-gil` (ten pairs): "
-              "27.7 against 43.8 switches a second, +1.85% against +1.90% at one core speed: fewer waits, the "
-              "same median.", ""]
+              "27.7 against 43.8 switches a second, +1.85% against +1.90% at one core speed by the Python canary, "
+              "+0.50% against +1.12% by the C canary.",
+              "- One core speed by the C canary (sixteenth session, c_canary_view): the Python canary ran faster "
+              "while attached (0.9% in run 37) and the C one did not, so by the fifteenth session's rule the C "
+              "canary is the core's yardstick; both views are printed.", ""]
     return "\n".join(lines)
 
 
