@@ -107,10 +107,12 @@ def main() -> None:
     views = {"raw": phase_rows(sess["phases"], ends, ms)}
     vals = {"raw": ms}
     where = [next((lab for lab, t0, t1 in sess["phases"] if phase_of(e, t0, t1)), None) for e in ends]
-    cs = core_speed(ms, sess.get("canary_us"), [w == "U" for w in where])
-    if cs is not None:
-        views["one_core_speed"] = phase_rows(sess["phases"], ends, cs["ms"])
-        vals["one_core_speed"] = cs["ms"]
+    for view, key in (("one_core_speed", "canary_us"), ("one_core_speed_c", "canary_c_us")):
+        # by the Python canary, and by the C one (no bytecode; overhead.c_canary_view says why both)
+        cs = core_speed(ms, sess.get(key), [w == "U" for w in where])
+        if cs is not None:
+            views[view] = phase_rows(sess["phases"], ends, cs["ms"])
+            vals[view] = cs["ms"]
     first_attach = next(i for i, p in enumerate(plan) if p != "U")
     for name, per in views.items():
         u = [m for i, p in enumerate(per) if p["phase"] == "U" and i > first_attach for m in p["ms"]]

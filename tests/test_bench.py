@@ -995,6 +995,8 @@ def test_the_variant_ab_script_runs_on_cpu_and_records_each_phases_processes(tmp
     line = next(ln for ln in r.stdout.splitlines() if ln.startswith("per second, median of each label's phases"))
     procs = json.loads(line[line.index("{"):])
     assert set(procs) == {"U", "A", "B"} and procs["A"]["monitor_cpu_ms"] == mon["A"][0]
+    # the pairs raw, by the Python canary and by the C one
+    assert {"raw", "one_core_speed", "one_core_speed_c"} <= set(d) and d["one_core_speed_c"]["A"]["pairs"] == 1
 
 
 def test_the_demo_engines_gc_clock_sums_collections_per_thread():
