@@ -471,12 +471,12 @@ def after_start_phases(phases: list[tuple]) -> list[tuple]:
 
 
 
-def at_one_core_speed(phases: list[dict], times: dict) -> list[float]:
-    """The token times scaled to one core speed (benchmarks/overhead.py core_speed, the unobserved phases' tokens
-    as its reference), or the raw ones where the log has no canary."""
+def at_one_core_speed(phases: list[dict], times: dict, canary: str = "canary_us") -> list[float]:
+    """The token times scaled to one core speed by the `canary` column (core_speed, the unobserved phases' tokens
+    as its reference), or the raw ones where the log has no such canary or no unobserved token."""
     ends, ms = times["end_unix_s"], times["ms"]
     u = [(p["t0_unix_s"], p["t1_unix_s"]) for p in phases if p["phase"] == "U"]
-    cs = core_speed(ms, times.get("canary_us"), [any(phase_of(e, t0, t1) for t0, t1 in u) for e in ends])
+    cs = core_speed(ms, times.get(canary), [any(phase_of(e, t0, t1) for t0, t1 in u) for e in ends])
     return cs["ms"] if cs is not None else ms
 
 
@@ -511,6 +511,25 @@ def time_profile(runs: list[tuple[list[dict], dict]], label: str = "D", bin_s: f
                       **{f"{v}_pct": round(100 * (statistics.median(bins[v][b]) - 1), 2) for v in ("raw", "core")}}
                      for b in sorted(bins["raw"])]}
 
+def token_groups(phases: list[dict], ends: list[float], labels) -> dict[str, list[list[int]]]:
+    """{label: one list of token indices per phase} for the phases of `labels` after the process's first attach
+    that hold any of the tokens ending at `ends` (labels in the order their phases first come)."""
+    first = next((i for i, p in enumerate(phases) if p["phase"] != "U"), len(phases))
+    per: dict[str, list] = {}
+    for i, p in enumerate(phases):
+        if p["phase"] not in labels or i <= first:
+            continue
+        idx = [k for k, e in enumerate(ends) if phase_of(e, p["t0_unix_s"], p["t1_unix_s"])]
+        if idx:
+            per.setdefault(p["phase"], []).append(idx)
+    return per
+
+
+def phase_labels(spans: list[tuple], ends: list[float]) -> list[str | None]:
+    """Per token, the label of the (label, t0, t1) span it ended in, or None."""
+    return [next((lab for lab, t0, t1 in spans if phase_of(e, t0, t1)), None) for e in ends]
+
+
 def switch_profile(phases: list[dict], times: dict, labels: tuple[str, ...] = ("U", "D", "Dlong")) -> dict:
     """The decode thread's voluntary context switches (the engine's `--cpu-clocks` token log, `nvcsw`) per label,
     every phase after the process's first attach: switches per second of its tokens (median over the phases),
@@ -523,16 +542,8 @@ def switch_profile(phases: list[dict], times: dict, labels: tuple[str, ...] = ("
     nv, ends, ms = times.get("nvcsw"), times["end_unix_s"], times["ms"]
     if not nv or len(nv) != len(ms):
         return {}
-    first = next((i for i, p in enumerate(phases) if p["phase"] != "U"), len(phases))
-    per: dict[str, list] = {}
-    for i, p in enumerate(phases):
-        if p["phase"] not in labels or i <= first:
-            continue
-        idx = [k for k, e in enumerate(ends) if phase_of(e, p["t0_unix_s"], p["t1_unix_s"])]
-        if idx:
-            per.setdefault(p["phase"], []).append(idx)
     out = {}
-    for label, groups in per.items():
+    for label, groups in token_groups(phases, ends, labels).items():
         idx = [k for g in groups for k in g]
         quiet = [ms[k] for k in idx if nv[k] == 0]
         woken = [ms[k] for k in idx if nv[k] > 0]
@@ -559,14 +570,10 @@ def gc_profile(phases: list[dict], times: dict, labels: tuple[str, ...] = ("U", 
     if any(not c or len(c) != len(ms) for c in cols):
         return {}
     gms, gn, gother = cols
-    first = next((i for i, p in enumerate(phases) if p["phase"] != "U"), len(phases))
+    per = token_groups(phases, ends, labels)
     out: dict[str, dict] = {}
-    for label in labels:
-        groups = [[k for k, e in enumerate(ends) if phase_of(e, p["t0_unix_s"], p["t1_unix_s"])]
-                  for i, p in enumerate(phases) if p["phase"] == label and i > first]
-        groups = [g for g in groups if g]
-        if not groups:
-            continue
+    for label in (lab for lab in labels if lab in per):
+        groups = per[label]
         secs = [sum(ms[k] for k in g) / 1e3 for g in groups]
         med = lambda col: round(statistics.median(sum(col[k] for k in g) / s for g, s in zip(groups, secs)), 3)  # noqa: E731
         idx = [k for g in groups for k in g]
@@ -671,7 +678,7 @@ def run_mode(mode: str, phase_s: float, pairs: int, work: Path, profiler_phase_s
     core_after_start = None
     for sess in (a, b) if mode == "eager" else ():  # a graphed loop waits on the GPU: its core's speed is not its
         ends = sess["ends"]
-        where = [next((lab for lab, t0, t1 in sess["phases"] if phase_of(e, t0, t1)), None) for e in ends]
+        where = phase_labels(sess["phases"], ends)
         cs = core_speed(sess["ms"], sess.get("canary_us"), [w == "U" for w in where])
         if cs is None:
             core_per.append(None)
@@ -822,20 +829,17 @@ def c_canary_view(phases: list[dict], times: dict, label: str = "D") -> dict:
     measured: a Python canary faster attached and a C one not says the Python view scales by the interpreter,
     not the core. {} without the C canary."""
     cc, ends, ms = times.get("canary_c_us"), times["end_unix_s"], times["ms"]
-    if not cc or len(cc) != len(ms):
-        return {}
     spans = [(p["phase"], p["t0_unix_s"], p["t1_unix_s"]) for p in phases]
-    where = [next((lab for lab, t0, t1 in spans if phase_of(e, t0, t1)), None) for e in ends]
-    cs = core_speed(ms, cc, [w == "U" for w in where])
-    if cs is None:
+    if not cc or len(cc) != len(ms) or "U" not in phase_labels(spans, ends):
         return {}
-    per = phase_rows(spans, ends, cs["ms"])
+    scaled = at_one_core_speed(phases, times, "canary_c_us")
+    per = phase_rows(spans, ends, scaled)
     st = pair_stats(per, label)
     u = [m for p in per[1:] if p["phase"] == "U" for m in p["ms"]]
     first = next((i for i, p in enumerate(per) if p["phase"] != "U"), len(per))
     later = [m for i, p in enumerate(per) if p["phase"] == label and i > first for m in p["ms"]]
     lng = [m for p in per if p["phase"] == "Dlong" for m in p["ms"]]
-    after = pair_stats(phase_rows(after_start_phases(spans), ends, cs["ms"]), "D") if label == "D" else {}
+    after = pair_stats(phase_rows(after_start_phases(spans), ends, scaled), "D") if label == "D" else {}
     return {label: {k: st.get(k) for k in ("pairs", "overhead_pct_median", "overhead_pct_median_after_first",
                                          "noise_floor_bracketed_pct", "p99_ratio_median",
                                          "p99_ratio_median_after_first", "overhead_mean_pct_median")},

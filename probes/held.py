@@ -52,12 +52,15 @@ class Reader:
         self.size = size
         self._buf: ctypes.Array | None = None
 
+    def _buffer(self) -> ctypes.Array:
+        if self._buf is None:  # made at the first call, then kept
+            self._buf = ctypes.create_string_buffer(self.size)
+        return self._buf
+
     def read(self, fd: int) -> bytes:
         if not ENABLED or _read is None:
             return os.read(fd, self.size)
-        if self._buf is None:
-            self._buf = ctypes.create_string_buffer(self.size)
-        n = _read(fd, self._buf, self.size)
+        n = _read(fd, self._buffer(), self.size)
         if n < 0:
             _raise_errno()
         return ctypes.string_at(self._buf, n)  # the n bytes read, not the whole buffer
@@ -65,9 +68,7 @@ class Reader:
     def pread(self, fd: int, offset: int = 0) -> bytes:
         if not ENABLED or _pread is None:
             return os.pread(fd, self.size, offset)
-        if self._buf is None:
-            self._buf = ctypes.create_string_buffer(self.size)
-        n = _pread(fd, self._buf, self.size, offset)
+        n = _pread(fd, self._buffer(), self.size, offset)
         if n < 0:
             _raise_errno()
         return ctypes.string_at(self._buf, n)

@@ -38,7 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 from _child import device_header  # noqa: E402
-from overhead import PROC_KEYS, core_speed, engine_session, pair_stats, pct, phase_of, phase_rows  # noqa: E402
+from overhead import (PROC_KEYS, core_speed, engine_session, pair_stats, pct, phase_labels, phase_of,  # noqa: E402
+                      phase_rows)
 
 
 def pooled(per: list[dict], label: str, u_p99: float, first_attach: int) -> dict:
@@ -106,7 +107,7 @@ def main() -> None:
                       for (lab, t0, t1), host in zip(sess["phases"], sess["hosts"])]}
     views = {"raw": phase_rows(sess["phases"], ends, ms)}
     vals = {"raw": ms}
-    where = [next((lab for lab, t0, t1 in sess["phases"] if phase_of(e, t0, t1)), None) for e in ends]
+    where = phase_labels(sess["phases"], ends)
     for view, key in (("one_core_speed", "canary_us"), ("one_core_speed_c", "canary_c_us")):
         # by the Python canary, and by the C one (no bytecode; overhead.c_canary_view says why both)
         cs = core_speed(ms, sess.get(key), [w == "U" for w in where])
