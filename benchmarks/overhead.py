@@ -665,7 +665,7 @@ def run_mode(mode: str, phase_s: float, pairs: int, work: Path, profiler_phase_s
     a_phases = [{"phase": lab, "t0_unix_s": t0, "t1_unix_s": t1} for lab, t0, t1 in a["phases"]]
     a_times = {"end_unix_s": a["ends"], "ms": a["ms"], "nvcsw": a.get("nvcsw"), "canary_us": a.get("canary_us"),
                **{k: a.get(k) for k in GC_KEYS}}
-    out["start_profile"] = time_profile([(a_phases, a_times)])
+    out["start_profile"] = time_profile([(a_phases, a_times)], max_phase_s=max(8.0, 1.5 * phase_s))
     # the decode thread's voluntary switches: the tokens the agent thread touched (switch_profile)
     out["switches"] = switch_profile(a_phases, a_times)
     out["quiet"] = quiet_overhead(a_phases, a_times, "D")  # the tokens the agent never touched
@@ -954,6 +954,10 @@ def markdown(results: list[dict], env: dict, cmd: str) -> str:
                          f"±{fmt(v.get('noise_floor_bracketed_pct'), '.2f')}% (after/before ±{fmt(v.get('noise_floor_pct'), '.2f')}%) | "
                          f"{fmt(v['p99_ratio_median'], '.3f')}{p99_noise(v)} | "
                          f"{fmt(v.get('p99_ratio_median_after_first'), '.3f')} |")
+    secs = {r["mode"]: (r.get("accuracy") or {}).get("seconds_per_attach") for r in results}
+    if len(set(secs.values())) > 1:  # --eager-phase-s: say which mode's phases were how long
+        lines += ["", "Seconds per phase (unobserved, default and dense attaches): " +
+                  ", ".join(f"{m} {s:g} s" for m, s in secs.items() if s) + "."]
     lines += ["", "All decodemon phases against all unobserved phases after the first attach (p99 over every token of "
               "each kind); the first unobserved phase, before any attach, is shown apart:", "",
               "| mode | before any attach median / p99 | unobserved median / p99 | decodemon, all short attaches "
@@ -1117,6 +1121,9 @@ def main():
     ap.add_argument("--modes", default="graph,eager")
     ap.add_argument("--eager-pairs", type=int, default=None,
                     help="pairs in eager mode (default: --pairs); its loop is noisier than the graphed one")
+    ap.add_argument("--eager-phase-s", type=float, default=None,
+                    help="seconds per phase in eager mode (default: --phase-s): its core's speed wanders for "
+                         "seconds at a time, and longer phases average that out")
     ap.add_argument("--long-s", type=float, default=20.0, help="one long attach at default settings: steady p99")
     ap.add_argument("--profiler-phase-s", type=float, default=3.0,
                     help="torch.profiler phases (its trace of an eager loop takes long to process)")
@@ -1164,7 +1171,8 @@ def main():
     results = []
     for mode in a.modes.split(","):
         pairs = a.eager_pairs if (mode == "eager" and a.eager_pairs) else a.pairs
-        r = run_mode(mode, a.phase_s, pairs, work, a.profiler_phase_s, a.long_s)
+        phase_s = a.eager_phase_s if (mode == "eager" and a.eager_phase_s) else a.phase_s
+        r = run_mode(mode, phase_s, pairs, work, a.profiler_phase_s, a.long_s)
         results.append(r)
         (out / "overhead.json").write_text(json.dumps({"env": env, "results": results}, indent=1))
         times = out / "times"  # every token of the run, for re-reading later
