@@ -1,0 +1,123 @@
+"""Which threads of a decoding engine unmap memory while decodemon is attached, and how often.
+
+    python scripts/h200_unmaps.py OUTDIR [--mode eager] [--phase-s 8]
+
+On the H200 (seventeenth session's runs 38-40) an eager engine's process took ~0.4 TLB shootdowns a second
+unobserved and 31-40 attached, and ~186-243 minor faults a second attached against 0 (benchmarks/overhead.py's
+proc and vm counters). A shootdown interrupts every CPU the process's threads ran on, the decode thread's among
+them, and flushes its TLB. This starts the demo engine, then counts, by thread (its /proc comm name) and by call,
+the engine's munmap, mremap, madvise, brk, mmap and mprotect calls under `strace -f` for one unobserved phase and one
+default attach of the same length, with /proc/interrupts' TLB line beside. strace stops the engine at each of its
+system calls, so its token times are not figures of overhead; only the counts are. Writes OUTDIR/unmaps.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+from overhead import DEMO, DM, irq_counters  # noqa: E402
+
+CALLS = "munmap,mremap,madvise,brk,mmap,mprotect"
+LINE = re.compile(r"^(\d+)\s+(\w+)\((.*?)\)\s+=\s+(\S+)")
+
+
+def comm_names(pid: int) -> dict[int, str]:
+    out = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            out[int(task.name)] = f"{(task / 'comm').read_text().strip()} {task.name}"
+        except OSError:
+            pass
+    return out
+
+
+def count(trace: Path, names: dict[int, str]) -> dict:
+    """{call: {thread name: n}} and the bytes munmap'd per thread, from an `strace -f -o` file."""
+    calls: dict = collections.defaultdict(collections.Counter)
+    unmapped: collections.Counter = collections.Counter()
+    for line in trace.read_text(errors="replace").splitlines():
+        m = LINE.match(line)
+        if not m:
+            continue
+        tid, call, args = int(m.group(1)), m.group(2), m.group(3)
+        who = names.get(tid, f"tid {tid}")
+        calls[call][who] += 1
+        if call == "munmap":
+            try:
+                unmapped[who] += int(args.split(",")[1].strip())
+            except (IndexError, ValueError):
+                pass
+    return {"calls": {c: dict(v) for c, v in calls.items()}, "munmap_bytes": dict(unmapped)}
+
+
+def phase(pid: int, secs: float, out: Path, tag: str, attach: bool) -> dict:
+    trace = out / f"strace_{tag}.txt"
+    irq0 = irq_counters()
+    st = subprocess.Popen(["strace", "-f", "-qq", "-e", f"trace={CALLS}", "-o", str(trace), "-p", str(pid)],
+                          stderr=subprocess.DEVNULL)
+    time.sleep(0.5)
+    t0 = time.time()
+    names: dict[int, str] = {}
+    att = subprocess.Popen(DM + ["attach", str(pid), "--json", "--seconds", str(secs)], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL) if attach else None
+    while time.time() - t0 < secs or (att is not None and att.poll() is None):
+        names.update(comm_names(pid))  # threads that come and go (the agent's) by their name while they live
+        time.sleep(0.25)
+    rc = att.wait() if att is not None else 0
+    names.update(comm_names(pid))
+    names[pid] = "main (decode thread)"
+    st.terminate()
+    st.wait(timeout=10)
+    seconds = time.time() - t0
+    irq1 = irq_counters()
+    if not trace.exists():
+        raise SystemExit(f"h200_unmaps: strace wrote nothing (rc {st.returncode}): is ptrace allowed here?")
+    return {"seconds": round(seconds, 2), "attach_rc": rc, "threads": sorted(set(names.values())),
+            "irq_TLB_per_s": round((irq1.get("irq_TLB", 0) - irq0.get("irq_TLB", 0)) / seconds, 2),
+            **count(trace, names)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--mode", default="eager")
+    ap.add_argument("--phase-s", type=float, default=8.0)
+    ap.add_argument("--cpu", action="store_true", help="the tiny engine on the CPU (a dry run of the script)")
+    a = ap.parse_args()
+    if not shutil.which("strace"):
+        sys.exit("h200_unmaps: no strace on this machine")
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    pid_file, err_path = out / "engine.pid", out / "engine.err"
+    cpu = ["--tiny", "--device", "cpu"] if a.cpu else []
+    eng = subprocess.Popen(DM + ["run", "--pid-file", str(pid_file), "--"] + DEMO + cpu +
+                           ["--mode", "eager" if a.cpu else a.mode, "--tokens", "0"],
+                           stdout=subprocess.DEVNULL, stderr=open(err_path, "w"))
+    try:
+        t0 = time.time()
+        while "decoding" not in err_path.read_text():
+            if eng.poll() is not None or time.time() - t0 > 180:
+                sys.exit("h200_unmaps: the engine did not start: " + err_path.read_text()[-500:])
+            time.sleep(0.3)
+        pid = int(pid_file.read_text())
+        time.sleep(2)
+        res = {"mode": a.mode, "U": phase(pid, a.phase_s, out, "U", False),
+               "D": phase(pid, a.phase_s, out, "D", True)}
+        (out / "unmaps.json").write_text(json.dumps(res, indent=1))
+        print(json.dumps(res, indent=1))
+    finally:
+        eng.terminate()
+
+
+if __name__ == "__main__":
+    main()
