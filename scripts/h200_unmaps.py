@@ -2,12 +2,14 @@
 
     python scripts/h200_unmaps.py OUTDIR [--mode eager] [--phase-s 8]
 
-On the H200 (seventeenth session's runs 38-40) an eager engine's process took ~0.4 TLB shootdowns a second
-unobserved and 31-40 attached, and ~186-243 minor faults a second attached against 0 (benchmarks/overhead.py's
-proc and vm counters). A shootdown interrupts every CPU the process's threads ran on, the decode thread's among
+On the H200 (seventeenth session's runs 38-40) the machine took 0.4-0.5 TLB shootdowns a second while an eager
+engine ran unobserved and 31-41 while it was attached, and the engine 187-243 minor faults a second attached
+against 0 (benchmarks/overhead.py's proc and vm counters; on this CPU machine's tiny engine an attach changed
+neither). A shootdown interrupts every CPU the process's threads ran on, the decode thread's among
 them, and flushes its TLB. This starts the demo engine, then counts, by thread (its /proc comm name) and by call,
 the engine's munmap, mremap, madvise, brk, mmap and mprotect calls under `strace -f` for one unobserved phase and one
-default attach of the same length, with /proc/interrupts' TLB line beside. strace stops the engine at each of its
+default attach of the same length, with /proc/interrupts' TLB line and each thread's minor faults a second
+(/proc/PID/task/TID/stat, from when the thread was first seen) beside. strace stops the engine at each of its
 system calls, so its token times are not figures of overhead; only the counts are. Writes OUTDIR/unmaps.json.
 """
 
@@ -41,6 +43,17 @@ def comm_names(pid: int) -> dict[int, str]:
     return out
 
 
+def thread_faults(pid: int) -> dict[int, int]:
+    """{tid: minor faults so far} for each of the process's threads (field 10 of /proc/PID/task/TID/stat)."""
+    out = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            out[int(task.name)] = int((task / "stat").read_text().rsplit(")", 1)[1].split()[7])
+        except (OSError, ValueError, IndexError):
+            pass
+    return out
+
+
 def count(trace: Path, names: dict[int, str]) -> dict:
     """{call: {thread name: n}} and the bytes munmap'd per thread, from an `strace -f -o` file."""
     calls: dict = collections.defaultdict(collections.Counter)
@@ -68,10 +81,15 @@ def phase(pid: int, secs: float, out: Path, tag: str, attach: bool) -> dict:
     time.sleep(0.5)
     t0 = time.time()
     names: dict[int, str] = {}
+    first: dict[int, int] = thread_faults(pid)
+    last: dict[int, int] = dict(first)
     att = subprocess.Popen(DM + ["attach", str(pid), "--json", "--seconds", str(secs)], stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL) if attach else None
     while time.time() - t0 < secs or (att is not None and att.poll() is None):
         names.update(comm_names(pid))  # threads that come and go (the agent's) by their name while they live
+        for tid, n in thread_faults(pid).items():  # a thread's faults from when it was first seen
+            first.setdefault(tid, n)
+            last[tid] = n
         time.sleep(0.25)
     rc = att.wait() if att is not None else 0
     names.update(comm_names(pid))
@@ -82,7 +100,9 @@ def phase(pid: int, secs: float, out: Path, tag: str, attach: bool) -> dict:
     irq1 = irq_counters()
     if not trace.exists():
         raise SystemExit(f"h200_unmaps: strace wrote nothing (rc {st.returncode}): is ptrace allowed here?")
+    faults = {names.get(t, f"tid {t}"): round((last[t] - first[t]) / seconds, 1) for t in last if last[t] > first[t]}
     return {"seconds": round(seconds, 2), "attach_rc": rc, "threads": sorted(set(names.values())),
+            "minor_faults_per_s": faults,
             "irq_TLB_per_s": round((irq1.get("irq_TLB", 0) - irq0.get("irq_TLB", 0)) / seconds, 2),
             **count(trace, names)}
 

@@ -197,5 +197,6 @@ def test_unmaps_runs_on_the_tiny_cpu_engine(tmp_path):
     d = json.loads((tmp_path / "unmaps.json").read_text())
     assert d["D"]["attach_rc"] == 0 and "main (decode thread)" in d["D"]["threads"]
     assert len(d["D"]["threads"]) > len(d["U"]["threads"])
+    assert "main (decode thread)" in d["U"]["minor_faults_per_s"]  # the tiny engine's own, faulting all along
     n = lambda ph: sum(sum(v.values()) for v in d[ph]["calls"].values())  # noqa: E731
     assert n("D") > n("U")
