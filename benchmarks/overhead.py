@@ -921,6 +921,56 @@ def start_profile_line(r: dict) -> str | None:
             + ", ".join(f"{b['from_s']:g}-{b['from_s'] + w:g} s {b['raw_pct']:+.2f}%" for b in bins) + ".")
 
 
+LIMITS = {"median_pct": 1.0, "p99_ratio": 1.1, "window_s": 5.0, "kernel_ms_pct": 3.0, "pm_points": 5.0}
+
+
+def window_gaps(r: dict, label: str = "D") -> list[float]:
+    """The default attaches' windows: each one's `window_every_s` (the monitor's median gap between windows), from
+    the attaches in plan order (engine_session: the pairs' D, the dense ones, the long one)."""
+    labels = [p["phase"] for p in r.get("phases", []) if p["phase"] in ("D", "Ddense", "Dlong")]
+    return [a["observer_cost"]["window_every_s"] for lab, a in zip(labels, r.get("attach", []))
+            if lab == label and (a.get("observer_cost") or {}).get("window_every_s")]
+
+
+def acceptance_lines(results: list[dict]) -> list[str]:
+    """Issue #5's limits against this run, mode by mode: the median (eager: raw and at one core speed by the C
+    canary, the yardstick since the sixteenth session), the p99 per pair, how far apart the default attaches'
+    windows came (the slowest attach's median gap, and the long attach's), and the accuracy figures."""
+    def ok(x, limit, le=True):
+        return "—" if x is None else ("met" if (x <= limit if le else abs(x) <= limit) else "not met")
+
+    out = ["", "Issue #5's limits in this run (median ≤ 1%, p99 ≤ 1.1× per pair, a window at least every 5 s, "
+           "launches equal, kernel time within 3%, PM GPU busy within 5 points):"]
+    for r in results:
+        d, acc = r["D"], r.get("accuracy") or {}
+        med, p99 = d.get("overhead_pct_median"), d.get("p99_ratio_median")
+        parts = [f"median {fmt(med, '+.2f')}% raw ({ok(med, LIMITS['median_pct'])})"]
+        c = ((r.get("core_c") or {}).get("D") or {})
+        if c:
+            parts.append(f"{fmt(c.get('overhead_pct_median'), '+.2f')}% by the C canary "
+                         f"({ok(c.get('overhead_pct_median'), LIMITS['median_pct'])})")
+        parts.append(f"p99 {fmt(p99)}× raw ({ok(p99, LIMITS['p99_ratio'])})")
+        if c:
+            parts.append(f"{fmt(c.get('p99_ratio_median'))}× by the C canary "
+                         f"({ok(c.get('p99_ratio_median'), LIMITS['p99_ratio'])})")
+        gaps, long_gap = window_gaps(r), window_gaps(r, "Dlong")
+        worst = max(gaps + long_gap) if gaps + long_gap else None
+        parts.append(f"windows every {fmt(worst, '.2f')} s at most ({ok(worst, LIMITS['window_s'])})")
+        la, lp = acc.get("decodemon_launches_per_token"), acc.get("profiler_kernels_per_token")
+        if la is not None and lp is not None:
+            parts.append(f"launches {la:.1f} vs {lp:.1f} ({'met' if round(la, 1) == round(lp, 1) else 'not met'})")
+        km, kp = acc.get("decodemon_kernel_ms_per_token"), acc.get("profiler_kernel_ms_per_token")
+        if km and kp:
+            dk = 100 * (km / kp - 1)
+            parts.append(f"kernel ms {dk:+.1f}% ({ok(dk, LIMITS['kernel_ms_pct'], le=False)})")
+        pv = acc.get("pm_vs_window") or {}
+        if pv.get("pm_gpu_busy_pct") is not None and pv.get("traced_gpu_busy_pct") is not None:
+            dp = pv["pm_gpu_busy_pct"] - pv["traced_gpu_busy_pct"]
+            parts.append(f"PM {dp:+.1f} points ({ok(dp, LIMITS['pm_points'], le=False)})")
+        out.append(f"- {r['mode']}: " + "; ".join(parts) + ".")
+    return out
+
+
 def markdown(results: list[dict], env: dict, cmd: str) -> str:
     lines = [
         "# What watching costs",
@@ -960,6 +1010,7 @@ def markdown(results: list[dict], env: dict, cmd: str) -> str:
     if len(set(secs.values())) > 1:  # --eager-phase-s: say which mode's phases were how long
         lines += ["", "Seconds per phase (unobserved, default and dense attaches): " +
                   ", ".join(f"{m} {s:g} s" for m, s in secs.items() if s) + "."]
+    lines += acceptance_lines(results)
     lines += ["", "All decodemon phases against all unobserved phases after the first attach (p99 over every token of "
               "each kind); the first unobserved phase, before any attach, is shown apart:", "",
               "| mode | before any attach median / p99 | unobserved median / p99 | decodemon, all short attaches "

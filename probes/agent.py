@@ -302,7 +302,7 @@ def apis_in_window(i: int, every: int) -> bool:
 
 
 def window_due(st: wire.Attach, now: float, next_window: float, since_s: float, tokens_since: int,
-               windows_so_far: int = 0) -> bool:
+               windows_so_far: int = 0, slack_s: float = 0.0) -> bool:
     """Is it time to ask for the next traced window?
 
     A window costs the decode thread one or two slow tokens: the traced one (CUPTI's re-initialisation at its
@@ -313,6 +313,10 @@ def window_due(st: wire.Attach, now: float, next_window: float, since_s: float, 
     Once the process has had `window_budget` windows, the memory each window leaves in the process for good
     (~90-280 KB: CUPTI's finalize, the PM re-arm) is capped per hour: one window every `BUDGET_PERIOD_S`; after
     `BUDGET_CAP` times the budget (more than a day at the defaults) no more windows open in that process.
+
+    `slack_s`: the agent asks at its ticks, so `window_max_s` is met at the tick due within half a tick of it
+    (the agent loop's slack). Without it, a tick a hair early left the ask to the next one: on the H200 an eager
+    loop's windows came every 5.25 s at 0.25 s ticks (seventeenth session, runs 38-40: `window_every_s`).
     """
     if now < next_window:
         return False
@@ -320,7 +324,7 @@ def window_due(st: wire.Attach, now: float, next_window: float, since_s: float, 
         return False  # the process's memory has an absolute ceiling; PM sampling and the token clock go on
     if windows_so_far >= st.window_budget:
         return since_s >= max(wire.BUDGET_PERIOD_S, st.window_period_s)
-    return tokens_since >= st.window_min_tokens or since_s >= max(st.window_max_s, st.window_period_s)
+    return tokens_since >= st.window_min_tokens or since_s + slack_s >= max(st.window_max_s, st.window_period_s)
 
 
 _gpu: dict = {}  # the device's facts (wire.GpuInfo) by CUDA index, read at the first attach that found it
@@ -899,7 +903,7 @@ class _Agent:
             if session.tracer is not None and not session.tracer.active \
                     and not session.window_ready.is_set() and not session.want_window and open_after is None \
                     and window_due(st, now, next_window, now - last_window,
-                                   shipped + len(session.marks_t) - tokens_at_window, _windows_in_process):
+                                   shipped + len(session.marks_t) - tokens_at_window, _windows_in_process, slack):
                 # with a prepare lead, CUPTI starts here, in this thread, and the window opens that many tokens
                 # later; without one (the default) the opening boundary starts it, in the traced token
                 lead = st.prepare_lead_tokens

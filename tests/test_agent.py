@@ -186,6 +186,30 @@ def test_window_spacing_keeps_slow_tokens_under_one_percent_but_never_waits_past
     assert due(st, now=5.0, next_window=4.0, since_s=5.0, tokens_since=int(5 * slow))
 
 
+def test_an_eager_loops_windows_come_every_5_s_at_0_25_s_ticks_not_5_25():
+    """The agent asks for windows at its ticks (0.25 s, each a little late or early). An eager loop at 45 tokens a
+    second has not made 250 tokens in 5 s, so its windows come at `window_max_s`. With half a tick of slack the
+    ask falls at the twentieth tick; without it a tick a hair early pushed it to the next one (5.25 s apart, as
+    the H200's eager attaches showed in runs 38-40)."""
+    st = wire.Attach(window_period_s=4, window_min_tokens=250, window_max_s=5)
+    tick, slack, rate = 0.25, 0.125, 45.0
+
+    def asks(slack_s: float) -> list[float]:
+        out, last, next_window, now = [], 0.0, 0.5 - slack, 0.0
+        for k in range(1, 400):
+            now = k * tick + (0.0005 if k % 3 else -0.0005)  # the ticks' own jitter, half a millisecond
+            if agent.window_due(st, now, next_window, now - last, int((now - last) * rate), 0, slack_s):
+                out.append(now)
+                last, next_window = now, now + st.window_period_s - slack
+        return out
+
+    gaps = lambda xs: [round(b - a, 4) for a, b in zip(xs, xs[1:])]  # noqa: E731
+    assert max(gaps(asks(slack))) <= 5.001 and min(gaps(asks(slack))) >= 4.99
+    assert max(gaps(asks(0.0))) >= 5.249  # the old way: some asks a whole tick late
+    # a graphed loop (250 tokens in ~1 s) still waits for the period, slack or not
+    assert not agent.window_due(st, 3.8, 4.0 - slack, 3.8, 1000, 0, slack)
+
+
 def test_guard_token_only_while_the_process_replays_graphs():
     from decodemon.monitor.metrics import window_metrics
     from decodemon.probes.tracer import WindowTracer

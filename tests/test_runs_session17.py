@@ -200,3 +200,34 @@ def test_unmaps_runs_on_the_tiny_cpu_engine(tmp_path):
     assert "main (decode thread)" in d["U"]["minor_faults_per_s"]  # the tiny engine's own, faulting all along
     n = lambda ph: sum(sum(v.values()) for v in d[ph]["calls"].values())  # noqa: E731
     assert n("D") > n("U")
+
+
+def test_the_benchmark_reads_issue_5s_limits_off_a_run():
+    """acceptance_lines on the committed runs: what met and what did not, mode by mode. The eager windows came
+    5.28-5.33 s apart in runs 38-40 (the agent's 0.25 s ticks; agent.window_due's slack since), over the 5 s the
+    issue asks; the graphed ones 4.0 s."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import overhead
+
+    want = {
+        38: ["- eager: median +1.98% raw (not met); -0.54% by the C canary (met); p99 1.152× raw (not met); 1.109× "
+             "by the C canary (not met); windows every 5.32 s at most (not met); launches 1863.0 vs 1863.0 (met); "
+             "kernel ms -0.2% (met); PM +1.4 points (met).",
+             "- graph: median +0.04% raw (met); p99 1.006× raw (met); windows every 4.00 s at most (met); launches "
+             "1864.0 vs 1864.0 (met); kernel ms -0.2% (met); PM +4.1 points (met)."],
+        39: ["- eager: median +1.27% raw (not met); +0.36% by the C canary (met); p99 1.099× raw (met); 1.053× by "
+             "the C canary (met); windows every 5.32 s at most (not met); launches 1863.0 vs 1863.0 (met); kernel "
+             "ms -0.2% (met); PM +1.4 points (met).",
+             "- graph: median +0.04% raw (met); p99 1.012× raw (met); windows every 4.00 s at most (met); launches "
+             "1864.0 vs 1864.0 (met); kernel ms -0.2% (met); PM +4.3 points (met)."],
+    }
+    for n, lines in want.items():
+        run = _load(f"overhead_session17_run{n}")
+        assert overhead.acceptance_lines(run["results"])[2:] == lines
+    eager = {n: next(r for r in _load(f"overhead_session17_run{n}")["results"] if r["mode"] == "eager") for n in RUNS}
+    assert [overhead.window_gaps(e) for e in eager.values()] == [
+        [5.3, 5.29, 5.28, 5.02, 5.26, 5.27, 5.32, 5.05], [5.28, 5.31, 5.32, 5.28, 5.28, 5.28, 5.01, 5.31],
+        [5.28, 4.98, 5.25, 5.29, 5.28, 5.33, 5.3, 5.29]]
+    assert [overhead.window_gaps(e, "Dlong") for e in eager.values()] == [[5.25], [5.25], [5.26]]
+    doc = (ROOT / "docs/benchmarks.md").read_text()
+    assert all(line in doc for line in want[39])  # the generated block says it too
