@@ -204,7 +204,7 @@ def test_unmaps_runs_on_the_tiny_cpu_engine(tmp_path):
 
 def test_the_benchmark_reads_issue_5s_limits_off_a_run():
     """acceptance_lines on the committed runs: what met and what did not, mode by mode. The eager windows came
-    5.28-5.33 s apart in runs 38-40 (the agent's 0.25 s ticks; agent.window_due's slack since), over the 5 s the
+    4.98-5.33 s apart in runs 38-40 (20 of 24 default attaches at 5.25 s or more) (the agent's 0.25 s ticks; agent.window_due's slack since), over the 5 s the
     issue asks; the graphed ones 4.0 s."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import overhead
@@ -229,5 +229,37 @@ def test_the_benchmark_reads_issue_5s_limits_off_a_run():
         [5.3, 5.29, 5.28, 5.02, 5.26, 5.27, 5.32, 5.05], [5.28, 5.31, 5.32, 5.28, 5.28, 5.28, 5.01, 5.31],
         [5.28, 4.98, 5.25, 5.29, 5.28, 5.33, 5.3, 5.29]]
     assert [overhead.window_gaps(e, "Dlong") for e in eager.values()] == [[5.25], [5.25], [5.26]]
+    gaps = [g for e in eager.values() for g in overhead.window_gaps(e)]
+    assert sum(g >= 5.25 for g in gaps) == 20 and sorted(g for g in gaps if g < 5.25) == [4.98, 5.01, 5.02, 5.05]
     doc = (ROOT / "docs/benchmarks.md").read_text()
     assert all(line in doc for line in want[39])  # the generated block says it too
+
+
+def test_the_canary_bias_figures_are_the_committed_cpu_runs_own():
+    """docs/benchmarks.md's CPU finding (seventeenth session): on the tiny engine, the Python canary ran faster
+    attached in all five pairs, the C canary within ±0.22%; the in-process micro-benchmark beside it. The pairs
+    are recomputed from the committed per-phase medians with the script's own pair_shifts."""
+    cb = _script("canary_bias")
+    d = json.loads((ROOT / "docs/cpu/canary_bias_session17_2026-11-30.json").read_text())
+    assert d["machine"] == "2 CPUs, no GPU" and d["date"].startswith("2026-11-30")
+    e = d["engine"]
+    assert [p["phase"] for p in e["phases"]] == ["U", "D"] * 5 + ["U"]
+    assert cb.pair_shifts(e["phases"], "canary_us") == e["python_pct"] == [-1.675, -1.571, -0.621, -0.108, -0.799]
+    assert cb.pair_shifts(e["phases"], "canary_c_us") == e["c_pct"] == [0.03, 0.058, -0.135, 0.224, 0.111]
+    assert all(x < 0 for x in e["python_pct"]) and max(abs(x) for x in e["c_pct"]) < 0.25
+    assert d["micro"] == {"rounds": 40, "python_pct_median": -0.79, "python_faster_rounds": 26,
+                          "c_pct_median": -0.03, "c_faster_rounds": 24}
+
+
+def test_pair_shifts_brackets_each_attached_phase_by_its_neighbours():
+    cb = _script("canary_bias")
+    rows = [{"phase": "U", "x": 10.0}, {"phase": "D", "x": 9.9}, {"phase": "U", "x": 10.2},
+            {"phase": "D", "x": 10.1}, {"phase": "U", "x": 10.0}]
+    assert cb.pair_shifts(rows, "x") == [round(100 * (9.9 / 10.1 - 1), 3), 0.0]
+
+
+def test_the_canary_micro_benchmark_runs_and_reports_both_canaries():
+    cb = _script("canary_bias")
+    m = cb.micro(rounds=2, tokens=20)
+    assert m["rounds"] == 2 and 0 <= m["python_faster_rounds"] <= 2 and 0 <= m["c_faster_rounds"] <= 2
+    assert isinstance(m["python_pct_median"], float) and isinstance(m["c_pct_median"], float)
