@@ -28,13 +28,19 @@ from overhead import at_one_core_speed, pair_stats, phase_rows, pct  # noqa: E40
 VIEWS = {"raw": None, "core": "canary_us", "core_c": "canary_c_us"}
 
 
-def run_pairs(run: dict, times: dict, mode: str = "eager", label: str = "D") -> dict:
-    """{view: pair_stats} for one run's `label` attaches: raw and at one core speed by each canary the log has,
-    over the phases of the engine whose tokens `times` holds (a run lists torch.profiler's engine's too)."""
+def engine_phases(run: dict, times: dict, mode: str = "eager") -> tuple[list[dict], list[tuple]]:
+    """The `mode` phases of the engine whose tokens `times` holds (a run lists torch.profiler's engine's too), as
+    dicts and as (label, t0, t1) spans."""
     phases = next(r for r in run["results"] if r["mode"] == mode)["phases"]
     ends = times["end_unix_s"]
     mine = [p for p in phases if any(p["t0_unix_s"] <= e <= p["t1_unix_s"] for e in ends)]
-    spans = [(p["phase"], p["t0_unix_s"], p["t1_unix_s"]) for p in mine]
+    return mine, [(p["phase"], p["t0_unix_s"], p["t1_unix_s"]) for p in mine]
+
+
+def run_pairs(run: dict, times: dict, mode: str = "eager", label: str = "D") -> dict:
+    """{view: pair_stats} for one run's `label` attaches: raw and at one core speed by each canary the log has."""
+    mine, spans = engine_phases(run, times, mode)
+    ends = times["end_unix_s"]
     out = {}
     for view, col in VIEWS.items():
         if col is not None and not times.get(col):
@@ -77,11 +83,8 @@ def pool(per_run: list[dict]) -> dict:
 
 def pooled_p99(run: dict, times: dict, mode: str = "eager") -> float | None:
     """All default attaches' tokens after the first attach against all unobserved tokens after it: p99 ratio."""
-    phases = next(r for r in run["results"] if r["mode"] == mode)["phases"]
-    ends, ms = times["end_unix_s"], times["ms"]
-    mine = [p for p in phases if any(p["t0_unix_s"] <= e <= p["t1_unix_s"] for e in ends)]
-    spans = [(p["phase"], p["t0_unix_s"], p["t1_unix_s"]) for p in mine]
-    per = phase_rows(spans, ends, ms)
+    _, spans = engine_phases(run, times, mode)
+    per = phase_rows(spans, times["end_unix_s"], times["ms"])
     first = next((i for i, p in enumerate(per) if p["phase"] != "U"), len(per))
     u = [m for i, p in enumerate(per) if p["phase"] == "U" and i > first for m in p["ms"]]
     d = [m for i, p in enumerate(per) if p["phase"] == "D" and i > first for m in p["ms"]]
