@@ -316,6 +316,7 @@ class PmSampler:
         # pump on the H200 (numpy copies without the GIL), the same as a fresh template.copy() measured
         np.copyto(image, template)
         self.image_s = time.perf_counter() - t0
+        self.image_bytes = image.nbytes  # what that copy moves through the caches, every pump
         p = c.PmSamplingDecodeDataParams()
         p.struct_size = c.PM_SAMPLING_DECODE_DATA_PARAMS_STRUCT_SIZE
         p.p_pm_sampling_object = coll._pm_sampling_object

@@ -479,6 +479,7 @@ def test_pm_pump_decodes_into_a_copy_of_one_initialised_image():
     assert pm._coll.made == 1 and (n, n2) == (3, 3) and len(pm._c.decoded) == 2
     # the next pump decodes into the same work buffer, reset from the template (no fresh pages per pump)
     assert (second == 5).all() and second is first and pm._templates[1024][0] is not second
+    assert pm.image_bytes == 16  # the size of each pump's copy, for the probe's pm_cpu line
     pm._decode_image(64)  # another size: its own template
     assert pm._coll.made == 2
 
