@@ -932,6 +932,16 @@ def window_gaps(r: dict, label: str = "D") -> list[float]:
             if lab == label and (a.get("observer_cost") or {}).get("window_every_s")]
 
 
+def pm_continuous(r: dict) -> tuple[int, int]:
+    """(default and long attaches whose PM sampling stayed armed and lost nothing, all of them): armed, never
+    re-armed, and no `pm_lost` in the probe's state at the attach's end."""
+    labels = [p["phase"] for p in r.get("phases", []) if p["phase"] in ("D", "Ddense", "Dlong")]
+    probes = [a.get("probe") or {} for lab, a in zip(labels, r.get("attach", [])) if lab in ("D", "Dlong")]
+    good = [p for p in probes if str(p.get("pm", "")).startswith("armed") and "re-armed" not in str(p.get("pm"))
+            and not p.get("pm_lost")]
+    return len(good), len(probes)
+
+
 def acceptance_lines(results: list[dict]) -> list[str]:
     """Issue #5's limits against this run, mode by mode: the median (eager: raw and at one core speed by the C
     canary, the yardstick since the sixteenth session), the p99 per pair, how far apart the default attaches'
@@ -940,7 +950,7 @@ def acceptance_lines(results: list[dict]) -> list[str]:
         return "—" if x is None else ("met" if (x <= limit if le else abs(x) <= limit) else "not met")
 
     out = ["", "Issue #5's limits in this run (median ≤ 1%, p99 ≤ 1.1× per pair, a window at least every 5 s, "
-           "launches equal, kernel time within 3%, PM GPU busy within 5 points):"]
+           "PM sampling continuous, launches equal, kernel time within 3%, PM GPU busy within 5 points):"]
     for r in results:
         d, acc = r["D"], r.get("accuracy") or {}
         med, p99 = d.get("overhead_pct_median"), d.get("p99_ratio_median")
@@ -956,6 +966,10 @@ def acceptance_lines(results: list[dict]) -> list[str]:
         gaps, long_gap = window_gaps(r), window_gaps(r, "Dlong")
         worst = max(gaps + long_gap) if gaps + long_gap else None
         parts.append(f"windows every {fmt(worst, '.2f')} s at most ({ok(worst, LIMITS['window_s'])})")
+        pm_ok, pm_all = pm_continuous(r)
+        if pm_all:
+            parts.append(f"PM sampling armed and nothing lost in {pm_ok} of {pm_all} attaches "
+                         f"({'met' if pm_ok == pm_all else 'not met'})")
         la, lp = acc.get("decodemon_launches_per_token"), acc.get("profiler_kernels_per_token")
         if la is not None and lp is not None:
             parts.append(f"launches {la:.1f} vs {lp:.1f} ({'met' if round(la, 1) == round(lp, 1) else 'not met'})")

@@ -211,15 +211,18 @@ def test_the_benchmark_reads_issue_5s_limits_off_a_run():
 
     want = {
         38: ["- eager: median +1.98% raw (not met); -0.54% by the C canary (met); p99 1.152× raw (not met); 1.109× "
-             "by the C canary (not met); windows every 5.32 s at most (not met); launches 1863.0 vs 1863.0 (met); "
-             "kernel ms -0.2% (met); PM +1.4 points (met).",
-             "- graph: median +0.04% raw (met); p99 1.006× raw (met); windows every 4.00 s at most (met); launches "
-             "1864.0 vs 1864.0 (met); kernel ms -0.2% (met); PM +4.1 points (met)."],
+             "by the C canary (not met); windows every 5.32 s at most (not met); PM sampling armed and nothing lost "
+             "in 9 of 9 attaches (met); launches 1863.0 vs 1863.0 (met); kernel ms -0.2% (met); PM +1.4 points "
+             "(met).",
+             "- graph: median +0.04% raw (met); p99 1.006× raw (met); windows every 4.00 s at most (met); PM sampling "
+             "armed and nothing lost in 6 of 6 attaches (met); launches 1864.0 vs 1864.0 (met); kernel ms -0.2% "
+             "(met); PM +4.1 points (met)."],
         39: ["- eager: median +1.27% raw (not met); +0.36% by the C canary (met); p99 1.099× raw (met); 1.053× by "
-             "the C canary (met); windows every 5.32 s at most (not met); launches 1863.0 vs 1863.0 (met); kernel "
-             "ms -0.2% (met); PM +1.4 points (met).",
-             "- graph: median +0.04% raw (met); p99 1.012× raw (met); windows every 4.00 s at most (met); launches "
-             "1864.0 vs 1864.0 (met); kernel ms -0.2% (met); PM +4.3 points (met)."],
+             "the C canary (met); windows every 5.32 s at most (not met); PM sampling armed and nothing lost in 9 "
+             "of 9 attaches (met); launches 1863.0 vs 1863.0 (met); kernel ms -0.2% (met); PM +1.4 points (met).",
+             "- graph: median +0.04% raw (met); p99 1.012× raw (met); windows every 4.00 s at most (met); PM sampling "
+             "armed and nothing lost in 6 of 6 attaches (met); launches 1864.0 vs 1864.0 (met); kernel ms -0.2% "
+             "(met); PM +4.3 points (met)."],
     }
     for n, lines in want.items():
         run = _load(f"overhead_session17_run{n}")
@@ -263,3 +266,18 @@ def test_the_canary_micro_benchmark_runs_and_reports_both_canaries():
     m = cb.micro(rounds=2, tokens=20)
     assert m["rounds"] == 2 and 0 <= m["python_faster_rounds"] <= 2 and 0 <= m["c_faster_rounds"] <= 2
     assert isinstance(m["python_pct_median"], float) and isinstance(m["c_pct_median"], float)
+
+
+def test_pm_continuity_counts_attaches_that_lost_samples_or_re_armed():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import overhead
+
+    phases = [{"phase": p} for p in ("U", "D", "U", "D", "U", "Ddense", "U", "Dlong", "U")]
+    armed = {"pm": "armed (in process, 2000 us interval)"}
+    attach = [{"probe": armed}, {"probe": {**armed, "pm_lost": "2 pumps found more samples"}},
+              {"probe": {"pm": "off"}},  # the dense attach: not counted
+              {"probe": {"pm": armed["pm"] + "; re-armed 1x after CuptiError"}}]
+    assert overhead.pm_continuous({"phases": phases, "attach": attach}) == (1, 3)
+    lines = overhead.acceptance_lines([{"mode": "eager", "D": {"overhead_pct_median": 0.5, "p99_ratio_median": 1.0},
+                                        "phases": phases, "attach": attach}])
+    assert "PM sampling armed and nothing lost in 1 of 3 attaches (not met)" in lines[-1]
