@@ -281,3 +281,12 @@ def test_pm_continuity_counts_attaches_that_lost_samples_or_re_armed():
     lines = overhead.acceptance_lines([{"mode": "eager", "D": {"overhead_pct_median": 0.5, "p99_ratio_median": 1.0},
                                         "phases": phases, "attach": attach}])
     assert "PM sampling armed and nothing lost in 1 of 3 attaches (not met)" in lines[-1]
+
+
+def test_pm_stayed_continuous_in_every_default_and_long_attach_of_runs_38_to_40():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import overhead
+
+    got = _runs()
+    assert [[overhead.pm_continuous(got[n][m]) for m in ("eager", "graph")] for n in RUNS] == [
+        [(9, 9), (6, 6)]] * 3
