@@ -615,6 +615,12 @@ def quiet_overhead(phases: list[dict], times: dict, label: str = "D") -> dict:
     return out
 
 
+def logged_phases(phases: list[dict], ends: list[float]) -> list[dict]:
+    """The phases of the engine whose token log ended its tokens at `ends` (a run's phases list has torch.profiler's
+    engine's after the decodemon engine's)."""
+    return [p for p in phases if any(p["t0_unix_s"] <= e <= p["t1_unix_s"] for e in ends)]
+
+
 def phase_of(e: float, t0: float, t1: float) -> bool:
     return t0 + PHASE_SKIP_S <= e <= t1
 
@@ -924,19 +930,23 @@ def start_profile_line(r: dict) -> str | None:
 LIMITS = {"median_pct": 1.0, "p99_ratio": 1.1, "window_s": 5.0, "kernel_ms_pct": 3.0, "pm_points": 5.0}
 
 
-def window_gaps(r: dict, label: str = "D") -> list[float]:
-    """The default attaches' windows: each one's `window_every_s` (the monitor's median gap between windows), from
-    the attaches in plan order (engine_session: the pairs' D, the dense ones, the long one)."""
+def labelled_attaches(r: dict) -> list[tuple[str, dict]]:
+    """A mode's attach reports with their plan labels: run_mode keeps them in plan order (engine_session: the
+    pairs' D, the dense ones, the long one), and its phases list has the same labels in the same order."""
     labels = [p["phase"] for p in r.get("phases", []) if p["phase"] in ("D", "Ddense", "Dlong")]
-    return [a["observer_cost"]["window_every_s"] for lab, a in zip(labels, r.get("attach", []))
+    return list(zip(labels, r.get("attach", [])))
+
+
+def window_gaps(r: dict, label: str = "D") -> list[float]:
+    """The `label` attaches' windows: each one's `window_every_s` (the monitor's median gap between windows)."""
+    return [a["observer_cost"]["window_every_s"] for lab, a in labelled_attaches(r)
             if lab == label and (a.get("observer_cost") or {}).get("window_every_s")]
 
 
 def pm_continuous(r: dict) -> tuple[int, int]:
     """(default and long attaches whose PM sampling stayed armed and lost nothing, all of them): armed, never
     re-armed, and no `pm_lost` in the probe's state at the attach's end."""
-    labels = [p["phase"] for p in r.get("phases", []) if p["phase"] in ("D", "Ddense", "Dlong")]
-    probes = [a.get("probe") or {} for lab, a in zip(labels, r.get("attach", [])) if lab in ("D", "Dlong")]
+    probes = [a.get("probe") or {} for lab, a in labelled_attaches(r) if lab in ("D", "Dlong")]
     good = [p for p in probes if str(p.get("pm", "")).startswith("armed") and "re-armed" not in str(p.get("pm"))
             and not p.get("pm_lost")]
     return len(good), len(probes)

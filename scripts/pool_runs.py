@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
-from overhead import at_one_core_speed, pair_stats, phase_rows, pct  # noqa: E402
+from overhead import at_one_core_speed, logged_phases, pair_stats, phase_rows, pct  # noqa: E402
 
 VIEWS = {"raw": None, "core": "canary_us", "core_c": "canary_c_us"}
 
@@ -32,8 +32,7 @@ def engine_phases(run: dict, times: dict, mode: str = "eager") -> tuple[list[dic
     """The `mode` phases of the engine whose tokens `times` holds (a run lists torch.profiler's engine's too), as
     dicts and as (label, t0, t1) spans."""
     phases = next(r for r in run["results"] if r["mode"] == mode)["phases"]
-    ends = times["end_unix_s"]
-    mine = [p for p in phases if any(p["t0_unix_s"] <= e <= p["t1_unix_s"] for e in ends)]
+    mine = logged_phases(phases, times["end_unix_s"])
     return mine, [(p["phase"], p["t0_unix_s"], p["t1_unix_s"]) for p in mine]
 
 

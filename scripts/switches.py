@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
-from overhead import c_canary_view, quiet_overhead, switch_profile  # noqa: E402
+from overhead import c_canary_view, logged_phases, quiet_overhead, switch_profile  # noqa: E402
 
 
 def report(run: dict, times: dict, mode: str = "eager", labels: tuple[str, ...] = ("U", "D", "Dlong")) -> dict:
@@ -33,7 +33,7 @@ def report(run: dict, times: dict, mode: str = "eager", labels: tuple[str, ...] 
             out[f"overhead_{lab}"] = quiet_overhead(phases, times, lab)
     if times.get("canary_c_us"):  # one core speed by the C canary (logs since run 35), per attach label
         ends = times["end_unix_s"]  # this engine's phases only (a benchmark run lists torch.profiler's engine too)
-        mine = [p for p in phases if any(p["t0_unix_s"] <= e <= p["t1_unix_s"] for e in ends)]
+        mine = logged_phases(phases, ends)
         for lab in labels:
             if lab not in ("U", "Dlong") and any(p["phase"] == lab for p in mine):
                 out["core_c" if lab == "D" else f"core_c_{lab}"] = c_canary_view(mine, times, lab)
