@@ -314,9 +314,11 @@ def window_due(st: wire.Attach, now: float, next_window: float, since_s: float, 
     (~90-280 KB: CUPTI's finalize, the PM re-arm) is capped per hour: one window every `BUDGET_PERIOD_S`; after
     `BUDGET_CAP` times the budget (more than a day at the defaults) no more windows open in that process.
 
-    `slack_s`: the agent asks at its ticks, so `window_max_s` is met at the tick due within half a tick of it
-    (the agent loop's slack). Without it, a tick a hair early left the ask to the next one: on the H200 an eager
-    loop's windows came every 5.25 s at 0.25 s ticks (seventeenth session, runs 38-40: `window_every_s`).
+    `slack_s`: how long before `window_max_s` the ask must be made for the window to open by then (cap_lead_s).
+    The agent asks at its ticks and the window opens at the next token boundary after the ask. With no lead a
+    tick a hair early left the ask to the next one: on the H200 an eager loop's windows came every 5.25 s at
+    0.25 s ticks (seventeenth session, runs 38-40: `window_every_s`); with half a tick, every 5.00-5.05 s (run 41:
+    the token after the ask, ~25 ms, came on top).
     """
     if now < next_window:
         return False
@@ -325,6 +327,16 @@ def window_due(st: wire.Attach, now: float, next_window: float, since_s: float, 
     if windows_so_far >= st.window_budget:
         return since_s >= max(wire.BUDGET_PERIOD_S, st.window_period_s)
     return tokens_since >= st.window_min_tokens or since_s + slack_s >= max(st.window_max_s, st.window_period_s)
+
+
+def cap_lead_s(tick_s: float, since_s: float, tokens_since: int) -> float:
+    """window_due's slack for `window_max_s`: a whole tick (the ask falls at the last tick before the cap, not the
+    first after it), the loop's mean token since the last window (the window opens at the token boundary after the
+    ask; at most 0.25 s counted) and 10 ms for a tick that wakes late (it waits for the GIL up to the decode
+    thread's switch interval, 5 ms). Windows then open 4.7-5.0 s apart in a 40 tokens/s eager loop at 0.25 s
+    ticks (tests/test_agent.py), at most one window in twenty more than at 5.0 s exactly."""
+    token_s = min(0.25, since_s / tokens_since) if tokens_since > 0 else 0.25
+    return tick_s + token_s + 0.01
 
 
 _gpu: dict = {}  # the device's facts (wire.GpuInfo) by CUDA index, read at the first attach that found it
@@ -903,7 +915,9 @@ class _Agent:
             if session.tracer is not None and not session.tracer.active \
                     and not session.window_ready.is_set() and not session.want_window and open_after is None \
                     and window_due(st, now, next_window, now - last_window,
-                                   shipped + len(session.marks_t) - tokens_at_window, _windows_in_process, slack):
+                                   shipped + len(session.marks_t) - tokens_at_window, _windows_in_process,
+                                   cap_lead_s(tick, now - last_window,
+                                              shipped + len(session.marks_t) - tokens_at_window)):
                 # with a prepare lead, CUPTI starts here, in this thread, and the window opens that many tokens
                 # later; without one (the default) the opening boundary starts it, in the traced token
                 lead = st.prepare_lead_tokens

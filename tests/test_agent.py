@@ -186,28 +186,35 @@ def test_window_spacing_keeps_slow_tokens_under_one_percent_but_never_waits_past
     assert due(st, now=5.0, next_window=4.0, since_s=5.0, tokens_since=int(5 * slow))
 
 
-def test_an_eager_loops_windows_come_every_5_s_at_0_25_s_ticks_not_5_25():
-    """The agent asks for windows at its ticks (0.25 s, each a little late or early). An eager loop at 45 tokens a
-    second has not made 250 tokens in 5 s, so its windows come at `window_max_s`. With half a tick of slack the
-    ask falls at the twentieth tick; without it a tick a hair early pushed it to the next one (5.25 s apart, as
-    the H200's eager attaches showed in runs 38-40)."""
+def test_an_eager_loops_windows_open_at_most_5_s_apart_at_0_25_s_ticks():
+    """The agent asks for windows at its ticks (0.25 s, some up to 5 ms late: a tick waits for the GIL) and a
+    window opens at the first token boundary after the ask. An eager loop at 40 tokens a second has not made 250
+    tokens in 5 s, so its windows come at `window_max_s`. With no lead a tick a hair early pushed the ask to the
+    next one (5.25 s apart, the H200's runs 38-40); with half a tick the ask fell at 5 s and the opening token came
+    on top (5.00-5.05 s, run 41). With cap_lead_s the openings are at most 5 s apart, and not much closer."""
     st = wire.Attach(window_period_s=4, window_min_tokens=250, window_max_s=5)
-    tick, slack, rate = 0.25, 0.125, 45.0
+    tick, slack, token_s = 0.25, 0.125, 0.025
 
-    def asks(slack_s: float) -> list[float]:
-        out, last, next_window, now = [], 0.0, 0.5 - slack, 0.0
+    def opens(lead) -> list[float]:
+        out, last, next_window = [], 0.0, 0.5 - slack
         for k in range(1, 400):
-            now = k * tick + (0.0005 if k % 3 else -0.0005)  # the ticks' own jitter, half a millisecond
-            if agent.window_due(st, now, next_window, now - last, int((now - last) * rate), 0, slack_s):
-                out.append(now)
+            now = k * tick + (0.005 if k % 3 == 0 else -0.0005 if k % 3 == 1 else 0.0)  # late and early ticks
+            since, toks = now - last, int((now - last) / token_s)
+            if agent.window_due(st, now, next_window, since, toks, 0, lead(since, toks)):
+                at = (int(now / token_s) + 1) * token_s  # the next token boundary
+                out.append(at)
                 last, next_window = now, now + st.window_period_s - slack
         return out
 
     gaps = lambda xs: [round(b - a, 4) for a, b in zip(xs, xs[1:])]  # noqa: E731
-    assert max(gaps(asks(slack))) <= 5.001 and min(gaps(asks(slack))) >= 4.99
-    assert max(gaps(asks(0.0))) >= 5.249  # the old way: some asks a whole tick late
-    # a graphed loop (250 tokens in ~1 s) still waits for the period, slack or not
-    assert not agent.window_due(st, 3.8, 4.0 - slack, 3.8, 1000, 0, slack)
+    new = gaps(opens(lambda since, toks: agent.cap_lead_s(tick, since, toks)))
+    assert len(new) > 15 and max(new) <= 5.0 and min(new) >= 4.65
+    assert max(gaps(opens(lambda since, toks: slack))) > 5.0  # half a tick: the opening token on top (run 41)
+    assert max(gaps(opens(lambda since, toks: 0.0))) >= 5.249  # no lead: some asks a whole tick late
+    # a graphed loop (250 tokens in ~1 s) still waits for the period
+    assert not agent.window_due(st, 3.8, 4.0 - slack, 3.8, 1000, 0, agent.cap_lead_s(tick, 3.8, 1000))
+    # a stalled loop (no token since the last window) counts a quarter second for the opening token
+    assert agent.cap_lead_s(tick, 4.0, 0) == pytest.approx(0.51)
 
 
 def test_guard_token_only_while_the_process_replays_graphs():
