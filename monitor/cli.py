@@ -16,8 +16,12 @@ import sys
 import time
 from pathlib import Path
 
-from decodemon.monitor.client import SourceError, live_frames, recording_frames
-from decodemon.probes import wire
+from decodemon.monitor import _lean
+
+_lean.start()  # before numpy's first import (client -> wire): a light start beside the decode loop
+
+from decodemon.monitor.client import SourceError, live_frames, recording_frames  # noqa: E402
+from decodemon.probes import wire  # noqa: E402
 
 VERSION = "0.1.0"
 

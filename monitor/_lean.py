@@ -1,0 +1,82 @@
+"""A light start for the monitor process, which shares its machine with the decode loop it watches.
+
+Imported by the CLI before anything imports numpy. Measured on the H200 (scripts/h200_monitor_cpu_live.py,
+2026-11-30): a `decodemon attach --json` took 2.2-2.3 s of CPU, 2.18 s of it in its first half second and
+~0.1 s in the next ten; under cProfile 1.12 s of it was `compile` (202 numpy modules compiled from source at
+every start: the image's site-packages is read-only, so no bytecode is ever cached there) and 0.66 s numpy's
+docstrings. A process starting on another CPU slowed an eager decode thread by ~3% while it ran (fourteenth
+session, scripts/h200_attached_cost.py), and the benchmark's attaches start every 10 s.
+
+- bytecode_cache(): where numpy's bytecode is neither cached nor cachable beside its source, keep it (and every
+  later import's) under the user's cache directory (`sys.pycache_prefix`, this process only), so only the first
+  start compiles.
+- quiet_blas(): import numpy with one BLAS thread (the monitor does no linear algebra), then put the environment
+  back as it was, so a loop started by `decodemon run` inherits nothing from it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import tempfile
+
+BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS")
+
+
+def cache_dir() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "decodemon", "pycache")
+
+
+def needs_prefix(origin: str, writable=lambda p: os.access(p, os.W_OK)) -> bool:
+    """Would importing the module at `origin` compile it from source, and fail to cache the result?"""
+    cached = importlib.util.cache_from_source(origin)
+    if os.path.exists(cached):
+        return False
+    pyc_dir = os.path.dirname(cached)
+    return not writable(pyc_dir if os.path.isdir(pyc_dir) else os.path.dirname(origin))
+
+
+def bytecode_cache(module: str = "numpy") -> str | None:
+    """Set sys.pycache_prefix if `module`'s bytecode is neither cached nor cachable; return it (or None)."""
+    if sys.pycache_prefix or sys.dont_write_bytecode or module in sys.modules:
+        return None
+    try:
+        spec = importlib.util.find_spec(module)
+        if spec is None or not spec.origin or not spec.origin.endswith(".py") or not needs_prefix(spec.origin):
+            return None
+    except (ValueError, ImportError):
+        return None
+    for prefix in (cache_dir(), os.path.join(tempfile.gettempdir(), f"decodemon-pycache-{os.getuid()}")):
+        try:
+            os.makedirs(prefix, exist_ok=True)
+        except OSError:
+            continue
+        if os.access(prefix, os.W_OK):
+            break
+    else:
+        return None
+    sys.pycache_prefix = prefix
+    return prefix
+
+
+def quiet_blas() -> None:
+    """Import numpy with one BLAS thread, leaving os.environ as it was."""
+    if "numpy" in sys.modules:
+        return
+    set_here = [k for k in BLAS_THREADS if k not in os.environ]
+    for k in set_here:
+        os.environ[k] = "1"
+    try:
+        import numpy  # noqa: F401, PLC0415
+    except ImportError:
+        pass
+    finally:
+        for k in set_here:
+            os.environ.pop(k, None)
+
+
+def start() -> None:
+    bytecode_cache()
+    quiet_blas()
