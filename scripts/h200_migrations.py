@@ -1,0 +1,119 @@
+"""Does attaching move the eager decode thread between CPUs?
+
+    python scripts/h200_migrations.py OUTDIR [--phase-s 10] [--rounds 2] [--agent-args "..."] [--cpu]
+
+In the H200's eager runs the attached phases landed on a slow core more often than the unobserved ones (run 42,
+2026-11-30: 5 of 11 against 1 of 12; benchmarks/overhead.py `speeds`), while the C canary, timed on the decode
+thread, said the core was no slower per cycle of work. One way an attach could do that: each time the agent
+thread takes the GIL the decode thread sleeps on it (a voluntary switch) and, woken, may be placed on another
+CPU. This starts the demo engine (the decode loop in its main thread) and, through unobserved phases (U) and
+default attaches (D, `attach --json`) in turn, reads the decode thread's CPU from /proc every 5 ms, and its
+voluntary and involuntary switches and scheduler migrations (/proc/PID/task/PID/status and sched) at each phase's
+edges. Writes OUTDIR/migrations.json. `--cpu`: the tiny engine on this machine (a dry run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+from overhead import DEMO, DM  # noqa: E402
+
+
+def counters(pid: int) -> dict:
+    base = Path(f"/proc/{pid}/task/{pid}")
+    out = {}
+    for line in (base / "status").read_text().splitlines():
+        k, _, v = line.partition(":")
+        if k in ("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"):
+            out[k] = int(v)
+    try:
+        for line in (base / "sched").read_text().splitlines():
+            k, _, v = line.partition(":")
+            if k.strip() in ("se.nr_migrations", "nr_migrations"):
+                out["nr_migrations"] = int(float(v))
+    except OSError:
+        pass
+    return out
+
+
+def cpu_of(pid: int) -> int:
+    return int((Path(f"/proc/{pid}/task/{pid}/stat").read_text().rsplit(")", 1)[1].split())[36])
+
+
+def phase(pid: int, label: str, secs: float, attach_args: list[str]) -> dict:
+    c0 = counters(pid)
+    mon = None
+    if label == "D":
+        mon = subprocess.Popen(DM + ["attach", str(pid), "--json", "--seconds", str(secs)] + attach_args,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    cpus, t_end = [], time.time() + secs
+    while time.time() < t_end:
+        try:
+            cpus.append(cpu_of(pid))
+        except (OSError, IndexError, ValueError):
+            break
+        time.sleep(0.005)
+    if mon is not None:
+        mon.wait(60)
+    c1 = counters(pid)
+    moves = sum(1 for a, b in zip(cpus, cpus[1:]) if a != b)
+    share: dict = {}
+    for c in cpus:
+        share[c] = share.get(c, 0) + 1
+    return {"label": label, "samples": len(cpus), "cpu_changes_seen_per_s": round(moves / secs, 2),
+            "cpus_seen": {str(k): round(v / len(cpus), 3) for k, v in sorted(share.items())} if cpus else {},
+            **{f"{k}_per_s": round((c1[k] - c0.get(k, 0)) / secs, 1) for k in c1}}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--phase-s", type=float, default=10.0)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--agent-args", default="", help="extra `attach` arguments for the D phases")
+    ap.add_argument("--cpu", action="store_true")
+    a = ap.parse_args()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    tiny = ["--tiny", "--device", "cpu"] if a.cpu else []
+    pid_file, err_path = out / "engine.pid", out / "engine.err"
+    eng = subprocess.Popen(DM + ["run", "--pid-file", str(pid_file), "--"] + DEMO + tiny +
+                           ["--mode", "eager", "--tokens", "0"], stdout=subprocess.DEVNULL, stderr=open(err_path, "w"))
+    t0 = time.time()
+    while "decoding" not in err_path.read_text():
+        if eng.poll() is not None or time.time() - t0 > 180:
+            print(err_path.read_text()[-2000:])
+            return 1
+        time.sleep(0.3)
+    pid = int(pid_file.read_text())
+    time.sleep(2)
+    rows = []
+    try:
+        for _ in range(a.rounds):
+            for label in ("U", "D"):
+                rows.append(phase(pid, label, a.phase_s, shlex.split(a.agent_args)))
+                print(json.dumps(rows[-1])[:400], flush=True)
+        rows.append(phase(pid, "U", a.phase_s, []))
+        print(json.dumps(rows[-1])[:400], flush=True)
+    finally:
+        eng.terminate()
+        try:
+            eng.wait(20)
+        except subprocess.TimeoutExpired:
+            eng.kill()
+    res = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "phase_s": a.phase_s,
+           "agent_args": a.agent_args, "phases": rows}
+    (out / "migrations.json").write_text(json.dumps(res, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
