@@ -802,8 +802,8 @@ class _Agent:
             state["pm_stride"] = str(pm.stride)
             if getattr(pm, "pumps", 0) > 1:
                 state["pm_cpu"] = (f"{1e3 * pm.cpu_later_s / (pm.pumps - 1):.2f} ms of agent CPU per pump outside "
-                                   f"GIL-free libcupti calls, {1e3 * pm.image_s:.2f} of it copying the counter-data "
-                                   f"image of {getattr(pm, 'image_bytes', 0) / 2**20:.1f} MB ({pm.pumps - 1} pumps; "
+                                   f"GIL-free libcupti calls, {1e3 * pm.image_s:.2f} of it resetting {getattr(pm, 'image_bytes', 0) / 2**20:.1f} "
+                                   f"MB of the counter-data image, the part the last decode wrote ({pm.pumps - 1} pumps; "
                                    f"the first, with all the samples since the arm, {1e3 * pm.cpu_first_s:.1f} ms)"
                                    + (f"; {len(pm._held)} short calls held the GIL, given up "
                                       f"{pm.handbacks / pm.pumps:.1f}x per pump between them"

@@ -175,6 +175,8 @@ class PmSampler:
         # every pump (cupti-python's Collector.decode does), it took 7.9 ms of a 12.9 ms pump on the H200
         # (scripts/h200_slow_tokens.py --plan pm, 2026-11-29 16:26 UTC); the image is a self-contained byte blob.
         self._templates: dict = {}
+        self._dirty: dict = {}  # per image size: how far into the work buffer the last decode wrote (_decode_image)
+        self._layouts: dict = {}  # per image size: (header bytes, bytes per sample), or None (image_layout)
         # ... and made here, at the arm, not in the first pump. The agent's first pump waits for the first traced
         # window to be collected, so making the image there put 12.2-21.7 ms of agent CPU (against 2.5-3.6 ms for
         # later pumps) right after the window, in the tokens just after the traced one (tenth session,
@@ -182,10 +184,10 @@ class PmSampler:
         # window. The work buffer is written once here too, so its pages are not first touched in a pump.
         self.pump_s = pump_s
         self.max_samples = max_samples_for(interval_us, pump_s)
-        self._image_pair(self.max_samples)
         from cupti.utils import metrics_to_c_array  # noqa: PLC0415
 
         self._names_keep, self._names_ptr = metrics_to_c_array(list(PM_METRICS))
+        self._image_pair(self.max_samples)
         # the short per-sample calls, made keeping the GIL (held.py); the decode itself, milliseconds, lets it go
         self._held = held.cupti_functions(HELD_CALLS)
         self.stride = 4
@@ -312,11 +314,15 @@ class PmSampler:
         c, coll = self._c, self._coll
         t0 = time.perf_counter()
         template, image = self._image_pair(max_samples)
-        # reset from the template into a buffer kept for the purpose: 2.3-3.0 ms of the agent thread's CPU per
-        # pump on the H200 (numpy copies without the GIL), the same as a fresh template.copy() measured
-        np.copyto(image, template)
+        # Reset from the template into a buffer kept for the purpose, as far as the last decode wrote into it (the
+        # rest still is the template's). The whole 14.3 MB image took 2.1-2.8 ms of the agent thread's CPU per
+        # pump on the H200 (run 42); a decode writes exactly its header and the samples it decoded, ~7.6 MB at
+        # 2 ms and 1 s pumps, and copying that much back took 0.9-1.6 ms (scripts/h200_pm_reset.py, 2026-11-30).
+        dirty = self.__dict__.setdefault("_dirty", {}).get(max_samples, image.nbytes)
+        np.copyto(image[:dirty], template[:dirty])
+        self._dirty[max_samples] = image.nbytes  # until this decode says how far it wrote
         self.image_s = time.perf_counter() - t0
-        self.image_bytes = image.nbytes  # what that copy moves through the caches, every pump
+        self.image_bytes = dirty  # what that copy moved through the caches, this pump
         p = c.PmSamplingDecodeDataParams()
         p.struct_size = c.PM_SAMPLING_DECODE_DATA_PARAMS_STRUCT_SIZE
         p.p_pm_sampling_object = coll._pm_sampling_object
@@ -334,6 +340,11 @@ class PmSampler:
         info.counter_data_image_size = len(image)
         self._call("pm_sampling_get_counter_data_info", info)
         n = info.num_completed_samples
+        layout = self.__dict__.setdefault("_layouts", {}).get(max_samples)
+        if layout is not None:  # the header and one sample past the populated ones (a sample in progress)
+            header, per = layout
+            k = max(int(n), int(getattr(info, "num_populated_samples", 0) or 0)) + 1
+            self._dirty[max_samples] = min(image.nbytes, header + k * per)
         return (image, n) if n else None
 
     def _image_pair(self, max_samples: int):
@@ -343,7 +354,39 @@ class PmSampler:
         if pair is None:
             template = self._coll._create_counter_data_image(max_samples)
             pair = self._templates[max_samples] = (template, template.copy())
+            self.__dict__.setdefault("_dirty", {})[max_samples] = 0  # the work buffer is the template's copy
+            self.__dict__.setdefault("_layouts", {})[max_samples] = self.image_layout(max_samples, template.nbytes)
         return pair
+
+    def _image_size(self, samples: int) -> int:
+        c = self._c
+        p = c.PmSamplingGetCounterDataSizeParams()
+        p.struct_size = c.PM_SAMPLING_GET_COUNTER_DATA_SIZE_PARAMS_STRUCT_SIZE
+        p.p_pm_sampling_object = self._coll._pm_sampling_object
+        p.p_metric_names = self._names_ptr
+        p.num_metrics = len(PM_METRICS)
+        p.max_samples = samples
+        c.pm_sampling_get_counter_data_size(p.ptr)
+        return int(p.counter_data_size)
+
+    def image_layout(self, max_samples: int, nbytes: int) -> tuple[int, int] | None:
+        """(header bytes, bytes per sample) of a counter-data image, from the sizes CUPTI gives for `max_samples`,
+        half and a quarter as many: a header, then the samples in order. On the H200, 2,540 bytes and 14,617 a
+        sample for the agent's metrics, and each decode wrote exactly to header + samples x 14,617
+        (scripts/h200_pm_reset.py). None, and every reset copies the whole image, unless the three sizes lie on
+        one line that gives this image's size."""
+        if max_samples < 4:
+            return None
+        try:
+            n1, n2, n3 = max_samples, max_samples // 2, max_samples // 4
+            s1, s2, s3 = self._image_size(n1), self._image_size(n2), self._image_size(n3)
+        except Exception:
+            return None
+        per, rem = divmod(s1 - s2, n1 - n2)
+        header = s1 - n1 * per
+        if rem or per <= 0 or header < 0 or s2 - s3 != per * (n2 - n3) or s1 != nbytes:
+            return None
+        return header, per
 
     def close(self) -> None:
         """Stop sampling and release the session (errors ignored: CUPTI may already be gone)."""

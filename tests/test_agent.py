@@ -479,6 +479,7 @@ def test_pm_pump_decodes_into_a_copy_of_one_initialised_image():
 
     pm = object.__new__(PmSampler)
     pm._c, pm._coll, pm._templates, pm.image_s = _FakePmCupti(), _FakeCollector(), {}, 0.0
+    pm._dirty, pm._layouts = {}, {}
     pm._nogil, pm._free_s = None, 0.0  # no libcupti here: the cupti-python path
     first, n = pm._decode_image(1024)
     first[:] = 0  # what a decode writes must not reach the template
@@ -489,6 +490,72 @@ def test_pm_pump_decodes_into_a_copy_of_one_initialised_image():
     assert pm.image_bytes == 16  # the size of each pump's copy, for the probe's pm_cpu line
     pm._decode_image(64)  # another size: its own template
     assert pm._coll.made == 2
+
+
+class _LaidOutCupti(_FakePmCupti):
+    """A libcupti whose counter-data image is a 40-byte header and 100 bytes a sample, and whose decode writes the
+    header and the samples it decodes (as the H200's did: scripts/h200_pm_reset.py)."""
+    PmSamplingGetCounterDataSizeParams = type("_S", (), {"ptr": 0})
+    PM_SAMPLING_GET_COUNTER_DATA_SIZE_PARAMS_STRUCT_SIZE = 1
+    HEADER, PER = 40, 100
+
+    def __init__(self, image_of):
+        super().__init__()
+        self.image_of, self.n, self.sizes_asked = image_of, 0, []
+        self._last = None
+
+    def pm_sampling_get_counter_data_size(self, ptr):
+        self.sizes_asked.append(self._p.max_samples)
+        self._p.counter_data_size = self.HEADER + self.PER * self._p.max_samples
+
+    def pm_sampling_decode_data(self, ptr):
+        super().pm_sampling_decode_data(ptr)
+        self.image_of()[: self.HEADER + self.PER * self.n] = 0  # what this decode writes
+
+    def pm_sampling_get_counter_data_info(self, ptr):
+        _P.num_completed_samples = self.n
+
+
+def test_pm_pump_resets_only_what_the_last_decode_wrote(monkeypatch):
+    import numpy as np
+
+    from decodemon.probes.pm_inproc import PmSampler
+
+    pm = object.__new__(PmSampler)
+    box = {}
+    fake = _LaidOutCupti(lambda: box["image"])
+
+    def size_params():
+        p = types.SimpleNamespace(ptr=0)
+        fake._p = p
+        return p
+
+    fake.PmSamplingGetCounterDataSizeParams = size_params
+    coll = _FakeCollector()
+    coll._create_counter_data_image = lambda m: np.full(40 + 100 * m, 5, dtype=np.uint8)
+    pm._c, pm._coll, pm._templates, pm.image_s, pm._names_ptr = fake, coll, {}, 0.0, 0
+    pm._dirty, pm._layouts = {}, {}
+    pm._nogil, pm._free_s = None, 0.0
+    monkeypatch.setattr(_P, "num_completed_samples", 3)
+    template, box["image"] = pm._image_pair(64)
+    assert pm._layouts[64] == (40, 100) and sorted(fake.sizes_asked) == [16, 32, 64]
+    fake.n = 10
+    image, n = pm._decode_image(64)
+    assert n == 10 and pm.image_bytes == 0  # the first reset: the buffer still is the template's copy
+    assert not (image[: 40 + 100 * 10] == 5).any()
+    fake.n = 3
+    image, n = pm._decode_image(64)
+    assert pm.image_bytes == 40 + 100 * 11  # the header, the 10 samples decoded and one in progress
+    fake.n = 0
+    assert pm._decode_image(64) is None and pm.image_bytes == 40 + 100 * 4
+    # this decode wrote its header only: every sample earlier decodes wrote is back to the template's bytes
+    assert (image[40:] == template[40:]).all() and not (image[:40] == 5).any()
+
+    # sizes that do not lie on one line (or a failing size call): every reset copies the whole image
+    fake.HEADER = 0
+    assert pm.image_layout(64, 40 + 100 * 64) is None
+    fake.pm_sampling_get_counter_data_size = lambda ptr: (_ for _ in ()).throw(RuntimeError("no"))
+    assert pm.image_layout(64, 40 + 100 * 64) is None
 
 
 def _fake_pm_modules(monkeypatch, calls):
