@@ -1137,14 +1137,24 @@ def markdown(results: list[dict], env: dict, cmd: str) -> str:
               "(scripts/h200_variant_ab.py, eleventh session).",
               "- Windows are at least 250 tokens and at most 5 s apart. An eager window makes two slow tokens on the "
               "inter-token clock: the traced one (CUPTI's start-up and its cost per launch) and the next (the closing "
-              "flush and finalize, ~5 ms): ~1% of a 26 ms eager loop's tokens at one window per 5 s.",
+              "flush and finalize, ~5 ms): ~1% of a 26 ms eager loop's tokens at one window per 5 s. The agent "
+              "asks for the capped window a tick and a token ahead (agent.cap_lead_s, eighteenth session): "
+              "windows came 5.25-5.33 s apart in runs 38-40, 5.00-5.05 s in run 41, at most 4.81 s in run 42.",
               "- The PM samples inside a window's tokens are all evaluated (beyond the pump's stride) and set beside "
               "the traced kernels over the same intervals: the accuracy table's first GPU-busy column.",
               "- PM sampling is armed, decoded and evaluated in the agent thread (a second process could not enable "
               "it on this H200), into a work buffer reset from one initialised counter-data image (both made when "
               "PM is armed, not in the first pump, which follows the first window), with the GIL "
               "released inside libcupti's decode and kept through its short per-sample calls (sixteenth session); "
-              "NVML runs in a sidecar process, and all analysis runs in the monitor process.",
+              "NVML runs in a sidecar process, and all analysis runs in the monitor process. Since a5c6f4f (after "
+              "run 42) a pump resets only the part of the image the last decode wrote (its header and samples, "
+              "5.2-7.3 MiB of 14.3): 0.9-1.6 ms a pump instead of 2.1-2.8 (scripts/h200_pm_reset.py).",
+              "- The monitor's own start, light (eighteenth session, monitor/_lean.py): where numpy's bytecode is "
+              "neither cached nor cachable (the H200 image's read-only site-packages), it is kept under the user's "
+              "cache, and numpy is imported with one BLAS thread. An `attach --json` took 2.2-2.3 s of CPU, 2.18 s "
+              "of it in its first half second, 1.12 s compiling numpy (scripts/h200_monitor_cpu_live.py); the "
+              "benchmark's monitor CPU fell from 221-230 to 41 ms a second in eager and from 501-513 to 98 in "
+              "graph, and the machine's TLB shootdowns from 31-41 to 3.6 a second (eager) and 92-101 to 6.0 (graph).",
               "- An attach's start-up, trimmed (fourteenth session): a process starting on another CPU slowed the "
               "eager decode thread (scripts/h200_attached_cost.py --plan U,S,U,N,U,NS,U,NI: back-to-back starts "
               "+2.9% to +3.6% at one core speed), so the NVML sidecar started at every attach imports no numpy (its "

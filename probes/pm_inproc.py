@@ -315,8 +315,8 @@ class PmSampler:
         t0 = time.perf_counter()
         template, image = self._image_pair(max_samples)
         # Reset from the template into a buffer kept for the purpose, as far as the last decode wrote into it (the
-        # rest still is the template's). The whole 14.3 MB image took 2.1-2.8 ms of the agent thread's CPU per
-        # pump on the H200 (run 42); a decode writes exactly its header and the samples it decoded, ~7.6 MB at
+        # rest still is the template's). The whole 14.3 MiB image took 2.1-2.8 ms of the agent thread's CPU per
+        # pump on the H200 (run 42); a decode writes exactly its header and the samples it decoded, 7.2-7.3 MiB at
         # 2 ms and 1 s pumps, and copying that much back took 0.9-1.6 ms (scripts/h200_pm_reset.py, 2026-11-30).
         dirty = self.__dict__.setdefault("_dirty", {}).get(max_samples, image.nbytes)
         np.copyto(image[:dirty], template[:dirty])
