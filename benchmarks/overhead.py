@@ -44,6 +44,25 @@ DM = [PY, "-m", "decodemon.monitor.cli"]
 DEMO = [PY, "-m", "decodemon.engine_adapter.demo"]
 
 
+def start_demo(out: Path, mode: str, tiny: bool = False) -> tuple[subprocess.Popen, int | None]:
+    """A demo engine decoding without end under `decodemon run` (its pid file and stderr in `out`), for the device
+    scripts: (the process, its pid once it decodes, or None if it exited or took over 180 s; its stderr's tail is
+    printed then)."""
+    pid_file, err_path = out / "engine.pid", out / "engine.err"
+    cpu = ["--tiny", "--device", "cpu"] if tiny else []
+    eng = subprocess.Popen(DM + ["run", "--pid-file", str(pid_file), "--"] + DEMO + cpu +
+                           ["--mode", "eager" if tiny else mode, "--tokens", "0"],
+                           stdout=subprocess.DEVNULL, stderr=open(err_path, "w"))
+    t0 = time.time()
+    while "decoding" not in err_path.read_text():
+        if eng.poll() is not None or time.time() - t0 > 180:
+            print(err_path.read_text()[-2000:])
+            return eng, None
+        time.sleep(0.3)
+    time.sleep(2)
+    return eng, int(pid_file.read_text())
+
+
 def pct(xs, q):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(q / 100 * len(xs)))] if xs else float("nan")

@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
-from overhead import DEMO, DM  # noqa: E402
+from overhead import DM, start_demo  # noqa: E402
 
 TCK = os.sysconf("SC_CLK_TCK")
 
@@ -103,19 +103,9 @@ def main() -> int:
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    cpu = ["--tiny", "--device", "cpu"] if a.cpu else []
-    pid_file, err_path = out / "engine.pid", out / "engine.err"
-    eng = subprocess.Popen(DM + ["run", "--pid-file", str(pid_file), "--"] + DEMO + cpu +
-                           ["--mode", "eager" if a.cpu else a.mode, "--tokens", "0"],
-                           stdout=subprocess.DEVNULL, stderr=open(err_path, "w"))
-    t0 = time.time()
-    while "decoding" not in err_path.read_text():
-        if eng.poll() is not None or time.time() - t0 > 180:
-            print(err_path.read_text()[-2000:])
-            return 1
-        time.sleep(0.3)
-    pid = int(pid_file.read_text())
-    time.sleep(2)
+    eng, pid = start_demo(out, a.mode, tiny=a.cpu)
+    if pid is None:
+        return 1
     watch = ThreadWatch(pid)
     watch.start()
     res: dict = {"mode": a.mode, "phase_s": a.phase_s, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}

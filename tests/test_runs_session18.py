@@ -153,3 +153,21 @@ def test_the_pm_image_layout_and_reset_figures_are_the_scripts_output():
         assert probe["pm"].startswith("armed") and not probe.get("pm_lost")
         assert probe["pm_cpu"].startswith(f"{cpu} ms of agent CPU per pump") and f"{reset} of it resetting 5.2 MB" in \
             probe["pm_cpu"]
+
+
+def test_the_migration_and_monitor_cpu_scripts_run_on_the_tiny_cpu_engine(tmp_path):
+    """Dry runs of the device scripts of calls 2 and 4 on this machine: each writes its JSON with the phases it
+    ran (what the H200's figures were read from)."""
+    r = subprocess.run([sys.executable, str(ROOT / "scripts/h200_migrations.py"), str(tmp_path / "m"), "--cpu",
+                        "--phase-s", "1.5", "--rounds", "1"], capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stdout[-1500:] + r.stderr[-1500:]
+    m = json.loads((tmp_path / "m" / "migrations.json").read_text())
+    assert [p["label"] for p in m["phases"]] == ["U", "D", "U"]
+    assert all(p["samples"] > 50 and "voluntary_ctxt_switches_per_s" in p for p in m["phases"])
+    r = subprocess.run([sys.executable, str(ROOT / "scripts/h200_monitor_cpu_live.py"), str(tmp_path / "c"), "--cpu",
+                        "--phase-s", "2"], capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stdout[-1500:] + r.stderr[-1500:]
+    live = json.loads((tmp_path / "c" / "monitor_cpu_live.json").read_text())
+    assert live["plain"]["rc"] == 0 and live["plain"]["children_cpu_s"] > 0 and live["profiled_rc"] == 0
+    assert {"U1", "D", "U2", "Dprof", "U3"} <= set(live["engine_threads"])
+    assert "cumulative" in (tmp_path / "c" / "monitor_profile.txt").read_text()
