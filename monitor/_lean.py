@@ -46,14 +46,15 @@ def bytecode_cache(module: str = "numpy") -> str | None:
         spec = importlib.util.find_spec(module)
         if spec is None or not spec.origin or not spec.origin.endswith(".py") or not needs_prefix(spec.origin):
             return None
-    except (ValueError, ImportError):
+    except (ValueError, ImportError, NotImplementedError):
         return None
     for prefix in (cache_dir(), os.path.join(tempfile.gettempdir(), f"decodemon-pycache-{os.getuid()}")):
         try:
-            os.makedirs(prefix, exist_ok=True)
+            os.makedirs(prefix, mode=0o700, exist_ok=True)
+            mine = os.stat(prefix).st_uid == os.getuid()  # not a directory someone else made (in /tmp) to feed us
         except OSError:
             continue
-        if os.access(prefix, os.W_OK):
+        if mine and os.access(prefix, os.W_OK):
             break
     else:
         return None
