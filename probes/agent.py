@@ -629,6 +629,7 @@ class _Agent:
                 pass
 
     def _accept_loop(self) -> None:
+        held.name_this_thread("dm-agent")
         while True:
             try:
                 conn, _ = self.sock.accept()
@@ -677,6 +678,7 @@ class _Agent:
     def _serve(self, conn: socket.socket) -> None:
         res: dict = {"session": None, "sidecar": None}
         reason = "detached"
+        held.name_this_thread("dm-session")  # the attach's thread: ticks, pumps, window collects
         try:
             conn.settimeout(5.0)
             reader = wire.StreamReader(max_frame=64 * 1024)

@@ -138,3 +138,18 @@ class Slicer:
             self.handbacks += 1
             self.t0 = time.perf_counter()
 
+
+_PR_SET_NAME = 15
+
+
+def name_this_thread(name: str) -> bool:
+    """Give the calling thread an OS name (/proc/PID/task/TID/comm, `top -H`; 15 bytes at most). The agent's
+    threads then stand apart from the engine's own, which all carry the interpreter's name: on the H200 every
+    thread of the demo engine read `python3`, so an attach's CPU and minor faults could not be split by thread
+    (scripts/h200_monitor_cpu_live.py, eighteenth session). Only the calling thread's name changes; False where
+    prctl cannot be had."""
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_NAME, name.encode()[:15], 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+

@@ -167,6 +167,9 @@ def _nvml_loop(out: _Out, device: int, hz: float, stop: threading.Event) -> None
 
 def main(argv=None) -> int:
     """Run until stdin closes."""
+    from decodemon.probes.held import name_this_thread  # noqa: PLC0415
+
+    name_this_thread("dm-sidecar")  # the process's name in ps and top, not the interpreter's
     ap = argparse.ArgumentParser(prog="decodemon.probes.sidecar")
     ap.add_argument("--device", type=int, default=0)
     ap.add_argument("--pm-interval-us", type=int, default=2000)

@@ -1530,3 +1530,38 @@ def test_the_probe_state_carries_the_decode_threads_waits():
     assert s.switches.tid == threading.get_native_id()
     s.release()
     assert s.switches.fd is None
+
+
+def test_the_agents_threads_carry_their_own_os_names():
+    """/proc/PID/task/TID/comm: a thread that names itself reads so there; the thread that calls nothing keeps the
+    process's name (the engine's threads are not renamed)."""
+    from decodemon.probes import held
+
+    got = {}
+
+    def named():
+        got["ok"] = held.name_this_thread("dm-session-with-a-long-name")
+        got["tid"] = threading.get_native_id()
+
+    t = threading.Thread(target=named)
+    t.start()
+    t.join()
+    # the thread is gone once joined: name a live one and read it while it runs
+    ready, done = threading.Event(), threading.Event()
+
+    def live():
+        held.name_this_thread("dm-agent")
+        got["live_tid"] = threading.get_native_id()
+        ready.set()
+        done.wait(5)
+
+    t2 = threading.Thread(target=live)
+    t2.start()
+    ready.wait(5)
+    try:
+        comm = open(f"/proc/self/task/{got['live_tid']}/comm").read().strip()
+        main = open(f"/proc/self/task/{threading.get_native_id()}/comm").read().strip()
+    finally:
+        done.set()
+        t2.join()
+    assert got["ok"] is True and comm == "dm-agent" and main != "dm-agent"
