@@ -171,3 +171,12 @@ def test_the_migration_and_monitor_cpu_scripts_run_on_the_tiny_cpu_engine(tmp_pa
     assert live["plain"]["rc"] == 0 and live["plain"]["children_cpu_s"] > 0 and live["profiled_rc"] == 0
     assert {"U1", "D", "U2", "Dprof", "U3"} <= set(live["engine_threads"])
     assert "cumulative" in (tmp_path / "c" / "monitor_profile.txt").read_text()
+
+
+def test_the_tiny_engines_per_thread_faults_quoted_are_the_dry_runs_own():
+    d = json.loads((ROOT / "docs/cpu/monitor_cpu_live_tiny_session18_2026-11-30.json").read_text())
+    faults = {k: v["threads"]["python"]["minflt_per_s"] for k, v in d["engine_threads"].items()}
+    assert (min(faults[k] for k in ("U1", "U2", "U3")), max(faults[k] for k in ("U1", "U2", "U3"))) == (28.0, 35.0)
+    assert sorted(faults[k] for k in ("D", "Dprof")) == [40.7, 47.2]
+    assert {"dm-agent", "dm-session"} <= set(d["engine_threads"]["D"]["threads"])  # the agent's named threads
+    assert "from 28–35 to 41–47 a second while attached" in SEC
