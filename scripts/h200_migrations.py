@@ -7,9 +7,10 @@ In the H200's eager runs the attached phases landed on a slow core more often th
 thread, said the core was no slower per cycle of work. One way an attach could do that: each time the agent
 thread takes the GIL the decode thread sleeps on it (a voluntary switch) and, woken, may be placed on another
 CPU. This starts the demo engine (the decode loop in its main thread) and, through unobserved phases (U) and
-default attaches (D, `attach --json`) in turn, reads the decode thread's CPU from /proc every 5 ms, and its
-voluntary and involuntary switches and scheduler migrations (/proc/PID/task/PID/status and sched) at each phase's
-edges. Writes OUTDIR/migrations.json. `--cpu`: the tiny engine on this machine (a dry run).
+default attaches (D, `attach --json`) in turn, reads the decode thread's CPU and state from /proc every ~1 ms
+(every 5 ms until the eighteenth session's call 4), and when it sleeps, what on: its system call with the first
+argument (a futex's address: the GIL is one) and its kernel wait channel (`asleep_on`); and its voluntary and
+involuntary switches and scheduler migrations (/proc/PID/task/PID/status and sched) at each phase's edges. Writes OUTDIR/migrations.json. `--cpu`: the tiny engine on this machine (a dry run).
 """
 
 from __future__ import annotations
@@ -44,8 +45,29 @@ def counters(pid: int) -> dict:
     return out
 
 
-def cpu_of(pid: int) -> int:
-    return int((Path(f"/proc/{pid}/task/{pid}/stat").read_text().rsplit(")", 1)[1].split())[36])
+SYSCALLS = {0: "read", 1: "write", 7: "poll", 16: "ioctl", 23: "select", 35: "nanosleep", 202: "futex",
+            232: "epoll_wait", 270: "pselect6", 271: "ppoll", 281: "epoll_pwait"}  # x86-64
+
+
+def sample(pid: int) -> tuple[int, str, str | None]:
+    """The decode thread's CPU and state now, and when it sleeps what on: its system call and first argument (a
+    futex's address tells one lock from another: the GIL's is one address) and its kernel wait channel."""
+    base = f"/proc/{pid}/task/{pid}"
+    f = Path(f"{base}/stat").read_text().rsplit(")", 1)[1].split()
+    cpu, state = int(f[36]), f[0]
+    what = None
+    if state in ("S", "D"):
+        try:
+            sc = Path(f"{base}/syscall").read_text().split()
+            nr = int(sc[0]) if sc and sc[0].lstrip("-").isdigit() else -1
+            what = f"{SYSCALLS.get(nr, nr)}({sc[1] if len(sc) > 1 else ''})"
+        except OSError:
+            what = "?"
+        try:
+            what += " " + Path(f"{base}/wchan").read_text().strip()
+        except OSError:
+            pass
+    return cpu, state, what
 
 
 def phase(pid: int, label: str, secs: float, attach_args: list[str]) -> dict:
@@ -54,13 +76,16 @@ def phase(pid: int, label: str, secs: float, attach_args: list[str]) -> dict:
     if label == "D":
         mon = subprocess.Popen(DM + ["attach", str(pid), "--json", "--seconds", str(secs)] + attach_args,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    cpus, t_end = [], time.time() + secs
+    cpus, sleeps, t_end = [], {}, time.time() + secs
     while time.time() < t_end:
         try:
-            cpus.append(cpu_of(pid))
+            cpu, _, what = sample(pid)
         except (OSError, IndexError, ValueError):
             break
-        time.sleep(0.005)
+        cpus.append(cpu)
+        if what is not None:
+            sleeps[what] = sleeps.get(what, 0) + 1
+        time.sleep(0.001)
     if mon is not None:
         mon.wait(60)
     c1 = counters(pid)
@@ -70,6 +95,8 @@ def phase(pid: int, label: str, secs: float, attach_args: list[str]) -> dict:
         share[c] = share.get(c, 0) + 1
     return {"label": label, "samples": len(cpus), "cpu_changes_seen_per_s": round(moves / secs, 2),
             "cpus_seen": {str(k): round(v / len(cpus), 3) for k, v in sorted(share.items())} if cpus else {},
+            "asleep_share": round(sum(sleeps.values()) / max(1, len(cpus)), 4),
+            "asleep_on": dict(sorted(sleeps.items(), key=lambda kv: -kv[1])[:8]),
             **{f"{k}_per_s": round((c1[k] - c0.get(k, 0)) / secs, 1) for k in c1}}
 
 

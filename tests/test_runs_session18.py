@@ -164,6 +164,7 @@ def test_the_migration_and_monitor_cpu_scripts_run_on_the_tiny_cpu_engine(tmp_pa
     m = json.loads((tmp_path / "m" / "migrations.json").read_text())
     assert [p["label"] for p in m["phases"]] == ["U", "D", "U"]
     assert all(p["samples"] > 50 and "voluntary_ctxt_switches_per_s" in p for p in m["phases"])
+    assert all(0.0 <= p["asleep_share"] <= 1.0 and isinstance(p["asleep_on"], dict) for p in m["phases"])
     r = subprocess.run([sys.executable, str(ROOT / "scripts/h200_monitor_cpu_live.py"), str(tmp_path / "c"), "--cpu",
                         "--phase-s", "2"], capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stdout[-1500:] + r.stderr[-1500:]
