@@ -60,6 +60,10 @@ def test_the_quoted_medians_p99s_and_accuracy_are_the_runs_own():
     assert [r2(g["D"]["overhead_pct_median"]) for g in (g41, g42)] == [-0.23, -0.94]
     assert [r3(g["D"]["p99_ratio_median"]) for g in (g41, g42)] == [1.015, 1.026]
     assert [r2(x["P"]["overhead_pct_median"]) for x in (e41, g41, e42, g42)] == [44.28, 39.14, 86.83, 37.81]
+    sw = e42["switches"]["D"]
+    assert (round(sw["median_ms_with"], 2), round(sw["median_ms_without"], 2), sw["share_with"]) == (22.13, 19.87,
+                                                                                                  0.117)
+    assert [e["switches"]["D"]["per_s"] for e in (e41, e42)] == [20.3, 20.2]
     assert [round(e["D_all"]["median_ms"], 2) for e in (e41, e42)] == [25.01, 20.1]
     assert [round(e["U_all"]["median_ms"], 2) for e in (e41, e42)] == [23.35, 20.51]
     for r in (e41, e42, g41, g42):
