@@ -1,6 +1,7 @@
 """Does attaching move the eager decode thread between CPUs?
 
-    python scripts/h200_migrations.py OUTDIR [--phase-s 10] [--rounds 2] [--agent-args "..."] [--cpu]
+    python scripts/h200_migrations.py OUTDIR [--phase-s 10] [--rounds 2] [--agent-args "..." | --variants
+        ";--no-pm;--no-trace"] [--cpu]
 
 In the H200's eager runs the attached phases landed on a slow core more often than the unobserved ones (run 42,
 2026-11-30: 5 of 11 against 1 of 12; benchmarks/overhead.py `speeds`), while the C canary, timed on the decode
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import statistics
 import subprocess
 import sys
 import time
@@ -73,7 +75,7 @@ def sample(pid: int) -> tuple[int, str, str | None]:
 def phase(pid: int, label: str, secs: float, attach_args: list[str]) -> dict:
     c0 = counters(pid)
     mon = None
-    if label == "D":
+    if label.startswith("D"):
         mon = subprocess.Popen(DM + ["attach", str(pid), "--json", "--seconds", str(secs)] + attach_args,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     cpus, sleeps, t_end = [], {}, time.time() + secs
@@ -100,14 +102,37 @@ def phase(pid: int, label: str, secs: float, attach_args: list[str]) -> dict:
             **{f"{k}_per_s": round((c1[k] - c0.get(k, 0)) / secs, 1) for k in c1}}
 
 
+def by_label(rows: list[dict]) -> dict:
+    """Per label, the medians of its phases' switch rates and sleeping share, and what it slept on, summed."""
+    out: dict = {}
+    for lab in dict.fromkeys(r["label"] for r in rows):
+        rs = [r for r in rows if r["label"] == lab]
+        on: dict = {}
+        for r in rs:
+            for k, v in r["asleep_on"].items():
+                on[k] = on.get(k, 0) + v
+        out[lab] = {"phases": len(rs),
+                    **{k: statistics.median(r.get(k, 0.0) for r in rs)
+                       for k in ("voluntary_ctxt_switches_per_s", "nonvoluntary_ctxt_switches_per_s",
+                                 "asleep_share")},
+                    "asleep_on": dict(sorted(on.items(), key=lambda kv: -kv[1])[:8])}
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
     ap.add_argument("--phase-s", type=float, default=10.0)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--agent-args", default="", help="extra `attach` arguments for the D phases")
+    ap.add_argument("--variants", default=None,
+                    help="attach settings to interleave on one engine, ';'-separated (e.g. ';--no-pm;--no-trace': "
+                         "the defaults, then without PM, then without windows): phases D0, D1, ... in turn, each "
+                         "round, with an unobserved phase before each; --agent-args is then ignored")
     ap.add_argument("--cpu", action="store_true")
     a = ap.parse_args()
+    variants = a.variants.split(";") if a.variants is not None else [a.agent_args]
+    labels = ["D"] if a.variants is None else [f"D{i}" for i in range(len(variants))]
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     eng, pid = start_demo(out, "eager", tiny=a.cpu)
@@ -116,9 +141,10 @@ def main() -> int:
     rows = []
     try:
         for _ in range(a.rounds):
-            for label in ("U", "D"):
-                rows.append(phase(pid, label, a.phase_s, shlex.split(a.agent_args)))
-                print(json.dumps(rows[-1])[:400], flush=True)
+            for label, args in zip(labels, variants):
+                for lab, extra in (("U", []), (label, shlex.split(args))):
+                    rows.append(phase(pid, lab, a.phase_s, extra))
+                    print(json.dumps(rows[-1])[:400], flush=True)
         rows.append(phase(pid, "U", a.phase_s, []))
         print(json.dumps(rows[-1])[:400], flush=True)
     finally:
@@ -128,7 +154,8 @@ def main() -> int:
         except subprocess.TimeoutExpired:
             eng.kill()
     res = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "phase_s": a.phase_s,
-           "agent_args": a.agent_args, "phases": rows}
+           "agent_args": a.agent_args, "variants": dict(zip(labels, variants)), "phases": rows,
+           "by_label": by_label(rows)}
     (out / "migrations.json").write_text(json.dumps(res, indent=1))
     return 0
 

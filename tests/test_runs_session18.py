@@ -169,6 +169,14 @@ def test_the_migration_and_monitor_cpu_scripts_run_on_the_tiny_cpu_engine(tmp_pa
     assert [p["label"] for p in m["phases"]] == ["U", "D", "U"]
     assert all(p["samples"] > 50 and "voluntary_ctxt_switches_per_s" in p for p in m["phases"])
     assert all(0.0 <= p["asleep_share"] <= 1.0 and isinstance(p["asleep_on"], dict) for p in m["phases"])
+    r = subprocess.run([sys.executable, str(ROOT / "scripts/h200_migrations.py"), str(tmp_path / "v"), "--cpu",
+                        "--phase-s", "1", "--rounds", "1", "--variants", ";--no-pm"], capture_output=True, text=True,
+                       timeout=240)
+    assert r.returncode == 0, r.stdout[-1500:] + r.stderr[-1500:]
+    v = json.loads((tmp_path / "v" / "migrations.json").read_text())
+    assert [p["label"] for p in v["phases"]] == ["U", "D0", "U", "D1", "U"]
+    assert v["variants"] == {"D0": "", "D1": "--no-pm"} and v["by_label"]["U"]["phases"] == 3
+    assert v["by_label"]["U"]["voluntary_ctxt_switches_per_s"] < 2.0  # an unobserved decode thread hardly waits
     r = subprocess.run([sys.executable, str(ROOT / "scripts/h200_monitor_cpu_live.py"), str(tmp_path / "c"), "--cpu",
                         "--phase-s", "2"], capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stdout[-1500:] + r.stderr[-1500:]
