@@ -53,14 +53,22 @@ def start_demo(out: Path, mode: str, tiny: bool = False) -> tuple[subprocess.Pop
     eng = subprocess.Popen(DM + ["run", "--pid-file", str(pid_file), "--"] + DEMO + cpu +
                            ["--mode", "eager" if tiny else mode, "--tokens", "0"],
                            stdout=subprocess.DEVNULL, stderr=open(err_path, "w"))
+    pid = until_decoding(eng, err_path, pid_file)
+    if pid is None:
+        print(err_path.read_text()[-2000:])
+    return eng, pid
+
+
+def until_decoding(eng: subprocess.Popen, err_path: Path, pid_file: Path) -> int | None:
+    """Wait for a demo engine started under `decodemon run` to say it decodes (its stderr), then 2 s more: its pid,
+    or None if it exited or took over 180 s."""
     t0 = time.time()
     while "decoding" not in err_path.read_text():
         if eng.poll() is not None or time.time() - t0 > 180:
-            print(err_path.read_text()[-2000:])
-            return eng, None
+            return None
         time.sleep(0.3)
     time.sleep(2)
-    return eng, int(pid_file.read_text())
+    return int(pid_file.read_text())
 
 
 def pct(xs, q):
@@ -336,13 +344,9 @@ def engine_session(mode: str, tag: str, plan: list[str], phase_s: float, work: P
                            ["--mode", "eager" if cpu else mode, "--tokens", "0", "--times-file", str(times_file),
                             "--cpu-clocks", "--profiler-dir", str(prof_dir)], stdout=subprocess.DEVNULL, stderr=err,
                            preexec_fn=pinned(engine_cpus))
-    t0 = time.time()
-    while "decoding" not in err_path.read_text():
-        if eng.poll() is not None or time.time() - t0 > 180:
-            raise RuntimeError(err_path.read_text()[-2000:])
-        time.sleep(0.3)
-    pid = int(pid_file.read_text())
-    time.sleep(2)
+    pid = until_decoding(eng, err_path, pid_file)
+    if pid is None:
+        raise RuntimeError(err_path.read_text()[-2000:])
     phases, attach, profs, hosts = [], [], [], []
     for label in plan:
         h0, v0, w0 = host_ticks(), {**vm_counters(), **proc_counters(pid)}, time.time()

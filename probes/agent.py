@@ -914,12 +914,11 @@ class _Agent:
                 # a finalize may have taken PM down: pump (and re-arm) soon, once the sample over the window's
                 # last token has completed (2 ms at the default interval)
                 next_pm = now + max(0.01, 2e-6 * st.pm_interval_us)
+            tokens_since = shipped + len(session.marks_t) - tokens_at_window
             if session.tracer is not None and not session.tracer.active \
                     and not session.window_ready.is_set() and not session.want_window and open_after is None \
-                    and window_due(st, now, next_window, now - last_window,
-                                   shipped + len(session.marks_t) - tokens_at_window, _windows_in_process,
-                                   cap_lead_s(tick, now - last_window,
-                                              shipped + len(session.marks_t) - tokens_at_window)):
+                    and window_due(st, now, next_window, now - last_window, tokens_since, _windows_in_process,
+                                   cap_lead_s(tick, now - last_window, tokens_since)):
                 # with a prepare lead, CUPTI starts here, in this thread, and the window opens that many tokens
                 # later; without one (the default) the opening boundary starts it, in the traced token
                 lead = st.prepare_lead_tokens

@@ -36,7 +36,7 @@ try:
     _pread.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_long]
     _pread.restype = ctypes.c_ssize_t
 except (OSError, AttributeError):  # no libc symbols to be had (not Linux): the os module's calls
-    _read = _send = _pread = None
+    _libc = _read = _send = _pread = None
 
 
 def _raise_errno() -> None:
@@ -149,7 +149,7 @@ def name_this_thread(name: str) -> bool:
     (scripts/h200_monitor_cpu_live.py, eighteenth session). Only the calling thread's name changes; False where
     prctl cannot be had."""
     try:
-        return ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_NAME, name.encode()[:15], 0, 0, 0) == 0
-    except (OSError, AttributeError):
+        return _libc is not None and _libc.prctl(_PR_SET_NAME, name.encode()[:15], 0, 0, 0) == 0
+    except AttributeError:  # a libc without prctl
         return False
 

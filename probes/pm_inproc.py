@@ -318,7 +318,7 @@ class PmSampler:
         # rest still is the template's). The whole 14.3 MiB image took 2.1-2.8 ms of the agent thread's CPU per
         # pump on the H200 (run 42); a decode writes exactly its header and the samples it decoded, 7.2-7.3 MiB at
         # 2 ms and 1 s pumps, and copying that much back took 0.9-1.6 ms (scripts/h200_pm_reset.py, 2026-11-30).
-        dirty = self.__dict__.setdefault("_dirty", {}).get(max_samples, image.nbytes)
+        dirty = self._dirty.get(max_samples, image.nbytes)
         np.copyto(image[:dirty], template[:dirty])
         self._dirty[max_samples] = image.nbytes  # until this decode says how far it wrote
         self.image_s = time.perf_counter() - t0
@@ -340,7 +340,7 @@ class PmSampler:
         info.counter_data_image_size = len(image)
         self._call("pm_sampling_get_counter_data_info", info)
         n = info.num_completed_samples
-        layout = self.__dict__.setdefault("_layouts", {}).get(max_samples)
+        layout = self._layouts.get(max_samples)
         if layout is not None:  # the header and one sample past the populated ones (a sample in progress)
             header, per = layout
             k = max(int(n), int(getattr(info, "num_populated_samples", 0) or 0)) + 1
@@ -354,8 +354,8 @@ class PmSampler:
         if pair is None:
             template = self._coll._create_counter_data_image(max_samples)
             pair = self._templates[max_samples] = (template, template.copy())
-            self.__dict__.setdefault("_dirty", {})[max_samples] = 0  # the work buffer is the template's copy
-            self.__dict__.setdefault("_layouts", {})[max_samples] = self.image_layout(max_samples, template.nbytes)
+            self._dirty[max_samples] = 0  # the work buffer is the template's copy
+            self._layouts[max_samples] = self.image_layout(max_samples, template.nbytes)
         return pair
 
     def _image_size(self, samples: int) -> int:

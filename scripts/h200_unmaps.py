@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
-from overhead import DEMO, DM, irq_counters  # noqa: E402
+from overhead import DM, irq_counters, start_demo  # noqa: E402
 
 CALLS = "munmap,mremap,madvise,brk,mmap,mprotect"
 LINE = re.compile(r"^(\d+)\s+(\w+)\((.*?)\)\s+=\s+(\S+)")
@@ -118,19 +118,10 @@ def main() -> None:
         sys.exit("h200_unmaps: no strace on this machine")
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    pid_file, err_path = out / "engine.pid", out / "engine.err"
-    cpu = ["--tiny", "--device", "cpu"] if a.cpu else []
-    eng = subprocess.Popen(DM + ["run", "--pid-file", str(pid_file), "--"] + DEMO + cpu +
-                           ["--mode", "eager" if a.cpu else a.mode, "--tokens", "0"],
-                           stdout=subprocess.DEVNULL, stderr=open(err_path, "w"))
+    eng, pid = start_demo(out, a.mode, tiny=a.cpu)
     try:
-        t0 = time.time()
-        while "decoding" not in err_path.read_text():
-            if eng.poll() is not None or time.time() - t0 > 180:
-                sys.exit("h200_unmaps: the engine did not start: " + err_path.read_text()[-500:])
-            time.sleep(0.3)
-        pid = int(pid_file.read_text())
-        time.sleep(2)
+        if pid is None:
+            sys.exit("h200_unmaps: the engine did not start (its stderr's tail above)")
         res = {"mode": a.mode, "U": phase(pid, a.phase_s, out, "U", False),
                "D": phase(pid, a.phase_s, out, "D", True)}
         (out / "unmaps.json").write_text(json.dumps(res, indent=1))

@@ -1054,6 +1054,7 @@ def _sampler(n):
 
     pm = object.__new__(PmSampler)
     pm._c, pm._coll, pm._templates, pm.image_s = _FakeEvalCupti(n), _FakeCollector(), {}, 0.0
+    pm._dirty, pm._layouts = {}, {}
     pm._free_s, pm.cpu_later_s, pm.cpu_first_s, pm.pumps, pm.eval_s = 0.0, 0.0, 0.0, 0, 0.0
     pm.stride, pm.dense_evaluated = 32, 0
     pm._host = type("H", (), {"_p_host_object": 0})()
