@@ -44,14 +44,17 @@ DM = [PY, "-m", "decodemon.monitor.cli"]
 DEMO = [PY, "-m", "decodemon.engine_adapter.demo"]
 
 
-def start_demo(out: Path, mode: str, tiny: bool = False) -> tuple[subprocess.Popen, int | None]:
+def start_demo(out: Path, mode: str, tiny: bool = False,
+               times_file: Path | None = None) -> tuple[subprocess.Popen, int | None]:
     """A demo engine decoding without end under `decodemon run` (its pid file and stderr in `out`), for the device
     scripts: (the process, its pid once it decodes, or None if it exited or took over 180 s; its stderr's tail is
-    printed then)."""
+    printed then). `times_file`: the engine writes every token's time and clocks there when it exits (the demo's
+    `--times-file --cpu-clocks`, the C canary included)."""
     pid_file, err_path = out / "engine.pid", out / "engine.err"
     cpu = ["--tiny", "--device", "cpu"] if tiny else []
+    times = ["--times-file", str(times_file), "--cpu-clocks"] if times_file is not None else []
     eng = subprocess.Popen(DM + ["run", "--pid-file", str(pid_file), "--"] + DEMO + cpu +
-                           ["--mode", "eager" if tiny else mode, "--tokens", "0"],
+                           ["--mode", "eager" if tiny else mode, "--tokens", "0"] + times,
                            stdout=subprocess.DEVNULL, stderr=open(err_path, "w"))
     pid = until_decoding(eng, err_path, pid_file)
     if pid is None:
