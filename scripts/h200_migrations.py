@@ -157,6 +157,28 @@ def speeds(rows: list[dict], times: dict) -> None:
                 r[f"{col}_per_token"] = round(statistics.fmean(vals[keep[k]] for k in sel), 3)
 
 
+def pair_overheads(rows: list[dict]) -> dict:
+    """Per attached label, each phase's median ms/token over the mean of the unobserved phases on both sides of it,
+    in %, raw and at one core speed by the C canary (the benchmark's pair arithmetic), and their medians. Rows
+    without token times (an engine that wrote none) are left out."""
+    out: dict = {}
+    for i, r in enumerate(rows):
+        if r["label"] == "U" or not 0 < i < len(rows) - 1:
+            continue
+        a, b = rows[i - 1], rows[i + 1]
+        if a["label"] != "U" or b["label"] != "U" or any(x.get("median_ms") is None for x in (a, r, b)):
+            continue
+        o = out.setdefault(r["label"], {"raw": [], "one_core_speed": []})
+        o["raw"].append(round(100 * (r["median_ms"] / ((a["median_ms"] + b["median_ms"]) / 2) - 1), 2))
+        if all(x.get("median_ms_one_core_speed") is not None for x in (a, r, b)):
+            ref = (a["median_ms_one_core_speed"] + b["median_ms_one_core_speed"]) / 2
+            o["one_core_speed"].append(round(100 * (r["median_ms_one_core_speed"] / ref - 1), 2))
+    for o in out.values():
+        for k in ("raw", "one_core_speed"):
+            o[f"{k}_median"] = statistics.median(o[k]) if o[k] else None
+    return out
+
+
 def by_label(rows: list[dict]) -> dict:
     """Per label, the medians of its phases' switch rates and sleeping share, and what it slept on, summed."""
     out: dict = {}
@@ -222,7 +244,7 @@ def main() -> int:
         print(f"no token times: {exc}")
     res = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "phase_s": a.phase_s,
            "agent_args": a.agent_args, "variants": dict(zip(labels, variants)), "phases": rows,
-           "by_label": by_label(rows)}
+           "by_label": by_label(rows), "pairs": pair_overheads(rows)}
     (out / "migrations.json").write_text(json.dumps(res, indent=1))
     return 0
 

@@ -385,14 +385,14 @@ def test_an_engine_session_can_pin_the_engine_and_one_labels_monitor(tmp_path, m
 
 
 def test_the_docs_generated_table_is_the_latest_h200_runs_own_output():
-    """docs/benchmarks.md's generated block holds run 42's rows exactly as the H200 run printed them (its log), and
+    """docs/benchmarks.md's generated block holds run 43's rows exactly as the H200 run printed them (its log), and
     the block was rendered from that run's overhead.json (device, driver, date, command and each mode's phase
-    length). Run 42 is the eighteenth session's run the acceptance is read from (both modes, eager 10 s phases, the
-    windows' new lead and the light monitor start); run 41, the same command, is quoted beside it."""
+    length). Run 43 is the nineteenth session's run the acceptance is read from (both modes, eager 10 s phases, the
+    first benchmark of the partial PM image reset); run 44, the same command, is quoted beside it."""
     root = Path(__file__).parents[1]
     doc = (root / "docs/benchmarks.md").read_text()
     block = doc.split(overhead.MARK_START, 1)[1].split(overhead.MARK_END, 1)[0]
-    printed = (root / "docs/h200/overhead_session18_run42_2026-11-30.log").read_text()
+    printed = (root / "docs/h200/overhead_session19_run43_2026-11-30.log").read_text()
     rows = [ln for ln in printed.splitlines() if ln.startswith("| eager |") or ln.startswith("| graph |")]
     assert len(rows) >= 12 and all(row in block for row in rows)
     assert "driver 580.159.04" in block and "date 2026-11-30" in block and "--eager-phase-s 10" in block

@@ -14,7 +14,7 @@ ROOT = Path(__file__).parents[1]
 H200 = ROOT / "docs" / "h200"
 RUNS = (41, 42)
 DOC = (ROOT / "docs" / "benchmarks.md").read_text()
-SEC = DOC.split("## Latest runs (eighteenth session", 1)[1].split("## Seventeenth session", 1)[0]
+SEC = DOC.split("## Eighteenth session (", 1)[1].split("## Seventeenth session", 1)[0]
 
 
 def _load(name: str):
