@@ -1,4 +1,4 @@
-"""The nineteenth session's H200 runs 43-44 and the waits diagnostic (call 1): what docs/benchmarks.md, the README
+"""The nineteenth session's H200 runs 43-45 and the waits diagnostic (call 1): what docs/benchmarks.md, the README
 and the closing note quote, read back from the committed raw files and recomputed where a script computes it."""
 
 from __future__ import annotations
@@ -120,17 +120,36 @@ def test_windows_and_pm_continuity_quoted_are_the_runs_own():
     assert "4.76–4.79 s (4.75 s)" in SEC and "4.75–4.80 s (4.75 s)" in SEC
 
 
+def test_run_45_eager_only_met_all_but_the_p99_per_pair():
+    ov = _overhead()
+    run = _load("overhead_session19_run45_eager")
+    assert run["env"]["command"] == COMMAND.replace("--modes eager,graph", "--modes eager")
+    (e,) = run["results"]
+    line = ov.acceptance_lines(run["results"])[2]
+    assert "median -9.70% raw (met)" in line and "-0.56% by the C canary (met)" in line
+    assert "p99 1.101× raw (not met)" in line and "windows every 4.79 s at most (met)" in line
+    assert line.count("(not met)") == 2  # the raw p99 and the C canary's p99
+    assert (round(e["D"]["noise_floor_bracketed_pct"], 2), round(e["core_c"]["D"]["noise_floor_bracketed_pct"], 2)) \
+        == (31.17, 7.87)
+    assert round(e["D"]["p99_ratio_median_after_first"], 3) == 1.078
+    assert (e["speeds"]["u_slow"], e["speeds"]["observed_slow"]) == ([4, 12], [3, 11])
+    assert (min(e["D"]["overhead_pcts"]), max(e["D"]["overhead_pcts"])) == (-23.581, 80.859)
+    assert e["accuracy"]["pm_cpu"].startswith("1.71 ms") and "1.05 of it resetting 7.0 MB" in e["accuracy"]["pm_cpu"]
+    assert "| eager median raw (noise floor) | −0.97% (±2.08%) | −4.02% (±5.70%) | −9.70% (±31.17%) |" in SEC
+    assert "| eager p99 per pair / after the first, raw | 1.081 / 1.077 | 1.098 / 1.090 | 1.101 / 1.078 |" in SEC
+
+
 def test_the_pools_are_pool_runs_own_output():
     def spec(session: int, n: int) -> str:
-        return (f"{H200}/overhead_session{session}_run{n}_2026-11-30.json:"
-                f"{H200}/overhead_session{session}_run{n}_times_eager_dm_2026-11-30.json")
+        tag = f"session{session}_run{n}" + ("_eager" if n == 45 else "")
+        return f"{H200}/overhead_{tag}_2026-11-30.json:{H200}/overhead_{tag}_times_eager_dm_2026-11-30.json"
 
-    session = {38: 17, 39: 17, 40: 17, 41: 18, 42: 18, 43: 19, 44: 19}
+    session = {38: 17, 39: 17, 40: 17, 41: 18, 42: 18, 43: 19, 44: 19, 45: 19}
     for runs, name, want in (
-            ((38, 39, 40, 41, 42, 43, 44), "pool_session19_runs38-44_eager",
-             [(56, 0.561, [-1.893, 2.548]), (56, 0.834, [-0.13, 1.49]), (56, -0.508, [-0.883, 0.363])]),
-            ((43, 44), "pool_session19_runs43-44_eager",
-             [(16, -1.893, [-3.083, -0.538]), (16, 0.902, [-0.418, 2.196]), (16, -0.63, [-0.883, -0.026])])):
+            ((38, 39, 40, 41, 42, 43, 44, 45), "pool_session19_runs38-45_eager",
+             [(64, 0.287, [-2.198, 2.431]), (64, 0.812, [-0.199, 1.424]), (64, -0.508, [-0.88, 0.274])]),
+            ((43, 44, 45), "pool_session19_runs43-45_eager",
+             [(24, -2.053, [-5.93, -0.693]), (24, 0.838, [-0.418, 1.704]), (24, -0.63, [-0.883, -0.192])])):
         r = subprocess.run([sys.executable, str(ROOT / "scripts/pool_runs.py"), *[spec(session[n], n) for n in runs]],
                            capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stderr
@@ -139,8 +158,11 @@ def test_the_pools_are_pool_runs_own_output():
         p = out["pooled"]
         assert [(p[v]["pairs"], p[v]["overhead_pct_median"], p[v]["overhead_pct_interval_90"])
                 for v in ("raw", "core", "core_c")] == want
-    assert "+0.56% raw (90% interval of the median −1.89% to\n  +2.55%)" in SEC
-    assert "−0.51% by the C canary (−0.88% to +0.36%)" in SEC
+        assert p["raw"]["p99_ratio_median"] == 1.086
+    flat = " ".join(SEC.split())
+    assert "+0.29% raw (90% interval of the median −2.20% to +2.43%)" in flat
+    assert "−0.51% by the C canary (−0.88% to +0.27%); p99 per pair 1.086× raw" in flat
+    assert "−2.05% raw (−5.93% to −0.69%)" in flat and "−0.63% by the C canary (−0.88% to −0.19%)" in flat
 
 
 def test_the_waits_by_variant_are_the_scripts_arithmetic_on_the_committed_phases():
@@ -176,11 +198,12 @@ def test_the_engine_faults_by_thread_quoted_are_the_scripts_output():
 
 def test_the_readme_quotes_runs_43_and_44():
     flat = " ".join(README.split())
-    assert "| eager, median (noise floor) | +7.78% (±14.81%) | +5.10% (±0.76%) | −0.97% (±2.08%) | −4.02% (±5.70%) |" \
-        in flat
+    assert ("| eager, median (noise floor) | +7.78% (±14.81%) | +5.10% (±0.76%) | −0.97% (±2.08%) | −4.02% (±5.70%) | "
+            "−9.70% (±31.17%) |") in flat
     for s in ("| graph, median ms/token (noise floor) | −0.23% (±0.27%) | −0.94% (±1.72%) | −0.20% (±0.20%) | "
-              "−0.90% (±1.13%) |", "+0.56% raw (90% interval −1.89% to +2.55%)",
-              "−0.51% by the C canary (−0.88% to +0.36%)", "Issue #5's limits all held in runs 43 and 44"):
+              "−0.90% (±1.13%) | — |", "+0.29% raw (90% interval −2.20% to +2.43%)",
+              "−0.51% by the C canary (−0.88% to +0.27%)", "Issue #5's limits all held in runs 43 and 44",
+              "met all of them but the p99 per pair: 1.101×"):
         assert s in flat, s
 
 
