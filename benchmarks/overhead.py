@@ -1165,7 +1165,8 @@ def markdown(results: list[dict], env: dict, cmd: str) -> str:
               "inter-token clock: the traced one (CUPTI's start-up and its cost per launch) and the next (the closing "
               "flush and finalize, ~5 ms): ~1% of a 26 ms eager loop's tokens at one window per 5 s. The agent "
               "asks for the capped window a tick and a token ahead (agent.cap_lead_s, eighteenth session): "
-              "windows came 5.25-5.33 s apart in runs 38-40, 5.00-5.05 s in run 41, at most 4.81 s in run 42.",
+              "windows came 5.25-5.33 s apart in runs 38-40, 5.00-5.05 s in run 41, at most 4.81 s in run 42 and "
+              "4.80 s in runs 43-45.",
               "- The PM samples inside a window's tokens are all evaluated (beyond the pump's stride) and set beside "
               "the traced kernels over the same intervals: the accuracy table's first GPU-busy column.",
               "- PM sampling is armed, decoded and evaluated in the agent thread (a second process could not enable "
@@ -1174,7 +1175,9 @@ def markdown(results: list[dict], env: dict, cmd: str) -> str:
               "released inside libcupti's decode and kept through its short per-sample calls (sixteenth session); "
               "NVML runs in a sidecar process, and all analysis runs in the monitor process. Since a5c6f4f (after "
               "run 42) a pump resets only the part of the image the last decode wrote (its header and samples, "
-              "5.2-7.3 MiB of 14.3): 0.9-1.6 ms a pump instead of 2.1-2.8 (scripts/h200_pm_reset.py).",
+              "5.2-7.3 MiB of 14.3): 0.9-1.6 ms a pump instead of 2.1-2.8 (scripts/h200_pm_reset.py). In runs "
+              "43-45 the agent's CPU a pump (eager, the last attach) was 1.65-1.71 ms, 1.05-1.38 of it resetting 7.0 MB, "
+              "against 2.59-3.04 and 2.40-2.86 for 14.3 MB in run 42.",
               "- The monitor's own start, light (eighteenth session, monitor/_lean.py): where numpy's bytecode is "
               "neither cached nor cachable (the H200 image's read-only site-packages), it is kept under the user's "
               "cache, and numpy is imported with one BLAS thread. An `attach --json` took 2.2-2.3 s of CPU, 2.18 s "
