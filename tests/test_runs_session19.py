@@ -221,3 +221,16 @@ def test_the_migrations_script_logs_token_speed_per_phase_on_the_tiny_engine(tmp
         assert 0.0 <= p["slow_core_share"] <= 1.0 and p["t1"] > p["t0"]
         assert p["irq_per_s_all_cpus"] >= 0
     assert set(v["pairs"]) == {"D0", "D1"} and all(len(x["raw"]) == 1 for x in v["pairs"].values())
+
+
+def test_the_readmes_waits_and_pump_ranges_are_the_runs_own():
+    files = ["overhead_session16_run37_eager", "overhead_session17_run38", "overhead_session17_run39",
+             "overhead_session17_run40", "overhead_session18_run41", "overhead_session18_run42",
+             "overhead_session19_run43", "overhead_session19_run44", "overhead_session19_run45_eager"]
+    waits = [next(r for r in _load(f)["results"] if r["mode"] == "eager")["switches"]["D"]["per_s"] for f in files]
+    assert (min(waits), max(waits)) == (19.9, 21.7)
+    pumps = [next(r for r in _load(f)["results"] if r["mode"] == "eager")["accuracy"]["pm_cpu"][:4]
+             for f in files[-3:]]
+    assert (min(pumps), max(pumps)) == ("1.65", "1.71")
+    flat = " ".join(README.split())
+    assert "19.9–21.7 in runs 37–45" in flat and "1.65–1.71 ms of agent CPU a pump in runs 43–45" in flat
