@@ -194,6 +194,12 @@ def test_the_engine_faults_by_thread_quoted_are_the_scripts_output():
     assert (t["Dprof"]["threads"]["dm-session"]["minflt_per_s"], t["Dprof"]["threads"]["dm-session"]["cpu_ms_per_s"]) == (
         133.2, 19.1)
     assert "took 864.7 faults a second" in SEC and "`dm-session` thread 133.2 a second" in SEC
+    d = _load("waits_session19_variants")
+    per = {lab: [r["minflt_per_token"] for r in d["phases"] if r["label"] == lab] for lab in ("D0", "D1", "D2", "D3")}
+    quiet = per["D2"] + per["D3"]
+    assert (min(quiet), max(quiet)) == (0.0, 0.067)
+    assert per["D0"][0] == 30.737 and (min(per["D0"][1:] + per["D1"]), max(per["D0"][1:] + per["D1"])) == (0.0, 11.156)
+    assert "0.00–11.2 with them after the\n  process's first attach (30.7 in it)" in SEC
 
 
 def test_the_readme_quotes_runs_43_and_44():
