@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
-from overhead import DM, core_speed, start_demo  # noqa: E402
+from overhead import DM, core_speed, phase_of, start_demo  # noqa: E402
 
 
 def counters(pid: int) -> dict:
@@ -137,7 +137,7 @@ def speeds(rows: list[dict], times: dict) -> None:
     where = [None] * len(ends)
     for j, r in enumerate(rows):
         for i, e in enumerate(ends):
-            if r["t0"] + 0.05 <= e <= r["t1"]:
+            if phase_of(e, r["t0"], r["t1"]):
                 where[i] = j
     keep = [i for i, w in enumerate(where) if w is not None]
     cs = core_speed([ms[i] for i in keep], [cc[i] for i in keep], [rows[where[i]]["label"] == "U" for i in keep])
