@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 DATA = Path(__file__).parent / "data"
-REC = {name: DATA / f"h200_{name}.dmon" for name in ("eager", "graph", "eager_pm", "llama8b_graph", "narrow12_graph",
-                                                   "eager_api2", "graph_api2")}
+BUNDLED = Path(__file__).parents[1] / "monitor" / "data"  # the package's own copy: `decodemon demo` replays these
+REC = {name: (BUNDLED if name in ("eager", "graph") else DATA) / f"h200_{name}.dmon"
+       for name in ("eager", "graph", "eager_pm", "llama8b_graph", "narrow12_graph", "eager_api2", "graph_api2")}
 
 
 def cli(*args, timeout=60, **kw):

@@ -1,0 +1,75 @@
+"""decodemon as a library: attach, record and replay without the app.
+
+    from decodemon.monitor import api
+    s = api.replay("run.dmon")
+    print(s.verdict, s.ms_per_token, s.launches_per_token)
+
+Every call returns a `Summary`: plain, frozen values (the full `Snapshot` rides along as `.snapshot`).
+Nothing here imports textual, torch or CUPTI.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from decodemon.monitor.session import Session, Snapshot, summary_json
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What one watched source came to: the verdict and the figures behind it."""
+
+    source: str
+    verdict: str  # the rolling verdict: bandwidth, occupancy, launch, comm, kernels or unknown
+    ceiling: str  # the latest traced window's ceiling
+    ms_per_token: float | None
+    tokens_per_s: float | None
+    launches_per_token: float | None
+    gpu_busy_pct: float | None
+    bytes_per_token: float | None
+    falsify: str
+    tokens: int
+    windows: int
+    snapshot: Snapshot
+
+    def as_json(self) -> dict:
+        """The same dict `decodemon replay --json` prints."""
+        return summary_json(self.snapshot)
+
+
+def summarize(snap: Snapshot) -> Summary:
+    """A Summary of one Snapshot."""
+    j = summary_json(snap, kernels=0)
+    return Summary(source=snap.label, verdict=j["verdict"], ceiling=j["ceiling"], ms_per_token=j["ms_per_token"],
+                   tokens_per_s=j["tokens_per_s"], launches_per_token=j["launches_per_token"],
+                   gpu_busy_pct=j["gpu_busy_pct"], bytes_per_token=j["bytes_per_token"], falsify=j["falsify"],
+                   tokens=j["tokens"], windows=j["windows"], snapshot=snap)
+
+
+def _read(frames, label: str) -> Session:
+    sess = Session(label=label)
+    for rx, _payload, frame in frames:
+        sess.add(rx, frame)
+    return sess
+
+
+def replay(path: str | Path) -> Summary:
+    """Read a recording to its end."""
+    from decodemon.monitor.client import recording_frames
+
+    return summarize(_read(recording_frames(str(path)), str(path)).snapshot())
+
+
+def attach(pid: int, seconds: float = 10.0, settings=None) -> Summary:
+    """Attach to a process with the agent for `seconds`, then detach."""
+    from decodemon.monitor.client import live_frames
+
+    return summarize(_read(live_frames(pid, settings, seconds), f"pid {pid}").snapshot())
+
+
+def record(pid: int, path: str | Path, seconds: float = 10.0, settings=None) -> Summary:
+    """Attach for `seconds` and write what arrived as a recording; no file is left if nothing could be read."""
+    from decodemon.monitor.cli import collect
+
+    return summarize(collect(str(pid), settings, seconds, record_to=str(path)).snapshot())
