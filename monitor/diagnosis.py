@@ -1,11 +1,15 @@
-"""The four ceilings, each with a number, and the verdict (the first seed's §7).
+"""The four ceilings, each with a number, and the verdict (the method's diagnostic sequence).
 
 Cheapest first: BANDWIDTH (arithmetic), COMM (collective share), LAUNCH (the
 launch bill), OCCUPANCY (grids against SMs). Every candidate gets a value, a
 unit, a threshold and a state; the verdict is the first that binds in that
-order, else "kernels" when kernels fill the step (§3's 3.55 tok/s case), else
-"unknown". Every verdict carries its remedy family and the one measurement
-that would prove it wrong.
+order. When none binds but the kernels fill the step, "the kernels are the
+cost" is resolved by the counters: near the bandwidth floor it is BANDWIDTH;
+far above it, with small grids or SM active far below GPU busy, OCCUPANCY.
+Only when neither bytes per token nor grids are known does the verdict stay
+"kernels" (the kernels fill the step, and nothing measured says why), and it
+says what to measure. Every verdict carries its remedy family and the one
+measurement that would prove it wrong.
 
 Pure: frozen values in, frozen values out.
 """
@@ -24,6 +28,11 @@ BANDWIDTH_BINDING_RATIO = 2.0
 BANDWIDTH_RULED_OUT_RATIO = 10.0
 COMM_RULED_OUT_PCT = 10.0
 OCCUPANCY_SMALL_SHARE_PCT = 50.0
+# when the kernels fill the step and nothing binds outright: how close to the floor still reads as BANDWIDTH, and
+# what reads as OCCUPANCY (a quarter of the kernel time in small grids, or SM active under half of GPU busy)
+BANDWIDTH_NEAR_RATIO = 3.0
+OCCUPANCY_LEANING_SHARE_PCT = 25.0
+KERNELS_FILL_STEP = 0.8
 
 
 @dataclass(frozen=True)
@@ -213,17 +222,37 @@ def diagnose(i: Inputs, speedup: float | None = None, n: int | None = None) -> D
     cands = {"bandwidth": bw, "comm": comm, "launch": launch, "occupancy": occ}
     ceiling = next((k for k in ORDER if cands[k].state == BINDING), None)
     if ceiling is None:
-        fills = (i.kernel_sum_ms_per_token is not None and i.ms_per_token
-                 and i.kernel_sum_ms_per_token / i.ms_per_token >= 0.8)
-        numbers_only_slow = i.kernel_sum_ms_per_token is None and launch.state == RULED_OUT
-        ceiling = "kernels" if (fills or numbers_only_slow) else "unknown"
-    remedy, falsify, win = _advice(ceiling, i, floor, comm_ms)
+        ceiling = _kernels_are_the_cost(i, bw, launch)
+    remedy, falsify, win = _advice(ceiling, i, floor, comm_ms, launch)
     sf = serial_fraction(speedup, n) if (speedup and n and n > 1) else None
     return Diagnosis(ceiling=ceiling, candidates=cands, us_per_launch=per_launch, bandwidth_floor_ms=floor,
                      remedy=remedy, falsify=falsify, predicted_win=win, serial_fraction=sf)
 
 
-def _advice(ceiling: str, i: Inputs, floor: float | None, comm_ms: float | None) -> tuple[str, str, str]:
+def _kernels_are_the_cost(i: Inputs, bw: Candidate, launch: Candidate) -> str:
+    """No candidate binds outright: resolve "the kernels are the cost" into BANDWIDTH or OCCUPANCY if the
+    counters can, else "kernels" (they fill the step, nothing says why) or "unknown" (nothing fills it)."""
+    fills = (i.kernel_sum_ms_per_token is not None and bool(i.ms_per_token)
+             and i.kernel_sum_ms_per_token / i.ms_per_token >= KERNELS_FILL_STEP)
+    # numbers alone (no trace): far more time per launch than a launch costs means the kernels are the cost
+    numbers_only_slow = i.kernel_sum_ms_per_token is None and launch.state == RULED_OUT
+    if not (fills or numbers_only_slow):
+        return "unknown"
+    ratio = bw.value
+    sm_ratio = (i.sm_active_pct / i.gpu_busy_pct) if (i.sm_active_pct is not None and i.gpu_busy_pct) else None
+    leaning_occ = ((i.small_grid_share_pct is not None and i.small_grid_share_pct >= OCCUPANCY_LEANING_SHARE_PCT)
+                   or (sm_ratio is not None and sm_ratio < 0.5))
+    if ratio is not None and ratio <= BANDWIDTH_NEAR_RATIO:
+        return "bandwidth"
+    if leaning_occ and (ratio is None or ratio < BANDWIDTH_RULED_OUT_RATIO * 10):
+        return "occupancy"
+    if ratio is not None and ratio < BANDWIDTH_RULED_OUT_RATIO:
+        return "bandwidth"
+    return "kernels"
+
+
+def _advice(ceiling: str, i: Inputs, floor: float | None, comm_ms: float | None,
+            launch: Candidate) -> tuple[str, str, str]:
     ms = i.ms_per_token or 0.0
     if ceiling == "launch":
         target = i.kernel_sum_ms_per_token if i.kernel_sum_ms_per_token is not None else floor
@@ -260,10 +289,11 @@ def _advice(ceiling: str, i: Inputs, floor: float | None, comm_ms: float | None)
     if ceiling == "kernels":
         top = i.top_kernel
         t = f" ({top[0]}, {top[1]:.0f} µs/token)" if top else ""
-        return ("the kernels themselves are slow: profile the hottest kernels" + t,
-                "Shrink the hottest kernel's work by half: if the step barely moves, it was launch- or "
-                "latency-dominated, not the kernels.",
-                "depends on the kernel; re-diagnose after each fix (the ceiling moves)")
+        return ("the kernels are the cost, and nothing measured yet says whether bytes or grids bind: price the "
+                "floor (bytes per token from the DRAM counters or the model) and read the grids (a traced window)" + t,
+                "Price the floor: within 2× of bytes ÷ bandwidth it is BANDWIDTH; far above it with small grids "
+                "or SM active far below GPU busy, OCCUPANCY; if the kernels' sum is far below the step, LAUNCH.",
+                "n/a until bytes per token or the grids are known")
     return ("measure more: a traced window, or ms/token with launches/token and bytes/token",
             "n/a until a candidate has a number", "n/a")
 

@@ -98,3 +98,28 @@ def test_scaling_figure_before_the_last_verdict_change_is_stale():
     sc = dx.scaling(2.44, 8, measured_at="2026-09-01T10:00", last_change_at="2026-10-01T10:00")
     assert sc.stale and sc.serial_fraction == pytest.approx(0.326, abs=0.001)
     assert not dx.scaling(1.1, 8, "2026-11-01T00:00", "2026-10-01T10:00").stale
+
+
+# "The kernels are the cost" (§3.1) resolves into a ceiling whenever the counters can decide.
+FULL = dict(ms_per_token=7.7, launches_per_token=2256, kernel_sum_ms_per_token=7.6, gpu_busy_pct=99.0,
+            collectives_per_token=0.0, sm_count=132)
+
+
+def test_kernels_filling_the_step_near_the_floor_are_bandwidth():
+    # 2.4x the floor: not binding by the 2x rule alone, but nothing else binds and the kernels fill the step
+    d = dx.diagnose(dx.Inputs(**FULL, bytes_per_token=15e9, bandwidth_gbs=4700, small_grid_share_pct=10.0))
+    assert d.candidates["bandwidth"].state == dx.UNKNOWN and d.ceiling == "bandwidth"
+
+
+def test_kernels_filling_the_step_far_above_the_floor_with_small_grids_are_occupancy():
+    d = dx.diagnose(dx.Inputs(**FULL, bytes_per_token=1.2e9, bandwidth_gbs=4200, small_grid_share_pct=40.0))
+    assert d.candidates["bandwidth"].value > 20 and d.ceiling == "occupancy"
+    # SM active far below GPU busy says the same with no grid read
+    d = dx.diagnose(dx.Inputs(**FULL, bytes_per_token=1.2e9, bandwidth_gbs=4200, sm_active_pct=20.0))
+    assert d.ceiling == "occupancy"
+
+
+def test_kernels_stays_only_when_nothing_measured_can_decide():
+    d = dx.diagnose(dx.Inputs(**FULL))
+    assert d.ceiling == "kernels"
+    assert "bytes per token" in d.remedy and "BANDWIDTH" in d.falsify and "OCCUPANCY" in d.falsify
