@@ -104,3 +104,203 @@ def test_snapshot_cost_does_not_grow_with_a_full_day_of_marks():
     per = (_time.perf_counter() - t0) / 20
     assert abs(snap.tokens.ms_per_token - 4.0) < 1e-6
     assert per < 0.02, f"{per * 1e3:.1f} ms per snapshot"
+
+
+# -- each analyzer's behaviour on every committed H200 recording -------------------------------------------------
+
+def _all_windows():
+    from tests.conftest import BUNDLED, DATA
+
+    out = []
+    for path in sorted(DATA.glob("*.dmon")) + sorted(BUNDLED.glob("*.dmon")):
+        out += [(path.stem, f) for _, f in wire.read_recording(path) if isinstance(f, wire.KernelWindow)]
+    return out
+
+
+@pytest.fixture(scope="module")
+def windows():
+    """(recording stem, raw window, its metrics on an H200) for every window of every committed recording."""
+    return [(stem, f, window_metrics(f, 132)) for stem, f in _all_windows()]
+
+
+def _inside(f):
+    """Which kernel records ran wholly inside the window's analysed tokens, and those tokens' bounds (ns)."""
+    b = f.token_bounds_ns.array()
+    lo, hi = int(b[0]), int(b[f.tokens])
+    s, e = f.kernels["start"].array(), f.kernels["end"].array()
+    return (s >= lo) & (e <= hi) & (e >= s), lo, hi
+
+
+def _analysed_kernels(f):
+    """Start and end (ns) of the kernels that ran wholly inside the window's analysed tokens."""
+    keep, lo, hi = _inside(f)
+    return f.kernels["start"].array()[keep], f.kernels["end"].array()[keep], lo, hi
+
+
+def _busy_ns(s, e):
+    busy, run_s, run_e = 0, None, None
+    for a, b in sorted(zip(s.tolist(), e.tolist())):
+        if run_e is None or a > run_e:
+            busy += (run_e - run_s) if run_e is not None else 0
+            run_s, run_e = a, b
+        else:
+            run_e = max(run_e, b)
+    return busy + ((run_e - run_s) if run_e is not None else 0)
+
+
+def test_gap_classes_sum_to_the_idle_time_of_every_window(windows):
+    assert len(windows) >= 60
+    for stem, f, m in windows:
+        s, e, lo, hi = _analysed_kernels(f)
+        idle_ns = (hi - lo) - _busy_ns(s, e)
+        assert sum(m.gap_ms_per_token.values()) * m.tokens * 1e6 == pytest.approx(idle_ns, rel=1e-9), stem
+        # GPU busy is the kernels' union over the tokens, less a graphed window's tracing head
+        head_ns = m.tracing_head_ms * 1e6
+        assert m.gpu_busy_pct == pytest.approx(100 * (hi - lo - idle_ns) / (hi - lo - head_ns), rel=1e-9), stem
+
+
+def test_a_graphed_windows_idle_head_is_the_tracers_and_an_eager_one_has_none(windows):
+    for stem, _, m in windows:
+        g = m.gap_ms_per_token
+        if "graph" in stem:
+            assert m.graph_launches_per_token == 1.0 and g["host_late"] == 0, stem
+            assert g["tracing"] == pytest.approx(m.tracing_head_ms) and m.tracing_head_ms > 0.5, stem
+        else:
+            assert m.graph_launches_per_token == 0 and g["tracing"] == 0 == m.tracing_head_ms, stem
+            if m.apis_traced:
+                assert g["host_late"] > g["other"] + g["short"], stem  # the eager token waits for its launches
+
+
+@pytest.mark.parametrize("name", ["eager_api2", "graph_api2"])
+def test_launches_counted_from_correlation_ids_equal_those_from_the_launch_calls(name):
+    """Strip a full window of its API records: the kernels' correlation ids count the same launches."""
+    import msgspec
+
+    full = [f for _, f in wire.read_recording(REC[name]) if isinstance(f, wire.KernelWindow) and f.apis_traced]
+    assert len(full) >= 3
+    for f in full:
+        a = window_metrics(f, 132)
+        b = window_metrics(msgspec.structs.replace(f, apis={}, api_names={}, apis_traced=False), 132)
+        assert b.graph_launches_per_token == a.graph_launches_per_token
+        assert b.kernels_per_token == a.kernels_per_token
+        traced = set(f.apis["correlation"].array().tolist())
+        corr = f.kernels["correlation"].array()[_inside(f)[0]]
+        untraced = len({c for c in corr.tolist() if c not in traced})
+        if name == "graph_api2":  # every kernel of the token came from one traced cudaGraphLaunch
+            assert a.graph_launches_per_token == 1.0 and a.kernel_launch_calls_per_token == 0 == b.kernel_launch_calls_per_token
+        else:  # the traced runtime calls, plus the kernels cuBLAS launched through the driver (untraced here)
+            assert untraced > 0
+            assert b.kernel_launch_calls_per_token * b.tokens == a.kernel_launch_calls_per_token * a.tokens + untraced
+
+
+def test_launches_per_token_are_the_kernels_inside_the_analysed_tokens(windows):
+    for stem, f, m in windows:
+        s, _, _, _ = _analysed_kernels(f)
+        assert m.kernels_per_token == len(s) / m.tokens, stem
+
+
+def test_a_kernel_that_ends_after_the_last_token_is_dropped_not_counted():
+    import msgspec
+
+    f = first_window("eager")
+    m = window_metrics(f, 132)
+    b = f.token_bounds_ns.array()
+    s, e = f.kernels["start"].array(), f.kernels["end"].array().copy()
+    last = int(np.flatnonzero((s >= b[0]) & (e <= b[f.tokens]))[-1])
+    e[last] = b[f.tokens] + 1_000
+    cols = dict(f.kernels, end=wire.Column.of(e))
+    cut = window_metrics(msgspec.structs.replace(f, kernels=cols), 132)
+    assert cut.dropped_records == m.dropped_records + 1
+    assert cut.kernels_per_token == m.kernels_per_token - 1 / m.tokens
+
+
+def test_grid_coverage_and_occupancy_of_the_12_block_kernel():
+    from decodemon.monitor.metrics import sm_limits
+
+    f = first_window("narrow12_graph")
+    top = window_metrics(f, 132).kernels[0]
+    assert top.short_name == "_stream" and top.grid_blocks == 12
+    assert top.grid_coverage_pct == pytest.approx(100 * 12 / 132)
+    assert top.idle_sm_us_per_token == pytest.approx(top.us_per_token * 120 / 132)
+    bps = blocks_per_sm(top.block_threads, top.regs, top.smem_bytes, sm_limits("9.0"))
+    assert top.waves == pytest.approx(12 / (132 * bps))
+    assert top.occupancy_pct == pytest.approx(100 * bps * -(-top.block_threads // 32) / 64)
+    # on a GPU with fewer SMs than blocks the same grid covers them all, and no SM idles under it
+    small = next(r for r in window_metrics(f, 8).kernels if r.name == top.name)
+    assert small.grid_coverage_pct == 100 and small.idle_sm_us_per_token == 0
+
+
+def test_sm_limits_follow_the_compute_capability():
+    from decodemon.monitor.metrics import sm_limits
+
+    assert sm_limits("9.0") == SmLimits() == sm_limits("unknown")
+    assert sm_limits("8.0").smem_bytes == 167936 and sm_limits("8.0").max_warps == 64
+    assert sm_limits("8.6").max_warps == 48 and sm_limits("8.6").max_blocks == 16
+    assert sm_limits("8.9").max_blocks == 24
+    # a 1,024-thread block fits twice on Hopper, once where an SM holds 48 warps
+    assert blocks_per_sm(1024, 32, 0, sm_limits("9.0")) == 2 and blocks_per_sm(1024, 32, 0, sm_limits("8.6")) == 1
+
+
+def test_the_kernel_table_adds_up_to_the_kernel_time(windows):
+    for stem, _, m in windows:
+        rows = m.kernels
+        assert [r.us_per_token for r in rows] == sorted((r.us_per_token for r in rows), reverse=True), stem
+        assert sum(r.us_per_token for r in rows) / 1e3 == pytest.approx(m.kernel_sum_ms_per_token, rel=1e-9), stem
+        assert sum(r.calls_per_token for r in rows) == pytest.approx(m.kernels_per_token), stem
+        for r in rows:
+            assert r.calls_per_token * r.us_mean == pytest.approx(r.us_per_token, rel=1e-9), (stem, r.name)
+        small = sum(r.us_per_token for r in rows if r.grid_coverage_pct < 25)
+        assert m.small_grid_share_pct == pytest.approx(100 * small / sum(r.us_per_token for r in rows)), stem
+
+
+def test_collectives_are_the_nccl_kernels_of_the_tp2_ranks_and_none_elsewhere(windows):
+    for stem, f, m in windows:
+        names = f.kernels["name"].array()[_inside(f)[0]]
+        nccl = sum("nccl" in f.names[i].lower() for i in names.tolist())
+        assert m.collective_calls_per_token == nccl / m.tokens, stem
+        assert any(r.is_collective for r in m.kernels) == (nccl > 0), stem
+        if "tp2" not in stem:
+            assert nccl == 0 and m.collective_ms_per_token == 0 == m.collective_gap_us == m.collective_us_unwaited
+            continue
+        assert m.collective_calls_per_token in (56, 64), stem  # two all-reduces per layer
+        # the calls that did not wait for a peer price the collective; the rest of the kernels' time is waiting
+        assert m.collective_us_unwaited > 0, stem
+        waited = m.collective_us_per_call > 2 * m.collective_us_unwaited
+        assert (m.collective_wait_ms_per_token > 1) if waited else (m.collective_wait_ms_per_token < 0.05), stem
+        assert m.collective_in_step_us == pytest.approx(m.collective_kernel_us + m.collective_gap_us)
+        assert m.collective_wait_ms_per_token >= 0
+        if "graph" in stem:  # inside a graph the launch is the device's: a collective adds idle around itself
+            assert 1 < m.collective_gap_us < 3, stem
+        else:  # eager: the host launched late, which is LAUNCH's, not the collective's
+            assert m.collective_gap_us == 0, stem
+
+
+def test_the_timeline_draws_the_last_token_cpu_over_gpu(windows):
+    for stem, f, m in windows:
+        t = m.timeline
+        b = f.token_bounds_ns.array()
+        t0, t1 = int(b[f.tokens - 1]), int(b[f.tokens])
+        s, _, _, _ = _analysed_kernels(f)
+        in_last = s[(s >= t0) & (s < t1)]
+        assert len(t.gpu) == len(in_last), stem
+        if m.graph_launches_per_token:  # drawn from the first kernel, past the tracer's head
+            assert t.gpu[:, 0].min() == 0 and t.token_ns == t1 - int(in_last.min()), stem
+        else:
+            assert t.token_ns == t1 - t0 and (t.gpu[:, 0] >= 0).all(), stem
+        assert (t.gpu[:, 1] >= t.gpu[:, 0]).all() and (t.cpu[:, 1] >= t.cpu[:, 0]).all()
+        if not m.apis_traced:
+            assert len(t.cpu) == 0, stem
+        elif m.graph_launches_per_token:
+            assert len(t.cpu) <= 2, stem  # the token's cudaGraphLaunch (and the guard's, when it began inside)
+        else:
+            assert len(t.cpu) == m.kernel_launch_calls_per_token, stem
+
+
+def test_token_stats_drop_repeated_marks_and_order_their_percentiles():
+    t = np.cumsum([0, 4, 4, 0, 4, 5, 4, 30, 4]) * 1_000_000
+    s = token_stats(t)
+    assert s.tokens == 7  # the zero-length interval is dropped
+    assert s.ms_per_token == 4.0
+    assert s.ms_per_token <= s.ms_per_token_p90 <= s.ms_per_token_p99 <= 30
+    assert s.tokens_per_s == pytest.approx(1e3 / np.mean([4, 4, 4, 5, 4, 30, 4]))
+    assert token_stats([0, 5, 5, 5]) is None  # one interval left
