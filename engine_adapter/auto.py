@@ -1,0 +1,10 @@
+"""Register the engine adapters with the agent's attach hooks; imported by the agent's bootstrap.
+
+Importing this imports no engine: each adapter looks in `sys.modules` at attach and applies only to what the
+process has already loaded.
+"""
+
+from decodemon.engine_adapter import transformers_generate
+from decodemon.probes import hooks
+
+hooks.register("transformers", transformers_generate.install, transformers_generate.uninstall)
