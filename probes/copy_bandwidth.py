@@ -1,0 +1,126 @@
+"""The device's copy bandwidth, measured: the bandwidth floor's denominator, never a spec sheet's.
+
+`python -m decodemon.probes.copy_bandwidth [--device N] [--json]` times device-to-device copies of 1 GiB with
+CUDA events through the driver API (ctypes on libcuda: no torch, no CUDA runtime) and counts read + write
+bytes, as a decode step's weight reads are counted against it. It runs in its own process, outside the decode
+loop, once per device and driver: the figure is cached under the user's cache directory keyed by the GPU's
+UUID and the driver version.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+COPY_BYTES = 1 << 30
+ITERS = 10
+
+
+class CudaError(RuntimeError):
+    """A driver call failed, or there is no driver; str() is one line."""
+
+
+def _driver():
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError as exc:
+        raise CudaError(f"no CUDA driver ({exc})") from None
+
+    def call(name, *args):
+        rc = getattr(lib, name)(*args)
+        if rc != 0:
+            raise CudaError(f"{name} failed with CUDA error {rc}")
+
+    return lib, call
+
+
+def measure_gbs(device: int = 0, nbytes: int = COPY_BYTES, iters: int = ITERS) -> dict:
+    """Time `iters` device-to-device copies of `nbytes`; GB/s with read and write counted."""
+    lib, call = _driver()
+    call("cuInit", 0)
+    dev, ctx = ctypes.c_int(), ctypes.c_void_p()
+    call("cuDeviceGet", ctypes.byref(dev), device)
+    call("cuDevicePrimaryCtxRetain", ctypes.byref(ctx), dev)
+    call("cuCtxSetCurrent", ctx)
+    src, dst = ctypes.c_uint64(), ctypes.c_uint64()
+    call("cuMemAlloc_v2", ctypes.byref(src), ctypes.c_size_t(nbytes))
+    call("cuMemAlloc_v2", ctypes.byref(dst), ctypes.c_size_t(nbytes))
+    e0, e1 = ctypes.c_void_p(), ctypes.c_void_p()
+    call("cuEventCreate", ctypes.byref(e0), 0)
+    call("cuEventCreate", ctypes.byref(e1), 0)
+    try:
+        call("cuMemcpyDtoD_v2", dst, src, ctypes.c_size_t(nbytes))  # warm
+        call("cuEventRecord", e0, None)
+        for _ in range(iters):
+            call("cuMemcpyDtoD_v2", dst, src, ctypes.c_size_t(nbytes))
+        call("cuEventRecord", e1, None)
+        call("cuEventSynchronize", e1)
+        ms = ctypes.c_float()
+        call("cuEventElapsedTime", ctypes.byref(ms), e0, e1)
+    finally:
+        lib.cuMemFree_v2(src)
+        lib.cuMemFree_v2(dst)
+        lib.cuDevicePrimaryCtxRelease(dev)
+    gbs = 2 * nbytes * iters / (ms.value * 1e-3) / 1e9
+    return {"copy_gbs": round(gbs, 1), "bytes": nbytes, "iters": iters, "ms": round(ms.value, 3),
+            "device": device, "measured_unix_s": time.time()}
+
+
+def cache_path() -> Path:
+    """Where measured figures are kept (one JSON object, keyed by GPU UUID and driver)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "decodemon" / "copy_bandwidth.json"
+
+
+def cached_gbs(uuid: str, driver: str) -> float | None:
+    """The cached figure for this GPU and driver, if one was measured."""
+    try:
+        entry = json.loads(cache_path().read_text()).get(f"{uuid}|{driver}")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return float(entry["copy_gbs"]) if isinstance(entry, dict) and "copy_gbs" in entry else None
+
+
+def store(uuid: str, driver: str, result: dict) -> None:
+    """Add one figure to the cache; written whole to a temporary file, then renamed."""
+    p = cache_path()
+    try:
+        table = json.loads(p.read_text())
+        if not isinstance(table, dict):
+            table = {}
+    except (OSError, ValueError):
+        table = {}
+    table[f"{uuid}|{driver}"] = result
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(table, indent=1))
+    os.replace(tmp, p)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Measure and print (with --uuid U --driver D: the cached figure if there is one, else measure and cache);
+    exit 2 with one line when there is no GPU."""
+    argv = sys.argv[1:] if argv is None else argv
+
+    def opt(name, default=None):
+        return argv[argv.index(name) + 1] if name in argv and argv.index(name) + 1 < len(argv) else default
+
+    device, uuid, driver = int(opt("--device", 0)), opt("--uuid"), opt("--driver")
+    hit = cached_gbs(uuid, driver) if uuid and driver else None
+    try:
+        r = {"copy_gbs": hit, "cached": True} if hit is not None else measure_gbs(device)
+    except CudaError as exc:
+        print(f"decodemon copy bandwidth: {exc}", file=sys.stderr)
+        return 2
+    if hit is None and uuid and driver:
+        store(uuid, driver, r)
+    print(json.dumps(r) if "--json" in argv else f"{r['copy_gbs']:.1f} GB/s (read + write, 1 GiB copies)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

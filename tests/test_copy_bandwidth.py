@@ -1,0 +1,45 @@
+"""The measured copy bandwidth: cached per GPU and driver; no GPU is one line, not a traceback."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from decodemon.probes import copy_bandwidth as cb
+
+
+def run(*args, env):
+    return subprocess.run([sys.executable, "-m", "decodemon.probes.copy_bandwidth", *args], capture_output=True,
+                          text=True, timeout=60, env=env)
+
+
+def test_without_a_gpu_it_says_so_in_one_line(tmp_path, monkeypatch):
+    env = {"XDG_CACHE_HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": str(tmp_path)}
+    r = run("--json", env=env)
+    if r.returncode == 0:  # a machine with a GPU measured it
+        assert json.loads(r.stdout)["copy_gbs"] > 0
+        return
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+    assert "CUDA" in r.stderr
+
+
+def test_a_cached_figure_is_used_for_its_own_gpu_and_driver_only(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    cb.store("GPU-1", "580.159.04", {"copy_gbs": 4170.5})
+    cb.store("GPU-2", "580.159.04", {"copy_gbs": 3000.0})
+    assert cb.cached_gbs("GPU-1", "580.159.04") == 4170.5
+    assert cb.cached_gbs("GPU-1", "590.0") is None
+    r = run("--uuid", "GPU-2", "--driver", "580.159.04", "--json", env={"XDG_CACHE_HOME": str(tmp_path),
+                                                                         "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0 and json.loads(r.stdout) == {"copy_gbs": 3000.0, "cached": True}
+    assert not list(tmp_path.glob("decodemon/*.tmp"))
+
+
+def test_a_corrupt_cache_is_replaced_not_fatal(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    cb.cache_path().parent.mkdir(parents=True)
+    cb.cache_path().write_text("{not json")
+    assert cb.cached_gbs("GPU-1", "d") is None
+    cb.store("GPU-1", "d", {"copy_gbs": 1.0})
+    assert cb.cached_gbs("GPU-1", "d") == 1.0
