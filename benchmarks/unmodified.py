@@ -1,0 +1,216 @@
+"""Decode loops that carry no line of decodemon, watched as a new user would: does the verdict come out right?
+
+    python benchmarks/unmodified.py OUTDIR [--cases hf_eager,hf_static,compiled_8b,demo] [--profile] [--cost]
+
+Each case starts a loop from benchmarks/loops (or the demo engine with `--no-marks`) under `decodemon run`,
+waits for it to decode, records it (`decodemon record PID -o OUTDIR/CASE.dmon`), attaches five more times
+(`decodemon attach PID --json --seconds 2`: the first verdict and PM re-arming), and reads the loop's own token
+log over the recorded seconds. `--profile` also runs each loop once under torch.profiler for its kernels and
+kernel time per step; `--cost` runs interleaved unobserved/attached phases on the compiled loop and prints the
+median cost. Everything lands in OUTDIR/summary.json; the recordings are what tests/data keeps.
+On a machine with no GPU the cases run their tiny CPU shapes (`--tiny`), which is how the tests run this file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LOOPS = ROOT / "benchmarks" / "loops"
+PY = sys.executable
+DM = [PY, "-m", "decodemon.monitor.cli"]
+
+
+def case_argv(case: str, tiny: bool, log: str) -> list[str]:
+    """The loop's command line for a case."""
+    dev = ["--device", "cpu"] if tiny else []
+    shape = "tiny" if tiny else None
+    if case == "hf_eager":
+        return [PY, str(LOOPS / "hf_generate.py"), "--shape", shape or "qwen3-0.6b", "--log", log, *dev]
+    if case == "hf_static":
+        return [PY, str(LOOPS / "hf_generate.py"), "--shape", shape or "qwen3-0.6b", "--cache", "static",
+                "--log", log, *dev]
+    if case == "compiled_8b":
+        return [PY, str(LOOPS / "compiled_decode.py"), "--shape", shape or "llama-8b", "--log", log, *dev,
+                *(["--batch", "20", "--max-len", "64"] if tiny else [])]
+    mode, marks = case.split("_")[1:]  # demo_eager_nomarks, demo_graph_marks, ...
+    return [PY, "-m", "decodemon.engine_adapter.demo", "--mode", mode, "--tokens", "0",
+            *(["--no-marks"] if marks == "nomarks" else []), *(["--tiny", "--device", "cpu"] if tiny else [])]
+
+
+def start(argv: list[str], log_path: Path | None, warm_s: float) -> subprocess.Popen:
+    """`decodemon run -- argv`; returns once the loop has logged tokens (or printed 'decoding')."""
+    proc = subprocess.Popen([*DM, "run", "--", *argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    t0 = time.time()
+    while time.time() - t0 < warm_s:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{argv[1]} exited with {proc.returncode}: {proc.stdout.read()[-2000:]}")
+        if log_path is not None and log_path.exists() and log_path.stat().st_size > 0:
+            return proc
+        if log_path is None and time.time() - t0 > min(warm_s, 20):
+            return proc
+        time.sleep(0.5)
+    raise RuntimeError(f"{argv[1]} did not decode within {warm_s:.0f} s")
+
+
+def child_pid(proc: subprocess.Popen) -> int:
+    """The loop's pid: `decodemon run` execs nothing, it starts the loop as its child."""
+    kids = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+    return int(kids[0])
+
+
+def cli_json(*args, timeout: float = 120) -> tuple[dict | None, str]:
+    """Run `decodemon ARGS --json`; (parsed stdout, stderr)."""
+    r = subprocess.run([*DM, *map(str, args), "--json"], capture_output=True, text=True, timeout=timeout)
+    try:
+        return json.loads(r.stdout), r.stderr.strip()
+    except ValueError:
+        return None, (r.stderr or r.stdout).strip()[-500:]
+
+
+def logged_times(path: Path) -> list[float]:
+    """Every token's time (unix s) the loop logged."""
+    out: list[float] = []
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                out.extend(json.loads(line)["t"])
+            except (ValueError, KeyError):
+                pass
+    return out
+
+
+def rate(times: list[float], t0: float, t1: float) -> dict:
+    """The loop's own count and ms/token between two moments."""
+    inside = [t for t in times if t0 <= t <= t1]
+    ms = 1e3 * (inside[-1] - inside[0]) / (len(inside) - 1) if len(inside) > 1 else None
+    return {"tokens": len(inside), "ms_per_token": ms}
+
+
+def watch(case: str, out: Path, tiny: bool, record_s: float, attaches: int) -> dict:
+    """Start one case, record it, re-attach, and compare with its own log."""
+    log = out / f"{case}.tokens.jsonl"
+    log.unlink(missing_ok=True)
+    argv = case_argv(case, tiny, str(log))
+    proc = start(argv, log if not case.startswith("demo") else None, 600)
+    pid = child_pid(proc)
+    res: dict = {"case": case, "argv": argv[1:], "pid": pid}
+    try:
+        t0 = time.time()
+        rec = out / f"{case}.dmon"
+        r = subprocess.run([*DM, "record", str(pid), "-o", str(rec), "--seconds", str(record_s)],
+                           capture_output=True, text=True, timeout=record_s + 120)
+        t1 = time.time()
+        res["record"], err = cli_json("replay", rec) if rec.exists() else (None, r.stderr.strip()[-500:])
+        res["record_error"] = err if res["record"] is None else ""
+        res["loop_own"] = rate(logged_times(log), t0, t1)
+        res["attaches"] = []
+        for _ in range(attaches):
+            j, err = cli_json("attach", pid, "--seconds", 2)
+            res["attaches"].append({k: (j or {}).get(k) for k in (
+                "verdict", "ceiling", "ms_per_token", "launches_per_token", "tokens", "token_clock", "gpu_busy_pct",
+                "bytes_per_token_measured", "errors")} | {"pm": ((j or {}).get("probe") or {}).get("pm"),
+                                                          "error": err if j is None else ""})
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+    return res
+
+
+def profile(case: str, out: Path, tiny: bool) -> dict:
+    """torch.profiler's kernels and kernel time per step for one loop (no decodemon)."""
+    argv = case_argv(case, tiny, str(out / "unused.jsonl"))
+    pj = out / f"{case}.profile.json"
+    r = subprocess.run([*argv, "--profile-steps", "20", "--profile-out", str(pj)], capture_output=True, text=True,
+                       timeout=900)
+    if r.returncode != 0:
+        return {"case": case, "error": r.stderr[-1500:]}
+    return {"case": case, **json.loads(pj.read_text())}
+
+
+def cost(case: str, out: Path, tiny: bool, pairs: int, phase_s: float) -> dict:
+    """Interleaved unobserved / attached phases on one process: each pair's ms/token ratio from the loop's log."""
+    log = out / f"{case}.cost.jsonl"
+    log.unlink(missing_ok=True)
+    proc = start(case_argv(case, tiny, str(log)), log, 600)
+    pid, phases = child_pid(proc), []
+    try:
+        time.sleep(phase_s)
+        for _ in range(pairs):
+            t0 = time.time()
+            time.sleep(phase_s)
+            t1 = time.time()
+            subprocess.run([*DM, "attach", str(pid), "--json", "--seconds", str(phase_s)], capture_output=True,
+                           timeout=phase_s + 60)
+            t2 = time.time()
+            phases.append((t0, t1, t2))
+        time.sleep(phase_s)
+        t_end = time.time()
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(60)
+    times = logged_times(log)
+    ratios = []
+    for k, (t0, t1, t2) in enumerate(phases):
+        nxt = phases[k + 1][0] if k + 1 < len(phases) else t_end
+        u = [rate(times, t0, t1)["ms_per_token"], rate(times, t2, nxt)["ms_per_token"]]
+        a = rate(times, t1, t2)["ms_per_token"]
+        if a and all(u):
+            ratios.append(a / statistics.mean(u))
+    return {"case": case, "pairs": len(ratios), "phase_s": phase_s,
+            "overhead_pcts": [round(100 * (x - 1), 3) for x in ratios],
+            "median_overhead_pct": round(100 * (statistics.median(ratios) - 1), 3) if ratios else None}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out")
+    ap.add_argument("--cases", default="hf_eager,hf_static,compiled_8b,demo_eager_marks,demo_eager_nomarks,"
+                                       "demo_graph_marks,demo_graph_nomarks")
+    ap.add_argument("--record-s", type=float, default=8.0)
+    ap.add_argument("--attaches", type=int, default=5)
+    ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--profile-only", action="store_true")
+    ap.add_argument("--cost", default="", help="a case to price with interleaved phases")
+    ap.add_argument("--pairs", type=int, default=6)
+    ap.add_argument("--phase-s", type=float, default=4.0)
+    ap.add_argument("--tiny", action="store_true", help="the tiny CPU shapes (default with no GPU)")
+    a = ap.parse_args()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    tiny = a.tiny or not Path("/dev/nvidia0").exists()
+    summary: dict = {"started_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), "tiny": tiny, "cases": [],
+                     "profiles": []}
+    for case in a.cases.split(","):
+        if a.profile or a.profile_only:
+            if not case.startswith("demo"):
+                summary["profiles"].append(profile(case, out, tiny))
+                print(json.dumps(summary["profiles"][-1]), flush=True)
+        if not a.profile_only:
+            try:
+                summary["cases"].append(watch(case, out, tiny, a.record_s, a.attaches))
+            except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+                summary["cases"].append({"case": case, "error": str(exc)[-2000:]})
+            print(json.dumps(summary["cases"][-1])[:3000], flush=True)
+        (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    if a.cost:
+        summary["cost"] = cost(a.cost, out, tiny, a.pairs, a.phase_s)
+        print(json.dumps(summary["cost"]), flush=True)
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
