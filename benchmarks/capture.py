@@ -1,11 +1,13 @@
-"""Everything decodemon needs from an H200 in one call: smoke checks, recordings, attach/detach cycles.
+"""The bundled recordings and the device checks behind them, made on a GPU machine in one call.
 
-    python scripts/h200_capture.py OUTDIR
+    source benchmarks/device_setup.sh && python benchmarks/capture.py OUTDIR
 
-Writes under OUTDIR: h200_eager.dmon, h200_graph.dmon, h200_llama8b_graph.dmon,
-h200_narrow12_graph.dmon and capture.tar.gz (logs, JSON summaries, environment).
-Run through scripts/h200.sh on the device machine. CAPTURE_QUICK=1: only the eager and graph recordings;
-CAPTURE_API_EVERY=1: only h200_eager_api2.dmon and h200_graph_api2.dmon (see api_every()).
+Smoke-runs the demo engine in both modes (the same 64 tokens, eager and graphed), records 21 s of each
+(h200_eager.dmon, h200_graph.dmon) with three attach/detach cycles around the recording, then records the
+Llama-8B shape graphed (h200_llama8b_graph.dmon) and a 12-block streaming kernel (h200_narrow12_graph.dmon), and
+replays each with `decodemon replay --json`. Writes the recordings and capture.tar.gz (logs, JSON summaries,
+versions) under OUTDIR. CAPTURE_QUICK=1: the eager and graph recordings only. CAPTURE_API_EVERY=1: recordings whose
+windows alternate between launch calls traced and kernels only (h200_eager_api2.dmon, h200_graph_api2.dmon).
 """
 
 from __future__ import annotations
@@ -62,10 +64,6 @@ def stop_engine(p):
         p.kill()
 
 
-def marks(name, label):
-    return {"label": label, "t": time.time()}
-
-
 def live_cycle(mode):
     """Unobserved baseline, attach --json, record, three attach/detach cycles, unobserved again."""
     p, pid = start_engine(mode, ["--mode", mode])
@@ -119,10 +117,11 @@ def quick():
 
 
 def api_every():
-    """Recordings whose windows alternate: runtime-API records in one, kernels only in the next (`--api-every 2`,
+    """Recordings whose windows alternate: runtime-API records in one, kernels only in the next (api_every=2,
     a window a second), so a test can check what kernels-only windows say against the full ones of the same
     process: h200_eager_api2.dmon, h200_graph_api2.dmon."""
-    opts = ["--api-every", "2", "--window-period", "1", "--window-max", "1", "--window-min-tokens", "0"]
+    opts = ["--probe", "api_every=2", "--probe", "window_period_s=1", "--probe", "window_max_s=1",
+            "--probe", "window_min_tokens=0"]
     for mode in ("eager", "graph"):
         record_only(f"{mode}_api2", ["--mode", mode], seconds=8, probe_opts=opts)
     (LOGS / "summary.json").write_text(json.dumps(summary, indent=1, default=str))

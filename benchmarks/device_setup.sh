@@ -1,4 +1,6 @@
-# Sourced by the H200 device scripts (run from the repo root): installs the carried wheels and decodemon.
+# Source on the GPU machine from the repository root, before any benchmarks/*.py: installs the wheels carried in
+# .whl/ (what the machine's image lacks: cupti-python, msgspec, textual and theirs) into /tmp/site, then decodemon
+# itself, editable. NCCL's NVLink multicast stays off (tensor_parallel.py).
 set -u
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0

@@ -1,11 +1,11 @@
-"""Live screenshots on the H200 and the monitor's own CPU cost.
+"""The live screen on a GPU machine, saved as SVG, and the monitor's own CPU cost.
 
-    python scripts/h200_screenshot.py OUTDIR
+    source benchmarks/device_setup.sh && python benchmarks/screenshots.py OUTDIR
 
-1. Two demo engines (eager, graph) on the one GPU; `compare` on both, live,
-   headless at 160x50 for 12 s; the screen is saved as SVG.
-2. One graphed engine; the app attached alone for 15 s at its default refresh (4 a
-   second until the fourteenth session, 2 since); the monitor process's CPU time over that span is reported.
+1. Two demo engines (eager, graph) on the one GPU; `compare` on both, live, headless at 160x50 for 12 s; the
+   screen is saved as OUTDIR/h200_live_compare.svg.
+2. The graphed engine alone, the app attached for 15 s at its default refresh: OUTDIR/h200_live_attach_graph.svg,
+   and the monitor process's share of a core over that span in OUTDIR/monitor_cpu.json.
 """
 
 from __future__ import annotations

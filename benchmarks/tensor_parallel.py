@@ -1,18 +1,18 @@
-"""Issue #7 on a machine with two GPUs: TP=1 and TP=2 recordings, all-reduce µs per call against a CUDA-event
-microbenchmark at the same payload, the verdicts, and the serial fraction — one command.
+"""Tensor parallel on a machine with two GPUs: TP=1 and TP=2 recordings, decodemon's all-reduce µs per call against
+a CUDA-event microbenchmark at the same payload, each rank's verdict, and the serial fraction, in one command.
 
-    bash scripts/h200.sh scripts/h200x2_tp.py OUT [--seconds 12] [--modes eager,graph] [--shape llama-8b]
-                                                                       (kind nvidia-h200-x2)
-    TP_CPU=1 python scripts/h200x2_tp.py OUT --seconds 3                                   (a CPU dry run, gloo)
+    source benchmarks/device_setup.sh && python benchmarks/tensor_parallel.py OUT [--seconds 12] [--modes eager,graph]
+        [--shape llama-8b]                                                      (two GPUs, NVLink multicast off)
+    TP_CPU=1 python benchmarks/tensor_parallel.py OUT --seconds 3                  (a CPU dry run over gloo)
 
-For each mode and TP degree (1, 2) it starts the demo engine (`--tp N`, NCCL with NVLink multicast off), takes
-one `decodemon attach PID --json` (the group view from rank 0) and records every rank at once
-(`decodemon record`), then stops the engine. Then `decodemon allreduce --payload-bytes P --tp 2 --json` at the
-payload the TP=2 engine reported, and `decodemon scaling` on the two rank-0 recordings. Writes OUT/tp_check.json
-(decodemon's µs per all-reduce per rank vs the microbenchmark's at 1x, the ratio and whether it is within 10%;
-each rank's verdict and COMM share; the serial fraction) and OUT/h200_tp{1,2}_{mode}[_{shape}]_rank{r}.dmon.
-First run on two H200s 2026-11-29 17:11 UTC (docs/h200/tp_check_2026-11-29.json); `--extra-payloads` adds
-microbenchmark payloads (e.g. the other shape's) without starting engines when `--modes ""`.
+For each mode and TP degree (1, 2) it starts the demo engine (`--tp N`), takes one `decodemon attach PID --json`
+(the group view from rank 0) and records every rank at once (`decodemon record`, each rank's first window
+staggered so one rank is traced at a time), then stops the engine. Then `decodemon allreduce --payload-bytes P
+--tp 2 --json` at the payload the TP=2 engine reported, spaced by the GEMVs whose outputs a decode reduces, and
+`decodemon scaling` on the two rank-0 recordings. Writes OUT/tp_check.json (per rank: decodemon's µs per call
+against the microbenchmark's, the ratio and whether it is within 10%, the verdict and COMM's share; the serial
+fraction) and OUT/h200_tp{1,2}_{mode}[_{shape}]_rank{r}.dmon. `--extra-payloads` adds microbenchmark payloads;
+with `--modes ""` it starts no engine.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def one_run(mode: str, tp: int, out: Path, seconds: float, shape: str) -> dict:
         for r, rp in enumerate(ranks):
             f = out / f"h200_tp{tp}_{mode}{tag}_rank{r}.dmon"
             # one rank traced at a time, as `attach` staggers a group: rank r's first window r/N of a period later
-            stagger = ["--first-window", f"{0.5 + r * 4.0 / len(ranks):g}"]
+            stagger = ["--probe", f"first_window_s={0.5 + r * 4.0 / len(ranks):g}"]
             recs.append((f, subprocess.Popen(DM + ["record", str(rp), "-o", str(f), "--seconds", str(seconds)]
                                              + stagger,
                                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=ENV)))
@@ -99,7 +99,7 @@ def main() -> None:
         ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
         capture_output=True, text=True).stdout.strip().splitlines()
     res = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "gpus": q,
-           "command": "bash scripts/h200.sh scripts/h200x2_tp.py OUT " + " ".join(sys.argv[2:]), "modes": {}}
+           "command": "python benchmarks/tensor_parallel.py OUT " + " ".join(sys.argv[2:]), "modes": {}}
 
     def save():
         (out / "tp_check.json").write_text(json.dumps(res, indent=1, ensure_ascii=False))
