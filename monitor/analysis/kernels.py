@@ -1,0 +1,118 @@
+"""The kernel table: per kernel name, its time per token, its grid against the SMs and its occupancy.
+
+    SMs   |0|1|2|3|4|5|6|7|8|9|...|131|
+    grid   ############                     12 blocks on 132 SMs: coverage 9.1%,
+           ^ busy       ^ idle for the whole kernel   idle SM time = time x 120/132
+
+A hot kernel whose grid covers under a quarter of the SMs leaves most of the GPU idle however fast its blocks
+run: the table sorts by time, and `idle_sm_us_per_token` ranks what widening the grid would win.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from decodemon.monitor.analysis.names import is_collective_kernel, short_kernel_name
+from decodemon.monitor.analysis.records import TracedRecords
+
+SMALL_GRID_FRACTION = 0.25  # a hot kernel whose grid covers under 25% of the SMs
+
+
+@dataclass(frozen=True)
+class SmLimits:
+    """Per-SM limits that bound how many blocks can be resident."""
+
+    max_warps: int = 64
+    max_blocks: int = 32
+    regs: int = 65536
+    smem_bytes: int = 233472
+
+
+def sm_limits(cc: str) -> SmLimits:
+    """Limits for a compute capability ('9.0', '8.0', ...); Hopper's when unknown."""
+    if cc.startswith("8.") and cc != "8.0":
+        return SmLimits(48, 16 if cc == "8.6" else 24, 65536, 102400)
+    if cc == "8.0":
+        return SmLimits(64, 32, 65536, 167936)
+    return SmLimits()
+
+
+def blocks_per_sm(block_threads: int, regs: int, smem: int, lim: SmLimits) -> int:
+    """How many blocks of this shape fit on one SM at once (the occupancy calculator's arithmetic)."""
+    warps = max(1, -(-block_threads // 32))
+    by_warps = lim.max_warps // warps
+    by_regs = lim.max_blocks
+    if regs > 0:
+        regs_per_warp = -(-regs * 32 // 256) * 256
+        by_regs = lim.regs // (regs_per_warp * warps)
+    by_smem = lim.smem_bytes // (smem + 1024)
+    return max(0, min(lim.max_blocks, by_warps, by_regs, by_smem))
+
+
+@dataclass(frozen=True)
+class KernelRow:
+    """One kernel name's figures within a window."""
+
+    name: str
+    short_name: str
+    calls_per_token: float
+    us_mean: float
+    us_per_token: float
+    share_pct: float  # of the kernel time
+    grid_blocks: int
+    block_threads: int
+    regs: int
+    smem_bytes: int
+    grid_coverage_pct: float  # min(blocks, SMs) / SMs
+    waves: float
+    occupancy_pct: float  # theoretical, from block size, registers and shared memory
+    idle_sm_us_per_token: float  # time x idle SMs: what a wider grid could win
+    is_collective: bool
+
+
+def kernel_table(rec: TracedRecords, sm_count: int, cc: str = "9.0") -> tuple[KernelRow, ...]:
+    """One row per kernel name over the analysed tokens, the most time per token first."""
+    idx = rec.name_idx
+    if not len(rec.start_ns):
+        return ()
+    cols, names, tokens = rec.kernels, rec.names, rec.tokens
+    dur = rec.duration_ns
+    kernel_sum = int(dur.sum())
+    lim, sms = sm_limits(cc), max(sm_count, 1)
+    grid = cols["grid_x"] * cols["grid_y"] * cols["grid_z"]
+    block = cols["block_x"] * cols["block_y"] * cols["block_z"]
+    smem = cols["smem_static"] + cols["smem_dynamic"]
+    rows = []
+    for k in np.unique(idx).tolist():
+        m = idx == k
+        d = dur[m]
+        g = int(np.bincount(grid[m]).argmax()) if grid[m].max() < 1 << 20 else int(np.median(grid[m]))
+        b = int(np.median(block[m]))
+        r = int(np.median(cols["regs"][m]))
+        sm_b = int(np.median(smem[m]))
+        bps = blocks_per_sm(b, r, sm_b, lim)
+        cov = min(g, sms) / sms
+        tot_us = d.sum() / 1e3
+        nm = names[k] if k < len(names) else "?"
+        rows.append(KernelRow(
+            name=nm, short_name=short_kernel_name(nm), calls_per_token=m.sum() / tokens,
+            us_mean=float(d.mean() / 1e3), us_per_token=tot_us / tokens,
+            share_pct=100.0 * d.sum() / max(kernel_sum, 1), grid_blocks=g, block_threads=b, regs=r,
+            smem_bytes=sm_b, grid_coverage_pct=100.0 * cov,
+            waves=g / (sms * bps) if bps else float("inf"),
+            occupancy_pct=100.0 * bps * max(1, -(-b // 32)) / lim.max_warps,
+            idle_sm_us_per_token=tot_us / tokens * (1 - cov),
+            is_collective=is_collective_kernel(nm) if k < len(names) else False,
+        ))
+    rows.sort(key=lambda r: -r.us_per_token)
+    return tuple(rows)
+
+
+def small_grid_share_pct(rows: tuple[KernelRow, ...]) -> float:
+    """The share (%) of the kernel time spent in kernels whose grid covers under a quarter of the SMs."""
+    if not rows:
+        return 0.0
+    small = sum(r.us_per_token for r in rows if r.grid_coverage_pct < 100 * SMALL_GRID_FRACTION)
+    return 100.0 * small / max(sum(r.us_per_token for r in rows), 1e-9)

@@ -1,0 +1,106 @@
+"""A traced window of whole tokens in, its frozen figures out: the composition of the analyzers.
+
+    KernelWindow --analysed_records--> TracedRecords --+--> launches   (count_launches)
+                                                       +--> gaps       (idle_gaps, classify_gaps)
+                                                       +--> kernels    (kernel_table, small_grid_share_pct)
+                                                       +--> collectives(collectives)
+                                                       +--> busy       (window_busy_pct)
+                                                       +--> timeline   (token_timeline)
+                                                       '--> WindowMetrics
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from decodemon.monitor.analysis.busy import window_busy_pct
+from decodemon.monitor.analysis.collectives import collectives
+from decodemon.monitor.analysis.gaps import classify_gaps, idle_gaps
+from decodemon.monitor.analysis.kernels import KernelRow, kernel_table, small_grid_share_pct
+from decodemon.monitor.analysis.launches import count_launches, launch_calls
+from decodemon.monitor.analysis.records import analysed_records
+from decodemon.monitor.analysis.timeline import Timeline, token_timeline
+from decodemon.probes import wire
+
+
+@dataclass(frozen=True)
+class WindowMetrics:
+    """Everything one traced window says."""
+
+    window_id: int
+    tokens: int
+    traced_ms_per_token: float
+    kernels_per_token: float
+    graph_launches_per_token: float
+    kernel_launch_calls_per_token: float
+    memcpys_per_token: float
+    kernel_sum_ms_per_token: float
+    gpu_busy_pct: float
+    gap_ms_per_token: dict
+    kernels: tuple[KernelRow, ...]
+    collective_calls_per_token: float
+    collective_us_per_call: float
+    collective_ms_per_token: float
+    small_grid_share_pct: float
+    timeline: Timeline | None
+    dropped_records: int
+    tracing_head_ms: float = 0.0  # graph windows: time the traced graph launch held the GPU back
+    # a collective's own latency: per NCCL kernel name, the median of the calls that did not wait for a peer
+    # (analysis.collectives)
+    collective_us_unwaited: float = 0.0
+    # device idle a collective adds around its kernel beyond the window's usual kernel-to-kernel gap (median per
+    # call; gaps the host caused are LAUNCH's, not counted)
+    collective_gap_us: float = 0.0
+    # what the window cost the decode thread in the probe's own calls (CUPTI's start-up in open, close, flush,
+    # finalize), and the tokens it traced beyond the analysed ones (a graph process's guard)
+    probe_host_ms: float = 0.0
+    prepare_ms: float = 0.0  # CUPTI's start-up on the agent thread before the window (0: made in open, or older)
+    guard_tokens: int = 0
+    # False: the window traced kernels only (Attach.api_every): launches counted from the kernels' correlation
+    # ids, no CPU lane, and idle longer than a short gap is "unsplit" (its host part needs the launch calls)
+    apis_traced: bool = True
+
+    @property
+    def collective_kernel_us(self) -> float:
+        """One collective's kernel when it did not wait for a peer (the mean where that is not known)."""
+        return self.collective_us_unwaited or self.collective_us_per_call
+
+    @property
+    def collective_wait_ms_per_token(self) -> float:
+        """The collective kernels' time beyond their own latency: waiting for a late peer."""
+        own_ms = self.collective_calls_per_token * self.collective_kernel_us / 1e3
+        return max(0.0, self.collective_ms_per_token - own_ms)
+
+    @property
+    def collective_in_step_us(self) -> float:
+        """What one collective costs the step: its kernel (not waiting for a peer) plus the idle it adds."""
+        return self.collective_kernel_us + self.collective_gap_us
+
+
+def window_metrics(w: wire.KernelWindow, sm_count: int, cc: str = "9.0") -> WindowMetrics:
+    """Reduce one traced window to per-token figures, gap causes and the per-kernel grid table."""
+    rec = analysed_records(w)
+    calls = launch_calls(rec)
+    launches = count_launches(rec, calls)
+    idle = idle_gaps(rec, calls)
+    gaps = classify_gaps(idle, launches.graph_launches, rec.apis_traced)
+    rows = kernel_table(rec, sm_count, cc)
+    coll = collectives(rec, rows, idle)
+    tokens = rec.tokens
+    return WindowMetrics(
+        window_id=w.window_id, tokens=tokens, traced_ms_per_token=rec.wall_ns / tokens / 1e6,
+        kernels_per_token=launches.kernels / tokens, graph_launches_per_token=launches.graph_launches / tokens,
+        kernel_launch_calls_per_token=launches.kernel_launch_calls / tokens,
+        memcpys_per_token=launches.memcpys / tokens,
+        kernel_sum_ms_per_token=int(rec.duration_ns.sum()) / tokens / 1e6,
+        gpu_busy_pct=window_busy_pct(rec, gaps.tracing_head_ns),
+        gap_ms_per_token=gaps.ms_per_token(tokens), kernels=rows,
+        collective_calls_per_token=coll.calls_per_token, collective_us_per_call=coll.us_per_call,
+        collective_ms_per_token=coll.ms_per_token, small_grid_share_pct=small_grid_share_pct(rows),
+        timeline=token_timeline(rec, calls, launches.graph_launches),
+        tracing_head_ms=gaps.tracing_head_ns / 1e6,
+        collective_gap_us=coll.gap_us, collective_us_unwaited=coll.us_unwaited,
+        dropped_records=w.dropped_records + rec.dropped_kernels,
+        probe_host_ms=w.probe_host_ns / 1e6, prepare_ms=w.prepare_ns / 1e6, guard_tokens=int(w.guard_tokens),
+        apis_traced=rec.apis_traced,
+    )
