@@ -49,6 +49,7 @@ def main() -> int:
     step = torch.compile(decode_one_token, mode="reduce-overhead", fullgraph=True) if device != "cpu" \
         else decode_one_token
     token = torch.zeros(1, 1, dtype=torch.long, device=device)
+    compiled = device != "cpu"
 
     def run(n):
         nonlocal token
@@ -58,6 +59,8 @@ def main() -> int:
                     cache.reset()
                     pos.zero_()
                     pos_host[0] = 0
+                if compiled:  # a new step of the CUDA-graph tree: the cache it writes in place is not an output
+                    torch.compiler.cudagraph_mark_step_begin()
                 token = step(token.clone(), pos)
                 pos.add_(1)
                 pos_host[0] += 1
