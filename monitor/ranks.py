@@ -6,11 +6,11 @@ Pure where it can be: `combine` takes per-rank snapshots and returns the group's
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
-from dataclasses import replace
-
 from decodemon.monitor.diagnosis import diagnose, serial_fraction
+from decodemon.monitor.render.json import collectives_json
 from decodemon.probes import wire
 
 
@@ -51,8 +51,6 @@ def discover_ranks(pid: int) -> list[int]:
 def combine(snaps: list) -> dict:
     """The group's view: per-rank busy and launches, the slowest rank, the rank the others wait for in the
     collectives (last to arrive), and the collectives."""
-    from decodemon.monitor.session import collectives_json
-
     rows = []
     snaps_by_rank = sorted(snaps, key=lambda s: (s.model is None, s.model.tp_rank if s.model else 0))
     for s in snaps_by_rank:

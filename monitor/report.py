@@ -1,72 +1,8 @@
-"""DIAGNOSIS.md (the first seed's §7.1 write-it-down rule) and plain-text verdicts."""
+"""DIAGNOSIS.md and plain-text verdicts, re-exported from `decodemon.monitor.render`."""
 
 from __future__ import annotations
 
-import time
+from decodemon.monitor.render.markdown import diagnosis_markdown
+from decodemon.monitor.render.text import diagnose_text
 
-from decodemon.monitor.diagnosis import ORDER, Diagnosis
-
-
-def diagnose_text(d: Diagnosis) -> str:
-    """The verdict and the four candidates as terminal text."""
-    lines = [f"ceiling: {d.ceiling.upper()}"]
-    for k in ORDER:
-        c = d.candidates[k]
-        v = "?" if c.value is None else f"{c.value:.4g} {c.unit}"
-        lines.append(f"  {k:<10} {c.state:<9} {v:<28} {c.detail}")
-    if d.us_per_launch is not None:
-        lines.append(f"µs per launch: {d.us_per_launch:.3g}")
-    if d.serial_fraction is not None:
-        lines.append(f"serial fraction: {d.serial_fraction:.3f}")
-    lines += [f"remedy: {d.remedy}", f"predicted win: {d.predicted_win}", f"falsify: {d.falsify}"]
-    return "\n".join(lines)
-
-
-def diagnosis_markdown(s) -> str:
-    """DIAGNOSIS.md for one snapshot: binding ceiling, a number per candidate, predicted win, falsification."""
-    d = s.diagnosis
-    tk = s.tokens
-    w = s.window
-    out = [
-        "# DIAGNOSIS",
-        "",
-        f"Source: {s.label} · device: {s.device} ({s.sm_count} SMs) · written "
-        f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())} by decodemon",
-        "",
-        f"## Binding ceiling: **{d.ceiling.upper()}**",
-        "",
-    ]
-    if tk:
-        out.append(f"- {tk.ms_per_token:.3f} ms/token median (p90 {tk.ms_per_token_p90:.3f}), "
-                   f"{tk.tokens_per_s:.1f} tokens/s over {tk.tokens} tokens")
-    if w:
-        out.append(f"- {w.kernels_per_token:.0f} kernel launches/token ({w.graph_launches_per_token:.2f} graph launches), "
-                   f"kernel time {w.kernel_sum_ms_per_token:.3f} ms/token")
-    if s.pm:
-        out.append(f"- GPU busy {s.pm['gpu_busy_pct']:.0f}%, SM active {s.pm['sm_active_pct']:.0f}%, "
-                   f"DRAM {s.pm['dram_pct']:.1f}% of peak (PM sampling, device-wide)")
-    if s.pm_check is not None:
-        c = s.pm_check
-        n = f"{c.samples} PM sample" + ("s" if c.samples != 1 else "")
-        out.append(f"- over the traced tokens, the same {n}: GPU busy {c.pm_busy_pct:.1f}% from "
-                   f"the counter, {c.traced_busy_pct:.1f}% from the traced kernels")
-    if d.bandwidth_floor_ms is not None:
-        out.append(f"- bandwidth floor {d.bandwidth_floor_ms:.3f} ms/token "
-                   f"({(s.bytes_per_token or 0) / 1e9:.3f} GB/token at {s.bandwidth_gbs:.0f} GB/s, {s.bandwidth_source})")
-    out += ["", "## The four candidates", "", "| ceiling | state | number | threshold | detail |", "|---|---|---|---|---|"]
-    for k in ORDER:
-        c = d.candidates[k]
-        v = "?" if c.value is None else f"{c.value:.4g} {c.unit}"
-        out.append(f"| {k.upper()} | {c.state} | {v} | {c.threshold} | {c.detail} |")
-    if w and w.kernels:
-        out += ["", "## Hot kernels (grid vs SMs)", "", "| kernel | calls/token | µs/token | grid | SM coverage | occupancy |",
-                "|---|---|---|---|---|---|"]
-        for r in sorted(w.kernels, key=lambda r: -r.idle_sm_us_per_token)[:5]:
-            out.append(f"| `{r.short_name}` | {r.calls_per_token:.1f} | {r.us_per_token:.0f} | {r.grid_blocks}/{s.sm_count} "
-                       f"| {r.grid_coverage_pct:.0f}% | {r.occupancy_pct:.0f}% |")
-    out += ["", "## First change and predicted win", "", f"- remedy: {d.remedy}", f"- prediction: {d.predicted_win}",
-            "", "## The measurement that would prove this wrong", "", d.falsify, ""]
-    hist = [c.text() for c in s.rolling.history]
-    if hist:
-        out += ["## Verdict history (a diagnosis has a shelf life)", ""] + [f"- {h}" for h in hist] + [""]
-    return "\n".join(out)
+__all__ = ["diagnose_text", "diagnosis_markdown"]

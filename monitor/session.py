@@ -2,7 +2,7 @@
 
 `Session.add(rx_ns, frame)` is the single entry point for live attach,
 recordings and the app; `Session.snapshot()` returns a frozen `Snapshot` that
-the CLI prints as JSON and the app draws.
+`decodemon.monitor.render` prints as JSON, Markdown or text and the app draws.
 """
 
 from __future__ import annotations
@@ -15,9 +15,16 @@ import numpy as np
 
 from decodemon.monitor import diagnosis as dx
 from decodemon.monitor.feed import Feed
-from decodemon.monitor.metrics import (PmWindowCheck, TokenStats, WindowMetrics, pm_window_check, token_stats,
-                                       window_metrics)
+from decodemon.monitor.analysis.busy import PmWindowCheck, pm_window_check
+from decodemon.monitor.analysis.tokens import TokenStats, token_stats
+from decodemon.monitor.analysis.window import WindowMetrics, window_metrics
+from decodemon.monitor.render.json import collectives_json, summary_json
+from decodemon.monitor.render.text import observer_parts
 from decodemon.probes import wire
+
+# rendered in decodemon.monitor.render; importable from here too
+__all__ = ["SPAN_NS", "Session", "Snapshot", "collectives_json", "host_clock_times_collectives", "observer_parts",
+           "summary_json"]
 
 SPAN_NS = 5_000_000_000  # figures are taken over the last 5 s of the feed
 
@@ -79,7 +86,7 @@ def host_clock_times_collectives(model: wire.ModelFacts | None, gpu) -> bool:
     """Whether the engine's clock around a collective call is the collective's time.
 
     True for a synchronous backend (gloo). NCCL returns once the kernel is enqueued: on two H200s the eager demo's
-    host spent 122-139 µs per call enqueuing a 5 µs kernel (2026-11-29), and counting that as COMM gave a COMM
+    host spent 122-139 µs per call enqueuing a 5 µs kernel, and counting that as COMM gave a COMM
     verdict at 0.5% of the step. Engines that do not say their backend: synchronous only without a GPU.
     """
     backend = model.collective_backend if model is not None else ""
@@ -155,7 +162,7 @@ class Session:
             bw, bw_src = gpu.mem_bandwidth_gbs, "NVML peak"
         last = wins[-1] if wins else None
         ksum = _median([w.kernel_sum_ms_per_token for w in wins]) if wins else None
-        # Without PM counters, GPU busy is estimated as kernel time over the untraced step (§3.1): the traced
+        # Without PM counters, GPU busy is estimated as kernel time over the untraced step: the traced
         # token's own wall clock is stretched by tracing and would understate it.
         busy = pm_avg.get("gpu_busy_pct") if pm_avg else (
             min(100.0, 100.0 * ksum / ts.ms_per_token) if (ksum is not None and ts) else None)
@@ -236,7 +243,7 @@ class Session:
 
     def pm_check(self, since: int) -> PmWindowCheck | None:
         """PM against the traced windows received since `since` (else the last one), over the same samples:
-        the two instruments on the same GPU time (see metrics.pm_window_check), pooled over the windows."""
+        the two instruments on the same GPU time (see analysis.busy.pm_window_check), pooled over the windows."""
         f = self.feed
         wins = [w for rx, w in f.windows if rx >= since] or ([f.windows[-1][1]] if f.windows else [])
         checks = []
@@ -263,8 +270,8 @@ class Session:
         time. Not in it: PM pumps and NVML, which run off the decode thread (agent thread, sidecar process), and
         CUPTI's start-up when the agent thread made it (`cupti_start_off_thread_ms`, given beside the bill: on an
         H200 it still cost the eager decode thread ~5 ms of its 14).
-        On an H200 (docs/benchmarks.md, seventh session), eager with the start-up off-thread: 7.5-9.3 ms probe +
-        10-35 ms tracing per window, one per 5 s, 0.3-0.9% of the loop; graphed: 23-26 ms + 7 ms, one per 4 s.
+        On an H200, eager with the start-up off-thread: 7.5-9.3 ms probe + 10-35 ms tracing per window, one per
+        5 s, 0.3-0.9% of the loop; graphed: 23-26 ms + 7 ms, one per 4 s.
         """
         ms = [m for _, m in self.metrics]
         if not ms or ts is None or not ts.ms_per_token:
@@ -333,118 +340,3 @@ class Session:
         """The verdict's changes, as sentences."""
         return [c.text() for c in self.rolling.history]
 
-
-def observer_parts(o: dict | None) -> list[str]:
-    """Session.observer_cost in words: ["watching: 21.5 ms probe + 46.4 ms tracing per window", ", one per 3.9 s =
-    1.8% of the loop"] (the second only with the time between windows; nothing without the probe's own time)."""
-    if not o or o.get("probe_ms_per_window") is None:
-        return []
-    parts = [f"watching: {o['probe_ms_per_window']:.1f} ms probe + {o['tracing_ms_per_window']:.1f} ms tracing "
-             "per window"]
-    if o.get("cupti_start_off_thread_ms"):
-        parts[0] += f" (CUPTI start {o['cupti_start_off_thread_ms']:.0f} ms off-thread)"
-    if o.get("share_of_loop_pct") is not None:
-        parts.append(f", one per {o['window_every_s']:.1f} s = {o['share_of_loop_pct']:.1f}% of the loop")
-    if o.get("decode_waits_per_s") is not None:
-        parts.append(f"; the decode thread blocked {o['decode_waits_per_s']:.0f}×/s (waits for the GIL, its own too)")
-    if o.get("agent_cpu_ms_per_s") is not None:
-        parts.append(f"; the agent thread used {o['agent_cpu_ms_per_s']:.0f} ms of CPU a second")
-    return parts
-
-
-def collectives_json(s: Snapshot) -> dict | None:
-    """Collectives per token, µs per call, payload and share of the step, from traces or the engine's clock."""
-    w, m = s.window, s.model
-    c = s.diagnosis.candidates.get("comm")
-    out = {}
-    if w is not None and w.collective_calls_per_token:
-        # us_per_call: what a call costs the step (kernel + the idle it adds); the kernel alone beside it
-        out = {"source": "NCCL kernels (traced window)", "calls_per_token": round(w.collective_calls_per_token, 2),
-               "us_per_call": round(s.collective_us_priced, 2), "kernel_us_per_call": round(w.collective_kernel_us, 2),
-               "launch_gap_us_per_call": round(w.collective_gap_us, 2),
-               "kernel_us_per_call_mean": round(w.collective_us_per_call, 2),
-               "wait_ms_per_token": round(w.collective_wait_ms_per_token, 4)}
-    elif s.host_collectives is not None and s.host_clock_is_collective:
-        calls, us, nbytes = s.host_collectives
-        out = {"source": "engine clock (host-side call time)", "calls_per_token": round(calls, 2),
-               "us_per_call": round(us, 2), "payload_bytes": int(nbytes)}
-    elif s.host_collectives is not None:
-        calls, us, nbytes = s.host_collectives
-        out = {"source": "engine clock (calls only: µs per call waits for a traced window)",
-               "calls_per_token": round(calls, 2), "us_per_call": None, "payload_bytes": int(nbytes)}
-    elif w is not None:
-        out = {"source": "traced window", "calls_per_token": 0, "us_per_call": None}
-    if m is not None and m.collectives_per_token:
-        out["counted_per_token"] = m.collectives_per_token  # from the forward pass
-        out.setdefault("payload_bytes", m.collective_bytes)
-    if s.host_collectives is not None and not s.host_clock_is_collective:
-        out["host_enqueue_us_per_call"] = round(s.host_collectives[1], 2)  # what an eager loop pays per call
-    if out and c is not None and c.value is not None:
-        out["share_of_step_pct"] = round(c.value, 2)
-    return out or None
-
-
-def summary_json(s: Snapshot, kernels: int = 15) -> dict:
-    """The JSON summary of `attach --json`, `replay --json` and `report --json`."""
-    w = s.window
-    aw = s.api_window or w
-    out = {
-        "source": s.label,
-        "pid": s.pid,
-        "device": s.device,
-        "sm_count": s.sm_count,
-        "tp_degree": s.model.tp_degree if s.model else None,
-        "tp_rank": s.model.tp_rank if s.model else None,
-        "tokens": s.tokens_total,
-        "ms_per_token": round(s.tokens.ms_per_token, 4) if s.tokens else None,
-        "ms_per_token_p90": round(s.tokens.ms_per_token_p90, 4) if s.tokens else None,
-        "tokens_per_s": round(s.tokens.tokens_per_s, 2) if s.tokens else None,
-        "launches_per_token": round(w.kernels_per_token, 1) if w else None,
-        "graph_launches_per_token": round(w.graph_launches_per_token, 2) if w else None,
-        # None until a window has traced the launch calls (an attach's second window: Attach.api_every)
-        "kernel_launch_calls_per_token": (round(s.api_window.kernel_launch_calls_per_token, 1)
-                                          if s.api_window is not None else None),
-        "memcpys_per_token": round(w.memcpys_per_token, 2) if w else None,
-        "kernel_sum_ms_per_token": round(w.kernel_sum_ms_per_token, 4) if w else None,
-        "gpu_busy_pct": round(s.gpu_busy_pct, 1) if s.gpu_busy_pct is not None else None,
-        "gpu_busy_source": s.busy_source,
-        "pm_gpu_busy_pct": round(s.pm["gpu_busy_pct"], 1) if s.pm else None,
-        "traced_gpu_busy_pct": round(w.gpu_busy_pct, 1) if w else None,
-        "kernel_share_of_step_pct": round(s.kernel_share_pct, 1) if s.kernel_share_pct is not None else None,
-        # GPU busy over the same PM samples inside the traced tokens: PM's counter and the traced kernels' union
-        "pm_vs_window": ({"samples": s.pm_check.samples, "pm_gpu_busy_pct": round(s.pm_check.pm_busy_pct, 1),
-                          "traced_gpu_busy_pct": round(s.pm_check.traced_busy_pct, 1)} if s.pm_check else None),
-        "sm_active_pct": round(s.pm["sm_active_pct"], 1) if s.pm else None,
-        "warps_active_pct": round(s.pm["warps_active_pct"], 1) if s.pm else None,
-        "dram_pct": round(s.pm["dram_pct"], 1) if s.pm else None,
-        # the idle's causes and the launch calls from the latest window that traced its launch calls
-        "gap_ms_per_token": {k: round(v, 4) for k, v in aw.gap_ms_per_token.items()} if aw else None,
-        "launch_calls_traced_s_ago": round(s.api_window_age_s, 1) if s.api_window_age_s is not None else None,
-        "collectives": collectives_json(s),
-        "bytes_per_token": s.bytes_per_token,
-        "bandwidth_gbs": s.bandwidth_gbs,
-        "bandwidth_source": s.bandwidth_source,
-        "windows": s.windows_seen,
-        "nvml": s.nvml,
-        "other_gpu_pids": list(s.other_pids),
-        "probe": s.probe,
-        "observer_cost": s.observer,
-        "dropped_records": s.dropped_records,
-        "errors": list(s.errors),
-        "kernels": [
-            {"name": r.short_name, "full_name": r.name, "calls_per_token": round(r.calls_per_token, 2),
-             "us_mean": round(r.us_mean, 2), "us_per_token": round(r.us_per_token, 1),
-             "grid_blocks": r.grid_blocks, "block_threads": r.block_threads,
-             "grid_vs_sms": f"{r.grid_blocks}/{s.sm_count}", "grid_coverage_pct": round(r.grid_coverage_pct, 1),
-             "waves": round(r.waves, 3) if r.waves != float("inf") else None,
-             "occupancy_pct": round(r.occupancy_pct, 1), "regs": r.regs, "smem_bytes": r.smem_bytes,
-             "idle_sm_us_per_token": round(r.idle_sm_us_per_token, 1)}
-            for r in (w.kernels[:kernels] if w else ())
-        ],
-    }
-    out.update(s.diagnosis.as_json())
-    out["verdict"] = s.rolling.ceiling
-    out["history"] = [c.text() for c in s.rolling.history]
-    if s.ended:
-        out["ended"] = s.ended
-    return out

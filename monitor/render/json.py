@@ -1,0 +1,121 @@
+"""The JSON summary of `attach --json`, `replay --json` and `report --json`, and the collectives' part of it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from decodemon.monitor.analysis.window import WindowMetrics
+    from decodemon.monitor.session import Snapshot
+
+
+def collectives_json(s: Snapshot) -> dict | None:
+    """Collectives per token, µs per call, payload and share of the step, from traces or the engine's clock."""
+    w, m = s.window, s.model
+    c = s.diagnosis.candidates.get("comm")
+    out = {}
+    if w is not None and w.collective_calls_per_token:
+        # us_per_call: what a call costs the step (kernel + the idle it adds); the kernel alone beside it
+        out = {"source": "NCCL kernels (traced window)", "calls_per_token": round(w.collective_calls_per_token, 2),
+               "us_per_call": round(s.collective_us_priced, 2), "kernel_us_per_call": round(w.collective_kernel_us, 2),
+               "launch_gap_us_per_call": round(w.collective_gap_us, 2),
+               "kernel_us_per_call_mean": round(w.collective_us_per_call, 2),
+               "wait_ms_per_token": round(w.collective_wait_ms_per_token, 4)}
+    elif s.host_collectives is not None and s.host_clock_is_collective:
+        calls, us, nbytes = s.host_collectives
+        out = {"source": "engine clock (host-side call time)", "calls_per_token": round(calls, 2),
+               "us_per_call": round(us, 2), "payload_bytes": int(nbytes)}
+    elif s.host_collectives is not None:
+        calls, us, nbytes = s.host_collectives
+        out = {"source": "engine clock (calls only: µs per call waits for a traced window)",
+               "calls_per_token": round(calls, 2), "us_per_call": None, "payload_bytes": int(nbytes)}
+    elif w is not None:
+        out = {"source": "traced window", "calls_per_token": 0, "us_per_call": None}
+    if m is not None and m.collectives_per_token:
+        out["counted_per_token"] = m.collectives_per_token  # from the forward pass
+        out.setdefault("payload_bytes", m.collective_bytes)
+    if s.host_collectives is not None and not s.host_clock_is_collective:
+        out["host_enqueue_us_per_call"] = round(s.host_collectives[1], 2)  # what an eager loop pays per call
+    if out and c is not None and c.value is not None:
+        out["share_of_step_pct"] = round(c.value, 2)
+    return out or None
+
+
+def kernel_rows_json(w: WindowMetrics | None, sm_count: int, kernels: int = 15) -> list[dict]:
+    """The window's hottest `kernels` rows of the kernel table: time, grid against the SMs, occupancy."""
+    return [
+        {"name": r.short_name, "full_name": r.name, "calls_per_token": round(r.calls_per_token, 2),
+         "us_mean": round(r.us_mean, 2), "us_per_token": round(r.us_per_token, 1),
+         "grid_blocks": r.grid_blocks, "block_threads": r.block_threads,
+         "grid_vs_sms": f"{r.grid_blocks}/{sm_count}", "grid_coverage_pct": round(r.grid_coverage_pct, 1),
+         "waves": round(r.waves, 3) if r.waves != float("inf") else None,
+         "occupancy_pct": round(r.occupancy_pct, 1), "regs": r.regs, "smem_bytes": r.smem_bytes,
+         "idle_sm_us_per_token": round(r.idle_sm_us_per_token, 1)}
+        for r in (w.kernels[:kernels] if w else ())
+    ]
+
+
+def _r(x: float | None, nd: int) -> float | None:
+    return round(x, nd) if x is not None else None
+
+
+def _busy_json(s: Snapshot) -> dict:
+    """GPU busy from each instrument, with PM's other counters."""
+    w, c = s.window, s.pm_check
+    return {
+        "gpu_busy_pct": _r(s.gpu_busy_pct, 1),
+        "gpu_busy_source": s.busy_source,
+        "pm_gpu_busy_pct": round(s.pm["gpu_busy_pct"], 1) if s.pm else None,
+        "traced_gpu_busy_pct": round(w.gpu_busy_pct, 1) if w else None,
+        "kernel_share_of_step_pct": _r(s.kernel_share_pct, 1),
+        # GPU busy over the same PM samples inside the traced tokens: PM's counter and the traced kernels' union
+        "pm_vs_window": ({"samples": c.samples, "pm_gpu_busy_pct": round(c.pm_busy_pct, 1),
+                          "traced_gpu_busy_pct": round(c.traced_busy_pct, 1)} if c else None),
+        "sm_active_pct": round(s.pm["sm_active_pct"], 1) if s.pm else None,
+        "warps_active_pct": round(s.pm["warps_active_pct"], 1) if s.pm else None,
+        "dram_pct": round(s.pm["dram_pct"], 1) if s.pm else None,
+    }
+
+
+def summary_json(s: Snapshot, kernels: int = 15) -> dict:
+    """The JSON summary of `attach --json`, `replay --json` and `report --json`."""
+    w, tk = s.window, s.tokens
+    aw = s.api_window or w
+    out = {
+        "source": s.label, "pid": s.pid, "device": s.device, "sm_count": s.sm_count,
+        "tp_degree": s.model.tp_degree if s.model else None,
+        "tp_rank": s.model.tp_rank if s.model else None,
+        "tokens": s.tokens_total,
+        "ms_per_token": round(tk.ms_per_token, 4) if tk else None,
+        "ms_per_token_p90": round(tk.ms_per_token_p90, 4) if tk else None,
+        "tokens_per_s": round(tk.tokens_per_s, 2) if tk else None,
+        "launches_per_token": round(w.kernels_per_token, 1) if w else None,
+        "graph_launches_per_token": round(w.graph_launches_per_token, 2) if w else None,
+        # None until a window has traced the launch calls (an attach's second window: Attach.api_every)
+        "kernel_launch_calls_per_token": (round(s.api_window.kernel_launch_calls_per_token, 1)
+                                          if s.api_window is not None else None),
+        "memcpys_per_token": round(w.memcpys_per_token, 2) if w else None,
+        "kernel_sum_ms_per_token": round(w.kernel_sum_ms_per_token, 4) if w else None,
+        **_busy_json(s),
+        # the idle's causes and the launch calls from the latest window that traced its launch calls
+        "gap_ms_per_token": {k: round(v, 4) for k, v in aw.gap_ms_per_token.items()} if aw else None,
+        "launch_calls_traced_s_ago": _r(s.api_window_age_s, 1),
+        "collectives": collectives_json(s),
+        "bytes_per_token": s.bytes_per_token,
+        "bandwidth_gbs": s.bandwidth_gbs,
+        "bandwidth_source": s.bandwidth_source,
+        "windows": s.windows_seen,
+        "nvml": s.nvml,
+        "other_gpu_pids": list(s.other_pids),
+        "probe": s.probe,
+        "observer_cost": s.observer,
+        "dropped_records": s.dropped_records,
+        "errors": list(s.errors),
+        "kernels": kernel_rows_json(w, s.sm_count, kernels),
+    }
+    out.update(s.diagnosis.as_json())
+    out["verdict"] = s.rolling.ceiling
+    out["history"] = [c.text() for c in s.rolling.history]
+    if s.ended:
+        out["ended"] = s.ended
+    return out

@@ -1,0 +1,68 @@
+"""DIAGNOSIS.md: the binding ceiling written down with a number per candidate, the predicted win and the
+measurement that would prove it wrong."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from decodemon.monitor.diagnosis import ORDER
+
+if TYPE_CHECKING:
+    from decodemon.monitor.session import Snapshot
+
+
+def _figures(s: Snapshot) -> list[str]:
+    """The measured figures as bullet lines: token clock, launches, PM counters, the bandwidth floor."""
+    d, tk, w = s.diagnosis, s.tokens, s.window
+    out = []
+    if tk:
+        out.append(f"- {tk.ms_per_token:.3f} ms/token median (p90 {tk.ms_per_token_p90:.3f}), "
+                   f"{tk.tokens_per_s:.1f} tokens/s over {tk.tokens} tokens")
+    if w:
+        out.append(f"- {w.kernels_per_token:.0f} kernel launches/token ({w.graph_launches_per_token:.2f} graph launches), "
+                   f"kernel time {w.kernel_sum_ms_per_token:.3f} ms/token")
+    if s.pm:
+        out.append(f"- GPU busy {s.pm['gpu_busy_pct']:.0f}%, SM active {s.pm['sm_active_pct']:.0f}%, "
+                   f"DRAM {s.pm['dram_pct']:.1f}% of peak (PM sampling, device-wide)")
+    if s.pm_check is not None:
+        c = s.pm_check
+        n = f"{c.samples} PM sample" + ("s" if c.samples != 1 else "")
+        out.append(f"- over the traced tokens, the same {n}: GPU busy {c.pm_busy_pct:.1f}% from "
+                   f"the counter, {c.traced_busy_pct:.1f}% from the traced kernels")
+    if d.bandwidth_floor_ms is not None:
+        out.append(f"- bandwidth floor {d.bandwidth_floor_ms:.3f} ms/token "
+                   f"({(s.bytes_per_token or 0) / 1e9:.3f} GB/token at {s.bandwidth_gbs:.0f} GB/s, {s.bandwidth_source})")
+    return out
+
+
+def diagnosis_markdown(s: Snapshot) -> str:
+    """DIAGNOSIS.md for one snapshot: binding ceiling, a number per candidate, predicted win, falsification."""
+    d, w = s.diagnosis, s.window
+    out = [
+        "# DIAGNOSIS",
+        "",
+        f"Source: {s.label} · device: {s.device} ({s.sm_count} SMs) · written "
+        f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())} by decodemon",
+        "",
+        f"## Binding ceiling: **{d.ceiling.upper()}**",
+        "",
+    ]
+    out += _figures(s)
+    out += ["", "## The four candidates", "", "| ceiling | state | number | threshold | detail |", "|---|---|---|---|---|"]
+    for k in ORDER:
+        c = d.candidates[k]
+        v = "?" if c.value is None else f"{c.value:.4g} {c.unit}"
+        out.append(f"| {k.upper()} | {c.state} | {v} | {c.threshold} | {c.detail} |")
+    if w and w.kernels:
+        out += ["", "## Hot kernels (grid vs SMs)", "", "| kernel | calls/token | µs/token | grid | SM coverage | occupancy |",
+                "|---|---|---|---|---|---|"]
+        for r in sorted(w.kernels, key=lambda r: -r.idle_sm_us_per_token)[:5]:
+            out.append(f"| `{r.short_name}` | {r.calls_per_token:.1f} | {r.us_per_token:.0f} | {r.grid_blocks}/{s.sm_count} "
+                       f"| {r.grid_coverage_pct:.0f}% | {r.occupancy_pct:.0f}% |")
+    out += ["", "## First change and predicted win", "", f"- remedy: {d.remedy}", f"- prediction: {d.predicted_win}",
+            "", "## The measurement that would prove this wrong", "", d.falsify, ""]
+    hist = [c.text() for c in s.rolling.history]
+    if hist:
+        out += ["## Verdict history (a diagnosis has a shelf life)", ""] + [f"- {h}" for h in hist] + [""]
+    return "\n".join(out)

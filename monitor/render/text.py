@@ -1,0 +1,38 @@
+"""Plain-text renderings: the verdict and its candidates, and what watching costs the loop, in words."""
+
+from __future__ import annotations
+
+from decodemon.monitor.diagnosis import ORDER, Diagnosis
+
+
+def diagnose_text(d: Diagnosis) -> str:
+    """The verdict and the four candidates as terminal text."""
+    lines = [f"ceiling: {d.ceiling.upper()}"]
+    for k in ORDER:
+        c = d.candidates[k]
+        v = "?" if c.value is None else f"{c.value:.4g} {c.unit}"
+        lines.append(f"  {k:<10} {c.state:<9} {v:<28} {c.detail}")
+    if d.us_per_launch is not None:
+        lines.append(f"µs per launch: {d.us_per_launch:.3g}")
+    if d.serial_fraction is not None:
+        lines.append(f"serial fraction: {d.serial_fraction:.3f}")
+    lines += [f"remedy: {d.remedy}", f"predicted win: {d.predicted_win}", f"falsify: {d.falsify}"]
+    return "\n".join(lines)
+
+
+def observer_parts(o: dict | None) -> list[str]:
+    """Session.observer_cost in words: ["watching: 21.5 ms probe + 46.4 ms tracing per window", ", one per 3.9 s =
+    1.8% of the loop"] (the second only with the time between windows; nothing without the probe's own time)."""
+    if not o or o.get("probe_ms_per_window") is None:
+        return []
+    parts = [f"watching: {o['probe_ms_per_window']:.1f} ms probe + {o['tracing_ms_per_window']:.1f} ms tracing "
+             "per window"]
+    if o.get("cupti_start_off_thread_ms"):
+        parts[0] += f" (CUPTI start {o['cupti_start_off_thread_ms']:.0f} ms off-thread)"
+    if o.get("share_of_loop_pct") is not None:
+        parts.append(f", one per {o['window_every_s']:.1f} s = {o['share_of_loop_pct']:.1f}% of the loop")
+    if o.get("decode_waits_per_s") is not None:
+        parts.append(f"; the decode thread blocked {o['decode_waits_per_s']:.0f}×/s (waits for the GIL, its own too)")
+    if o.get("agent_cpu_ms_per_s") is not None:
+        parts.append(f"; the agent thread used {o['agent_cpu_ms_per_s']:.0f} ms of CPU a second")
+    return parts
