@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from decodemon.monitor import probe_status
 from decodemon.probes import wire
 
 
@@ -61,7 +62,9 @@ class Ring:
 
 # gpu_t0_ns / gpu_t1_ns: each sample's interval in CUPTI's clock (the traced windows' clock; float64, exact to
 # ~0.3 µs at today's timestamps, against 2 ms samples)
-PM_COLS = ("rx_ns", "gpu_busy_pct", "sm_active_pct", "warps_active_pct", "dram_pct", "gpu_t0_ns", "gpu_t1_ns")
+# dram_read_bytes / dram_write_bytes: DRAM bytes over each sample's interval (NaN where the probe did not sample them)
+PM_COLS = ("rx_ns", "gpu_busy_pct", "sm_active_pct", "warps_active_pct", "dram_pct", "gpu_t0_ns", "gpu_t1_ns",
+           "dram_read_bytes", "dram_write_bytes")
 
 
 @dataclass
@@ -80,7 +83,9 @@ class Feed:
     pm: Ring = None  # rows: PM_COLS
     pm_window: Ring = None  # rows: PM_COLS, the samples evaluated only for traced windows' spans (not averaged)
     nvml: deque = field(default_factory=deque)  # (rx_ns, NvmlSamples)
-    state: dict = field(default_factory=dict)
+    status: wire.ProbeStatus = field(default_factory=wire.ProbeStatus)  # the probe's status, frames merged
+    state: dict = field(default_factory=dict)  # the status in words (probe_status.describe)
+    _legacy_words: dict = field(default_factory=dict)  # a version-1 recording's own words, shown as recorded
     errors: list = field(default_factory=list)
     dropped_records: int = 0
     frames: int = 0
@@ -115,19 +120,27 @@ class Feed:
             self.nvml.append((rx_ns, frame))
             while len(self.nvml) > self.max_nvml:
                 self.nvml.popleft()
-        elif isinstance(frame, wire.Stats):
-            self.state.update(frame.state)
-            self.dropped_records = max(self.dropped_records, frame.dropped_records)
-            for e in frame.errors:
-                if e not in self.errors:
-                    self.errors.append(e)
-            del self.errors[:-20]
+        elif isinstance(frame, wire.ProbeStatus):
+            self._take_status(frame, frame.dropped_records, frame.recent_errors)
+        elif isinstance(frame, wire.Stats):  # wire version 1: a dict of words, read into a ProbeStatus
+            self._legacy_words.update(frame.state)
+            self._take_status(probe_status.from_legacy(frame.state, frame.windows, frame.errors),
+                              frame.dropped_records, frame.errors)
         elif isinstance(frame, wire.Hello):
             self.hello = frame
         elif isinstance(frame, wire.RecordingHeader):
             self.header = frame
         elif isinstance(frame, wire.Bye):
             self.bye = frame.reason
+
+    def _take_status(self, status: wire.ProbeStatus, dropped: int, errors) -> None:
+        self.status = probe_status.merge(self.status, status)
+        self.state = {**probe_status.describe(self.status), **self._legacy_words}
+        self.dropped_records = max(self.dropped_records, dropped)
+        for e in errors:
+            if e not in self.errors:
+                self.errors.append(e)
+        del self.errors[:-20]
 
     # -- views ------------------------------------------------------------------
     def token_times_ns(self, since_rx_ns: int = 0) -> np.ndarray:
@@ -184,8 +197,8 @@ class Feed:
 
 
 def pm_columns(rx_ns: int, f: wire.PmSamples) -> np.ndarray:
-    """Raw PM metric rows → PM_COLS columns: rx, GPU busy, SM active, warps active, DRAM %, sample start and end
-    (7 × n)."""
+    """Raw PM metric rows → PM_COLS columns: rx, GPU busy, SM active, warps active, DRAM %, sample start and end,
+    DRAM bytes read and written (9 × n)."""
     m = {name: i for i, name in enumerate(f.metrics)}
     vals = f.values.array()
     if not len(f.metrics) or vals.size == 0:
@@ -209,5 +222,5 @@ def pm_columns(rx_ns: int, f: wire.PmSamples) -> np.ndarray:
     t0, t1 = f.start_ns.array()[:n], f.end_ns.array()[:n]
     if len(t0) < n or len(t1) < n:
         t0 = t1 = np.zeros(n)
-    return np.vstack([np.full(n, float(rx_ns)), busy, sm, warps, dram,
-                      t0.astype(np.float64), t1.astype(np.float64)]).astype(np.float64)
+    return np.vstack([np.full(n, float(rx_ns)), busy, sm, warps, dram, t0.astype(np.float64), t1.astype(np.float64),
+                      col("dram__bytes_read.sum"), col("dram__bytes_write.sum")]).astype(np.float64)

@@ -4,19 +4,23 @@ libcupti evaluation of one PM sample.
 Every call that releases the GIL (`os.read`, `socket.send`, cupti-python's wrappers) lets a decode thread that
 was waiting for it run; when the call returns a moment later the agent thread asks for the GIL back, and a decode
 thread running Python has to stop and wait for it again: one voluntary context switch of the decode thread per
-call. Unobserved, an eager decode thread on the H200 made 0 a second; attached it made 43.6 a second in run 35
-(sixteenth session), and tokens with one were the slow ones. A call that returns in microseconds and never blocks
+call. Unobserved, an eager decode thread on the H200 made 0 a second; attached it made ~44 a second with the
+GIL-releasing calls, and tokens with one were the slow ones. A call that returns in microseconds and never blocks
 costs the decode thread less if the GIL is simply kept through it. ctypes' PyDLL functions and PYFUNCTYPE
 prototypes keep it; CDLL and cupti-python release it.
 
-`ENABLED` (set per attach from `Attach.hold_gil`) turns all of this off, for A/B runs against the old calls.
-Where libc or a libcupti symbol cannot be had, the calls fall back to the GIL-releasing ones.
+`ENABLED` (set per attach from `Attach.hold_gil`) turns all of this off, for A/B runs against the releasing calls.
+Where libc or a libcupti symbol cannot be had, the calls fall back to the GIL-releasing ones. Also here: the
+agent's other manners towards a decode thread that needs the GIL (`GilPolite`, `SwitchCounter`).
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import select
+import sys
+import threading
 import time
 
 ENABLED = True
@@ -145,11 +149,143 @@ _PR_SET_NAME = 15
 def name_this_thread(name: str) -> bool:
     """Give the calling thread an OS name (/proc/PID/task/TID/comm, `top -H`; 15 bytes at most). The agent's
     threads then stand apart from the engine's own, which all carry the interpreter's name: on the H200 every
-    thread of the demo engine read `python3`, so an attach's CPU and minor faults could not be split by thread
-    (scripts/h200_monitor_cpu_live.py, eighteenth session). Only the calling thread's name changes; False where
-    prctl cannot be had."""
+    thread of the demo engine read `python3`, so an attach's CPU and minor faults could not be split by thread.
+    Only the calling thread's name changes; False where prctl cannot be had."""
     try:
         return _libc is not None and _libc.prctl(_PR_SET_NAME, name.encode()[:15], 0, 0, 0) == 0
     except AttributeError:  # a libc without prctl
         return False
 
+
+
+READ_MAX = 1 << 20
+_PIPE_READER = Reader(READ_MAX)
+
+
+def read_available(fd: int) -> bytes | None:
+    """What a non-blocking pipe holds now (b"" if nothing), or None once its writer has closed it. One read unless
+    the pipe held more than READ_MAX, made keeping the GIL."""
+    chunks = []
+    while True:
+        try:
+            chunk = _PIPE_READER.read(fd)
+        except BlockingIOError:
+            return b"".join(chunks)
+        except OSError:
+            return None
+        if not chunk:
+            return b"".join(chunks) if chunks else None
+        chunks.append(chunk)
+        if len(chunk) < READ_MAX:
+            return b"".join(chunks)
+
+
+def send_all(conn, data, timeout_s: float) -> bool:
+    """Send `data` on the non-blocking socket `conn`: one send() when the socket has room (the usual case: no
+    switch to blocking mode and back, each of which is a call of its own), made keeping the GIL, else wait for
+    room, `timeout_s` in all. False if the peer went away or never made room."""
+    view = memoryview(data)
+    deadline = None
+    while view:
+        try:
+            n = send(conn, view)
+        except BlockingIOError:
+            n = 0
+        except OSError:  # BrokenPipeError, ConnectionResetError, ...
+            return False
+        view = view[n:]
+        if view:
+            now = time.monotonic()
+            deadline = deadline or now + timeout_s
+            if now >= deadline:
+                return False
+            try:
+                select.select([], [conn], [], deadline - now)
+            except (OSError, ValueError):
+                return False
+    return True
+
+
+class SwitchCounter:
+    """A thread's voluntary context switches per second (the decode thread's, read at the agent's stats tick).
+
+    An eager decode thread that never blocks on its own (CUDA's sync spins) made 0 a second unobserved on the
+    H200 and 17-28 attached with the held calls: each is a wait, mostly for the GIL the agent thread took back.
+    One pread of /proc/self/task/TID/status per reading, made keeping the GIL, the file kept open."""
+
+    def __init__(self) -> None:
+        self._reader = Reader(4096)
+        self.fd: int | None = None
+        self.tid: int | None = None
+        self.last: tuple[float, int] | None = None
+
+    @staticmethod
+    def parse(status: bytes) -> int | None:
+        """voluntary_ctxt_switches from a /proc status file's text, or None."""
+        for line in status.splitlines():
+            if line.startswith(b"voluntary_ctxt_switches:"):
+                try:
+                    return int(line.split(b":", 1)[1])
+                except ValueError:
+                    return None
+        return None
+
+    def per_s(self, tid: int | None, now: float) -> float | None:
+        """Switches per second since the last reading of the same thread (None at the first, or unreadable)."""
+        if tid is None:
+            return None
+        if tid != self.tid:
+            self.close()
+            try:
+                self.fd = os.open(f"/proc/self/task/{tid}/status", os.O_RDONLY)
+            except OSError:
+                return None
+            self.tid = tid
+        try:
+            n = self.parse(self._reader.pread(self.fd, 0))
+        except OSError:
+            n = None
+        if n is None:
+            return None
+        prev, self.last = self.last, (now, n)
+        if prev is None or now <= prev[0]:
+            return None
+        return (n - prev[1]) / (now - prev[0])
+
+    def close(self) -> None:
+        """Close the status file (the next reading opens it again)."""
+        if self.fd is not None:
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
+        self.fd, self.tid, self.last = None, None, None
+
+
+class GilPolite:
+    """Hand the GIL back quickly while the agent thread does a burst of Python work (imports, set-up, re-arm).
+
+    CPython lets a thread that runs Python keep the GIL for its whole switch interval (5 ms) while another waits
+    for it: on the H200 the first attach of a process made 33-40 graphed tokens 7-35 ms long (against 4.0) and an
+    eager one a 447 ms token, while the agent thread imported cupti and armed CUPTI and the decode thread waited
+    to return from `.item()`. For the length of such a burst the interval is cut to 0.2 ms, then put back as it
+    was; with it, the eager first attach's p99 was 0.95x unobserved. Nested uses restore at the outer exit."""
+
+    depth = 0
+    saved = 0.005
+    _lock = threading.Lock()
+
+    def __enter__(self):
+        with GilPolite._lock:
+            if GilPolite.depth == 0:
+                GilPolite.saved = sys.getswitchinterval()
+                sys.setswitchinterval(min(GilPolite.saved, 0.0002))
+            GilPolite.depth += 1
+        return self
+
+    def __exit__(self, *exc):
+        with GilPolite._lock:
+            GilPolite.depth -= 1
+            if GilPolite.depth == 0:
+                sys.setswitchinterval(GilPolite.saved)
+        return False

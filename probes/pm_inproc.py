@@ -1,11 +1,9 @@
 """PM sampling from inside the decode process, in the agent thread.
 
-On the H200 we measured, a second process could not enable PM sampling
-(`ERROR_UNKNOWN` without a context, `ERROR_INVALID_PARAMETER` with one), and
-evaluating a counter image shipped to the sidecar failed with
-`ERROR_INVALID_PARAMETER` too, so the counters are armed, decoded and
-evaluated here, in the agent thread, a few times a second (never on the
-decode thread), under a time budget.
+On the H200 a second process could not enable PM sampling (`ERROR_UNKNOWN` without a context,
+`ERROR_INVALID_PARAMETER` with one), and evaluating a counter image shipped to the sidecar failed with
+`ERROR_INVALID_PARAMETER` too, so the counters are armed, decoded and evaluated here, in the agent thread, a few
+times a second (never on the decode thread), under a time budget. Set-up and release: pm_config.py.
 """
 
 from __future__ import annotations
@@ -15,8 +13,9 @@ import time
 
 import numpy as np
 
-from decodemon.probes import held
-from decodemon.probes.sidecar import PM_METRICS
+from decodemon.probes import held, pm_config
+from decodemon.probes.pm_config import (HW_BUFFER_BYTES, MAX_REGULAR_PER_PUMP, MAX_SAMPLES,  # noqa: F401
+                                        PUMP_PERIOD_S, configure, hw_buffer_bytes, max_samples_for)
 
 
 # the libcupti calls made keeping the GIL (cupti-python name: C name): each returns in microseconds; decode_data,
@@ -31,7 +30,7 @@ HELD_SLICE_S = 0.001
 def span_indices(n: int, last_start: int, last_end: int, spans, margin: int = 2) -> set[int]:
     """Indices of the samples (`n` of them, one interval each, the last one from `last_start` to `last_end`) that
     overlap any of `spans`, with `margin` samples either side for an interval that drifts. Counted back from the
-    last sample: the first sample of a session starts at 0 on the H200 (tests/data/h200_eager_pm.dmon)."""
+    last sample: the first sample of a session starts at 0 on the H200."""
     step = last_end - last_start
     if n <= 0 or step <= 0:
         return set()
@@ -44,102 +43,6 @@ def span_indices(n: int, last_start: int, last_end: int, spans, margin: int = 2)
         hi = min(n - 1, int((b - first) // step) + margin)
         out.update(range(lo, hi + 1))
     return out
-
-
-# the most regular (strided) samples one pump evaluates, whatever its stride: each takes two libcupti calls, and
-# each call gives the GIL up and takes it back from a decode thread running Python. On the H200 the stride of a
-# 4 s attach stayed at 8-32 (it adapts once per pump from 4), so a pump of 500 samples evaluated up to ~60 (runs
-# 33-34, fifteenth session). 16 a second keep the monitor's rolling averages (80 samples in 5 s); a traced
-# window's samples are evaluated in full beside them.
-MAX_REGULAR_PER_PUMP = 16
-PUMP_PERIOD_S = 1.0  # how often the agent pumps by default (wire.Attach.pm_pump_s, probes/agent.py)
-MAX_SAMPLES = 1024  # the fewest samples one pump's counter-data image holds (250 are made per pump at 2 ms)
-
-
-def max_samples_for(interval_us: int, pump_s: float = PUMP_PERIOD_S) -> int:
-    """Samples one pump decodes at most: two pump periods (`pump_s`) worth at `interval_us`, and at least
-    MAX_SAMPLES.
-
-    A decode that fills the counter-data image loses the rest of the hardware buffer. On the H200
-    (scripts/h200_pm_overflow.py, fourteenth session), after a 10 s stall at 2 ms the first pump's 1,024 samples
-    ended 7,988 ms before it and the next pump's newest 23 ms before it: ~4,000 samples gone, no overflow
-    reported. With a fixed 1,024, every pump at 500 us filled its image, and at 100 us each pump kept the oldest
-    ~100 ms of its ~500."""
-    return max(MAX_SAMPLES, math.ceil(2 * pump_s * 1e6 / interval_us))
-
-
-def hw_buffer_bytes(interval_us: int) -> int:
-    """PM's hardware buffer for `interval_us`: 64 MB at 2 ms, scaled with the sample rate, within 32..256 MB.
-
-    It must hold the samples made between two pumps. On the H200 (scripts/h200_pm_overflow.py, fourteenth
-    session) 32 and 64 MB held a 10 s stall at 2 ms with no overflow (5,000 samples: at most 6.7 KB each), and
-    64 MB at 100 us overflowed within 2 s (over 3.3 KB each). set_config allocates it, and its time grows with it:
-    100-131 ms at 32-64 MB against 220-229 ms at 256 MB in the same run."""
-    mb = min(256, max(32, round(64 * 2000 / interval_us)))
-    return mb << 20
-
-# Made once per process, not once per attach: the metrics evaluator (a host-side ProfilerHost) and the PM
-# configuration image. cupti-python's Collector.configure() initialises a ProfilerHost of its own to make the
-# configuration image, and the sampler initialised a second one to evaluate with. Both are host-side
-# (libnvperf_host) and depend only on the chip and the metrics. On the H200 (scripts/h200_pm_arm.py, thirteenth
-# session) arms took 221 ms instead of 234 (medians of four), and every re-armed session's samples evaluated to
-# finite values, after traced windows' CUPTI finalizes too. Most of what is left is pm_sampling_set_config
-# allocating the hardware buffer: 194-232 ms at 256 MB, 80-87 ms at 32 MB (scripts/h200_pm_arm_steps.py).
-_EVALUATORS: dict = {}
-_CONFIG_IMAGES: dict = {}
-
-
-def _evaluator(chip: str):
-    """The process's initialised PM metrics evaluator for `chip` (made on first use, kept)."""
-    host = _EVALUATORS.get(chip)
-    if host is None:
-        from cupti import profiler_host  # noqa: PLC0415
-
-        host = profiler_host.ProfilerHost(chip, profiler_host.ProfilerType.PM_SAMPLING)
-        host.initialize()
-        _EVALUATORS[chip] = host
-    return host
-
-
-def _config_image(chip: str, metrics: tuple[str, ...]):
-    """The PM configuration image for `metrics` on `chip` (made on first use with a host of its own, as
-    cupti-python's Collector.configure makes it, then kept)."""
-    key = (chip, metrics)
-    image = _CONFIG_IMAGES.get(key)
-    if image is None:
-        from cupti import profiler_host  # noqa: PLC0415
-
-        host = profiler_host.ProfilerHost(chip, profiler_host.ProfilerType.PM_SAMPLING)
-        host.initialize()
-        try:
-            image = host.create_config_image(metrics=list(metrics))
-        finally:
-            host.deinitialize()
-        _CONFIG_IMAGES[key] = image
-    return image
-
-
-HW_BUFFER_BYTES = hw_buffer_bytes(2000)  # at the default interval: set_config's time grows with it (~0.5 ms/MB)
-
-
-def configure(coll, interval_us: int, buffer_bytes: int = HW_BUFFER_BYTES) -> None:
-    """Collector.configure() for PM_METRICS, with the process's configuration image (_config_image) instead of a
-    new one: cupti-python's PmSamplingSetConfigParams filled and set on an enabled `coll`."""
-    from cupti import cupti as c  # noqa: PLC0415
-
-    image = _config_image(coll._chip_name, tuple(PM_METRICS))
-    p = c.PmSamplingSetConfigParams()
-    p.struct_size = c.PM_SAMPLING_SET_CONFIG_PARAMS_STRUCT_SIZE
-    p.p_pm_sampling_object = coll._pm_sampling_object
-    p.config_size = len(image)
-    p.p_config = image.ctypes.data
-    p.hardware_buffer_size = buffer_bytes
-    p.sampling_interval = interval_us * 1000
-    p.trigger_mode = c.PmSamplingTriggerMode.GPU_TIME_INTERVAL
-    p.hw_buffer_append_mode = c.PmSamplingHardwareBufferAppendMode.KEEP_OLDEST
-    c.pm_sampling_set_config(p.ptr)
-    coll._metrics = list(PM_METRICS)  # what Collector.start/stop and the counter-data image read
-    coll._config = image
 
 
 class PmSampler:
@@ -163,30 +66,28 @@ class PmSampler:
         self._coll = pm_sampling.Collector(device)
         self._coll.enable()
         try:
-            configure(self._coll, interval_us, buffer_bytes or hw_buffer_bytes(interval_us))
+            self.metrics = self._configure(buffer_bytes or hw_buffer_bytes(interval_us))
             self._coll.start()
         except Exception:
-            self._coll.disable()
+            pm_config.release(self._coll, cupti)
             raise
         self.chip = self._coll._chip_name
         # one evaluator for the whole session, not one per decode; and one per process, not one per attach
-        self._host = _evaluator(self.chip)
+        self._host = pm_config.evaluator(self.chip)
         # A counter-data image, allocated and initialised once; each pump decodes into a copy of it. Made fresh
-        # every pump (cupti-python's Collector.decode does), it took 7.9 ms of a 12.9 ms pump on the H200
-        # (scripts/h200_slow_tokens.py --plan pm, 2026-11-29 16:26 UTC); the image is a self-contained byte blob.
+        # every pump (cupti-python's Collector.decode does), it took 7.9 ms of a 12.9 ms pump on the H200.
         self._templates: dict = {}
         self._dirty: dict = {}  # per image size: how far into the work buffer the last decode wrote (_decode_image)
         self._layouts: dict = {}  # per image size: (header bytes, bytes per sample), or None (image_layout)
         # ... and made here, at the arm, not in the first pump. The agent's first pump waits for the first traced
-        # window to be collected, so making the image there put 12.2-21.7 ms of agent CPU (against 2.5-3.6 ms for
-        # later pumps) right after the window, in the tokens just after the traced one (tenth session,
-        # scripts/h200_slow_tokens.py --plan lead). The arm is a one-off at the attach, half a second before any
-        # window. The work buffer is written once here too, so its pages are not first touched in a pump.
+        # window to be collected, so making the image there put 12-22 ms of agent CPU (against 2.5-3.6 ms for
+        # later pumps) in the tokens just after the traced one. The arm is a one-off at the attach, half a second
+        # before any window. The work buffer is written once here too, so its pages are not first touched in a pump.
         self.pump_s = pump_s
         self.max_samples = max_samples_for(interval_us, pump_s)
         from cupti.utils import metrics_to_c_array  # noqa: PLC0415
 
-        self._names_keep, self._names_ptr = metrics_to_c_array(list(PM_METRICS))
+        self._names_keep, self._names_ptr = metrics_to_c_array(list(self.metrics))
         self._image_pair(self.max_samples)
         # the short per-sample calls, made keeping the GIL (held.py); the decode itself, milliseconds, lets it go
         self._held = held.cupti_functions(HELD_CALLS)
@@ -207,12 +108,31 @@ class PmSampler:
         self.arm_cpu_ns = time.thread_time_ns() - c0
         self.logged = False  # the agent's event log has this arm
 
+    def _configure(self, buffer_bytes: int) -> list[str]:
+        """Configure the best metric list the chip takes (pm_config.metric_sets); the list configured."""
+        sets = pm_config.metric_sets(self._coll._chip_name)
+        for i, metrics in enumerate(sets):
+            try:
+                configure(self._coll, self.interval_us, buffer_bytes, metrics)
+            except Exception as exc:
+                if i == len(sets) - 1 or pm_config.is_hardware_busy(exc) or isinstance(exc, PermissionError):
+                    raise
+                continue
+            if i:
+                pm_config.refused_dram_bytes(self._coll._chip_name)
+            return list(metrics)
+        raise RuntimeError("no PM metric list to configure")
+
+    @property
+    def dram_bytes(self) -> bool:
+        """Does this session sample DRAM bytes read and written?"""
+        return all(m in self.metrics for m in pm_config.DRAM_BYTES_METRICS)
+
     def _call(self, name: str, params) -> None:
         """One libcupti call on a params struct.
 
-        Through cupti-python, whose wrappers release the GIL for the C call (tests/test_agent.py checks it against
-        a stub libcupti): its CPU time is counted apart, as it is not taken from a decode thread that needs the GIL.
-        But each release lets that thread run, and taking the GIL back from it costs it a voluntary switch, so the
+        Through cupti-python, whose wrappers release the GIL for the C call: its CPU time is counted apart, as it
+        is not taken from a decode thread that needs the GIL. But each release lets that thread run, and taking the GIL back from it costs it a voluntary switch, so the
         short calls in HELD_CALLS keep the GIL instead (held.py) and count as the pump's own CPU."""
         fn = self._held.get(name) if held.ENABLED else None
         if fn is not None:
@@ -239,8 +159,9 @@ class PmSampler:
         averages the diagnosis reads need only a few samples per second.
         Each take-back of the GIL from a decode thread running Python is a voluntary switch of that thread, so
         the per-sample calls keep the GIL (HELD_CALLS, held.py) and it is given up once per HELD_SLICE_S of them,
-        not in every call (until the sixteenth session cupti-python's wrappers gave it up in each: ~2 switches
-        per sample) and not after every sample (an extra `time.sleep(0)`, until the fifteenth).
+        not in every call (cupti-python's wrappers give it up in each: ~2 switches per sample).
+        MAX_REGULAR_PER_PUMP: on the H200 the stride of a 4 s attach stayed at 8-32, so a pump of 500 samples
+        evaluated up to ~60; 16 a second keep the monitor's rolling averages (80 samples in 5 s).
         """
         t_dec = time.perf_counter()
         t_pump = time.thread_time()
@@ -258,14 +179,14 @@ class PmSampler:
         info.p_pm_sampling_object = coll._pm_sampling_object
         info.p_counter_data_image = image.ctypes.data
         info.counter_data_image_size = len(image)
-        values = np.zeros(len(PM_METRICS), dtype=np.float64)
+        values = np.zeros(len(self.metrics), dtype=np.float64)
         ev = c.ProfilerHostEvaluateToGpuValuesParams()
         ev.struct_size = c.PROFILER_HOST_EVALUATE_TO_GPU_VALUES_PARAMS_STRUCT_SIZE
         ev.p_host_object = self._host._p_host_object
         ev.p_counter_data_image = image.ctypes.data
         ev.counter_data_image_size = len(image)
         ev.pp_metric_names = self._names_ptr
-        ev.num_metrics = len(PM_METRICS)
+        ev.num_metrics = len(self.metrics)
         ev.p_metric_values = values.ctypes.data
         starts, ends, rows, extra = [], [], [], []
         dense: set[int] = set()
@@ -316,8 +237,8 @@ class PmSampler:
         template, image = self._image_pair(max_samples)
         # Reset from the template into a buffer kept for the purpose, as far as the last decode wrote into it (the
         # rest still is the template's). The whole 14.3 MiB image took 2.1-2.8 ms of the agent thread's CPU per
-        # pump on the H200 (run 42); a decode writes exactly its header and the samples it decoded, 7.2-7.3 MiB at
-        # 2 ms and 1 s pumps, and copying that much back took 0.9-1.6 ms (scripts/h200_pm_reset.py, 2026-11-30).
+        # pump on the H200; a decode writes exactly its header and the samples it decoded, 7.2-7.3 MiB at 2 ms and
+        # 1 s pumps, and copying that much back took 0.9-1.6 ms.
         dirty = self._dirty.get(max_samples, image.nbytes)
         np.copyto(image[:dirty], template[:dirty])
         self._dirty[max_samples] = image.nbytes  # until this decode says how far it wrote
@@ -364,7 +285,7 @@ class PmSampler:
         p.struct_size = c.PM_SAMPLING_GET_COUNTER_DATA_SIZE_PARAMS_STRUCT_SIZE
         p.p_pm_sampling_object = self._coll._pm_sampling_object
         p.p_metric_names = self._names_ptr
-        p.num_metrics = len(PM_METRICS)
+        p.num_metrics = len(self.metrics)
         p.max_samples = samples
         c.pm_sampling_get_counter_data_size(p.ptr)
         return int(p.counter_data_size)
@@ -372,8 +293,8 @@ class PmSampler:
     def image_layout(self, max_samples: int, nbytes: int) -> tuple[int, int] | None:
         """(header bytes, bytes per sample) of a counter-data image, from the sizes CUPTI gives for `max_samples`,
         half and a quarter as many: a header, then the samples in order. On the H200, 2,540 bytes and 14,617 a
-        sample for the agent's metrics, and each decode wrote exactly to header + samples x 14,617
-        (scripts/h200_pm_reset.py). None, and every reset copies the whole image, unless the three sizes lie on
+        sample for the agent's metrics, and each decode wrote exactly to header + samples x 14,617. None, and
+        every reset copies the whole image, unless the three sizes lie on
         one line that gives this image's size."""
         if max_samples < 4:
             return None
@@ -388,10 +309,7 @@ class PmSampler:
             return None
         return header, per
 
-    def close(self) -> None:
-        """Stop sampling and release the session (errors ignored: CUPTI may already be gone)."""
-        for f in (self._coll.stop, self._coll.disable):  # the evaluator is the process's (_evaluator)
-            try:
-                f()
-            except Exception:
-                pass
+    def close(self) -> list[str]:
+        """Stop sampling and release the session completely (pm_config.release); the steps that failed. The
+        evaluator is the process's and stays."""
+        return pm_config.release(self._coll, self._c)

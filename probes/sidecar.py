@@ -18,10 +18,9 @@ import threading
 import time
 
 from decodemon.probes.device import nvml_index
-from decodemon.probes.wire import Column, NvmlSamples, PmSamples, Stats, pack
+from decodemon.probes.wire import Column, NvmlSamples, PmSamples, ProbeStatus, pack
 
-# GPU busy is the GR engine's *compute* activity: on an H200 (scripts/h200_busy_metrics.py, 2026-11-29 16:06 UTC)
-# gr__compute_cycles_active read 19.3% of an eager step whose traced kernels cover 17.5%, and 98.8% of a graphed
+# GPU busy is the GR engine's *compute* activity: on an H200 gr__compute_cycles_active read 19.3% of an eager step whose traced kernels cover 17.5%, and 98.8% of a graphed
 # one (kernels ~100%), while gr__cycles_active also counts each launch's front-end work (~28% eager). Recordings
 # made before carry gr__cycles_active.avg; the monitor reads either.
 PM_METRICS = [
@@ -49,7 +48,7 @@ def _pm_loop(out: _Out, device: int, interval_us: int, period_s: float, stop: th
     try:
         from cupti import pm_sampling
     except Exception as exc:
-        out.send(Stats(state={"pm": f"unavailable (cupti-python not importable: {exc})"}))
+        out.send(ProbeStatus(pm="unavailable", pm_reason="not_importable", pm_error=str(exc), pm_where="sidecar"))
         return
     coll, how, tried = None, "", []
     for how in ("as is", "own CUDA context", "torch context"):
@@ -68,8 +67,7 @@ def _pm_loop(out: _Out, device: int, interval_us: int, period_s: float, stop: th
             coll.start()
             break
         except PermissionError:
-            out.send(Stats(state={"pm": "unavailable (no permission for GPU performance counters: run as root "
-                                        "or set the nvidia module option NVreg_RestrictProfilingToAdminUsers=0)"}))
+            out.send(ProbeStatus(pm="unavailable", pm_reason="no_permission", pm_where="sidecar"))
             return
         except Exception as exc:
             tried.append(f"{how}: {type(exc).__name__}: {exc}")
@@ -80,15 +78,17 @@ def _pm_loop(out: _Out, device: int, interval_us: int, period_s: float, stop: th
                     pass
             coll = None
     if coll is None:
-        out.send(Stats(state={"pm": f"unavailable ({'; '.join(tried)})"}))
+        out.send(ProbeStatus(pm="unavailable", pm_reason="error", pm_error="; ".join(tried), pm_where="sidecar"))
         return
-    out.send(Stats(state={"pm": f"armed ({interval_us} us interval, {len(PM_METRICS)} metrics, {how})"}))
+    out.send(ProbeStatus(pm="armed", pm_where="sidecar", pm_interval_us=interval_us))
+    overflows = 0
     try:
         while not stop.wait(period_s):
             try:
                 data = coll.decode(max_samples=4096)
-            except MemoryError as exc:
-                out.send(Stats(state={"pm": f"overflow ({exc})"}))
+            except MemoryError:  # cupti-python's word for a hardware buffer that overflowed
+                overflows += 1
+                out.send(ProbeStatus(pm_overflow_pumps=overflows))
                 continue
             n = len(data)
             if n == 0:
@@ -128,9 +128,9 @@ def _nvml_loop(out: _Out, device: int, hz: float, stop: threading.Event) -> None
         pynvml.nvmlInit()
         h = pynvml.nvmlDeviceGetHandleByIndex(nvml_index(device))
     except Exception as exc:
-        out.send(Stats(state={"nvml": f"unavailable ({exc})"}))
+        out.send(ProbeStatus(nvml="unavailable", nvml_reason="error", nvml_error=str(exc)))
         return
-    out.send(Stats(state={"nvml": f"armed ({hz:g} Hz)"}))
+    out.send(ProbeStatus(nvml="armed", nvml_hz=float(hz)))
     me = {os.getpid(), os.getppid()}
     cols: dict[str, list] = {k: [] for k in ("t", "sm", "mem", "pw", "used", "util")}
     others: set[int] = set()
@@ -149,7 +149,7 @@ def _nvml_loop(out: _Out, device: int, hz: float, stop: threading.Event) -> None
             except pynvml.NVMLError:
                 pass
         except pynvml.NVMLError as exc:
-            out.send(Stats(state={"nvml": f"error ({exc})"}))
+            out.send(ProbeStatus(nvml="error", nvml_reason="error", nvml_error=str(exc)))
             for v in cols.values():
                 v.clear()
             continue

@@ -1,4 +1,4 @@
-"""Traced windows: CUPTI activity switched on for whole tokens, then CUPTI detached.
+"""Traced windows: CUPTI activity switched on for whole tokens (or a stretch of time), then CUPTI detached.
 
 The decode thread calls `open()` and `close()` at token boundaries, then `flush()`
 and `detach()` at the closing one (that is all it pays, plus CUPTI's own per-launch
@@ -7,6 +7,9 @@ tokens. CUPTI's buffer callback, inside the flush, only keeps cupti-python's rec
 objects; the agent thread reads their fields in `collect()` and turns them into
 columns. (`prepare()`, CUPTI's start-up on the agent thread a few tokens before the
 open, is there for `Attach.prepare_lead_tokens`; by default the open pays it.)
+
+A loop that marks no tokens gets windows by time instead (`trace_for`): the agent thread opens, sleeps, closes,
+drains the records of kernels still running behind the host, and finalizes, with no token boundary involved.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ class WindowTracer:
     """One CUPTI activity session per window; records kept as plain tuples until collect()."""
 
     # SYNCHRONIZATION records are not read by the monitor, and tracing them cost an eager 0.6B token ~3.6 ms more
-    # on the H200 (25 windows each, scripts/h200_window_costs.py variants defer vs dnosync, docs/benchmarks.md)
+    # on the H200
     KINDS = ("CONCURRENT_KERNEL", "RUNTIME", "MEMCPY", "MEMSET")
 
     def __init__(self, kinds: tuple[str, ...] = KINDS, api_filter: bool = True) -> None:
@@ -94,10 +97,10 @@ class WindowTracer:
         """Keep the records; their fields are read on the agent thread (collect).
 
         The callback runs inside flush(), on the decode thread. Reading ~3,700 records' fields there cost the eager
-        token after a window 2.0-3.1 ms of its 5-7 ms flush (H200, scripts/h200_window_costs.py: flush 5.2 ms with
-        the fields read in the callback, 2.9 ms without). cupti-python's record objects own copies of their
-        records (`from_ptr` without an owner copies), checked field by field after CUPTI's finalize and 64 MB of
-        fresh allocations, kernel names as text included: scripts/h200_record_lifetime.py.
+        token after a window 2.0-3.1 ms of its 5-7 ms flush (H200: flush 5.2 ms with the fields read in the
+        callback, 2.9 ms without). cupti-python's record objects own copies of their records (`from_ptr` without
+        an owner copies), checked field by field on the H200 after CUPTI's finalize and 64 MB of fresh
+        allocations, kernel names as text included.
         """
         self._batches.append(activities)
 
@@ -153,10 +156,9 @@ class WindowTracer:
 
         After a finalize, whichever CUPTI call comes first re-initialises CUPTI: 13-27 ms on an H200, which
         in open() landed on the decode thread as one slow token per window. Made here, on the agent thread
-        (cupti-python lets go of the GIL inside the call), open() took 0.4 ms instead of 14
-        (scripts/h200_open_costs.py, variant preinit), but the token it overlapped still ran +5.2 ms (seventh
-        session) to +9.4 ms (tenth, scripts/h200_window_costs.py variant dpre3) slower: one more slow token per
-        window, which is why it runs only when `Attach.prepare_lead_tokens` asks. If the window never opens, the
+        (cupti-python lets go of the GIL inside the call), open() took 0.4 ms instead of 14, but the token it
+        overlapped still ran +5-9 ms slower: one more slow token per window, which is why it runs only when
+        `Attach.prepare_lead_tokens` asks. If the window never opens, the
         decode thread's detach at its next boundary finalizes as usual (`initialised` is set). Returns the ns it took.
         """
         t0 = time.perf_counter_ns()
@@ -209,11 +211,10 @@ class WindowTracer:
     def flush(self) -> None:
         """Deliver every record of the closed window (decode thread, right after close()).
 
-        Measured on an H200 (scripts/h200_probe_experiments.py): flushing and
-        finalizing at the same boundary, in the decode thread, left graphed
-        tokens at their unobserved speed; a flush from another thread while
-        the graph kept replaying, followed by a finalize, was the one sequence
-        that ended in `unspecified launch failure`.
+        On an H200, flushing and finalizing at the same boundary, in the decode
+        thread, left graphed tokens at their unobserved speed; a flush from
+        another thread while the graph kept replaying, followed by a finalize,
+        was the one sequence that ended in `unspecified launch failure`.
         """
         t0 = time.perf_counter_ns()
         self._c.activity_flush_all(1)
@@ -230,8 +231,37 @@ class WindowTracer:
                 self.prepared = False
                 self._spent("finalize", t0)
 
+    # -- agent thread, a window by time ------------------------------------------
+    def trace_for(self, seconds: float, quiet_s: float = 0.05, drain_max_s: float = 1.0, sleep=time.sleep) -> None:
+        """A window by time, all on the calling (agent) thread: open now, sleep `seconds`, close, then flush
+        until no new record has come for `quiet_s` (at most `drain_max_s`: kernels enqueued before the close may
+        still be running on a GPU that runs behind the host), then finalize. `bounds` is [opened, closed]."""
+        self.open()
+        try:
+            sleep(seconds)
+        finally:
+            self.close()
+            try:
+                self._drain(quiet_s, drain_max_s, sleep)
+            finally:
+                self.detach()
+
+    def _drain(self, quiet_s: float, drain_max_s: float, sleep) -> None:
+        t0 = time.monotonic()
+        last_change, seen = t0, -1
+        step = max(quiet_s / 5, 0.001)
+        while True:
+            self.flush()
+            n = sum(len(b) for b in self._batches)
+            now = time.monotonic()
+            if n != seen:
+                seen, last_change = n, now
+            if now - last_change >= quiet_s or now - t0 >= drain_max_s:
+                return
+            sleep(step)
+
     # -- agent thread -----------------------------------------------------------
-    def collect(self, window_id: int, guard_tokens: int = 1, pause=None) -> KernelWindow:
+    def collect(self, window_id: int, guard_tokens: int = 1, pause=None, clock: str = "tokens") -> KernelWindow:
         """Pack the flushed records of the window as columns (agent thread).
 
         `pause()`, when given, is called after each chunk of 256 records: the agent sleeps there, so that its
@@ -260,7 +290,7 @@ class WindowTracer:
             names[i] = n
         return KernelWindow(
             window_id=window_id,
-            tokens=max(len(self.bounds) - 1 - guard_tokens, 0),
+            tokens=max(len(self.bounds) - 1 - guard_tokens, 0) if clock == "tokens" else 0,
             guard_tokens=guard_tokens,
             token_bounds_ns=Column.of(self.bounds),
             names=names,
@@ -272,4 +302,5 @@ class WindowTracer:
             probe_host_ns=self.host_ns,
             prepare_ns=self.prepare_ns,
             apis_traced=self.apis_traced,
+            clock=clock,
         )

@@ -26,7 +26,9 @@ from typing import Iterator, Union
 
 import msgspec
 
-WIRE_VERSION = 1
+# 2: the probe's status travels as ProbeStatus (fields with units); version-1 recordings carry Stats (a dict of
+# sentences), which the monitor still reads
+WIRE_VERSION = 2
 MAGIC = b"DECODEMON-RECORDING\n"
 _LEN = struct.Struct("<I")
 _REC = struct.Struct("<IQ")  # payload length, receive time (ns since recording start)
@@ -162,10 +164,14 @@ class TokenMarks(msgspec.Struct, frozen=True, tag="tokens"):
 
 
 class KernelWindow(msgspec.Struct, frozen=True, tag="window"):
-    """One traced window of whole tokens: every kernel, launch call, copy and sync in it.
+    """One traced window: every kernel, launch call, copy and sync in it.
 
-    Timestamps are CUPTI's (ns). `token_bounds_ns` has tokens+1+guard_tokens
-    entries: the token clock read through CUPTI at each boundary. A guard
+    Timestamps are CUPTI's (ns). With `clock="tokens"` the window covers whole
+    tokens and `token_bounds_ns` has tokens+1+guard_tokens entries: the token
+    clock read through CUPTI at each boundary. With `clock="time"` (a loop that
+    marks no tokens, or whose host runs ahead of the GPU) the window covers a
+    stretch of time: tokens=0, guard_tokens=0 and `token_bounds_ns` is
+    [opened, closed]; kernels enqueued before the close may end after it. A guard
     token is traced but not analysed: on an H200 the graph kernels of the last
     token before CUPTI is disabled came back with bogus end times, so windows
     of a process that replays CUDA graphs carry one; eager windows do not
@@ -192,6 +198,7 @@ class KernelWindow(msgspec.Struct, frozen=True, tag="window"):
     # False: runtime-API records were not traced in this window (`Attach.api_every`): `apis` is empty by design,
     # launches are counted from the kernels' correlation ids and the host side of the gaps is not known
     apis_traced: bool = True
+    clock: str = "tokens"  # "tokens": opened and closed at token boundaries; "time": by the agent thread's clock
 
     def analysed_span(self) -> tuple[int, int] | None:
         """(first, last) boundary of the analysed tokens in CUPTI's clock, the guard left out; None if there are none."""
@@ -224,12 +231,69 @@ class NvmlSamples(msgspec.Struct, frozen=True, tag="nvml"):
 
 
 class Stats(msgspec.Struct, frozen=True, tag="stats"):
-    """The probe's own state: what is armed, what is unavailable and why, what was dropped."""
+    """The probe's state in wire version 1: a dict of sentences and numbers-as-strings. Only read (recordings made
+    before ProbeStatus); the monitor converts it (monitor/probe_status.py)."""
 
     state: dict[str, str]
     dropped_records: int = 0
     windows: int = 0
     errors: list[str] = []
+
+
+class ProbeStatus(msgspec.Struct, frozen=True, tag="status"):
+    """The probe's own state: what is armed, what is not and why, what it costs. Words are enum-like, never
+    sentences (the monitor writes those); a field left at its default is "not said" by this frame, so the
+    agent's and the sidecar's frames add up (monitor/probe_status.merge).
+
+    Words: gpu ok|unavailable; trace armed|off|unavailable|paused|failed; pm armed|off|unavailable|lost;
+    nvml armed|unavailable|error. Reasons: no_gpu, no_permission, hardware_busy, not_importable, env, error,
+    foreign_profiler, sidecar_exited; `*_error` holds the exception text when the reason is `error`.
+    """
+
+    token_clock: str = ""  # "armed" once the session takes token marks
+    gpu: str = ""
+    gpu_error: str = ""
+    trace: str = ""
+    trace_reason: str = ""
+    trace_error: str = ""
+    window_tokens: int = 0  # what an armed trace traces: this many tokens every window_period_s
+    window_period_s: float = 0.0
+    window_clock: str = ""  # the clock the last window opened by: "tokens" or "time"
+    window_clock_reason: str = ""  # for "time": "no_marks" (none for 2 s) or "bursts" (the host runs ahead)
+    pm: str = ""
+    pm_reason: str = ""
+    pm_error: str = ""
+    pm_where: str = ""  # "in_process" or "sidecar"
+    pm_interval_us: int = 0
+    pm_dram_bytes: bool = False  # dram__bytes_read.sum / dram__bytes_write.sum are among the sampled metrics
+    pm_first_session: bool = False  # the first PM session of this process (it has a lasting effect on clocks)
+    pm_restarts: int = 0  # PM re-armed this attach after a CUPTI finalize took it down
+    pm_restart_cause: str = ""  # the exception type of the last re-arm's cause
+    pm_stride: int = 0  # every pm_stride-th sample evaluated (adapts to the pump's budget)
+    pm_pumps: int = 0
+    pm_cpu_ms_per_pump: Union[float, None] = None  # agent CPU outside GIL-free libcupti calls, pumps after the first
+    pm_image_reset_ms_per_pump: Union[float, None] = None  # of it, resetting the counter-data image
+    pm_image_reset_bytes: int = 0  # what the last reset copied
+    pm_first_pump_cpu_ms: Union[float, None] = None  # the first pump decodes every sample since the arm
+    pm_held_calls: int = 0  # libcupti calls made keeping the GIL (probes/held.py)
+    pm_handbacks_per_pump: Union[float, None] = None  # GIL hand-backs between those calls
+    pm_full_pumps: int = 0  # pumps whose counter-data image filled before the hardware buffer's end
+    pm_overflow_pumps: int = 0  # pumps that found the hardware buffer overflowed (the newest samples dropped)
+    pm_image_samples: int = 0  # samples one pump's counter-data image holds
+    pm_pump_s: float = 0.0
+    nvml: str = ""
+    nvml_reason: str = ""
+    nvml_error: str = ""
+    nvml_hz: float = 0.0
+    decode_waits_per_s: Union[float, None] = None  # the decode thread's voluntary context switches a second
+    agent_cpu_ms_per_s: Union[float, None] = None  # the agent thread's own CPU, libcupti's calls included
+    windows_in_process: int = 0  # traced windows closed (CUPTI finalized) in this process, over every attach
+    window_budget: int = 0  # Attach.window_budget
+    window_budget_state: str = ""  # "open", "rationed" (one window every BUDGET_PERIOD_S) or "spent"
+    windows: int = 0  # windows sent in this attach
+    errors: int = 0  # errors noted in this attach
+    recent_errors: list[str] = []  # the last few, as raised
+    dropped_records: int = 0
 
 
 class Bye(msgspec.Struct, frozen=True, tag="bye"):
@@ -248,8 +312,8 @@ class Attach(msgspec.Struct, frozen=True, tag="attach"):
     # between windows, but never longer than window_max_s (a fresh window at least that often)
     window_min_tokens: int = 250
     window_max_s: float = 5.0
-    # each window leaves ~90-280 KB in the process for good (CUPTI's finalize and the PM re-arm after it,
-    # measured: docs/reliability.md): after this many windows in one process, one every BUDGET_PERIOD_S
+    # each window leaves ~90-280 KB in the process for good (CUPTI's finalize and the PM re-arm after it, on an
+    # H200): after this many windows in one process, one every BUDGET_PERIOD_S
     window_budget: int = 500
     pm_interval_us: int = 2000
     nvml_hz: float = 4.0
@@ -257,47 +321,46 @@ class Attach(msgspec.Struct, frozen=True, tag="attach"):
     pm: bool = True
     # seconds from attach to the first window (None: half a second, or the period if shorter). A monitor watching
     # a tensor-parallel group staggers it by rank, so one rank is traced at a time: the traced rank is then the
-    # last to reach each collective, and its NCCL kernels time the link, not a traced peer (measured on two H200s:
-    # windows of both ranks in the same token made one rank's calls wait 305 µs for the other, 2026-11-29)
+    # last to reach each collective, and its NCCL kernels time the link, not a traced peer (on two H200s, windows
+    # of both ranks in the same token made one rank's calls wait 305 µs for the other)
     first_window_s: float | None = None
     # tokens between CUPTI's start-up on the agent thread (tracer.prepare) and the window's opening boundary; 0: the
     # opening boundary starts CUPTI, on the decode thread. The start-up slows the eager decode thread by ~10 ms in
     # whichever token it overlaps (H200: +9.4 ms median in the token it overlapped 3 tokens ahead, +12.0 ms made
-    # at the open; scripts/h200_window_costs.py, variants dpre3 and defer, 25 windows each). Made at the open it
-    # lands in the traced token, already the slowest: one slow token fewer per window, which is what a p99 sees.
-    # Eager windows only; graphed windows (with a guard token) always start CUPTI at the open.
+    # at the open). Made at the open it lands in the traced token, already the slowest: one slow token fewer per
+    # window, which is what a p99 sees. Eager windows only; graphed windows (with a guard token) always start
+    # CUPTI at the open.
     prepare_lead_tokens: int = 0
     # runtime-API records (the launch calls: the timeline's CPU lane and which gaps the host caused) in one window
     # of every N, the second window of an attach first (windows 1, 1+N, 1+2N, ...: ~5 s after the attach, then
     # every ~N x 5 s); the others trace kernels, copies and memsets only. 1: every window; 0: none. On an H200 a
-    # kernels-only eager window's traced token was 2-16 ms cheaper (median over fast-core attaches 13.8 vs 16.0,
-    # 22.6 vs 32.9, and 15.9 vs 31.5 ms with --prepare-lead 2 as well, over the attach median: three interleaved
-    # A/B runs of eight 4 s attaches each, scripts/h200_variant_ab.py, docs/benchmarks.md, twelfth session)
+    # kernels-only eager window's traced token was 2-16 ms cheaper (interleaved A/B attaches).
     api_every: int = 4
     # seconds between the agent thread's wake-ups: token marks, the NVML sidecar's frames, PM pumps, window checks
     # and stats are all handled at these ticks (a monitor's message wakes it at once). Each wake-up takes the GIL
     # from a decode thread that is running Python: on the H200 an eager decode thread made 0 voluntary context
     # switches per second unobserved and ~70-90 attached while the agent woke every 50 ms and at every sidecar
-    # frame (benchmarks/overhead.py, run 32). With a prepare lead the agent wakes every 50 ms at most, to count
-    # the lead's tokens.
+    # frame. With a prepare lead the agent wakes every 50 ms at most, to count the lead's tokens.
     agent_tick_s: float = 0.25
     # seconds between PM pumps (decode and evaluate in the agent thread). A pump's libcupti calls each give up the
     # GIL and take it back, and every take-back from a decode thread running Python is a voluntary switch of that
     # thread: on the H200 an eager decode thread switched ~54 times a second in 4 s attaches with PM and ~32
-    # without (--no-pm), at a pump every 0.5 s (scripts/h200_variant_ab.py, fifteenth session). A pump every 1 s
-    # halves them; the counter-data image holds two pump periods' samples (pm_inproc.max_samples_for).
+    # without, at a pump every 0.5 s. A pump every 1 s halves them; the counter-data image holds two pump
+    # periods' samples (pm_inproc.max_samples_for).
     pm_pump_s: float = 1.0
     # the agent's short calls (a tick's read of the sidecar's pipe and its send, the stats tick's pread, a pump's
     # per-sample libcupti calls) keep the GIL instead of giving it up and taking it back from the decode thread
-    # (probes/held.py); False makes them as before, for A/B runs (`--release-gil`)
+    # (probes/held.py); False gives it up in each, for A/B runs
     hold_gil: bool = True
+    # how long a window opened by time stays open (a loop that marks no tokens, or whose host runs ahead of the
+    # GPU): the kernels of several steps
+    time_window_s: float = 0.25
 
 
 BUDGET_PERIOD_S = 60.0
 BUDGET_CAP = 4  # and after BUDGET_CAP x window_budget windows in a process, no more (PM and the token clock go on)
-# H200, cupti-python 13.4.0 + libcupti 13.4.92: 86-96 KB per CUPTI init/finalize cycle alone
-# (scripts/h200_cupti_cycles.py), ~280 KB per window of a default attach, PM re-armed after each
-# (scripts/h200_budget_rss.py); the estimate shown uses the larger
+# H200, cupti-python 13.4.0 + libcupti 13.4.92: 86-96 KB per CUPTI init/finalize cycle alone, ~280 KB per window
+# of a default attach with PM re-armed after each; the estimate shown uses the larger
 CUPTI_KB_PER_WINDOW = 280
 
 
@@ -305,7 +368,7 @@ class Detach(msgspec.Struct, frozen=True, tag="detach"):
     """Disarm the probe and close the connection."""
 
 
-Frame = Union[RecordingHeader, Hello, TokenMarks, KernelWindow, PmSamples, NvmlSamples, Stats, Bye]
+Frame = Union[RecordingHeader, Hello, TokenMarks, KernelWindow, PmSamples, NvmlSamples, Stats, ProbeStatus, Bye]
 Control = Union[Attach, Detach]
 
 _encoder = msgspec.msgpack.Encoder()

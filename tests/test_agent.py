@@ -16,7 +16,11 @@ import types
 import pytest
 
 
-from decodemon.probes import agent, wire
+from decodemon.monitor import probe_status
+from decodemon.probes import agent, attach_loop, eventlog, held, pm_arm, policy, server, wire
+from decodemon.probes import session as sess
+from decodemon.probes.facts import PROCESS
+from decodemon.probes.sidecar import PM_METRICS
 from tests.conftest import Engine, cli
 
 
@@ -146,7 +150,7 @@ class _BrokenTracer:
 
 
 def test_trace_errors_are_reported_never_raised_into_the_loop():
-    s = agent._Session(wire.Attach(), _BrokenTracer())
+    s = sess.Session(wire.Attach(), _BrokenTracer())
     s.want_window = True
     s.on_token(1)  # must not raise
     assert s.tracer is None and "CUPTI said no" in s.errors[0]
@@ -162,12 +166,14 @@ def test_pm_permission_error_says_what_to_change(monkeypatch):
 
     monkeypatch.setattr(pm, "PmSampler", refuse)
     state = {}
-    assert agent._Agent._arm_pm(wire.Attach(), state) is None
-    assert "NVreg_RestrictProfilingToAdminUsers=0" in state["pm"] and "traced windows still work" in state["pm"]
+    assert pm_arm.arm_pm(wire.Attach(), state) is None
+    assert (state["pm"], state["pm_reason"]) == ("unavailable", "no_permission")
+    words = probe_status.describe(wire.ProbeStatus(**state))["pm"]
+    assert "NVreg_RestrictProfilingToAdminUsers=0" in words and "traced windows still work" in words
 
 
 def test_mark_token_is_cheap_while_dormant():
-    assert agent._session is None
+    assert sess.ACTIVE.session is None
     t0 = time.perf_counter()
     for _ in range(100_000):
         agent.mark_token(1)
@@ -177,7 +183,7 @@ def test_mark_token_is_cheap_while_dormant():
 
 def test_window_spacing_keeps_slow_tokens_under_one_percent_but_never_waits_past_max():
     st = wire.Attach(window_period_s=4, window_min_tokens=250, window_max_s=5)
-    due = agent.window_due
+    due = policy.window_due
     assert not due(st, now=3.9, next_window=4.0, since_s=3.9, tokens_since=10_000)  # period not reached
     assert due(st, now=4.0, next_window=4.0, since_s=4.0, tokens_since=1000)  # graphed: 250 tok/s
     assert not due(st, now=4.0, next_window=4.0, since_s=4.0, tokens_since=200)  # eager at 50 tok/s: wait...
@@ -200,21 +206,21 @@ def test_an_eager_loops_windows_open_at_most_5_s_apart_at_0_25_s_ticks():
         for k in range(1, 400):
             now = k * tick + (0.005 if k % 3 == 0 else -0.0005 if k % 3 == 1 else 0.0)  # late and early ticks
             since, toks = now - last, int((now - last) / token_s)
-            if agent.window_due(st, now, next_window, since, toks, 0, lead(since, toks)):
+            if policy.window_due(st, now, next_window, since, toks, 0, lead(since, toks)):
                 at = (int(now / token_s) + 1) * token_s  # the next token boundary
                 out.append(at)
                 last, next_window = now, now + st.window_period_s - slack
         return out
 
     gaps = lambda xs: [round(b - a, 4) for a, b in zip(xs, xs[1:])]  # noqa: E731
-    new = gaps(opens(lambda since, toks: agent.cap_lead_s(tick, since, toks)))
+    new = gaps(opens(lambda since, toks: policy.cap_lead_s(tick, since, toks)))
     assert len(new) > 15 and max(new) <= 5.0 and min(new) >= 4.65
     assert max(gaps(opens(lambda since, toks: slack))) > 5.0  # half a tick: the opening token on top (run 41)
     assert max(gaps(opens(lambda since, toks: 0.0))) >= 5.249  # no lead: some asks a whole tick late
     # a graphed loop (250 tokens in ~1 s) still waits for the period
-    assert not agent.window_due(st, 3.8, 4.0 - slack, 3.8, 1000, 0, agent.cap_lead_s(tick, 3.8, 1000))
+    assert not policy.window_due(st, 3.8, 4.0 - slack, 3.8, 1000, 0, policy.cap_lead_s(tick, 3.8, 1000))
     # a stalled loop (no token since the last window) counts a quarter second for the opening token
-    assert agent.cap_lead_s(tick, 4.0, 0) == pytest.approx(0.51)
+    assert policy.cap_lead_s(tick, 4.0, 0) == pytest.approx(0.51)
 
 
 def test_guard_token_only_while_the_process_replays_graphs():
@@ -276,35 +282,35 @@ class _RecordingTracer:
 
 def test_monitor_gone_mid_window_flushes_before_detaching_at_the_next_boundary():
     tr = _RecordingTracer(active=True)
-    s = agent._Session(wire.Attach(), tr)
-    agent._session = s
+    s = sess.Session(wire.Attach(), tr)
+    sess.ACTIVE.session = s
     try:
         s.closing = True
         agent.mark_token(1)  # the decode thread's next boundary
         assert [c for c, _ in tr.calls] == ["close", "flush", "detach"]
-        assert agent._session is None and s.done.is_set()
+        assert sess.ACTIVE.session is None and s.done.is_set()
     finally:
-        agent._session = None
+        sess.ACTIVE.session = None
 
 
 def test_stalled_loop_leaves_cupti_to_the_next_boundary_never_the_agent_thread():
     import threading
 
     tr = _RecordingTracer(active=True)
-    s = agent._Session(wire.Attach(), tr)
-    agent._session = s
+    s = sess.Session(wire.Attach(), tr)
+    sess.ACTIVE.session = s
     try:
         t = threading.Thread(target=s.finish, kwargs={"at_boundary": False}, name="agent-like")
         t.start()
         t.join()
         assert tr.calls == []  # nothing touched CUPTI from the agent's thread
-        assert isinstance(agent._session, agent._Closer)
+        assert isinstance(sess.ACTIVE.session, sess.Closer)
         agent.mark_token(1)  # the loop comes back
         assert [c for c, _ in tr.calls] == ["close", "flush", "detach"]
         assert all(th == threading.current_thread().name for _, th in tr.calls)
-        assert agent._session is None
+        assert sess.ACTIVE.session is None
     finally:
-        agent._session = None
+        sess.ACTIVE.session = None
 
 
 def test_no_window_opens_while_torch_profiler_records_in_the_target():
@@ -312,7 +318,7 @@ def test_no_window_opens_while_torch_profiler_records_in_the_target():
 
     tr = _RecordingTracer(active=False)
     tr.open = lambda: tr._note("open")
-    s = agent._Session(wire.Attach(), tr)
+    s = sess.Session(wire.Attach(), tr)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
         s.want_window = True
         s.on_token(1)
@@ -330,25 +336,27 @@ def test_first_pm_session_of_a_process_carries_its_lasting_effect_note(monkeypat
             pass
 
     monkeypatch.setattr(pm, "PmSampler", FakeSampler)
-    monkeypatch.setattr(agent, "cuda_device_index", lambda: 0)
-    monkeypatch.setattr(agent, "_pm_armed_before", False)
+    monkeypatch.setattr(pm_arm, "cuda_device_index", lambda: 0)
+    monkeypatch.setattr(PROCESS, "pm_armed_before", False)
     first, second = {}, {}
-    assert agent._Agent._arm_pm(wire.Attach(), first) is not None
-    agent._Agent._arm_pm(wire.Attach(), second)
-    assert "left a graphed loop ~13% faster" in first["pm_note"] and "--no-pm" in first["pm_note"]
-    assert "pm_note" not in second and second["pm"].startswith("armed")
+    assert pm_arm.arm_pm(wire.Attach(), first) is not None
+    pm_arm.arm_pm(wire.Attach(), second)
+    assert first["pm_first_session"] is True and "pm_first_session" not in second and second["pm"] == "armed"
+    note = probe_status.describe(wire.ProbeStatus(**first))["pm_note"]
+    assert "left a graphed loop ~13% faster" in note and "--no-pm" in note
+    assert "pm_note" not in probe_status.describe(wire.ProbeStatus(**second))
 
 
 def test_agent_bursts_hand_the_gil_back_quickly_and_restore_the_interval():
     before = sys.getswitchinterval()
-    with agent._GilPolite():
+    with held.GilPolite():
         assert sys.getswitchinterval() <= 0.0002
-        with agent._GilPolite():  # nested (a re-arm inside set-up): still short, restored only at the outer exit
+        with held.GilPolite():  # nested (a re-arm inside set-up): still short, restored only at the outer exit
             pass
         assert sys.getswitchinterval() <= 0.0002
     assert sys.getswitchinterval() == before
     try:
-        with agent._GilPolite():
+        with held.GilPolite():
             raise ValueError("set-up failed")
     except ValueError:
         pass
@@ -367,7 +375,7 @@ def test_collect_packs_records_in_chunks_without_changing_them():
 
 def test_agent_event_log_names_what_the_agent_thread_did(tmp_path, monkeypatch):
     monkeypatch.setenv("DECODEMON_AGENT_EVENTS", str(tmp_path / "ev"))
-    log = agent._EventLog.from_env()
+    log = eventlog.EventLog.from_env()
     log.add("pump", 1_500_000, 1_200_000, 8)
     log.add("want_window")
     log.write()
@@ -375,13 +383,13 @@ def test_agent_event_log_names_what_the_agent_thread_did(tmp_path, monkeypatch):
     rows = json.loads(f.read_text())
     assert [r[1] for r in rows] == ["pump", "want_window"] and rows[0][2:] == [1_500_000, 1_200_000, 8]
     monkeypatch.delenv("DECODEMON_AGENT_EVENTS")
-    assert agent._EventLog.from_env() is None
+    assert eventlog.EventLog.from_env() is None
 
 
 def test_window_budget_caps_cuptis_memory_per_hour_once_spent():
     # CUPTI keeps ~90 KB per window for the life of the process (H200: scripts/h200_cupti_cycles.py)
     st = wire.Attach(window_period_s=4, window_min_tokens=250, window_max_s=5, window_budget=3)
-    due = agent.window_due
+    due = policy.window_due
     assert due(st, now=4.0, next_window=4.0, since_s=4.0, tokens_since=1000, windows_so_far=2)
     assert not due(st, now=4.0, next_window=4.0, since_s=4.0, tokens_since=1000, windows_so_far=3)
     assert not due(st, now=59.0, next_window=4.0, since_s=59.0, tokens_since=10**6, windows_so_far=3)
@@ -411,10 +419,10 @@ def test_attach_sends_the_prepare_lead_it_was_given_and_defaults_to_none():
 def test_first_window_waits_as_long_as_the_monitor_says():
     from decodemon.monitor import cli as mcli
 
-    assert agent.first_window_at(wire.Attach(), 100.0) == 100.5
-    assert agent.first_window_at(wire.Attach(window_period_s=0.2), 100.0) == pytest.approx(100.2)
-    assert agent.first_window_at(wire.Attach(first_window_s=2.5), 100.0) == 102.5
-    assert agent.first_window_at(wire.Attach(first_window_s=1e9), 0.0) == 3600.0
+    assert policy.first_window_at(wire.Attach(), 100.0) == 100.5
+    assert policy.first_window_at(wire.Attach(window_period_s=0.2), 100.0) == pytest.approx(100.2)
+    assert policy.first_window_at(wire.Attach(first_window_s=2.5), 100.0) == 102.5
+    assert policy.first_window_at(wire.Attach(first_window_s=1e9), 0.0) == 3600.0
     a = mcli.build_parser().parse_args(["record", "1", "-o", "x.dmon", "--first-window", "2.5"])
     assert wire.decode_control(wire.encode(mcli._attach_settings(a))).first_window_s == 2.5
 
@@ -432,10 +440,10 @@ def test_runtime_api_filter_keeps_what_the_timeline_draws_and_is_worked_out_once
 
 
 def test_a_process_that_replayed_graphs_keeps_the_guard_in_every_window(monkeypatch):
-    monkeypatch.setattr(agent, "_graph_kernels_seen", False)  # (a new attach's WindowTracer starts guarded)
-    assert agent._guard_after(False) is False  # an eager window: the next one of this attach traces one token
-    assert agent._guard_after(True) is True
-    assert agent._guard_after(False) is True  # once a graph was replayed, every window keeps its guard
+    monkeypatch.setattr(PROCESS, "graph_kernels_seen", False)  # (a new attach's WindowTracer starts guarded)
+    assert PROCESS.note_window_kernels(False) is False  # an eager window: the next one of this attach traces one token
+    assert PROCESS.note_window_kernels(True) is True
+    assert PROCESS.note_window_kernels(False) is True  # once a graph was replayed, every window keeps its guard
 
 
 class _P:
@@ -534,7 +542,7 @@ def test_pm_pump_resets_only_what_the_last_decode_wrote(monkeypatch):
     coll = _FakeCollector()
     coll._create_counter_data_image = lambda m: np.full(40 + 100 * m, 5, dtype=np.uint8)
     pm._c, pm._coll, pm._templates, pm.image_s, pm._names_ptr = fake, coll, {}, 0.0, 0
-    pm._dirty, pm._layouts = {}, {}
+    pm._dirty, pm._layouts, pm.metrics = {}, {}, list(PM_METRICS)
     pm._nogil, pm._free_s = None, 0.0
     monkeypatch.setattr(_P, "num_completed_samples", 3)
     template, box["image"] = pm._image_pair(64)
@@ -564,7 +572,7 @@ def _fake_pm_modules(monkeypatch, calls):
 
     import numpy as np
 
-    from decodemon.probes import pm_inproc
+    from decodemon.probes import pm_config
 
     coll = _FakeCollector()
 
@@ -607,8 +615,8 @@ def _fake_pm_modules(monkeypatch, calls):
     utils.metrics_to_c_array = lambda names: (names, 0)
     monkeypatch.setitem(sys.modules, "cupti", fake)
     monkeypatch.setitem(sys.modules, "cupti.utils", utils)
-    monkeypatch.setattr(pm_inproc, "_EVALUATORS", {})
-    monkeypatch.setattr(pm_inproc, "_CONFIG_IMAGES", {})
+    monkeypatch.setattr(pm_config, "EVALUATORS", {})
+    monkeypatch.setattr(pm_config, "CONFIG_IMAGES", {})
     return coll
 
 
@@ -731,22 +739,22 @@ def test_first_window_guard_follows_what_the_engine_says_about_cuda_graphs(monke
     """An eager engine that says so saves the guard token of each attach's first window; nothing else does."""
     from decodemon.engine_adapter import report_cuda_graphs
 
-    monkeypatch.setattr(agent, "_graph_kernels_seen", False)
-    monkeypatch.setattr(agent, "_engine_cuda_graphs", None)
-    g = agent._guard_for_window
+    monkeypatch.setattr(PROCESS, "graph_kernels_seen", False)
+    monkeypatch.setattr(PROCESS, "engine_cuda_graphs", None)
+    g = sess.guard_for_window
     assert g(True) is True and g(False) is False  # not said: a new attach's tracer (needs_guard) guards
     report_cuda_graphs(False)
     assert g(True) is False and g(False) is False  # said eager: even the first window traces one token
     report_cuda_graphs(True)
     assert g(True) is True and g(False) is True  # said graphs: every window guards
     report_cuda_graphs(False)
-    agent._guard_after(True)  # but a window saw graph kernels: the process guards for good, whatever was said
+    PROCESS.note_window_kernels(True)  # but a window saw graph kernels: the process guards for good, whatever was said
     assert g(False) is True
 
 
 def test_an_eager_engines_first_window_traces_one_token(monkeypatch):
-    monkeypatch.setattr(agent, "_graph_kernels_seen", False)
-    monkeypatch.setattr(agent, "_engine_cuda_graphs", False)
+    monkeypatch.setattr(PROCESS, "graph_kernels_seen", False)
+    monkeypatch.setattr(PROCESS, "engine_cuda_graphs", False)
 
     class Tr:
         active = False
@@ -773,7 +781,7 @@ def test_an_eager_engines_first_window_traces_one_token(monkeypatch):
             self.calls.append("detach")
 
     tr = Tr()
-    s = agent._Session(wire.Attach(window_tokens=1), tr)
+    s = sess.Session(wire.Attach(window_tokens=1), tr)
     s.want_window = True
     for i in range(4):
         s.on_token(i)
@@ -814,10 +822,10 @@ def _fake_tracer():
 def test_cupti_starts_on_the_agent_thread_and_the_decode_threads_open_only_enables(monkeypatch):
     import threading
 
-    monkeypatch.setattr(agent, "_graph_kernels_seen", False)
-    monkeypatch.setattr(agent, "_engine_cuda_graphs", False)
+    monkeypatch.setattr(PROCESS, "graph_kernels_seen", False)
+    monkeypatch.setattr(PROCESS, "engine_cuda_graphs", False)
     tr = _fake_tracer()
-    s = agent._Session(wire.Attach(window_tokens=1), tr)
+    s = sess.Session(wire.Attach(window_tokens=1), tr)
     got = []
     th = threading.Thread(target=lambda: got.append(s.prepare_window()), name="decodemon-session")
     th.start()
@@ -838,40 +846,40 @@ def test_cupti_starts_on_the_agent_thread_and_the_decode_threads_open_only_enabl
 
 
 def test_a_window_nobody_prepared_starts_cupti_in_open(monkeypatch):
-    monkeypatch.setattr(agent, "_engine_cuda_graphs", False)
+    monkeypatch.setattr(PROCESS, "engine_cuda_graphs", False)
     tr = _fake_tracer()
-    s = agent._Session(wire.Attach(window_tokens=1), tr)
+    s = sess.Session(wire.Attach(window_tokens=1), tr)
     s.want_window = True
     s.on_token(0)
     assert [n for n, _ in tr._c.calls][0] == "activity_register_callbacks" and tr.active
 
 
 def test_a_prepared_window_that_never_opens_is_finalized_at_the_next_boundary(monkeypatch):
-    monkeypatch.setattr(agent, "_graph_kernels_seen", False)
-    monkeypatch.setattr(agent, "_engine_cuda_graphs", False)
+    monkeypatch.setattr(PROCESS, "graph_kernels_seen", False)
+    monkeypatch.setattr(PROCESS, "engine_cuda_graphs", False)
     tr = _fake_tracer()
-    s = agent._Session(wire.Attach(), tr)
-    agent._session = s
+    s = sess.Session(wire.Attach(), tr)
+    sess.ACTIVE.session = s
     try:
         s.prepare_window()
         s.closing = True  # the monitor left before the window opened
         agent.mark_token(1)
         assert [n for n, _ in tr._c.calls][-2:] == ["activity_flush_all", "finalize"] and not tr.initialised
-        assert agent._session is None
+        assert sess.ACTIVE.session is None
     finally:
-        agent._session = None
+        sess.ACTIVE.session = None
 
 
 def test_no_cupti_start_up_while_torch_profiler_records(monkeypatch):
-    monkeypatch.setattr(agent, "_foreign_profiler_active", lambda: True)
+    monkeypatch.setattr(sess, "foreign_profiler_active", lambda: True)
     tr = _fake_tracer()
-    s = agent._Session(wire.Attach(), tr)
+    s = sess.Session(wire.Attach(), tr)
     assert s.prepare_window() == 0 and tr._c.calls == [] and not tr.initialised
 
 
 def test_a_failed_prepare_is_noted_and_leaves_the_start_up_to_open(monkeypatch):
-    monkeypatch.setattr(agent, "_graph_kernels_seen", False)
-    monkeypatch.setattr(agent, "_engine_cuda_graphs", False)
+    monkeypatch.setattr(PROCESS, "graph_kernels_seen", False)
+    monkeypatch.setattr(PROCESS, "engine_cuda_graphs", False)
 
     class Tr:
         needs_guard = False
@@ -879,21 +887,21 @@ def test_a_failed_prepare_is_noted_and_leaves_the_start_up_to_open(monkeypatch):
         def prepare(self):
             raise RuntimeError("CUPTI_ERROR_NOT_INITIALIZED")
 
-    s = agent._Session(wire.Attach(), Tr())
+    s = sess.Session(wire.Attach(), Tr())
     assert s.prepare_window() == 0 and "CUPTI_ERROR_NOT_INITIALIZED" in s.errors[0]
 
 
 def test_graphed_windows_start_cupti_in_open_not_on_the_agent_thread(monkeypatch):
     """A process that replays CUDA graphs (said, or seen in a window) keeps the start-up at the opening boundary."""
-    monkeypatch.setattr(agent, "_engine_cuda_graphs", None)
-    monkeypatch.setattr(agent, "_graph_kernels_seen", True)
+    monkeypatch.setattr(PROCESS, "engine_cuda_graphs", None)
+    monkeypatch.setattr(PROCESS, "graph_kernels_seen", True)
     tr = _fake_tracer()
-    s = agent._Session(wire.Attach(), tr)
+    s = sess.Session(wire.Attach(), tr)
     assert s.prepare_window() == 0 and tr._c.calls == [] and not tr.prepared
-    monkeypatch.setattr(agent, "_graph_kernels_seen", False)
+    monkeypatch.setattr(PROCESS, "graph_kernels_seen", False)
     tr.needs_guard = True  # a new attach's first window, engine silent about graphs: guarded, so no prepare
     assert s.prepare_window() == 0 and tr._c.calls == []
-    monkeypatch.setattr(agent, "_engine_cuda_graphs", False)  # the engine says eager: prepared
+    monkeypatch.setattr(PROCESS, "engine_cuda_graphs", False)  # the engine says eager: prepared
     assert s.prepare_window() > 0 and tr.prepared
 
 
@@ -917,10 +925,9 @@ def _run_agent_loop(s, sidecar=None, ev=None, name: str | None = None, wrap=None
             got.extend(b)
 
     threading.Thread(target=drain, daemon=True).start()
-    ag = object.__new__(agent._Agent)
     result: list = []
     loop = threading.Thread(name=name, target=lambda: result.append(
-        ag._loop_inner(mine, wire.StreamReader(max_frame=1 << 20), s, sidecar, {}, ev)))
+        attach_loop.AttachLoop(mine, wire.StreamReader(max_frame=1 << 20), s, sidecar, {}, ev).run()))
     loop.start()
     return loop, result, got, theirs
 
@@ -933,9 +940,9 @@ def test_the_agent_loop_starts_cupti_where_the_prepare_lead_says(monkeypatch, le
     import socket
     import threading
 
-    monkeypatch.setattr(agent, "_graph_kernels_seen", False)
-    monkeypatch.setattr(agent, "_engine_cuda_graphs", False)
-    monkeypatch.setattr(agent, "_windows_in_process", 0)
+    monkeypatch.setattr(PROCESS, "graph_kernels_seen", False)
+    monkeypatch.setattr(PROCESS, "engine_cuda_graphs", False)
+    monkeypatch.setattr(PROCESS, "windows_in_process", 0)
     tr = _fake_tracer()
     tokens = [0]
     calls = []
@@ -952,7 +959,7 @@ def test_the_agent_loop_starts_cupti_where_the_prepare_lead_says(monkeypatch, le
 
     tr._c = Counting()
     st = wire.Attach(window_period_s=0.2, window_tokens=1, window_min_tokens=0, prepare_lead_tokens=lead)
-    s = agent._Session(st, tr)
+    s = sess.Session(st, tr)
     loop, result, got, theirs = _run_agent_loop(s, name="decodemon-session")
     t_end = time.monotonic() + 10
     while time.monotonic() < t_end and not s.window_ready.is_set() and not any(c[0] == "finalize" for c in calls):
@@ -984,11 +991,11 @@ def test_the_agent_loop_starts_cupti_where_the_prepare_lead_says(monkeypatch, le
 def test_no_start_up_while_an_earlier_attachs_finalize_is_still_due(monkeypatch):
     """A stalled loop left the last attach's tracer to be finalized at the next boundary; a start-up made now would
     be finalized with it, so the window's open() makes its own."""
-    monkeypatch.setattr(agent, "_graph_kernels_seen", False)
-    monkeypatch.setattr(agent, "_engine_cuda_graphs", False)
+    monkeypatch.setattr(PROCESS, "graph_kernels_seen", False)
+    monkeypatch.setattr(PROCESS, "engine_cuda_graphs", False)
     old, tr = _fake_tracer(), _fake_tracer()
     old.initialised = True
-    s = agent._Session(wire.Attach(window_tokens=1), tr)
+    s = sess.Session(wire.Attach(window_tokens=1), tr)
     s.pending_detach = old
     assert s.prepare_window() == 0 and tr._c.calls == []
     s.want_window = True
@@ -1059,6 +1066,7 @@ def _sampler(n):
     pm.stride, pm.dense_evaluated = 32, 0
     pm._host = type("H", (), {"_p_host_object": 0})()
     pm._names_ptr = 0
+    pm.metrics = list(PM_METRICS)
     return pm
 
 
@@ -1092,7 +1100,8 @@ def test_pm_pump_counts_hardware_buffer_overflows_and_backlogs():
 def test_window_span_samples_travel_apart_and_stay_out_of_the_loops_averages():
     from decodemon.monitor.feed import Feed
 
-    frames = agent.pm_frames([1, 2, 3], [2, 3, 4], [[10.0] * 6, [20.0] * 6, [30.0] * 6], [False, True, False])
+    frames = pm_arm.pm_frames(PM_METRICS, [1, 2, 3], [2, 3, 4], [[10.0] * 6, [20.0] * 6, [30.0] * 6],
+                              [False, True, False])
     assert [f.window_span for f in frames] == [False, True]
     assert list(frames[0].start_ns.array()) == [1, 3] and list(frames[1].start_ns.array()) == [2]
     feed = Feed()
@@ -1104,7 +1113,7 @@ def test_window_span_samples_travel_apart_and_stay_out_of_the_loops_averages():
 
 
 def test_pm_pumps_wait_while_a_window_is_in_progress():
-    s = agent._Session(wire.Attach(), _RecordingTracer(active=False))
+    s = sess.Session(wire.Attach(), _RecordingTracer(active=False))
     s.tracer.initialised = False
     assert not s.window_in_progress()
     s.want_window = True  # asked for, not yet open
@@ -1116,7 +1125,7 @@ def test_pm_pumps_wait_while_a_window_is_in_progress():
     s.window_ready.set()  # closed and detached, records not yet collected
     assert s.window_in_progress()
     s.window_ready.clear()
-    assert not agent._Session(wire.Attach(), None).window_in_progress()
+    assert not sess.Session(wire.Attach(), None).window_in_progress()
 
 
 def test_the_buffer_callback_only_keeps_the_records_and_collect_reads_them():
@@ -1152,16 +1161,16 @@ def test_the_buffer_callback_only_keeps_the_records_and_collect_reads_them():
 
 
 def test_launch_calls_are_traced_from_an_attachs_second_window_then_every_nth():
-    sched = [agent.apis_in_window(i, 4) for i in range(10)]
+    sched = [policy.apis_in_window(i, 4) for i in range(10)]
     # a short attach's only window is the cheap kind; the launch calls come ~one period later, then every 4th
     assert [i for i, x in enumerate(sched) if x] == [1, 5, 9]
-    assert all(agent.apis_in_window(i, 1) for i in range(5)) and not any(agent.apis_in_window(i, 0) for i in range(5))
-    assert [i for i in range(7) if agent.apis_in_window(i, 2)] == [1, 3, 5]
+    assert all(policy.apis_in_window(i, 1) for i in range(5)) and not any(policy.apis_in_window(i, 0) for i in range(5))
+    assert [i for i in range(7) if policy.apis_in_window(i, 2)] == [1, 3, 5]
     assert wire.Attach().api_every == 4
 
 
 def test_a_kernels_only_window_enables_and_disables_no_runtime_records(monkeypatch):
-    monkeypatch.setattr(agent, "_engine_cuda_graphs", False)
+    monkeypatch.setattr(PROCESS, "engine_cuda_graphs", False)
     tr = _fake_tracer()  # kinds [1, 2]: 2 stands for RUNTIME
     enabled = []
     tr._c.activity_enable = lambda k: enabled.append(("on", k))
@@ -1169,7 +1178,7 @@ def test_a_kernels_only_window_enables_and_disables_no_runtime_records(monkeypat
     for with_apis, kinds in ((False, [1]), (True, [1, 2])):
         enabled.clear()
         tr.with_apis = with_apis
-        s = agent._Session(wire.Attach(window_tokens=1), tr)
+        s = sess.Session(wire.Attach(window_tokens=1), tr)
         s.want_window = True
         for i in range(3):
             s.on_token(i)
@@ -1210,7 +1219,8 @@ def test_pm_sizes_its_buffers_to_the_sampling_interval(monkeypatch):
     calls, sizes = [], []
     _fake_pm_modules(monkeypatch, calls)
     real = pm_inproc.configure
-    monkeypatch.setattr(pm_inproc, "configure", lambda coll, iv, nbytes: (sizes.append(nbytes), real(coll, iv, nbytes)))
+    monkeypatch.setattr(pm_inproc, "configure",
+                        lambda coll, iv, nbytes, metrics: (sizes.append(nbytes), real(coll, iv, nbytes, metrics)))
     pm = pm_inproc.PmSampler(0, 100)
     assert sizes == [256 << 20] and pm.max_samples == 20_000 and 20_000 in pm._templates
     assert pm_inproc.PmSampler(0, 100, pump_s=0.5).max_samples == 10_000
@@ -1220,9 +1230,9 @@ def test_pm_sizes_its_buffers_to_the_sampling_interval(monkeypatch):
 
 def test_pm_losses_reach_the_probe_state_in_words():
     pm = type("Pm", (), {"full_pumps": 0, "overflows": 0, "max_samples": 1024, "interval_us": 100})()
-    assert agent.pm_lost(pm) is None
+    assert probe_status.pm_lost_of(pm) is None
     pm.full_pumps, pm.overflows = 3, 1
-    text = agent.pm_lost(pm)
+    text = probe_status.pm_lost_of(pm)
     assert "3 pumps found more samples than their 1024-sample image holds" in text and "overflowed at 1 pumps" in text
     assert "every 100 us" in text and "--pm-interval-us" in text
 
@@ -1234,24 +1244,24 @@ def test_the_devices_facts_are_read_at_the_first_attach_only(monkeypatch):
 
     info = wire.GpuInfo(index=0, name="NVIDIA H200", sm_count=132, mem_bandwidth_gbs=4800.0)
     calls = []
-    monkeypatch.setattr(agent, "_gpu", {})
-    monkeypatch.setattr(agent, "gpu_info", lambda idx: calls.append(idx) or info)
+    monkeypatch.setattr(PROCESS, "gpu", {})
+    monkeypatch.setattr(server, "gpu_info", lambda idx: calls.append(idx) or info)
     monkeypatch.delenv("DECODEMON_DEVICE", raising=False)
-    first = agent._Agent._hello(None, {})
-    second = agent._Agent._hello(None, {})
+    first = server.hello({})
+    second = server.hello({})
     assert first.gpu == second.gpu == info and calls == [0]
     monkeypatch.setenv("DECODEMON_DEVICE", "1")  # another device: its own facts
-    agent._Agent._hello(None, {})
+    server.hello({})
     assert calls == [0, 1]
 
     def unavailable(idx):
         calls.append(idx)
-        raise agent.Unavailable("no CUDA device 2")
+        raise server.Unavailable("no CUDA device 2")
 
-    monkeypatch.setattr(agent, "gpu_info", unavailable)
+    monkeypatch.setattr(server, "gpu_info", unavailable)
     monkeypatch.setenv("DECODEMON_DEVICE", "2")
     for _ in range(2):  # not found is not kept: the next attach looks again
-        hello = agent._Agent._hello(None, {})
+        hello = server.hello({})
         assert hello.gpu is None and hello.gpu_unavailable == "no CUDA device 2"
     assert calls == [0, 1, 2, 2]
 
@@ -1290,7 +1300,7 @@ def _run_loop_with_a_chatty_sidecar(tick: float, seconds: float = 1.6):
 
     r, w = os.pipe()
     side = Side(r)
-    s = agent._Session(wire.Attach(agent_tick_s=tick, trace=False, pm=False), None)
+    s = sess.Session(wire.Attach(agent_tick_s=tick, trace=False, pm=False), None)
     ev = _Events()
     loop, result, got, theirs = _run_agent_loop(s, side, ev)
     one = wire.Column.of([1.0])
@@ -1343,11 +1353,11 @@ def test_attach_passes_the_pm_pump_period_to_the_sampler(monkeypatch):
     made = []
     monkeypatch.setattr(pm_inproc, "PmSampler", lambda dev, iv, pump_s: made.append((iv, pump_s)) or
                         types.SimpleNamespace(max_samples=pm_inproc.max_samples_for(iv, pump_s)))
-    monkeypatch.setattr(agent, "cuda_device_index", lambda: 0)
-    monkeypatch.setattr(agent, "_pm_armed_before", True)
+    monkeypatch.setattr(pm_arm, "cuda_device_index", lambda: 0)
+    monkeypatch.setattr(PROCESS, "pm_armed_before", True)
     state: dict = {}
-    pm = agent._Agent._arm_pm(a, state)
-    assert made == [(500, 0.5)] and pm.max_samples == 2000 and "armed" in state["pm"]
+    pm = pm_arm.arm_pm(a, state)
+    assert made == [(500, 0.5)] and pm.max_samples == 2000 and state["pm"] == "armed"
 
 
 class _CountingConn:
@@ -1376,11 +1386,10 @@ def test_a_tick_makes_one_send_on_the_monitor_socket_and_nothing_else(monkeypatc
     (libc's send through held.py: the socket object's own send() is never called); with `hold_gil` off
     (`--release-gil`) it is the socket's send(). And the loop's select() wakes about four times a second at the
     default tick, not twenty."""
-    from decodemon.probes import agent as ag_mod
-    from decodemon.probes import held
+    import selectors
 
     selects = []
-    real_select = ag_mod.selectors.DefaultSelector
+    real_select = selectors.DefaultSelector
 
     class CountingSelector(real_select):
         def select(self, timeout=None):
@@ -1395,10 +1404,10 @@ def test_a_tick_makes_one_send_on_the_monitor_socket_and_nothing_else(monkeypatc
         held_sends.append(n)
         return n
 
-    monkeypatch.setattr(ag_mod.selectors, "DefaultSelector", CountingSelector)
+    monkeypatch.setattr(selectors, "DefaultSelector", CountingSelector)
     monkeypatch.setattr(held, "send", counting_send)
     monkeypatch.setattr(held, "ENABLED", hold)
-    s = agent._Session(wire.Attach(trace=False, pm=False), None)
+    s = sess.Session(wire.Attach(trace=False, pm=False), None)
 
     def wrap(sock):
         return _CountingConn(sock)
@@ -1443,14 +1452,14 @@ def test_send_all_sends_in_one_call_when_there_is_room_waits_when_not_and_gives_
 
     t = threading.Thread(target=slow_reader)
     t.start()
-    assert agent._send_all(mine, data, 10.0)
+    assert held.send_all(mine, data, 10.0)
     t.join(10)
     assert bytes(got) == data
     t0 = time.monotonic()
-    assert not agent._send_all(mine, data, 0.2)  # nobody reads now: the buffer fills and stays full
+    assert not held.send_all(mine, data, 0.2)  # nobody reads now: the buffer fills and stays full
     assert 0.15 < time.monotonic() - t0 < 2.0
     theirs.close()
-    assert not agent._send_all(mine, b"x" * 100, 1.0)  # the monitor has gone: at once, not after the timeout
+    assert not held.send_all(mine, b"x" * 100, 1.0)  # the monitor has gone: at once, not after the timeout
     mine.close()
 
 
@@ -1481,7 +1490,7 @@ def test_a_closed_window_wakes_the_agent_and_a_wake_after_the_attach_is_harmless
     raises."""
     import select as _select
 
-    s = agent._Session(wire.Attach(), None)
+    s = sess.Session(wire.Attach(), None)
     assert _select.select([s.wake_r], [], [], 0)[0] == []
     s.wake()
     assert _select.select([s.wake_r], [], [], 0)[0] == [s.wake_r]
@@ -1494,7 +1503,7 @@ def test_a_closed_window_wakes_the_agent_and_a_wake_after_the_attach_is_harmless
 def test_the_switch_counter_reads_a_threads_voluntary_switches_per_second():
     """_SwitchCounter: /proc/self/task/TID/status's voluntary_ctxt_switches, per second between two readings of the
     same thread (None at the first, for no thread, or for a thread that is gone); sleeping blocks, so it counts."""
-    sc = agent._SwitchCounter()
+    sc = held.SwitchCounter()
     assert sc.parse(b"Name:\tpython\nvoluntary_ctxt_switches:\t42\nnonvoluntary_ctxt_switches:\t7\n") == 42
     assert sc.parse(b"Name:\tpython\n") is None
     tid = threading.get_native_id()
@@ -1512,7 +1521,7 @@ def test_the_probe_state_carries_the_decode_threads_waits():
     """At its stats ticks the agent reads the voluntary switches of the thread that marks tokens and puts them
     in the probe state (`decode_waits_per_s`), which reaches the monitor's bill; a thread that sleeps between
     tokens blocks at each, so the figure is there and not small."""
-    s = agent._Session(wire.Attach(trace=False, pm=False), None)
+    s = sess.Session(wire.Attach(trace=False, pm=False), None)
     loop, result, got, theirs = _run_agent_loop(s)
     t_end = time.monotonic() + 2.6
     while time.monotonic() < t_end:
@@ -1522,11 +1531,11 @@ def test_the_probe_state_carries_the_decode_threads_waits():
     theirs.shutdown(socket.SHUT_RDWR)
     loop.join(5)
     stats = [f for f in (wire.decode_frame(x) for x in wire.StreamReader(max_frame=1 << 22).feed(bytes(got)))
-             if isinstance(f, wire.Stats)]
-    waits = [float(f.state["decode_waits_per_s"]) for f in stats if "decode_waits_per_s" in f.state]
+             if isinstance(f, wire.ProbeStatus)]
+    waits = [f.decode_waits_per_s for f in stats if f.decode_waits_per_s is not None]
     assert waits and min(waits) > 50, waits
     # and the agent thread's own CPU a second: a loop that mostly sleeps uses little (well under a whole CPU)
-    cpu = [float(f.state["agent_cpu_ms_per_s"]) for f in stats if "agent_cpu_ms_per_s" in f.state]
+    cpu = [f.agent_cpu_ms_per_s for f in stats if f.agent_cpu_ms_per_s is not None]
     assert cpu and all(0 <= c < 500 for c in cpu), cpu
     assert s.switches.tid == threading.get_native_id()
     s.release()

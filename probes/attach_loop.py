@@ -1,0 +1,298 @@
+"""The agent thread's loop for one attach: wake at ticks, run the periodic tasks that are due, send what they made.
+
+    tick (Attach.agent_tick_s)   relay the NVML sidecar's frames (already framed: not decoded)
+    on a closed window           collect its records into a KernelWindow (woken at once by the decode thread)
+    window (window_period_s)     ask the decode thread for a token window, or trace a window by time here
+    pm (pm_pump_s)               decode and evaluate PM samples (after any window in progress is collected)
+    marks (0.25 s)               ship the token marks
+    stats (1 s)                  the probe's status (wire.ProbeStatus)
+
+Every system call the agent thread makes gives up the GIL and takes it back, and a take-back from a decode thread
+running Python makes that thread wait: so a tick makes as few calls as it can (one read of the sidecar's pipe, one
+send on a socket left non-blocking, both keeping the GIL: held.py), and the loop sleeps between ticks.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import time
+from collections import deque
+
+from decodemon.probes import held, policy, wire
+from decodemon.probes.facts import PROCESS
+from decodemon.probes.pm_arm import pump_pm
+from decodemon.probes.schedule import Schedule
+from decodemon.probes.session import foreign_profiler_active
+
+MARKS_PERIOD_S = 0.25
+STATS_PERIOD_S = 1.0
+
+
+def collect_pause() -> None:
+    """Between chunks of a window's records (agent thread): a 1 ms sleep lets the decode thread run Python, so the
+    field reading and packing of an eager window's ~3,500 records is spread over a few tokens, not one."""
+    time.sleep(0.001)
+
+
+class AttachLoop:
+    """One attach's loop on the agent thread; `run()` returns why it ended."""
+
+    def __init__(self, conn, reader, session, sidecar, status: dict, ev=None) -> None:
+        st = session.settings
+        self.conn, self.reader, self.session, self.status, self.ev = conn, reader, session, status, ev
+        self.settings = st
+        self.tick = min(st.agent_tick_s, 0.05) if st.prepare_lead_tokens > 0 else st.agent_tick_s
+        self.sel = selectors.DefaultSelector()
+        conn.setblocking(False)
+        self.sel.register(conn, selectors.EVENT_READ, "monitor")
+        self.sel.register(session.wake_r, selectors.EVENT_READ, "wake")
+        self.side_fd = None
+        if sidecar is not None:  # read at the ticks, not a wake-up of its own: its frames wait in the pipe
+            self.side_fd = sidecar.stdout.fileno()
+            os.set_blocking(self.side_fd, False)
+        now = self.t_start = self.next_tick = time.monotonic()
+        self.sched = Schedule(slack_s=self.tick / 2)
+        self.sched.add("marks", MARKS_PERIOD_S, now + MARKS_PERIOD_S)
+        self.sched.add("stats", STATS_PERIOD_S, now + STATS_PERIOD_S)
+        self.sched.add("pm", st.pm_pump_s, now + min(0.5, st.pm_pump_s))  # the first pump half a second in
+        self.sched.add("window", st.window_period_s, policy.first_window_at(st, now))
+        self.out = bytearray()
+        self.last_window, self.tokens_at_window = now, -10**9  # the first window does not wait for tokens
+        self.shipped = 0  # token marks sent so far: with the ones still queued, the token count
+        self.marks_seen, self.last_mark_at = 0, None  # marks counted at the last tick, and when one last came
+        self.recent_marks: deque = deque(maxlen=policy.BURST_MARKS)  # perf_counter ns of the newest marks
+        self.cpu_prev = (now, time.thread_time())  # this thread's CPU, for agent_cpu_ms_per_s
+        self.window_id = 0
+        self.skipped_seen = self.windows_seen = 0
+        self.open_after: int | None = None  # token count at which a prepared window is asked for
+
+    # -- the loop -------------------------------------------------------------
+    def run(self) -> str:
+        """Serve the attach until the monitor detaches or goes away; the reason."""
+        while True:
+            woken, reason = self._wait()
+            if reason is not None:
+                return reason
+            now = time.monotonic()
+            on_tick = now >= self.next_tick
+            if not on_tick and not woken:
+                continue  # the monitor's message, read; the rest waits for the tick
+            if on_tick:
+                self.next_tick = max(self.next_tick + self.tick, now + self.tick / 2)
+                self._relay_sidecar()
+            self._note_marks(now)
+            if self.session.tracer is not None and self.session.window_ready.is_set():
+                self._collect_token_window(now)
+            self._check_window(now)
+            if self.sched.due("pm", now):
+                self._pump(now)
+            if self.sched.due("marks", now):
+                self._ship_marks()
+                self.sched.ran("marks", now)
+            if self.sched.due("stats", now):
+                self._stats(now)
+                self.sched.ran("stats", now)
+            if self.out:
+                if self.ev is not None:
+                    self.ev.add("send", len(self.out))
+                if not held.send_all(self.conn, self.out, 2.0):
+                    return "monitor went away"
+                self.out.clear()
+
+    def _wait(self) -> tuple[bool, str | None]:
+        """Sleep until the next tick, a wake-up or the monitor's message: (woken, why the attach ends or None)."""
+        woken = False
+        for key, _ in self.sel.select(timeout=max(0.0, self.next_tick - time.monotonic())):
+            if key.data == "wake":
+                try:
+                    self.session.wake_r.recv(4096)
+                except OSError:
+                    pass
+                woken = True
+                continue
+            data = self.conn.recv(65536)
+            if not data:
+                return woken, "monitor went away"
+            for payload in self.reader.feed(data):
+                if isinstance(wire.decode_control(payload), wire.Detach):
+                    return woken, "detached"
+        return woken, None
+
+    def tokens(self) -> int:
+        """Token marks so far in this attach (shipped and queued)."""
+        return self.shipped + len(self.session.marks_t)
+
+    def _note_marks(self, now: float) -> None:
+        n = self.tokens()
+        if n > self.marks_seen:
+            self.marks_seen, self.last_mark_at = n, now
+
+    def _relay_sidecar(self) -> None:
+        if self.side_fd is None:
+            return
+        chunk = held.read_available(self.side_fd)
+        if chunk is None:
+            self.side_fd = None
+            self.status.update(nvml="lost", nvml_reason="sidecar_exited")
+            if self.status.get("pm_where") == "sidecar":
+                self.status.update(pm="lost", pm_reason="sidecar_exited")
+        else:
+            self.out += chunk  # already framed by the sidecar: relayed without decoding
+
+    # -- windows --------------------------------------------------------------
+    def _window_idle(self) -> bool:
+        s = self.session
+        return (s.tracer is not None and not s.tracer.active and not s.window_ready.is_set()
+                and not s.want_window and self.open_after is None)
+
+    def _check_window(self, now: float) -> None:
+        s, st = self.session, self.settings
+        self._check_window_open()
+        if not self._window_idle():
+            return
+        clock = policy.window_clock(now, self.t_start, self.last_mark_at, self.recent_marks)
+        if clock is None:
+            return
+        since, tokens_since = now - self.last_window, self.tokens() - self.tokens_at_window
+        if not policy.window_due(st, now, self.sched.next_at("window"), since, tokens_since,
+                                 PROCESS.windows_in_process, policy.cap_lead_s(self.tick, since, tokens_since)):
+            return
+        s.tracer.with_apis = policy.apis_in_window(s.windows_asked, st.api_every)
+        s.windows_asked += 1
+        self.sched.ran("window", now)
+        self.last_window, self.tokens_at_window = now, self.tokens()
+        if clock == "time":
+            self.status.update(window_clock="time",
+                               window_clock_reason=policy.time_clock_reason(self.last_mark_at, now))
+            self._time_window(now)
+            return
+        self.status.update(window_clock="tokens", window_clock_reason="")
+        # with a prepare lead, CUPTI starts here, in this thread, and the window opens that many tokens later;
+        # without one (the default) the opening boundary starts it, in the traced token
+        lead = st.prepare_lead_tokens
+        prep_ns = s.prepare_window() if lead > 0 else 0
+        if self.ev is not None:
+            self.ev.add("prepare", prep_ns)
+        self.open_after = self.tokens() + (lead if prep_ns else 0)
+        self._check_window_open()
+
+    def _check_window_open(self) -> None:
+        if self.open_after is not None and self.tokens() >= self.open_after:
+            self.open_after = None
+            self.session.want_window = True
+            if self.ev is not None:
+                self.ev.add("want_window")
+
+    def _time_window(self, now: float) -> None:
+        """A window by time, traced here (no token boundary will come to open or close it)."""
+        s = self.session
+        if foreign_profiler_active():
+            s.skipped_windows += 1  # our finalize would end its CUPTI session too
+            return
+        old = s.pending_detach
+        if old is not None:
+            if getattr(old, "initialised", False) or getattr(old, "active", False):
+                return  # an earlier attach's CUPTI still waits for a token boundary to be finalized
+            s.pending_detach = None
+        tr = s.tracer
+        s.timed_window = True
+        try:
+            tr.trace_for(self.settings.time_window_s)
+        except Exception as exc:
+            s.errors.append(f"time window: {type(exc).__name__}: {exc}")
+            s.tracer = None
+            return
+        finally:
+            s.timed_window = False
+        self._collect(now, guard_tokens=0, clock="time")
+
+    def _collect_token_window(self, now: float) -> None:
+        self.session.window_ready.clear()
+        self._collect(now, guard_tokens=self.session.guard, clock="tokens")
+
+    def _collect(self, now: float, guard_tokens: int, clock: str) -> None:
+        s = self.session
+        PROCESS.windows_in_process += 1  # counted here, in the agent thread, not at the decode thread's boundary
+        try:
+            t_col = time.time_ns()
+            with held.GilPolite():
+                win = s.tracer.collect(self.window_id, guard_tokens, pause=collect_pause, clock=clock)
+            # collect() set needs_guard from this window's records; once graphs were seen, always guard
+            s.tracer.needs_guard = PROCESS.note_window_kernels(bool(s.tracer.needs_guard))
+            self.window_id += 1
+            tb = win.token_bounds_ns.array()
+            span = win.analysed_span() if clock == "tokens" else ((int(tb[0]), int(tb[-1])) if len(tb) else None)
+            if span is not None:
+                s.pm_spans.append(span)
+            self.out += wire.pack(win)
+            if self.ev is not None:
+                ln = getattr(s.tracer, "last_ns", {})
+                self.ev.add("collect", time.time_ns() - t_col, len(tb),
+                            *(ln.get(k, -1) for k in ("open", "flush", "finalize")))
+        except Exception as exc:
+            s.errors.append(f"trace collect: {type(exc).__name__}: {exc}")
+        # a finalize may have taken PM down: pump (and re-arm) soon, once the sample over the window's last token
+        # has completed (2 ms at the default interval)
+        self.sched.due_at("pm", now + max(0.01, 2e-6 * self.settings.pm_interval_us))
+
+    # -- PM, marks, stats -----------------------------------------------------
+    def _pump(self, now: float) -> None:
+        # a pump waits for a window in progress to be collected, but not for more than half a second (a loop that
+        # stops between a window's prepare and its open would otherwise stop PM with it)
+        s = self.session
+        if now < self.sched.next_at("pm") + 0.5 and (self.open_after is not None or s.window_in_progress()):
+            return
+        t_pump = time.time_ns()
+        frames = pump_pm(s, self.status)
+        if self.ev is not None and s.pm is not None:
+            pm = s.pm
+            if not getattr(pm, "logged", True):  # armed (or re-armed after a finalize) since the last pump
+                pm.logged = True
+                self.ev.add_at(pm.armed_ns + pm.arm_ns, "arm", pm.arm_ns, pm.arm_cpu_ns)
+            self.ev.add("pump", time.time_ns() - t_pump, int(pm.decode_s * 1e9), pm.stride,
+                        int(getattr(pm, "image_s", 0.0) * 1e9), int(getattr(pm, "cpu_s", 0.0) * 1e9))
+        for f in frames:
+            self.out += wire.pack(f)
+        self.sched.ran("pm", now)
+
+    def _ship_marks(self) -> None:
+        s = self.session
+        t, d, c = s.marks_t, s.marks_d, s.marks_c
+        s.marks_t, s.marks_d, s.marks_c = [], [], []
+        self.shipped += len(t)
+        if not t:
+            return
+        self.recent_marks.extend(t)
+        extra = {}
+        if c:
+            calls, ns, nb = [0] * len(t), [0] * len(t), [0] * len(t)
+            for i, n_, t_, b_ in c:
+                if i < len(t):
+                    calls[i], ns[i], nb[i] = n_, t_, b_
+            extra = dict(coll_calls=wire.Column.of(calls), coll_ns=wire.Column.of(ns), coll_bytes=wire.Column.of(nb))
+        self.out += wire.pack(wire.TokenMarks(t_ns=wire.Column.of(t), depth=wire.Column.of(d[: len(t)]), **extra))
+
+    def _stats(self, now: float) -> None:
+        s, st, status = self.session, self.settings, self.status
+        waits = s.switches.per_s(s.decode_tid, now)
+        if waits is not None:  # the decode thread's voluntary switches a second (held.SwitchCounter)
+            status["decode_waits_per_s"] = round(waits, 1)
+        cpu_now = (now, time.thread_time())  # the agent thread's own CPU (libcupti's included)
+        if cpu_now[0] > self.cpu_prev[0]:
+            status["agent_cpu_ms_per_s"] = round(
+                1e3 * (cpu_now[1] - self.cpu_prev[1]) / (cpu_now[0] - self.cpu_prev[0]), 1)
+        self.cpu_prev = cpu_now
+        if s.skipped_windows > self.skipped_seen:
+            self.skipped_seen = s.skipped_windows
+            status.update(trace="paused", trace_reason="foreign_profiler")
+        elif self.window_id > self.windows_seen and status.get("trace") == "paused":
+            status.update(trace="armed", trace_reason="")
+        self.windows_seen = self.window_id
+        if s.tracer is None and status.get("trace") in ("armed", "paused"):
+            status.update(trace="failed", trace_reason="error", trace_error=s.errors[-1] if s.errors else "")
+        if s.tracer is not None:
+            status.update(windows_in_process=PROCESS.windows_in_process, window_budget=int(st.window_budget),
+                          window_budget_state=policy.budget_state(PROCESS.windows_in_process, st.window_budget))
+        self.out += wire.pack(wire.ProbeStatus(**status, windows=self.window_id, errors=len(s.errors),
+                                               recent_errors=s.errors[-5:]))

@@ -1,0 +1,33 @@
+"""What the agent knows about its process across attaches: one object, read and written by the agent's threads.
+
+An attach is short; the process is long. CUPTI's memory per window, whether the engine replays CUDA graphs, the
+device's facts and the first PM session's lasting effect belong to the process, not to one attach.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class ProcessFacts:
+    """Facts of this process that outlive an attach."""
+
+    # Has a traced window of this process seen CUDA-graph kernels? Sticky: from then on every window keeps its
+    # guard token, even one whose previous window happened to see none (policy.guard_for_window).
+    graph_kernels_seen: bool = False
+    # What the engine says (engine_adapter.report_cuda_graphs): False = it never replays CUDA graphs, so an
+    # attach's first window can trace one token without a guard; None = not said, and the first window guards.
+    engine_cuda_graphs: bool | None = None
+    windows_in_process: int = 0  # traced windows closed (CUPTI finalized) in this process, over every attach
+    pm_armed_before: bool = False  # a PM session was armed in this process already
+    gpu: dict = field(default_factory=dict)  # wire.GpuInfo by CUDA index, read at the first attach that found it
+    model: object = None  # wire.ModelFacts from the engine (sent in every hello)
+
+    def note_window_kernels(self, saw_graph_kernels: bool) -> bool:
+        """A window did or did not see graph kernels: whether the next one keeps its guard (sticky once seen)."""
+        self.graph_kernels_seen = self.graph_kernels_seen or bool(saw_graph_kernels)
+        return self.graph_kernels_seen
+
+
+PROCESS = ProcessFacts()

@@ -1,0 +1,124 @@
+"""When the agent traces: pure functions of settings, token counts and clocks (no thread, no socket, no CUPTI).
+
+A traced window costs the decode thread one or two slow tokens and leaves ~90-280 KB in the process for good, so
+windows are spaced by tokens and time and capped per process. A loop that marks tokens gets windows opened at its
+token boundaries; a loop that marks none (or whose marks come in bursts because its host runs ahead of the GPU)
+gets windows opened by the agent thread's clock (`window_clock`).
+"""
+
+from __future__ import annotations
+
+from decodemon.probes import wire
+
+# no token marked for this long (since the attach or the last mark): windows open by time
+NO_MARKS_S = 2.0
+# marks come in bursts when, over the last BURST_MARKS marks, the median interval is under BURST_RATIO x the mean:
+# a host that enqueues a few hundred graph replays in ~140 ms and then waits for the GPU marks each of them at
+# enqueue time, not where the GPU finishes the step
+BURST_MARKS = 64
+BURST_MIN_MARKS = 16
+BURST_RATIO = 0.25
+
+
+def first_window_at(st: wire.Attach, now: float) -> float:
+    """When an attach's first window is due: half a second in (or a period, if shorter), or `first_window_s`
+    (a group's monitor staggers its ranks with it)."""
+    if st.first_window_s is None:
+        return now + min(st.window_period_s, 0.5)
+    return now + max(0.0, min(st.first_window_s, 3600.0))
+
+
+def apis_in_window(i: int, every: int) -> bool:
+    """Does an attach's window `i` (0 first) trace runtime-API records? (`Attach.api_every`)
+
+    Every window with 1, none with 0; otherwise windows 1, 1+every, 1+2*every, ...: the first window of an
+    attach traces kernels only, so an attach shorter than the window period pays only the cheap kind."""
+    if every <= 1:
+        return every == 1
+    return i % every == 1
+
+
+def window_due(st: wire.Attach, now: float, next_window: float, since_s: float, tokens_since: int,
+               windows_so_far: int = 0, slack_s: float = 0.0) -> bool:
+    """Is it time to ask for the next traced window?
+
+    A window costs the decode thread one or two slow tokens: the traced one (CUPTI's re-initialisation at its
+    opening boundary, then CUPTI's cost per launch) and, in an eager loop, the next one (the closing boundary's
+    flush and finalize, ~5.5 ms on an H200). Every `window_period_s` a window is due once `window_min_tokens`
+    tokens have passed since the last one, so those slow tokens stay under 1% of all tokens (p99 untouched), but
+    never later than `window_max_s` after it: the picture is never older. Past the budget (`budget_state`) one
+    window every `BUDGET_PERIOD_S`, and none once it is spent.
+
+    `slack_s`: how long before `window_max_s` the ask must be made for the window to open by then (cap_lead_s):
+    the agent asks at its ticks and the window opens at the next token boundary after the ask.
+    """
+    if now < next_window:
+        return False
+    budget = budget_state(windows_so_far, st.window_budget)
+    if budget == "spent":
+        return False  # the process's memory has an absolute ceiling; PM sampling and the token clock go on
+    if budget == "rationed":
+        return since_s >= max(wire.BUDGET_PERIOD_S, st.window_period_s)
+    return tokens_since >= st.window_min_tokens or since_s + slack_s >= max(st.window_max_s, st.window_period_s)
+
+
+def cap_lead_s(tick_s: float, since_s: float, tokens_since: int) -> float:
+    """window_due's slack for `window_max_s`: a whole tick (the ask falls at the last tick before the cap, not the
+    first after it), the loop's mean token since the last window (the window opens at the token boundary after the
+    ask; at most 0.25 s counted) and 10 ms for a tick that wakes late (it waits for the GIL up to the decode
+    thread's switch interval, 5 ms). With no lead, an eager loop's windows came a whole tick late (5.25 s apart at
+    0.25 s ticks); with it they open 4.7-5.0 s apart in a 40 tokens/s eager loop."""
+    token_s = min(0.25, since_s / tokens_since) if tokens_since > 0 else 0.25
+    return tick_s + token_s + 0.01
+
+
+def budget_state(windows_in_process: int, window_budget: int) -> str:
+    """"open" until the process has had `window_budget` windows, then "rationed" (one every BUDGET_PERIOD_S),
+    then "spent" after BUDGET_CAP times the budget (more than a day at the defaults): no more windows."""
+    if windows_in_process >= wire.BUDGET_CAP * window_budget:
+        return "spent"
+    if windows_in_process >= window_budget:
+        return "rationed"
+    return "open"
+
+
+def guard_for_window(tracer_needs_guard: bool, graph_kernels_seen: bool, engine_cuda_graphs: bool | None) -> bool:
+    """Does the window about to open keep a guard token (traced after the analysed ones, then discarded)?
+
+    Yes once the process has shown graph kernels or the engine says it replays graphs: on an H200 the graph
+    kernels of the last token before CUPTI is disabled came back with bogus end times, and a one-token graphed
+    window closed without its guard ended in cudaErrorLaunchFailure. No when the tracer's last window saw none, or,
+    for an attach's first window, when the engine has said it never replays graphs."""
+    if graph_kernels_seen or engine_cuda_graphs:
+        return True
+    return bool(tracer_needs_guard) and engine_cuda_graphs is None
+
+
+def marks_bursty(t_ns) -> bool:
+    """Do the newest token marks (perf_counter ns, oldest first) come in bursts? Over the last BURST_MARKS marks
+    (at least BURST_MIN_MARKS), the median interval is under BURST_RATIO x the mean: most marks come close
+    together, then a long wait (the host enqueued ahead, then waited for the GPU)."""
+    t = list(t_ns)[-BURST_MARKS:]
+    if len(t) < BURST_MIN_MARKS:
+        return False
+    gaps = sorted(b - a for a, b in zip(t, t[1:]))
+    mean = (t[-1] - t[0]) / len(gaps)
+    n = len(gaps)
+    median = gaps[n // 2] if n % 2 else (gaps[n // 2 - 1] + gaps[n // 2]) / 2
+    return mean > 0 and median < BURST_RATIO * mean
+
+
+def window_clock(now: float, attached_at: float, last_mark_at: float | None, recent_marks_ns) -> str | None:
+    """Which clock the next window opens by: "tokens" (at the decode thread's token boundaries), "time" (by the
+    agent thread: no mark for NO_MARKS_S since the attach or the last mark, or marks in bursts), or None (no mark
+    yet, and too soon after the attach to tell)."""
+    if last_mark_at is None:
+        return "time" if now - attached_at >= NO_MARKS_S else None
+    if now - last_mark_at >= NO_MARKS_S or marks_bursty(recent_marks_ns):
+        return "time"
+    return "tokens"
+
+
+def time_clock_reason(last_mark_at: float | None, now: float) -> str:
+    """Why a window opens by time: "no_marks" (none for NO_MARKS_S) or "bursts"."""
+    return "no_marks" if last_mark_at is None or now - last_mark_at >= NO_MARKS_S else "bursts"

@@ -1,0 +1,220 @@
+"""One attach's state shared by the decode thread (`on_token`) and the agent thread, and how it leaves CUPTI.
+
+The decode thread only ever runs `on_token()` at its token boundaries: it notes the mark and, when the agent has
+asked for a window, opens, marks and closes it there (a token boundary is a safe point for CUPTI). Everything
+else happens on the agent thread.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+import threading
+import time
+
+from decodemon.probes import held, policy, wire
+from decodemon.probes.facts import PROCESS
+
+
+class Active:
+    """The session the decode thread's marks go to (None while dormant), swapped under `lock`."""
+
+    def __init__(self) -> None:
+        self.session = None
+        self.lock = threading.Lock()
+
+
+ACTIVE = Active()
+
+
+def foreign_profiler_active() -> bool:
+    """Is torch.profiler (kineto, which owns CUPTI while it runs) recording in this process?
+
+    On the H200 a window opened while torch.profiler ran left the profiler with 638 of 1,863 kernels per token,
+    because the window's CUPTI detach ends every CUPTI client's session. So no window opens while it runs.
+    Checked only when a window is due, never per token."""
+    t = sys.modules.get("torch")
+    if t is None:
+        return False
+    try:
+        return bool(t.autograd._profiler_enabled())
+    except Exception:
+        return False
+
+
+def guard_for_window(tracer_needs_guard: bool) -> bool:
+    """policy.guard_for_window with what this process knows (decode thread, only when a window opens)."""
+    return policy.guard_for_window(tracer_needs_guard, PROCESS.graph_kernels_seen, PROCESS.engine_cuda_graphs)
+
+
+class Session:
+    """State shared by the decode thread (on_token) and the agent thread while attached."""
+
+    def __init__(self, settings: wire.Attach, tracer) -> None:
+        self.settings = settings
+        self.marks_t: list[int] = []
+        self.marks_d: list[int] = []
+        self.marks_c: list[tuple] = []  # (index into marks_t, calls, ns, bytes) for tokens with collectives
+        self.pending_detach = None
+        self.skipped_windows = 0
+        self.coll = [0, 0, 0]
+        self.tracer = tracer
+        self.want_window = False  # set by agent, consumed by decode thread
+        self.timed_window = False  # the agent thread has a window open by time: the decode thread leaves CUPTI be
+        self.tokens_left = 0
+        self.guard = 1  # guard tokens in the window being traced
+        self.window_ready = threading.Event()  # set by decode thread when a window has closed (then wake())
+        # the agent thread sleeps between its ticks (Attach.agent_tick_s); a closed window wakes it at once, so its
+        # records are collected as soon as it closed. One non-blocking send per window on the decode thread.
+        self.wake_r, self._wake_w = socket.socketpair()
+        self.wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self.closing = False
+        self.done = threading.Event()
+        self.errors: list[str] = []
+        self.pm = None
+        # traced windows' spans (CUPTI ns) whose PM samples the next pump evaluates in full: the monitor reads
+        # the counters over exactly the traced tokens beside the window's kernel records (an accuracy check)
+        self.pm_spans: list[tuple[int, int]] = []
+        self.windows_asked = 0  # windows this attach has asked for (Attach.api_every counts them)
+        self.decode_tid: int | None = None  # the decode thread's native id, from its first token mark
+        self.switches = held.SwitchCounter()  # its voluntary switches per second, read at the agent's stats tick
+
+    def release(self) -> None:
+        """Close the wake-up socket pair (a wake() after it does nothing) and the switch counter's file."""
+        for s in (self.wake_r, self._wake_w):
+            s.close()
+        self.switches.close()
+
+    def wake(self) -> None:
+        """Wake the agent thread before its next tick (decode thread; never blocks, never raises)."""
+        try:
+            self._wake_w.send(b"w")
+        except OSError:
+            pass
+
+    def window_in_progress(self) -> bool:
+        """A window is prepared, asked for, open, or closed but not yet collected: PM pumps wait for its end, so
+        that one pump evaluates all of the samples over its tokens (not every `stride`-th)."""
+        tr = self.tracer
+        return tr is not None and (self.want_window or bool(getattr(tr, "active", False))
+                                   or bool(getattr(tr, "initialised", False)) or self.window_ready.is_set())
+
+    def prepare_window(self) -> int:
+        """Agent thread: make CUPTI's start-up here (tracer.prepare), a few tokens before the window opens, when
+        `Attach.prepare_lead_tokens` asks for it (by default the open makes it, in the traced token).
+        Returns the ns it took (0: not made here, and open() on the decode thread will make it).
+
+        On an H200 the eager decode thread lost ~5-9 ms in the token the start-up overlapped instead of 13-17 ms
+        in the opening one. Only for windows without a guard token: made for graphed windows, 78 of 5,182 tokens
+        of a 20 s attach ran over 1.1x the unobserved p99 (an initialised CUPTI makes untraced graphed tokens
+        ~8-12% slower). Not while torch.profiler records (its CUPTI session would end with ours), nor while an
+        earlier attach's tracer waits for the next boundary to finalize CUPTI (that finalize would undo this
+        start-up). A prepare that fails leaves the start-up to open()."""
+        tr, ns = self.tracer, 0
+        prepare = getattr(tr, "prepare", None)
+        if prepare is not None and self.pending_detach is None \
+                and not guard_for_window(getattr(tr, "needs_guard", True)) and not foreign_profiler_active():
+            try:
+                ns = prepare()
+            except Exception as exc:
+                self.errors.append(f"trace prepare: {type(exc).__name__}: {exc}")
+        return ns
+
+    def on_token(self, depth: int) -> None:
+        """The decode thread's token boundary: note the mark, and open, mark or close a window asked for."""
+        if self.closing:
+            self.finish()
+            return
+        if self.pending_detach is not None:  # a stalled earlier session's tracer (see Closer)
+            old, self.pending_detach = self.pending_detach, None
+            detach_tracer(old, self.errors)
+        if self.decode_tid is None:
+            self.decode_tid = threading.get_native_id()  # the thread that marks tokens: the decode thread
+        self.marks_t.append(time.perf_counter_ns())
+        self.marks_d.append(depth)
+        c = self.coll
+        if c[0]:
+            self.marks_c.append((len(self.marks_t) - 1, c[0], c[1], c[2]))
+            self.coll = [0, 0, 0]
+        tr = self.tracer
+        if tr is None or self.timed_window or self.window_ready.is_set():
+            return
+        try:
+            if tr.active:
+                self._in_window(tr)
+            elif self.want_window and not self.closing:
+                self._open_window(tr)
+        except Exception as exc:  # never raise into the user's loop
+            self.errors.append(f"trace: {type(exc).__name__}: {exc}")
+            self.tracer = None
+            try:
+                tr.detach()
+            except Exception:
+                pass
+
+    def _in_window(self, tr) -> None:
+        self.tokens_left -= 1
+        if self.tokens_left <= 0 or self.closing:
+            # close, flush and detach at one boundary, all on this thread (see tracer.flush)
+            tr.close()
+            tr.flush()
+            tr.detach()
+            self.window_ready.set()
+            self.wake()
+        else:
+            tr.boundary()
+
+    def _open_window(self, tr) -> None:
+        self.want_window = False
+        if foreign_profiler_active():
+            self.skipped_windows += 1  # our detach would end its CUPTI session too
+            return
+        self.guard = 1 if guard_for_window(getattr(tr, "needs_guard", True)) else 0
+        self.tokens_left = self.settings.window_tokens + self.guard  # see wire.KernelWindow
+        tr.open()
+
+    def finish(self, at_boundary: bool = True) -> None:
+        """Leave CUPTI as we found it and drop the session.
+
+        At a token boundary on the decode thread (the normal way) an open window is closed, flushed and CUPTI
+        detached, the same sequence as a window's normal end: a finalize with records still unflushed can fail
+        and leave CUPTI attached, which costs an eager loop ~8 µs a launch. When the agent gives up waiting for a
+        boundary (a stalled loop), it must not touch CUPTI from its thread: a `Closer` takes the session's place
+        and the next boundary, whenever it comes, detaches."""
+        tr, self.tracer = self.tracer, None
+        with ACTIVE.lock:
+            if ACTIVE.session is self:
+                ACTIVE.session = Closer(tr) if (tr is not None and not at_boundary) else None
+        self.done.set()
+        if tr is not None and at_boundary:
+            detach_tracer(tr, self.errors)
+
+
+def detach_tracer(tr, errors: list | None = None) -> None:
+    """Close, flush and finalize a tracer (decode thread, at a token boundary); errors noted, never raised."""
+    steps = (["close"] if tr.active else []) + (["flush", "detach"] if getattr(tr, "initialised", False) else [])
+    for step in steps:
+        try:
+            getattr(tr, step)()
+        except Exception as exc:
+            if errors is not None:
+                errors.append(f"trace {step} at detach: {type(exc).__name__}: {exc}")
+
+
+class Closer:
+    """Stands in for a session the agent gave up on: the next token boundary detaches CUPTI, then it leaves."""
+
+    closing = False
+
+    def __init__(self, tracer) -> None:
+        self.tracer = tracer
+
+    def on_token(self, depth: int) -> None:
+        """The boundary the stalled session waited for: finalize its tracer here, on the decode thread."""
+        with ACTIVE.lock:
+            if ACTIVE.session is self:
+                ACTIVE.session = None
+        tr, self.tracer = self.tracer, None
+        if tr is not None:
+            detach_tracer(tr)
