@@ -1,0 +1,201 @@
+"""Attach without restart: load the agent into a running CPython.
+
+On 3.10–3.13 a helper process (helper.py) stops the target's main thread with ptrace for well under a
+millisecond and queues the bootstrap as a pending call (`Py_AddPendingCall`), which the interpreter runs on its main
+thread between two bytecodes; the bootstrap only starts a thread, and that thread imports and starts the agent.
+On 3.14 and later the interpreter's own `sys.remote_exec` (PEP 768) does the same (remote_exec.py). Either way the
+agent then behaves as one started by `decodemon run`: dormant between attaches, reused by the next attach, never
+unloaded. When loading cannot work, `why_not` gives the one-line reason and the caller adds the two ways to make a
+process attachable.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from decodemon.monitor.inject import access, elf
+from decodemon.monitor.inject.remote_exec import disabled_reason, remote_exec
+from decodemon.probes.wire import socket_path
+
+BOOTSTRAP = '''\
+# written by decodemon: start the probe agent in this process
+import sys as _sys
+for _p in {paths!r}:
+    if _p not in _sys.path:
+        _sys.path.append(_p)
+try:
+    import importlib.util as _util
+    if _util.find_spec("decodemon") is None:  # installed for another interpreter: map the package by its folder
+        import types as _types
+        _pkg = _types.ModuleType("decodemon")
+        _pkg.__path__ = [{pkg_root!r}]
+        _sys.modules["decodemon"] = _pkg
+    from decodemon.probes.agent import start as _start
+    _start()
+except Exception as _exc:
+    print("decodemon: agent not started:", _exc, file=_sys.stderr)
+'''
+
+# What the main thread runs at its safe point: start a thread and return, so the imports do not stall the loop.
+# It binds no name in __main__ and never raises (a pending call that fails without an exception breaks the target).
+PENDING_CALL = '''\
+try:
+    __import__("threading").Thread(target=exec, args=({source!r}, {{"__name__": "__decodemon_bootstrap__"}}),
+                                   name="decodemon-bootstrap", daemon=True).start()
+except BaseException:
+    pass
+'''
+
+API_SYMBOLS = ["Py_AddPendingCall", "PyRun_SimpleString"]
+HELPER_TIMEOUT_S = 15.0
+
+
+class InjectError(RuntimeError):
+    """Why the agent could not be loaded into a running process; one line."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """What loading the agent into a process needs to know about it."""
+
+    pid: int
+    exe: str
+    version: tuple[int, int] | None
+    interpreter: str  # the file that exports the C API: the executable or a libpython
+
+
+def bootstrap_source() -> str:
+    """The bootstrap the target executes: our install location on sys.path, then start the agent."""
+    import decodemon.probes.wire as w
+
+    pkg_root = Path(w.__file__).resolve().parent.parent  # the folder that holds `probes` (or decodemon/)
+    paths = sorted({str(pkg_root.parent), str(pkg_root)})
+    return BOOTSTRAP.format(paths=paths, pkg_root=str(pkg_root))
+
+
+def pending_call_source(source: str | None = None) -> str:
+    """The source queued as a pending call: run `source` (default: the bootstrap) in a new daemon thread."""
+    return PENDING_CALL.format(source=bootstrap_source() if source is None else source)
+
+
+def _version_by_running(exe: str) -> tuple[int, int] | None:
+    try:
+        out = subprocess.run([exe, "-c", "import sys; print(*sys.version_info[:2])"], capture_output=True,
+                             text=True, timeout=10).stdout.split()
+        return int(out[0]), int(out[1])
+    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+        return None
+
+
+def examine(pid: int) -> Target:
+    """The target's interpreter and version; InjectError with the reason when it is not an attachable CPython."""
+    if not Path(f"/proc/{pid}").exists():
+        raise InjectError(f"no process with pid {pid}")
+    refused = access.refusal(pid)
+    if refused:
+        raise InjectError(refused)
+    try:
+        exe = os.readlink(f"/proc/{pid}/exe").removesuffix(" (deleted)")
+        interp = elf.find_interpreter(pid, API_SYMBOLS)
+        maps = elf.read_maps(pid) if interp is None else []
+    except OSError as exc:
+        raise InjectError(f"cannot read /proc/{pid} ({exc.strerror or exc})") from None
+    if interp is None:
+        looks_python = "python" in Path(exe).name or any(elf.LIBPYTHON.search(Path(m.path).name) for m in maps)
+        if not looks_python:
+            raise InjectError(f"pid {pid} is not a Python process ({exe})")
+        raise InjectError(f"the CPython API symbols (Py_AddPendingCall) of pid {pid} cannot be found in {exe} "
+                          "or a libpython: a static or stripped interpreter")
+    version = interp.version or ("python" in Path(exe).name and _version_by_running(exe)) or None
+    if version is not None and version < (3, 10):
+        raise InjectError(f"pid {pid} runs Python {version[0]}.{version[1]}; decodemon's agent needs 3.10 or newer")
+    return Target(pid, exe, version, interp.path)
+
+
+def why_not(pid: int) -> tuple[str, str]:
+    """(interpreter, '') when injection can be tried, else ('', the reason)."""
+    try:
+        t = examine(pid)
+    except InjectError as exc:
+        return "", str(exc)
+    if t.version is not None and t.version >= (3, 14):
+        reason = disabled_reason(pid)
+        if reason:
+            return "", reason
+    return t.interpreter, ""
+
+
+def _describe_failure(pid: int, result: dict) -> str:
+    """One line for a helper result that did not queue the source."""
+    why, err = result.get("why"), result.get("error", "unknown error")
+    if why == "ptrace" and result.get("errno") == errno.EPERM:
+        return access.explain_eperm(pid)
+    if why == "ptrace" and result.get("errno") == errno.ESRCH:
+        return f"pid {pid} ended or cannot be stopped"
+    if why == "timeout":
+        return f"the main thread of pid {pid} could not be stopped and resumed in time ({err}); it was left running"
+    return f"loading the agent into pid {pid} failed: {err}"
+
+
+def queue_source(pid: int, source: str) -> dict:
+    """Queue `source` as a pending call in `pid` through the ptrace helper; return the helper's report.
+
+    The report holds `ok`, `stop_us` (how long the main thread was stopped) and, when not ok, `why` and `error`."""
+    cmd = [sys.executable, "-m", "decodemon.monitor.inject.helper", str(pid)]
+    try:
+        r = subprocess.run(cmd, input=source.encode(), capture_output=True, timeout=HELPER_TIMEOUT_S,
+                           start_new_session=True)  # a monitor killed now leaves the helper to finish and detach
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise InjectError(f"the ptrace helper did not run ({exc})") from None
+    try:
+        return json.loads(r.stdout.decode().strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        last = (r.stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
+        raise InjectError(f"the ptrace helper failed: {last}") from None
+
+
+def _wait_for_socket(pid: int, timeout_s: float) -> Path:
+    sock = socket_path(pid)
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:  # the target runs the bootstrap at its next safe point
+        if sock.exists():
+            return sock
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            raise InjectError(f"pid {pid} ended before its agent started") from None
+        time.sleep(0.02)
+    raise InjectError(f"pid {pid} did not start the agent within {timeout_s:g} s: its main thread has not reached "
+                      "a safe point (blocked in C code?); the agent starts when it does")
+
+
+def inject(pid: int, timeout_s: float = 5.0) -> Path:
+    """Load the agent into `pid`; return its socket path or raise InjectError. A running agent is reused."""
+    sock = socket_path(pid)
+    if sock.exists():
+        return sock
+    t = examine(pid)
+    if t.version is not None and t.version >= (3, 14):
+        reason = disabled_reason(pid) or remote_exec(pid, t.exe, bootstrap_source())
+        if reason:
+            raise InjectError(reason)
+    else:
+        result = queue_source(pid, pending_call_source())
+        if not result.get("ok"):
+            raise InjectError(_describe_failure(pid, result))
+    return _wait_for_socket(pid, timeout_s)
+
+
+def target_python(pid: int) -> tuple[str, tuple[int, int]]:
+    """The target's executable and Python version; InjectError if it is not an attachable CPython."""
+    t = examine(pid)
+    if t.version is None:
+        raise InjectError(f"the Python version of pid {pid} cannot be told from {t.interpreter}")
+    return t.exe, t.version

@@ -1,0 +1,181 @@
+"""Where a running interpreter keeps its C API: ELF symbol tables of the files mapped into a process.
+
+A symbol's run-time address is its file offset (through the PT_LOAD segment that holds it) placed in the mapping of
+that file which covers the offset, so one rule serves PIE and non-PIE executables and shared libraries alike.
+`.dynsym` is read first (an interpreter exports its API there, whether libpython is shared or linked into the
+executable); `.symtab` only when the dynamic table lacks a name.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import re
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+SHT_SYMTAB, SHT_DYNSYM, PT_LOAD = 2, 11, 1
+_SYM = struct.Struct("<IBBHQQ")  # st_name, st_info, st_other, st_shndx, st_value, st_size
+_SHDR = struct.Struct("<IIQQQQIIQQ")
+_PHDR = struct.Struct("<IIQQQQQQ")
+
+
+class ElfError(ValueError):
+    """A file that is not a readable 64-bit little-endian ELF."""
+
+
+@dataclass(frozen=True)
+class Mapping:
+    """One line of /proc/PID/maps."""
+
+    start: int
+    end: int
+    perms: str
+    offset: int
+    path: str
+
+
+def read_maps(pid: int) -> list[Mapping]:
+    """The process's memory mappings; OSError if /proc/PID/maps cannot be read."""
+    out = []
+    for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
+        parts = line.split(None, 5)
+        lo, hi = parts[0].split("-")
+        out.append(Mapping(int(lo, 16), int(hi, 16), parts[1], int(parts[2], 16),
+                           parts[5].strip() if len(parts) > 5 else ""))
+    return out
+
+
+def _sections(data) -> list[tuple]:
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        raise ElfError("not a 64-bit little-endian ELF file")
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
+    return [_SHDR.unpack_from(data, shoff + i * shentsize) for i in range(shnum)]
+
+
+def _loads(data) -> list[tuple[int, int, int]]:
+    """(p_vaddr, p_memsz, p_offset) of each PT_LOAD segment."""
+    phoff, = struct.unpack_from("<Q", data, 0x20)
+    phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
+    segs = []
+    for i in range(phnum):
+        p_type, _flags, p_offset, p_vaddr, _paddr, _filesz, p_memsz, _align = _PHDR.unpack_from(data, phoff + i * phentsize)
+        if p_type == PT_LOAD:
+            segs.append((p_vaddr, p_memsz, p_offset))
+    return segs
+
+
+def _lookup(data, secs, kind: int, wanted: set[str]) -> dict[str, int]:
+    """Defined symbols among `wanted` in the symbol table of type `kind`: name -> st_value (a virtual address)."""
+    found: dict[str, int] = {}
+    for _name, sh_type, _fl, _addr, off, size, link, _info, _align, entsize in secs:
+        if sh_type != kind or entsize != _SYM.size or link >= len(secs):
+            continue
+        str_off, str_size = secs[link][4], secs[link][5]
+        strtab = bytes(data[str_off:str_off + str_size])
+        by_offset = {}
+        for name in wanted:
+            needle = b"\0" + name.encode() + b"\0"
+            i = strtab.find(needle)
+            while i >= 0:
+                by_offset[i + 1] = name
+                i = strtab.find(needle, i + 1)
+        if not by_offset:
+            continue
+        for st_name, _info, _other, shndx, value, _size in _SYM.iter_unpack(data[off:off + size - size % _SYM.size]):
+            if shndx != 0 and value and st_name in by_offset:
+                found.setdefault(by_offset[st_name], value)
+    return found
+
+
+def file_symbols(path: str, names: list[str]) -> tuple[dict[str, int], list[tuple[int, int, int]]]:
+    """({name: file offset} for the names defined in `path`, its PT_LOAD segments). ElfError/OSError if unreadable."""
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        secs, loads = _sections(data), _loads(data)
+        vaddrs = _lookup(data, secs, SHT_DYNSYM, set(names))
+        missing = set(names) - set(vaddrs)
+        if missing:
+            vaddrs.update(_lookup(data, secs, SHT_SYMTAB, missing))
+    offsets = {}
+    for name, v in vaddrs.items():
+        for p_vaddr, p_memsz, p_offset in loads:
+            if p_vaddr <= v < p_vaddr + p_memsz:
+                offsets[name] = v - p_vaddr + p_offset
+                break
+    return offsets, loads
+
+
+def _runtime(maps: list[Mapping], path: str, file_offset: int) -> int | None:
+    for m in maps:
+        if m.path == path and m.offset <= file_offset < m.offset + (m.end - m.start):
+            return m.start + file_offset - m.offset
+    return None
+
+
+def _readable(pid: int, path: str) -> str:
+    """The file as the target sees it (its mount namespace), else the path in ours."""
+    inside = f"/proc/{pid}/root{path}"
+    return inside if os.path.exists(inside) else path
+
+
+@dataclass(frozen=True)
+class Interpreter:
+    """A Python interpreter found in a process: the file that exports its API, its version and symbol addresses."""
+
+    path: str
+    version: tuple[int, int] | None
+    addresses: dict[str, int]
+
+
+LIBPYTHON = re.compile(r"libpython3\.(\d+)")
+PYTHON_EXE = re.compile(r"python3\.(\d+)")
+
+
+def interpreter_candidates(pid: int, maps: list[Mapping]) -> list[str]:
+    """The executable first, then every mapped libpython."""
+    exe = os.readlink(f"/proc/{pid}/exe").removesuffix(" (deleted)")
+    libs = sorted({m.path for m in maps if LIBPYTHON.search(os.path.basename(m.path))})
+    return [exe] + [p for p in libs if p != exe]
+
+
+def find_interpreter(pid: int, names: list[str]) -> Interpreter | None:
+    """The first candidate file that defines every one of `names`, with their run-time addresses; None if none."""
+    maps = read_maps(pid)
+    for path in interpreter_candidates(pid, maps):
+        try:
+            offsets, _loads = file_symbols(_readable(pid, path), names)
+        except (OSError, ElfError, ValueError, struct.error):
+            continue
+        if set(offsets) != set(names):
+            continue
+        addrs = {n: _runtime(maps, path, off) for n, off in offsets.items()}
+        if None in addrs.values():
+            continue
+        m = LIBPYTHON.search(os.path.basename(path)) or PYTHON_EXE.search(os.path.basename(path))
+        return Interpreter(path, (3, int(m.group(1))) if m else None, addrs)
+    return None
+
+
+def find_bytes(pid: int, maps: list[Mapping], pattern: bytes, path_hint: str = "libc") -> int | None:
+    """A run-time address of `pattern` in an executable mapping (those whose file name holds `path_hint` first)."""
+    execs = [m for m in maps if "x" in m.perms and m.path and not m.path.startswith("[")]
+    execs.sort(key=lambda m: path_hint not in os.path.basename(m.path))
+    try:
+        mem = os.open(f"/proc/{pid}/mem", os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        for m in execs:
+            for lo in range(m.start, m.end, 1 << 20):
+                try:
+                    chunk = os.pread(mem, min((1 << 20) + len(pattern) - 1, m.end - lo), lo)
+                except OSError:
+                    break
+                i = chunk.find(pattern)
+                if i >= 0:
+                    return lo + i
+    finally:
+        os.close(mem)
+    return None
