@@ -1,12 +1,14 @@
-"""Per-window metrics: grid arithmetic, gap causes, names."""
+"""The analysis, one question at a time: grid arithmetic, launches, gap causes, collectives, the timeline, names."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from decodemon.monitor.metrics import (SmLimits, blocks_per_sm, demangle_head, short_kernel_name, token_stats,
-                                       window_metrics)
+from decodemon.monitor.analysis.kernels import SmLimits, blocks_per_sm, sm_limits
+from decodemon.monitor.analysis.names import demangle_head, short_kernel_name
+from decodemon.monitor.analysis.tokens import token_stats
+from decodemon.monitor.analysis.window import window_metrics
 from decodemon.probes import wire
 from tests.conftest import REC
 
@@ -215,8 +217,6 @@ def test_a_kernel_that_ends_after_the_last_token_is_dropped_not_counted():
 
 
 def test_grid_coverage_and_occupancy_of_the_12_block_kernel():
-    from decodemon.monitor.metrics import sm_limits
-
     f = first_window("narrow12_graph")
     top = window_metrics(f, 132).kernels[0]
     assert top.short_name == "_stream" and top.grid_blocks == 12
@@ -231,8 +231,6 @@ def test_grid_coverage_and_occupancy_of_the_12_block_kernel():
 
 
 def test_sm_limits_follow_the_compute_capability():
-    from decodemon.monitor.metrics import sm_limits
-
     assert sm_limits("9.0") == SmLimits() == sm_limits("unknown")
     assert sm_limits("8.0").smem_bytes == 167936 and sm_limits("8.0").max_warps == 64
     assert sm_limits("8.6").max_warps == 48 and sm_limits("8.6").max_blocks == 16
@@ -304,3 +302,90 @@ def test_token_stats_drop_repeated_marks_and_order_their_percentiles():
     assert s.ms_per_token <= s.ms_per_token_p90 <= s.ms_per_token_p99 <= 30
     assert s.tokens_per_s == pytest.approx(1e3 / np.mean([4, 4, 4, 5, 4, 30, 4]))
     assert token_stats([0, 5, 5, 5]) is None  # one interval left
+
+
+# -- the analyzers on hand-drawn records -------------------------------------------------------------------------
+
+def _records(start, end, correlation, graph_id, apis_traced=False):
+    from decodemon.monitor.analysis.records import TracedRecords
+
+    i64 = lambda xs: np.asarray(xs, np.int64)  # noqa: E731
+    n = len(start)
+    return TracedRecords(
+        window_id=0, tokens=1, bounds_ns=i64([0, 1_000_000]), whole_tokens=1, lo_ns=0, hi_ns=1_000_000,
+        kernels={"start": i64(start), "end": i64(end), "correlation": i64(correlation), "graph_id": i64(graph_id),
+                 "name": i64([0] * n)},
+        names=("k",), dropped_kernels=0, apis={}, api_names=np.zeros(0, object), memcpys=0, apis_traced=apis_traced)
+
+
+def test_kernels_only_launches_are_distinct_correlation_ids():
+    from decodemon.monitor.analysis.launches import count_launches, launch_calls
+
+    # one cudaGraphLaunch (#5) queued three kernels; two launch calls (#7, #8) one kernel each
+    rec = _records([0, 10, 20, 30, 40], [5, 15, 25, 35, 45], [5, 5, 5, 7, 8], [1, 1, 1, 0, 0])
+    n = count_launches(rec, launch_calls(rec))
+    assert (n.kernels, n.graph_launches, n.kernel_launch_calls) == (5, 1, 2)
+
+
+def test_gaps_are_classified_by_when_the_launch_began():
+    """
+        GPU  head [k0] 3µs [k1]  40µs  [k2]  40µs  [k3] 10µs [k4] tail
+                      short   host_late     other     unsplit
+    """
+    from decodemon.monitor.analysis.gaps import IdleGaps, classify_gaps
+
+    idle = IdleGaps(order=np.arange(5), gap_ns=np.array([3_000, 40_000, 40_000, 10_000, -1]),
+                    launch_known=np.array([True, True, True, False, True]),
+                    host_late=np.array([False, True, False, False, False]), head_ns=7_000, tail_ns=2_000)
+    g = classify_gaps(idle, graph_launches=1, apis_traced=False)
+    assert g.ns == {"host_late": 40_000, "short": 3_000, "other": 42_000, "tracing": 7_000, "unsplit": 10_000}
+    assert g.tracing_head_ns == 7_000
+    assert g.ms_per_token(2) == {k: v / 2e6 for k, v in g.ns.items()}
+    # an eager window: the head is the host's; with its launch calls traced nothing is unsplit
+    e = classify_gaps(idle, graph_launches=0, apis_traced=True)
+    assert e.ns == {"host_late": 47_000, "short": 3_000, "other": 52_000, "tracing": 0} and e.tracing_head_ns == 0
+    assert classify_gaps(None, 0, False).ns == {"host_late": 0, "short": 0, "other": 0, "tracing": 0, "unsplit": 0}
+
+
+def test_idle_inside_one_graph_launch_is_known_to_be_the_devices():
+    from decodemon.monitor.analysis.gaps import idle_gaps
+    from decodemon.monitor.analysis.launches import launch_calls
+
+    rec = _records([0, 10_000, 30_000, 60_000], [5_000, 20_000, 50_000, 70_000], [5, 5, 7, 7], [1, 1, 0, 0])
+    idle = idle_gaps(rec, launch_calls(rec))
+    assert idle.gap_ns.tolist() == [5_000, 10_000, 10_000]
+    assert idle.launch_known.tolist() == [True, False, False]  # only k1 shares k0's graph launch
+    assert not idle.host_late.any() and idle.head_ns == 0 and idle.tail_ns == 930_000
+    assert idle_gaps(_records([0], [5], [1], [0]), launch_calls(rec)) is None
+
+
+def test_a_collective_adds_the_idle_around_it_beyond_the_usual_gap():
+    from decodemon.monitor.analysis.collectives import collective_gap_ns
+
+    # kernels a, nccl, b, c: the usual gap is b->c's 100 ns; the collective adds 1,900 before and 1,400 after
+    coll = np.array([False, True, False, False])
+    gap = np.array([2_000, 1_500, 100])
+    assert collective_gap_ns(gap, coll, np.ones(3, bool)) == 3_300
+    # a gap whose launch the host made late is not the collective's
+    assert collective_gap_ns(gap, coll, np.array([False, True, True])) == 1_400
+    assert collective_gap_ns(gap, np.zeros(4, bool), np.ones(3, bool)) == 0.0
+
+
+def test_busy_counts_overlapping_kernels_once():
+    from decodemon.monitor.analysis.busy import busy_within, segments, union_ns
+
+    s, e = np.array([0, 5, 20, 22]), np.array([10, 12, 30, 25])
+    seg_s, seg_e = segments(s, e)
+    assert seg_s.tolist() == [0, 20] and seg_e.tolist() == [12, 30]
+    assert union_ns(s, e) == 22
+    assert busy_within(s, e, np.array([0, 10, 12]), np.array([10, 20, 20])).tolist() == [100.0, 20.0, 0.0]
+
+
+def test_metrics_session_and_report_re_export_the_analysis_and_the_renderers():
+    from decodemon.monitor import analysis, metrics, render, report, session
+
+    assert metrics.window_metrics is analysis.window_metrics and metrics.WindowMetrics is analysis.WindowMetrics
+    assert metrics.token_stats is analysis.token_stats and metrics.pm_window_check is analysis.pm_window_check
+    assert session.summary_json is render.summary_json and session.observer_parts is render.observer_parts
+    assert session.collectives_json is render.collectives_json
+    assert report.diagnosis_markdown is render.diagnosis_markdown and report.diagnose_text is render.diagnose_text

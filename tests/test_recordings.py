@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from decodemon.monitor.session import Session, summary_json
+from decodemon.monitor.render.json import summary_json
+from decodemon.monitor.session import Session
 from decodemon.probes import wire
 from tests.conftest import REC, cli
 
@@ -44,7 +45,7 @@ def test_eager_live_loop_figures(eager):
     assert eager["kernel_launch_calls_per_token"] >= 900
     assert eager["gpu_busy_pct"] < 50
     assert 15 < eager["ms_per_token"] < 30
-    assert eager["kernel_sum_ms_per_token"] < 0.3 * eager["ms_per_token"]  # §3.1: sum of kernels << step
+    assert eager["kernel_sum_ms_per_token"] < 0.3 * eager["ms_per_token"]  # the kernels' sum is a fraction of the step
     k = eager["kernels"][0]
     assert {"name", "calls_per_token", "us_mean", "grid_blocks", "block_threads", "grid_vs_sms"} <= set(k)
     assert k["grid_vs_sms"].endswith("/132")
@@ -70,7 +71,7 @@ def test_eager_verdict_is_launch(eager):
     assert eager["candidates"]["launch"]["state"] == "binding"
     assert eager["candidates"]["bandwidth"]["state"] == "ruled_out"
     assert eager["candidates"]["comm"]["state"] == "ruled_out"
-    assert 5 <= eager["us_per_launch"] <= 20  # the second seed's 5-20 µs per eager launch
+    assert 5 <= eager["us_per_launch"] <= 20  # an eager launch costs the host 5-20 µs
     assert "graph" in eager["falsify"].lower()
 
 
@@ -96,7 +97,7 @@ def test_graph_report_names_the_small_grid_kernels(tmp_path):
 def test_bandwidth_by_construction_8b_graph():
     d = replay("llama8b_graph")
     bw = d["candidates"]["bandwidth"]
-    # 16.1 GB of weights per token: the graphed 8B step came out at 2.0x the bandwidth floor, right on §7's line
+    # 16.1 GB of weights per token: the graphed 8B step came out at 2.0x the bandwidth floor
     assert 1.9 < bw["value"] < 2.1
     assert d["ceiling"] == "bandwidth" and bw["state"] == "binding"
     assert d["candidates"]["launch"]["state"] == "ruled_out"
@@ -167,7 +168,7 @@ def test_what_watching_costs_the_decode_thread_is_read_from_the_windows(eager, g
 
 
 def test_the_bill_names_cuptis_start_up_when_the_agent_thread_made_it():
-    from decodemon.monitor.session import observer_parts
+    from decodemon.monitor.render.text import observer_parts
 
     o = {"probe_ms_per_window": 8.2, "tracing_ms_per_window": 20.1, "window_every_s": 4.0, "share_of_loop_pct": 0.7}
     assert "off-thread" not in "".join(observer_parts(o))
@@ -180,7 +181,7 @@ def test_pm_and_the_traced_kernels_agree_sample_by_sample_over_the_traced_tokens
     import numpy as np
 
     from decodemon.monitor.feed import pm_columns
-    from decodemon.monitor.metrics import busy_within
+    from decodemon.monitor.analysis.busy import busy_within
 
     frames = [f for _, f in wire.read_recording(REC["eager_pm"])]
     cols = np.concatenate([pm_columns(0, f) for f in frames if isinstance(f, wire.PmSamples)], axis=1)
@@ -197,7 +198,7 @@ def test_pm_and_the_traced_kernels_agree_sample_by_sample_over_the_traced_tokens
 
 
 def test_pm_vs_window_leaves_out_a_graphed_windows_idle_head(graph):
-    from decodemon.monitor.metrics import pm_window_check
+    from decodemon.monitor.analysis.busy import pm_window_check
 
     c = graph["pm_vs_window"]
     assert c["samples"] >= 1 and abs(c["pm_gpu_busy_pct"] - c["traced_gpu_busy_pct"]) <= 5
@@ -222,12 +223,11 @@ def test_pm_vs_window_leaves_out_a_graphed_windows_idle_head(graph):
 
 # -- windows that trace kernels only (Attach.api_every) ---------------------------------------------------------
 # h200_{eager,graph}_api2.dmon: `decodemon record --api-every 2 --window-period 1 --window-max 1
-# --window-min-tokens 0` on the H200 (CAPTURE_API_EVERY=1 scripts/h200_capture.py, 2026-11-30, driver 580.159.04):
-# their windows alternate, launch calls traced in one, kernels only in the next, in one process. (Recorded while
-# `--api-every` still counted from an attach's first window; it now starts from the second: apis_in_window.)
+# --window-min-tokens 0` on the H200 (driver 580.159.04): their windows alternate, launch calls traced in one,
+# kernels only in the next, in one process, starting with a traced one.
 
 def _windows(name):
-    from decodemon.monitor.metrics import window_metrics
+    from decodemon.monitor.analysis.window import window_metrics
 
     return [window_metrics(f, 132) for _, f in wire.read_recording(REC[name]) if isinstance(f, wire.KernelWindow)]
 
@@ -295,7 +295,7 @@ def test_before_any_window_traced_the_launch_calls_json_has_none_and_the_gaps_sa
 
 def test_the_bill_names_the_decode_threads_waits_when_the_probe_reads_them():
     """The probe's `decode_waits_per_s` reaches observer_cost (and --json) and the bill's words."""
-    from decodemon.monitor.session import Session, observer_parts
+    from decodemon.monitor.render.text import observer_parts
 
     o = {"probe_ms_per_window": 8.2, "tracing_ms_per_window": 20.1, "window_every_s": 4.0, "share_of_loop_pct": 0.7,
          "decode_waits_per_s": 44.6}

@@ -106,8 +106,9 @@ def test_a_graphed_windows_collectives_price_the_same_without_its_launch_calls()
     idle inside one cudaGraphLaunch is known to be the device's from the kernels' shared correlation id."""
     import msgspec
 
-    from decodemon.monitor.metrics import window_metrics
-    from decodemon.monitor.session import Session, collectives_json
+    from decodemon.monitor.analysis.window import window_metrics
+    from decodemon.monitor.render.json import collectives_json
+    from decodemon.monitor.session import Session
     from decodemon.probes import wire
 
     from tests.conftest import DATA

@@ -18,7 +18,7 @@ import pytest
 from decodemon.monitor import diagnosis as dx
 from decodemon.monitor.cli import collect
 from decodemon.monitor.ranks import combine
-from decodemon.monitor.session import summary_json
+from decodemon.monitor.render.json import summary_json
 
 DATA = Path(__file__).parent / "data"
 
@@ -188,7 +188,7 @@ def test_windows_in_the_same_token_make_a_rank_wait_and_the_group_view_sees_thro
 
 
 def test_attach_staggers_a_groups_windows(monkeypatch):
-    from decodemon.monitor import cli
+    from decodemon.monitor.cli import attach as cli
     from decodemon.probes import wire
 
     seen = {}
