@@ -97,7 +97,7 @@ def test_plain_python_loop_is_attached_counted_detached_and_reattached(tmp_path)
         loop.kill()
 
 
-def test_the_target_is_stopped_for_well_under_a_millisecond_or_so(tmp_path):
+def test_queueing_a_source_stops_the_target_only_briefly(tmp_path):
     loop = Loop([sys.executable, "-c", LOOP], cwd=tmp_path)
     try:
         marker = tmp_path / "ran"

@@ -1,0 +1,116 @@
+"""Injection on every CPython from 3.10 to 3.13 found on the machine, each a bare interpreter with nothing installed.
+
+The probes need numpy and msgspec, which only this machine's 3.11 has wheels for, so on every version the test
+injects a source that writes a marker file, and the whole agent is loaded into a bare 3.11 whose only help is a
+sys.path holding numpy and msgspec (decodemon itself is found by the bootstrap, from the monitor's install).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import sysconfig
+import time
+from pathlib import Path
+
+import pytest
+
+from decodemon.monitor import inject
+from decodemon.probes.wire import socket_path
+from tests.conftest import cli
+from tests.test_inject import Loop
+
+COUNTER = r'''
+import sys, time
+i = 0
+while True:
+    i += 1
+    print(i, time.monotonic(), flush=True)
+    time.sleep(0.001)
+'''
+
+# Marks tokens once decodemon is importable, which happens only when the bootstrap has mapped it.
+LAZY_MARKS = r'''
+import sys, time
+mark_token = None
+i = 0
+while True:
+    i += 1
+    if mark_token is None and "decodemon" in sys.modules:
+        try:
+            from decodemon.engine_adapter import mark_token
+        except ImportError:
+            pass
+    if mark_token is not None:
+        mark_token()
+    print(i, time.monotonic(), flush=True)
+    time.sleep(0.002)
+'''
+
+MARKER = '''\
+import sys, threading
+open({path!r}, "w").write("%d.%d %s" % (sys.version_info[0], sys.version_info[1],
+                                        threading.current_thread() is threading.main_thread()))
+'''
+
+
+def _bare_env(**extra) -> dict:
+    """PATH only, plus where sockets live when the monitor's environment says so."""
+    keep = {k: os.environ[k] for k in ("PATH", "XDG_RUNTIME_DIR") if k in os.environ}
+    return {**keep, **extra}
+
+
+def _python(minor: int) -> str | None:
+    found = sorted(glob.glob(f"/root/.pyenv/versions/3.{minor}.*/bin/python3.{minor}")) + \
+        sorted(glob.glob(f"/usr/bin/python3.{minor}"))
+    return found[0] if found else None
+
+
+def _wait_for(path: Path, timeout_s: float = 5.0) -> str:
+    t0 = time.monotonic()
+    while not (path.exists() and path.stat().st_size):
+        assert time.monotonic() - t0 < timeout_s, f"{path} was not written"
+        time.sleep(0.01)
+    return path.read_text()
+
+
+@pytest.mark.parametrize("minor", [10, 11, 12, 13])
+def test_source_runs_on_the_main_thread_of_a_bare_interpreter(minor, tmp_path):
+    py = _python(minor)
+    if py is None:
+        pytest.skip(f"no CPython 3.{minor} on this machine")
+    loop = Loop([py, "-c", COUNTER], cwd=tmp_path, env=_bare_env())
+    try:
+        assert inject.why_not(loop.pid)[1] == ""
+        marker = tmp_path / "ran"
+        report = inject.queue_source(loop.pid, MARKER.format(path=str(marker)))
+        assert report["ok"], report
+        print(f"3.{minor}: main thread stopped for {report['stop_us']:.0f} us")
+        assert report["stop_us"] < 20_000
+        assert _wait_for(marker) == f"3.{minor} True"  # at a safe point of the main thread
+        threaded = tmp_path / "threaded"
+        assert inject.queue_source(loop.pid, inject.pending_call_source(MARKER.format(path=str(threaded))))["ok"]
+        assert _wait_for(threaded) == f"3.{minor} False"  # the bootstrap's own work runs in a thread of its own
+        loop.wait_for_lines(200)
+        assert loop.max_gap_ms() < 500
+    finally:
+        loop.kill()
+
+
+def test_the_whole_agent_loads_into_a_bare_311_loop(tmp_path):
+    py = _python(11)
+    if py is None:
+        pytest.skip("no CPython 3.11 on this machine")
+    deps = str(Path(sysconfig.get_paths()["purelib"]))  # numpy and msgspec; decodemon's own finder is not read here
+    loop = Loop([py, "-c", LAZY_MARKS], cwd=tmp_path, env=_bare_env(PYTHONPATH=deps))
+    try:
+        r = cli("attach", loop.pid, "--json", "--seconds", 2)
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["tokens"] > 100
+        assert socket_path(loop.pid).exists()
+        r = cli("attach", loop.pid, "--json", "--seconds", 1)
+        assert r.returncode == 0 and json.loads(r.stdout)["tokens"] > 50, r.stderr
+        loop.wait_for_lines(50)
+    finally:
+        loop.kill()
