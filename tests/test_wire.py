@@ -24,7 +24,11 @@ def sample_frames():
         wire.PmSamples(metrics=["a"], start_ns=col, end_ns=col, values=wire.Column.of([0.5], "<f8")),
         wire.NvmlSamples(t_unix_ns=col, sm_clock_mhz=col, mem_clock_mhz=col, power_w=wire.Column.of([1.0], "<f8"),
                          mem_used_bytes=col, gpu_util_pct=col, other_pids=[3]),
+        wire.KernelWindow(window_id=2, tokens=0, guard_tokens=0, token_bounds_ns=col, names=[], kernels={},
+                          clock="time"),
         wire.Stats(state={"pm": "armed"}, dropped_records=2, windows=1, errors=["e"]),
+        wire.ProbeStatus(pm="armed", pm_interval_us=2000, decode_waits_per_s=3.5, windows=1, errors=1,
+                         recent_errors=["e"]),
         wire.Bye(reason="detached"),
     ]
 

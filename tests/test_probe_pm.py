@@ -1,0 +1,180 @@
+"""PM sampling's arm and release, with cupti-python faked: DRAM bytes when the chip takes them, a full release, and
+counters held by someone else named after a few tries."""
+
+from __future__ import annotations
+
+import socket
+import sys
+import threading
+import time
+import types
+
+from decodemon.monitor import probe_status
+from decodemon.probes import pm_arm, pm_config, wire
+from decodemon.probes import session as sess
+from decodemon.probes.facts import PROCESS
+from decodemon.probes.server import Agent
+from decodemon.probes.sidecar import PM_METRICS
+from tests.test_agent import _fake_pm_modules
+
+
+def _refusing(monkeypatch, refuse: bool) -> list:
+    """The fake cupti's configuration images, refusing the DRAM byte metrics if `refuse`; the lists asked for."""
+    asked = []
+    host = sys.modules["cupti"].profiler_host.ProfilerHost
+    real = host.create_config_image
+
+    def create(self, metrics):
+        asked.append(list(metrics))
+        if refuse and "dram__bytes_read.sum" in metrics:
+            raise RuntimeError("CUPTI_ERROR_INVALID_METRIC_NAME")
+        return real(self, metrics)
+
+    monkeypatch.setattr(host, "create_config_image", create)
+    monkeypatch.setattr(pm_config, "_REFUSED_DRAM_BYTES", set())
+    return asked
+
+
+def test_pm_samples_dram_bytes_read_and_written_where_the_chip_takes_them(monkeypatch):
+    from decodemon.probes import pm_inproc
+
+    _fake_pm_modules(monkeypatch, [])
+    asked = _refusing(monkeypatch, refuse=False)
+    pm = pm_inproc.PmSampler(0, 2000)
+    assert pm.metrics == PM_METRICS + ["dram__bytes_read.sum", "dram__bytes_write.sum"] and pm.dram_bytes
+    assert asked == [pm.metrics]
+
+
+def test_a_chip_that_refuses_dram_bytes_is_sampled_without_them_and_not_asked_again(monkeypatch):
+    from decodemon.probes import pm_inproc
+
+    _fake_pm_modules(monkeypatch, [])
+    asked = _refusing(monkeypatch, refuse=True)
+    pm = pm_inproc.PmSampler(0, 2000)
+    assert pm.metrics == PM_METRICS and not pm.dram_bytes and len(asked) == 2
+    asked.clear()
+    pm_inproc.PmSampler(0, 2000)
+    assert asked == []  # the refusal is remembered (and the image for PM_METRICS kept)
+    frames = pm_arm.pm_frames(pm.metrics, [1], [2], [[0.0] * len(pm.metrics)], [False])
+    assert frames[0].metrics == PM_METRICS
+
+
+class _Busy(Exception):
+    status = pm_config.HARDWARE_BUSY
+
+    def __str__(self) -> str:
+        return "ERROR_HARDWARE_BUSY (26)"
+
+
+def _sampler_busy_for(monkeypatch, n: int) -> list:
+    from decodemon.probes import pm_inproc
+
+    tries = []
+
+    def make(device, interval_us, pump_s):
+        tries.append(time.monotonic())
+        if len(tries) <= n:
+            raise _Busy()
+        return types.SimpleNamespace(dram_bytes=True)
+
+    monkeypatch.setattr(pm_inproc, "PmSampler", make)
+    monkeypatch.setattr(pm_arm, "cuda_device_index", lambda: 0)
+    monkeypatch.setattr(PROCESS, "pm_armed_before", True)
+    return tries
+
+
+def test_an_arm_that_finds_the_counters_busy_tries_again_for_about_a_second(monkeypatch):
+    tries = _sampler_busy_for(monkeypatch, 2)
+    slept = []
+    status: dict = {}
+    assert pm_arm.arm_pm(wire.Attach(), status, sleep=slept.append) is not None
+    assert len(tries) == 3 and slept == [pm_arm.BUSY_WAIT_S] * 2
+    assert (status["pm"], status["pm_reason"], status["pm_dram_bytes"]) == ("armed", "", True)
+
+
+def test_counters_that_stay_busy_are_reported_as_held_by_another_profiler(monkeypatch):
+    tries = _sampler_busy_for(monkeypatch, 10**6)
+    slept = []
+    status: dict = {}
+    assert pm_arm.arm_pm(wire.Attach(), status, sleep=slept.append) is None
+    assert len(tries) == pm_arm.BUSY_TRIES and 0.9 <= sum(slept) <= 1.1
+    assert (status["pm"], status["pm_reason"]) == ("unavailable", "hardware_busy")
+    assert "counters held by another profiler" in probe_status.describe(wire.ProbeStatus(**status))["pm"]
+
+
+class _Coll:
+    _pm_sampling_object = 7
+
+    def __init__(self, calls, disable_fails):
+        self.calls, self.disable_fails = calls, disable_fails
+
+    def stop(self):
+        self.calls.append("stop")
+
+    def disable(self):
+        self.calls.append("disable")
+        if self.disable_fails:
+            raise RuntimeError("CUPTI_ERROR_INVALID_OPERATION")
+
+
+def _cupti(calls):
+    c = types.SimpleNamespace(PM_SAMPLING_DISABLE_PARAMS_STRUCT_SIZE=1, PROFILER_DEINITIALIZE_PARAMS_STRUCT_SIZE=1)
+    c.PmSamplingDisableParams = c.ProfilerDeInitializeParams = lambda: types.SimpleNamespace(ptr=0)
+    c.pm_sampling_disable = lambda ptr: calls.append("pm_sampling_disable")
+    c.profiler_deinitialize = lambda ptr: calls.append("profiler_deinitialize")
+    return c
+
+
+def test_a_release_whose_disable_fails_still_deinitializes_the_profiler():
+    calls = []
+    coll = _Coll(calls, disable_fails=True)
+    failed = pm_config.release(coll, _cupti(calls))
+    assert calls == ["stop", "disable", "pm_sampling_disable", "profiler_deinitialize"]
+    assert failed and failed[0].startswith("disable:") and coll._pm_sampling_object is None
+    calls.clear()
+    assert pm_config.release(_Coll(calls, disable_fails=False), _cupti(calls)) == []
+    assert calls == ["stop", "disable"]  # cupti-python's disable made both steps itself
+
+
+def test_detach_releases_pm_before_the_decode_thread_finalizes_cupti():
+    order = []
+
+    class Tracer:
+        active, initialised = True, True
+
+        def close(self):
+            order.append("trace close")
+            self.active = False
+
+        def flush(self):
+            order.append("trace flush")
+
+        def boundary(self):
+            pass
+
+        def detach(self):
+            order.append("trace finalize")
+            self.initialised = False
+
+    s = sess.Session(wire.Attach(), Tracer())
+    s.tokens_left = 10**9  # a window open until the detach
+    s.pm = types.SimpleNamespace(close=lambda: order.append("pm release"))
+    sess.ACTIVE.session = s
+    stop = threading.Event()
+
+    def decode():
+        while not stop.is_set():
+            s.on_token(1)
+            time.sleep(0.005)
+
+    th = threading.Thread(target=decode)
+    th.start()
+    mine, theirs = socket.socketpair()
+    try:
+        Agent.tear_down(object.__new__(Agent), mine, s, None, "detached")
+    finally:
+        stop.set()
+        th.join()
+        theirs.close()
+        sess.ACTIVE.session = None
+    assert order == ["pm release", "trace close", "trace flush", "trace finalize"]
