@@ -112,7 +112,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                     help="seconds per torch.profiler phase (its trace of an eager loop takes long to process)")
     ap.add_argument("--probe", type=_setting, action="append", default=[], metavar="KEY=VALUE",
                     help="a probe setting for every attach (a decodemon.probes.wire.Attach field), repeatable")
-    ap.add_argument("--commit", default=None, help="the commit to name in the header (default: git's HEAD)")
+    ap.add_argument("--commit", default=None, help="the commit to name in the header (default: git's HEAD here; name it where "
+                         "the tree is a copy, as on a lent GPU machine)")
     ap.add_argument("--cpu-dry-run", action="store_true", help="the tiny CPU engine: the plan without a GPU")
     a = ap.parse_args(argv)
     a.probe = dict(a.probe)
