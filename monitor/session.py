@@ -14,15 +14,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from decodemon.monitor import diagnosis as dx
-from decodemon.monitor.feed import Feed
 from decodemon.monitor.analysis.busy import PmWindowCheck, pm_window_check
 from decodemon.monitor.analysis.tokens import TokenStats, token_stats
 from decodemon.monitor.analysis.window import WindowMetrics, window_metrics
+from decodemon.monitor.feed import Feed
 from decodemon.monitor.render.json import collectives_json, summary_json
 from decodemon.monitor.render.text import observer_parts
 from decodemon.probes import wire
 
-# rendered in decodemon.monitor.render; importable from here too
+# collectives_json, summary_json and observer_parts live in decodemon.monitor.render; importable here too
 __all__ = ["SPAN_NS", "Session", "Snapshot", "collectives_json", "host_clock_times_collectives", "observer_parts",
            "summary_json"]
 

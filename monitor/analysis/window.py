@@ -1,12 +1,12 @@
 """A traced window of whole tokens in, its frozen figures out: the composition of the analyzers.
 
-    KernelWindow --analysed_records--> TracedRecords --+--> launches   (count_launches)
-                                                       +--> gaps       (idle_gaps, classify_gaps)
-                                                       +--> kernels    (kernel_table, small_grid_share_pct)
-                                                       +--> collectives(collectives)
-                                                       +--> busy       (window_busy_pct)
-                                                       +--> timeline   (token_timeline)
-                                                       '--> WindowMetrics
+    KernelWindow -> analysed_records -> TracedRecords -+-> launch_calls, count_launches      launches
+                                                       +-> idle_gaps, classify_gaps         gaps
+                                                       +-> kernel_table, small_grid_share   kernels
+                                                       +-> collectives                      collectives
+                                                       +-> window_busy_pct                  busy
+                                                       +-> token_timeline                   timeline
+                                                       '-> all of them -> WindowMetrics
 """
 
 from __future__ import annotations
