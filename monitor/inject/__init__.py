@@ -37,6 +37,10 @@ try:
         _pkg = _types.ModuleType("decodemon")
         _pkg.__path__ = [{pkg_root!r}]
         _sys.modules["decodemon"] = _pkg
+    try:  # the engine adapters' attach hooks, registered before the agent can take an attach
+        import decodemon.engine_adapter.auto  # noqa: F401
+    except Exception as _exc:
+        print("decodemon: engine adapters not loaded:", _exc, file=_sys.stderr)
     from decodemon.probes.agent import start as _start
     _start()
 except Exception as _exc:
