@@ -8,6 +8,7 @@
     busy         GPU busy from the kernels' union, and against PM's counter
     timeline     one token's launch calls over its kernels
     tokens       the token clock: ms/token and tokens/s
+    depth        the figures and the verdict per context-depth band
     window       window_metrics: the composition of the above
 
 Pure: no clock, no socket, no terminal. It runs in the monitor's process, never in the decode process.
