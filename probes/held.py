@@ -62,6 +62,7 @@ class Reader:
         return self._buf
 
     def read(self, fd: int) -> bytes:
+        """os.read(fd, size), keeping the GIL."""
         if not ENABLED or _read is None:
             return os.read(fd, self.size)
         n = _read(fd, self._buffer(), self.size)
@@ -70,6 +71,7 @@ class Reader:
         return ctypes.string_at(self._buf, n)  # the n bytes read, not the whole buffer
 
     def pread(self, fd: int, offset: int = 0) -> bytes:
+        """os.pread(fd, size, offset), keeping the GIL."""
         if not ENABLED or _pread is None:
             return os.pread(fd, self.size, offset)
         n = _pread(fd, self._buffer(), self.size, offset)
@@ -121,6 +123,7 @@ def cupti_functions(names: dict[str, str]) -> dict[str, object]:
 
 
 def call(fn, name: str, ptr: int) -> None:
+    """Call a held libcupti function on a params pointer; a non-zero result raises CuptiError."""
     code = fn(ptr)
     if code:
         raise CuptiError(name, code)
@@ -136,6 +139,7 @@ class Slicer:
         self.handbacks = 0
 
     def tick(self) -> None:
+        """Before each held call: give the GIL up if the slice is spent."""
         now = time.perf_counter()
         if now - self.t0 >= self.slice_s:
             time.sleep(0)

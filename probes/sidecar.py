@@ -39,6 +39,7 @@ class _Out:
         self._fd = sys.stdout.buffer
 
     def send(self, frame) -> None:
+        """Write one frame to stdout (the agent's pipe), whole."""
         with self._lock:
             self._fd.write(pack(frame))
             self._fd.flush()

@@ -304,63 +304,42 @@ class Bye(msgspec.Struct, frozen=True, tag="bye"):
 
 # Monitor -> agent. The agent acts on these two and nothing else.
 class Attach(msgspec.Struct, frozen=True, tag="attach"):
-    """Arm the probe with these settings."""
+    """Arm the probe with these settings (when each applies: probes/policy.py)."""
 
     window_period_s: float = 4.0
     window_tokens: int = 1
-    # a window costs 1-2 slow tokens; keep them under 1% of tokens by waiting for this many tokens
-    # between windows, but never longer than window_max_s (a fresh window at least that often)
+    # a window costs 1-2 slow tokens: wait for this many tokens between windows (under 1% of tokens), but never
+    # longer than window_max_s
     window_min_tokens: int = 250
     window_max_s: float = 5.0
-    # each window leaves ~90-280 KB in the process for good (CUPTI's finalize and the PM re-arm after it, on an
-    # H200): after this many windows in one process, one every BUDGET_PERIOD_S
+    # each window leaves ~90-280 KB in the process for good (H200): past this many, one every BUDGET_PERIOD_S
     window_budget: int = 500
     pm_interval_us: int = 2000
     nvml_hz: float = 4.0
     trace: bool = True
     pm: bool = True
-    # seconds from attach to the first window (None: half a second, or the period if shorter). A monitor watching
-    # a tensor-parallel group staggers it by rank, so one rank is traced at a time: the traced rank is then the
-    # last to reach each collective, and its NCCL kernels time the link, not a traced peer (on two H200s, windows
-    # of both ranks in the same token made one rank's calls wait 305 µs for the other)
+    # seconds from attach to the first window (None: half a second, or the period if shorter); a group's monitor
+    # staggers its ranks so the traced rank is the last at each collective and its NCCL kernels time the link
     first_window_s: float | None = None
-    # tokens between CUPTI's start-up on the agent thread (tracer.prepare) and the window's opening boundary; 0: the
-    # opening boundary starts CUPTI, on the decode thread. The start-up slows the eager decode thread by ~10 ms in
-    # whichever token it overlaps (H200: +9.4 ms median in the token it overlapped 3 tokens ahead, +12.0 ms made
-    # at the open). Made at the open it lands in the traced token, already the slowest: one slow token fewer per
-    # window, which is what a p99 sees. Eager windows only; graphed windows (with a guard token) always start
-    # CUPTI at the open.
+    # tokens between CUPTI's start-up on the agent thread and the window's opening boundary (0: the opening
+    # boundary starts it, in the traced token, already the slowest); eager windows only
     prepare_lead_tokens: int = 0
-    # runtime-API records (the launch calls: the timeline's CPU lane and which gaps the host caused) in one window
-    # of every N, the second window of an attach first (windows 1, 1+N, 1+2N, ...: ~5 s after the attach, then
-    # every ~N x 5 s); the others trace kernels, copies and memsets only. 1: every window; 0: none. On an H200 a
-    # kernels-only eager window's traced token was 2-16 ms cheaper (interleaved A/B attaches).
+    # runtime-API records in one window of every N (windows 1, 1+N, ...), the others kernels, copies and memsets
+    # only; 1: every window, 0: none (a kernels-only eager window's traced token was 2-16 ms cheaper on an H200)
     api_every: int = 4
-    # seconds between the agent thread's wake-ups: token marks, the NVML sidecar's frames, PM pumps, window checks
-    # and stats are all handled at these ticks (a monitor's message wakes it at once). Each wake-up takes the GIL
-    # from a decode thread that is running Python: on the H200 an eager decode thread made 0 voluntary context
-    # switches per second unobserved and ~70-90 attached while the agent woke every 50 ms and at every sidecar
-    # frame. With a prepare lead the agent wakes every 50 ms at most, to count the lead's tokens.
+    # seconds between the agent thread's wake-ups (each takes the GIL from a decode thread running Python)
     agent_tick_s: float = 0.25
-    # seconds between PM pumps (decode and evaluate in the agent thread). A pump's libcupti calls each give up the
-    # GIL and take it back, and every take-back from a decode thread running Python is a voluntary switch of that
-    # thread: on the H200 an eager decode thread switched ~54 times a second in 4 s attaches with PM and ~32
-    # without, at a pump every 0.5 s. A pump every 1 s halves them; the counter-data image holds two pump
-    # periods' samples (pm_inproc.max_samples_for).
+    # seconds between PM pumps; each pump's libcupti calls cost a decode thread running Python a few switches
     pm_pump_s: float = 1.0
-    # the agent's short calls (a tick's read of the sidecar's pipe and its send, the stats tick's pread, a pump's
-    # per-sample libcupti calls) keep the GIL instead of giving it up and taking it back from the decode thread
-    # (probes/held.py); False gives it up in each, for A/B runs
+    # the agent's short calls keep the GIL (probes/held.py); False gives it up in each, for A/B runs
     hold_gil: bool = True
-    # how long a window opened by time stays open (a loop that marks no tokens, or whose host runs ahead of the
-    # GPU): the kernels of several steps
+    # how long a window opened by time stays open (a loop without token marks, or whose host runs ahead)
     time_window_s: float = 0.25
 
 
 BUDGET_PERIOD_S = 60.0
 BUDGET_CAP = 4  # and after BUDGET_CAP x window_budget windows in a process, no more (PM and the token clock go on)
-# H200, cupti-python 13.4.0 + libcupti 13.4.92: 86-96 KB per CUPTI init/finalize cycle alone, ~280 KB per window
-# of a default attach with PM re-armed after each; the estimate shown uses the larger
+# H200, libcupti 13.4.92: 86-96 KB per CUPTI init/finalize cycle, ~280 KB per window with PM re-armed after each
 CUPTI_KB_PER_WINDOW = 280
 
 
