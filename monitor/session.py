@@ -20,6 +20,7 @@ from decodemon.monitor.analysis.window import WindowMetrics, window_metrics
 from decodemon.monitor.feed import Feed
 from decodemon.monitor.render.json import collectives_json, summary_json
 from decodemon.monitor.render.text import observer_parts
+from decodemon.monitor.token_clock import GpuSteps, gpu_steps, reclocked
 from decodemon.probes import wire
 
 # collectives_json, summary_json and observer_parts live in decodemon.monitor.render; importable here too
@@ -73,6 +74,9 @@ class Snapshot:
     # Attach.api_every): the timeline's CPU lane, the host-late share of the gaps and the launch-call count
     api_window: WindowMetrics | None = None
     api_window_age_s: float | None = None  # how long before the snapshot it arrived (0: it is `window`)
+    # which clock ms/token comes from: "mark_token" (the engine's marks, host time), or the GPU's own steps in
+    # the traced windows ("graph replays" or "kernel period") when the loop marks nothing or runs ahead of the GPU
+    token_clock: str = ""
 
     @property
     def collective_us_priced(self) -> float | None:
@@ -115,8 +119,10 @@ class Session:
         self.label = label
         self.feed = Feed()
         self.metrics: list[tuple[int, WindowMetrics]] = []
+        self.steps: dict[int, GpuSteps] = {}  # window id -> its GPU steps, for windows timed by the GPU's clock
         self.rolling = dx.Rolling()
         self._origin = clock_origin_unix_s
+        self._clock = ""
 
     def add(self, rx_ns: int, frame) -> None:
         """Take one frame; a traced window also advances the rolling verdict."""
@@ -125,7 +131,14 @@ class Session:
             self._origin = frame.created_unix_s
         if isinstance(frame, wire.KernelWindow):
             gpu = self.feed.hello.gpu if self.feed.hello else None
-            m = window_metrics(frame, gpu.sm_count if gpu else 0, gpu.cc if gpu else "9.0")
+            w = frame
+            if getattr(frame, "clock", "tokens") == "time":  # opened by time: its tokens are the GPU's steps
+                steps = gpu_steps(frame)
+                if steps is None:
+                    return  # nothing repeats in it: no step to read per token
+                self.steps[frame.window_id] = steps
+                w = reclocked(frame, steps)
+            m = window_metrics(w, gpu.sm_count if gpu else 0, gpu.cc if gpu else "9.0")
             self.metrics.append((rx_ns, m))
             del self.metrics[:-self.feed.max_windows]
             d, figs = self._diagnose(rx_ns)
@@ -139,19 +152,53 @@ class Session:
         ms = [m for rx, m in self.metrics if rx >= since]
         return ms or ([self.metrics[-1][1]] if self.metrics else [])
 
-    def _inputs(self, since: int):
+    def _gpu_clock(self, wins: list[WindowMetrics], pm_busy: float | None) -> tuple[TokenStats | None, str]:
+        """ms/token from the GPU's own steps in the span's time windows, and the clock's name.
+
+        A traced step of a host-bound loop is stretched by tracing (CUPTI's cost per launch lands on the host
+        thread the GPU waits for). With PM counters, the untraced step is the step's busy time over PM's GPU
+        busy outside the windows; a GPU-bound step (busy ≥ 90% traced) is its own figure.
+        """
+        timed = [(m, self.steps[m.window_id]) for m in wins if m.window_id in self.steps]
+        if not timed:
+            return None, ""
+        steps_ms = np.concatenate([np.diff(np.asarray(s.bounds_ns, dtype=np.int64)) / 1e6 for _, s in timed])
+        m, s = timed[-1]
+        scale = 1.0
+        busy_ms = m.gpu_busy_pct / 100.0 * float(np.median(steps_ms))
+        if pm_busy and m.gpu_busy_pct < 90.0 and pm_busy < m.gpu_busy_pct:
+            scale = busy_ms / (pm_busy / 100.0) / float(np.median(steps_ms))
+        d = steps_ms * scale
+        ts = TokenStats(tokens=len(d), ms_per_token=float(np.median(d)), ms_per_token_p90=float(np.percentile(d, 90)),
+                        ms_per_token_p99=float(np.percentile(d, 99)), tokens_per_s=1e3 / float(np.mean(d)))
+        return ts, s.clock
+
+    def _pm_average(self, since: int) -> dict:
+        pm = self.feed.pm_since(since)
+        if not len(pm["rx_ns"]):
+            pm = self.feed.pm_last(200)
+        if not len(pm["rx_ns"]):
+            return {}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN metric stays NaN
+            return {k: float(np.nanmean(pm[k])) for k in ("gpu_busy_pct", "sm_active_pct", "warps_active_pct",
+                                                           "dram_pct") if k in pm}
+
+    def _token_stats(self, since: int, wins: list[WindowMetrics], pm_busy: float | None):
+        """The span's token figures and their clock: the GPU's steps when its windows were timed by it, else the
+        engine's marks."""
+        gpu_ts, clock = self._gpu_clock(wins, pm_busy)
+        if gpu_ts is not None:
+            return gpu_ts, clock
         f = self.feed
         ts = token_stats(f.token_times_ns(since)) or token_stats(f.token_times_ns())
+        return ts, ("mark_token" if ts is not None else "")
+
+    def _inputs(self, since: int):
+        f = self.feed
         wins = self._span_metrics(since)
-        pm = f.pm_since(since)
-        if not len(pm["rx_ns"]):
-            pm = f.pm_last(200)
-        pm_avg = {}
-        if len(pm["rx_ns"]):
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN metric stays NaN
-                pm_avg = {k: float(np.nanmean(pm[k])) for k in
-                          ("gpu_busy_pct", "sm_active_pct", "warps_active_pct", "dram_pct")}
+        pm_avg = self._pm_average(since)
+        ts, self._clock = self._token_stats(since, wins, pm_avg.get("gpu_busy_pct"))
         model = f.hello.model if f.hello else None
         gpu = f.hello.gpu if f.hello else None
         bpt = float(model.bytes_per_token(f.depth())) if model else None
@@ -239,6 +286,7 @@ class Session:
             kernel_share_pct=(min(100.0, 100.0 * inp.kernel_sum_ms_per_token / inp.ms_per_token)
                               if inp.kernel_sum_ms_per_token is not None and inp.ms_per_token else None),
             inputs=inp, observer=self.observer_cost(ts), pm_check=self.pm_check(max(rx - SPAN_NS, 0)),
+            token_clock=self._clock,
         )
 
     def pm_check(self, since: int) -> PmWindowCheck | None:
