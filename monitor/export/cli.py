@@ -1,0 +1,72 @@
+"""`decodemon export SOURCE -o trace.json`: the traced windows of a recording or a live attach as a trace."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from decodemon.probes import wire
+
+HELP = "write the traced windows as a trace for Perfetto, chrome://tracing and HTA"
+LIVE_SECONDS = 10.0
+
+
+def _seconds(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--seconds must be a number, not {text!r}") from None
+    if not 0 < v <= 86400:
+        raise argparse.ArgumentTypeError(f"--seconds must be in (0, 86400], got {text}")
+    return v
+
+
+def _window(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--window must be a window id (a whole number), not {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"--window must be 0 or more, got {text}")
+    return v
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Add the `export` verb to a `decodemon` subparsers action; return its parser."""
+    p = subparsers.add_parser("export", help=HELP, description=HELP + ". Chrome's Trace Event Format (JSON) "
+                              "in PyTorch Kineto's flavour; a name ending in .gz is gzipped.")
+    p.add_argument("source", metavar="SOURCE", help="a .dmon recording, or the pid of a loop to attach to")
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help="the trace to write (.json or .json.gz)")
+    p.add_argument("--window", type=_window, default=None, metavar="ID",
+                   help="only the traced window with this id (default: every window kept)")
+    p.add_argument("--seconds", "--duration", dest="seconds", type=_seconds, default=LIVE_SECONDS, metavar="S",
+                   help=f"for a pid: seconds to attach (default {LIVE_SECONDS:g})")
+    p.set_defaults(run=run)
+    return p
+
+
+def live_settings() -> wire.Attach:
+    """What a live export asks the probe for: the launch calls in every window, so each has its CPU lane."""
+    return wire.Attach(api_every=1)
+
+
+def run(args) -> int:
+    """Read the source, write its trace to `args.output`; 0 on success, 2 for bad input, 3 with nothing to export."""
+    from decodemon.monitor.client import SourceError
+    from decodemon.monitor.export.trace import NothingToExport, export, write_trace
+    from decodemon.monitor.sources import check_output
+
+    try:
+        check_output(args.output)  # before an attach, not after it
+        trace = export(args.source, args.window, live_settings(), args.seconds)
+        path = write_trace(trace, args.output)
+    except NothingToExport as exc:
+        print(f"decodemon export: {exc}", file=sys.stderr)
+        return 3
+    except (SourceError, wire.WireError) as exc:
+        print(f"decodemon export: {exc}", file=sys.stderr)
+        return 2
+    n = sum(1 for e in trace["traceEvents"] if e.get("cat") == "kernel")
+    print(f"wrote {path}: {len(trace['decodemon']['windows'])} traced windows, {n} kernels "
+          f"(open it in https://ui.perfetto.dev or chrome://tracing)")
+    return 0
