@@ -1,11 +1,9 @@
 """A light start for the monitor process, which shares its machine with the decode loop it watches.
 
-Imported by the CLI before anything imports numpy. Measured on the H200 (scripts/h200_monitor_cpu_live.py,
-2026-11-30): a `decodemon attach --json` took 2.2-2.3 s of CPU, 2.18 s of it in its first half second and
-~0.1 s in the next ten; under cProfile 1.12 s of it was `compile` (202 numpy modules compiled from source at
-every start: the image's site-packages is read-only, so no bytecode is ever cached there) and 0.66 s numpy's
-docstrings. A process starting on another CPU slowed an eager decode thread by ~3% while it ran (fourteenth
-session, scripts/h200_attached_cost.py), and the benchmark's attaches start every 10 s.
+Imported by the CLI before anything imports numpy. Most of a short `decodemon attach --json`'s CPU goes to its
+first half second, and most of that to compiling numpy's modules from source: where site-packages is read-only
+(a container image), no bytecode is ever cached beside them, so every start compiles them again. A process
+starting on another CPU slows an eager decode thread while it runs, and a benchmark attaches every few seconds.
 
 - bytecode_cache(): where numpy's bytecode is neither cached nor cachable beside its source, keep it (and every
   later import's) under the user's cache directory (`sys.pycache_prefix`, this process only), so only the first
@@ -25,6 +23,7 @@ BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS")
 
 
 def cache_dir() -> str:
+    """The user's cache directory for decodemon's bytecode."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "decodemon", "pycache")
 
@@ -79,5 +78,6 @@ def quiet_blas() -> None:
 
 
 def start() -> None:
+    """Both, in order: the bytecode cache must be set before numpy's first import."""
     bytecode_cache()
     quiet_blas()

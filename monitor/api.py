@@ -13,7 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from decodemon.monitor.session import Session, Snapshot, summary_json
+from decodemon.monitor.client import SourceError
+from decodemon.monitor.render import summary_json
+from decodemon.monitor.session import Snapshot
+from decodemon.monitor.sources import NothingMeasured
+
+__all__ = ["NothingMeasured", "SourceError", "Summary", "attach", "record", "replay", "summarize"]
 
 
 @dataclass(frozen=True)
@@ -47,29 +52,25 @@ def summarize(snap: Snapshot) -> Summary:
                    tokens=j["tokens"], windows=j["windows"], snapshot=snap)
 
 
-def _read(frames, label: str) -> Session:
-    sess = Session(label=label)
-    for rx, _payload, frame in frames:
-        sess.add(rx, frame)
-    return sess
-
-
 def replay(path: str | Path) -> Summary:
     """Read a recording to its end."""
-    from decodemon.monitor.client import recording_frames
+    from decodemon.monitor.sources import collect_recording
 
-    return summarize(_read(recording_frames(str(path)), str(path)).snapshot())
+    return summarize(collect_recording(str(path)).snapshot())
 
 
 def attach(pid: int, seconds: float = 10.0, settings=None) -> Summary:
     """Attach to a process with the agent for `seconds`, then detach."""
-    from decodemon.monitor.client import live_frames
+    from decodemon.monitor.sources import collect_pid
 
-    return summarize(_read(live_frames(pid, settings, seconds), f"pid {pid}").snapshot())
+    return summarize(collect_pid(int(pid), settings, seconds).snapshot())
 
 
 def record(pid: int, path: str | Path, seconds: float = 10.0, settings=None) -> Summary:
-    """Attach for `seconds` and write what arrived as a recording; no file is left if nothing could be read."""
-    from decodemon.monitor.cli import collect
+    """Attach for `seconds` and write what arrived as a recording at `path`.
 
-    return summarize(collect(str(pid), settings, seconds, record_to=str(path)).snapshot())
+    The file appears only once it is whole and holds a token; otherwise `SourceError` (`NothingMeasured` when
+    the target measured no token) says why, and no file is left."""
+    from decodemon.monitor.sources import collect_pid
+
+    return summarize(collect_pid(int(pid), settings, seconds, record_to=str(path)).snapshot())

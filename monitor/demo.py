@@ -10,6 +10,7 @@ package, looping.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -75,31 +76,16 @@ def demo_settings():
     return wire.Attach(api_every=1)
 
 
-def run_demo(replay: bool = False, tokens: int = 0, speed: float = 1.0, seconds: float | None = None,
-             refresh_s: float | None = None) -> int:
-    """Live on a GPU, else from bundled recordings."""
-    from decodemon.monitor.app import DecodemonApp
-    from decodemon.monitor.player import LivePlayer, RecordingPlayer
-
-    if replay or not gpu_available():
-        a, b = bundled_recordings()
-        players = [RecordingPlayer(a, "eager (H200 recording)", speed=speed, loop=True),
-                   RecordingPlayer(b, "graph (H200 recording)", speed=speed, loop=True)]
-        # start a few seconds in, so the first screen already has a traced window and a verdict
-        DecodemonApp(players, start_at_s=6.0, quit_after_s=seconds, refresh_s=refresh_s).run()
-        return 0
+@contextlib.contextmanager
+def demo_engines(tokens: int = 0):
+    """Start the demo engine eager and graphed; yield their pids; stop both on the way out."""
     procs, pids = [], []
     try:
         for mode in ("eager", "graph"):
             proc, pid = spawn_engine(["--mode", mode, "--tokens", str(tokens)])
             procs.append(proc)
             pids.append(pid)
-        # the demo is for showing the two loops side by side: every window traces the launch calls, so the eager
-        # timeline's CPU lane is always the window's own (`attach` traces them in one window of four: --api-every)
-        settings = demo_settings()
-        players = [LivePlayer(pids[0], settings, label=f"eager pid {pids[0]}"),
-                   LivePlayer(pids[1], settings, label=f"graph pid {pids[1]}")]
-        DecodemonApp(players, quit_after_s=seconds, refresh_s=refresh_s).run()
+        yield pids
     finally:
         for p in procs:
             p.terminate()
@@ -108,4 +94,31 @@ def run_demo(replay: bool = False, tokens: int = 0, speed: float = 1.0, seconds:
                 p.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 p.kill()
+
+
+def live(replay: bool) -> bool:
+    """Whether the demo runs live engines (a GPU, and no --replay) or plays the bundled recordings."""
+    return not replay and gpu_available()
+
+
+def run_demo(replay: bool = False, tokens: int = 0, speed: float = 1.0, seconds: float | None = None,
+             refresh_s: float | None = None) -> int:
+    """The app, live on a GPU, else on the bundled recordings."""
+    from decodemon.monitor.app import DecodemonApp
+    from decodemon.monitor.player import LivePlayer, RecordingPlayer
+
+    if not live(replay):
+        a, b = bundled_recordings()
+        players = [RecordingPlayer(a, "eager (H200 recording)", speed=speed, loop=True),
+                   RecordingPlayer(b, "graph (H200 recording)", speed=speed, loop=True)]
+        # start a few seconds in, so the first screen already has a traced window and a verdict
+        DecodemonApp(players, start_at_s=6.0, quit_after_s=seconds, refresh_s=refresh_s).run()
+        return 0
+    with demo_engines(tokens) as (eager, graph):
+        # the demo shows the two loops side by side: every window traces the launch calls, so the eager timeline's
+        # CPU lane is always the window's own (`attach` traces them in one window of four)
+        settings = demo_settings()
+        players = [LivePlayer(eager, settings, label=f"eager pid {eager}"),
+                   LivePlayer(graph, settings, label=f"graph pid {graph}")]
+        DecodemonApp(players, quit_after_s=seconds, refresh_s=refresh_s).run()
     return 0

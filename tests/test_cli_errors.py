@@ -55,13 +55,15 @@ def test_missing_recording_and_directory(tmp_path):
 @pytest.mark.parametrize("args", [
     ["attach", "0", "--json"], ["attach", "-5", "--json"], ["attach", "99999999999", "--json"],
     ["attach", "123", "--json", "--seconds", "0"], ["attach", "123", "--json", "--seconds", "-1"],
-    ["attach", "123", "--json", "--seconds", "1e12"], ["attach", "123", "--json", "--window-tokens", "0"],
-    ["attach", "123", "--json", "--window-budget", "0"], ["attach", "123", "--json", "--window-budget", "many"],
-    ["attach", "123", "--json", "--api-every", "-1"], ["attach", "123", "--json", "--api-every", "2.5"],
-    ["record", "123"], ["replay"], ["demo", "--speed", "0"], ["bogus-verb"], ["run"],
+    ["attach", "123", "--json", "--seconds", "1e12"], ["attach", "123", "--json", "--probe", "window_tokens=0"],
+    ["attach", "123", "--json", "--probe", "window_budget=0"], ["record", "1", "-o", "x", "--probe", "window_budget=many"],
+    ["attach", "123", "--json", "--probe", "api_every=-1"], ["attach", "123", "--json", "--probe", "api_every=2.5"],
+    ["record", "123"], ["replay"], ["demo", "--speed", "0"], ["bogus-verb"], ["run"], ["--bogus-option"],
     ["attach", "123", "--refresh", "0"], ["replay", "x.dmon", "--refresh", "nan"], ["demo", "--refresh", "61"],
-    ["attach", "123", "--json", "--agent-tick", "0"], ["attach", "123", "--json", "--agent-tick", "inf"],
-    ["attach", "123", "--json", "--pm-pump", "-1"], ["attach", "123", "--json", "--pm-pump", "fast"],
+    ["attach", "123", "--json", "--probe", "agent_tick_s=0"], ["attach", "123", "--json", "--probe", "agent_tick_s=inf"],
+    ["report", "123", "--probe", "pm_pump_s=-1"], ["compare", "1", "2", "--probe", "pm_pump_s=fast"],
+    ["attach", "123", "--json", "--window-period", "0"], ["attach", "--pid", "0", "--json"],
+    ["record", "123", "-o", "x.dmon", "--duration", "-1"],
 ])
 def test_bad_arguments(args):
     assert_one_line_error(cli(*args))

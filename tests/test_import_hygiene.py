@@ -7,8 +7,10 @@ import sys
 
 import pytest
 
+VERBS = ["run", "attach", "record", "replay", "report", "diagnose", "compare", "scaling", "allreduce", "demo"]
 HEADLESS = ["decodemon.monitor.diagnosis", "decodemon.monitor.metrics", "decodemon.monitor.session",
-            "decodemon.monitor.report", "decodemon.monitor.feed", "decodemon.monitor.cli", "decodemon.monitor.client"]
+            "decodemon.monitor.report", "decodemon.monitor.feed", "decodemon.monitor.cli", "decodemon.monitor.client",
+            "decodemon.monitor.sources", "decodemon.monitor.api", *(f"decodemon.monitor.cli.{v}" for v in VERBS)]
 PROBES = ["decodemon.probes.agent", "decodemon.probes.wire", "decodemon.engine_adapter"]
 
 
@@ -31,6 +33,25 @@ def test_probes_never_import_textual_or_the_analysis(module):
     assert not {m for m in mods if m.startswith("decodemon.monitor")}
 
 
+def test_the_public_api_replays_a_recording_without_textual_or_torch():
+    code = ("import sys; from importlib import resources; from decodemon.monitor import api; "
+            "s = api.replay(resources.files('decodemon.monitor') / 'data' / 'h200_graph.dmon'); "
+            "print(s.verdict, s.tokens, ' '.join(sorted(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    verdict, tokens, mods = out[0], int(out[1]), set(out[2:])
+    assert verdict != "unknown" and tokens > 0  # it really read the recording
+    assert not {m for m in mods if m.split(".")[0] in ("textual", "torch", "cupti")}
+
+
+def test_the_cli_parses_every_verb_without_textual():
+    """`decodemon VERB --help` and every --json path start without the app's import cost."""
+    code = ("import sys; from decodemon.monitor.cli import build_parser; p = build_parser(); "
+            "sub = next(a for a in p._actions if getattr(a, 'choices', None)); "
+            f"[sub.choices[v].format_help() for v in {VERBS!r}]; print(' '.join(sorted(sys.modules)))")
+    mods = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split())
+    assert "textual" not in mods and "torch" not in mods
+
+
 def test_monitor_uses_only_the_wire_from_probes():
     mods = loaded_after("decodemon.monitor.app")
     probes = {m for m in mods if m.startswith("decodemon.probes")}
@@ -38,7 +59,7 @@ def test_monitor_uses_only_the_wire_from_probes():
 
 
 def test_the_nvml_sidecar_starts_without_numpy():
-    """The sidecar is a process started at every attach, and a process starting on another CPU slowed the eager
-    decode thread on the H200 (scripts/h200_attached_cost.py, fourteenth session): it imports what it needs only."""
+    """The sidecar is a process started at every attach, and a process starting on another CPU slows an eager
+    decode thread while it starts: it imports what it needs only."""
     mods = loaded_after("decodemon.probes.sidecar")
     assert "numpy" not in mods and "decodemon.probes.wire" in mods

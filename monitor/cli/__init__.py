@@ -1,0 +1,94 @@
+"""`decodemon`: run, attach, record, replay, report, diagnose, compare, scaling, allreduce, demo.
+
+One module per verb, each with `add(sub)` (its parser) and `run(args)`. Exit codes: 0 ok; 2 bad input (bad
+arguments, no such pid, no agent, a corrupt recording, an output that cannot be written, the app without a
+terminal); 3 nothing was measured (the target went away first, a recording without tokens); 130 interrupted.
+Errors are one line on stderr that points at the verb's own help, never a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from decodemon.monitor import _lean
+
+_lean.start()  # before numpy's first import (client -> wire): a light start beside the decode loop
+
+from decodemon.monitor.cli import (allreduce, attach, compare, demo, diagnose, record, replay,  # noqa: E402
+                                   report, run, scaling)
+from decodemon.monitor.cli._common import Parser, UsageError, resolve_pid  # noqa: E402
+from decodemon.monitor.cli._common import attach_settings as _attach_settings  # noqa: E402
+from decodemon.monitor.client import SourceError  # noqa: E402
+from decodemon.monitor.sources import VERSION, NothingMeasured, collect  # noqa: E402
+from decodemon.probes import wire  # noqa: E402
+
+__all__ = ["UsageError", "_attach_settings", "build_parser", "collect", "main", "resolve_pid"]
+
+VERBS = (run, attach, record, replay, report, diagnose, compare, scaling, allreduce, demo)
+# verbs that take a pid as `PID` or `--pid PID`
+PID_VERBS = ("attach", "record")
+
+
+def build_parser() -> Parser:
+    """The `decodemon` parser with every verb."""
+    ap = Parser(prog="decodemon", description="Watch an LLM decode loop on an NVIDIA GPU and name the ceiling "
+                                              "that binds the token: BANDWIDTH, OCCUPANCY, LAUNCH or COMM.",
+                epilog="`decodemon VERB --help` for a verb's options.")
+    ap.add_argument("--version", action="version", version=f"decodemon {VERSION}")
+    sub = ap.add_subparsers(dest="command", parser_class=Parser, metavar="VERB")
+    for verb in VERBS:
+        verb.add(sub)
+    return ap
+
+
+def _parse(argv):
+    parser = build_parser()
+    a, extra = parser.parse_known_args(argv)
+    if extra:
+        prog = f"decodemon {a.command}" if a.command else "decodemon"
+        raise UsageError(f"{prog}: unrecognized arguments: {' '.join(extra)} (see `{prog} --help`)")
+    if not getattr(a, "fn", None):
+        parser.print_help()
+        return None
+    if a.command in PID_VERBS:
+        a.pid = resolve_pid(a)
+    return a
+
+
+def _quiet_stdout() -> None:
+    """After a reader closed the pipe (`| head`), send the rest nowhere instead of failing at exit."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def main(argv=None) -> int:
+    """Entry point of the `decodemon` command."""
+    verb = "decodemon"
+    try:
+        a = _parse(argv)
+        if a is None:
+            return 2
+        verb = f"decodemon {a.command}"
+        return a.fn(a)
+    except UsageError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    except NothingMeasured as exc:
+        print(f"{verb}: {exc}", file=sys.stderr)
+        return 3
+    except (SourceError, wire.WireError) as exc:
+        print(f"{verb}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        _quiet_stdout()
+        return 0
+    except OSError as exc:  # a file the checks above could not foresee (a disk that filled, a path that vanished)
+        where = f" {exc.filename}" if exc.filename else ""
+        print(f"{verb}:{where} {exc.strerror or exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,221 @@
+"""What the verbs share: the parser that fails in one line, number checks, the pid and seconds spellings,
+the probe's settings (`--probe KEY=VALUE`), the terminal check and JSON output."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+
+from decodemon.probes import wire
+
+
+class UsageError(Exception):
+    """Bad input from the command line; str() is the one line to print."""
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line pointing at this parser's own help."""
+
+    def error(self, message):
+        raise UsageError(f"{self.prog}: {message} (see `{self.prog} --help`)")
+
+
+def bounded(name, lo=0.0, hi=float("inf"), integer=False, allow_zero=False):
+    """An argparse type: a finite number in (lo, hi], or [lo, hi] when lo is not 0 or `allow_zero`."""
+    closed = lo != 0 or allow_zero
+
+    def conv(s):
+        try:
+            v = int(s) if integer else float(s)
+        except ValueError:
+            kind = "a whole number" if integer else "a number"
+            raise argparse.ArgumentTypeError(f"{name} must be {kind}, not {s!r}") from None
+        if isinstance(v, float) and not math.isfinite(v):
+            raise argparse.ArgumentTypeError(f"{name} must be finite, not {s!r}")
+        if not ((lo <= v <= hi) if closed else (lo < v <= hi)):
+            raise argparse.ArgumentTypeError(f"{name} must be in {'[' if closed else '('}{lo:g}, {hi:g}], got {s}")
+        return v
+    return conv
+
+
+def print_json(obj) -> None:
+    """Print `obj` as indented JSON on stdout."""
+    print(json.dumps(obj, indent=2, default=str, ensure_ascii=False))
+
+
+def fail(verb: str, message: str, code: int = 2) -> int:
+    """Print one line for `decodemon VERB` on stderr and return the exit code."""
+    print(f"decodemon {verb}: {message}", file=sys.stderr)
+    return code
+
+
+def without_tokens(verb: str, snaps) -> int | None:
+    """Exit 3 with one line if a source measured no token (a recording that holds only its header, a target
+    that went away at once); None when every source has tokens."""
+    for s in snaps:
+        if not s.tokens_total:
+            where = f"pid {s.label}" if str(s.label).isdigit() else s.label
+            why = f" ({s.ended})" if s.ended else ""
+            return fail(verb, f"{where} holds no tokens{why}: nothing was measured", 3)
+    return None
+
+
+def need_terminal(verb: str, json_hint: str = "add --json for a summary instead") -> None:
+    """The app draws on a terminal and reads keys from one; through a pipe it would never end."""
+    for name, stream in (("stdout", sys.stdout), ("stdin", sys.stdin)):
+        isatty = getattr(stream, "isatty", None)
+        if stream is None or isatty is None or not isatty():
+            raise UsageError(f"decodemon {verb}: {name} is not a terminal, and the app needs one: {json_hint}")
+
+
+# --- pids and seconds, in decodemon's spelling and py-spy's ---------------------------------------------------
+
+PID = bounded("pid", 1, 2**31, integer=True)
+
+
+def add_pid(p) -> None:
+    """A pid as the positional (`attach 123`) or as `--pid 123`."""
+    p.add_argument("pid", nargs="?", type=PID, help="the decode loop's process id")
+    p.add_argument("--pid", dest="pid_opt", type=PID, metavar="PID", help="the same, as py-spy spells it")
+
+
+def resolve_pid(a) -> int:
+    """The one pid given, positionally or with --pid; UsageError if none or two different ones."""
+    prog = f"decodemon {a.command}"
+    pos, opt = getattr(a, "pid", None), getattr(a, "pid_opt", None)
+    if pos is not None and opt is not None and pos != opt:
+        raise UsageError(f"{prog}: two pids given ({pos} and --pid {opt}); give one (see `{prog} --help`)")
+    if pos is None and opt is None:
+        raise UsageError(f"{prog}: give the pid to watch: `{prog} PID` or `--pid PID` (see `{prog} --help`)")
+    return pos if pos is not None else opt
+
+
+def add_seconds(p, default, what: str) -> None:
+    """`--seconds S`, also spelled `--duration S`."""
+    p.add_argument("--seconds", "--duration", dest="seconds", type=bounded("--seconds", 0, 86400), default=default,
+                   metavar="S", help=what)
+
+
+def add_refresh(p) -> None:
+    """The app's screen refresh period."""
+    p.add_argument("--refresh", type=bounded("--refresh", 0.05, 60), default=None, metavar="S",
+                   help="seconds between screen refreshes (default 0.5; the screen's CPU runs beside the decode "
+                        "loop)")
+
+
+# --- the probe's settings --------------------------------------------------------------------------------------
+
+# each wire.Attach field's bounds: (lo, hi, whole number, lo allowed); a field not named here takes any finite
+# value of its type
+PROBE_BOUNDS = {
+    "window_period_s": (0, 3600, False, False), "window_tokens": (1, 64, True, True),
+    "window_min_tokens": (0, 10**9, True, True), "window_max_s": (0, 3600, False, False),
+    "window_budget": (1, 10**9, True, True), "pm_interval_us": (100, 1_000_000, True, True),
+    "nvml_hz": (0, 100, False, False), "first_window_s": (0, 3600, False, True),
+    "prepare_lead_tokens": (0, 64, True, True), "api_every": (0, 10**6, True, True),
+    "agent_tick_s": (0.01, 1.0, False, True), "pm_pump_s": (0.1, 10, False, True),
+}
+TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+# older spellings of `--probe KEY=VALUE`, accepted so that scripts passing them keep working, shown in no help
+PROBE_FLAGS = {
+    "--window-tokens": "window_tokens", "--window-min-tokens": "window_min_tokens",
+    "--first-window": "first_window_s", "--window-max": "window_max_s", "--window-budget": "window_budget",
+    "--prepare-lead": "prepare_lead_tokens", "--api-every": "api_every", "--agent-tick": "agent_tick_s",
+    "--pm-pump": "pm_pump_s", "--pm-interval-us": "pm_interval_us",
+}
+
+
+def probe_fields() -> dict:
+    """wire.Attach's field names with their defaults and types."""
+    import msgspec
+
+    return {f.name: (f.default, f.type) for f in msgspec.structs.fields(wire.Attach)}
+
+
+def probe_value(key: str, text: str, name: str | None = None):
+    """`text` as the value of Attach field `key`, checked; ArgumentTypeError with one line otherwise."""
+    name = name or key
+    default, typ = probe_fields()[key]
+    if typ is bool or isinstance(default, bool):
+        low = text.strip().lower()
+        if low not in TRUE + FALSE:
+            raise argparse.ArgumentTypeError(f"{name} must be true or false, not {text!r}")
+        return low in TRUE
+    if default is None and text.strip().lower() == "none":
+        return None
+    lo, hi, integer, allow_lo = PROBE_BOUNDS.get(key, (0, math.inf, typ is int, True))
+    return bounded(name, lo, hi, integer, allow_zero=allow_lo)(text)
+
+
+def probe_help() -> str:
+    """The `--probe help` listing: every key, its default and what it takes."""
+    lines = ["--probe KEY=VALUE keys (decodemon.probes.wire.Attach), with their defaults:"]
+    for key, (default, typ) in probe_fields().items():
+        if typ is bool or isinstance(default, bool):
+            takes = "true|false"
+        else:
+            lo, hi, integer, allow_lo = PROBE_BOUNDS.get(key, (0, math.inf, typ is int, True))
+            takes = f"{'whole ' if integer else ''}{'[' if allow_lo else '('}{lo:g}, {hi:g}]"
+            takes += " or none" if default is None else ""
+        lines.append(f"  {key:<22} {default!s:<8} {takes}")
+    return "\n".join(lines)
+
+
+class ProbeAction(argparse.Action):
+    """`--probe KEY=VALUE` (repeatable) into a list of (key, value); `--probe help` lists the keys and exits."""
+
+    def __call__(self, parser, namespace, text, option_string=None):
+        if text.strip() == "help":
+            print(probe_help())
+            parser.exit(0)
+        key, eq, value = text.partition("=")
+        key = key.strip()
+        if not eq:
+            parser.error(f"--probe takes KEY=VALUE, not {text!r} (`--probe help` lists the keys)")
+        if key not in probe_fields():
+            parser.error(f"--probe: no probe setting {key!r} (`--probe help` lists the keys)")
+        try:
+            parsed = probe_value(key, value)
+        except argparse.ArgumentTypeError as exc:
+            parser.error(f"--probe {text}: {exc}")
+        setattr(namespace, self.dest, [*(getattr(namespace, self.dest, None) or []), (key, parsed)])
+
+
+def add_probe(p) -> None:
+    """The probe options a user sets, and `--probe KEY=VALUE` for the rest."""
+    g = p.add_argument_group("probe")
+    g.add_argument("--window-period", type=bounded("--window-period", 0, 3600), default=None, metavar="S",
+                   help="seconds between traced windows (default 4)")
+    g.add_argument("--no-trace", action="store_true", help="no CUPTI windows: the token clock and counters only")
+    g.add_argument("--no-pm", action="store_true", help="no PM counter sampling")
+    g.add_argument("--probe", action=ProbeAction, default=[], metavar="KEY=VALUE",
+                   help="set any probe setting (repeatable); `--probe help` lists them")
+    for flag, key in PROBE_FLAGS.items():
+        conv = (lambda k, f: lambda s: probe_value(k, s, f))(key, flag)
+        g.add_argument(flag, dest=f"probe_{key}", type=conv, default=None, help=argparse.SUPPRESS)
+    g.add_argument("--release-gil", dest="probe_hold_gil", action="store_const", const=False, default=None,
+                   help=argparse.SUPPRESS)
+
+
+def attach_settings(a) -> wire.Attach:
+    """The wire.Attach a verb's options describe: defaults, the user's flags, then each `--probe` in order."""
+    fields = probe_fields()
+    kw = {}
+    if getattr(a, "window_period", None) is not None:
+        kw["window_period_s"] = a.window_period
+    if getattr(a, "no_trace", False):
+        kw["trace"] = False
+    if getattr(a, "no_pm", False):
+        kw["pm"] = False
+    for key in fields:
+        v = getattr(a, f"probe_{key}", None)
+        if v is not None:
+            kw[key] = v
+    for key, v in getattr(a, "probe", None) or []:
+        kw[key] = v
+    period = kw.get("window_period_s", fields["window_period_s"][0])
+    kw["window_max_s"] = max(kw.get("window_max_s", fields["window_max_s"][0]), period)
+    return wire.Attach(**kw)

@@ -1,0 +1,80 @@
+"""`decodemon attach PID`: watch a running decode loop in the app, or print one JSON summary (`--json`).
+
+A pid whose children are ranks of a tensor-parallel group (each with an agent) is watched as the group, every
+rank traced in its turn (`sources.staggered`)."""
+
+from __future__ import annotations
+
+import sys
+
+from decodemon.monitor.cli._common import (add_pid, add_probe, add_refresh, add_seconds, attach_settings,
+                                           need_terminal, print_json, resolve_pid)
+from decodemon.monitor.sources import collect, collect_many, staggered
+
+JSON_SECONDS = 10.0
+
+
+def add(sub) -> None:
+    """Register the verb."""
+    p = sub.add_parser("attach", help="watch a running decode loop (the app, or --json)",
+                       description="Attach to a decode loop started under `decodemon run` (or with the agent "
+                                   "loaded), watch it, and detach; the loop is never stopped.")
+    add_pid(p)
+    p.add_argument("--json", action="store_true", help="collect, print one JSON summary and detach")
+    add_seconds(p, None, f"seconds to watch, then detach (app: until q; --json: {JSON_SECONDS:g})")
+    add_probe(p)
+    add_refresh(p)
+    p.set_defaults(fn=run)
+
+
+def _collect_group(pids, settings, seconds):
+    """Attach to every rank at once (one thread each) for `seconds`, their traced windows staggered by rank."""
+    return collect_many(pids, staggered(settings, len(pids)), seconds,
+                        collect_one=lambda p, st, s: collect(p, st, s))
+
+
+def attach_json(pid: int, settings, seconds: float) -> int:
+    """Print the summary of `seconds` attached to `pid` (or to its group); 3 if it ended before a token."""
+    from decodemon.monitor.client import check_pid
+    from decodemon.monitor.ranks import combine, discover_ranks
+    from decodemon.monitor.render import summary_json
+
+    check_pid(pid)
+    pids = discover_ranks(pid)
+    if len(pids) > 1:
+        sessions = _collect_group(pids, settings, seconds)
+        errors = [str(s) for s in sessions if isinstance(s, Exception)]
+        snaps = [s.snapshot() for s in sessions if not isinstance(s, Exception)]
+        out = summary_json(snaps[0]) if snaps else {}
+        out["group"] = combine(snaps)
+        if errors:
+            out["group"]["errors"] = errors
+        print_json(out)
+        return 0
+    snap = collect(pid, settings, seconds).snapshot()
+    if snap.tokens is None and snap.ended:
+        print(f"decodemon attach: {snap.ended} before any tokens were measured", file=sys.stderr)
+        print_json(summary_json(snap))
+        return 3
+    print_json(summary_json(snap))
+    return 0
+
+
+def run(a) -> int:
+    """The app on the pid (or its group) until q or `--seconds`; with --json, the summary."""
+    pid = resolve_pid(a)
+    settings = attach_settings(a)
+    if a.json:
+        return attach_json(pid, settings, a.seconds or JSON_SECONDS)
+    need_terminal("attach")
+    from decodemon.monitor.app import run_app
+    from decodemon.monitor.client import check_pid
+    from decodemon.monitor.ranks import discover_ranks
+
+    check_pid(pid)
+    pids = discover_ranks(pid)
+    if len(pids) > 1:  # a tensor-parallel group: every rank side by side, under the group's figures
+        return run_app([str(p) for p in pids], settings=staggered(settings, len(pids)),
+                       labels=[f"rank {r} · pid {p}" for r, p in enumerate(pids)], group=True, refresh_s=a.refresh,
+                       quit_after_s=a.seconds)
+    return run_app([str(pid)], settings=settings, refresh_s=a.refresh, quit_after_s=a.seconds)

@@ -1,0 +1,75 @@
+"""`decodemon compare A B`: two sources side by side (pids or recordings), in the app or as JSON."""
+
+from __future__ import annotations
+
+from decodemon.monitor.cli._common import (add_probe, add_refresh, add_seconds, attach_settings, bounded,
+                                           need_terminal, print_json, without_tokens)
+
+JSON_SECONDS = 10.0
+# the figures whose ratio B/A says what a change did
+RATIOS = ("ms_per_token", "tokens_per_s", "launches_per_token", "kernel_sum_ms_per_token", "gpu_busy_pct",
+          "bytes_per_token")
+
+
+def add(sub) -> None:
+    """Register the verb."""
+    p = sub.add_parser("compare", help="two sources side by side (pids or recordings)",
+                       description="Two runs side by side: before and after a change, eager and graphed.")
+    p.add_argument("a", metavar="A", help="a pid or a .dmon recording")
+    p.add_argument("b", metavar="B", help="a pid or a .dmon recording")
+    p.add_argument("--json", action="store_true", help="print both summaries and the ratios B/A")
+    add_seconds(p, None, f"pids: seconds to watch (app: until q; --json: {JSON_SECONDS:g})")
+    p.add_argument("--speed", type=bounded("--speed", 0, 1000), default=1.0, help="recordings: playback speed")
+    p.add_argument("--at", type=bounded("--at", 0.0, 1e6, allow_zero=True), default=None, metavar="S",
+                   help="recordings: start at this many seconds")
+    p.add_argument("--paused", action="store_true", help="recordings: open paused")
+    add_probe(p)
+    add_refresh(p)
+    p.set_defaults(fn=run)
+
+
+def _ratio(b, a):
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and a:
+        return round(b / a, 4)
+    return None
+
+
+def compare_json(snap_a, snap_b) -> dict:
+    """Both summaries, and B over A for the figures a change moves."""
+    from decodemon.monitor.render import summary_json
+
+    ja, jb = summary_json(snap_a), summary_json(snap_b)
+    return {"a": ja, "b": jb, "b_over_a": {k: _ratio(jb.get(k), ja.get(k)) for k in RATIOS},
+            "verdicts": [ja.get("verdict"), jb.get("verdict")]}
+
+
+def collect_both(specs, settings, seconds) -> list:
+    """Both sources read at once (two pids are watched over the same seconds); the first failure is raised."""
+    from decodemon.monitor.sources import collect_many
+
+    sessions = collect_many(list(specs), settings, seconds)
+    for s in sessions:
+        if isinstance(s, Exception):
+            raise s
+    return [s.snapshot() for s in sessions]
+
+
+def run(a) -> int:
+    """The app on both, or their JSON."""
+    from decodemon.monitor.sources import source_of
+
+    for s in (a.a, a.b):
+        source_of(s)
+    settings = attach_settings(a)
+    if a.json:
+        snaps = collect_both((a.a, a.b), settings, a.seconds or JSON_SECONDS)
+        empty = without_tokens("compare", snaps)
+        if empty is not None:
+            return empty
+        print_json(compare_json(*snaps))
+        return 0
+    need_terminal("compare")
+    from decodemon.monitor.app import run_app
+
+    return run_app([a.a, a.b], settings=settings, speed=a.speed, start_at_s=a.at, paused=a.paused,
+                   refresh_s=a.refresh, quit_after_s=a.seconds)

@@ -1,0 +1,48 @@
+"""`decodemon diagnose --ms-per-token ...`: the method's arithmetic from numbers alone (no GPU, no process)."""
+
+from __future__ import annotations
+
+from decodemon.monitor.cli._common import UsageError, bounded, print_json
+
+
+def add(sub) -> None:
+    """Register the verb."""
+    p = sub.add_parser("diagnose", help="the verdict from numbers alone (no GPU)",
+                       description="Name the binding ceiling from figures you measured yourself.")
+    p.add_argument("--ms-per-token", type=bounded("--ms-per-token", 0, 1e7), metavar="MS")
+    p.add_argument("--launches-per-token", type=bounded("--launches-per-token", 0, 1e9), metavar="N")
+    p.add_argument("--bytes-per-token", type=bounded("--bytes-per-token", 0, 1e15), metavar="B",
+                   help="bytes read from memory per token (weights plus KV cache)")
+    p.add_argument("--bandwidth-gbs", type=bounded("--bandwidth-gbs", 0, 1e7), metavar="GBS",
+                   help="the device's memory bandwidth in GB/s")
+    p.add_argument("--collectives-per-token", type=bounded("--collectives-per-token", 0.0, 1e7, allow_zero=True),
+                   metavar="N")
+    p.add_argument("--us-per-collective", type=bounded("--us-per-collective", 0, 1e9), metavar="US")
+    p.add_argument("--speedup", type=bounded("--speedup", 0, 1e6), metavar="X",
+                   help="with --n: the speedup measured at N ranks, for the serial fraction")
+    p.add_argument("--n", type=bounded("--n", 0, 1e6, True), metavar="N", help="the rank count of --speedup")
+    p.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    p.set_defaults(fn=run)
+
+
+def run(a) -> int:
+    """Print the verdict for the numbers given."""
+    from decodemon.monitor import diagnosis as dx
+    from decodemon.monitor.render import diagnose_text
+
+    if (a.speedup is None) != (a.n is None):
+        raise UsageError("decodemon diagnose: --speedup and --n go together (see `decodemon diagnose --help`)")
+    if a.us_per_collective is not None and a.collectives_per_token is None:
+        raise UsageError("decodemon diagnose: --us-per-collective needs --collectives-per-token "
+                         "(see `decodemon diagnose --help`)")
+    if a.n is not None and a.n < 2:
+        raise UsageError("decodemon diagnose: --n must be at least 2 for a serial fraction")
+    inp = dx.Inputs(ms_per_token=a.ms_per_token, launches_per_token=a.launches_per_token,
+                    bytes_per_token=a.bytes_per_token, bandwidth_gbs=a.bandwidth_gbs,
+                    collectives_per_token=a.collectives_per_token, us_per_collective=a.us_per_collective)
+    d = dx.diagnose(inp, speedup=a.speedup, n=a.n)
+    if a.json:
+        print_json(d.as_json())
+    else:
+        print(diagnose_text(d))
+    return 0

@@ -1,0 +1,38 @@
+"""`decodemon record PID -o FILE`: attach for some seconds and write what arrived as a `.dmon` recording.
+
+The file appears only once the recording is whole and holds at least one token (`sources.collect_pid`)."""
+
+from __future__ import annotations
+
+import sys
+
+from decodemon.monitor.cli._common import add_pid, add_probe, add_seconds, attach_settings, print_json, resolve_pid
+
+
+def add(sub) -> None:
+    """Register the verb."""
+    p = sub.add_parser("record", help="attach and write a .dmon recording",
+                       description="Attach to a decode loop for --seconds and write a recording that `decodemon "
+                                   "replay` plays back. A record that measured no token leaves no file.")
+    add_pid(p)
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help="the recording to write (.dmon)")
+    add_seconds(p, 20.0, "seconds to record (default 20; Ctrl-C stops early and keeps the file)")
+    p.add_argument("--json", action="store_true", help="also print the recording's JSON summary")
+    add_probe(p)
+    p.set_defaults(fn=run)
+
+
+def run(a) -> int:
+    """Record, then say what was written."""
+    from decodemon.monitor.sources import check_output, collect_pid
+
+    pid = resolve_pid(a)
+    check_output(a.output)  # before attaching: a bad path costs the target nothing
+    snap = collect_pid(pid, attach_settings(a), a.seconds, record_to=a.output).snapshot()
+    print(f"decodemon record: {snap.tokens_total} tokens, {snap.windows_seen} traced windows written to {a.output}",
+          file=sys.stderr)
+    if a.json:
+        from decodemon.monitor.render import summary_json
+
+        print_json({"recording": str(a.output), **summary_json(snap)})
+    return 0

@@ -1,0 +1,54 @@
+"""`decodemon replay FILE ...`: play recordings in the app, or summarise them (`--json`).
+
+Several files are the ranks of one tensor-parallel group, shown as the group (two runs side by side:
+`decodemon compare`)."""
+
+from __future__ import annotations
+
+from decodemon.monitor.cli._common import (UsageError, add_refresh, bounded, need_terminal, print_json,
+                                           without_tokens)
+
+
+def add(sub) -> None:
+    """Register the verb."""
+    p = sub.add_parser("replay", help="play a recording in the app, or summarise it with --json",
+                       description="Play .dmon recordings on a virtual clock (space pauses, arrows seek), or print "
+                                   "the summary. Several files: one per rank of a tensor-parallel group.")
+    p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("--json", action="store_true", help="print the summary instead of opening the app")
+    p.add_argument("--speed", type=bounded("--speed", 0, 1000), default=1.0, help="playback speed (default 1)")
+    p.add_argument("--at", type=bounded("--at", 0.0, 1e6, allow_zero=True), default=None, metavar="S",
+                   help="start at this many seconds into the recording")
+    p.add_argument("--paused", action="store_true", help="open paused (space plays)")
+    add_refresh(p)
+    p.set_defaults(fn=run)
+
+
+def run(a) -> int:
+    """The summary (--json) or the app."""
+    from decodemon.monitor.sources import source_of
+
+    for f in a.files:
+        if source_of(f)[0] == "pid":
+            raise UsageError(f"decodemon replay: {f}: replay takes recordings; to watch a live pid use "
+                             f"`decodemon attach {f}`")
+    if a.json:
+        from decodemon.monitor.render import summary_json
+        from decodemon.monitor.sources import collect_recording
+
+        snaps = [collect_recording(f).snapshot() for f in a.files]
+        empty = without_tokens("replay", snaps)
+        if empty is not None:
+            return empty
+        out = summary_json(snaps[0])
+        if len(snaps) > 1:  # one recording per rank: the group view, as `attach --json` shows it live
+            from decodemon.monitor.ranks import combine
+
+            out["group"] = combine(snaps)
+        print_json(out)
+        return 0
+    need_terminal("replay")
+    from decodemon.monitor.app import run_app
+
+    return run_app(a.files, speed=a.speed, start_at_s=a.at, paused=a.paused, group=len(a.files) > 1,
+                   refresh_s=a.refresh)

@@ -1,0 +1,87 @@
+"""`decodemon scaling ONE MANY`: Amdahl's serial fraction from a run at N1 ranks and one at N (recordings)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from decodemon.monitor.cli._common import UsageError, bounded, print_json
+
+STALE = ("the binding ceiling differs between the two runs: the figure mixes two bottlenecks; re-derive it once "
+         "the change has settled")
+FRESH = "re-derive after every win: a serial fraction measured before an optimisation is not valid after it"
+
+
+def add(sub) -> None:
+    """Register the verb."""
+    p = sub.add_parser("scaling", help="Amdahl's serial fraction from two recordings at different rank counts",
+                       description="The serial fraction s from the speedup between a run at N1 ranks (the "
+                                   "baseline, usually TP=1) and one at N ranks.")
+    p.add_argument("one", metavar="BASELINE", help="recording at the lower rank count (usually TP=1)")
+    p.add_argument("many", metavar="SCALED", help="recording at N ranks")
+    p.add_argument("--n", type=bounded("--n", 0, 1e6, True), default=None,
+                   help="ranks of the second run (default: from its model facts)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(fn=run)
+
+
+def _timed(path: str):
+    from decodemon.monitor.sources import collect_recording
+
+    if not Path(path).is_file():
+        raise UsageError(f"decodemon scaling: {path}: no such recording")
+    snap = collect_recording(path).snapshot()
+    if snap.tokens is None:
+        raise UsageError(f"decodemon scaling: {path} has no token timing")
+    return snap
+
+
+def _ranks(a, s1, sn) -> tuple[int, int]:
+    """(N1, N), checked: the baseline has fewer ranks."""
+    n1 = s1.model.tp_degree if s1.model else 1
+    nn = a.n or (sn.model.tp_degree if sn.model else 1)
+    if nn > n1:
+        return n1, nn
+    if a.n is None and nn < n1:
+        raise UsageError(f"decodemon scaling: {a.one} has {n1} ranks and {a.many} {nn}: the run with fewer ranks "
+                         f"is the baseline and goes first: `decodemon scaling {a.many} {a.one}`")
+    if a.n is None:
+        raise UsageError(f"decodemon scaling: both recordings have {n1} rank(s) in their model facts: give the "
+                         f"second run's rank count with --n")
+    raise UsageError(f"decodemon scaling: --n {nn} must be more than the baseline's {n1} ranks")
+
+
+def scaling_result(a, s1, sn) -> dict:
+    """The serial fraction and whether Amdahl's law explains the two runs."""
+    from decodemon.monitor.ranks import serial_fraction_of_runs
+
+    n1, nn = _ranks(a, s1, sn)
+    ms1, msn = s1.tokens.ms_per_token, sn.tokens.ms_per_token
+    s = serial_fraction_of_runs(ms1, n1, msn, nn)
+    stale = s1.rolling.ceiling != sn.rolling.ceiling
+    applies = 0.0 <= s <= 1.0
+    res = {"n1": n1, "n": nn, "ms_per_token_n1": round(ms1, 4), "ms_per_token_n": round(msn, 4),
+           "speedup": round(ms1 / msn, 4), "serial_fraction": round(s, 4),
+           "verdicts": [s1.rolling.ceiling, sn.rolling.ceiling], "stale": stale, "amdahl_applies": applies,
+           "note": STALE if stale else FRESH}
+    if not applies:
+        how = "slower than" if s > 1 else f"more than {round(nn / n1)}x faster than"
+        res["note"] = (f"{nn} ranks are {how} {n1}: no serial fraction between 0 and 1 explains that, so Amdahl's "
+                       "law does not apply (work that grows with the rank count, such as the all-reduces, or a "
+                       "change between the runs); s is the algebra's value only")
+    return res
+
+
+def run(a) -> int:
+    """Print the serial fraction."""
+    res = scaling_result(a, _timed(a.one), _timed(a.many))
+    if a.json:
+        print_json(res)
+        return 0
+    note = ""
+    if not res["amdahl_applies"]:
+        note = f" ({res['note']})"
+    elif res["stale"]:
+        note = f" (STALE: {res['note']})"
+    print(f"speedup {res['speedup']:.3f}x at N={res['n']} over N={res['n1']}: serial fraction "
+          f"s = {res['serial_fraction']:.3f}{note}")
+    return 0

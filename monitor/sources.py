@@ -1,0 +1,212 @@
+"""Read a source into a `Session`: a live pid for some seconds, or a recording to its end.
+
+The CLI, the public API (`decodemon.monitor.api`) and the tests all read sources through `collect`, so a
+live attach, a recording being written and a replay take one path. Nothing here imports textual.
+
+A recording is written to a hidden temporary file beside its target and renamed into place only once at
+least one token was measured: a failed `record` (no agent, a target that went away, an unwritable path)
+leaves no file behind, and a reader never sees a half-written target.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from decodemon.monitor.client import SourceError, live_frames, recording_frames
+from decodemon.probes import wire
+
+VERSION = "0.1.0"
+
+
+class NothingMeasured(SourceError):
+    """The source ended (or the time ran out) before a single token was measured."""
+
+
+def source_of(spec) -> tuple[str, object]:
+    """("pid", int) for digits, ("file", path) for an existing path; SourceError otherwise."""
+    spec = str(spec)
+    if spec.isdigit() or (spec.startswith("-") and spec[1:].isdigit()):
+        return ("pid", int(spec))
+    if not Path(spec).exists():
+        raise SourceError(f"{spec}: no such recording file and not a pid")
+    return ("file", spec)
+
+
+def check_output(path) -> Path:
+    """The output path, or SourceError saying in one line why nothing can be written there."""
+    p = Path(path)
+    parent = p.parent if str(p.parent) else Path(".")
+    if p.is_dir():
+        raise SourceError(f"cannot write {path}: it is a directory (give a file name)")
+    if not parent.exists():
+        raise SourceError(f"cannot write {path}: no directory {parent}")
+    if not parent.is_dir():
+        raise SourceError(f"cannot write {path}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise SourceError(f"cannot write {path}: {parent} is not writable")
+    _temp_beside(p).unlink()  # what access() cannot tell (root, read-only mounts, /proc): try it
+    return p
+
+
+def _temp_beside(path: Path) -> Path:
+    """A new hidden file in `path`'s directory (so the final rename stays on one filesystem)."""
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", prefix=f".{path.name}.",
+                                   suffix=".part")
+    except OSError as exc:
+        raise SourceError(f"cannot write {path}: {exc.strerror or exc}") from None
+    os.close(fd)
+    return Path(tmp)
+
+
+def write_text_whole(path, text: str) -> None:
+    """Write `text` to `path` through a temporary file beside it, so a failure leaves no partial file."""
+    target = check_output(path)
+    tmp = _temp_beside(target)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, target)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise SourceError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+class _Recorder:
+    """Frames of a live source into a temporary file, renamed to the target by `keep()`."""
+
+    def __init__(self, target, pid: int) -> None:
+        self.target = check_output(target)
+        self.pid = pid
+        self.tmp: Path | None = None
+        self.writer = None
+
+    def write(self, rx: int, payload: bytes, frame) -> None:
+        """Store one frame (the file is made at the first one, so a source that never answered leaves none)."""
+        if isinstance(frame, wire.RecordingHeader):
+            return
+        if self.writer is None:
+            self.tmp = _temp_beside(self.target)
+            header = wire.RecordingHeader(wire_version=wire.WIRE_VERSION, created_unix_s=time.time(),
+                                          decodemon_version=VERSION, source=f"pid {self.pid}")
+            try:
+                self.writer = wire.RecordingWriter(self.tmp, header)
+            except OSError as exc:
+                self.discard()
+                raise SourceError(f"cannot write {self.target}: {exc.strerror or exc}") from None
+        if payload:
+            self.writer.write_payload(payload, rx)
+        else:
+            self.writer.write(frame, rx)
+
+    def keep(self) -> None:
+        """Close the file and move it into place."""
+        if self.writer is not None:
+            self.writer.close()
+        if self.tmp is not None:
+            os.replace(self.tmp, self.target)
+            self.tmp = None
+
+    def discard(self) -> None:
+        """Close and delete the temporary file, if any."""
+        if self.writer is not None:
+            try:
+                self.writer.close()
+            except OSError:
+                pass
+            self.writer = None
+        if self.tmp is not None:
+            self.tmp.unlink(missing_ok=True)
+            self.tmp = None
+
+
+def _feed(sess, frames, on_frame=None, recorder: _Recorder | None = None):
+    for rx, payload, frame in frames:
+        if recorder is not None:
+            recorder.write(rx, payload, frame)
+        sess.add(rx, frame)
+        if on_frame:
+            on_frame(rx, frame)
+    return sess
+
+
+def collect_recording(path, on_frame=None):
+    """Read a recording to its end into a Session."""
+    from decodemon.monitor.session import Session
+
+    return _feed(Session(label=str(path)), recording_frames(str(path)), on_frame)
+
+
+def collect_pid(pid: int, settings: wire.Attach | None = None, seconds: float | None = None, record_to=None,
+                on_frame=None):
+    """Attach to `pid` for `seconds` into a Session; with `record_to`, also write what arrived as a recording.
+
+    A recording is kept only if a token was measured; otherwise NothingMeasured says why and no file is left.
+    Ctrl-C ends the attach early and keeps what was recorded, then re-raises."""
+    from decodemon.monitor.session import Session
+
+    sess = Session(label=str(pid))
+    recorder = _Recorder(record_to, pid) if record_to else None
+    interrupted = False
+    try:
+        _feed(sess, live_frames(pid, settings, seconds), on_frame, recorder)
+    except KeyboardInterrupt:
+        if recorder is None:
+            raise
+        interrupted = True
+    except BaseException:
+        if recorder is not None:
+            recorder.discard()
+        raise
+    if recorder is not None:
+        snap = sess.snapshot()
+        if not snap.tokens_total:
+            recorder.discard()
+            why = snap.ended or (f"pid {pid} decoded no token in {seconds:g} s" if seconds else
+                                 f"pid {pid} decoded no token")
+            raise NothingMeasured(f"{why}; no token was measured, nothing written to {record_to}")
+        recorder.keep()
+    if interrupted:
+        raise KeyboardInterrupt
+    return sess
+
+
+def collect(spec, settings=None, seconds=None, record_to=None, on_frame=None):
+    """Read a source to its end (a recording) or for `seconds` (a pid) into a Session; optionally record it."""
+    kind, val = source_of(spec)
+    if kind == "pid":
+        return collect_pid(val, settings, seconds, record_to, on_frame)
+    return collect_recording(val, on_frame)
+
+
+def staggered(settings: wire.Attach, ranks: int) -> list[wire.Attach]:
+    """One rank traced at a time: rank r's first window r/N of a period after rank 0's."""
+    import msgspec
+
+    return [msgspec.structs.replace(settings, first_window_s=0.5 + r * settings.window_period_s / ranks)
+            for r in range(ranks)]
+
+
+def collect_many(specs, settings, seconds, collect_one=None) -> list:
+    """Read several sources at once (one thread each); a source that fails gives its exception in its place.
+
+    `settings` is one Attach for all, or a list with one per source."""
+    collect_one = collect_one or collect
+    each = settings if isinstance(settings, list) else [settings] * len(specs)
+    out: dict[int, object] = {}
+
+    def one(i, spec, st):
+        try:
+            out[i] = collect_one(spec, st, seconds)
+        except (SourceError, wire.WireError) as exc:
+            out[i] = exc
+
+    threads = [threading.Thread(target=one, args=(i, s, st)) for i, (s, st) in enumerate(zip(specs, each))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return [out[i] for i in range(len(specs))]

@@ -1,0 +1,102 @@
+"""Where results go: `-o` paths that cannot be written, and recordings that hold nothing."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import REC, assert_one_line_error, cli
+
+FAKE_AGENT = """
+import os, socket
+from decodemon.probes import wire
+path = wire.socket_path(os.getpid())
+path.parent.mkdir(parents=True, exist_ok=True)
+srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+srv.bind(str(path))
+srv.listen(1)
+print("ready", flush=True)
+conn, _ = srv.accept()
+conn.recv(1 << 16)
+conn.close()  # the target goes away before it decoded a token
+srv.close()
+os.unlink(path)
+"""
+
+
+def bad_outputs(tmp_path):
+    """A missing directory, an existing directory, a file used as a directory, a place nobody may write."""
+    (tmp_path / "plain").write_text("x")
+    return {"missing dir": tmp_path / "nope" / "x.dmon", "a directory": tmp_path,
+            "file as dir": tmp_path / "plain" / "x.dmon", "unwritable": "/proc/decodemon-out.dmon"}
+
+
+@pytest.fixture
+def sleeper():
+    p = subprocess.Popen(["sleep", "60"])
+    yield p
+    p.kill()
+    p.wait()
+
+
+@pytest.mark.parametrize("case", ["missing dir", "a directory", "file as dir", "unwritable"])
+def test_record_to_a_bad_output_is_one_line_and_leaves_nothing(tmp_path, sleeper, case):
+    out = bad_outputs(tmp_path)[case]
+    before = sorted(os.listdir(tmp_path))
+    r = cli("record", sleeper.pid, "-o", out, "--seconds", "1")
+    assert_one_line_error(r)
+    assert str(out) in r.stderr
+    assert sorted(os.listdir(tmp_path)) == before
+
+
+@pytest.mark.parametrize("case", ["missing dir", "a directory", "file as dir", "unwritable"])
+def test_report_to_a_bad_output_is_one_line(tmp_path, case):
+    out = bad_outputs(tmp_path)[case]
+    r = cli("report", REC["graph"], "-o", out)
+    assert_one_line_error(r)
+    assert str(out) in r.stderr and r.stdout == ""
+
+
+def test_report_writes_its_file_whole(tmp_path):
+    out = tmp_path / "DIAGNOSIS.md"
+    r = cli("report", REC["graph"], "--output", out)
+    assert r.returncode == 0, r.stderr
+    assert out.read_text().startswith("#") and os.listdir(tmp_path) == ["DIAGNOSIS.md"]
+
+
+def test_record_of_a_process_without_agent_leaves_no_file(tmp_path, sleeper):
+    out = tmp_path / "x.dmon"
+    r = cli("record", sleeper.pid, "-o", out, "--seconds", "1")
+    assert_one_line_error(r)
+    assert os.listdir(tmp_path) == []
+
+
+def test_record_of_a_target_that_goes_away_leaves_no_file(tmp_path):
+    target = subprocess.Popen([sys.executable, "-c", FAKE_AGENT], stdout=subprocess.PIPE, text=True)
+    try:
+        assert target.stdout.readline().strip() == "ready"
+        out = tmp_path / "x.dmon"
+        r = cli("record", target.pid, "-o", out, "--seconds", "5")
+        assert_one_line_error(r, rc=3)
+        assert "went away" in r.stderr and "nothing written" in r.stderr
+        assert os.listdir(tmp_path) == []
+    finally:
+        target.kill()
+        target.wait()
+
+
+def test_a_header_only_recording_is_not_zero_tokens_and_success(tmp_path):
+    from decodemon.probes import wire
+
+    path = tmp_path / "header.dmon"
+    w = wire.RecordingWriter(path, wire.RecordingHeader(wire_version=wire.WIRE_VERSION, created_unix_s=time.time(),
+                                                        decodemon_version="0", source="pid 1"))
+    w.close()
+    for verb in (["replay", path, "--json"], ["report", path, "--json"], ["compare", path, REC["graph"], "--json"]):
+        r = cli(*verb)
+        assert_one_line_error(r, rc=3)
+        assert str(path) in r.stderr and "no tokens" in r.stderr

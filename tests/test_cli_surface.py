@@ -1,0 +1,137 @@
+"""The verbs' surface: the options a user sets, py-spy's spellings, `--probe` for the rest, short help,
+`--json` wherever a result is printed, and errors that point at the verb's own help."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from decodemon.probes import wire
+from tests.conftest import REC, assert_one_line_error, cli
+
+VERBS = ["run", "attach", "record", "replay", "report", "diagnose", "compare", "scaling", "allreduce", "demo"]
+TP = os.path.join(os.path.dirname(__file__), "data")
+
+
+def settings(*argv):
+    from decodemon.monitor.cli import _attach_settings, build_parser
+
+    return _attach_settings(build_parser().parse_args(list(argv)))
+
+
+def help_of(*verb):
+    env = dict(os.environ, COLUMNS="100")
+    r = subprocess.run([sys.executable, "-m", "decodemon.monitor.cli", *verb, "--help"], capture_output=True,
+                       text=True, env=env, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+@pytest.mark.parametrize("verb", [None, *VERBS])
+def test_every_help_fits_in_forty_lines_and_tells_no_history(verb):
+    text = help_of(*([verb] if verb else []))
+    assert len(text.splitlines()) <= 40, text
+    for told in (r"\bsession\b", r"\bruns? \d", r"until the \w+th", r"§", r"scripts/", r"seeds?\b"):
+        assert not re.search(told, text, re.I), (told, text)
+
+
+@pytest.mark.parametrize("verb", ["attach", "record", "report", "compare"])
+def test_the_expert_knobs_are_not_on_the_verbs(verb):
+    text = help_of(verb)
+    assert "--probe" in text and "--no-trace" in text and "--no-pm" in text
+    for knob in ("--window-budget", "--prepare-lead", "--api-every", "--agent-tick", "--pm-pump", "--release-gil",
+                 "--pm-interval-us", "--window-min-tokens", "--first-window"):
+        assert knob not in text, knob
+
+
+def test_probe_sets_any_attach_field():
+    s = settings("attach", "1", "--probe", "hold_gil=false", "--probe", "agent_tick_s=0.05",
+                 "--probe", "window_budget=7", "--probe", "first_window_s=2.5", "--probe", "api_every=0")
+    assert (s.hold_gil, s.agent_tick_s, s.window_budget, s.first_window_s, s.api_every) == (False, 0.05, 7, 2.5, 0)
+    assert wire.decode_control(wire.encode(s)) == s
+    assert settings("attach", "1") == wire.Attach()
+    assert settings("record", "1", "-o", "x.dmon", "--no-trace", "--no-pm", "--window-period", "2") == \
+        wire.Attach(trace=False, pm=False, window_period_s=2.0)
+    assert settings("attach", "1", "--probe", "first_window_s=none").first_window_s is None
+
+
+def test_probe_help_lists_every_key_with_its_default():
+    r = cli("attach", "--probe", "help")
+    assert r.returncode == 0, r.stderr
+    for f in wire.Attach.__struct_fields__:
+        assert re.search(rf"^\s*{f}\s.*{re.escape(str(getattr(wire.Attach(), f)))}", r.stdout, re.M), f
+
+
+@pytest.mark.parametrize("bad, says", [
+    ("no_such_key=1", "no_such_key"), ("agent_tick_s=0", "agent_tick_s"), ("window_budget=many", "window_budget"),
+    ("hold_gil=maybe", "hold_gil"), ("api_every=2.5", "api_every"), ("window_tokens", "KEY=VALUE"),
+    ("pm_pump_s=inf", "pm_pump_s"),
+])
+def test_a_bad_probe_key_or_value_is_one_line(bad, says):
+    r = cli("attach", "123", "--json", "--probe", bad)
+    assert_one_line_error(r)
+    assert says in r.stderr and "decodemon attach --help" in r.stderr
+
+
+@pytest.mark.parametrize("verb, given", [
+    ("attach", ["123"]), ("record", ["123", "-o", "x.dmon"]), ("report", [REC["graph"]]), ("replay", [REC["graph"]]),
+    ("diagnose", []), ("scaling", [REC["eager"], REC["graph"]]), ("compare", [REC["eager"], REC["graph"]]),
+    ("demo", []),
+])
+def test_unrecognized_arguments_point_at_the_verbs_help(verb, given):
+    r = cli(verb, *given, "--definitely-not-an-option")
+    assert_one_line_error(r)
+    assert f"`decodemon {verb} --help`" in r.stderr and "--definitely-not-an-option" in r.stderr
+
+
+@pytest.mark.parametrize("verb", ["attach", "record", "report", "replay", "compare", "scaling"])
+def test_a_missing_argument_points_at_the_verbs_help(verb):
+    r = cli(verb)
+    assert_one_line_error(r)
+    assert f"`decodemon {verb} --help`" in r.stderr
+
+
+def test_pyspy_spellings():
+    from decodemon.monitor.cli import build_parser, resolve_pid
+
+    p = build_parser()
+    for argv in (["attach", "77"], ["attach", "--pid", "77"], ["record", "--pid", "77", "--output", "x.dmon"]):
+        assert resolve_pid(p.parse_args(argv)) == 77
+    a = p.parse_args(["record", "--pid", "77", "-o", "x.dmon", "--duration", "3"])
+    assert (a.output, a.seconds) == ("x.dmon", 3.0)
+    assert_one_line_error(cli("attach", "--json"))  # no pid at all
+    r = cli("attach", "5", "--pid", "6", "--json")  # two different pids
+    assert_one_line_error(r)
+    assert "5" in r.stderr and "6" in r.stderr
+
+
+def test_record_prints_json_when_asked(tmp_path):
+    r = cli("record", "--pid", 4_000_000, "-o", tmp_path / "x.dmon", "--json")
+    assert_one_line_error(r)  # the flag exists; the pid does not
+    assert "no process with pid 4000000" in r.stderr
+
+
+def test_compare_json_has_both_summaries_and_the_ratios():
+    r = cli("compare", REC["eager"], REC["graph"], "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    a, b = d["a"], d["b"]
+    assert a["source"] == str(REC["eager"]) and b["source"] == str(REC["graph"])
+    assert a["verdict"] and b["verdict"]
+    ratio = d["b_over_a"]
+    assert ratio["ms_per_token"] == pytest.approx(b["ms_per_token"] / a["ms_per_token"], rel=1e-3)
+    assert ratio["launches_per_token"] == pytest.approx(b["launches_per_token"] / a["launches_per_token"], rel=1e-3)
+
+
+def test_scaling_in_reverse_order_says_which_goes_first():
+    one, many = os.path.join(TP, "h200_tp1_graph_rank0.dmon"), os.path.join(TP, "h200_tp2_graph_rank0.dmon")
+    r = cli("scaling", many, one)
+    assert_one_line_error(r)
+    assert "fewer ranks" in r.stderr and f"decodemon scaling {one} {many}" in r.stderr
+    assert "give --n" not in r.stderr
+    assert cli("scaling", one, many, "--json").returncode == 0

@@ -1,0 +1,55 @@
+"""The app needs a terminal: to a pipe each app verb answers at once (a summary or a one-line hint)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import REC, assert_one_line_error
+
+
+def through_a_pipe(*args):
+    """Run `decodemon ARGS | cat`-style: stdout and stdin are pipes, never a terminal."""
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "decodemon.monitor.cli", *map(str, args)], stdin=subprocess.PIPE,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=5)
+    return r, time.monotonic() - t0
+
+
+@pytest.fixture
+def sleeper():
+    p = subprocess.Popen(["sleep", "60"])
+    yield p
+    p.kill()
+    p.wait()
+
+
+@pytest.mark.parametrize("verb", ["replay", "compare", "demo", "attach"])
+def test_the_app_verbs_through_a_pipe_exit_at_once_with_a_hint(verb, sleeper):
+    args = {"replay": ["replay", REC["graph"]], "compare": ["compare", REC["eager"], REC["graph"]],
+            "demo": ["demo", "--replay"], "attach": ["attach", sleeper.pid]}[verb]
+    r, took_s = through_a_pipe(*args)
+    assert_one_line_error(r)
+    assert "not a terminal" in r.stderr and "--json" in r.stderr
+    assert r.stdout == "" and took_s < 5
+
+
+def test_attach_seconds_quits_the_app(monkeypatch):
+    """`attach PID --seconds 3` opens the app for three seconds; without it the app stays until `q`."""
+    from decodemon.monitor import app as app_mod
+    from decodemon.monitor import client, ranks
+    from decodemon.monitor.cli import main
+
+    seen = []
+    monkeypatch.setattr(app_mod, "run_app", lambda specs, **kw: seen.append(kw.get("quit_after_s")) or 0)
+    monkeypatch.setattr(client, "check_pid", lambda pid, inject=True: None)
+    monkeypatch.setattr(ranks, "discover_ranks", lambda pid: [pid])
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: True)
+    assert main(["attach", "4242", "--seconds", "3"]) == 0
+    assert main(["attach", "4242", "--duration", "2.5"]) == 0
+    assert main(["attach", "4242"]) == 0
+    assert seen == [3.0, 2.5, None]
