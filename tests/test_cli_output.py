@@ -100,3 +100,11 @@ def test_a_header_only_recording_is_not_zero_tokens_and_success(tmp_path):
         r = cli(*verb)
         assert_one_line_error(r, rc=3)
         assert str(path) in r.stderr and "no tokens" in r.stderr
+
+
+def test_run_with_a_bad_pid_file_starts_nothing(tmp_path):
+    marker = tmp_path / "started"
+    r = cli("run", "--pid-file", tmp_path / "nope" / "pid", "--", sys.executable, "-c",
+            f"open({str(marker)!r}, 'w').close()")
+    assert_one_line_error(r)
+    assert "nope" in r.stderr and not marker.exists()
