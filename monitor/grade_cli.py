@@ -1,0 +1,52 @@
+"""`decodemon grade SOURCE`: measure again and grade the latest open prediction of the same loop.
+
+The grade is "right number, right reason", "right number, other reason" (the ceiling moved in a way nobody
+predicted) or "wrong", with the new ceiling and the measured change (`decodemon.monitor.ledger`)."""
+
+from __future__ import annotations
+
+import sys
+
+from decodemon.monitor import ledger
+from decodemon.monitor.cli._common import UsageError, print_json
+from decodemon.monitor.predict_cli import add_source_opts, measure, read_ledger
+
+
+def add_parser(subparsers) -> None:
+    """Register `grade`."""
+    p = subparsers.add_parser("grade", help="measure again and grade the latest open prediction",
+                              description="Measure SOURCE and grade the latest ungraded prediction of the same loop "
+                                          "in the ledger; the grade is appended to it.")
+    add_source_opts(p)
+    p.add_argument("--markdown", action="store_true", help="then print the whole ledger as Markdown")
+    p.set_defaults(fn=run)
+
+
+add = add_parser
+
+
+def run(a) -> int:
+    """Measure, grade, append, print the grade; exit 3 when there is no open prediction for the loop."""
+    try:
+        entries = read_ledger(a.ledger)
+        if not ledger.open_predictions(entries):
+            print(f"decodemon grade: no open prediction in {a.ledger} (`decodemon predict` writes one)",
+                  file=sys.stderr)
+            return 3
+        summary, label = measure(a)
+        todo = ledger.open_predictions(entries, label)
+        if not todo:
+            labels = sorted({e["source"] for e in ledger.open_predictions(entries)})
+            print(f"decodemon grade: no open prediction for {label}; open ones are for {', '.join(labels)} "
+                  "(--label NAME picks one)", file=sys.stderr)
+            return 3
+        g = ledger.grade(todo[-1], summary)
+        ledger.append(a.ledger, g)
+    except ledger.LedgerError as exc:
+        raise UsageError(f"decodemon grade: {exc}") from None
+    print(f"decodemon grade: {label}, prediction {g['prediction']}: {g['text']}")
+    if a.json:
+        print_json(g)
+    if a.markdown:
+        print(ledger.ledger_markdown(entries + [g], label, {**g["state"], "source": label}))
+    return 0

@@ -1,0 +1,302 @@
+"""The write-it-down rule: predictions sealed before a change, graded after it, in a JSON-lines ledger.
+
+Before changing code, `decodemon predict` seals which ceiling binds, the change, and the expected ms/token change,
+together with what was measured at that moment. After the change, `decodemon grade` (or the next attach or report
+of the same loop, through `grade_open`) measures again and grades it:
+
+    right number, right reason   the change in ms/token is within tolerance of the prediction, and the predicted
+                                 ceiling was relieved (it stopped binding, or its own figure fell), or the ceiling
+                                 named with `then` binds now
+    right number, other reason   the number held, but the ceiling moved in a way nobody predicted: a coincidence
+                                 that is about to be generalised from
+    wrong                        the number did not hold
+
+The file lives beside the user's project (`decodemon.ledger.jsonl`) and is only ever appended to: one `os.write`
+of one whole line under O_APPEND, then fsync, so two writers never interleave inside a line and a crash leaves at
+most one torn last line. A line that is not JSON, not a ledger entry, or whose content hash does not match is
+reported on stderr by the caller, one line each, and kept as it is: the ledger is never rewritten.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+
+DEFAULT_PATH = "decodemon.ledger.jsonl"
+FORMAT = "decodemon-ledger/1"
+CEILINGS = ("bandwidth", "comm", "launch", "occupancy", "kernels")
+RIGHT, OTHER, WRONG = "right number, right reason", "right number, other reason", "wrong"
+SIGNIFICANT_MS_CHANGE = 0.10  # ms/token moving more than this (or the verdict moving) makes older diagnoses stale
+RELIEVED_FRACTION = 0.10  # a ceiling's own figure falling by this much counts as relieving it
+DEFAULT_TOLERANCE_PCT = 10.0
+
+
+class LedgerError(Exception):
+    """The ledger cannot be read or written, or an argument cannot be a prediction; str() is one line."""
+
+
+# --- what is sealed ------------------------------------------------------------------------------------------
+
+def state_of(summary: dict) -> dict:
+    """The measured state a ledger entry seals, from a `summary_json` dict."""
+    cands = summary.get("candidates") or {}
+    return {"verdict": summary.get("verdict") or summary.get("ceiling") or "unknown",
+            "ceiling": summary.get("ceiling") or "unknown",
+            "ms_per_token": summary.get("ms_per_token"),
+            "launches_per_token": summary.get("launches_per_token"),
+            "bytes_per_token": summary.get("bytes_per_token"),
+            "serial_fraction": summary.get("serial_fraction"),
+            "candidates": {k: (c or {}).get("value") for k, c in cands.items()},
+            "tokens": summary.get("tokens")}
+
+
+def loop_label(argv, fallback: str) -> str:
+    """What names a decode loop across its runs: its script or `-m` module (an eager and a graphed run of one
+    engine share it), else `fallback` (a recording's path, a pid)."""
+    args = list(argv or ())
+    if args and "python" in Path(args[0]).name:
+        args = args[1:]
+    if len(args) >= 2 and args[0] == "-m":
+        return args[1]
+    for a in args:
+        if not a.startswith("-"):
+            return "/".join(Path(a).parts[-2:])  # `engine_adapter/demo.py`: the same from any directory
+    return fallback
+
+
+def parse_expect(text: str) -> tuple[str, float]:
+    """`-60%` or `-60` → ("pct", -60.0); `3.9ms` → ("ms", 3.9) (the ms/token expected after the change)."""
+    s = str(text).strip().replace("−", "-").replace(" ", "")
+    try:
+        if s.endswith("%"):
+            return "pct", float(s[:-1])
+        if s.endswith("ms"):
+            v = float(s[:-2])
+            if v > 0:
+                return "ms", v
+        elif s:
+            return "pct", float(s)
+    except ValueError:
+        pass
+    raise LedgerError(f"--expect takes a change in percent (-60%) or the ms/token expected after it (3.9ms), "
+                      f"not {text!r}")
+
+
+def content_hash(entry: dict) -> str:
+    """sha256 of the entry's canonical JSON without its own hash."""
+    body = {k: v for k, v in entry.items() if k != "hash"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                                     default=str).encode()).hexdigest()
+
+
+def seal(entry: dict) -> dict:
+    """The entry with its format, its content hash and, for a prediction, its id (the hash's head)."""
+    e = {"format": FORMAT, **entry}
+    e["hash"] = content_hash(e)
+    return e
+
+
+def now_iso(now: float | None = None) -> str:
+    """UTC time as the ledger writes it (sortable text)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() if now is None else now))
+
+
+# --- the file ------------------------------------------------------------------------------------------------
+
+def append(path, entry: dict) -> None:
+    """Append one sealed entry as one line: a single write under O_APPEND, then fsync."""
+    line = json.dumps(entry, ensure_ascii=False, default=str, separators=(",", ":")) + "\n"
+    p = Path(path)
+    try:
+        fd = os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise LedgerError(f"cannot write the ledger {path}: {exc.strerror or exc}") from None
+    try:
+        if os.fstat(fd).st_size and not _ends_with_newline(p):
+            line = "\n" + line  # a torn last line stays a line of its own; ours does not merge into it
+        data = line.encode()
+        if os.write(fd, data) != len(data):
+            raise LedgerError(f"cannot write the ledger {path}: short write")
+        os.fsync(fd)
+    except OSError as exc:
+        raise LedgerError(f"cannot write the ledger {path}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+
+
+def _ends_with_newline(p: Path) -> bool:
+    with open(p, "rb") as fh:
+        fh.seek(-1, os.SEEK_END)
+        return fh.read(1) == b"\n"
+
+
+def read(path) -> tuple[list[dict], list[str]]:
+    """The ledger's entries in file order, and one line for each line that is not one (kept in the file)."""
+    p = Path(path)
+    if not p.exists():
+        return [], []
+    if p.is_dir():
+        raise LedgerError(f"the ledger {path} is a directory (give a file with --ledger)")
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise LedgerError(f"cannot read the ledger {path}: {exc.strerror or exc}") from None
+    entries, problems = [], []
+    for n, line in enumerate(raw.split(b"\n"), 1):
+        if not line.strip():
+            continue
+        why = None
+        try:
+            e = json.loads(line.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            why = "not JSON"
+        else:
+            if not isinstance(e, dict) or e.get("format") != FORMAT or e.get("kind") not in ("prediction", "grade"):
+                why = "not a decodemon ledger entry"
+            elif e.get("hash") != content_hash(e):
+                why = "its content does not match its hash (edited after it was sealed?)"
+        if why:
+            problems.append(f"{path}:{n}: {why}; kept as it is, skipped")
+        else:
+            entries.append(e)
+    return entries, problems
+
+
+# --- predict and grade ---------------------------------------------------------------------------------------
+
+def prediction(summary: dict, source: str, change: str, expect: str, ceiling: str | None = None,
+               then: str | None = None, tolerance_pct: float = DEFAULT_TOLERANCE_PCT,
+               now: float | None = None) -> dict:
+    """A sealed prediction: the change, the expected ms/token change and the ceiling it acts on, with the state
+    measured now. `ceiling` defaults to the measured verdict; `then` is the ceiling expected to bind after."""
+    st = state_of(summary)
+    if not st["ms_per_token"]:
+        raise LedgerError(f"{source}: no ms/token measured, so there is nothing to predict a change from")
+    kind, val = parse_expect(expect)
+    pct = val if kind == "pct" else 100.0 * (val - st["ms_per_token"]) / st["ms_per_token"]
+    for name, c in (("--ceiling", ceiling), ("--then", then)):
+        if c is not None and c.lower() not in CEILINGS:
+            raise LedgerError(f"{name} is one of {', '.join(CEILINGS)}, not {c!r}")
+    return seal({"kind": "prediction", "at": now_iso(now), "source": source, "change": change,
+                 "expect": str(expect), "expect_pct": round(pct, 3), "tolerance_pct": tolerance_pct,
+                 "ceiling": (ceiling or st["verdict"]).lower(), "then": then.lower() if then else None,
+                 "state": st})
+
+
+def pred_id(entry: dict) -> str:
+    """A prediction's short id: its hash's first 12 hex digits."""
+    return entry["hash"][:12]
+
+
+def _relieved(ceiling: str, before: dict, after: dict) -> bool:
+    """The ceiling stopped binding, or its own figure (× floor, µs/launch, % ...) fell by RELIEVED_FRACTION."""
+    if after.get("verdict") != ceiling:
+        return True
+    a = (before.get("candidates") or {}).get(ceiling)
+    b = (after.get("candidates") or {}).get(ceiling)
+    return a is not None and b is not None and a > 0 and b <= a * (1 - RELIEVED_FRACTION)
+
+
+def grade(pred: dict, summary: dict, now: float | None = None) -> dict:
+    """The sealed grade of `pred` against the state measured now."""
+    before, after = pred["state"], state_of(summary)
+    ms0, ms1 = before["ms_per_token"], after["ms_per_token"]
+    if not ms1:
+        raise LedgerError(f"{pred['source']}: no ms/token measured now, so the prediction cannot be graded")
+    measured = 100.0 * (ms1 - ms0) / ms0
+    tol = float(pred.get("tolerance_pct", DEFAULT_TOLERANCE_PCT))
+    number = abs(measured - pred["expect_pct"]) <= tol
+    reason = (after["verdict"] == pred["then"]) if pred.get("then") else _relieved(pred["ceiling"], before, after)
+    g = WRONG if not number else RIGHT if reason else OTHER
+    text = (f"{g}: ms/token {ms0:.4g} → {ms1:.4g} ({measured:+.1f}%, predicted {pred['expect_pct']:+.1f}% "
+            f"± {tol:g}); ceiling {before['verdict'].upper()} → {after['verdict'].upper()}")
+    if pred.get("then") and after["verdict"] != pred["then"]:
+        text += f" (predicted {pred['then'].upper()})"
+    return seal({"kind": "grade", "at": now_iso(now), "source": pred["source"], "prediction": pred_id(pred),
+                 "grade": g, "measured_pct": round(measured, 3), "new_ceiling": after["verdict"], "text": text,
+                 "state": after})
+
+
+def open_predictions(entries: list[dict], source: str | None = None) -> list[dict]:
+    """Predictions not yet graded, oldest first (of `source` only, when given)."""
+    graded = {e.get("prediction") for e in entries if e["kind"] == "grade"}
+    return [e for e in entries if e["kind"] == "prediction" and pred_id(e) not in graded
+            and (source is None or e["source"] == source)]
+
+
+def grade_open(path, summary: dict, source: str, now: float | None = None) -> tuple[dict | None, list[str]]:
+    """Grade the latest open prediction of `source` against `summary` and append the grade; (None, ...) when there
+    is none. What the next attach or report of the same loop calls. The second value: the file's problem lines."""
+    entries, problems = read(path)
+    todo = open_predictions(entries, source)
+    if not todo or not summary.get("ms_per_token"):
+        return None, problems
+    g = grade(todo[-1], summary, now)
+    append(path, g)
+    return g, problems
+
+
+# --- shelf life ----------------------------------------------------------------------------------------------
+
+def significant_change(old: dict, new: dict) -> str | None:
+    """Why `new` makes a diagnosis measured as `old` stale (the verdict moved, or ms/token by > 10%), else None."""
+    if old.get("verdict") != new.get("verdict") and new.get("verdict") not in (None, "unknown"):
+        return f"the verdict moved {str(old.get('verdict')).upper()} → {str(new.get('verdict')).upper()}"
+    a, b = old.get("ms_per_token"), new.get("ms_per_token")
+    if a and b and abs(b - a) / a > SIGNIFICANT_MS_CHANGE:
+        return f"ms/token moved {100.0 * (b - a) / a:+.0f}% ({a:.4g} → {b:.4g})"
+    return None
+
+
+def stale_reasons(entries: list[dict], current: dict | None = None) -> dict[int, str]:
+    """For each entry index whose sealed state predates a significant change of its source (a later entry, or
+    `current`, a state_of() measured now): why. A sealed serial fraction is named: it must be re-derived."""
+    out = {}
+    for i, e in enumerate(entries):
+        later = [x["state"] for x in entries[i + 1:] if x["source"] == e["source"]]
+        if current is not None and current.get("source", e["source"]) == e["source"]:
+            later.append(current)
+        for st in later:
+            why = significant_change(e["state"], st)
+            if why:
+                sf = e["state"].get("serial_fraction")
+                out[i] = why + (f"; its serial fraction {sf:.2f} must be re-derived" if sf is not None else "")
+                break
+    return out
+
+
+# --- rendering -----------------------------------------------------------------------------------------------
+
+def _ms(x) -> str:
+    return f"{x:.4g}" if isinstance(x, (int, float)) else "—"
+
+
+def ledger_markdown(entries: list[dict], source: str | None = None, current: dict | None = None) -> str:
+    """The ledger as a Markdown section for DIAGNOSIS.md: each prediction, its grade, and what is stale."""
+    stale = stale_reasons(entries, current)
+    rows = [(i, e) for i, e in enumerate(entries) if source is None or e["source"] == source]
+    grades = {e["prediction"]: (i, e) for i, e in rows if e["kind"] == "grade"}
+    lines = ["## Predictions and grades", "",
+             "Sealed before each change (which ceiling binds, the change, the expected ms/token), graded after it.",
+             ""]
+    preds = [(i, e) for i, e in rows if e["kind"] == "prediction"]
+    if not preds:
+        return "\n".join(lines + ["No prediction is written down yet: `decodemon predict SOURCE --change ... "
+                                  "--expect -N%` before the next change.", ""])
+    lines += ["| sealed | source | binds | change | expected | measured | grade | ceiling after | id |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for i, p in preds:
+        gi, g = grades.get(pred_id(p), (None, None))
+        measured = f"{g['measured_pct']:+.1f}% ({_ms(p['state']['ms_per_token'])} → {_ms(g['state']['ms_per_token'])} ms)" \
+            if g else "open"
+        lines.append(f"| {p['at']} | {p['source']} | {p['ceiling'].upper()} ({_ms(p['state']['ms_per_token'])} ms) "
+                     f"| {p['change']} | {p['expect_pct']:+.0f}% ± {p['tolerance_pct']:g} | {measured} "
+                     f"| {g['grade'] if g else '—'} | {g['new_ceiling'].upper() if g else '—'} | {pred_id(p)} |")
+    notes = [f"- {entries[i]['kind']} {entries[i]['at']} ({entries[i]['source']}) is stale: {why}"
+             for i, why in sorted(stale.items()) if source is None or entries[i]["source"] == source]
+    if notes:
+        lines += ["", "Stale (measured before the last significant change; re-measure before relying on it):", *notes]
+    return "\n".join(lines + [""])

@@ -1,0 +1,86 @@
+"""`decodemon predict SOURCE --change TEXT --expect -60%`: seal a prediction in the ledger before a change.
+
+The write-it-down rule: which ceiling binds, what will change, and how much ms/token should move, written down
+with the state measured at that moment, so that `decodemon grade` can later tell a win for the predicted reason
+from a coincidence."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+from decodemon.monitor import ledger
+from decodemon.monitor.cli._common import UsageError, add_probe, add_seconds, attach_settings, print_json
+
+
+def add_source_opts(p) -> None:
+    """SOURCE, --ledger, --label and --seconds: what predict and grade share."""
+    p.add_argument("source", metavar="SOURCE", help="a pid or a .dmon recording")
+    p.add_argument("--ledger", default=ledger.DEFAULT_PATH, metavar="PATH",
+                   help=f"the ledger file (default ./{ledger.DEFAULT_PATH})")
+    p.add_argument("--label", metavar="NAME",
+                   help="what names this loop across runs (default: its script or -m module)")
+    p.add_argument("--json", action="store_true", help="print the sealed entry as JSON")
+    add_seconds(p, 10.0, "a pid: seconds to measure (default 10)")
+    add_probe(p)
+
+
+def measure(a) -> tuple[dict, str]:
+    """Collect SOURCE; (its summary_json, the loop's label)."""
+    from decodemon.monitor.render import summary_json
+    from decodemon.monitor.sources import collect, source_of
+
+    kind, _ = source_of(a.source)
+    sess = collect(a.source, attach_settings(a), a.seconds if kind == "pid" else None)
+    summary = summary_json(sess.snapshot())
+    fallback = f"pid {a.source}" if kind == "pid" else str(a.source)
+    argv = sess.feed.hello.argv if sess.feed.hello else ()
+    return summary, a.label or ledger.loop_label(argv, fallback)
+
+
+def read_ledger(path) -> list[dict]:
+    """The ledger's entries; each line that is not one is named on stderr (and left in the file)."""
+    entries, problems = ledger.read(path)
+    for line in problems:
+        print(f"decodemon: {line}", file=sys.stderr)
+    return entries
+
+
+def add_parser(subparsers) -> None:
+    """Register `predict`."""
+    p = subparsers.add_parser("predict", help="seal a prediction in the ledger before a change",
+                              description="Measure SOURCE and append a sealed prediction to the ledger: the ceiling "
+                                          "that binds, the change, and the expected ms/token change.")
+    add_source_opts(p)
+    p.add_argument("--change", required=True, metavar="TEXT", help='what you will change, e.g. "capture a graph"')
+    p.add_argument("--expect", required=True, metavar="CHANGE",
+                   help="the expected ms/token change (-60%%) or the ms/token expected after it (3.9ms)")
+    p.add_argument("--ceiling", metavar="NAME", help="the ceiling the change acts on (default: the measured one)")
+    p.add_argument("--then", metavar="NAME", help="the ceiling you expect to bind after the change")
+    p.add_argument("--tolerance", type=float, default=ledger.DEFAULT_TOLERANCE_PCT, metavar="POINTS",
+                   help=f"percentage points the measured change may miss by (default {ledger.DEFAULT_TOLERANCE_PCT:g})")
+    # `--expect -60%` as the value it is, not an unknown option (argparse takes only plain numbers so)
+    p._negative_number_matcher = re.compile(r"^-\d*\.?\d+(%|ms)?$")
+    p.set_defaults(fn=run)
+
+
+add = add_parser
+
+
+def run(a) -> int:
+    """Measure, seal, append, and say what was sealed."""
+    try:
+        ledger.parse_expect(a.expect)  # a typo costs no attach
+        read_ledger(a.ledger)
+        summary, label = measure(a)
+        entry = ledger.prediction(summary, label, a.change, a.expect, a.ceiling, a.then, a.tolerance)
+        ledger.append(a.ledger, entry)
+    except ledger.LedgerError as exc:
+        raise UsageError(f"decodemon predict: {exc}") from None
+    st = entry["state"]
+    print(f"decodemon predict: sealed {ledger.pred_id(entry)} for {label}: {entry['ceiling'].upper()} binds "
+          f"(measured {st['verdict'].upper()}, {st['ms_per_token']:.4g} ms/token); {a.change} → "
+          f"{entry['expect_pct']:+.1f}% ± {a.tolerance:g}; in {a.ledger}", file=sys.stderr)
+    if a.json:
+        print_json(entry)
+    return 0

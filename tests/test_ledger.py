@@ -1,0 +1,155 @@
+"""The write-it-down ledger: predictions sealed with the measured state, graded after the change, a file that
+is only appended to and never loses a line."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+from conftest import REC
+from decodemon.monitor import grade_cli, ledger, predict_cli
+from decodemon.monitor import cli as cli_pkg
+from decodemon.monitor.render import summary_json
+from decodemon.monitor.sources import collect
+
+
+def main(argv) -> int:
+    """`decodemon ARGV` with predict and grade registered (wherever the lead has registered them already)."""
+    verbs = cli_pkg.VERBS + tuple(v for v in (predict_cli, grade_cli) if v not in cli_pkg.VERBS)
+    old, cli_pkg.VERBS = cli_pkg.VERBS, verbs
+    try:
+        return cli_pkg.main([str(a) for a in argv])
+    finally:
+        cli_pkg.VERBS = old
+
+
+@pytest.fixture(scope="module")
+def eager():
+    return summary_json(collect(REC["eager"]).snapshot())
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return summary_json(collect(REC["graph"]).snapshot())
+
+
+def test_capture_a_graph_round_trip_names_the_new_ceiling_and_the_measured_change(tmp_path, capsys):
+    path = tmp_path / "decodemon.ledger.jsonl"
+    assert main(["predict", REC["eager"], "--change", "capture a graph", "--expect", "-60%", "--ceiling", "launch",
+                 "--ledger", path]) == 0
+    assert main(["grade", REC["graph"], "--ledger", path]) == 0
+    out = capsys.readouterr().out
+    # 20.4 → 3.91 ms/token is -81%: more than -60% ± 10, so the number was wrong, and the grade says so
+    assert "wrong" in out and "-80.8%" in out and "LAUNCH → OCCUPANCY" in out
+    entries, problems = ledger.read(path)
+    assert problems == [] and [e["kind"] for e in entries] == ["prediction", "grade"]
+    g = entries[1]
+    assert g["new_ceiling"] == "occupancy" and g["prediction"] == ledger.pred_id(entries[0])
+    assert g["measured_pct"] == pytest.approx(-80.8, abs=0.1)
+    assert main(["grade", REC["graph"], "--ledger", path]) == 3  # graded once: nothing open is left
+
+
+def test_prediction_seals_the_state_measured_then(eager):
+    p = ledger.prediction(eager, "loop.py", "capture a graph", "-60%", "launch", now=0)
+    st = p["state"]
+    assert (st["verdict"], st["ms_per_token"], st["launches_per_token"]) == ("launch", 20.4039, 1863.0)
+    assert st["bytes_per_token"] == eager["bytes_per_token"] and st["candidates"]["launch"] == pytest.approx(8.869)
+    assert p["hash"] == ledger.content_hash(p) and p["at"] == "1970-01-01T00:00:00Z"
+    assert ledger.prediction(eager, "loop.py", "x", "10.2ms", now=0)["expect_pct"] == pytest.approx(-50.01, abs=0.01)
+
+
+def test_grades_right_reason_other_reason_and_wrong(eager, graph):
+    right = ledger.grade(ledger.prediction(eager, "l", "graph", "-80%", "launch"), graph)
+    assert right["grade"] == ledger.RIGHT  # the number held and LAUNCH stopped binding
+    other = ledger.grade(ledger.prediction(eager, "l", "graph", "-80%", "launch", then="bandwidth"), graph)
+    assert other["grade"] == ledger.OTHER and "predicted BANDWIDTH" in other["text"]
+    # the predicted ceiling still binds, with its own figure unmoved: the number held for another reason
+    same = {**eager, "ms_per_token": eager["ms_per_token"] * 0.8}
+    assert ledger.grade(ledger.prediction(eager, "l", "fewer syncs", "-20%", "launch"), same)["grade"] == ledger.OTHER
+    wrong = ledger.grade(ledger.prediction(eager, "l", "graph", "-30%", "launch"), graph)
+    assert wrong["grade"] == ledger.WRONG and wrong["new_ceiling"] == "occupancy"
+
+
+def test_corrupt_and_foreign_lines_are_named_once_each_and_never_lost(tmp_path, eager, graph, capsys):
+    path = tmp_path / "l.jsonl"
+    good = ledger.prediction(eager, "engine_adapter/demo.py", "capture a graph", "-80%", "launch")
+    tampered = {**ledger.prediction(eager, "other.py", "x", "-5%"), "expect_pct": -99}
+    path.write_text(json.dumps(good) + "\nnot json at all\n" + json.dumps({"kind": "prediction", "hello": 1})
+                    + "\n" + json.dumps(tampered) + "\n{\"torn\": ")
+    before = path.read_bytes()
+    entries, problems = ledger.read(path)
+    assert [e["hash"] for e in entries] == [good["hash"]]
+    assert [p.split(": ", 1)[0] for p in problems] == [f"{path}:{n}" for n in (2, 3, 4, 5)]
+    assert main(["grade", REC["graph"], "--ledger", path]) == 0
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 4 and all("kept as it is" in ln for ln in err)
+    after = path.read_bytes()
+    assert after.startswith(before)  # appended to, never rewritten
+    entries, problems = ledger.read(path)
+    assert len(problems) == 4 and entries[-1]["kind"] == "grade" and entries[-1]["grade"] == ledger.RIGHT
+
+
+def test_appends_from_many_writers_stay_whole_lines(tmp_path, eager):
+    path = tmp_path / "l.jsonl"
+    entry = ledger.prediction(eager, "loop.py", "x" * 2000, "-10%")
+
+    def writer():
+        for _ in range(25):
+            ledger.append(path, entry)
+
+    threads = [threading.Thread(target=writer) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    entries, problems = ledger.read(path)
+    assert problems == [] and len(entries) == 200
+
+
+def test_the_next_attach_or_report_of_the_same_loop_grades_it(tmp_path, eager, graph):
+    path = tmp_path / "l.jsonl"
+    ledger.append(path, ledger.prediction(eager, "engine_adapter/demo.py", "capture a graph", "-80%", "launch"))
+    assert ledger.grade_open(path, graph, "some/other.py") == (None, [])
+    g, problems = ledger.grade_open(path, graph, "engine_adapter/demo.py")
+    assert g["grade"] == ledger.RIGHT and problems == []
+    assert ledger.grade_open(path, graph, "engine_adapter/demo.py") == (None, [])
+
+
+def test_a_diagnosis_older_than_a_significant_change_is_stale_serial_fraction_included(eager, graph):
+    st = ledger.state_of(eager)
+    assert ledger.significant_change(st, {**st, "ms_per_token": st["ms_per_token"] * 1.05}) is None
+    assert "ms/token moved +20%" in ledger.significant_change(st, {**st, "ms_per_token": st["ms_per_token"] * 1.2})
+    assert "LAUNCH → OCCUPANCY" in ledger.significant_change(st, ledger.state_of(graph))
+    old = ledger.prediction({**eager, "serial_fraction": 0.33}, "loop.py", "shard attention", "-20%")
+    new = ledger.prediction(graph, "loop.py", "widen the grids", "-10%")
+    stale = ledger.stale_reasons([old, new])
+    assert list(stale) == [0] and "serial fraction 0.33 must be re-derived" in stale[0]
+
+
+def test_the_ledger_as_a_markdown_section(eager, graph):
+    p = ledger.prediction(eager, "engine_adapter/demo.py", "capture a graph", "-60%", "launch", now=0)
+    md = ledger.ledger_markdown([p, ledger.grade(p, graph, now=60)])
+    assert md.startswith("## Predictions and grades")
+    row = next(ln for ln in md.splitlines() if "capture a graph" in ln)
+    assert "LAUNCH (20.4 ms)" in row and "-60% ± 10" in row and "-80.8%" in row and "| wrong | OCCUPANCY |" in row
+    assert "is stale: the verdict moved LAUNCH → OCCUPANCY" in md
+    assert "No prediction is written down yet" in ledger.ledger_markdown([])
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--change", "x", "--expect", "sixty"], "--expect takes"),
+    (["--change", "x", "--expect", "-5%", "--ceiling", "vibes"], "--ceiling is one of"),
+])
+def test_bad_predictions_fail_in_one_line(tmp_path, capsys, args, words):
+    assert main(["predict", REC["eager"], "--ledger", tmp_path / "l.jsonl", *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0] and not (tmp_path / "l.jsonl").exists()
+
+
+def test_a_ledger_that_is_a_directory_or_empty_fails_in_one_line(tmp_path, capsys):
+    assert main(["predict", REC["eager"], "--change", "x", "--expect", "-5%", "--ledger", tmp_path]) == 2
+    assert main(["grade", REC["graph"], "--ledger", tmp_path / "none.jsonl"]) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "is a directory" in err[0] and "no open prediction" in err[1]
