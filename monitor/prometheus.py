@@ -1,0 +1,322 @@
+"""Prometheus metrics of watched decode loops, through the standard client library (`prometheus_client`).
+
+    decodemon attach PID --prometheus HOST:PORT   one process        serve_pid
+    decodemon exporter --listen HOST:PORT          every attachable   run_exporter
+                                                   process on the host
+
+    live_frames --> Session --(every second)--> Snapshot --> Watch.latest
+                                                                 |  a scrape
+                                      SnapshotCollector.collect -+--> /metrics
+
+A `Watch` attaches to one pid on a thread of its own and keeps the latest `Snapshot` (plain values); the custom
+collector turns the snapshots there are into gauges at each scrape, so a scrape costs the decode loop nothing.
+Names follow the exporter conventions: base units (`_seconds`, `_bytes`, `_ratio` for a fraction of 1) and the
+labels pid, engine (the engine's program) and gpu (the device's index; absent without a GPU).
+
+An agent serves one monitor at a time: while the exporter watches a process, `decodemon attach` to it is told the
+agent is busy. A process is attachable when its agent's socket is in `wire.socket_dir()` (`<pid>.sock`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Iterable
+
+from decodemon.monitor.client import SourceError, live_frames
+from decodemon.probes import wire
+
+LABELS = ("pid", "engine", "gpu")
+VERDICTS = ("bandwidth", "comm", "launch", "occupancy", "kernels", "unknown")
+SNAPSHOT_EVERY_S = 1.0
+SCAN_EVERY_S = 5.0
+RETRY_AFTER_S = 30.0  # a process whose agent was busy (another monitor) or failed is tried again after this
+
+
+def _ratio(pct):
+    return None if pct is None else pct / 100.0
+
+
+def _pm(key):
+    return lambda s: _ratio(s.pm.get(key)) if s.pm else None
+
+
+# (name, help, value from a Snapshot or None when not measured)
+GAUGES = (
+    ("decodemon_seconds_per_token", "Median time per token on the engine's clock.",
+     lambda s: s.tokens.ms_per_token / 1e3 if s.tokens else None),
+    ("decodemon_tokens_per_second", "Tokens per second over the mean token.",
+     lambda s: s.tokens.tokens_per_s if s.tokens else None),
+    ("decodemon_launches_per_token", "Kernels per token in the latest traced window.",
+     lambda s: s.window.kernels_per_token if s.window else None),
+    ("decodemon_gpu_busy_ratio", "Fraction of the time the GPU ran work (PM counters, else traced kernels).",
+     lambda s: _ratio(s.gpu_busy_pct)),
+    ("decodemon_sm_active_ratio", "Fraction of cycles the SMs were active (PM counters).", _pm("sm_active_pct")),
+    ("decodemon_dram_ratio", "DRAM throughput as a fraction of its peak (PM counters).", _pm("dram_pct")),
+    ("decodemon_bytes_per_token", "Bytes read per token: weights plus the KV cache touched.",
+     lambda s: s.bytes_per_token),
+    ("decodemon_probe_cost_ratio", "Share of the loop's time the traced windows cost the decode thread.",
+     lambda s: _ratio((s.observer or {}).get("share_of_loop_pct"))),
+)
+
+
+def target_labels(hello: wire.Hello | None, pid: int) -> dict:
+    """pid, engine and gpu labels of a watched process, from the agent's hello."""
+    engine = Path(hello.argv[0]).name if hello and hello.argv else ""
+    gpu = str(hello.gpu.index) if hello and hello.gpu else ""
+    return {"pid": str(pid), "engine": engine, "gpu": gpu}
+
+
+def metric_families(targets: Iterable[tuple[dict, object]]) -> list:
+    """The gauges of every (labels, Snapshot): one family per metric, one sample per process."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    targets = list(targets)
+    out = []
+    for name, doc, value in GAUGES:
+        fam = GaugeMetricFamily(name, doc, labels=LABELS)
+        for labels, snap in targets:
+            v = value(snap)
+            if v is not None:
+                fam.add_metric([labels[k] for k in LABELS], float(v))
+        out.append(fam)
+    tokens = CounterMetricFamily("decodemon_tokens", "Tokens measured since the monitor attached.", labels=LABELS)
+    ceiling = GaugeMetricFamily("decodemon_ceiling_value", "Each ceiling's number, in the unit its label names.",
+                                labels=LABELS + ("ceiling", "unit"))
+    verdict = GaugeMetricFamily("decodemon_verdict", "1 for the binding ceiling (the rolling verdict), else 0.",
+                                labels=LABELS + ("ceiling",))
+    info = GaugeMetricFamily("decodemon_model_info", "The model the engine reported (value 1).",
+                             labels=LABELS + ("model", "dtype", "tp_degree"))
+    for labels, snap in targets:
+        lv = [labels[k] for k in LABELS]
+        tokens.add_metric(lv, float(snap.tokens_total))
+        for c_name, c in snap.diagnosis.candidates.items():
+            if c.value is not None:
+                ceiling.add_metric(lv + [c_name, c.unit], float(c.value))
+        for v_name in VERDICTS:
+            verdict.add_metric(lv + [v_name], 1.0 if snap.rolling.ceiling == v_name else 0.0)
+        if snap.model is not None:
+            info.add_metric(lv + [snap.model.name, snap.model.dtype, str(snap.model.tp_degree)], 1.0)
+    return out + [tokens, ceiling, verdict, info]
+
+
+class SnapshotCollector:
+    """A custom collector: at each scrape, the gauges of the latest snapshots `targets()` returns."""
+
+    def __init__(self, targets: Callable[[], Iterable[tuple[dict, object]]]) -> None:
+        self._targets = targets
+
+    def collect(self):
+        """The metric families of the current snapshots."""
+        return metric_families(self._targets())
+
+    def describe(self):
+        """Nothing ahead of time: the families depend on the processes watched."""
+        return []
+
+
+class Watch:
+    """One pid attached on a thread of its own; `latest` is its newest Snapshot (None before the first)."""
+
+    def __init__(self, pid: int, settings: wire.Attach | None = None, every_s: float = SNAPSHOT_EVERY_S) -> None:
+        self.pid, self.settings, self.every_s = pid, settings, every_s
+        self.latest = None
+        self.labels = target_labels(None, pid)
+        self.ended: str | None = None  # why the attach ended (None while it runs)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"decodemon-watch-{pid}", daemon=True)
+
+    def start(self) -> "Watch":
+        """Attach in the background."""
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Detach and wait for the thread."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    @property
+    def running(self) -> bool:
+        """Whether the attach is still going."""
+        return self._thread.is_alive()
+
+    def _run(self) -> None:
+        from decodemon.monitor.session import Session
+
+        sess = Session(label=f"pid {self.pid}")
+        last = 0.0
+        try:
+            for rx, _payload, frame in live_frames(self.pid, self.settings, None, stop=self._stop.is_set):
+                sess.add(rx, frame)
+                if isinstance(frame, wire.Hello):
+                    self.labels = target_labels(frame, self.pid)
+                now = time.monotonic()
+                if now - last >= self.every_s or isinstance(frame, wire.KernelWindow):
+                    self.latest, last = sess.snapshot(), now
+            self.ended = sess.feed.bye or "detached"
+        except (SourceError, wire.WireError, OSError) as exc:
+            self.ended = str(exc)
+        except Exception as exc:  # a frame the analysis cannot take ends this watch, not the exporter
+            self.ended = f"{type(exc).__name__}: {exc}"
+        if sess.feed.tokens_seen:
+            self.latest = sess.snapshot()
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """HOST:PORT (or :PORT for every interface, [v6]:PORT) into (host, port); ArgumentTypeError otherwise."""
+    host, sep, port = str(text).rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"give the address as HOST:PORT (e.g. 127.0.0.1:9464), not {text!r}")
+    return (host.strip("[]") or "0.0.0.0"), int(port)
+
+
+def start_server(collector: SnapshotCollector, host: str, port: int):
+    """Serve `collector` on http://host:port/metrics in a daemon thread; return the server (`shutdown()` ends
+    it). SourceError with one line when the address cannot be bound."""
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    try:
+        server, _thread = start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:
+        raise SourceError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    return server
+
+
+def attachable_pids(directory: Path | None = None) -> list[int]:
+    """The pids of this user's live processes with an agent socket in `directory` (default wire.socket_dir())."""
+    d = Path(directory) if directory is not None else wire.socket_dir()
+    pids = []
+    for sock in sorted(d.glob("*.sock")) if d.is_dir() else ():
+        if sock.stem.isdigit() and Path(f"/proc/{sock.stem}").exists():
+            try:
+                if Path(f"/proc/{sock.stem}").stat().st_uid == os.getuid():
+                    pids.append(int(sock.stem))
+            except OSError:
+                continue
+    return pids
+
+
+def serve_pid(pid: int, host: str, port: int, settings: wire.Attach | None = None, seconds: float | None = None,
+              stop: Callable[[], bool] | None = None) -> int:
+    """Attach to `pid` and serve its metrics until it ends, `seconds` pass, `stop()` is true or Ctrl-C; return
+    the exit code (0, or 2 with one line on stderr when the address or the pid cannot be used)."""
+    from decodemon.monitor.client import check_pid
+
+    try:
+        check_pid(pid)
+        watch = Watch(pid, settings)
+        server = start_server(SnapshotCollector(lambda: [(watch.labels, watch.latest)] if watch.latest else []),
+                              host, port)
+    except SourceError as exc:
+        print(f"decodemon attach: {exc}", file=sys.stderr)
+        return 2
+    print(f"decodemon: serving pid {pid}'s metrics on http://{host}:{port}/metrics (Ctrl-C ends)", file=sys.stderr)
+    watch.start()
+    deadline = None if seconds is None else time.monotonic() + seconds
+    try:
+        while watch.running and not (stop and stop()) and (deadline is None or time.monotonic() < deadline):
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        watch.stop()
+        server.shutdown()
+    if watch.ended and not watch.latest:
+        print(f"decodemon attach: {watch.ended}", file=sys.stderr)
+        return 2
+    return 0
+
+
+class Exporter:
+    """Every attachable process on the host, each under a Watch; `scan()` starts new ones and drops ended ones."""
+
+    def __init__(self, settings: wire.Attach | None = None, directory: Path | None = None,
+                 only: Callable[[int], bool] | None = None) -> None:
+        self.settings, self.directory, self.only = settings, directory, only
+        self.watches: dict[int, Watch] = {}
+        self._ended_at: dict[int, float] = {}
+        self._lock = threading.Lock()
+
+    def scan(self) -> None:
+        """Attach to processes not yet watched; forget ended watches (retried after RETRY_AFTER_S if alive)."""
+        now = time.monotonic()
+        live = [p for p in attachable_pids(self.directory) if self.only is None or self.only(p)]
+        with self._lock:
+            for pid, w in list(self.watches.items()):
+                if not w.running:
+                    del self.watches[pid]
+                    self._ended_at[pid] = now
+            for pid in live:
+                if pid not in self.watches and now - self._ended_at.get(pid, -RETRY_AFTER_S) >= RETRY_AFTER_S:
+                    self.watches[pid] = Watch(pid, self.settings).start()
+
+    def targets(self) -> list[tuple[dict, object]]:
+        """(labels, latest Snapshot) of every watched process that has one."""
+        with self._lock:
+            return [(w.labels, w.latest) for w in self.watches.values() if w.latest is not None]
+
+    def stop(self) -> None:
+        """Detach from every process."""
+        with self._lock:
+            watches, self.watches = list(self.watches.values()), {}
+        for w in watches:
+            w.stop()
+
+
+def run_exporter(host: str, port: int, settings: wire.Attach | None = None, scan_every_s: float = SCAN_EVERY_S,
+                 stop: Callable[[], bool] | None = None, exporter: Exporter | None = None) -> int:
+    """Serve the metrics of every attachable process until `stop()` is true or Ctrl-C; the exit code."""
+    exporter = exporter or Exporter(settings)
+    try:
+        server = start_server(SnapshotCollector(exporter.targets), host, port)
+    except SourceError as exc:
+        print(f"decodemon exporter: {exc}", file=sys.stderr)
+        return 2
+    print(f"decodemon exporter: serving http://{host}:{port}/metrics (Ctrl-C ends)", file=sys.stderr)
+    try:
+        while not (stop and stop()):
+            exporter.scan()
+            t_next = time.monotonic() + scan_every_s
+            while time.monotonic() < t_next and not (stop and stop()):
+                time.sleep(0.1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        exporter.stop()
+        server.shutdown()
+    return 0
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Add the `exporter` verb to a `decodemon` subparsers action; return its parser."""
+    doc = "serve Prometheus metrics of every attachable decode loop on this host"
+    p = subparsers.add_parser("exporter", help=doc, description=doc + ".")
+    p.add_argument("--listen", type=parse_address, default=("127.0.0.1", 9464), metavar="HOST:PORT",
+                   help="where to serve /metrics (default 127.0.0.1:9464; :PORT for every interface)")
+    p.add_argument("--scan", type=float, default=SCAN_EVERY_S, metavar="S",
+                   help=f"seconds between looks for new processes (default {SCAN_EVERY_S:g})")
+    p.set_defaults(run=run)
+    return p
+
+
+def add_prometheus_option(p) -> None:
+    """`--prometheus HOST:PORT` for `attach`: serve the process's metrics there instead of the app."""
+    p.add_argument("--prometheus", type=parse_address, default=None, metavar="HOST:PORT",
+                   help="serve this process's metrics for Prometheus at HOST:PORT/metrics instead of the app")
+
+
+def run(args) -> int:
+    """`decodemon exporter`: serve until Ctrl-C."""
+    host, port = args.listen
+    if not 0 < args.scan <= 3600:
+        print(f"decodemon exporter: --scan must be in (0, 3600], got {args.scan:g}", file=sys.stderr)
+        return 2
+    return run_exporter(host, port, scan_every_s=args.scan)
