@@ -1,0 +1,276 @@
+"""The depth sweep: one decode command at several context depths (and a reference beside it), attached at each.
+
+One profile is a diagnosis of one depth. The sweep starts the command once per depth with the agent loaded (as
+`decodemon run` does), attaches for some seconds, keeps the summary and the depth bands, and stops it; then it
+writes the table, the plot and one sentence on the divergence: which resource depth consumes.
+
+    "CMD --max-len {depth}" x depths --> start under the agent --> attach N s --> summary + bands --> stop
+                                     --> sweep.json, sweep.md (table + sentence), sweep.svg, sweep.png
+
+With -o, each run is also kept as a recording in DIR, so `sweep --replay DIR` rebuilds the same table on a
+machine without a GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from decodemon.monitor.analysis.depth import session_depth_bands
+from decodemon.probes.wire import socket_path
+
+PLACEHOLDER = "{depth}"
+FLAT_GROWTH = 1.15  # ms/token growing less than this from the shallowest to the deepest depth reads as flat
+
+
+class SweepError(Exception):
+    """A sweep that cannot start (a command without {depth}, no depths); str() is one line."""
+
+
+def argv_at(template: str, depth: int) -> list[str]:
+    """The command with {depth} filled in, split as a shell would."""
+    if PLACEHOLDER not in template:
+        raise SweepError(f"the command must contain {PLACEHOLDER} where the depth goes: {template!r}")
+    try:
+        argv = shlex.split(template.replace(PLACEHOLDER, str(int(depth))))
+    except ValueError as exc:
+        raise SweepError(f"cannot split the command {template!r}: {exc}") from None
+    if not argv:
+        raise SweepError("the command is empty")
+    return argv
+
+
+def point_of(summary: dict, bands: list[dict], name: str, depth: int, model=None) -> dict:
+    """One sweep point from a summary_json: ms/token, launches, bytes, the ceiling and its number.
+
+    With the engine's model facts, bytes/token is the weights plus the KV cache at the swept depth (an engine
+    whose marks wrap around inside its cache reports every depth below it on the way)."""
+    if model is not None:
+        summary = {**summary, "bytes_per_token": float(model.bytes_per_token(depth))}
+    verdict = summary.get("verdict") or "unknown"
+    cand = (summary.get("candidates") or {}).get(verdict) or {}
+    return {"command": name, "depth": int(depth), "ms_per_token": summary.get("ms_per_token"),
+            "launches_per_token": summary.get("launches_per_token"), "bytes_per_token": summary.get("bytes_per_token"),
+            "verdict": verdict, "ceiling_value": cand.get("value"), "ceiling_unit": cand.get("unit", ""),
+            "ceiling_detail": cand.get("detail", ""), "tokens": summary.get("tokens"),
+            "bandwidth_x_floor": ((summary.get("candidates") or {}).get("bandwidth") or {}).get("value"),
+            "small_grid_share_pct": ((summary.get("candidates") or {}).get("occupancy") or {}).get("value"),
+            "depth_bands": bands, "error": None}
+
+
+def _wait_for_agent(proc: subprocess.Popen, timeout_s: float) -> str | None:
+    """None once the agent's socket is up, else why not."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        if socket_path(proc.pid).exists():
+            return None
+        if proc.poll() is not None:
+            return f"the command exited ({proc.returncode}) before its agent started"
+        time.sleep(0.05)
+    return f"no agent socket after {timeout_s:g} s"
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _tail(path: Path) -> str:
+    try:
+        lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return lines[-1][:200] if lines else ""
+
+
+def run_point(template: str, depth: int, name: str, seconds: float, settings=None, start_timeout_s: float = 180,
+              record_to=None) -> dict:
+    """Start the command at `depth` under the agent, attach for `seconds`, stop it; the point (or its error)."""
+    from decodemon.monitor.cli.run import agent_env
+    from decodemon.monitor.client import SourceError
+    from decodemon.monitor.sources import collect
+
+    argv = argv_at(template, depth)
+    with tempfile.NamedTemporaryFile("w+", prefix="decodemon-sweep-", suffix=".err", delete=False) as err:
+        err_path = Path(err.name)
+    try:
+        with open(err_path, "w") as err:
+            try:
+                proc = subprocess.Popen(argv, env=agent_env(), stdout=subprocess.DEVNULL, stderr=err,
+                                        stdin=subprocess.DEVNULL)
+            except OSError as exc:
+                return _failed(name, depth, f"cannot start {argv[0]}: {exc.strerror or exc}")
+        try:
+            why = _wait_for_agent(proc, start_timeout_s)
+            if why:
+                return _failed(name, depth, why + (f": {_tail(err_path)}" if _tail(err_path) else ""))
+            sess = collect(str(proc.pid), settings, seconds, record_to=record_to)
+        except SourceError as exc:
+            return _failed(name, depth, str(exc))
+        finally:
+            _stop(proc)
+    finally:
+        err_path.unlink(missing_ok=True)
+    snap = sess.snapshot()
+    pt = _point(sess, name, depth)
+    if record_to:
+        pt["recording"] = Path(record_to).name
+    return pt
+
+
+def _point(sess, name: str, depth: int) -> dict:
+    from decodemon.monitor.render import summary_json
+
+    snap = sess.snapshot()
+    model = sess.feed.hello.model if sess.feed.hello else None
+    return point_of(summary_json(snap), [b.as_json() for b in session_depth_bands(sess, snap)], name, depth, model)
+
+
+def _failed(name: str, depth: int, why: str) -> dict:
+    return {"command": name, "depth": int(depth), "ms_per_token": None, "verdict": "unknown", "error": why}
+
+
+def sweep(template: str, depths, reference: str | None = None, seconds: float = 15.0, settings=None,
+          outdir=None, runner=run_point, on_point=None) -> dict:
+    """Run the command (and the reference) at each depth, shallow first; the sweep's result as plain values."""
+    depths = sorted({int(d) for d in depths})
+    if not depths:
+        raise SweepError("give at least one depth")
+    commands = [("candidate", template)] + ([("reference", reference)] if reference else [])
+    for _, t in commands:
+        argv_at(t, depths[0])  # a template without {depth} fails before anything starts
+    points = []
+    for d in depths:
+        for name, t in commands:
+            rec = str(Path(outdir) / f"{name}_{d}.dmon") if outdir else None
+            pt = runner(t, d, name, seconds, settings, record_to=rec)
+            points.append(pt)
+            if on_point:
+                on_point(pt)
+    result = {"commands": dict(commands), "depths": depths, "seconds": seconds, "points": points}
+    result["divergence"] = divergence(points)
+    return result
+
+
+def replay(outdir) -> dict:
+    """The sweep rebuilt from the recordings its run kept in `outdir` (its sweep.json names them)."""
+    from decodemon.monitor.sources import collect
+
+    d = Path(outdir)
+    try:
+        old = json.loads((d / "sweep.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise SweepError(f"cannot read {d / 'sweep.json'}: {getattr(exc, 'strerror', None) or exc}") from None
+    points = []
+    for p in old.get("points", []):
+        if not p.get("recording"):
+            points.append(p)
+            continue
+        pt = _point(collect(str(d / p["recording"])), p["command"], p["depth"])
+        pt["recording"] = p["recording"]
+        points.append(pt)
+    result = {**old, "points": points}
+    result["divergence"] = divergence(points)
+    return result
+
+
+def series_of(points: list[dict]) -> list[tuple[str, list[tuple[int, float, str]]]]:
+    """The points as the plots' series: [(command, [(depth, ms/token, ceiling), ...])], candidate first."""
+    names = list(dict.fromkeys(p["command"] for p in points))
+    return [(n, [(p["depth"], p["ms_per_token"], p["verdict"]) for p in points
+                 if p["command"] == n and p.get("ms_per_token")]) for n in names]
+
+
+def divergence(points: list[dict]) -> str:
+    """One sentence: how the candidate's ms/token moves with depth (against the reference's, if any), and which
+    resource depth consumes: KV bytes toward the bandwidth floor → BANDWIDTH; small grids (one block per head)
+    taking the time → OCCUPANCY; a flat curve → nothing depth consumes binds."""
+    ok = [p for p in points if p.get("ms_per_token")]
+    cand = sorted((p for p in ok if p["command"] == "candidate"), key=lambda p: p["depth"])
+    ref = {p["depth"]: p for p in ok if p["command"] == "reference"}
+    if len(cand) < 2:
+        return "Too few depths were measured to read a divergence (at least two are needed)."
+    a, b = cand[0], cand[-1]
+    growth = b["ms_per_token"] / a["ms_per_token"]
+    both = [d for d in (a["depth"], b["depth"]) if d in ref]
+    if len(both) == 2:
+        g0, g1 = a["ms_per_token"] / ref[a["depth"]]["ms_per_token"], b["ms_per_token"] / ref[b["depth"]]["ms_per_token"]
+        head = (f"The candidate goes from {g0:.2g}× the reference's ms/token at depth {a['depth']:,} to {g1:.2g}× "
+                f"at {b['depth']:,}")
+        flat = g1 / g0 < FLAT_GROWTH and growth < FLAT_GROWTH
+    else:
+        head = f"ms/token goes from {a['ms_per_token']:.4g} at depth {a['depth']:,} to {b['ms_per_token']:.4g} at {b['depth']:,}"
+        flat = growth < FLAT_GROWTH
+    return f"{head}: {_resource(a, b, flat)}."
+
+
+def _resource(a: dict, b: dict, flat: bool) -> str:
+    """What depth consumes, from the deepest point's verdict and how bytes, the floor and grids moved."""
+    deep = b["verdict"]
+    bpa, bpb = a.get("bytes_per_token"), b.get("bytes_per_token")
+    kv = (f"KV bytes per token grow {bpb / bpa:.3g}× ({bpa / 1e6:.4g} → {bpb / 1e6:.4g} MB)"
+          if bpa and bpb and bpb > bpa * 1.01 else "")
+    xa, xb = a.get("bandwidth_x_floor"), b.get("bandwidth_x_floor")
+    toward_floor = xa is not None and xb is not None and xb < xa
+    if flat:
+        return (f"flat, so depth consumes nothing that binds here; {deep.upper()} binds at the deepest depth "
+                "(a flat curve is a claim: it holds up to the deepest depth swept)")
+    if deep == "bandwidth" or (kv and toward_floor and deep != "occupancy"):
+        return (f"depth consumes memory bandwidth: {kv or 'the bytes read per token grow'}, and the token nears the "
+                f"bandwidth floor ({xb:.3g}× it at the deepest depth)" if xb is not None else
+                f"depth consumes memory bandwidth: {kv or 'the bytes read per token grow'} (BANDWIDTH)")
+    if deep == "occupancy":
+        share = b.get("small_grid_share_pct")
+        return ("depth consumes occupancy: the added time runs in grids that leave most SMs idle"
+                + (f" ({share:.0f}% of kernel time in grids under a quarter of the SMs)" if share is not None else "")
+                + ", the shape of a kernel with one block per head; split it over the context (OCCUPANCY)")
+    return (f"{deep.upper()} binds at the deepest depth while {kv or 'the bytes per token stay level'}; what depth "
+            "adds has not yet overtaken it")
+
+
+def markdown(result: dict) -> str:
+    """sweep.md: the commands, the table (depth, command, ms/token, launches, MB/token, ceiling and its number)
+    and the sentence on the divergence."""
+    lines = ["# Depth sweep", ""]
+    for name, cmd in result["commands"].items():
+        lines.append(f"- {name}: `{cmd}`")
+    lines += ["", f"Attached {result['seconds']:g} s at each depth; the figures are the last 5 s of each attach.", "",
+              "| depth | command | ms/token | launches/token | MB/token | ceiling | its number |",
+              "|---:|---|---:|---:|---:|---|---|"]
+    for p in result["points"]:
+        if p.get("error"):
+            lines.append(f"| {p['depth']:,} | {p['command']} | — | — | — | not measured | {p['error']} |")
+            continue
+        num = (f"{p['ceiling_value']:.4g} {p['ceiling_unit']}" if p.get("ceiling_value") is not None else "—")
+        mb = f"{p['bytes_per_token'] / 1e6:.4g}" if p.get("bytes_per_token") else "—"
+        lp = f"{p['launches_per_token']:.0f}" if p.get("launches_per_token") else "—"
+        lines.append(f"| {p['depth']:,} | {p['command']} | {p['ms_per_token']:.4g} | {lp} | {mb} "
+                     f"| {p['verdict'].upper()} | {num} |")
+    lines += ["", result["divergence"], ""]
+    return "\n".join(lines)
+
+
+def write_outputs(result: dict, outdir) -> list[Path]:
+    """Write sweep.json, sweep.md, sweep.svg and sweep.png into `outdir`; the paths written."""
+    from decodemon.monitor import plots
+    from decodemon.monitor.sources import write_text_whole
+
+    d = Path(outdir)
+    chart = plots.sweep_chart(series_of(result["points"]))
+    out = [d / "sweep.json", d / "sweep.md", d / "sweep.svg", d / "sweep.png"]
+    write_text_whole(out[0], json.dumps(result, indent=2, default=str, ensure_ascii=False) + "\n")
+    write_text_whole(out[1], markdown(result))
+    write_text_whole(out[2], chart.svg())
+    tmp = d / ".sweep.png.part"
+    tmp.write_bytes(plots.png_bytes(chart))
+    tmp.replace(out[3])
+    return out

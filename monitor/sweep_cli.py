@@ -1,0 +1,100 @@
+"""`decodemon sweep "CMD {depth}" --depths 64,512,2048,8192`: the decode command at each depth, attached at each.
+
+Prints the table, a terminal plot of ms/token against depth and one sentence on the divergence; with -o DIR also
+writes sweep.json, sweep.md, sweep.svg, sweep.png and one recording per run (`--replay DIR` rebuilds from those)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from decodemon.monitor.cli._common import UsageError, add_probe, add_seconds, attach_settings, print_json
+
+
+def depth_list(text: str) -> list[int]:
+    """'64,512,2048' → [64, 512, 2048]; each a whole number ≥ 1."""
+    try:
+        out = [int(x) for x in text.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--depths takes whole numbers separated by commas, not {text!r}") from None
+    if not out or min(out) < 1:
+        raise argparse.ArgumentTypeError(f"--depths takes depths of at least 1, not {text!r}")
+    return out
+
+
+def add_parser(subparsers) -> None:
+    """Register `sweep`."""
+    p = subparsers.add_parser("sweep", help="the decode command at several context depths, a table and a plot",
+                              description="Start CMD (with {depth} where the depth goes) once per depth with the agent "
+                                          "loaded, attach for --seconds, stop it; then the table, the plot and "
+                                          "which resource depth consumes.")
+    p.add_argument("command", nargs="?", metavar="CMD", help='the decode command, e.g. "python loop.py --ctx {depth}"')
+    p.add_argument("--depths", type=depth_list, default=[64, 512, 2048, 8192], metavar="D,D,...",
+                   help="the depths, short to the shipping context (default 64,512,2048,8192)")
+    p.add_argument("--reference", metavar="CMD", help="a reference command, run beside at each depth")
+    p.add_argument("-o", "--output", metavar="DIR",
+                   help="write sweep.json, sweep.md, sweep.svg, sweep.png and each run's recording here")
+    p.add_argument("--replay", metavar="DIR", help="rebuild a sweep from the recordings a sweep -o DIR kept")
+    add_seconds(p, 15.0, "seconds attached at each depth (default 15; the figures are the last 5 s)")
+    p.add_argument("--start-timeout", type=float, default=180.0, metavar="S",
+                   help="seconds a run may take to load its agent (default 180)")
+    p.add_argument("--json", action="store_true", help="print the sweep as JSON instead of the table")
+    add_probe(p)
+    p.set_defaults(fn=run)
+
+
+add = add_parser
+
+
+def _outdir(path) -> Path:
+    d = Path(path)
+    if d.exists() and not d.is_dir():
+        raise UsageError(f"decodemon sweep: -o {path} is a file; give a directory")
+    if not d.exists():
+        if not d.parent.is_dir():
+            raise UsageError(f"decodemon sweep: cannot make {path}: no directory {d.parent}")
+        d.mkdir()
+    return d
+
+
+def run(a) -> int:
+    """Sweep (or rebuild one), print it, write it."""
+    from decodemon.monitor import plots, sweep
+
+    if bool(a.command) == bool(a.replay):
+        raise UsageError("decodemon sweep: give a command with {depth}, or --replay DIR (see `decodemon sweep --help`)")
+    try:
+        if a.replay:
+            result = sweep.replay(a.replay)
+        else:
+            for t in [a.command] + ([a.reference] if a.reference else []):
+                sweep.argv_at(t, a.depths[0])
+            out = _outdir(a.output) if a.output else None
+            result = sweep.sweep(a.command, a.depths, a.reference, a.seconds, attach_settings(a), out,
+                                 runner=lambda *x, **k: sweep.run_point(*x, start_timeout_s=a.start_timeout, **k),
+                                 on_point=_progress)
+    except sweep.SweepError as exc:
+        raise UsageError(f"decodemon sweep: {exc}") from None
+    if a.json:
+        print_json(result)
+    else:
+        md = sweep.markdown(result).splitlines()
+        print("\n".join(line for line in md if line.startswith("|")))
+        print()
+        print("\n".join(plots.sweep_lines(sweep.series_of(result["points"]))))
+        print()
+        print(result["divergence"])
+    target = a.output or a.replay
+    if target:
+        written = sweep.write_outputs(result, target)
+        print(f"decodemon sweep: wrote {', '.join(str(p) for p in written)}", file=sys.stderr)
+    return 0 if any(p.get("ms_per_token") for p in result["points"]) else 3
+
+
+def _progress(pt: dict) -> None:
+    if pt.get("error"):
+        print(f"decodemon sweep: {pt['command']} at depth {pt['depth']}: {pt['error']}", file=sys.stderr)
+    else:
+        print(f"decodemon sweep: {pt['command']} at depth {pt['depth']}: {pt['ms_per_token']:.4g} ms/token, "
+              f"{pt['verdict'].upper()}", file=sys.stderr)

@@ -1,0 +1,106 @@
+"""The depth sweep and the diagnosis per depth band: a decode command run at several depths, attached at each."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import REC
+from decodemon.monitor import cli as cli_pkg
+from decodemon.monitor import sweep, sweep_cli
+from decodemon.monitor.analysis.depth import band_of, depth_bands, session_depth_bands
+from decodemon.monitor.sources import collect
+
+
+def main(argv) -> int:
+    """`decodemon ARGV` with sweep registered (wherever the lead has registered it already)."""
+    old = cli_pkg.VERBS
+    cli_pkg.VERBS = old + (() if sweep_cli in old else (sweep_cli,))
+    try:
+        return cli_pkg.main([str(a) for a in argv])
+    finally:
+        cli_pkg.VERBS = old
+
+
+def test_bands_are_powers_of_two_above_a_shallow_band():
+    assert [band_of(d) for d in (0, 63, 64, 127, 128, 8191, 8192)] == [
+        (0, 63), (0, 63), (64, 127), (64, 127), (128, 255), (4096, 8191), (8192, 16383)]
+
+
+class _Win:
+    def __init__(self, launches):
+        self.kernels_per_token, self.kernel_sum_ms_per_token, self.small_grid_share_pct = launches, 1.0, 5.0
+
+
+def test_each_band_times_only_steps_of_one_position():
+    # depths 60..69 at 1 ms a step, then a reset to 0 after a 50 ms pause, then 0..4 at 2 ms a step
+    depth = np.array(list(range(60, 70)) + list(range(0, 5)))
+    dt = [1.0] * 9 + [50.0] + [2.0] * 4
+    t = np.concatenate([[0.0], np.cumsum(dt)]) * 1e6
+    rx = np.arange(len(depth)) * 1_000_000
+    bands = depth_bands(t, rx, depth, windows=[(rx[12], _Win(300)), (rx[8], _Win(900))])
+    by = {b.label: b for b in bands}
+    assert list(by) == ["0-63", "64-127"]
+    assert by["64-127"].ms_per_token == 1.0 and by["64-127"].tokens == 6  # the steps into depths 64..69
+    assert by["0-63"].ms_per_token == 2.0 and by["0-63"].tokens == 7  # the 50 ms across the reset counts nowhere
+    assert by["64-127"].launches_per_token == 900 and by["0-63"].launches_per_token == 300
+
+
+@pytest.mark.parametrize("name, verdict", [("eager", "launch"), ("graph", "occupancy")])
+def test_recordings_keep_their_verdict_in_every_band(name, verdict):
+    bands = session_depth_bands(collect(REC[name]))
+    assert [b.label for b in bands] == ["0-63", "64-127", "128-255", "256-511"]
+    assert {b.verdict for b in bands} == {verdict}
+    assert bands[0].bytes_per_token < bands[-1].bytes_per_token  # the KV cache read grows with depth
+
+
+def _pt(name, depth, ms, verdict, mb, x_floor=None, small=None):
+    return {"command": name, "depth": depth, "ms_per_token": ms, "verdict": verdict, "bytes_per_token": mb * 1e6,
+            "bandwidth_x_floor": x_floor, "small_grid_share_pct": small}
+
+
+def test_the_divergence_names_the_resource_depth_consumes():
+    bw = [_pt("candidate", 64, 10.3, "launch", 1200, 30), _pt("candidate", 131072, 100.0, "bandwidth", 9000, 1.6),
+          _pt("reference", 64, 18.3, "bandwidth", 1100, 1.3), _pt("reference", 131072, 18.4, "bandwidth", 1300, 1.3)]
+    s = sweep.divergence(bw)
+    assert "from 0.56× the reference's ms/token at depth 64 to 5.4× at 131,072" in s
+    assert "depth consumes memory bandwidth" in s and "7.5×" in s
+    occ = [_pt("candidate", 64, 4.0, "occupancy", 1200, 13, 60), _pt("candidate", 8192, 9.0, "occupancy", 1300, 7, 85)]
+    assert "depth consumes occupancy" in sweep.divergence(occ) and "85%" in sweep.divergence(occ)
+    flat = [_pt("candidate", 64, 3.9, "occupancy", 1200), _pt("candidate", 8192, 4.1, "occupancy", 1300)]
+    assert "flat" in sweep.divergence(flat)
+    assert sweep.divergence(flat[:1]).startswith("Too few depths")
+
+
+def test_a_command_without_the_depth_placeholder_fails_in_one_line(tmp_path, capsys):
+    assert main(["sweep", "python loop.py", "--depths", "64,512", "-o", tmp_path / "out"]) == 2
+    assert main(["sweep", "python loop.py {depth}", "--depths", "64,x"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "{depth}" in err[0] and "--depths" in err[1]
+    assert not (tmp_path / "out").exists()
+
+
+def test_sweep_of_the_cpu_demo_engine_at_four_depths(tmp_path, capsys):
+    out = tmp_path / "sweep"
+    cmd = f"{sys.executable} -m decodemon.engine_adapter.demo --device cpu --tiny --tokens 0 --max-len {{depth}}"
+    assert main(["sweep", cmd, "--depths", "64,256,1024,4096", "--seconds", "4", "-o", out]) == 0
+    printed = capsys.readouterr().out
+    result = json.loads((out / "sweep.json").read_text())
+    pts = result["points"]
+    assert [p["depth"] for p in pts] == [64, 256, 1024, 4096] and all(p["ms_per_token"] > 0 for p in pts)
+    # the tiny model's attention reads its whole cache: the deepest cache costs the most per token
+    assert pts[-1]["ms_per_token"] > pts[0]["ms_per_token"]
+    assert pts[-1]["bytes_per_token"] > pts[0]["bytes_per_token"]
+    assert all(p["depth_bands"] for p in pts)
+    md = (out / "sweep.md").read_text()
+    assert md.count("| candidate |") == 4 and result["divergence"] in md
+    assert (out / "sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (out / "sweep.svg").read_text().count("<circle") >= 4
+    assert "| 4,096 | candidate |" in printed and "depth" in printed and result["divergence"] in printed
+    # the recordings it kept rebuild the same table without the engine
+    assert main(["sweep", "--replay", out, "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert [p["ms_per_token"] for p in again["points"]] == [p["ms_per_token"] for p in pts]
