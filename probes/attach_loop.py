@@ -19,6 +19,8 @@ import selectors
 import time
 from collections import deque
 
+import msgspec
+
 from decodemon.probes import held, policy, wire
 from decodemon.probes.facts import PROCESS
 from decodemon.probes.pm_arm import pump_pm
@@ -38,7 +40,7 @@ def collect_pause() -> None:
 class AttachLoop:
     """One attach's loop on the agent thread; `run()` returns why it ended."""
 
-    def __init__(self, conn, reader, session, sidecar, status: dict, ev=None) -> None:
+    def __init__(self, conn, reader, session, sidecar, status: dict, ev=None, hello_frame=None) -> None:
         st = session.settings
         self.conn, self.reader, self.session, self.status, self.ev = conn, reader, session, status, ev
         self.settings = st
@@ -66,6 +68,8 @@ class AttachLoop:
         self.window_id = 0
         self.skipped_seen = self.windows_seen = 0
         self.open_after: int | None = None  # token count at which a prepared window is asked for
+        self.hello = hello_frame
+        self.model_sent = hello_frame.model if hello_frame is not None else None
 
     # -- the loop -------------------------------------------------------------
     def run(self) -> str:
@@ -294,5 +298,9 @@ class AttachLoop:
         if s.tracer is not None:
             status.update(windows_in_process=PROCESS.windows_in_process, window_budget=int(st.window_budget),
                           window_budget_state=policy.budget_state(PROCESS.windows_in_process, st.window_budget))
+        if self.hello is not None and PROCESS.model is not None and PROCESS.model is not self.model_sent:
+            # an adapter learned the model at the engine's first step after the attach: a fresh hello carries it
+            self.model_sent = PROCESS.model
+            self.out += wire.pack(msgspec.structs.replace(self.hello, model=PROCESS.model))
         self.out += wire.pack(wire.ProbeStatus(**status, windows=self.window_id, errors=len(s.errors),
                                                recent_errors=s.errors[-5:]))

@@ -12,6 +12,9 @@ from decodemon.probes import wire
 
 # no token marked for this long (since the attach or the last mark): windows open by time
 NO_MARKS_S = 2.0
+# ... but at an attach's start a loop that marks tokens marks one within a token, so the first verdict need not
+# wait 2 s: with no mark this long after the attach, the first window opens by time
+FIRST_NO_MARKS_S = 0.5
 # marks come in bursts when, over the last BURST_MARKS marks, the median interval is under BURST_RATIO x the mean:
 # a host that enqueues a few hundred graph replays in ~140 ms and then waits for the GPU marks each of them at
 # enqueue time, not where the GPU finishes the step
@@ -110,10 +113,10 @@ def marks_bursty(t_ns) -> bool:
 
 def window_clock(now: float, attached_at: float, last_mark_at: float | None, recent_marks_ns) -> str | None:
     """Which clock the next window opens by: "tokens" (at the decode thread's token boundaries), "time" (by the
-    agent thread: no mark for NO_MARKS_S since the attach or the last mark, or marks in bursts), or None (no mark
-    yet, and too soon after the attach to tell)."""
+    agent thread: no mark for FIRST_NO_MARKS_S since the attach or NO_MARKS_S since the last mark, or marks in
+    bursts), or None (no mark yet, and too soon after the attach to tell)."""
     if last_mark_at is None:
-        return "time" if now - attached_at >= NO_MARKS_S else None
+        return "time" if now - attached_at >= min(FIRST_NO_MARKS_S, NO_MARKS_S) else None
     if now - last_mark_at >= NO_MARKS_S or marks_bursty(recent_marks_ns):
         return "time"
     return "tokens"

@@ -14,7 +14,7 @@ import sys
 import threading
 from pathlib import Path
 
-from decodemon.probes import held, wire
+from decodemon.probes import hooks, held, wire
 from decodemon.probes.attach_loop import AttachLoop
 from decodemon.probes.device import Unavailable, cuda_device_index, cupti_version, gpu_info
 from decodemon.probes.eventlog import EventLog
@@ -165,7 +165,8 @@ class Agent:
             conn.sendall(wire.pack(wire.ProbeStatus(**status)))
             ev = EventLog.from_env()
             try:
-                reason = AttachLoop(conn, reader, res["session"], res["sidecar"], status, ev).run()
+                reason = AttachLoop(conn, reader, res["session"], res["sidecar"], status, ev,
+                                    hello_frame=res.get("hello")).run()
             finally:
                 if ev is not None:
                     ev.write()
@@ -176,9 +177,11 @@ class Agent:
 
     def set_up(self, conn: socket.socket, settings: wire.Attach, res: dict) -> dict:
         """Hello, tracer, PM and sidecar for one attach, then arm the session; the status fields to send first."""
+        hooks.attach()  # engine adapters first: the model facts they report travel in the hello
         h = hello({k: float(getattr(settings, k)) for k in
                    ("window_period_s", "window_tokens", "pm_interval_us", "nvml_hz")})
         conn.sendall(wire.pack(h))
+        res["hello"] = h
         held.ENABLED = settings.hold_gil  # before the loop's first call (an A/B run's attaches set it both ways)
         status: dict = {"token_clock": "armed"}
         tracer = pm = None
@@ -253,6 +256,7 @@ class Agent:
             if not session.done.wait(1.0):
                 session.finish(at_boundary=False)
             session.release()
+        hooks.detach()  # the engine's own functions back, before the monitor hears the attach is over
         if sidecar is not None:
             try:
                 sidecar.stdin.close()

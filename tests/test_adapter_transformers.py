@@ -68,3 +68,55 @@ def test_detach_puts_generate_back_as_it_was(model, marks):
     assert GenerationMixin.__dict__[tg._NAME] is original and not tg.installed()
     generate(model, 4)
     assert seen == []
+
+
+def test_generate_under_decodemon_run_is_counted_with_no_line_of_decodemon(tmp_path):
+    """transformers' own generate() (tiny random model, CPU), started with `decodemon run`: an attach counts its
+    tokens through the adapter, gets the model's facts, and a second attach does the same."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from tests.conftest import cli
+
+    loop = Path(__file__).parents[1] / "benchmarks" / "loops" / "hf_generate.py"
+    log = tmp_path / "tokens.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "decodemon.monitor.cli", "run", "--", sys.executable, str(loop),
+                             "--shape", "tiny", "--device", "cpu", "--new-tokens", "64", "--log", str(log)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        t0 = time.time()
+        while not (log.exists() and log.stat().st_size) and time.time() - t0 < 60:
+            time.sleep(0.2)
+        pid = int(Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()[0])
+        for _ in range(2):
+            t_a = time.time()
+            r = cli("attach", pid, "--json", "--seconds", 2)
+            t_b = time.time()
+            assert r.returncode == 0, r.stderr
+            j = json.loads(r.stdout)
+            assert j["token_clock"] == "mark_token" and j["tokens"] > 20
+            own = sorted(t for line in log.read_text().splitlines() for t in json.loads(line)["t"] if t_a <= t <= t_b)
+            print(j["tokens"], len(own), j["tokens_per_s"], (len(own) - 1) / (own[-1] - own[0]))
+            assert j["tokens"] <= len(own)  # the attach is inside [t_a, t_b]
+            assert j["tokens"] >= 0.5 * len(own)
+            weights = sum(p.numel() * 4 for p in _tiny_model().parameters())
+            assert j["bytes_per_token"] >= weights
+    finally:
+        import os
+
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(30)
+
+
+def _tiny_model():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks" / "loops"))
+    from common import build
+
+    return build("qwen3", "tiny", "cpu")

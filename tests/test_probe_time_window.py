@@ -92,6 +92,7 @@ def test_a_loop_without_token_marks_gets_windows_by_time_from_the_agent_thread(m
 
 def test_no_window_by_time_before_the_loop_has_been_silent_long_enough(monkeypatch):
     monkeypatch.setattr(policy, "NO_MARKS_S", 30.0)
+    monkeypatch.setattr(policy, "FIRST_NO_MARKS_S", 30.0)
     tr = _fake_tracer()
     st = wire.Attach(window_period_s=0.1, window_max_s=0.1, window_min_tokens=0, agent_tick_s=0.05)
     s = sess.Session(st, tr)

@@ -4,6 +4,10 @@ import importlib.util as _ilu
 import os as _os
 import sys as _sys
 
+try:  # the engine adapters' attach hooks (they import no engine), registered before the agent can take an attach
+    import decodemon.engine_adapter.auto  # noqa: F401
+except Exception as _exc:
+    print(f"decodemon: engine adapters not loaded: {_exc}", file=_sys.stderr)
 try:
     from decodemon.probes.agent import start_from_env as _start
 
