@@ -77,6 +77,11 @@ class Snapshot:
     # which clock ms/token comes from: "mark_token" (the engine's marks, host time), or the GPU's own steps in
     # the traced windows ("graph replays" or "kernel period") when the loop marks nothing or runs ahead of the GPU
     token_clock: str = ""
+    # bytes per token two ways: the DRAM counters' read + write bytes over counted tokens (no model facts needed)
+    # and the model's weights plus the KV cache at depth (an adapter or report_model); the diagnosis uses the
+    # measured figure when there is one
+    bytes_per_token_measured: float | None = None
+    bytes_per_token_model: float | None = None
 
     @property
     def collective_us_priced(self) -> float | None:
@@ -123,6 +128,9 @@ class Session:
         self.rolling = dx.Rolling()
         self._origin = clock_origin_unix_s
         self._clock = ""
+        self._bytes: tuple = (None, None)
+        # the device's copy bandwidth measured outside the target (probes/copy_bandwidth), when the source has it
+        self.copy_gbs: float | None = None
 
     def add(self, rx_ns: int, frame) -> None:
         """Take one frame; a traced window also advances the rolling verdict."""
@@ -173,6 +181,18 @@ class Session:
                         ms_per_token_p99=float(np.percentile(d, 99)), tokens_per_s=1e3 / float(np.mean(d)))
         return ts, s.clock
 
+    def _dram_bytes_per_s(self, since: int) -> float | None:
+        """DRAM read + write bytes a second over the span's PM samples that carry them (None where none do)."""
+        pm = self.feed.pm_since(since)
+        if not len(pm["rx_ns"]) or "dram_read_bytes" not in pm:
+            return None
+        b = pm["dram_read_bytes"] + pm["dram_write_bytes"]
+        dt = pm["gpu_t1_ns"] - pm["gpu_t0_ns"]
+        ok = np.isfinite(b) & (dt > 0)
+        if not ok.any():
+            return None
+        return float(b[ok].sum() / (dt[ok].sum() / 1e9))
+
     def _pm_average(self, since: int) -> dict:
         pm = self.feed.pm_since(since)
         if not len(pm["rx_ns"]):
@@ -201,12 +221,18 @@ class Session:
         ts, self._clock = self._token_stats(since, wins, pm_avg.get("gpu_busy_pct"))
         model = f.hello.model if f.hello else None
         gpu = f.hello.gpu if f.hello else None
-        bpt = float(model.bytes_per_token(f.depth())) if model else None
+        bpt_model = float(model.bytes_per_token(f.depth())) if model else None
+        dram_bps = self._dram_bytes_per_s(since)
+        bpt_measured = dram_bps * ts.ms_per_token / 1e3 if (dram_bps and ts) else None
+        bpt = bpt_measured if bpt_measured else bpt_model
+        self._bytes = (bpt_measured, bpt_model)
         bw, bw_src = None, ""
-        if model and model.measured_bandwidth_gbs:
+        if self.copy_gbs:
+            bw, bw_src = self.copy_gbs, "measured copy (decodemon, this device and driver)"
+        elif model and model.measured_bandwidth_gbs:
             bw, bw_src = model.measured_bandwidth_gbs, "measured copy (engine)"
         elif gpu and gpu.mem_bandwidth_gbs:
-            bw, bw_src = gpu.mem_bandwidth_gbs, "NVML peak"
+            bw, bw_src = gpu.mem_bandwidth_gbs, "NVML peak (a spec figure, not measured)"
         last = wins[-1] if wins else None
         ksum = _median([w.kernel_sum_ms_per_token for w in wins]) if wins else None
         # Without PM counters, GPU busy is estimated as kernel time over the untraced step: the traced
@@ -286,7 +312,7 @@ class Session:
             kernel_share_pct=(min(100.0, 100.0 * inp.kernel_sum_ms_per_token / inp.ms_per_token)
                               if inp.kernel_sum_ms_per_token is not None and inp.ms_per_token else None),
             inputs=inp, observer=self.observer_cost(ts), pm_check=self.pm_check(max(rx - SPAN_NS, 0)),
-            token_clock=self._clock,
+            token_clock=self._clock, bytes_per_token_measured=self._bytes[0], bytes_per_token_model=self._bytes[1],
         )
 
     def pm_check(self, since: int) -> PmWindowCheck | None:

@@ -77,6 +77,18 @@ def _busy_json(s: Snapshot) -> dict:
     }
 
 
+def bytes_note(measured: float | None, model: float | None) -> str | None:
+    """When the DRAM counters and the model disagree by more than 2x: the three parts of bytes per token."""
+    if not (measured and model):
+        return None
+    r = measured / model
+    if 0.5 <= r <= 2.0:
+        return None
+    return (f"DRAM read {r:.2g}x the model's bytes per token: count the three parts (the weights actually read, "
+            "e.g. active experts, not all; the KV cache at this depth; activations and writes) before pricing "
+            "the floor")
+
+
 def summary_json(s: Snapshot, kernels: int = 15) -> dict:
     """The JSON summary of `attach --json`, `replay --json` and `report --json`."""
     w, tk = s.window, s.tokens
@@ -103,6 +115,9 @@ def summary_json(s: Snapshot, kernels: int = 15) -> dict:
         "launch_calls_traced_s_ago": _r(s.api_window_age_s, 1),
         "collectives": collectives_json(s),
         "bytes_per_token": s.bytes_per_token,
+        "bytes_per_token_measured": round(s.bytes_per_token_measured) if s.bytes_per_token_measured else None,
+        "bytes_per_token_model": round(s.bytes_per_token_model) if s.bytes_per_token_model else None,
+        "bytes_per_token_note": bytes_note(s.bytes_per_token_measured, s.bytes_per_token_model),
         "bandwidth_gbs": s.bandwidth_gbs,
         "bandwidth_source": s.bandwidth_source,
         "windows": s.windows_seen,
