@@ -135,8 +135,13 @@ class Session:
     def add(self, rx_ns: int, frame) -> None:
         """Take one frame; a traced window also advances the rolling verdict."""
         self.feed.add(rx_ns, frame)
-        if isinstance(frame, wire.RecordingHeader) and self._origin is None:
-            self._origin = frame.created_unix_s
+        if isinstance(frame, wire.RecordingHeader):
+            if self._origin is None:
+                self._origin = frame.created_unix_s
+            if self.copy_gbs is None:
+                from decodemon.monitor.bandwidth import from_note
+
+                self.copy_gbs = from_note(frame.note)
         if isinstance(frame, wire.KernelWindow):
             gpu = self.feed.hello.gpu if self.feed.hello else None
             w = frame

@@ -83,6 +83,7 @@ class _Recorder:
         self.pid = pid
         self.tmp: Path | None = None
         self.writer = None
+        self.note = ""  # the header's note: the copy bandwidth measured for this device (monitor.bandwidth)
 
     def write(self, rx: int, payload: bytes, frame) -> None:
         """Store one frame (the file is made at the first one, so a source that never answered leaves none)."""
@@ -91,7 +92,7 @@ class _Recorder:
         if self.writer is None:
             self.tmp = _temp_beside(self.target)
             header = wire.RecordingHeader(wire_version=wire.WIRE_VERSION, created_unix_s=time.time(),
-                                          decodemon_version=VERSION, source=f"pid {self.pid}")
+                                          decodemon_version=VERSION, source=f"pid {self.pid}", note=self.note)
             try:
                 self.writer = wire.RecordingWriter(self.tmp, header)
             except OSError as exc:
@@ -123,8 +124,14 @@ class _Recorder:
             self.tmp = None
 
 
-def _feed(sess, frames, on_frame=None, recorder: _Recorder | None = None):
+def _feed(sess, frames, on_frame=None, recorder: _Recorder | None = None, live: bool = False):
     for rx, payload, frame in frames:
+        if live and isinstance(frame, wire.Hello) and frame.gpu is not None and sess.copy_gbs is None:
+            from decodemon.monitor.bandwidth import header_note, measured_copy_gbs
+
+            sess.copy_gbs = measured_copy_gbs(frame.gpu)
+            if recorder is not None:
+                recorder.note = header_note(sess.copy_gbs)
         if recorder is not None:
             recorder.write(rx, payload, frame)
         sess.add(rx, frame)
@@ -152,7 +159,7 @@ def collect_pid(pid: int, settings: wire.Attach | None = None, seconds: float | 
     recorder = _Recorder(record_to, pid) if record_to else None
     interrupted = False
     try:
-        _feed(sess, live_frames(pid, settings, seconds), on_frame, recorder)
+        _feed(sess, live_frames(pid, settings, seconds), on_frame, recorder, live=True)
     except KeyboardInterrupt:
         if recorder is None:
             raise

@@ -43,3 +43,22 @@ def test_a_corrupt_cache_is_replaced_not_fatal(tmp_path, monkeypatch):
     assert cb.cached_gbs("GPU-1", "d") is None
     cb.store("GPU-1", "d", {"copy_gbs": 1.0})
     assert cb.cached_gbs("GPU-1", "d") == 1.0
+
+
+def test_a_recordings_header_keeps_the_figure_the_live_attach_priced_the_floor_with():
+    from decodemon.monitor.bandwidth import from_note, header_note
+    from decodemon.monitor.sources import collect
+    from decodemon.monitor.session import Session
+    from decodemon.probes import wire
+    from tests.conftest import REC
+
+    assert from_note(header_note(4267.7)) == 4267.7 and from_note("") is None and from_note("{bad") is None
+    s = Session()
+    s.add(0, wire.RecordingHeader(wire_version=wire.WIRE_VERSION, created_unix_s=0.0, decodemon_version="x",
+                                  note=header_note(4267.7)))
+    for rx, f in list(wire.read_recording(REC["llama8b_graph"]))[1:]:
+        s.add(rx, f)
+    snap = s.snapshot()
+    assert snap.bandwidth_gbs == 4267.7 and snap.bandwidth_source.startswith("measured copy (decodemon")
+    old = collect(str(REC["llama8b_graph"])).snapshot()  # recorded before the note: the engine's own copy
+    assert old.bandwidth_source == "measured copy (engine)"
