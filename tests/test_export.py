@@ -7,6 +7,8 @@ import argparse
 import gzip
 import json
 import math
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import numpy as np
@@ -207,3 +209,18 @@ def test_export_verb_without_windows_exits_3(tmp_path, capsys):
 def test_export_reads_a_recording_path_directly():
     trace = export(REC["graph"])
     assert trace["decodemon"]["windows"] and trace["baseTimeNanoseconds"] > 0
+
+
+def test_export_from_a_live_cpu_engine_says_it_traced_no_window(engine, tmp_path, capsys):
+    # the CPU demo engine has no GPU, so the probe traces no window: one line, exit 3, no file
+    assert _run([engine.pid, "-o", tmp_path / "t.json", "--seconds", "1.5"]) == 3
+    assert f"pid {engine.pid}" in _one_line(capsys.readouterr().err)
+    assert not list(tmp_path.iterdir())
+
+
+def test_export_and_prometheus_import_without_the_app():
+    code = ("import sys, decodemon.monitor.export.cli, decodemon.monitor.prometheus; "
+            "print(sorted(m for m in ('textual', 'torch') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"

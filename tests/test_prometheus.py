@@ -122,7 +122,8 @@ def test_prometheus_scrapes_the_exporter_attached_to_a_cpu_engine(tmp_path):
         series, deadline = [], time.monotonic() + 25
         while time.monotonic() < deadline and not series:
             time.sleep(0.5)
-            series = [r for r in _query(api, "decodemon_tokens_per_second") if r["metric"].get("pid") == str(engine.pid)]
+            series = [r for r in _query(api, "decodemon_tokens_per_second")
+                      if r["metric"].get("pid") == str(engine.pid)]
         assert series, "Prometheus returned no decodemon_tokens_per_second series for the engine"
         metric = series[0]["metric"]
         assert metric["job"] == "decodemon" and metric["engine"] == "demo.py" and "gpu" not in metric

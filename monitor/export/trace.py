@@ -53,15 +53,19 @@ def _names(cpu_pid: int, device: int, gpu: wire.GpuInfo | None, streams: set, la
 
 
 def _windows_of(session, window_id: int | None) -> list[wire.KernelWindow]:
+    where = f"pid {session.label}" if str(session.label).isdigit() else str(session.label)
     wins = [w for _rx, w in list(session.feed.windows)]
     if window_id is not None:
         wins = [w for w in wins if w.window_id == window_id]
         if not wins:
             kept = ", ".join(str(w.window_id) for _rx, w in session.feed.windows) or "none"
-            raise NothingToExport(f"no traced window {window_id} in {session.label} (windows: {kept})")
+            raise NothingToExport(f"no traced window {window_id} in {where} (windows: {kept})")
     wins = [w for w in wins if lanes.earliest_ns(w) is not None]
     if not wins:
-        raise NothingToExport(f"{session.label} holds no traced window: nothing to export")
+        st = session.feed.status
+        why = f" (tracing {st.trace}{': ' + st.trace_reason if st.trace_reason else ''})" if (
+            st.trace and st.trace != "armed") else ""
+        raise NothingToExport(f"{where} holds no traced window{why}: nothing to export")
     return wins
 
 
