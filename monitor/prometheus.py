@@ -9,7 +9,8 @@
                                       SnapshotCollector.collect -+--> /metrics
 
 A `Watch` attaches to one pid on a thread of its own and keeps the latest `Snapshot` (plain values); the custom
-collector turns the snapshots there are into gauges at each scrape, so a scrape costs the decode loop nothing.
+collector turns the snapshots there are into gauges at each scrape: a scrape reads values already computed and
+touches neither the agent's socket nor the analysis.
 Names follow the exporter conventions: base units (`_seconds`, `_bytes`, `_ratio` for a fraction of 1) and the
 labels pid, engine (the engine's program) and gpu (the device's index; absent without a GPU).
 
