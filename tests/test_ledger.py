@@ -9,20 +9,16 @@ import threading
 import pytest
 
 from conftest import REC
-from decodemon.monitor import grade_cli, ledger, predict_cli
+from decodemon.monitor import ledger
+from decodemon.monitor.cli import grade as grade_cli, predict as predict_cli
 from decodemon.monitor import cli as cli_pkg
 from decodemon.monitor.render import summary_json
 from decodemon.monitor.sources import collect
 
 
 def main(argv) -> int:
-    """`decodemon ARGV` with predict and grade registered (wherever the lead has registered them already)."""
-    verbs = cli_pkg.VERBS + tuple(v for v in (predict_cli, grade_cli) if v not in cli_pkg.VERBS)
-    old, cli_pkg.VERBS = cli_pkg.VERBS, verbs
-    try:
-        return cli_pkg.main([str(a) for a in argv])
-    finally:
-        cli_pkg.VERBS = old
+    """`decodemon ARGV` in this process."""
+    return cli_pkg.main([str(a) for a in argv])
 
 
 @pytest.fixture(scope="module")

@@ -10,19 +10,15 @@ import pytest
 
 from conftest import REC
 from decodemon.monitor import cli as cli_pkg
-from decodemon.monitor import sweep, sweep_cli
+from decodemon.monitor import sweep
+from decodemon.monitor.cli import sweep as sweep_cli
 from decodemon.monitor.analysis.depth import band_of, depth_bands, session_depth_bands
 from decodemon.monitor.sources import collect
 
 
 def main(argv) -> int:
-    """`decodemon ARGV` with sweep registered (wherever the lead has registered it already)."""
-    old = cli_pkg.VERBS
-    cli_pkg.VERBS = old + (() if sweep_cli in old else (sweep_cli,))
-    try:
-        return cli_pkg.main([str(a) for a in argv])
-    finally:
-        cli_pkg.VERBS = old
+    """`decodemon ARGV` in this process."""
+    return cli_pkg.main([str(a) for a in argv])
 
 
 def test_bands_are_powers_of_two_above_a_shallow_band():

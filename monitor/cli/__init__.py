@@ -1,4 +1,5 @@
-"""`decodemon`: run, attach, record, replay, report, diagnose, compare, scaling, allreduce, demo.
+"""`decodemon`: run, attach, record, replay, report, compare, demo, export, exporter, sweep, predict, grade,
+diagnose, scaling, allreduce.
 
 One module per verb, each with `add(sub)` (its parser) and `run(args)`. Exit codes: 0 ok; 2 bad input (bad
 arguments, no such pid, no agent, a corrupt recording, an output that cannot be written, the app without a
@@ -15,8 +16,8 @@ from decodemon.monitor import _lean
 
 _lean.start()  # before numpy's first import (client -> wire): a light start beside the decode loop
 
-from decodemon.monitor.cli import (allreduce, attach, compare, demo, diagnose, record, replay,  # noqa: E402
-                                   report, run, scaling)
+from decodemon.monitor.cli import (allreduce, attach, compare, demo, diagnose, export, exporter,  # noqa: E402
+                                   grade, predict, record, replay, report, run, scaling, sweep)
 from decodemon.monitor.cli._common import Parser, UsageError, resolve_pid  # noqa: E402
 from decodemon.monitor.cli._common import attach_settings as _attach_settings  # noqa: E402
 from decodemon.monitor.client import SourceError  # noqa: E402
@@ -25,7 +26,8 @@ from decodemon.probes import wire  # noqa: E402
 
 __all__ = ["UsageError", "_attach_settings", "build_parser", "collect", "main", "resolve_pid"]
 
-VERBS = (run, attach, record, replay, report, diagnose, compare, scaling, allreduce, demo)
+VERBS = (run, attach, record, replay, report, compare, demo, export, exporter, sweep, predict, grade, diagnose,
+         scaling, allreduce)
 # verbs that take a pid as `PID` or `--pid PID`
 PID_VERBS = ("attach", "record")
 

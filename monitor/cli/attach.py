@@ -24,6 +24,9 @@ def add(sub) -> None:
     add_seconds(p, None, f"seconds to watch, then detach (app: until q; --json: {JSON_SECONDS:g})")
     add_probe(p)
     add_refresh(p)
+    from decodemon.monitor.prometheus import add_prometheus_option
+
+    add_prometheus_option(p)
     p.set_defaults(fn=run)
 
 
@@ -64,6 +67,10 @@ def run(a) -> int:
     """The app on the pid (or its group) until q or `--seconds`; with --json, the summary."""
     pid = resolve_pid(a)
     settings = attach_settings(a)
+    if a.prometheus is not None:
+        from decodemon.monitor.prometheus import serve_pid
+
+        return serve_pid(pid, *a.prometheus, settings=settings, seconds=a.seconds)
     if a.json:
         return attach_json(pid, settings, a.seconds or JSON_SECONDS)
     need_terminal("attach")

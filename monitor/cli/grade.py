@@ -9,7 +9,7 @@ import sys
 
 from decodemon.monitor import ledger
 from decodemon.monitor.cli._common import UsageError, print_json
-from decodemon.monitor.predict_cli import add_source_opts, measure, read_ledger
+from decodemon.monitor.cli.predict import add_source_opts, measure, read_ledger
 
 
 def add_parser(subparsers) -> None:

@@ -1,0 +1,17 @@
+"""`decodemon exporter [--listen HOST:PORT]`: Prometheus metrics of every attachable decode loop on this host."""
+
+from __future__ import annotations
+
+
+def add(sub) -> None:
+    """Register the verb."""
+    from decodemon.monitor import prometheus
+
+    prometheus.add_parser(sub).set_defaults(fn=run)
+
+
+def run(a) -> int:
+    """Serve until Ctrl-C."""
+    from decodemon.monitor import prometheus
+
+    return prometheus.run(a)
