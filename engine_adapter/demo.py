@@ -143,6 +143,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--tiny", action="store_true", help="a few small layers that run on a CPU")
     ap.add_argument("--shape", default="qwen3-0.6b", help="qwen3-0.6b | llama-8b | tiny")
     ap.add_argument("--max-len", type=int, default=512, help="KV-cache length; decode wraps around at the end")
+    ap.add_argument("--depth", type=int, default=0,
+                    help="context depth to decode at: the cache holds this many positions before the first token, "
+                         "and decoding wraps back to it (the cache is made --depth + 128 long unless --max-len is "
+                         "longer); `decodemon sweep` sets it")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--warmup", type=int, default=5, help="tokens before timing starts")
     ap.add_argument("--narrow-blocks", type=int, default=0,
@@ -177,6 +181,9 @@ def main(argv=None) -> int:
         _fail("--tokens must be 0 (run until killed) or positive")
     if a.max_len < 2 or a.max_len > 1 << 20:
         _fail("--max-len must be between 2 and 1048576")
+    if a.depth < 0 or a.depth > (1 << 20) - 128:
+        _fail("--depth must be between 0 and 1048448")
+    a.max_len = max(a.max_len, a.depth + 128) if a.depth else a.max_len
     if a.tp < 1 or a.tp > 64:
         _fail("--tp must be between 1 and 64")
     if a.deterministic:
@@ -244,6 +251,7 @@ def main(argv=None) -> int:
             narrow()
         return out
 
+    model.start_pos = a.depth
     model.reset()
     run_step = cuda_graph_step(step, model.reset) if a.mode == "graph" else step
 
@@ -262,7 +270,7 @@ def main(argv=None) -> int:
     print(f"decodemon demo: decoding ({a.mode}, {shape_name}, pid {os.getpid()})", file=sys.stderr, flush=True)
     n = a.tokens
     i = 0
-    pos = 0
+    pos = a.depth
     # --cpu-clocks: where a slow token's time went. Thread CPU up with wall time: the decode thread worked longer
     # (or its core ran slower); process CPU up without it: another thread of this process was busy (GIL);
     # run-queue wait up: the scheduler kept the thread off a core. `canary_us` times a fixed bit of pure Python
@@ -320,7 +328,7 @@ def main(argv=None) -> int:
         while (n == 0 or i < n + a.warmup) and not stop["now"]:
             if pos >= a.max_len - 1:
                 model.reset()
-                pos = 0
+                pos = a.depth
             tok = int(run_step().item())
             # The token is on the host now: a server would stream it at this moment. A token's time is from the
             # previous token's moment to this one (inter-token latency), so what the token clock's hook below

@@ -46,6 +46,7 @@ class DecodeModel:
         """`tp_size` > 1 shards Megatron-style: attention heads and the FFN split across ranks, each layer's
         attention output and MLP output summed by `all_reduce` (2 per layer); embeddings and head replicated."""
         self.shape, self.device, self.dtype, self.max_len = shape, device, dtype, max_len
+        self.start_pos = 0  # the context depth decoding starts (and wraps back) at
         s = shape
         if tp_size > 1 and (s.q_heads % tp_size or s.kv_heads % tp_size or s.ffn % tp_size):
             raise ValueError(f"tp {tp_size} does not divide {s.q_heads} q heads, {s.kv_heads} kv heads, ffn {s.ffn}")
@@ -111,11 +112,12 @@ class DecodeModel:
         return self.shape.hidden * self.k_cache.element_size()
 
     def reset(self, first_token: int = 1) -> None:
-        """Empty the cache and start again from one token at position 0."""
+        """Empty the cache and start again from one token at `start_pos` (0 unless a context depth is set: the
+        positions before it stand for a prompt already in the cache, and attention reads them)."""
         self.k_cache.zero_()
         self.v_cache.zero_()
         self.token.fill_(first_token)
-        self.pos.zero_()
+        self.pos.fill_(self.start_pos)
 
     @staticmethod
     def _rms(x, w, eps=1e-6):
