@@ -1,54 +1,40 @@
-"""The Textual app: one source, or two side by side (compare and demo).
+"""The Textual app: one source, or two side by side (compare and demo), or the ranks of one group.
 
-A worker thread ticks the players and computes snapshots four times a
-second; each snapshot reaches the UI as a message that replaces any older
-one still queued for the same pane, so the screen never falls behind the feed.
+A worker thread ticks the players and computes snapshots; each snapshot reaches the UI as a message that replaces
+any older one still queued for the same pane, so the screen never falls behind the feed. The worker never touches
+a widget.
 """
 
 from __future__ import annotations
 
+import re
+import threading
 import time
 from pathlib import Path
 
-from rich.text import Text
 from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
-from textual.screen import ModalScreen
-from textual.widgets import Footer, Static
+from textual.widgets import Footer
 
-from decodemon.monitor.widgets.format import num
+from decodemon.monitor.widgets.group_bar import GroupBar
+from decodemon.monitor.widgets.help_screen import HelpScreen
+from decodemon.monitor.widgets.kernels import KernelsPanel, next_sort
+from decodemon.monitor.widgets.panel import SourceNamed
+from decodemon.monitor.widgets.ratio_bar import RatioBar
 from decodemon.monitor.widgets.source_pane import SourcePane
+from decodemon.monitor.widgets.status_bar import StatusBar
 from decodemon.monitor.widgets.timeline import TimelinePanel
 
+__all__ = ["DecodemonApp", "GroupBar", "HelpScreen", "RatioBar", "SnapshotReady", "run_app"]
+
 # Seconds between screen refreshes (`--refresh`). The app's CPU is another process's work beside the decode thread,
-# and on the H200's host that slowed an eager decode thread (+0.71% for a process busy 10% of a core, thirteenth
-# session, scripts/h200_attached_cost.py). The app on the graph H200 recording used 7.0-7.6% of a core at 0.25 s,
-# 4.7-5.2% at 0.5 s and 3.0-3.2% at 1 s on this repository's 2-core CPU machine (scripts/monitor_cpu.py
-# --refresh, two runs each, fourteenth session). Keys redraw at once, whatever the refresh.
+# and a busy neighbour slows an eager decode loop measurably. On the graph H200 recording the app used 7.0-7.6% of
+# a core at 0.25 s, 4.7-5.2% at 0.5 s and 3.0-3.2% at 1 s (a 2-core machine). Keys redraw at once, whatever the
+# refresh.
 REFRESH_S = 0.5
-
-HELP = """\
-decodemon keys
-
-  space   freeze the display (live) / pause (replay)
-  ← →     seek 5 s back / forward (replay)
-  [ ]     slower / faster (replay)
-  + -     zoom the timeline in / out
-  k       cycle the kernel sort (time, time × idle SMs, calls)
-  tab     move focus between panels
-  z       maximize the focused panel (escape to restore)
-  s       export the screen as SVG
-  d       write DIAGNOSIS.md for each source
-  ?       this help
-  q       quit
-
-GPU busy, SM active and DRAM % come from PM counters, which cover the whole
-GPU: when two engines share one GPU they are device-wide. Launches, kernel
-times, grids and gaps come from traced windows and belong to one process.
-"""
 
 
 class SnapshotReady(Message):
@@ -59,72 +45,26 @@ class SnapshotReady(Message):
         self.index, self.snap, self.status = index, snap, status
 
     def can_replace(self, message: Message) -> bool:
+        """A newer snapshot of the same pane replaces a queued one."""
         return isinstance(message, SnapshotReady) and message.index == self.index
 
 
-class HelpScreen(ModalScreen):
-    """Keys and what the figures mean."""
-
-    BINDINGS = [("escape,q,question_mark", "app.pop_screen", "close")]
-    DEFAULT_CSS = """
-    HelpScreen { align: center middle; }
-    HelpScreen > Static { width: 80; height: auto; border: round $accent; background: $surface; padding: 1 2; }
-    """
-
-    def compose(self) -> ComposeResult:
-        yield Static(HELP)
+def file_slug(label: str) -> str:
+    """A source's label as a file-name part: `eager (H200)` → `eager-H200`, `/x/h200_graph.dmon` → `h200_graph`."""
+    name = Path(label).name if "/" in label else label
+    name = name[:-len(".dmon")] if name.endswith(".dmon") else name
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")[:40] or "source"
 
 
-class RatioBar(Static):
-    """B ÷ A for the figures where a ratio means something."""
-
-    DEFAULT_CSS = """
-    RatioBar { height: auto; padding: 0 1; background: $panel; }
-    """
-
-    def show(self, a, b) -> None:
-        def ratio(x, y):
-            return f"{y / x:.2f}×" if x and y else "—"
-
-        ta, tb = a.tokens, b.tokens
-        wa, wb = a.api_window, b.api_window  # host launch calls: from the last window that traced them
-        t = Text()
-        t.append(f"{b.label} ÷ {a.label}: ", style="bold")
-        t.append(f"ms/token {num(ta.ms_per_token if ta else None, '.2f')} → {num(tb.ms_per_token if tb else None, '.2f')} "
-                 f"({ratio(ta.ms_per_token if ta else None, tb.ms_per_token if tb else None)})  ")
-        t.append(f"host launch calls/token {num(wa.kernel_launch_calls_per_token if wa else None, '.0f')} → "
-                 f"{num(wb.kernel_launch_calls_per_token if wb else None, '.0f')}  ")
-        t.append(f"GPU busy {num(a.gpu_busy_pct, '.0f')}% → {num(b.gpu_busy_pct, '.0f')}%")
-        self.update(t)
+def source_slugs(labels) -> list[str]:
+    """One distinct file-name part per source (the side's number is added where two labels read the same)."""
+    slugs = [file_slug(label) for label in labels]
+    return [f"{s}-{i + 1}" if slugs.count(s) > 1 else s for i, s in enumerate(slugs)]
 
 
-class GroupBar(Static):
-    """One tensor-parallel group: who the others wait for, the all-reduce's price, every rank's verdict."""
-
-    DEFAULT_CSS = """
-    GroupBar { height: auto; padding: 0 1; background: $panel; }
-    """
-
-    def show(self, snaps) -> None:
-        from decodemon.monitor.ranks import combine
-
-        g = combine(snaps)
-        self.group = g
-        t = Text()
-        t.append(f"TP={g['tp']}  ", style="bold")
-        last = g.get("last_to_arrive_rank")
-        ranks = {r["tp_rank"]: r for r in g["ranks"]}
-        if last is not None and last in ranks:
-            c = ranks[last]["collectives"]
-            t.append(f"all-reduce {num(g['collective_us_per_call'], '.1f')} µs/call "
-                     f"(kernel {num(c.get('kernel_us_per_call'), '.1f')} + launch gap "
-                     f"{num(c.get('launch_gap_us_per_call'), '.1f')}) × {num(c.get('calls_per_token'), '.0f')}/token"
-                     f" = {num(c.get('share_of_step_pct'), '.1f')}% of the step  ", style="bold")
-            t.append(f"the others wait for rank {last}  ")
-        else:
-            t.append("all-reduce: waiting for a traced window on two ranks  ", style="dim")
-        t.append("verdicts: " + ", ".join(f"rank {r['tp_rank']} {str(r['verdict']).upper()}" for r in g["ranks"]))
-        self.update(t)
+def sides(n: int) -> list[str]:
+    """What each pane is called when a panel of it fills the screen: left/right in a comparison."""
+    return ["left", "right"] if n == 2 else [f"pane {i + 1}" for i in range(n)] if n > 2 else [""]
 
 
 class DecodemonApp(App):
@@ -132,19 +72,22 @@ class DecodemonApp(App):
 
     CSS_PATH = "app.tcss"
     TITLE = "decodemon"
+    AUTO_FOCUS = None  # no panel stands out until `tab` picks one; every key works without focus
     BINDINGS = [
         Binding("q", "quit", "quit"),
         Binding("question_mark", "help", "help"),
         Binding("space", "freeze", "freeze/pause"),
-        Binding("left", "seek(-5)", "-5 s", show=False),
-        Binding("right", "seek(5)", "+5 s", show=False),
+        # priority: a focused table or scroll view would take the arrows for its cursor, and seeking would stop
+        Binding("left", "seek(-5)", "-5 s", show=False, priority=True),
+        Binding("right", "seek(5)", "+5 s", show=False, priority=True),
         Binding("left_square_bracket", "speed(0.5)", "slower", show=False),
         Binding("right_square_bracket", "speed(2)", "faster", show=False),
         Binding("plus,equals_sign", "zoom(2)", "zoom in", show=False),
         Binding("minus", "zoom(0.5)", "zoom out", show=False),
+        Binding("k", "sort_kernels", "sort"),
         Binding("z", "maximize", "maximize"),
         Binding("s", "svg", "SVG"),
-        Binding("d", "diagnosis", "DIAGNOSIS.md"),
+        Binding("d", "diagnosis", "diagnosis"),
     ]
 
     def __init__(self, players, start_at_s: float | None = None, paused: bool = False, out_dir: str = ".",
@@ -157,21 +100,23 @@ class DecodemonApp(App):
         self.quit_after_s = quit_after_s
         self.refresh_s = refresh_s or REFRESH_S
         self.frozen = False
-        self._running = True
+        self._stopping = threading.Event()
 
     def compose(self) -> ComposeResult:
+        """Bars, the panes side by side, the status line and the footer."""
         with Vertical():
             if self.group:
                 yield GroupBar()
             elif len(self.players) == 2:
                 yield RatioBar()
             with Horizontal(id="panes"):
-                for _ in self.players:
-                    yield SourcePane()
-            yield Static(id="status")
+                for side in sides(len(self.players)):
+                    yield SourcePane(side=side)
+            yield StatusBar()
         yield Footer()
 
     def on_mount(self) -> None:
+        """Position the players, paint once, and start the worker."""
         for p in self.players:
             if self.start_at_s is not None:
                 p.seek(int(self.start_at_s * 1e9))
@@ -179,6 +124,7 @@ class DecodemonApp(App):
             if getattr(p, "live", False):
                 p.start()
         self.frozen = self.start_paused
+        self.watch(self.screen, "maximized", self._maximized_changed, init=False)
         self._apply_all()  # deterministic first paint (tests, paused replays)
         if not self.start_paused:
             self._pump()
@@ -187,23 +133,25 @@ class DecodemonApp(App):
 
     def _apply_all(self) -> None:
         for i, p in enumerate(self.players):
-            self._apply(i, p.snapshot(), p.status())
+            self._apply(i, p.snapshot())
 
-    def _apply(self, i: int, snap, status: str) -> None:
+    def _apply(self, i: int, snap) -> None:
         panes = list(self.query(SourcePane))
         panes[i].show(snap)
-        if self.group and all(hasattr(p, "last") for p in panes):
-            self.query_one(GroupBar).show([p.last for p in panes])
-        elif len(self.players) == 2 and all(hasattr(p, "last") for p in panes):
-            self.query_one(RatioBar).show(panes[0].last, panes[1].last)
-        self.query_one("#status", Static).update(
-            "  ·  ".join(f"{p.label}: {p.status()}" for p in self.players) + ("  ·  FROZEN" if self.frozen else ""))
+        lasts = [p.last for p in panes]
+        if None not in lasts:
+            if self.group:
+                self.query_one(GroupBar).show(lasts)
+            elif len(self.players) == 2:
+                self.query_one(RatioBar).show(*lasts)
+        bar = self.query_one(StatusBar)
+        bar.states = tuple((p.label, p.status()) for p in self.players)
+        bar.frozen = self.frozen
 
     @work(thread=True, exclusive=True, group="pump")
     def _pump(self) -> None:
         last = time.monotonic()
-        while self._running:
-            time.sleep(self.refresh_s)
+        while not self._stopping.wait(self.refresh_s):
             now = time.monotonic()
             for i, p in enumerate(self.players):
                 p.tick(now - last)
@@ -212,19 +160,28 @@ class DecodemonApp(App):
             last = now
 
     def on_snapshot_ready(self, m: SnapshotReady) -> None:
-        self._apply(m.index, m.snap, m.status)
+        """Draw the worker's snapshot."""
+        self._apply(m.index, m.snap)
 
     def on_unmount(self) -> None:
-        self._running = False
+        """Stop the worker and detach from live sources."""
+        self._stopping.set()
         for p in self.players:
             if getattr(p, "live", False):
                 p.stop()
 
+    def _maximized_changed(self, before, after) -> None:
+        for w in (before, after):
+            if isinstance(w, SourceNamed):
+                w.name_source(w is after)
+
     # -- actions -------------------------------------------------------------------
     def action_help(self) -> None:
+        """Open the help screen."""
         self.push_screen(HelpScreen())
 
     def action_freeze(self) -> None:
+        """Freeze the display of a live source, pause a replay; again to go on."""
         self.frozen = not self.frozen
         for p in self.players:
             p.paused = self.frozen
@@ -234,40 +191,65 @@ class DecodemonApp(App):
         self._apply_all()
 
     def action_seek(self, seconds: float) -> None:
+        """Move every replay by `seconds`."""
         for p in self.players:
             if not getattr(p, "live", False):
                 p.seek(p.clock_ns + int(seconds * 1e9))
         self._apply_all()
 
     def action_speed(self, factor: float) -> None:
+        """Multiply every replay's speed by `factor` (×1/8 to ×64)."""
         for p in self.players:
             if hasattr(p, "speed"):
                 p.speed = max(0.125, min(64.0, p.speed * factor))
         self._apply_all()
 
     def action_zoom(self, factor: float) -> None:
+        """Zoom every timeline by `factor`."""
         for tl in self.query(TimelinePanel):
-            tl.zoom = int(max(1, min(64, tl.zoom * factor)))
-        self._apply_all()
+            tl.zoom = int(tl.zoom * factor)
+
+    def action_sort_kernels(self) -> None:
+        """Next kernel sort, on every source at once so the sides stay comparable."""
+        for table in self.query(KernelsPanel):
+            table.sort = next_sort(table.sort)
 
     def action_maximize(self) -> None:
+        """Fill the screen with the focused panel (escape restores)."""
         if self.focused is not None:
-            self.screen.maximize(self.focused)
+            self.screen.maximize(self.focused, container=False)
+
+    def _labels_shown(self) -> list[str]:
+        shown = self.screen.maximized
+        if isinstance(shown, SourceNamed) and shown.source_label:
+            return [shown.source_label]
+        return [p.label for p in self.players]
 
     def action_svg(self) -> None:
-        path = self.save_screenshot(path=str(self.out_dir))
+        """Save the screen as SVG, named after the sources on it, and say where."""
+        name = f"decodemon-{'-vs-'.join(source_slugs(self._labels_shown()))}-{time.strftime('%Y%m%d-%H%M%S')}.svg"
+        path = self.out_dir.absolute() / name
+        try:
+            self.save_screenshot(filename=name, path=str(path.parent))
+        except OSError as exc:
+            self.notify(f"cannot write {path}: {exc.strerror or exc}", severity="error")
+            return
         self.notify(f"saved {path}")
 
     def action_diagnosis(self) -> None:
+        """Write DIAGNOSIS-<source>.md for each source, and say where."""
         from decodemon.monitor.report import diagnosis_markdown
 
         written = []
-        for i, p in enumerate(self.players):
-            name = "DIAGNOSIS.md" if len(self.players) == 1 else f"DIAGNOSIS-{i + 1}.md"
-            path = self.out_dir / name
-            path.write_text(diagnosis_markdown(p.snapshot()))
-            written.append(str(path))
-        self.notify("wrote " + ", ".join(written))
+        for p, slug in zip(self.players, source_slugs(p.label for p in self.players)):
+            path = self.out_dir.absolute() / f"DIAGNOSIS-{slug}.md"
+            try:
+                path.write_text(diagnosis_markdown(p.snapshot()))
+            except OSError as exc:
+                self.notify(f"cannot write {path}: {exc.strerror or exc}", severity="error")
+                return
+            written.append(f"{p.label}: {path}")
+        self.notify("wrote " + "; ".join(written))
 
 
 def run_app(specs, settings=None, speed: float = 1.0, loop: bool = False, labels=None, quit_after_s=None,

@@ -62,8 +62,11 @@ class RecordingPlayer:
             return self.session.snapshot(at_rx_ns=self.clock_ns)
 
     def status(self) -> str:
-        """Position, speed and state for the footer."""
-        state = "paused" if self.paused else f"playing ×{self.speed:g}"
+        """Position, speed and state for the status bar."""
+        if self.clock_ns >= self.end_ns and not self.loop:
+            state = "end of recording"
+        else:
+            state = "paused" if self.paused else f"playing ×{self.speed:g}"
         return f"{self.clock_ns / 1e9:5.1f}/{self.end_ns / 1e9:.1f} s {state}"
 
 
@@ -111,7 +114,11 @@ class LivePlayer:
             return self.session.snapshot()
 
     def status(self) -> str:
-        """Live state for the footer."""
+        """Live state for the status bar: live (frozen), or how the source ended once it has."""
+        with self._lock:
+            ended = self.session.feed.bye
+        if ended:
+            return f"ended: {ended}"
         return "live, frozen" if self.paused else "live"
 
 

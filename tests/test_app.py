@@ -55,24 +55,129 @@ async def _keys(tmp_path):
         await pilot.press("right_square_bracket")
         assert app.players[0].speed == 2.0
 
-        table = app.query(KernelsPanel).first()
-        table.focus()
-        await pilot.press("k")
-        assert table.sort == "idle SMs"
-
-        await pilot.press("d")
-        assert "OCCUPANCY" in (tmp_path / "DIAGNOSIS-2.md").read_text()
-        assert "LAUNCH" in (tmp_path / "DIAGNOSIS-1.md").read_text()
-
-        await pilot.press("s")
-        assert list(tmp_path.glob("*.svg"))
-
         await pilot.press("space")  # paused replay starts playing
         assert not app.frozen and app.players[0].paused is False
         await pilot.press("space")
         assert app.frozen and app.players[0].paused
         await pilot.press("q")
     assert app.return_code in (0, None)
+
+
+def test_k_sorts_the_kernels_of_every_source_with_no_panel_focused():
+    asyncio.run(_k_without_focus())
+
+
+async def _k_without_focus():
+    app = make_app(["eager", "graph"])
+    async with app.run_test(size=(160, 50)) as pilot:
+        assert app.focused is None
+        tables = list(app.query(KernelsPanel))
+        await pilot.press("k")
+        assert [t.sort for t in tables] == ["idle SMs", "idle SMs"]
+        assert all("sorted by time × idle SMs" in str(t.border_title) for t in tables)
+        await pilot.press("tab", "k")  # and with a panel focused
+        assert [t.sort for t in tables] == ["calls", "calls"]
+
+
+def test_the_arrows_seek_whichever_panel_has_focus():
+    asyncio.run(_seek_with_focus())
+
+
+async def _seek_with_focus():
+    app = make_app(["eager", "graph"], at=2.0)
+    async with app.run_test(size=(160, 50)) as pilot:
+        focused = set()
+        for _ in range(12):  # every panel of both sides, the kernel tables among them
+            await pilot.press("tab")
+            focused.add(type(app.focused).__name__)
+            before = app.players[0].clock_ns
+            await pilot.press("right")
+            assert app.players[0].clock_ns == before + 5_000_000_000, type(app.focused).__name__
+            await pilot.press("left")
+            assert app.players[0].clock_ns == before
+        assert {"KernelsPanel", "VerdictPanel", "TimelinePanel"} <= focused
+
+
+def test_the_focused_panel_has_a_border_no_other_panel_has():
+    asyncio.run(_focus_visible())
+
+
+async def _focus_visible():
+    from decodemon.monitor.widgets.source_pane import SourcePane
+
+    app = make_app(["eager", "graph"])
+    async with app.run_test(size=(160, 50)) as pilot:
+        for _ in range(6):
+            await pilot.press("tab")
+            assert app.focused.styles.border_top[0] == "double", type(app.focused).__name__
+            panels = [w for pane in app.query(SourcePane) for w in pane.walk_children() if w.styles.border_top[0]]
+            looks = [(w.styles.border_top, w.styles.border_title_color) for w in panels]
+            focused = (app.focused.styles.border_top, app.focused.styles.border_title_color)
+            assert app.focused in panels and looks.count(focused) == 1, type(app.focused).__name__
+
+
+def test_the_focused_panel_stands_out_snapshot(snap_compare):
+    assert snap_compare(make_app(["eager"]), press=["tab"], terminal_size=(80, 24))
+
+
+def test_a_maximised_panel_names_its_source_and_side():
+    asyncio.run(_maximised())
+
+
+async def _maximised():
+    app = make_app(["eager", "graph"])
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.press(*["tab"] * 11, "z")  # the right side's kernel table
+        shown = app.screen.maximized
+        assert isinstance(shown, KernelsPanel) and shown is app.focused
+        assert shown.border_subtitle == "source: graph (H200) (right) · escape restores"
+        await pilot.press("escape")
+        assert app.screen.maximized is None and not shown.border_subtitle
+        await pilot.press("shift+tab", "z")
+        assert "graph (H200) (right)" in app.screen.maximized.border_subtitle
+
+
+def test_a_maximised_panel_names_its_source_snapshot(snap_compare):
+    assert snap_compare(make_app(["eager", "graph"]), press=["tab"] * 11 + ["z"], terminal_size=(120, 30))
+
+
+def test_s_and_d_name_their_files_after_the_sources_and_say_the_full_path(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "out").mkdir()
+    asyncio.run(_files(tmp_path))
+
+
+async def _files(tmp_path):
+    app = make_app(["eager", "graph"], out_dir="out")  # relative: the notice still says where, in full
+    said = []
+    app.notify = lambda message, **kw: said.append((message, kw.get("severity", "information")))
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.press("d")
+        out = tmp_path / "out"
+        assert "LAUNCH" in (out / "DIAGNOSIS-eager-H200.md").read_text()
+        assert "OCCUPANCY" in (out / "DIAGNOSIS-graph-H200.md").read_text()
+        assert said[-1] == (f"wrote eager (H200): {out / 'DIAGNOSIS-eager-H200.md'}; "
+                            f"graph (H200): {out / 'DIAGNOSIS-graph-H200.md'}", "information")
+
+        await pilot.press("s")
+        (svg,) = out.glob("*.svg")
+        assert svg.name.startswith("decodemon-eager-H200-vs-graph-H200-")
+        assert said[-1] == (f"saved {svg}", "information")
+
+        await pilot.press("tab", "z", "s")  # the left verdict alone: the file names that side only
+        assert any(p.name.startswith("decodemon-eager-H200-2") for p in out.glob("*.svg"))
+
+        app.out_dir = tmp_path / "missing"
+        await pilot.press("d")
+        assert said[-1][1] == "error" and str(tmp_path / "missing" / "DIAGNOSIS-eager-H200.md") in said[-1][0]
+
+
+def test_source_slugs_are_file_names_and_distinct():
+    from decodemon.monitor.app import source_slugs
+
+    assert source_slugs(["eager (H200)", "/x/y/h200_graph.dmon", "pid 4242", "///"]) == [
+        "eager-H200", "h200_graph", "pid-4242", "source"]
+    assert source_slugs(["a.dmon", "other/a.dmon"]) == ["a-1", "a-2"]
 
 
 def test_a_newer_snapshot_replaces_a_queued_one():
@@ -188,3 +293,124 @@ def test_the_screen_refresh_is_the_users_and_defaults_to_half_a_second(monkeypat
     app_mod.run_app([str(REC["graph"])], refresh_s=2.0)
     app_mod.run_app([str(REC["graph"])])
     assert seen == [2.0, app_mod.REFRESH_S]
+
+
+NO_LIBCUDA = "CUDA driver is not found (libcuda.so.1: cannot open shared object file: No such file or directory)"
+
+
+def engine_frames(gpu=None, trace="unavailable (no GPU)", tokens=200):
+    """What the agent of a decode loop sends before its first traced window: hello, its state, token marks."""
+    from decodemon.probes import wire
+
+    hello = wire.Hello(wire_version=wire.WIRE_VERSION, pid=4242, argv=["engine"], python="3.11", hostname="host",
+                       gpu=gpu, gpu_unavailable="" if gpu else NO_LIBCUDA)
+    state = {"token_clock": "armed", "trace": trace, "pm": "unavailable (no GPU)", "nvml": "unavailable (no GPU)"}
+    if gpu is None:
+        state["gpu"] = f"unavailable ({NO_LIBCUDA})"
+    marks = wire.TokenMarks(t_ns=wire.Column.of([i * 431_000 for i in range(tokens)]),
+                            depth=wire.Column.of(list(range(tokens))))
+    return [(1_000_000, hello), (2_000_000, wire.Stats(state=state)), (100_000_000, marks)]
+
+
+def live_app(monkeypatch, frames, ended: str | None = None):
+    """The app on a LivePlayer whose attach yields `frames`, then ends with `ended` (else stays until detached)."""
+    import time
+
+    from decodemon.monitor import player
+    from decodemon.probes import wire
+
+    def fake_live_frames(pid, settings=None, stop=None):
+        for rx, frame in frames:
+            yield rx, b"", frame
+        if ended:
+            yield 200_000_000, b"", wire.Bye(reason=ended)
+            return
+        while not stop():
+            time.sleep(0.01)
+
+    monkeypatch.setattr(player, "live_frames", fake_live_frames)
+    return DecodemonApp([player.LivePlayer(4242)], refresh_s=3600)
+
+
+async def settle(app, pilot):
+    """Wait for the live player to take every frame, then draw."""
+    p = app.players[0]
+    for _ in range(200):
+        if p.session.feed.tokens_seen and (not p.thread.is_alive() or p.session.feed.state):
+            break
+        await asyncio.sleep(0.01)
+    p.thread.join(timeout=0.2)
+    app._apply_all()
+    await pilot.pause()
+
+
+def test_a_cpu_only_engine_says_no_gpu_and_what_is_still_measured(monkeypatch):
+    asyncio.run(_cpu_only(monkeypatch))
+
+
+async def _cpu_only(monkeypatch):
+    from decodemon.monitor.widgets.header import HeaderPanel
+    from decodemon.monitor.widgets.launches import LaunchesPanel
+    from decodemon.monitor.widgets.verdict import VerdictPanel
+
+    app = live_app(monkeypatch, engine_frames())
+    async with app.run_test(size=(120, 50)) as pilot:
+        await settle(app, pilot)
+        header = app.query_one(HeaderPanel)._put_last.plain
+        verdict = app.query_one(VerdictPanel)._put_last.plain
+        assert "no GPU (CPU-only engine: no CUDA driver in the process)" in header
+        assert "libcuda" not in header and "unavailable" not in header
+        assert "no traced windows: no GPU in the target" in verdict and "waiting" not in verdict
+        assert "still measured: 200 tokens at 0.431 ms/token (the engine's clock)" in verdict
+        assert "no GPU in the target" in app.query_one(LaunchesPanel)._put_last.plain
+
+
+def test_a_cpu_only_engine_screen_snapshot(snap_compare, monkeypatch):
+    app = live_app(monkeypatch, engine_frames())
+
+    async def run_before(pilot):
+        await settle(app, pilot)
+
+    assert snap_compare(app, terminal_size=(100, 30), run_before=run_before)
+
+
+def test_tracing_unavailable_on_a_gpu_says_why_and_what_is_still_measured(monkeypatch):
+    asyncio.run(_no_tracer(monkeypatch))
+
+
+async def _no_tracer(monkeypatch):
+    from decodemon.monitor.widgets.header import HeaderPanel
+    from decodemon.monitor.widgets.verdict import VerdictPanel
+    from decodemon.probes import wire
+
+    gpu = wire.GpuInfo(index=0, name="NVIDIA H200", sm_count=132, mem_bandwidth_gbs=4800.0, cc="9.0")
+    app = live_app(monkeypatch, engine_frames(gpu=gpu, trace="unavailable (ImportError: no module named cupti)"))
+    async with app.run_test(size=(120, 50)) as pilot:
+        await settle(app, pilot)
+        verdict = app.query_one(VerdictPanel)._put_last.plain
+        assert "no traced windows: tracing is unavailable: ImportError: no module named cupti" in verdict
+        assert "still measured: 200 tokens" in verdict
+        assert "NVIDIA H200  132 SMs" in app.query_one(HeaderPanel)._put_last.plain
+
+
+def test_the_status_bar_says_how_a_live_source_ended(monkeypatch):
+    asyncio.run(_ended(monkeypatch))
+
+
+async def _ended(monkeypatch):
+    app = live_app(monkeypatch, engine_frames(), ended="pid 4242 went away")
+    async with app.run_test(size=(120, 50)) as pilot:
+        await settle(app, pilot)
+        assert app.players[0].status() == "ended: pid 4242 went away"
+        from decodemon.monitor.widgets.status_bar import StatusBar
+
+        line = str(app.query_one(StatusBar).render())
+        assert line == "pid 4242: ended: pid 4242 went away" and "live" not in line
+
+
+def test_a_replay_at_its_end_says_so():
+    p = RecordingPlayer(str(REC["graph"]), "graph")
+    p.seek(p.end_ns)
+    assert p.status().endswith("end of recording")
+    p.seek(0)
+    assert "end of recording" not in p.status()

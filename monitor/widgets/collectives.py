@@ -4,17 +4,16 @@ waiting for a late peer ("none seen" on one GPU)."""
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import Static
 
-from decodemon.monitor.widgets.format import Redraw
+from decodemon.monitor.widgets import tcss
+from decodemon.monitor.widgets.panel import Panel
+from decodemon.monitor.widgets.probe_words import tracing_unavailable
 
 
-class CollectivesPanel(Redraw, Static):
+class CollectivesPanel(Panel):
     """NCCL kernels seen in the traced window."""
 
-    DEFAULT_CSS = """
-    CollectivesPanel { height: auto; border: round $primary; padding: 0 1; width: 1fr; }
-    """
+    DEFAULT_CSS = tcss(__file__)
 
     def show(self, s) -> None:
         """Draw one snapshot."""
@@ -22,7 +21,7 @@ class CollectivesPanel(Redraw, Static):
         w = s.window
         t = Text()
         if w is None:
-            t.append("waiting for a traced window", style="dim")
+            t.append(tracing_unavailable(s) or "waiting for a traced window", style="dim")
         elif not w.collective_calls_per_token:
             t.append("none seen", style="bold")
             t.append(f"\n{s.model.tp_degree if s.model else 1} GPU(s): no all-reduce in the step", style="dim")

@@ -5,15 +5,15 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
+from decodemon.monitor.widgets import tcss
 from decodemon.monitor.widgets.format import Redraw, num
+from decodemon.monitor.widgets.probe_words import device_line
 
 
 class HeaderPanel(Redraw, Static):
     """Process, device, tokens/s, ms/token, bandwidth floor and the ratio to it."""
 
-    DEFAULT_CSS = """
-    HeaderPanel { height: auto; padding: 0 1; background: $boost; }
-    """
+    DEFAULT_CSS = tcss(__file__)
 
     def show(self, s) -> None:
         """Draw one snapshot."""
@@ -22,8 +22,7 @@ class HeaderPanel(Redraw, Static):
         t.append(f"{s.label}", style="bold")
         pid = "" if f"pid {s.pid}" in s.label else f"  pid {s.pid}"
         t.append(f"{pid}  {model}\n")
-        clocks = f"  SM {s.nvml['sm_clock_mhz']} MHz" if s.nvml else ""
-        t.append(f"{s.device}  {s.sm_count} SMs{clocks}\n", style="dim")
+        t.append(device_line(s) + "\n", style="dim")
         tk = s.tokens
         t.append(f"{num(tk.ms_per_token if tk else None, '.3f')} ms/token", style="bold cyan")
         t.append(f"  {num(tk.tokens_per_s if tk else None, '.1f')} tok/s")

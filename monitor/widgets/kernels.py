@@ -1,11 +1,15 @@
-"""Kernels panel: hot kernels with their grid against the SM count (the first seed's §4)."""
+"""Kernels panel: the hot kernels, each with its grid against the SM count (a grid smaller than the SM count leaves
+SMs idle however fast the kernel is)."""
 
 from __future__ import annotations
 
 from rich.text import Text
+from textual.reactive import reactive
 from textual.widgets import DataTable
 
+from decodemon.monitor.widgets import tcss
 from decodemon.monitor.widgets.format import bar
+from decodemon.monitor.widgets.panel import SourceNamed
 
 SORTS = {
     "time": (lambda r: -r.us_per_token, "µs/token"),
@@ -14,26 +18,35 @@ SORTS = {
 }
 
 
-class KernelsPanel(DataTable):
-    """Sortable table of the latest traced window's kernels; `k` cycles the sort."""
+def next_sort(sort: str) -> str:
+    """The sort order after `sort`, cycling."""
+    keys = list(SORTS)
+    return keys[(keys.index(sort) + 1) % len(keys)]
 
-    DEFAULT_CSS = """
-    KernelsPanel { height: auto; max-height: 16; border: round $primary; }
-    """
-    BINDINGS = [("k", "cycle_sort", "sort kernels")]
+
+class KernelsPanel(SourceNamed, DataTable):
+    """Table of the latest traced window's kernels; the app's `k` cycles `sort`."""
+
+    DEFAULT_CSS = tcss(__file__)
+    sort: reactive[str] = reactive("time", init=False)
 
     def __init__(self, **kw) -> None:
         super().__init__(zebra_stripes=True, cursor_type="row", **kw)
-        self.sort = "time"
         self._last = None
+        self._shown = None
 
     def on_mount(self) -> None:
+        """Columns, and the title for the default sort."""
         self.add_columns("kernel", "calls/tok", "µs mean", "share", "grid vs SMs", "occ")
+        self.border_title = self.title_for_sort()
 
-    def action_cycle_sort(self) -> None:
-        """Next sort order."""
-        keys = list(SORTS)
-        self.sort = keys[(keys.index(self.sort) + 1) % len(keys)]
+    def title_for_sort(self) -> str:
+        """The border title: what the table is sorted by, and the key that changes it."""
+        return f"hot kernels · sorted by {SORTS[self.sort][1]} · k: sort"
+
+    def watch_sort(self) -> None:
+        """Redraw in the new order."""
+        self.border_title = self.title_for_sort()
         if self._last is not None:
             self.show(self._last)
 
@@ -42,16 +55,14 @@ class KernelsPanel(DataTable):
         self._last = s
         w = s.window
         shown = (id(w), self.sort)
-        if shown == getattr(self, "_shown", None):
+        if shown == self._shown:
             return  # the table changes only with a new traced window: re-rendering it is the app's dearest work
         self._shown = shown
-        key, label = SORTS[self.sort]
-        self.border_title = f"hot kernels · sorted by {label} · k: sort"
         self.clear()
         if w is None:
             return
         sms = max(s.sm_count, 1)
-        for r in sorted(w.kernels, key=key)[:12]:
+        for r in sorted(w.kernels, key=SORTS[self.sort][0])[:12]:
             frac = min(r.grid_blocks, sms) / sms
             style = "red" if r.grid_coverage_pct < 25 else "yellow" if r.grid_coverage_pct < 100 else "green"
             grid = Text(f"{r.grid_blocks:>4}/{sms} {bar(frac, 6)}", style=style)

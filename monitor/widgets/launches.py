@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import Static
 
-from decodemon.monitor.widgets.format import Redraw, num, spark
+from decodemon.monitor.widgets import tcss
+from decodemon.monitor.widgets.format import num, spark
+from decodemon.monitor.widgets.panel import Panel
+from decodemon.monitor.widgets.probe_words import tracing_unavailable
 
 
-class LaunchesPanel(Redraw, Static):
+class LaunchesPanel(Panel):
     """Kernels/token, host launch calls/token, graph launches/token and their history."""
 
-    DEFAULT_CSS = """
-    LaunchesPanel { height: auto; border: round $primary; padding: 0 1; width: 1fr; }
-    """
+    DEFAULT_CSS = tcss(__file__)
 
     def show(self, s) -> None:
         """Draw one snapshot."""
@@ -21,7 +21,7 @@ class LaunchesPanel(Redraw, Static):
         w = s.window
         t = Text()
         if w is None:
-            t.append("waiting for a traced window", style="dim")
+            t.append(tracing_unavailable(s) or "waiting for a traced window", style="dim")
         else:
             t.append(f"{w.kernels_per_token:.0f}", style="bold cyan")
             t.append(" kernels/token\n")

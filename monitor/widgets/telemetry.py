@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import Static
 
-from decodemon.monitor.widgets.format import Redraw, num, spark
+from decodemon.monitor.widgets import tcss
+from decodemon.monitor.widgets.format import num, spark
+from decodemon.monitor.widgets.panel import Panel
+from decodemon.monitor.widgets.probe_words import has_no_gpu, probe_field
 
 ROWS = (("gpu_busy_pct", "GPU busy %", 0, 100), ("sm_active_pct", "SM active %", 0, 100),
         ("dram_pct", "DRAM %", 0, 100), ("ms_per_token", "ms/token", 0, None),
         ("sm_clock_mhz", "SM MHz", 0, None), ("power_w", "power W", 0, None))
 
 
-class TelemetryPanel(Redraw, Static):
+class TelemetryPanel(Panel):
     """Sparklines over the last 30 s (PM counters are device-wide)."""
 
-    DEFAULT_CSS = """
-    TelemetryPanel { height: auto; border: round $primary; padding: 0 1; }
-    """
+    DEFAULT_CSS = tcss(__file__)
 
     def show(self, s) -> None:
         """Draw one snapshot."""
@@ -31,10 +31,12 @@ class TelemetryPanel(Redraw, Static):
             last = next((v for v in reversed(vals) if v == v), None)
             t.append(f"{label:<11}{num(last, '.4g'):>8} ", style="bold")
             t.append(spark(vals, width, lo, hi) + "\n", style="cyan")
+        pm_lost, pm_note = probe_field(s, "pm_lost"), probe_field(s, "pm_note")
         if not s.pm:
-            t.append(f"PM sampling: {s.probe.get('pm', 'not reported')}", style="dim")
-        elif s.probe.get("pm_lost"):
-            t.append(f"PM samples lost: {s.probe['pm_lost']}", style="yellow")
-        elif s.probe.get("pm_note"):
-            t.append(f"note: {s.probe['pm_note']}", style="dim")
+            pm = "none: there is no GPU to sample" if has_no_gpu(s) else probe_field(s, "pm") or "not reported"
+            t.append(f"PM sampling: {pm}", style="dim")
+        elif pm_lost:
+            t.append(f"PM samples lost: {pm_lost}", style="yellow")
+        elif pm_note:
+            t.append(f"note: {pm_note}", style="dim")
         self.put(t)

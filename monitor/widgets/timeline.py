@@ -1,13 +1,16 @@
-"""Timeline panel: the second seed's pictorial, live. CPU launch calls over GPU kernels for one token."""
+"""Timeline panel: one token to scale, CPU launch calls over GPU kernels, so the idle between kernels shows."""
 
 from __future__ import annotations
 
 import numpy as np
 from rich.text import Text
-from textual.widgets import Static
+from textual.reactive import reactive
 
 from decodemon.monitor.session import observer_parts
-from decodemon.monitor.widgets.format import Redraw, num
+from decodemon.monitor.widgets import tcss
+from decodemon.monitor.widgets.format import num
+from decodemon.monitor.widgets.panel import Panel
+from decodemon.monitor.widgets.probe_words import probe_field, tracing_unavailable
 
 SHADES = " ░▒▓█"
 
@@ -40,13 +43,20 @@ def render_rows(timeline, cells: int, zoom: int = 1) -> tuple[str, str, float]:
     return row(timeline.cpu), row(timeline.gpu), span / 1e6
 
 
-class TimelinePanel(Redraw, Static):
+class TimelinePanel(Panel):
     """CPU row over GPU row for the latest traced token, to scale; `+`/`-` zoom into its start."""
 
-    DEFAULT_CSS = """
-    TimelinePanel { height: auto; border: round $primary; padding: 0 1; }
-    """
-    zoom = 1
+    DEFAULT_CSS = tcss(__file__)
+    zoom: reactive[int] = reactive(1)  # ×N: the first 1/N of the token across the panel
+
+    def validate_zoom(self, zoom: int) -> int:
+        """Keep the zoom between ×1 and ×64."""
+        return int(max(1, min(64, zoom)))
+
+    def watch_zoom(self) -> None:
+        """Redraw the last snapshot at the new zoom."""
+        if self._last is not None:
+            self.show(self._last)
 
     def show(self, s) -> None:
         """Draw one snapshot."""
@@ -58,13 +68,11 @@ class TimelinePanel(Redraw, Static):
             w = s.api_window
             self.border_title = f"timeline · latest token with its launch calls traced, {s.api_window_age_s:.0f} s ago"
         t = Text()
-        if s.probe.get("trace_paused"):
-            t.append(f"windows paused: {s.probe['trace_paused']}\n", style="yellow")
-        if s.probe.get("window_budget"):
-            t.append(f"window budget: {s.probe['window_budget']}\n", style="yellow")
+        for key, words in (("trace_paused", "windows paused"), ("window_budget", "window budget")):
+            if probe_field(s, key):
+                t.append(f"{words}: {probe_field(s, key)}\n", style="yellow")
         if w is None or w.timeline is None:
-            t.append("no traced window yet" if not s.probe.get("trace", "").startswith("unavailable")
-                     else f"trace {s.probe.get('trace')}", style="dim")
+            t.append(tracing_unavailable(s) or "no traced window yet", style="dim")
             self.put(t)
             return
         cells = max(20, (self.content_size.width or 72) - 5)

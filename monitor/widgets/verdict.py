@@ -3,23 +3,21 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import Static
-
-from decodemon.monitor.widgets.format import Redraw
 
 from decodemon.monitor.diagnosis import ORDER
+from decodemon.monitor.widgets import tcss
+from decodemon.monitor.widgets.panel import Panel
+from decodemon.monitor.widgets.probe_words import latest_error, still_measured, tracing_unavailable
 
 STATE_STYLE = {"binding": "bold red", "ruled_out": "green", "unknown": "yellow"}
 CEILING_STYLE = {"launch": "bold white on red", "occupancy": "bold black on yellow", "bandwidth": "bold white on blue",
                  "comm": "bold white on magenta", "kernels": "bold black on cyan", "unknown": "bold white on grey37"}
 
 
-class VerdictPanel(Redraw, Static):
+class VerdictPanel(Panel):
     """Which ceiling binds the token, and the measurement that would prove it wrong."""
 
-    DEFAULT_CSS = """
-    VerdictPanel { height: auto; border: heavy $accent; padding: 0 1; }
-    """
+    DEFAULT_CSS = tcss(__file__)
 
     def show(self, s) -> None:
         """Draw one snapshot."""
@@ -28,13 +26,21 @@ class VerdictPanel(Redraw, Static):
         t = Text()
         ceiling = r.ceiling if r.ceiling != "unknown" else d.ceiling
         t.append(f"  {ceiling.upper()}  ", style=CEILING_STYLE.get(ceiling, "bold"))
+        untraceable = tracing_unavailable(s) if s.window is None else None
         if r.pending:
             t.append(f"  uncertain: {r.pending.upper()} in {r.streak}/{r.hold} windows", style="yellow")
         elif s.ended:
             t.append("  stale: the source ended", style="yellow")
+        elif untraceable:
+            t.append(f"  no traced windows: {untraceable}", style="yellow")
         elif s.window is None:
             t.append("  provisional: no traced window yet", style="yellow")
         t.append("\n")
+        if untraceable:
+            t.append(still_measured(s) + "\n", style="dim")
+            error = latest_error(s)
+            if error:
+                t.append(f"probe error: {error}\n", style="red")
         for k in ORDER:
             c = d.candidates[k]
             v = "?" if c.value is None else f"{c.value:.3g} {c.unit}"

@@ -1,0 +1,38 @@
+"""Group bar: one tensor-parallel group, who the others wait for, the all-reduce's price, every rank's verdict."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from decodemon.monitor.widgets import tcss
+from decodemon.monitor.widgets.format import num
+
+
+class GroupBar(Static):
+    """The ranks of one group combined (`ranks.combine`); `group` keeps the last combination."""
+
+    DEFAULT_CSS = tcss(__file__)
+    group: dict | None = None
+
+    def show(self, snaps) -> None:
+        """Draw the group of these ranks' snapshots."""
+        from decodemon.monitor.ranks import combine
+
+        g = combine(snaps)
+        self.group = g
+        t = Text()
+        t.append(f"TP={g['tp']}  ", style="bold")
+        last = g.get("last_to_arrive_rank")
+        ranks = {r["tp_rank"]: r for r in g["ranks"]}
+        if last is not None and last in ranks:
+            c = ranks[last]["collectives"]
+            t.append(f"all-reduce {num(g['collective_us_per_call'], '.1f')} µs/call "
+                     f"(kernel {num(c.get('kernel_us_per_call'), '.1f')} + launch gap "
+                     f"{num(c.get('launch_gap_us_per_call'), '.1f')}) × {num(c.get('calls_per_token'), '.0f')}/token"
+                     f" = {num(c.get('share_of_step_pct'), '.1f')}% of the step  ", style="bold")
+            t.append(f"the others wait for rank {last}  ")
+        else:
+            t.append("all-reduce: waiting for a traced window on two ranks  ", style="dim")
+        t.append("verdicts: " + ", ".join(f"rank {r['tp_rank']} {str(r['verdict']).upper()}" for r in g["ranks"]))
+        self.update(t)

@@ -1,0 +1,32 @@
+"""Ratio bar of a comparison: B ÷ A for the figures where a ratio means something."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from decodemon.monitor.widgets import tcss
+from decodemon.monitor.widgets.format import num
+
+
+def _ratio(a, b) -> str:
+    return f"{b / a:.2f}×" if a and b else "—"
+
+
+class RatioBar(Static):
+    """ms/token, host launch calls/token and GPU busy of the right source against the left one."""
+
+    DEFAULT_CSS = tcss(__file__)
+
+    def show(self, a, b) -> None:
+        """Draw the ratios of snapshot `b` to snapshot `a`."""
+        ms_a = a.tokens.ms_per_token if a.tokens else None
+        ms_b = b.tokens.ms_per_token if b.tokens else None
+        wa, wb = a.api_window, b.api_window  # host launch calls: from the last window that traced them
+        t = Text()
+        t.append(f"{b.label} ÷ {a.label}: ", style="bold")
+        t.append(f"ms/token {num(ms_a, '.2f')} → {num(ms_b, '.2f')} ({_ratio(ms_a, ms_b)})  ")
+        t.append(f"host launch calls/token {num(wa.kernel_launch_calls_per_token if wa else None, '.0f')} → "
+                 f"{num(wb.kernel_launch_calls_per_token if wb else None, '.0f')}  ")
+        t.append(f"GPU busy {num(a.gpu_busy_pct, '.0f')}% → {num(b.gpu_busy_pct, '.0f')}%")
+        self.update(t)
