@@ -216,8 +216,10 @@ class DecodemonApp(App):
 
     def action_maximize(self) -> None:
         """Fill the screen with the focused panel (escape restores)."""
-        if self.focused is not None:
-            self.screen.maximize(self.focused, container=False)
+        if self.focused is None:
+            self.notify("tab to a panel first: z maximises the focused one")
+            return
+        self.screen.maximize(self.focused, container=False)
 
     def _labels_shown(self) -> list[str]:
         shown = self.screen.maximized

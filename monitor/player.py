@@ -1,7 +1,7 @@
 """Feeding sessions: a live attach, or a recording played on a virtual clock (play, pause, seek, speed).
 
 UI-free: a player owns a `Session`, runs in a worker thread, and hands out
-frozen snapshots through a callback. The app never touches a session.
+frozen snapshots on request. The app never touches a session.
 """
 
 from __future__ import annotations

@@ -126,7 +126,11 @@ def test_a_maximised_panel_names_its_source_and_side():
 
 async def _maximised():
     app = make_app(["eager", "graph"])
+    said = []
+    app.notify = lambda message, **kw: said.append(message)
     async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.press("z")  # nothing focused: nothing to maximise, and the app says what to do
+        assert app.screen.maximized is None and said == ["tab to a panel first: z maximises the focused one"]
         await pilot.press(*["tab"] * 11, "z")  # the right side's kernel table
         shown = app.screen.maximized
         assert isinstance(shown, KernelsPanel) and shown is app.focused
