@@ -46,10 +46,10 @@ def case_argv(case: str, tiny: bool, log: str) -> list[str]:
             *(["--no-marks"] if marks == "nomarks" else []), *(["--tiny", "--device", "cpu"] if tiny else [])]
 
 
-def start(argv: list[str], log_path: Path | None, warm_s: float) -> subprocess.Popen:
-    """`decodemon run -- argv`; returns once the loop has logged tokens (or printed 'decoding')."""
-    proc = subprocess.Popen([*DM, "run", "--", *argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+def start(argv: list[str], log_path: Path | None, warm_s: float, plain: bool = False) -> subprocess.Popen:
+    """`decodemon run -- argv` (plain: argv as it is, no agent); returns once the loop has logged tokens."""
+    proc = subprocess.Popen(argv if plain else [*DM, "run", "--", *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
     t0 = time.time()
     while time.time() - t0 < warm_s:
         if proc.poll() is not None:
@@ -62,8 +62,10 @@ def start(argv: list[str], log_path: Path | None, warm_s: float) -> subprocess.P
     raise RuntimeError(f"{argv[1]} did not decode within {warm_s:.0f} s")
 
 
-def child_pid(proc: subprocess.Popen) -> int:
+def child_pid(proc: subprocess.Popen, plain: bool = False) -> int:
     """The loop's pid: `decodemon run` execs nothing, it starts the loop as its child."""
+    if plain:
+        return proc.pid
     kids = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
     return int(kids[0])
 
@@ -96,15 +98,37 @@ def rate(times: list[float], t0: float, t1: float) -> dict:
     return {"tokens": len(inside), "ms_per_token": ms}
 
 
-def watch(case: str, out: Path, tiny: bool, record_s: float, attaches: int) -> dict:
-    """Start one case, record it, re-attach, and compare with its own log."""
+def injection(pid: int, log: Path) -> dict:
+    """Attach to a loop started with plain python (the agent injected): the first attach's JSON, and the loop's
+    slowest token in the 2 s after the injection began against its median before."""
+    before = logged_times(log)
+    t0 = time.time()
+    j, err = cli_json("attach", pid, "--seconds", 3)
+    time.sleep(1.0)
+    times = logged_times(log)
+    prior = [b - a for a, b in zip(before[-300:], before[-299:])]
+    during = [b - a for a, b in zip(times, times[1:]) if t0 <= b <= t0 + 2.0]
+    med = statistics.median(prior) if prior else None
+    return {"attach": j, "error": err if j is None else "", "median_ms": med and 1e3 * med,
+            "slowest_ms_during_injection": during and 1e3 * max(during),
+            "slowest_over_median": (max(during) / med) if (during and med) else None}
+
+
+def watch(case: str, out: Path, tiny: bool, record_s: float, attaches: int, cost_pairs: int = 0,
+          phase_s: float = 4.0) -> dict:
+    """Start one case, record it, re-attach, and compare with its own log (a case ending in _plain starts with
+    plain python, no agent, and is attached by injection first)."""
+    plain = case.endswith("_plain")
+    base = case[: -len("_plain")] if plain else case
     log = out / f"{case}.tokens.jsonl"
     log.unlink(missing_ok=True)
-    argv = case_argv(case, tiny, str(log))
-    proc = start(argv, log if not case.startswith("demo") else None, 600)
-    pid = child_pid(proc)
+    argv = case_argv(base, tiny, str(log))
+    proc = start(argv, log if not base.startswith("demo") else None, 600, plain=plain)
+    pid = child_pid(proc, plain)
     res: dict = {"case": case, "argv": argv[1:], "pid": pid}
     try:
+        if plain:
+            res["injection"] = injection(pid, log)
         t0 = time.time()
         rec = out / f"{case}.dmon"
         r = subprocess.run([*DM, "record", str(pid), "-o", str(rec), "--seconds", str(record_s)],
@@ -120,6 +144,8 @@ def watch(case: str, out: Path, tiny: bool, record_s: float, attaches: int) -> d
                 "verdict", "ceiling", "ms_per_token", "launches_per_token", "tokens", "token_clock", "gpu_busy_pct",
                 "bytes_per_token_measured", "errors")} | {"pm": ((j or {}).get("probe") or {}).get("pm"),
                                                           "error": err if j is None else ""})
+        if cost_pairs:
+            res["cost"] = pairs_on(pid, log, cost_pairs, phase_s)
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -140,38 +166,33 @@ def profile(case: str, out: Path, tiny: bool) -> dict:
     return {"case": case, **json.loads(pj.read_text())}
 
 
-def cost(case: str, out: Path, tiny: bool, pairs: int, phase_s: float) -> dict:
-    """Interleaved unobserved / attached phases on one process: each pair's ms/token ratio from the loop's log."""
-    log = out / f"{case}.cost.jsonl"
-    log.unlink(missing_ok=True)
-    proc = start(case_argv(case, tiny, str(log)), log, 600)
-    pid, phases = child_pid(proc), []
-    try:
+def pairs_on(pid: int, log: Path, pairs: int, phase_s: float) -> dict:
+    """Interleaved unobserved / attached phases on one process: each pair's ms/token ratio from the loop's log
+    (an attached phase against the mean of the unobserved phases on both sides)."""
+    phases = []
+    time.sleep(phase_s)
+    for _ in range(pairs):
+        t0 = time.time()
         time.sleep(phase_s)
-        for _ in range(pairs):
-            t0 = time.time()
-            time.sleep(phase_s)
-            t1 = time.time()
-            subprocess.run([*DM, "attach", str(pid), "--json", "--seconds", str(phase_s)], capture_output=True,
-                           timeout=phase_s + 60)
-            t2 = time.time()
-            phases.append((t0, t1, t2))
-        time.sleep(phase_s)
-        t_end = time.time()
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(60)
+        t1 = time.time()
+        subprocess.run([*DM, "attach", str(pid), "--json", "--seconds", str(phase_s)], capture_output=True,
+                       timeout=phase_s + 60)
+        t2 = time.time()
+        phases.append((t0, t1, t2))
+    time.sleep(phase_s)
+    t_end = time.time()
     times = logged_times(log)
-    ratios = []
+    ratios, floor = [], []
     for k, (t0, t1, t2) in enumerate(phases):
         nxt = phases[k + 1][0] if k + 1 < len(phases) else t_end
         u = [rate(times, t0, t1)["ms_per_token"], rate(times, t2, nxt)["ms_per_token"]]
         a = rate(times, t1, t2)["ms_per_token"]
         if a and all(u):
             ratios.append(a / statistics.mean(u))
-    return {"case": case, "pairs": len(ratios), "phase_s": phase_s,
-            "overhead_pcts": [round(100 * (x - 1), 3) for x in ratios],
-            "median_overhead_pct": round(100 * (statistics.median(ratios) - 1), 3) if ratios else None}
+            floor.append(u[1] / u[0])
+    return {"pairs": len(ratios), "phase_s": phase_s, "overhead_pcts": [round(100 * (x - 1), 3) for x in ratios],
+            "median_overhead_pct": round(100 * (statistics.median(ratios) - 1), 3) if ratios else None,
+            "noise_floor_pct": round(100 * statistics.pstdev(floor), 3) if len(floor) > 1 else None}
 
 
 def main() -> int:
@@ -183,7 +204,7 @@ def main() -> int:
     ap.add_argument("--attaches", type=int, default=5)
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--profile-only", action="store_true")
-    ap.add_argument("--cost", default="", help="a case to price with interleaved phases")
+    ap.add_argument("--cost", default="", help="a case to price with interleaved phases after its attaches")
     ap.add_argument("--pairs", type=int, default=6)
     ap.add_argument("--phase-s", type=float, default=4.0)
     ap.add_argument("--tiny", action="store_true", help="the tiny CPU shapes (default with no GPU)")
@@ -200,14 +221,12 @@ def main() -> int:
                 print(json.dumps(summary["profiles"][-1]), flush=True)
         if not a.profile_only:
             try:
-                summary["cases"].append(watch(case, out, tiny, a.record_s, a.attaches))
+                summary["cases"].append(watch(case, out, tiny, a.record_s, a.attaches,
+                                              a.pairs if case == a.cost else 0, a.phase_s))
             except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
                 summary["cases"].append({"case": case, "error": str(exc)[-2000:]})
             print(json.dumps(summary["cases"][-1])[:3000], flush=True)
         (out / "summary.json").write_text(json.dumps(summary, indent=1))
-    if a.cost:
-        summary["cost"] = cost(a.cost, out, tiny, a.pairs, a.phase_s)
-        print(json.dumps(summary["cost"]), flush=True)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     return 0
 

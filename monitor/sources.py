@@ -147,6 +147,11 @@ def collect_recording(path, on_frame=None):
     return _feed(Session(label=str(path)), recording_frames(str(path)), on_frame)
 
 
+def measured_anything(snap) -> bool:
+    """Tokens marked by the engine, or GPU steps read in a traced window (a loop that marks nothing)."""
+    return bool(snap.tokens_total) or snap.tokens is not None
+
+
 def collect_pid(pid: int, settings: wire.Attach | None = None, seconds: float | None = None, record_to=None,
                 on_frame=None):
     """Attach to `pid` for `seconds` into a Session; with `record_to`, also write what arrived as a recording.
@@ -170,7 +175,7 @@ def collect_pid(pid: int, settings: wire.Attach | None = None, seconds: float | 
         raise
     if recorder is not None:
         snap = sess.snapshot()
-        if not snap.tokens_total:
+        if not measured_anything(snap):
             recorder.discard()
             why = snap.ended or (f"pid {pid} decoded no token in {seconds:g} s" if seconds else
                                  f"pid {pid} decoded no token")
