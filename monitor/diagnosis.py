@@ -70,6 +70,7 @@ class Inputs:
     hot_small_grids: tuple[tuple[str, int, float], ...] = ()  # (kernel, grid blocks, µs/token)
     sm_count: int = 0
     top_kernel: tuple[str, float] | None = None  # (name, µs/token)
+    graph_launches_per_token: float | None = None  # ≥ 1: the step is already replayed as CUDA graph(s)
 
 
 @dataclass(frozen=True)
@@ -254,6 +255,15 @@ def _kernels_are_the_cost(i: Inputs, bw: Candidate, launch: Candidate) -> str:
 def _advice(ceiling: str, i: Inputs, floor: float | None, comm_ms: float | None,
             launch: Candidate) -> tuple[str, str, str]:
     ms = i.ms_per_token or 0.0
+    if ceiling == "launch" and (i.graph_launches_per_token or 0) >= 1:
+        target = i.kernel_sum_ms_per_token if i.kernel_sum_ms_per_token is not None else floor
+        tgt = f"{target:.3g} ms" if target else "the kernel time"
+        return ("the step is already a CUDA graph: the host's work between replays binds (sampling, stop checks, "
+                "cache and position bookkeeping, Python per token): keep it on the device, check stops every N "
+                "tokens, or run the host ahead of the GPU",
+                f"Cut the host's work between replays: if ms/token does not fall from {ms:.3g} toward {tgt}, "
+                "the host was not what bound the token.",
+                f"no host work between replays: {ms:.3g} → ~{tgt}/token")
     if ceiling == "launch":
         target = i.kernel_sum_ms_per_token if i.kernel_sum_ms_per_token is not None else floor
         tgt = f"{target:.3g} ms" if target else "the kernel time"

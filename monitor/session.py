@@ -102,6 +102,16 @@ def host_clock_times_collectives(model: wire.ModelFacts | None, gpu) -> bool:
     return backend == "gloo" if backend else gpu is None
 
 
+def marks_in_bursts(t_ns, ratio: float = 0.25, last: int = 256) -> bool:
+    """Token marks that come in bursts (the median interval under `ratio` x the mean over the newest `last`):
+    a host that enqueues many steps ahead, then waits for the GPU, marks at enqueue, not where steps end."""
+    t = np.asarray(t_ns[-last:], dtype=np.int64)
+    if len(t) < 16:
+        return False
+    d = np.diff(t)
+    return bool(d.mean() > 0 and np.median(d) < ratio * d.mean())
+
+
 def _median(xs):
     xs = [x for x in xs if x is not None]
     return float(np.median(xs)) if xs else None
@@ -194,6 +204,8 @@ class Session:
         b = pm["dram_read_bytes"] + pm["dram_write_bytes"]
         dt = pm["gpu_t1_ns"] - pm["gpu_t0_ns"]
         ok = np.isfinite(b) & (dt > 0)
+        if ok.any():  # a pump's first sample can carry a bogus start (an interval of days): keep the regular ones
+            ok &= dt <= 4 * np.median(dt[ok])
         if not ok.any():
             return None
         return float(b[ok].sum() / (dt[ok].sum() / 1e9))
@@ -210,13 +222,19 @@ class Session:
                                                            "dram_pct") if k in pm}
 
     def _token_stats(self, since: int, wins: list[WindowMetrics], pm_busy: float | None):
-        """The span's token figures and their clock: the GPU's steps when its windows were timed by it, else the
-        engine's marks."""
+        """The span's token figures and their clock: the engine's marks when it marks steadily (a traced step is
+        stretched by tracing, the marks are not), else the GPU's steps in the windows timed by it (a loop that
+        marks nothing, or marks in bursts because its host runs ahead)."""
+        f = self.feed
+        marks = f.token_times_ns(since)
+        if not len(marks):
+            marks = f.token_times_ns()
+        ts = token_stats(marks)
+        if ts is not None and not marks_in_bursts(marks):
+            return ts, "mark_token"
         gpu_ts, clock = self._gpu_clock(wins, pm_busy)
         if gpu_ts is not None:
             return gpu_ts, clock
-        f = self.feed
-        ts = token_stats(f.token_times_ns(since)) or token_stats(f.token_times_ns())
         return ts, ("mark_token" if ts is not None else "")
 
     def _inputs(self, since: int):
@@ -271,6 +289,7 @@ class Session:
             small_grid_share_pct=_median([w.small_grid_share_pct for w in wins]) if wins else None,
             hot_small_grids=tuple(small[:5]), sm_count=gpu.sm_count if gpu else 0,
             top_kernel=(last.kernels[0].short_name, last.kernels[0].us_per_token) if last and last.kernels else None,
+            graph_launches_per_token=_median([w.graph_launches_per_token for w in wins]) if wins else None,
         )
         return inp, ts, last, pm_avg, bpt, bw, bw_src
 

@@ -69,6 +69,7 @@ class AttachLoop:
         self.skipped_seen = self.windows_seen = 0
         self.open_after: int | None = None  # token count at which a prepared window is asked for
         self.hello = hello_frame
+        self.quiesce = None  # probes.quiesce.Quiesce, made at the first window by time
         self.model_sent = hello_frame.model if hello_frame is not None else None
 
     # -- the loop -------------------------------------------------------------
@@ -155,7 +156,8 @@ class AttachLoop:
         self._check_window_open()
         if not self._window_idle():
             return
-        clock = policy.window_clock(now, self.t_start, self.last_mark_at, self.recent_marks)
+        clock = policy.window_clock(now, self.t_start, self.last_mark_at, self.recent_marks,
+                                    graphs=PROCESS.graph_kernels_seen)
         if clock is None:
             return
         since, tokens_since = now - self.last_window, self.tokens() - self.tokens_at_window
@@ -202,7 +204,12 @@ class AttachLoop:
         tr = s.tracer
         s.timed_window = True
         try:
-            tr.trace_for(self.settings.time_window_s)
+            if self.quiesce is None:
+                from decodemon.probes.device import cuda_device_index  # noqa: PLC0415
+                from decodemon.probes.quiesce import Quiesce  # noqa: PLC0415
+
+                self.quiesce = Quiesce(cuda_device_index())
+            tr.trace_for(policy.time_window_s(self.settings.time_window_s, self.recent_marks), quiesce=self.quiesce)
         except Exception as exc:
             s.errors.append(f"time window: {type(exc).__name__}: {exc}")
             s.tracer = None

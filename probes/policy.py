@@ -111,17 +111,32 @@ def marks_bursty(t_ns) -> bool:
     return mean > 0 and median < BURST_RATIO * mean
 
 
-def window_clock(now: float, attached_at: float, last_mark_at: float | None, recent_marks_ns) -> str | None:
+def time_window_s(longest_s: float, recent_marks_ns) -> float:
+    """How long a window by time traces: `longest_s` for a loop that marks nothing; for one that marks tokens,
+    about four of its tokens (at least 20 ms), enough whole GPU steps for the step's period at a few tokens'
+    tracing cost."""
+    t = list(recent_marks_ns)
+    if len(t) < BURST_MIN_MARKS or t[-1] <= t[0]:
+        return longest_s
+    mean_s = (t[-1] - t[0]) / (len(t) - 1) / 1e9
+    return min(longest_s, max(0.02, 4.0 * mean_s))
+
+
+def window_clock(now: float, attached_at: float, last_mark_at: float | None, recent_marks_ns,
+                 graphs: bool = False) -> str | None:
     """Which clock the next window opens by: "tokens" (at the decode thread's token boundaries), "time" (by the
     agent thread: no mark for FIRST_NO_MARKS_S since the attach or NO_MARKS_S since the last mark, or marks in
     bursts), or None (no mark yet, and too soon after the attach to tell)."""
     if last_mark_at is None:
         return "time" if now - attached_at >= min(FIRST_NO_MARKS_S, NO_MARKS_S) else None
-    if now - last_mark_at >= NO_MARKS_S or marks_bursty(recent_marks_ns):
+    if now - last_mark_at >= NO_MARKS_S or marks_bursty(recent_marks_ns) or graphs:
+        # a process that replays CUDA graphs may run its host ahead of the GPU without marking in bursts (a
+        # lag of a few steps): a token's kernels are not inside its marks, so the GPU's own steps are read
         return "time"
     return "tokens"
 
 
 def time_clock_reason(last_mark_at: float | None, now: float) -> str:
-    """Why a window opens by time: "no_marks" (none for NO_MARKS_S) or "bursts"."""
+    """Why a window opens by time: "no_marks" (none for NO_MARKS_S), else "bursts" (marks in bursts, or graph
+    replays: either way the host may be ahead of the GPU)."""
     return "no_marks" if last_mark_at is None or now - last_mark_at >= NO_MARKS_S else "bursts"

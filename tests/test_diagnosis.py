@@ -123,3 +123,16 @@ def test_kernels_stays_only_when_nothing_measured_can_decide():
     d = dx.diagnose(dx.Inputs(**FULL))
     assert d.ceiling == "kernels"
     assert "bytes per token" in d.remedy and "BANDWIDTH" in d.falsify and "OCCUPANCY" in d.falsify
+
+
+def test_launch_bound_between_graph_replays_does_not_say_capture_a_graph():
+    # a graphed step whose host work between replays binds (transformers' static-cache generate on the H200)
+    i = dx.Inputs(ms_per_token=4.0, launches_per_token=553, kernel_sum_ms_per_token=1.9, gpu_busy_pct=47.0,
+                  collectives_per_token=0.0, graph_launches_per_token=1.0, sm_count=132)
+    d = dx.diagnose(i)
+    assert d.ceiling == "launch"
+    assert "between replays" in d.remedy and "capture" not in d.falsify.lower()
+    assert "host" in d.falsify
+    eager = dx.diagnose(dx.Inputs(ms_per_token=31.0, launches_per_token=1636, kernel_sum_ms_per_token=3.4,
+                                  gpu_busy_pct=12.0, collectives_per_token=0.0, graph_launches_per_token=0.0))
+    assert "CUDA graph" in eager.falsify

@@ -79,3 +79,19 @@ def test_a_schedule_runs_each_task_a_period_after_it_ran_half_a_tick_early():
     assert s.next_at("stats") == pytest.approx(11.775)
     s.due_at("pm", 10.91)  # a closed window: pump soon, not a period later
     assert s.due("pm", 10.91) and not s.due("pm", 10.9)
+
+
+def test_a_process_that_replays_graphs_reads_the_gpus_steps_even_when_it_marks_steadily():
+    marks = steady(64)
+    assert policy.window_clock(105.0, 100.0, last_mark_at=104.9, recent_marks_ns=marks) == "tokens"
+    assert policy.window_clock(105.0, 100.0, last_mark_at=104.9, recent_marks_ns=marks, graphs=True) == "time"
+
+
+def test_a_window_by_time_traces_about_four_tokens_of_a_marking_loop_and_the_longest_without_marks():
+    assert policy.time_window_s(0.25, []) == 0.25
+    ms = [int(i * 4.0 * MS) for i in range(64)]  # 4 ms tokens
+    assert policy.time_window_s(0.25, ms) == 0.02  # four 4 ms tokens: 16 ms, under the 20 ms floor
+    slow = [int(i * 30.0 * MS) for i in range(64)]
+    assert abs(policy.time_window_s(0.25, slow) - 0.12) < 1e-9
+    glacial = [int(i * 300.0 * MS) for i in range(64)]
+    assert policy.time_window_s(0.25, glacial) == 0.25

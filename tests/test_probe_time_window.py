@@ -136,3 +136,31 @@ def test_bursty_marks_open_windows_by_time_while_the_decode_thread_keeps_marking
     status = [f for f in frames if isinstance(f, wire.ProbeStatus) and f.window_clock == "time"]
     assert status and status[-1].window_clock_reason == "bursts"
     assert {th for _, th in tr._c.calls} == {"decodemon-session"}
+
+
+def test_a_window_by_time_finalizes_through_the_quiesced_path_when_it_can():
+    """With libcuda and cupti-python's pointers (a GPU machine), the last flush and the finalize are made with the
+    GPU idle and the GIL kept (probes.quiesce), not by cupti-python's own finalize; without them, as before."""
+    from tests.test_agent import _fake_tracer
+
+    class FakeQuiesce:
+        available, calls = True, 0
+
+        def flush_and_finalize(self):
+            FakeQuiesce.calls += 1
+
+    tr = _fake_tracer()
+    tr.trace_for(0.0, quiesce=FakeQuiesce())
+    names = [n for n, _ in tr._c.calls]
+    assert FakeQuiesce.calls == 1 and "finalize" not in names and not tr.initialised
+    tr = _fake_tracer()
+    FakeQuiesce.available = False
+    tr.trace_for(0.0, quiet_s=0.0, quiesce=FakeQuiesce())
+    assert FakeQuiesce.calls == 1 and [n for n, _ in tr._c.calls].count("finalize") == 1
+
+
+def test_the_quiesced_path_is_unavailable_without_a_driver_and_says_so():
+    from decodemon.probes.quiesce import Quiesce
+
+    q = Quiesce(0)
+    assert q.available is (q.cuda is not None and q.finalize is not None)

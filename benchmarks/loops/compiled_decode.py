@@ -46,9 +46,11 @@ def main() -> int:
                        past_key_values=cache, use_cache=True, return_dict=False)[0]
         return torch.argmax(logits[:, -1], dim=-1)[:, None]
 
+    token = torch.zeros(1, 1, dtype=torch.long, device=device)
+    with torch.no_grad():  # one eager step first: the static cache makes its tensors outside any CUDA graph
+        decode_one_token(token, pos)
     step = torch.compile(decode_one_token, mode="reduce-overhead", fullgraph=True) if device != "cpu" \
         else decode_one_token
-    token = torch.zeros(1, 1, dtype=torch.long, device=device)
     compiled = device != "cpu"
 
     def run(n):
