@@ -46,14 +46,18 @@ def case_argv(case: str, tiny: bool, log: str) -> list[str]:
             *(["--no-marks"] if marks == "nomarks" else []), *(["--tiny", "--device", "cpu"] if tiny else [])]
 
 
-def start(argv: list[str], log_path: Path | None, warm_s: float, plain: bool = False) -> subprocess.Popen:
-    """`decodemon run -- argv` (plain: argv as it is, no agent); returns once the loop has logged tokens."""
-    proc = subprocess.Popen(argv if plain else [*DM, "run", "--", *argv], stdout=subprocess.PIPE,
+def start(argv: list[str], log_path: Path | None, warm_s: float, plain: bool = False,
+          engine_log: Path | None = None) -> subprocess.Popen:
+    """`decodemon run -- argv` (plain: argv as it is, no agent); returns once the loop has logged tokens. The
+    loop's own output goes to `engine_log`."""
+    sink = open(engine_log, "w") if engine_log else subprocess.DEVNULL
+    proc = subprocess.Popen(argv if plain else [*DM, "run", "--", *argv], stdout=sink,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     t0 = time.time()
     while time.time() - t0 < warm_s:
         if proc.poll() is not None:
-            raise RuntimeError(f"{argv[1]} exited with {proc.returncode}: {proc.stdout.read()[-2000:]}")
+            tail = engine_log.read_text()[-2000:] if engine_log else ""
+            raise RuntimeError(f"{argv[1]} exited with {proc.returncode}: {tail}")
         if log_path is not None and log_path.exists() and log_path.stat().st_size > 0:
             return proc
         if log_path is None and time.time() - t0 > min(warm_s, 20):
@@ -98,19 +102,20 @@ def rate(times: list[float], t0: float, t1: float) -> dict:
     return {"tokens": len(inside), "ms_per_token": ms}
 
 
-def injection(pid: int, log: Path) -> dict:
-    """Attach to a loop started with plain python (the agent injected): the first attach's JSON, and the loop's
-    slowest token in the 2 s after the injection began against its median before."""
-    before = logged_times(log)
+def injection(pid: int) -> dict:
+    """Attach to a loop started with plain python (the agent injected): the first attach's JSON and when it began
+    (`slowest_during` reads the loop's log for that moment once the loop has written it)."""
     t0 = time.time()
     j, err = cli_json("attach", pid, "--seconds", 3)
-    time.sleep(1.0)
-    times = logged_times(log)
-    prior = [b - a for a, b in zip(before[-300:], before[-299:])]
-    during = [b - a for a, b in zip(times, times[1:]) if t0 <= b <= t0 + 2.0]
+    return {"attach": j, "error": err if j is None else "", "t0": t0}
+
+
+def slowest_during(times: list[float], t0: float, span_s: float = 2.0) -> dict:
+    """The loop's slowest token in the `span_s` after `t0` against its median token in the 10 s before."""
+    prior = [b - a for a, b in zip(times, times[1:]) if t0 - 10 <= a and b < t0]
+    during = [b - a for a, b in zip(times, times[1:]) if t0 <= b <= t0 + span_s]
     med = statistics.median(prior) if prior else None
-    return {"attach": j, "error": err if j is None else "", "median_ms": med and 1e3 * med,
-            "slowest_ms_during_injection": during and 1e3 * max(during),
+    return {"median_ms": med and 1e3 * med, "slowest_ms": during and 1e3 * max(during),
             "slowest_over_median": (max(during) / med) if (during and med) else None}
 
 
@@ -123,12 +128,13 @@ def watch(case: str, out: Path, tiny: bool, record_s: float, attaches: int, cost
     log = out / f"{case}.tokens.jsonl"
     log.unlink(missing_ok=True)
     argv = case_argv(base, tiny, str(log))
-    proc = start(argv, log if not base.startswith("demo") else None, 600, plain=plain)
+    proc = start(argv, log if not base.startswith("demo") else None, 600, plain=plain,
+                 engine_log=out / f"{case}.engine.log")
     pid = child_pid(proc, plain)
     res: dict = {"case": case, "argv": argv[1:], "pid": pid}
     try:
         if plain:
-            res["injection"] = injection(pid, log)
+            res["injection"] = injection(pid)
         t0 = time.time()
         rec = out / f"{case}.dmon"
         r = subprocess.run([*DM, "record", str(pid), "-o", str(rec), "--seconds", str(record_s)],
@@ -136,7 +142,7 @@ def watch(case: str, out: Path, tiny: bool, record_s: float, attaches: int, cost
         t1 = time.time()
         res["record"], err = cli_json("replay", rec) if rec.exists() else (None, r.stderr.strip()[-500:])
         res["record_error"] = err if res["record"] is None else ""
-        res["loop_own"] = rate(logged_times(log), t0, t1)
+        rec_span = (t0, t1)
         res["attaches"] = []
         for _ in range(attaches):
             j, err = cli_json("attach", pid, "--seconds", 2)
@@ -146,6 +152,11 @@ def watch(case: str, out: Path, tiny: bool, record_s: float, attaches: int, cost
                                                           "error": err if j is None else ""})
         if cost_pairs:
             res["cost"] = pairs_on(pid, log, cost_pairs, phase_s)
+        time.sleep(0 if base.startswith("demo") else 2.0)
+        times = logged_times(log)  # by now the loop has written the tokens of the recorded seconds
+        res["loop_own"] = rate(times, *rec_span)
+        if plain:
+            res["injection"].update(slowest_during(times, res["injection"]["t0"]))
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
