@@ -71,6 +71,7 @@ class Inputs:
     sm_count: int = 0
     top_kernel: tuple[str, float] | None = None  # (name, µs/token)
     graph_launches_per_token: float | None = None  # ≥ 1: the step is already replayed as CUDA graph(s)
+    dram_gbs: float | None = None  # DRAM read + write the counters saw, GB/s: the floor's ratio with no token count
 
 
 @dataclass(frozen=True)
@@ -121,9 +122,21 @@ def serial_fraction(speedup: float, n: int) -> float:
     return (n / speedup - 1.0) / (n - 1.0)
 
 
+def _bandwidth_from_dram(i: Inputs, thr: str) -> Candidate:
+    """ms/token ÷ floor = (bytes ÷ achieved) ÷ (bytes ÷ peak) = peak ÷ achieved: the counters' DRAM rate against
+    the device's bandwidth prices the floor with no token clock and no model facts."""
+    ratio = i.bandwidth_gbs / i.dram_gbs
+    state = BINDING if ratio <= BANDWIDTH_BINDING_RATIO else RULED_OUT if ratio >= BANDWIDTH_RULED_OUT_RATIO else UNKNOWN
+    return Candidate(ratio, "× floor", thr, state,
+                     f"DRAM moved {i.dram_gbs:.4g} GB/s of the {i.bandwidth_gbs:.4g} GB/s copy bandwidth: the token "
+                     f"runs at {ratio:.3g}× its floor (no token count needed)")
+
+
 def _bandwidth(i: Inputs) -> tuple[Candidate, float | None]:
     thr = f"≤{BANDWIDTH_BINDING_RATIO:g}× floor binds, ≥{BANDWIDTH_RULED_OUT_RATIO:g}× ruled out"
     if not (i.ms_per_token and i.bytes_per_token and i.bandwidth_gbs):
+        if i.dram_gbs and i.bandwidth_gbs:
+            return _bandwidth_from_dram(i, thr), None
         return Candidate(None, "× floor", thr, UNKNOWN, "needs bytes/token and bandwidth"), None
     floor = bandwidth_floor_ms(i.bytes_per_token, i.bandwidth_gbs)
     ratio = i.ms_per_token / floor

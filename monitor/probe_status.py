@@ -118,6 +118,10 @@ def _windows(s: wire.ProbeStatus, out: dict) -> None:
         out["window_clock"] = f"time ({_CLOCK_REASONS.get(s.window_clock_reason, s.window_clock_reason)})"
     elif s.window_clock == "tokens":
         out["window_clock"] = "tokens"
+    elif s.window_clock == "none":
+        out["window_clock"] = ("none: the loop marks no token and replays CUDA graphs, so no traced window can be "
+                               "closed safely; counters only (DRAM bandwidth prices the floor). Mark tokens "
+                               "(mark_token, or an engine adapter) for traced windows")
 
 
 def describe(s: wire.ProbeStatus) -> dict[str, str]:

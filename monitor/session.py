@@ -139,6 +139,7 @@ class Session:
         self._origin = clock_origin_unix_s
         self._clock = ""
         self._bytes: tuple = (None, None)
+        self._pm_verdict_rx = -(10**18)
         # the device's copy bandwidth measured outside the target (probes/copy_bandwidth), when the source has it
         self.copy_gbs: float | None = None
 
@@ -164,6 +165,11 @@ class Session:
             m = window_metrics(w, gpu.sm_count if gpu else 0, gpu.cc if gpu else "9.0")
             self.metrics.append((rx_ns, m))
             del self.metrics[:-self.feed.max_windows]
+            d, figs = self._diagnose(rx_ns)
+            self.rolling = dx.advance(self.rolling, d.ceiling, self._at(rx_ns), figs)
+        elif isinstance(frame, wire.PmSamples) and not self.metrics and rx_ns - self._pm_verdict_rx >= 1e9:
+            # no traced window (a loop that cannot be traced): the counters alone still move the verdict
+            self._pm_verdict_rx = rx_ns
             d, figs = self._diagnose(rx_ns)
             self.rolling = dx.advance(self.rolling, d.ceiling, self._at(rx_ns), figs)
 
@@ -290,6 +296,7 @@ class Session:
             hot_small_grids=tuple(small[:5]), sm_count=gpu.sm_count if gpu else 0,
             top_kernel=(last.kernels[0].short_name, last.kernels[0].us_per_token) if last and last.kernels else None,
             graph_launches_per_token=_median([w.graph_launches_per_token for w in wins]) if wins else None,
+            dram_gbs=dram_bps / 1e9 if dram_bps else None,
         )
         return inp, ts, last, pm_avg, bpt, bw, bw_src
 

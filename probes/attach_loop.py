@@ -69,7 +69,6 @@ class AttachLoop:
         self.skipped_seen = self.windows_seen = 0
         self.open_after: int | None = None  # token count at which a prepared window is asked for
         self.hello = hello_frame
-        self.quiesce = None  # probes.quiesce.Quiesce, made at the first window by time
         self.model_sent = hello_frame.model if hello_frame is not None else None
 
     # -- the loop -------------------------------------------------------------
@@ -156,9 +155,12 @@ class AttachLoop:
         self._check_window_open()
         if not self._window_idle():
             return
-        clock = policy.window_clock(now, self.t_start, self.last_mark_at, self.recent_marks,
-                                    graphs=PROCESS.graph_kernels_seen)
+        clock = policy.window_clock(now, self.t_start, self.last_mark_at, self.recent_marks)
         if clock is None:
+            return
+        if clock == "time" and policy.replays_graphs(PROCESS.graph_kernels_seen, PROCESS.engine_cuda_graphs):
+            # no safe point to finalize CUPTI at: counters only, and the status says why
+            self.status.update(window_clock="none", window_clock_reason="graphs_without_marks")
             return
         since, tokens_since = now - self.last_window, self.tokens() - self.tokens_at_window
         if not policy.window_due(st, now, self.sched.next_at("window"), since, tokens_since,
@@ -204,12 +206,7 @@ class AttachLoop:
         tr = s.tracer
         s.timed_window = True
         try:
-            if self.quiesce is None:
-                from decodemon.probes.device import cuda_device_index  # noqa: PLC0415
-                from decodemon.probes.quiesce import Quiesce  # noqa: PLC0415
-
-                self.quiesce = Quiesce(cuda_device_index())
-            tr.trace_for(policy.time_window_s(self.settings.time_window_s, self.recent_marks), quiesce=self.quiesce)
+            tr.trace_for(policy.time_window_s(self.settings.time_window_s, self.recent_marks))
         except Exception as exc:
             s.errors.append(f"time window: {type(exc).__name__}: {exc}")
             s.tracer = None

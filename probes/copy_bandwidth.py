@@ -52,21 +52,24 @@ def measure_gbs(device: int = 0, nbytes: int = COPY_BYTES, iters: int = ITERS) -
     e0, e1 = ctypes.c_void_p(), ctypes.c_void_p()
     call("cuEventCreate", ctypes.byref(e0), 0)
     call("cuEventCreate", ctypes.byref(e1), 0)
+    best = None
     try:
         call("cuMemcpyDtoD_v2", dst, src, ctypes.c_size_t(nbytes))  # warm
-        call("cuEventRecord", e0, None)
-        for _ in range(iters):
-            call("cuMemcpyDtoD_v2", dst, src, ctypes.c_size_t(nbytes))
-        call("cuEventRecord", e1, None)
-        call("cuEventSynchronize", e1)
-        ms = ctypes.c_float()
-        call("cuEventElapsedTime", ctypes.byref(ms), e0, e1)
+        for _ in range(3):  # the best of three: another process on the GPU only ever slows a trial
+            call("cuEventRecord", e0, None)
+            for _ in range(iters):
+                call("cuMemcpyDtoD_v2", dst, src, ctypes.c_size_t(nbytes))
+            call("cuEventRecord", e1, None)
+            call("cuEventSynchronize", e1)
+            ms = ctypes.c_float()
+            call("cuEventElapsedTime", ctypes.byref(ms), e0, e1)
+            best = ms.value if best is None else min(best, ms.value)
     finally:
         lib.cuMemFree_v2(src)
         lib.cuMemFree_v2(dst)
         lib.cuDevicePrimaryCtxRelease(dev)
-    gbs = 2 * nbytes * iters / (ms.value * 1e-3) / 1e9
-    return {"copy_gbs": round(gbs, 1), "bytes": nbytes, "iters": iters, "ms": round(ms.value, 3),
+    gbs = 2 * nbytes * iters / (best * 1e-3) / 1e9
+    return {"copy_gbs": round(gbs, 1), "bytes": nbytes, "iters": iters, "ms": round(best, 3),
             "device": device, "measured_unix_s": time.time()}
 
 
@@ -94,6 +97,9 @@ def store(uuid: str, driver: str, result: dict) -> None:
             table = {}
     except (OSError, ValueError):
         table = {}
+    old = table.get(f"{uuid}|{driver}")
+    if isinstance(old, dict) and float(old.get("copy_gbs") or 0) > float(result.get("copy_gbs") or 0):
+        return  # a busier GPU measured less: the cache keeps the best figure
     table[f"{uuid}|{driver}"] = result
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_suffix(f".{os.getpid()}.tmp")

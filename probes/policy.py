@@ -122,16 +122,23 @@ def time_window_s(longest_s: float, recent_marks_ns) -> float:
     return min(longest_s, max(0.02, 4.0 * mean_s))
 
 
-def window_clock(now: float, attached_at: float, last_mark_at: float | None, recent_marks_ns,
-                 graphs: bool = False) -> str | None:
+def replays_graphs(graph_kernels_seen: bool, engine_cuda_graphs: bool | None) -> bool:
+    """Does this process replay CUDA graphs, as far as the agent can tell without tracing? A window seen with graph
+    kernels, the engine's word (report_cuda_graphs), or torch.compile's CUDA-graph trees loaded. Such a process
+    gets no window by time: a flush and finalize from the agent thread during a replay ended a loop on an H200,
+    and with no token boundary there is no safe point on the decode thread."""
+    import sys
+
+    return bool(graph_kernels_seen or engine_cuda_graphs or "torch._inductor.cudagraph_trees" in sys.modules)
+
+
+def window_clock(now: float, attached_at: float, last_mark_at: float | None, recent_marks_ns) -> str | None:
     """Which clock the next window opens by: "tokens" (at the decode thread's token boundaries), "time" (by the
     agent thread: no mark for FIRST_NO_MARKS_S since the attach or NO_MARKS_S since the last mark, or marks in
     bursts), or None (no mark yet, and too soon after the attach to tell)."""
     if last_mark_at is None:
         return "time" if now - attached_at >= min(FIRST_NO_MARKS_S, NO_MARKS_S) else None
-    if now - last_mark_at >= NO_MARKS_S or marks_bursty(recent_marks_ns) or graphs:
-        # a process that replays CUDA graphs may run its host ahead of the GPU without marking in bursts (a
-        # lag of a few steps): a token's kernels are not inside its marks, so the GPU's own steps are read
+    if now - last_mark_at >= NO_MARKS_S or marks_bursty(recent_marks_ns):
         return "time"
     return "tokens"
 

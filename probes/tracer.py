@@ -232,27 +232,19 @@ class WindowTracer:
                 self._spent("finalize", t0)
 
     # -- agent thread, a window by time ------------------------------------------
-    def trace_for(self, seconds: float, quiet_s: float = 0.05, drain_max_s: float = 1.0, sleep=time.sleep,
-                  quiesce=None) -> None:
+    def trace_for(self, seconds: float, quiet_s: float = 0.05, drain_max_s: float = 1.0, sleep=time.sleep) -> None:
         """A window by time, all on the calling (agent) thread: open now, sleep `seconds`, close, then flush
         until no new record has come for `quiet_s` (at most `drain_max_s`: kernels enqueued before the close may
-        still be running on a GPU that runs behind the host), then finalize. With `quiesce` (probes.quiesce),
-        the last flush and the finalize are made with the GPU idle and the GIL kept. `bounds` is [opened, closed]."""
+        still be running on a GPU that runs behind the host), then finalize. `bounds` is [opened, closed].
+        Never in a process that replays CUDA graphs (policy.window_clock): there a flush and finalize from this
+        thread during a replay ended the loop on an H200."""
         self.open()
         try:
             sleep(seconds)
         finally:
             self.close()
             try:
-                if quiesce is not None and quiesce.available and self.initialised:
-                    t0 = time.perf_counter_ns()
-                    try:
-                        quiesce.flush_and_finalize()
-                    finally:
-                        self.initialised = self.prepared = False
-                        self._spent("finalize", t0)
-                else:
-                    self._drain(quiet_s, drain_max_s, sleep)
+                self._drain(quiet_s, drain_max_s, sleep)
             finally:
                 self.detach()
 

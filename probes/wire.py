@@ -258,8 +258,9 @@ class ProbeStatus(msgspec.Struct, frozen=True, tag="status"):
     trace_error: str = ""
     window_tokens: int = 0  # what an armed trace traces: this many tokens every window_period_s
     window_period_s: float = 0.0
-    window_clock: str = ""  # the clock the last window opened by: "tokens" or "time"
-    window_clock_reason: str = ""  # for "time": "no_marks" (none for 2 s) or "bursts" (the host runs ahead)
+    window_clock: str = ""  # the clock the last window opened by: "tokens", "time", or "none" (no window can)
+    # for "time": "no_marks" or "bursts" (the host runs ahead); for "none": "graphs_without_marks"
+    window_clock_reason: str = ""
     pm: str = ""
     pm_reason: str = ""
     pm_error: str = ""

@@ -62,3 +62,10 @@ def test_a_recordings_header_keeps_the_figure_the_live_attach_priced_the_floor_w
     assert snap.bandwidth_gbs == 4267.7 and snap.bandwidth_source.startswith("measured copy (decodemon")
     old = collect(str(REC["llama8b_graph"])).snapshot()  # recorded before the note: the engine's own copy
     assert old.bandwidth_source == "measured copy (engine)"
+
+
+def test_the_cache_keeps_the_best_figure_a_busier_gpu_measures_less(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    cb.store("GPU-1", "d", {"copy_gbs": 4267.7})
+    cb.store("GPU-1", "d", {"copy_gbs": 2131.4})  # measured beside a bandwidth-bound loop
+    assert cb.cached_gbs("GPU-1", "d") == 4267.7

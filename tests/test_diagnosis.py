@@ -136,3 +136,13 @@ def test_launch_bound_between_graph_replays_does_not_say_capture_a_graph():
     eager = dx.diagnose(dx.Inputs(ms_per_token=31.0, launches_per_token=1636, kernel_sum_ms_per_token=3.4,
                                   gpu_busy_pct=12.0, collectives_per_token=0.0, graph_launches_per_token=0.0))
     assert "CUDA graph" in eager.falsify
+
+
+def test_the_dram_counters_price_the_floor_with_no_token_clock():
+    # a graphed Llama-8B-shaped loop that marks nothing: 2.87 TB/s of DRAM traffic against a 4.25 TB/s copy
+    d = dx.diagnose(dx.Inputs(dram_gbs=2870.0, bandwidth_gbs=4250.0, gpu_busy_pct=93.0))
+    bw = d.candidates["bandwidth"]
+    assert d.ceiling == "bandwidth" and bw.state == dx.BINDING
+    assert bw.value == pytest.approx(4250 / 2870) and "no token count" in bw.detail
+    # an eager loop moving 1% of it is nowhere near its floor
+    assert dx.diagnose(dx.Inputs(dram_gbs=40.0, bandwidth_gbs=4250.0)).candidates["bandwidth"].state == dx.RULED_OUT

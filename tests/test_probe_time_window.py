@@ -138,29 +138,21 @@ def test_bursty_marks_open_windows_by_time_while_the_decode_thread_keeps_marking
     assert {th for _, th in tr._c.calls} == {"decodemon-session"}
 
 
-def test_a_window_by_time_finalizes_through_the_quiesced_path_when_it_can():
-    """With libcuda and cupti-python's pointers (a GPU machine), the last flush and the finalize are made with the
-    GPU idle and the GIL kept (probes.quiesce), not by cupti-python's own finalize; without them, as before."""
-    from tests.test_agent import _fake_tracer
-
-    class FakeQuiesce:
-        available, calls = True, 0
-
-        def flush_and_finalize(self):
-            FakeQuiesce.calls += 1
-
+def test_a_loop_that_replays_graphs_and_marks_nothing_gets_counters_and_the_reason_not_a_window(monkeypatch):
+    """No token boundary and CUDA graphs replaying: no safe point to finalize CUPTI at, so no window by time; the
+    status says so (the monitor prices the floor from the DRAM counters alone)."""
+    monkeypatch.setattr(policy, "NO_MARKS_S", 0.3)
+    monkeypatch.setattr(PROCESS, "engine_cuda_graphs", True)
     tr = _fake_tracer()
-    tr.trace_for(0.0, quiesce=FakeQuiesce())
-    names = [n for n, _ in tr._c.calls]
-    assert FakeQuiesce.calls == 1 and "finalize" not in names and not tr.initialised
-    tr = _fake_tracer()
-    FakeQuiesce.available = False
-    tr.trace_for(0.0, quiet_s=0.0, quiesce=FakeQuiesce())
-    assert FakeQuiesce.calls == 1 and [n for n, _ in tr._c.calls].count("finalize") == 1
-
-
-def test_the_quiesced_path_is_unavailable_without_a_driver_and_says_so():
-    from decodemon.probes.quiesce import Quiesce
-
-    q = Quiesce(0)
-    assert q.available is (q.cuda is not None and q.finalize is not None)
+    st = wire.Attach(window_period_s=0.2, window_max_s=0.2, window_min_tokens=0, time_window_s=0.05,
+                     agent_tick_s=0.05)
+    s = sess.Session(st, tr)
+    loop, result, got, theirs = _run_agent_loop(s, name="decodemon-session")
+    time.sleep(1.5)
+    theirs.shutdown(socket.SHUT_RDWR)
+    loop.join(5)
+    frames = _frames(got)
+    assert not [f for f in frames if isinstance(f, wire.KernelWindow)]
+    assert "activity_register_callbacks" not in [n for n, _ in tr._c.calls]
+    status = [f for f in frames if isinstance(f, wire.ProbeStatus) and f.window_clock]
+    assert status and (status[-1].window_clock, status[-1].window_clock_reason) == ("none", "graphs_without_marks")
