@@ -1,0 +1,76 @@
+"""Decode loops with no line of decodemon in them, recorded on the H200 and replayed here.
+
+Made by `python benchmarks/unmodified.py OUT` on one NVIDIA H200 (driver 580.159.04, torch 2.11.0+cu130,
+transformers 5.17.0), 2026-12-01: transformers' own `generate()` (Qwen3-0.6B shape, random bf16 weights) under
+`decodemon run` and, started with plain `python3`, attached by injection; its static-cache generate() (the
+forward compiled by transformers, CUDA graphs); the demo engine with `--no-marks`. torch.profiler's figures for
+the same loops (`--profile`) sit beside them in tests/data/*.profile.json.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from decodemon.monitor.api import replay
+from decodemon.probes import wire
+from tests.conftest import DATA, REC
+
+
+def profile(name: str) -> dict:
+    return json.loads((DATA / f"h200_{name}.profile.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def hf_eager():
+    return replay(DATA / "h200_hf_generate_eager.dmon").as_json()
+
+
+def test_generate_eager_is_launch_bound_with_torch_profilers_kernel_count(hf_eager):
+    assert hf_eager["verdict"] == "launch"
+    assert hf_eager["token_clock"] == "mark_token"  # the transformers adapter marked every step
+    assert hf_eager["launches_per_token"] == profile("hf_generate_eager")["kernels_per_step"] == 1636
+    assert hf_eager["graph_launches_per_token"] == 0
+    assert "CUDA graph" in hf_eager["falsify"]
+
+
+def test_generate_eager_model_facts_came_from_the_adapter_and_the_counters_agree(hf_eager):
+    # parameter bytes of the Qwen3-0.6B shape in bf16 plus its KV cache at depth, read off the model by the adapter
+    assert 1.19e9 < hf_eager["bytes_per_token_model"] < 1.25e9
+    # the DRAM counters' read + write per token, no model facts needed: within 25% of the weights read
+    assert hf_eager["bytes_per_token_measured"] == pytest.approx(hf_eager["bytes_per_token_model"], rel=0.25)
+    assert hf_eager["bandwidth_source"].startswith("measured copy (decodemon")
+
+
+def test_the_tokens_generate_made_are_the_tokens_counted():
+    """The recording's token rate against the loop's own log of the same seconds (tokens/s 27.95 against 27.88)."""
+    frames = [f for _, f in wire.read_recording(DATA / "h200_hf_generate_eager.dmon")]
+    marks = [t for f in frames if isinstance(f, wire.TokenMarks) for t in f.t_ns.array()]
+    assert len(marks) > 100
+    rate = (len(marks) - 1) / ((marks[-1] - marks[0]) / 1e9)
+    assert rate == pytest.approx(27.88, rel=0.02)
+
+
+def test_generate_attached_by_injection_into_plain_python_reads_the_same():
+    j = replay(DATA / "h200_hf_generate_injected.dmon").as_json()
+    hello = next(f for _, f in wire.read_recording(DATA / "h200_hf_generate_injected.dmon")
+                 if isinstance(f, wire.Hello))
+    assert hello.argv[0].endswith("hf_generate.py")  # started as `python3 hf_generate.py`, no decodemon run
+    assert j["verdict"] == "launch" and j["launches_per_token"] == 1636 and j["token_clock"] == "mark_token"
+
+
+def test_static_cache_generate_replays_a_graph_a_token_and_the_host_between_replays_binds():
+    j = replay(DATA / "h200_hf_generate_static.dmon").as_json()
+    assert j["graph_launches_per_token"] == 1.0
+    assert j["verdict"] == "launch" and j["gpu_busy_pct"] > 40
+    assert "between replays" in j["remedy"] and "capture" not in j["falsify"].lower()
+    assert j["bytes_per_token_measured"] == pytest.approx(j["bytes_per_token_model"], rel=0.1)
+
+
+def test_the_demo_engine_with_its_marks_off_gets_the_verdict_it_gets_with_them_on():
+    off = replay(DATA / "h200_eager_nomarks.dmon").as_json()
+    on = replay(REC["eager"]).as_json()
+    assert off["tokens"] == 0 and off["token_clock"] == "kernel period"  # nothing marked: the GPU's own steps
+    assert off["verdict"] == on["verdict"] == "launch"
+    assert off["launches_per_token"] == on["launches_per_token"] == 1863
