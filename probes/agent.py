@@ -79,12 +79,7 @@ def start_from_env() -> None:
 
 
 def __getattr__(name: str):
-    """`_session`: the attached session (None while dormant), for callers that only ask whether one is.
-    `PM_FIRST_SESSION_NOTE`, `pm_lost`: the words are the monitor's (monitor/probe_status.py)."""
+    """`_session`: the attached session (None while dormant), for callers that only ask whether one is."""
     if name == "_session":
         return ACTIVE.session
-    if name in ("PM_FIRST_SESSION_NOTE", "pm_lost"):
-        from decodemon.monitor import probe_status  # noqa: PLC0415 - only for a caller that asks for the words
-
-        return probe_status.PM_FIRST_SESSION_NOTE if name == "PM_FIRST_SESSION_NOTE" else probe_status.pm_lost_of
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -402,7 +402,7 @@ def test_window_budget_caps_cuptis_memory_per_hour_once_spent():
 def test_attach_sends_the_window_budget_it_was_given():
     from decodemon.monitor import cli as mcli
 
-    a = mcli.build_parser().parse_args(["attach", "1", "--window-budget", "7"])
+    a = mcli.build_parser().parse_args(["attach", "1", "--probe", "window_budget=7"])
     assert mcli._attach_settings(a).window_budget == 7
     assert wire.decode_control(wire.encode(mcli._attach_settings(a))).window_budget == 7
 
@@ -412,7 +412,7 @@ def test_attach_sends_the_prepare_lead_it_was_given_and_defaults_to_none():
 
     default = mcli._attach_settings(mcli.build_parser().parse_args(["attach", "1"]))
     assert default.prepare_lead_tokens == 0  # CUPTI's start-up at the opening boundary, in the traced token
-    a = mcli.build_parser().parse_args(["attach", "1", "--prepare-lead", "3"])
+    a = mcli.build_parser().parse_args(["attach", "1", "--probe", "prepare_lead_tokens=3"])
     assert wire.decode_control(wire.encode(mcli._attach_settings(a))).prepare_lead_tokens == 3
 
 
@@ -423,7 +423,7 @@ def test_first_window_waits_as_long_as_the_monitor_says():
     assert policy.first_window_at(wire.Attach(window_period_s=0.2), 100.0) == pytest.approx(100.2)
     assert policy.first_window_at(wire.Attach(first_window_s=2.5), 100.0) == 102.5
     assert policy.first_window_at(wire.Attach(first_window_s=1e9), 0.0) == 3600.0
-    a = mcli.build_parser().parse_args(["record", "1", "-o", "x.dmon", "--first-window", "2.5"])
+    a = mcli.build_parser().parse_args(["record", "1", "-o", "x.dmon", "--probe", "first_window_s=2.5"])
     assert wire.decode_control(wire.encode(mcli._attach_settings(a))).first_window_s == 2.5
 
 
@@ -1190,7 +1190,7 @@ def test_a_kernels_only_window_enables_and_disables_no_runtime_records(monkeypat
 def test_attach_passes_api_every():
     from decodemon.monitor.cli import _attach_settings, build_parser
 
-    a = build_parser().parse_args(["attach", "1", "--api-every", "0"])
+    a = build_parser().parse_args(["attach", "1", "--probe", "api_every=0"])
     assert _attach_settings(a).api_every == 0
     assert _attach_settings(build_parser().parse_args(["attach", "1"])).api_every == 4
 
@@ -1270,12 +1270,12 @@ def test_attach_passes_the_agent_tick_and_rejects_a_bad_one():
     from decodemon.monitor.cli import _attach_settings, build_parser
 
     assert _attach_settings(build_parser().parse_args(["attach", "1"])).agent_tick_s == 0.25 == wire.Attach().agent_tick_s
-    a = build_parser().parse_args(["attach", "1", "--agent-tick", "0.05"])
+    a = build_parser().parse_args(["attach", "1", "--probe", "agent_tick_s=0.05"])
     assert wire.decode_control(wire.encode(_attach_settings(a))).agent_tick_s == 0.05
     from decodemon.monitor.cli import UsageError
 
-    with pytest.raises(UsageError, match="--agent-tick must be in"):
-        build_parser().parse_args(["attach", "1", "--agent-tick", "0"])
+    with pytest.raises(UsageError, match="agent_tick_s must be in"):
+        build_parser().parse_args(["attach", "1", "--probe", "agent_tick_s=0"])
 
 
 class _Events:
@@ -1346,10 +1346,10 @@ def test_attach_passes_the_pm_pump_period_to_the_sampler(monkeypatch):
     from decodemon.probes import pm_inproc
 
     assert _attach_settings(build_parser().parse_args(["attach", "1"])).pm_pump_s == 1.0 == wire.Attach().pm_pump_s
-    a = _attach_settings(build_parser().parse_args(["attach", "1", "--pm-pump", "0.5", "--pm-interval-us", "500"]))
+    a = _attach_settings(build_parser().parse_args(["attach", "1", "--probe", "pm_pump_s=0.5", "--probe", "pm_interval_us=500"]))
     assert wire.decode_control(wire.encode(a)).pm_pump_s == 0.5
-    with pytest.raises(UsageError, match="--pm-pump must be in"):
-        build_parser().parse_args(["attach", "1", "--pm-pump", "0.01"])
+    with pytest.raises(UsageError, match="pm_pump_s must be in"):
+        build_parser().parse_args(["attach", "1", "--probe", "pm_pump_s=0.01"])
     made = []
     monkeypatch.setattr(pm_inproc, "PmSampler", lambda dev, iv, pump_s: made.append((iv, pump_s)) or
                         types.SimpleNamespace(max_samples=pm_inproc.max_samples_for(iv, pump_s)))

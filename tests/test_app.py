@@ -198,7 +198,7 @@ def test_probe_notes_reach_the_screen():
 async def _probe_notes():
     from decodemon.monitor.widgets.telemetry import TelemetryPanel
     from decodemon.probes import wire
-    from decodemon.probes.agent import PM_FIRST_SESSION_NOTE
+    from decodemon.monitor.probe_status import PM_FIRST_SESSION_NOTE
 
     app = make_app(["graph"])
     async with app.run_test(size=(160, 50)):
@@ -220,14 +220,15 @@ def test_lost_pm_samples_reach_the_screen_before_the_first_session_note():
 
 async def _pm_lost():
     from decodemon.monitor.widgets.telemetry import TelemetryPanel
-    from decodemon.probes import agent, wire
+    from decodemon.monitor import probe_status
+    from decodemon.probes import wire
 
     pm = type("Pm", (), {"full_pumps": 4, "overflows": 0, "max_samples": 1024, "interval_us": 200})()
     app = make_app(["graph"])
     async with app.run_test(size=(160, 50)):
         p = app.players[0]
-        p.session.add(p.clock_ns, wire.Stats(state={"pm_note": agent.PM_FIRST_SESSION_NOTE,
-                                                    "pm_lost": agent.pm_lost(pm)}))
+        p.session.add(p.clock_ns, wire.Stats(state={"pm_note": probe_status.PM_FIRST_SESSION_NOTE,
+                                                    "pm_lost": probe_status.pm_lost_of(pm)}))
         app._apply_all()
         tele = app.query(TelemetryPanel).first()._put_last.plain
         assert "PM samples lost: 4 pumps found more samples than their 1024-sample image holds" in tele

@@ -121,15 +121,6 @@ PROBE_BOUNDS = {
 }
 TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
-# older spellings of `--probe KEY=VALUE`, accepted so that scripts passing them keep working, shown in no help
-PROBE_FLAGS = {
-    "--window-tokens": "window_tokens", "--window-min-tokens": "window_min_tokens",
-    "--first-window": "first_window_s", "--window-max": "window_max_s", "--window-budget": "window_budget",
-    "--prepare-lead": "prepare_lead_tokens", "--api-every": "api_every", "--agent-tick": "agent_tick_s",
-    "--pm-pump": "pm_pump_s", "--pm-interval-us": "pm_interval_us",
-}
-
-
 def probe_fields() -> dict:
     """wire.Attach's field names with their defaults and types."""
     import msgspec
@@ -195,11 +186,6 @@ def add_probe(p) -> None:
     g.add_argument("--no-pm", action="store_true", help="no PM counter sampling")
     g.add_argument("--probe", action=ProbeAction, default=[], metavar="KEY=VALUE",
                    help="set any probe setting (repeatable); `--probe help` lists them")
-    for flag, key in PROBE_FLAGS.items():
-        conv = (lambda k, f: lambda s: probe_value(k, s, f))(key, flag)
-        g.add_argument(flag, dest=f"probe_{key}", type=conv, default=None, help=argparse.SUPPRESS)
-    g.add_argument("--release-gil", dest="probe_hold_gil", action="store_const", const=False, default=None,
-                   help=argparse.SUPPRESS)
 
 
 def attach_settings(a) -> wire.Attach:
@@ -212,10 +198,6 @@ def attach_settings(a) -> wire.Attach:
         kw["trace"] = False
     if getattr(a, "no_pm", False):
         kw["pm"] = False
-    for key in fields:
-        v = getattr(a, f"probe_{key}", None)
-        if v is not None:
-            kw[key] = v
     for key, v in getattr(a, "probe", None) or []:
         kw[key] = v
     period = kw.get("window_period_s", fields["window_period_s"][0])
