@@ -17,11 +17,8 @@ started at every attach, packs its columns from lists without numpy (its import 
 
 from __future__ import annotations
 
-import gzip
-import io
 import os
 import struct
-import zlib
 from typing import Iterator, Union
 
 import msgspec
@@ -405,94 +402,6 @@ class StreamReader:
         return out
 
 
-# --- recordings -------------------------------------------------------------
-
-
-class RecordingWriter:
-    """Append frames to a `.dmon` file; every frame is flushed so a crash leaves a readable prefix."""
-
-    def __init__(self, path, header: RecordingHeader) -> None:
-        self._raw = open(path, "wb")
-        self._gz = gzip.GzipFile(fileobj=self._raw, mode="wb", compresslevel=6)
-        self._gz.write(MAGIC)
-        self.write_payload(encode(header), 0)
-
-    def write_payload(self, payload: bytes, rx_ns: int) -> None:
-        """Store one already-encoded frame with its receive time."""
-        self._gz.write(_REC.pack(len(payload), max(int(rx_ns), 0)) + payload)
-        self._gz.flush(zlib.Z_SYNC_FLUSH)
-
-    def write(self, frame, rx_ns: int) -> None:
-        """Store one frame with its receive time (ns since the recording began)."""
-        self.write_payload(encode(frame), rx_ns)
-
-    def close(self) -> None:
-        """Finish the gzip stream and close the file."""
-        if self._gz is not None:
-            self._gz.close()
-            self._raw.close()
-            self._gz = None
-
-
-def read_recording(path) -> Iterator[tuple[int, Frame]]:
-    """Yield (receive ns, frame) from a `.dmon` file; the header frame comes first.
-
-    Raises WireError with a one-line reason for a missing, foreign, corrupt,
-    truncated or too-new file. A truncated file yields every whole frame
-    before the cut, then raises.
-    """
-    try:
-        raw = open(path, "rb")
-    except OSError as exc:
-        raise WireError(f"cannot open recording {path}: {exc.strerror}") from None
-    with raw:
-        gz = gzip.GzipFile(fileobj=raw, mode="rb")
-        try:
-            magic = gz.read(len(MAGIC))
-        except (OSError, EOFError, zlib.error):
-            raise WireError(f"{path} is not a decodemon recording (not gzip data)") from None
-        if magic != MAGIC:
-            raise WireError(f"{path} is not a decodemon recording (bad magic)")
-        first = True
-        while True:
-            try:
-                head = gz.read(_REC.size)
-                if not head:
-                    return
-                if len(head) < _REC.size:
-                    raise EOFError
-                n, rx_ns = _REC.unpack(head)
-                if n > MAX_FRAME_BYTES:
-                    raise WireError(f"{path} is corrupt: a frame claims {n} bytes")
-                payload = gz.read(n)
-                if len(payload) < n:
-                    raise EOFError
-            except (EOFError, OSError, zlib.error, gzip.BadGzipFile):
-                raise WireError(f"{path} is truncated or corrupt after the last whole frame") from None
-            frame = decode_frame(payload)
-            if first:
-                if not isinstance(frame, RecordingHeader):
-                    raise WireError(f"{path} has no recording header")
-                if frame.wire_version > WIRE_VERSION:
-                    raise WireError(
-                        f"{path} uses wire version {frame.wire_version}; this decodemon reads "
-                        f"versions up to {WIRE_VERSION}: upgrade decodemon to read it"
-                    )
-                first = False
-            yield rx_ns, frame
-
-
-def load_recording(path) -> list[tuple[int, Frame]]:
-    """Read a whole recording into memory (they are a few MB)."""
-    return list(read_recording(path))
-
-
-def recording_bytes(frames: list[tuple[int, object]], header: RecordingHeader) -> bytes:
-    """Encode frames as a `.dmon` file in memory (for tests and tools)."""
-    buf = io.BytesIO()
-    with gzip.GzipFile(fileobj=buf, mode="wb") as gz:
-        gz.write(MAGIC)
-        for rx, fr in [(0, header)] + list(frames):
-            p = encode(fr)
-            gz.write(_REC.pack(len(p), rx) + p)
-    return buf.getvalue()
+# a recording is the same frames in a file (probes/wire_file.py); its names are the wire's
+from decodemon.probes.wire_file import (RecordingWriter, load_recording, read_recording,  # noqa: E402,F401
+                                        recording_bytes)

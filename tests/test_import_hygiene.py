@@ -55,7 +55,7 @@ def test_the_cli_parses_every_verb_without_textual():
 def test_monitor_uses_only_the_wire_from_probes():
     mods = loaded_after("decodemon.monitor.app")
     probes = {m for m in mods if m.startswith("decodemon.probes")}
-    assert probes <= {"decodemon.probes", "decodemon.probes.wire"}, probes
+    assert probes <= {"decodemon.probes", "decodemon.probes.wire", "decodemon.probes.wire_file"}, probes
 
 
 def test_the_nvml_sidecar_starts_without_numpy():
