@@ -1,6 +1,7 @@
 """The live screen on a GPU machine, saved as SVG, and the monitor's own CPU cost.
 
     source benchmarks/device_setup.sh && python benchmarks/screenshots.py OUTDIR
+    python benchmarks/screenshots.py --replay OUTDIR      # any machine: the README's demo_replay.svg
 
 1. Two demo engines (eager, graph) on the one GPU; `compare` on both, live, headless at 160x50 for 12 s; the
    screen is saved as OUTDIR/h200_live_compare.svg.
@@ -21,7 +22,7 @@ from decodemon.monitor.app import DecodemonApp
 from decodemon.monitor.player import LivePlayer
 from decodemon.monitor.demo import spawn_engine
 
-OUT = Path(sys.argv[1] if len(sys.argv) > 1 else "out")
+OUT = Path([a for a in sys.argv[1:] if a != "--replay"][0] if len(sys.argv) > 1 else "out")
 OUT.mkdir(parents=True, exist_ok=True)
 
 
@@ -45,7 +46,19 @@ async def shoot(players, seconds, name, size=(160, 50)):
     return (c1 - c0) / (t1 - t0)
 
 
+def replay_shot():
+    """`decodemon demo` with no GPU: the bundled H200 recordings side by side, 6 s in, at 160x50."""
+    from decodemon.monitor.demo import bundled_recordings
+    from decodemon.monitor.player import make_player
+
+    eager, graph = bundled_recordings()
+    players = [make_player(eager, label="eager (H200)"), make_player(graph, label="graph (H200)")]
+    asyncio.run(shoot(players, 6, "demo_replay.svg"))
+
+
 def main():
+    if "--replay" in sys.argv[1:2]:
+        return replay_shot()
     res = {}
     (pe, eager), (pg, graph) = start("eager"), start("graph")
     res["compare_cpu_fraction"] = asyncio.run(shoot(

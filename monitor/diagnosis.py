@@ -72,6 +72,7 @@ class Inputs:
     top_kernel: tuple[str, float] | None = None  # (name, µs/token)
     graph_launches_per_token: float | None = None  # ≥ 1: the step is already replayed as CUDA graph(s)
     dram_gbs: float | None = None  # DRAM read + write the counters saw, GB/s: the floor's ratio with no token count
+    ranks: int | None = None  # tensor-parallel degree when the engine said it
 
 
 @dataclass(frozen=True)
@@ -153,7 +154,8 @@ def _comm(i: Inputs) -> tuple[Candidate, float | None]:
     if i.collectives_per_token is None or i.ms_per_token is None:
         return Candidate(None, "% of step", thr, UNKNOWN, "needs collectives/token and µs/call"), None
     if i.collectives_per_token == 0:
-        return Candidate(0.0, "% of step", thr, RULED_OUT, "no collectives seen"), 0.0
+        why = "one rank (TP=1): nothing to reduce" if i.ranks == 1 else "no collective kernel in the traced windows"
+        return Candidate(0.0, "% of step", thr, RULED_OUT, why), 0.0
     if i.us_per_collective is None:
         return Candidate(None, "% of step", thr, UNKNOWN, "needs µs per collective"), None
     comm_ms = i.collectives_per_token * i.us_per_collective / 1e3

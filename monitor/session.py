@@ -296,7 +296,7 @@ class Session:
             hot_small_grids=tuple(small[:5]), sm_count=gpu.sm_count if gpu else 0,
             top_kernel=(last.kernels[0].short_name, last.kernels[0].us_per_token) if last and last.kernels else None,
             graph_launches_per_token=_median([w.graph_launches_per_token for w in wins]) if wins else None,
-            dram_gbs=dram_bps / 1e9 if dram_bps else None,
+            dram_gbs=dram_bps / 1e9 if dram_bps else None, ranks=model.tp_degree if model else None,
         )
         return inp, ts, last, pm_avg, bpt, bw, bw_src
 
