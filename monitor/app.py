@@ -240,7 +240,7 @@ class DecodemonApp(App):
 
     def action_diagnosis(self) -> None:
         """Write DIAGNOSIS-<source>.md for each source, and say where."""
-        from decodemon.monitor.report import diagnosis_markdown
+        from decodemon.monitor.render.markdown import diagnosis_markdown
 
         written = []
         for p, slug in zip(self.players, source_slugs(p.label for p in self.players)):

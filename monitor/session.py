@@ -18,14 +18,9 @@ from decodemon.monitor.analysis.busy import PmWindowCheck, pm_window_check
 from decodemon.monitor.analysis.tokens import TokenStats, token_stats
 from decodemon.monitor.analysis.window import WindowMetrics, window_metrics
 from decodemon.monitor.feed import Feed
-from decodemon.monitor.render.json import collectives_json, summary_json
-from decodemon.monitor.render.text import observer_parts
 from decodemon.monitor.token_clock import GpuSteps, gpu_steps, reclocked
 from decodemon.probes import wire
 
-# collectives_json, summary_json and observer_parts live in decodemon.monitor.render; importable here too
-__all__ = ["SPAN_NS", "Session", "Snapshot", "collectives_json", "host_clock_times_collectives", "observer_parts",
-           "summary_json"]
 
 SPAN_NS = 5_000_000_000  # figures are taken over the last 5 s of the feed
 

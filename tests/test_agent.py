@@ -224,7 +224,7 @@ def test_an_eager_loops_windows_open_at_most_5_s_apart_at_0_25_s_ticks():
 
 
 def test_guard_token_only_while_the_process_replays_graphs():
-    from decodemon.monitor.metrics import window_metrics
+    from decodemon.monitor.analysis.window import window_metrics
     from decodemon.probes.tracer import WindowTracer
 
     tr = object.__new__(WindowTracer)  # no CUPTI here: fill in what the buffer callback would have

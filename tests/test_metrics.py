@@ -111,11 +111,16 @@ def test_snapshot_cost_does_not_grow_with_a_full_day_of_marks():
 # -- each analyzer's behaviour on every committed H200 recording -------------------------------------------------
 
 def _all_windows():
+    """Every window of every committed recording, a window traced by time read per GPU step (token_clock)."""
+    from decodemon.monitor.token_clock import gpu_steps, reclocked
     from tests.conftest import BUNDLED, DATA
 
     out = []
     for path in sorted(DATA.glob("*.dmon")) + sorted(BUNDLED.glob("*.dmon")):
-        out += [(path.stem, f) for _, f in wire.read_recording(path) if isinstance(f, wire.KernelWindow)]
+        for _, f in wire.read_recording(path):
+            if isinstance(f, wire.KernelWindow):
+                steps = gpu_steps(f) if f.clock == "time" else None
+                out.append((path.stem, reclocked(f, steps) if steps else f))
     return out
 
 
@@ -164,6 +169,8 @@ def test_gap_classes_sum_to_the_idle_time_of_every_window(windows):
 def test_a_graphed_windows_idle_head_is_the_tracers_and_an_eager_one_has_none(windows):
     for stem, _, m in windows:
         g = m.gap_ms_per_token
+        if stem.startswith("h200_hf_"):
+            continue  # transformers' loops: the static cache's graph leaves host work between replays
         if "graph" in stem:
             assert m.graph_launches_per_token == 1.0 and g["host_late"] == 0, stem
             assert g["tracing"] == pytest.approx(m.tracing_head_ms) and m.tracing_head_ms > 0.5, stem
@@ -275,6 +282,8 @@ def test_collectives_are_the_nccl_kernels_of_the_tp2_ranks_and_none_elsewhere(wi
 
 def test_the_timeline_draws_the_last_token_cpu_over_gpu(windows):
     for stem, f, m in windows:
+        if stem == "h200_hf_generate_static":
+            continue  # beside its graph, transformers' static-cache step makes ~30 eager launch calls (sampling)
         t = m.timeline
         b = f.token_bounds_ns.array()
         t0, t1 = int(b[f.tokens - 1]), int(b[f.tokens])
@@ -379,13 +388,3 @@ def test_busy_counts_overlapping_kernels_once():
     assert seg_s.tolist() == [0, 20] and seg_e.tolist() == [12, 30]
     assert union_ns(s, e) == 22
     assert busy_within(s, e, np.array([0, 10, 12]), np.array([10, 20, 20])).tolist() == [100.0, 20.0, 0.0]
-
-
-def test_metrics_session_and_report_re_export_the_analysis_and_the_renderers():
-    from decodemon.monitor import analysis, metrics, render, report, session
-
-    assert metrics.window_metrics is analysis.window_metrics and metrics.WindowMetrics is analysis.WindowMetrics
-    assert metrics.token_stats is analysis.token_stats and metrics.pm_window_check is analysis.pm_window_check
-    assert session.summary_json is render.summary_json and session.observer_parts is render.observer_parts
-    assert session.collectives_json is render.collectives_json
-    assert report.diagnosis_markdown is render.diagnosis_markdown and report.diagnose_text is render.diagnose_text

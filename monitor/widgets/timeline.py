@@ -6,7 +6,7 @@ import numpy as np
 from rich.text import Text
 from textual.reactive import reactive
 
-from decodemon.monitor.session import observer_parts
+from decodemon.monitor.render.text import observer_parts
 from decodemon.monitor.widgets import tcss
 from decodemon.monitor.widgets.format import num
 from decodemon.monitor.widgets.panel import Panel
