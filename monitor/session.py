@@ -15,6 +15,7 @@ import numpy as np
 
 from decodemon.monitor import diagnosis as dx
 from decodemon.monitor.analysis.busy import PmWindowCheck, pm_window_check
+from decodemon.monitor.analysis.rates import dram_bytes_per_s, gpu_step_stats, marks_in_bursts
 from decodemon.monitor.analysis.tokens import TokenStats, token_stats
 from decodemon.monitor.analysis.window import WindowMetrics, window_metrics
 from decodemon.monitor.feed import Feed
@@ -97,16 +98,6 @@ def host_clock_times_collectives(model: wire.ModelFacts | None, gpu) -> bool:
     return backend == "gloo" if backend else gpu is None
 
 
-def marks_in_bursts(t_ns, ratio: float = 0.25, last: int = 256) -> bool:
-    """Token marks that come in bursts (the median interval under `ratio` x the mean over the newest `last`):
-    a host that enqueues many steps ahead, then waits for the GPU, marks at enqueue, not where steps end."""
-    t = np.asarray(t_ns[-last:], dtype=np.int64)
-    if len(t) < 16:
-        return False
-    d = np.diff(t)
-    return bool(d.mean() > 0 and np.median(d) < ratio * d.mean())
-
-
 def _median(xs):
     xs = [x for x in xs if x is not None]
     return float(np.median(xs)) if xs else None
@@ -177,39 +168,16 @@ class Session:
         return ms or ([self.metrics[-1][1]] if self.metrics else [])
 
     def _gpu_clock(self, wins: list[WindowMetrics], pm_busy: float | None) -> tuple[TokenStats | None, str]:
-        """ms/token from the GPU's own steps in the span's time windows, and the clock's name.
-
-        A traced step of a host-bound loop is stretched by tracing (CUPTI's cost per launch lands on the host
-        thread the GPU waits for). With PM counters, the untraced step is the step's busy time over PM's GPU
-        busy outside the windows; a GPU-bound step (busy ≥ 90% traced) is its own figure.
-        """
+        """ms/token from the GPU's own steps in the span's windows traced by time, and the clock's name."""
         timed = [(m, self.steps[m.window_id]) for m in wins if m.window_id in self.steps]
         if not timed:
             return None, ""
-        steps_ms = np.concatenate([np.diff(np.asarray(s.bounds_ns, dtype=np.int64)) / 1e6 for _, s in timed])
-        m, s = timed[-1]
-        scale = 1.0
-        busy_ms = m.gpu_busy_pct / 100.0 * float(np.median(steps_ms))
-        if pm_busy and m.gpu_busy_pct < 90.0 and pm_busy < m.gpu_busy_pct:
-            scale = busy_ms / (pm_busy / 100.0) / float(np.median(steps_ms))
-        d = steps_ms * scale
-        ts = TokenStats(tokens=len(d), ms_per_token=float(np.median(d)), ms_per_token_p90=float(np.percentile(d, 90)),
-                        ms_per_token_p99=float(np.percentile(d, 99)), tokens_per_s=1e3 / float(np.mean(d)))
-        return ts, s.clock
+        ts = gpu_step_stats([s.bounds_ns for _, s in timed], timed[-1][0].gpu_busy_pct, pm_busy)
+        return ts, timed[-1][1].clock
 
     def _dram_bytes_per_s(self, since: int) -> float | None:
         """DRAM read + write bytes a second over the span's PM samples that carry them (None where none do)."""
-        pm = self.feed.pm_since(since)
-        if not len(pm["rx_ns"]) or "dram_read_bytes" not in pm:
-            return None
-        b = pm["dram_read_bytes"] + pm["dram_write_bytes"]
-        dt = pm["gpu_t1_ns"] - pm["gpu_t0_ns"]
-        ok = np.isfinite(b) & (dt > 0)
-        if ok.any():  # a pump's first sample can carry a bogus start (an interval of days): keep the regular ones
-            ok &= dt <= 4 * np.median(dt[ok])
-        if not ok.any():
-            return None
-        return float(b[ok].sum() / (dt[ok].sum() / 1e9))
+        return dram_bytes_per_s(self.feed.pm_since(since))
 
     def _pm_average(self, since: int) -> dict:
         pm = self.feed.pm_since(since)

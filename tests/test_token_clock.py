@@ -58,3 +58,28 @@ def test_a_window_reclocked_to_gpu_steps_keeps_its_kernels():
 def test_nothing_repeats_nothing_is_claimed():
     assert kernel_period(np.arange(500)) is None
     assert kernel_period(np.array([1, 2, 3])) is None
+
+
+def test_marks_in_bursts_are_told_from_steady_ones():
+    from decodemon.monitor.analysis.rates import marks_in_bursts
+
+    steady = np.arange(200) * 5_000_000
+    burst = np.concatenate([k * 1_000_000_000 + np.arange(200) * 700_000 for k in range(3)])  # 200 in 140 ms
+    assert not marks_in_bursts(steady) and marks_in_bursts(burst)
+
+
+def test_dram_bytes_a_second_skip_a_pumps_bogus_first_interval():
+    """On the H200 a pump's first PM sample came back with a start days before its end; counted, it turned
+    1.2 GB a token into a fraction of a byte."""
+    from decodemon.monitor.analysis.rates import dram_bytes_per_s
+    from decodemon.monitor.feed import Feed
+    from tests.conftest import DATA
+
+    f = Feed()
+    for rx, fr in wire.read_recording(DATA / "h200_hf_generate_eager.dmon"):
+        f.add(rx, fr)
+    pm = f.pm_since(0)
+    dt = pm["gpu_t1_ns"] - pm["gpu_t0_ns"]
+    assert dt.max() > 1e6 * np.median(dt)  # the bogus interval is in the recording
+    rate = dram_bytes_per_s(pm)
+    assert 1e10 < rate < 1e11  # ~30-40 GB/s: an eager 0.6B loop reading 1.2 GB every ~30 ms

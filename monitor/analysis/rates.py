@@ -1,0 +1,56 @@
+"""Rates read off whole spans: which token clock to trust, ms/token from the GPU's own steps, DRAM bytes a second.
+
+    marks   |||||||||||||......................|||||||||||||.....     bursts: the host enqueued ahead, then
+                                                                       waited; marks are not where steps end
+    GPU     [step][step][step][step][step][step][step][step][step]    steps start to start: ms/token
+
+Pure: arrays in, numbers out.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from decodemon.monitor.analysis.tokens import TokenStats
+
+
+def marks_in_bursts(t_ns, ratio: float = 0.25, last: int = 256) -> bool:
+    """Token marks that come in bursts (the median interval under `ratio` x the mean over the newest `last`):
+    a host that enqueues many steps ahead, then waits for the GPU, marks at enqueue, not where steps end."""
+    t = np.asarray(t_ns[-last:], dtype=np.int64)
+    if len(t) < 16:
+        return False
+    d = np.diff(t)
+    return bool(d.mean() > 0 and np.median(d) < ratio * d.mean())
+
+
+def gpu_step_stats(bounds: list, traced_busy_pct: float, pm_busy_pct: float | None) -> TokenStats:
+    """Token figures from GPU step boundaries (each window's start-of-step times, CUPTI ns).
+
+    A traced step of a host-bound loop is stretched by tracing (CUPTI's cost per launch lands on the host
+    thread the GPU waits for). With PM counters, the untraced step is the step's busy time over PM's GPU busy
+    outside the windows; a GPU-bound step (≥ 90% busy traced) is its own figure.
+    """
+    steps_ms = np.concatenate([np.diff(np.asarray(b, dtype=np.int64)) / 1e6 for b in bounds])
+    med = float(np.median(steps_ms))
+    scale = 1.0
+    if pm_busy_pct and traced_busy_pct < 90.0 and pm_busy_pct < traced_busy_pct:
+        scale = traced_busy_pct / pm_busy_pct
+    d = steps_ms * scale
+    return TokenStats(tokens=len(d), ms_per_token=med * scale, ms_per_token_p90=float(np.percentile(d, 90)),
+                      ms_per_token_p99=float(np.percentile(d, 99)), tokens_per_s=1e3 / float(np.mean(d)))
+
+
+def dram_bytes_per_s(pm: dict) -> float | None:
+    """DRAM read + write bytes a second over PM samples (feed.PM_COLS columns) that carry them; None if none do.
+    A pump's first sample can carry a bogus start (an interval of days): only regular intervals count."""
+    if not len(pm.get("rx_ns", ())) or "dram_read_bytes" not in pm:
+        return None
+    b = pm["dram_read_bytes"] + pm["dram_write_bytes"]
+    dt = pm["gpu_t1_ns"] - pm["gpu_t0_ns"]
+    ok = np.isfinite(b) & (dt > 0)
+    if ok.any():
+        ok &= dt <= 4 * np.median(dt[ok])
+    if not ok.any():
+        return None
+    return float(b[ok].sum() / (dt[ok].sum() / 1e9))
