@@ -3,7 +3,6 @@ decodemon's kernel count per token, its classified gaps, token clock and PM coun
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import json
 import math
@@ -167,10 +166,9 @@ def test_one_window_by_id_and_a_missing_one(eager):
 
 
 def _run(argv):
-    ap = argparse.ArgumentParser(prog="decodemon")
-    export_cli.add_parser(ap.add_subparsers(dest="command"))
-    a = ap.parse_args(["export", *map(str, argv)])
-    return export_cli.run(a)
+    from decodemon.monitor.cli import main
+
+    return main(["export", *map(str, argv)])
 
 
 def _one_line(err: str) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from decodemon.probes import wire
 
@@ -51,21 +50,14 @@ def live_settings() -> wire.Attach:
 
 
 def run(args) -> int:
-    """Read the source, write its trace to `args.output`; 0 on success, 2 for bad input, 3 with nothing to export."""
-    from decodemon.monitor.client import SourceError
-    from decodemon.monitor.export.trace import NothingToExport, export, write_trace
+    """Read the source, write its trace to `args.output`. A bad source or output (SourceError, 2) and a source
+    with nothing to export (NothingToExport, 3) are `decodemon`'s to report, as for every verb."""
+    from decodemon.monitor.export.trace import export, write_trace
     from decodemon.monitor.sources import check_output
 
-    try:
-        check_output(args.output)  # before an attach, not after it
-        trace = export(args.source, args.window, live_settings(), args.seconds)
-        path = write_trace(trace, args.output)
-    except NothingToExport as exc:
-        print(f"decodemon export: {exc}", file=sys.stderr)
-        return 3
-    except (SourceError, wire.WireError) as exc:
-        print(f"decodemon export: {exc}", file=sys.stderr)
-        return 2
+    check_output(args.output)  # before an attach, not after it
+    trace = export(args.source, args.window, live_settings(), args.seconds)
+    path = write_trace(trace, args.output)
     n = sum(1 for e in trace["traceEvents"] if e.get("cat") == "kernel")
     print(f"wrote {path}: {len(trace['decodemon']['windows'])} traced windows, {n} kernels "
           f"(open it in https://ui.perfetto.dev or chrome://tracing)")

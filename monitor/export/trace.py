@@ -9,11 +9,11 @@ import tempfile
 from pathlib import Path
 
 from decodemon.monitor.export import lanes
-from decodemon.monitor.sources import SourceError, check_output
+from decodemon.monitor.sources import NothingMeasured, check_output
 from decodemon.probes import wire
 
 
-class NothingToExport(SourceError):
+class NothingToExport(NothingMeasured):
     """The source holds no traced window (or not the one asked for)."""
 
 
