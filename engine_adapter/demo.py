@@ -11,17 +11,18 @@ run` sets) the probe agent is started, so a monitor can attach.
 from __future__ import annotations
 
 import argparse
-import collections
 import json
 import os
 import signal
 import statistics
 import sys
-import threading
 import time
+from typing import NoReturn
+
+from decodemon.engine_adapter.clocks import GcClock, TokenClocks, TokenTimes  # noqa: F401 - GcClock: tests import it here
 
 
-def _fail(msg: str) -> None:
+def _fail(msg: str) -> NoReturn:
     print(f"decodemon demo: {msg}", file=sys.stderr)
     raise SystemExit(2)
 
@@ -51,29 +52,12 @@ def is_copy_or_set(name: str) -> bool:
     return name.startswith(("Memcpy", "Memset"))
 
 
-class GcClock:
-    """A gc.callbacks entry that sums the cyclic collector's time: `ms` and `n` (collections) on the thread
-    `decode_ident`, `other_ms` on any other thread."""
+class _Engine:
+    """What the model was built as: its device, shape, the model and the extras around it."""
 
-    def __init__(self, decode_ident: int) -> None:
-        self.decode_ident = decode_ident
-        self.ms, self.n, self.other_ms = 0.0, 0, 0.0
-        self._started: dict[int, int] = {}
-
-    def __call__(self, phase: str, info: dict) -> None:
-        me = threading.get_ident()
-        if phase == "start":
-            self._started[me] = time.perf_counter_ns()
-            return
-        t0 = self._started.pop(me, None)
-        if t0 is None:
-            return
-        took = (time.perf_counter_ns() - t0) / 1e6
-        if me == self.decode_ident:
-            self.ms += took
-            self.n += 1
-        else:
-            self.other_ms += took
+    def __init__(self, device: str, shape_name: str, model, narrow, bw: float, dtype, ranks: list) -> None:
+        self.device, self.shape_name, self.model, self.narrow = device, shape_name, model, narrow
+        self.bw, self.dtype, self.ranks = bw, dtype, ranks
 
 
 def _toggle_profiler(torch, prof: dict, out_dir: str) -> None:
@@ -136,6 +120,7 @@ def _init_tp(a, argv, torch, device: str):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The demo engine's command line."""
     ap = argparse.ArgumentParser(prog="python -m decodemon.engine_adapter.demo", description=__doc__.split("\n")[0])
     ap.add_argument("--mode", choices=["eager", "graph"], default="eager")
     ap.add_argument("--tokens", type=int, default=200, help="tokens to decode; 0 = until killed")
@@ -175,8 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv=None) -> int:
-    a = build_parser().parse_args(argv)
+def _check_args(a: argparse.Namespace) -> None:
+    """Refuse impossible options before torch loads; make the cache long enough for --depth."""
     if a.tokens < 0:
         _fail("--tokens must be 0 (run until killed) or positive")
     if a.max_len < 2 or a.max_len > 1 << 20:
@@ -186,6 +171,10 @@ def main(argv=None) -> int:
     a.max_len = max(a.max_len, a.depth + 128) if a.depth else a.max_len
     if a.tp < 1 or a.tp > 64:
         _fail("--tp must be between 1 and 64")
+
+
+def _import_torch(a: argparse.Namespace):
+    """torch, set up for --deterministic when asked."""
     if a.deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before CUDA starts
     try:
@@ -197,9 +186,12 @@ def main(argv=None) -> int:
         torch.backends.cuda.enable_flash_sdp(False)
         torch.backends.cuda.enable_mem_efficient_sdp(False)
         torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
-    from decodemon.engine_adapter.adapter import report_cuda_graphs, report_model
-    from decodemon.engine_adapter.model import SHAPES, DecodeModel, cuda_graph_step
-    from decodemon.probes.agent import mark_token, start_from_env
+    return torch
+
+
+def _build_engine(a: argparse.Namespace, argv, torch) -> _Engine:
+    """The device, the shape, the tensor-parallel group, the model, the narrow kernel and the measured bandwidth."""
+    from decodemon.engine_adapter.model import SHAPES, DecodeModel
 
     device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and not torch.cuda.is_available():
@@ -210,8 +202,8 @@ def main(argv=None) -> int:
     if shape_name not in SHAPES:
         _fail(f"unknown --shape {shape_name!r}; choose one of {', '.join(SHAPES)}")
     all_reduce, ranks = None, []
-    sh = SHAPES.get("tiny" if a.tiny else a.shape)
-    if a.tp > 1 and sh is not None and (sh.q_heads % a.tp or sh.kv_heads % a.tp or sh.ffn % a.tp):
+    sh = SHAPES[shape_name]
+    if a.tp > 1 and (sh.q_heads % a.tp or sh.kv_heads % a.tp or sh.ffn % a.tp):
         _fail(f"--tp {a.tp} does not divide {sh.q_heads} query heads, {sh.kv_heads} KV heads and FFN {sh.ffn}")
     if a.tp > 1:
         all_reduce, ranks, device = _init_tp(a, argv, torch, device)
@@ -221,7 +213,7 @@ def main(argv=None) -> int:
         # 2-core machine slowed the loop 25x whenever another process (a monitor) took a core
         torch.set_num_threads(1)
     try:
-        model = DecodeModel(SHAPES[shape_name], device, dtype, a.max_len, seed=a.seed, tp_rank=a.rank,
+        model = DecodeModel(sh, device, dtype, a.max_len, seed=a.seed, tp_rank=a.rank,
                             tp_size=a.tp, all_reduce=all_reduce)
     except ValueError as exc:
         _fail(str(exc))
@@ -233,17 +225,34 @@ def main(argv=None) -> int:
 
         narrow = make_narrow_op(a.narrow_blocks, a.narrow_mb, device)
     bw = _measure_bandwidth_gbs(torch, device) if device.startswith("cuda") else 0.0
+    return _Engine(device, shape_name, model, narrow, bw, dtype, ranks)
+
+
+def _report_facts(a: argparse.Namespace, torch, eng: _Engine) -> None:
+    """Tell the probe agent what the model is (weights, KV cache, TP, bandwidth, graphs), then start it."""
+    from decodemon.engine_adapter.adapter import report_cuda_graphs, report_model
+    from decodemon.probes.agent import start_from_env
+
+    model, device, narrow = eng.model, eng.device, eng.narrow
     extra = a.narrow_mb * 1024 * 1024 if narrow else 0
-    report_model(name=shape_name + (f"+narrow{a.narrow_blocks}" if narrow else ""),
+    report_model(name=eng.shape_name + (f"+narrow{a.narrow_blocks}" if narrow else ""),
                  weight_bytes=model.weight_bytes() + extra, kv_bytes_per_position=model.kv_bytes_per_position(),
-                 layers=model.shape.layers, dtype=str(dtype).replace("torch.", ""), tp_degree=a.tp,
-                 hidden=model.shape.hidden, measured_bandwidth_gbs=round(bw, 1), tp_rank=a.rank,
+                 layers=model.shape.layers, dtype=str(eng.dtype).replace("torch.", ""), tp_degree=a.tp,
+                 hidden=model.shape.hidden, measured_bandwidth_gbs=round(eng.bw, 1), tp_rank=a.rank,
                  collectives_per_token=model.collectives_per_token(), collective_bytes=model.collective_bytes(),
                  collective_backend=("nccl" if device.startswith("cuda") else "gloo") if a.tp > 1 else "")
     report_cuda_graphs(a.mode == "graph")
     if device.startswith("cuda"):
         os.environ.setdefault("DECODEMON_DEVICE", str(torch.cuda.current_device()))
     start_from_env()
+
+
+def _make_step(a: argparse.Namespace, eng: _Engine):
+    """One decode step (plus the narrow kernel), captured as a CUDA graph with --mode graph; the cache is reset
+    to --depth."""
+    from decodemon.engine_adapter.model import cuda_graph_step
+
+    model, narrow = eng.model, eng.narrow
 
     def step():
         out = model.step()
@@ -253,76 +262,18 @@ def main(argv=None) -> int:
 
     model.start_pos = a.depth
     model.reset()
-    run_step = cuda_graph_step(step, model.reset) if a.mode == "graph" else step
+    return cuda_graph_step(step, model.reset) if a.mode == "graph" else step
 
-    stop = {"now": False, "toggle": False}
-    signal.signal(signal.SIGTERM, lambda *_: stop.__setitem__("now", True))
-    if a.profiler_dir:
-        os.makedirs(a.profiler_dir, exist_ok=True)
-        signal.signal(signal.SIGUSR1, lambda *_: stop.__setitem__("toggle", True))
+
+def _decode(a: argparse.Namespace, torch, model, run_step, stop: dict, tally: TokenTimes,
+            clocks: TokenClocks | None) -> int | None:
+    """The decode loop: --warmup tokens, then --tokens timed ones (0: until SIGTERM or Ctrl-C). Returns an exit
+    code when a tensor-parallel peer went away, else None."""
+    from decodemon.probes.agent import mark_token
+
     prof = {"p": None, "tokens": 0, "n": 0}
-    end_times: list[float] = []
-    tokens: list[int] = []
-    times: collections.deque = collections.deque(maxlen=200_000)  # flat memory when run until killed
-    iter_times: collections.deque = collections.deque(maxlen=200_000)
-    log_times: list[float] = []
-    next_log = time.monotonic() + a.log_every if a.log_every > 0 else float("inf")
-    print(f"decodemon demo: decoding ({a.mode}, {shape_name}, pid {os.getpid()})", file=sys.stderr, flush=True)
-    n = a.tokens
-    i = 0
-    pos = a.depth
-    # --cpu-clocks: where a slow token's time went. Thread CPU up with wall time: the decode thread worked longer
-    # (or its core ran slower); process CPU up without it: another thread of this process was busy (GIL);
-    # run-queue wait up: the scheduler kept the thread off a core. `canary_us` times a fixed bit of pure Python
-    # on the decode thread itself each token (~30 us): up with the token's time, the core itself ran slower.
-    # The decode thread's own page faults and context switches (getrusage, RUSAGE_THREAD) say whether a slow
-    # token waited on the kernel's memory work (minor faults, e.g. pages being migrated or compacted) or was
-    # switched out (involuntary switches) while its CPU time still ran.
-    # `gc_ms` / `gc_n`: the cyclic garbage collector's time and collections on the decode thread in the token,
-    # `gc_other_ms` its time on other threads (the agent's): an attached process allocates more, so the collector
-    # may run more often, on whichever thread crosses its threshold (gc.callbacks; the sixteenth session's
-    # question: what slows the tokens the agent never touched?)
-    clocks: dict[str, list[float]] = {"thread_cpu_ms": [], "process_cpu_ms": [], "runq_wait_ms": [],
-                                      "minflt": [], "nvcsw": [], "nivcsw": [], "gc_ms": [], "gc_n": [],
-                                      "gc_other_ms": [], "canary_us": [], "canary_c_us": []}
-    deltas = list(clocks)[:9]  # read_clocks()' first nine, kept as per-token differences
-    want_clocks = bool(a.cpu_clocks and a.times_file)
-    import resource
-
-    import zlib
-
-    who = getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF)
-    # the C canary's buffer: under zlib's 5 KB, so crc32 keeps the GIL (nothing else runs in its time); the
-    # Python canary ran 1-2% faster while decodemon was attached in five of six A/B labels on the H200
-    # (fifteenth session), so the core's speed gets a yardstick that runs no bytecode
-    crc_buf = bytes(range(256)) * 16
-    gc_clock = GcClock(threading.get_ident())
-    if want_clocks:
-        import gc
-
-        gc.callbacks.append(gc_clock)
-
-    def read_clocks() -> tuple[float, ...]:
-        try:
-            with open("/proc/thread-self/schedstat") as fh:
-                wait = int(fh.read().split()[1]) / 1e6
-        except (OSError, ValueError, IndexError):
-            wait = 0.0
-        ru = resource.getrusage(who)
-        c0 = time.perf_counter_ns()
-        x = 0
-        for j in range(1000):
-            x += j
-        canary = (time.perf_counter_ns() - c0) / 1e3
-        c1 = time.perf_counter_ns()
-        for _ in range(16):
-            zlib.crc32(crc_buf)
-        canary_c = (time.perf_counter_ns() - c1) / 1e3
-        return (time.thread_time() * 1e3, time.process_time() * 1e3, wait, ru.ru_minflt, ru.ru_nvcsw, ru.ru_nivcsw,
-                gc_clock.ms, gc_clock.n, gc_clock.other_ms, canary, canary_c)
-
+    n, i, pos = a.tokens, 0, a.depth
     marks = not a.no_marks
-    c_prev = read_clocks() if want_clocks else None
     t_prev = t_prev_iter = time.perf_counter()
     try:
         while (n == 0 or i < n + a.warmup) and not stop["now"]:
@@ -332,8 +283,8 @@ def main(argv=None) -> int:
             tok = int(run_step().item())
             # The token is on the host now: a server would stream it at this moment. A token's time is from the
             # previous token's moment to this one (inter-token latency), so what the token clock's hook below
-            # adds shows up in the next token, the one a user waits longer for. `iter_times` keeps the other
-            # clock (stamped after the hook: the hook counts in the token that has just been emitted).
+            # adds shows up in the next token, the one a user waits longer for. The iteration clock is stamped
+            # after the hook: the hook counts in the token that has just been emitted.
             t1 = time.perf_counter()
             pos += 1
             if marks:
@@ -347,28 +298,10 @@ def main(argv=None) -> int:
                 stop["toggle"] = False
                 _toggle_profiler(torch, prof, a.profiler_dir)
                 t_prev = t_prev_iter = time.perf_counter()  # the profiler's own start/stop work is not a token
-            if want_clocks:
-                c_now = read_clocks()
-                if i >= a.warmup:
-                    for k, x, y in zip(deltas, c_now, c_prev):
-                        clocks[k].append(round(x - y, 4))
-                    clocks["canary_us"].append(round(c_now[9], 3))
-                    clocks["canary_c_us"].append(round(c_now[10], 3))
-                c_prev = c_now
+            if clocks is not None:
+                clocks.add(i)
             if i >= a.warmup:
-                if a.times_file:
-                    end_times.append(time.time())
-                times.append(t1 - t0)
-                iter_times.append(t1_iter - t0_iter)
-                if a.log_every > 0:
-                    log_times.append(t1 - t0)
-                if a.print_tokens and len(tokens) < 100000:
-                    tokens.append(tok)
-                if time.monotonic() >= next_log:
-                    print(json.dumps({"t": round(time.time(), 3), "n": len(log_times),
-                                      "ms_median": round(statistics.median(log_times) * 1e3, 4)}), flush=True)
-                    log_times = []
-                    next_log = time.monotonic() + a.log_every
+                tally.add(tok, t1 - t0, t1_iter - t0_iter)
             i += 1
     except KeyboardInterrupt:
         pass
@@ -376,22 +309,29 @@ def main(argv=None) -> int:
         if a.tp > 1 and ("Connection" in str(exc) or "closed" in str(exc) or type(exc).__name__.startswith("Dist")):
             return 0 if a.rank else 1
         raise
-    if a.times_file:
-        with open(a.times_file, "w") as fh:
-            json.dump({"end_unix_s": end_times, "ms": [round(t * 1e3, 5) for t in list(times)[-len(end_times):]],
-                       "ms_iter": [round(t * 1e3, 5) for t in list(iter_times)[-len(end_times):]],
-                       **({k: v[-len(end_times):] for k, v in clocks.items()} if want_clocks else {})}, fh)
-    ms = sorted(t * 1e3 for t in times)
+    return None
+
+
+def _write_times(path: str, tally: TokenTimes, clocks: TokenClocks | None) -> None:
+    """Every timed token's end time (unix s), both clocks' ms and, with --cpu-clocks, its CPU clocks."""
+    with open(path, "w") as fh:
+        json.dump({**tally.as_json(), **(clocks.as_json(len(tally.end_times)) if clocks is not None else {})}, fh)
+
+
+def _finish(a: argparse.Namespace, eng: _Engine, tally: TokenTimes, stop: dict) -> int:
+    """Sum the run up (ms/token median, mean and p99, what the model is), end the other ranks, and print the
+    summary as one JSON line (--json) or one line of text. Returns the exit code."""
+    ms = sorted(t * 1e3 for t in tally.times)
     res = {
-        "mode": a.mode, "device": device, "shape": shape_name, "tokens": len(times),
+        "mode": a.mode, "device": eng.device, "shape": eng.shape_name, "tokens": len(tally.times),
         "ms_per_token_median": round(statistics.median(ms), 4) if ms else None,
         "ms_per_token_mean": round(statistics.fmean(ms), 4) if ms else None,
         "ms_per_token_p99": round(ms[min(len(ms) - 1, int(0.99 * len(ms)))], 4) if ms else None,
-        "weight_bytes": model.weight_bytes(), "bandwidth_gbs_measured": round(bw, 1),
+        "weight_bytes": eng.model.weight_bytes(), "bandwidth_gbs_measured": round(eng.bw, 1),
     }
     if a.print_tokens:
-        res["token_ids"] = tokens
-    for p in ranks:  # rank 0 ends the group: a rank left waiting in a collective would wait forever
+        res["token_ids"] = tally.tokens
+    for p in eng.ranks:  # rank 0 ends the group: a rank left waiting in a collective would wait forever
         if stop["now"]:
             p.terminate()
         try:
@@ -401,16 +341,41 @@ def main(argv=None) -> int:
     if a.rank:
         return 0  # rank 0 speaks for the group
     if a.tp > 1:
-        res.update(tp=a.tp, collectives_per_token=model.collectives_per_token(),
-                   collective_bytes=model.collective_bytes(), rank_pids=[os.getpid()] + [p.pid for p in ranks])
+        res.update(tp=a.tp, collectives_per_token=eng.model.collectives_per_token(),
+                   collective_bytes=eng.model.collective_bytes(),
+                   rank_pids=[os.getpid()] + [p.pid for p in eng.ranks])
     if a.json:
         print(json.dumps(res))
     else:
         if a.print_tokens:
-            print("tokens:", " ".join(map(str, tokens)))
-        print(f"{a.mode} {shape_name} on {device}: {res['ms_per_token_median']} ms/token median "
-              f"over {len(times)} tokens (mean {res['ms_per_token_mean']}, p99 {res['ms_per_token_p99']})")
+            print("tokens:", " ".join(map(str, tally.tokens)))
+        print(f"{a.mode} {eng.shape_name} on {eng.device}: {res['ms_per_token_median']} ms/token median "
+              f"over {len(tally.times)} tokens (mean {res['ms_per_token_mean']}, p99 {res['ms_per_token_p99']})")
     return 0
+
+
+def main(argv=None) -> int:
+    """Run the demo engine with the command line `argv` (default: sys.argv); returns the exit code."""
+    a = build_parser().parse_args(argv)
+    _check_args(a)
+    torch = _import_torch(a)
+    eng = _build_engine(a, argv, torch)
+    _report_facts(a, torch, eng)
+    run_step = _make_step(a, eng)
+    stop = {"now": False, "toggle": False}  # SIGTERM ends the loop; SIGUSR1 toggles the profiler
+    signal.signal(signal.SIGTERM, lambda *_: stop.__setitem__("now", True))
+    if a.profiler_dir:
+        os.makedirs(a.profiler_dir, exist_ok=True)
+        signal.signal(signal.SIGUSR1, lambda *_: stop.__setitem__("toggle", True))
+    tally = TokenTimes(a.times_file, a.log_every, a.print_tokens)
+    print(f"decodemon demo: decoding ({a.mode}, {eng.shape_name}, pid {os.getpid()})", file=sys.stderr, flush=True)
+    clocks = TokenClocks(a.warmup) if a.cpu_clocks and a.times_file else None
+    rc = _decode(a, torch, eng.model, run_step, stop, tally, clocks)
+    if rc is not None:
+        return rc
+    if a.times_file:
+        _write_times(a.times_file, tally, clocks)
+    return _finish(a, eng, tally, stop)
 
 
 if __name__ == "__main__":
