@@ -100,9 +100,12 @@ def test_a_version_1_status_dict_reads_back_into_fields():
 
 
 RECORDINGS = sorted(glob.glob(str(DATA / "*.dmon")) + glob.glob(str(BUNDLED / "*.dmon")))
+# the recordings made before the typed status (wire version 1): their probes sent wire.Stats
+V1_RECORDINGS = [p for p in RECORDINGS
+                 if next(f for _, f in wire.read_recording(p) if isinstance(f, wire.RecordingHeader)).wire_version == 1]
 
 
-@pytest.mark.parametrize("path", RECORDINGS, ids=lambda p: p.rsplit("/", 1)[-1])
+@pytest.mark.parametrize("path", V1_RECORDINGS, ids=lambda p: p.rsplit("/", 1)[-1])
 def test_every_committed_recording_reads_its_old_status_into_the_typed_one(path):
     feed = Feed()
     stats = 0
@@ -115,3 +118,12 @@ def test_every_committed_recording_reads_its_old_status_into_the_typed_one(path)
     assert (s.window_tokens, s.pm_interval_us, s.nvml_hz) == (1, 2000, 4.0) and s.window_period_s in (1.0, 4.0)
     assert feed.state["pm"].startswith("armed (in process, 2000 us interval")  # the recording's own words
     assert feed.state["trace"] == f"armed (1 tokens every {s.window_period_s:g} s)"
+
+
+def test_the_recordings_made_with_the_typed_status_carry_it_and_no_old_frame():
+    newer = [p for p in RECORDINGS if p not in V1_RECORDINGS]
+    assert len(newer) >= 4 and len(V1_RECORDINGS) >= 18
+    for path in newer:
+        frames = [f for _, f in wire.read_recording(path)]
+        assert not any(isinstance(f, wire.Stats) for f in frames), path
+        assert any(isinstance(f, wire.ProbeStatus) and f.pm == "armed" for f in frames), path
