@@ -60,6 +60,9 @@ def _temp_beside(path: Path) -> Path:
     except OSError as exc:
         raise SourceError(f"cannot write {path}: {exc.strerror or exc}") from None
     os.close(fd)
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(tmp, 0o666 & ~mask)  # mkstemp makes it 0600; what the user writes is read like any file they write
     return Path(tmp)
 
 

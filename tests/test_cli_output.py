@@ -108,3 +108,34 @@ def test_run_with_a_bad_pid_file_starts_nothing(tmp_path):
             f"open({str(marker)!r}, 'w').close()")
     assert_one_line_error(r)
     assert "nope" in r.stderr and not marker.exists()
+
+
+def test_a_recording_stopped_with_sigterm_keeps_what_it_has_and_no_part_file(tmp_path):
+    """`kill PID` on `decodemon record` ends it as Ctrl-C does: the file holds the tokens so far, with the
+    user's usual permissions, and no hidden temporary file is left."""
+    import signal
+    import stat
+
+    from decodemon.probes import wire
+    from tests.conftest import Engine
+
+    e = Engine()
+    try:
+        out = tmp_path / "run.dmon"
+        rec = subprocess.Popen([sys.executable, "-m", "decodemon.monitor.cli", "record", str(e.pid), "-o", str(out),
+                                "--seconds", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(4)
+        rec.send_signal(signal.SIGTERM)
+        _, err = rec.communicate(timeout=30)
+        assert rec.returncode == 130, err
+        assert sorted(os.listdir(tmp_path)) == ["run.dmon"]
+        assert sum(isinstance(f, wire.TokenMarks) for _, f in wire.read_recording(out)) > 0
+        assert stat.S_IMODE(out.stat().st_mode) == 0o666 & ~_umask()
+    finally:
+        e.stop()
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

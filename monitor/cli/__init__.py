@@ -67,8 +67,16 @@ def _quiet_stdout() -> None:
         pass
 
 
+def _terminate_as_interrupt(_signum, _frame) -> None:
+    raise KeyboardInterrupt  # SIGTERM ends a verb as Ctrl-C does: a recording keeps what it has, temp files go
+
+
 def main(argv=None) -> int:
     """Entry point of the `decodemon` command."""
+    import signal
+
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _terminate_as_interrupt)
     verb = "decodemon"
     try:
         a = _parse(argv)

@@ -17,8 +17,9 @@ JSON_SECONDS = 10.0
 def add(sub) -> None:
     """Register the verb."""
     p = sub.add_parser("attach", help="watch a running decode loop (the app, or --json)",
-                       description="Attach to a decode loop started under `decodemon run` (or with the agent "
-                                   "loaded), watch it, and detach; the loop is never stopped.")
+                       description="Attach to a running decode loop, watch it, and detach; the loop is never "
+                                   "stopped. A Python process without the agent (CPython 3.10-3.14) gets it loaded "
+                                   "without a restart; `decodemon run` starts one with it.")
     add_pid(p)
     p.add_argument("--json", action="store_true", help="collect, print one JSON summary and detach")
     add_seconds(p, None, f"seconds to watch, then detach (app: until q; --json: {JSON_SECONDS:g})")

@@ -9,15 +9,18 @@ def add(sub) -> None:
     """Register the verb."""
     p = sub.add_parser("diagnose", help="the verdict from numbers alone (no GPU)",
                        description="Name the binding ceiling from figures you measured yourself.")
-    p.add_argument("--ms-per-token", type=bounded("--ms-per-token", 0, 1e7), metavar="MS")
-    p.add_argument("--launches-per-token", type=bounded("--launches-per-token", 0, 1e9), metavar="N")
+    p.add_argument("--ms-per-token", type=bounded("--ms-per-token", 0, 1e7), metavar="MS",
+                   help="the step, token to token")
+    p.add_argument("--launches-per-token", type=bounded("--launches-per-token", 0, 1e9), metavar="N",
+                   help="kernels launched per token")
     p.add_argument("--bytes-per-token", type=bounded("--bytes-per-token", 0, 1e15), metavar="B",
                    help="bytes read from memory per token (weights plus KV cache)")
     p.add_argument("--bandwidth-gbs", type=bounded("--bandwidth-gbs", 0, 1e7), metavar="GBS",
                    help="the device's memory bandwidth in GB/s")
     p.add_argument("--collectives-per-token", type=bounded("--collectives-per-token", 0.0, 1e7, allow_zero=True),
-                   metavar="N")
-    p.add_argument("--us-per-collective", type=bounded("--us-per-collective", 0, 1e9), metavar="US")
+                   metavar="N", help="all-reduces (or other collectives) per token")
+    p.add_argument("--us-per-collective", type=bounded("--us-per-collective", 0, 1e9), metavar="US",
+                   help="what one collective costs the step, µs")
     p.add_argument("--speedup", type=bounded("--speedup", 0, 1e6), metavar="X",
                    help="with --n: the speedup measured at N ranks, for the serial fraction")
     p.add_argument("--n", type=bounded("--n", 0, 1e6, True), metavar="N", help="the rank count of --speedup")
