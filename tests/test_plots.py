@@ -18,7 +18,7 @@ from decodemon.monitor.plots.png import GLYPHS
 from decodemon.monitor.render import summary_json
 from decodemon.monitor.sources import collect
 
-SNAP = Path(__file__).parent / "__snapshots__" / "test_plots"
+SNAP = Path(__file__).parent / "baselines" / "plots"  # not under __snapshots__: syrupy would call them unused
 
 SWEEP = [("candidate", [(64, 3.1, "launch"), (512, 3.3, "launch"), (2048, 5.0, "occupancy"), (8192, 12.0, "bandwidth")]),
          ("reference", [(64, 2.0, "bandwidth"), (512, 2.1, "bandwidth"), (2048, 2.4, "bandwidth"),
