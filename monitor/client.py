@@ -26,7 +26,7 @@ class SourceError(RuntimeError):
 
 
 def check_pid(pid: int, inject: bool = True) -> Path:
-    """Return the agent socket of `pid` (loading the agent into a Python ≥ 3.14 target if it has none)
+    """Return the agent socket of `pid` (loading the agent into a running CPython 3.10+ target if it has none)
     or raise SourceError saying exactly what is wrong."""
     if pid <= 0:
         raise SourceError(f"{pid} is not a valid pid")
