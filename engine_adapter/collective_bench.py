@@ -10,7 +10,7 @@ GEMVs whose outputs a decode reduces (`--spacer-in`), timed by CUDA events aroun
 median of `--iters` // 20 trials, each after a barrier). Nothing of the host is in it. Two other ways are reported
 beside it, because each measures something else: calls back to back in a graph (each waits for the peer to finish
 the last one: 11 µs per call against a 5 µs kernel on two H200s), and calls enqueued from Python (an eager loop's
-price, 38-77 µs there). Timing one call between two events, the first version of this lab, measured the host's
+price, 38-77 µs there). Timing one call between two events measured the host's
 enqueue and whichever rank arrived last: 65-70 µs (two H200s, 2026-11-29).
 On CPU (gloo) the call is synchronous and the host clock times it.
 If 64x the bytes costs less than 2x the time, the collective is latency-bound: report µs/call and target the call

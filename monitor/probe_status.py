@@ -68,7 +68,7 @@ def pm_lost_words(full_pumps: int, overflow_pumps: int, image_samples: int, inte
     if not parts:
         return None
     return "; ".join(parts) + (f" (the agent thread was held up, or sampling every {interval_us} us outruns a "
-                               f"pump every {pump_s:g} s: try a longer --pm-interval-us)")
+                               f"pump every {pump_s:g} s: try a longer interval: --probe pm_interval_us=N)")
 
 
 def pm_lost_of(pm) -> str | None:

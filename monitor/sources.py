@@ -66,16 +66,25 @@ def _temp_beside(path: Path) -> Path:
     return Path(tmp)
 
 
-def write_text_whole(path, text: str) -> None:
-    """Write `text` to `path` through a temporary file beside it, so a failure leaves no partial file."""
+def write_bytes_whole(path, data: bytes) -> None:
+    """Write `data` to `path` through a temporary file beside it, so a failure (or an interrupt) leaves no
+    partial file."""
     target = check_output(path)
     tmp = _temp_beside(target)
     try:
-        tmp.write_text(text)
+        tmp.write_bytes(data)
         os.replace(tmp, target)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise SourceError(f"cannot write {path}: {exc.strerror or exc}") from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_text_whole(path, text: str) -> None:
+    """Write `text` to `path` whole (write_bytes_whole)."""
+    write_bytes_whole(path, text.encode())
 
 
 class _Recorder:
@@ -107,12 +116,17 @@ class _Recorder:
             self.writer.write(frame, rx)
 
     def keep(self) -> None:
-        """Close the file and move it into place."""
-        if self.writer is not None:
-            self.writer.close()
-        if self.tmp is not None:
-            os.replace(self.tmp, self.target)
-            self.tmp = None
+        """Close the file and move it into place (on failure, delete it and say why)."""
+        try:
+            if self.writer is not None:
+                self.writer.close()
+                self.writer = None
+            if self.tmp is not None:
+                os.replace(self.tmp, self.target)
+                self.tmp = None
+        except OSError as exc:
+            self.discard()
+            raise SourceError(f"cannot write {self.target}: {exc.strerror or exc}") from None
 
     def discard(self) -> None:
         """Close and delete the temporary file, if any."""

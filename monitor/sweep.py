@@ -170,6 +170,9 @@ def replay(outdir) -> dict:
         old = json.loads((d / "sweep.json").read_text())
     except (OSError, ValueError) as exc:
         raise SweepError(f"cannot read {d / 'sweep.json'}: {getattr(exc, 'strerror', None) or exc}") from None
+    if not isinstance(old, dict) or not isinstance(old.get("points", []), list) or not all(
+            isinstance(p, dict) and "command" in p and "depth" in p for p in old.get("points", [])):
+        raise SweepError(f"{d / 'sweep.json'} is not a sweep's file (a list of points, each with command and depth)")
     points = []
     for p in old.get("points", []):
         if not p.get("recording"):
@@ -262,7 +265,7 @@ def markdown(result: dict) -> str:
 def write_outputs(result: dict, outdir) -> list[Path]:
     """Write sweep.json, sweep.md, sweep.svg and sweep.png into `outdir`; the paths written."""
     from decodemon.monitor import plots
-    from decodemon.monitor.sources import write_text_whole
+    from decodemon.monitor.sources import write_bytes_whole, write_text_whole
 
     d = Path(outdir)
     chart = plots.sweep_chart(series_of(result["points"]))
@@ -270,7 +273,5 @@ def write_outputs(result: dict, outdir) -> list[Path]:
     write_text_whole(out[0], json.dumps(result, indent=2, default=str, ensure_ascii=False) + "\n")
     write_text_whole(out[1], markdown(result))
     write_text_whole(out[2], chart.svg())
-    tmp = d / ".sweep.png.part"
-    tmp.write_bytes(plots.png_bytes(chart))
-    tmp.replace(out[3])
+    write_bytes_whole(out[3], plots.png_bytes(chart))
     return out

@@ -197,7 +197,7 @@ def test_an_eager_loops_windows_open_at_most_5_s_apart_at_0_25_s_ticks():
     window opens at the first token boundary after the ask. An eager loop at 40 tokens a second has not made 250
     tokens in 5 s, so its windows come at `window_max_s`. With no lead a tick a hair early pushed the ask to the
     next one (5.25 s apart, the H200's runs 38-40); with half a tick the ask fell at 5 s and the opening token came
-    on top (5.00-5.05 s, run 41). With cap_lead_s the openings are at most 5 s apart, and not much closer."""
+    on top (5.00-5.05 s on an H200). With cap_lead_s the openings are at most 5 s apart, and not much closer."""
     st = wire.Attach(window_period_s=4, window_min_tokens=250, window_max_s=5)
     tick, slack, token_s = 0.25, 0.125, 0.025
 
@@ -215,7 +215,7 @@ def test_an_eager_loops_windows_open_at_most_5_s_apart_at_0_25_s_ticks():
     gaps = lambda xs: [round(b - a, 4) for a, b in zip(xs, xs[1:])]  # noqa: E731
     new = gaps(opens(lambda since, toks: policy.cap_lead_s(tick, since, toks)))
     assert len(new) > 15 and max(new) <= 5.0 and min(new) >= 4.65
-    assert max(gaps(opens(lambda since, toks: slack))) > 5.0  # half a tick: the opening token on top (run 41)
+    assert max(gaps(opens(lambda since, toks: slack))) > 5.0  # half a tick: the opening token on top
     assert max(gaps(opens(lambda since, toks: 0.0))) >= 5.249  # no lead: some asks a whole tick late
     # a graphed loop (250 tokens in ~1 s) still waits for the period
     assert not policy.window_due(st, 3.8, 4.0 - slack, 3.8, 1000, 0, policy.cap_lead_s(tick, 3.8, 1000))
@@ -387,7 +387,7 @@ def test_agent_event_log_names_what_the_agent_thread_did(tmp_path, monkeypatch):
 
 
 def test_window_budget_caps_cuptis_memory_per_hour_once_spent():
-    # CUPTI keeps ~90 KB per window for the life of the process (H200: scripts/h200_cupti_cycles.py)
+    # CUPTI keeps ~90 KB per window for the life of the process (measured on an H200)
     st = wire.Attach(window_period_s=4, window_min_tokens=250, window_max_s=5, window_budget=3)
     due = policy.window_due
     assert due(st, now=4.0, next_window=4.0, since_s=4.0, tokens_since=1000, windows_so_far=2)
@@ -502,7 +502,7 @@ def test_pm_pump_decodes_into_a_copy_of_one_initialised_image():
 
 class _LaidOutCupti(_FakePmCupti):
     """A libcupti whose counter-data image is a 40-byte header and 100 bytes a sample, and whose decode writes the
-    header and the samples it decodes (as the H200's did: scripts/h200_pm_reset.py)."""
+    header and the samples it decodes (as the H200's did)."""
     PmSamplingGetCounterDataSizeParams = type("_S", (), {"ptr": 0})
     PM_SAMPLING_GET_COUNTER_DATA_SIZE_PARAMS_STRUCT_SIZE = 1
     HEADER, PER = 40, 100
@@ -1234,7 +1234,7 @@ def test_pm_losses_reach_the_probe_state_in_words():
     pm.full_pumps, pm.overflows = 3, 1
     text = probe_status.pm_lost_of(pm)
     assert "3 pumps found more samples than their 1024-sample image holds" in text and "overflowed at 1 pumps" in text
-    assert "every 100 us" in text and "--pm-interval-us" in text
+    assert "every 100 us" in text and "--probe pm_interval_us=N" in text
 
 
 def test_the_devices_facts_are_read_at_the_first_attach_only(monkeypatch):
@@ -1325,7 +1325,7 @@ def _run_loop_with_a_chatty_sidecar(tick: float, seconds: float = 1.6):
 
 def test_the_agent_wakes_at_its_ticks_not_at_every_sidecar_frame():
     """Every wake-up of the agent thread takes the GIL from a decode thread running Python (on the H200 an eager
-    decode thread went from 0 to ~70-90 voluntary switches a second while attached, run 32). At the default tick
+    decode thread went from 0 to ~70-90 voluntary switches a second while attached). At the default tick
     the loop sends ~4 times a second however often the sidecar writes, and still relays all of its frames and the
     tokens; at a 50 ms tick (how it woke before) it sends several times as often."""
     sends, frames, written = _run_loop_with_a_chatty_sidecar(0.25)
@@ -1341,7 +1341,7 @@ def test_the_agent_wakes_at_its_ticks_not_at_every_sidecar_frame():
 
 
 def test_attach_passes_the_pm_pump_period_to_the_sampler(monkeypatch):
-    """`--pm-pump S` reaches Attach.pm_pump_s (default 1 s), and the agent's sampler sizes its image by it."""
+    """`--probe pm_pump_s=S` reaches Attach.pm_pump_s (default 1 s), and the agent's sampler sizes its image by it."""
     from decodemon.monitor.cli import UsageError, _attach_settings, build_parser
     from decodemon.probes import pm_inproc
 
@@ -1384,7 +1384,7 @@ def test_a_tick_makes_one_send_on_the_monitor_socket_and_nothing_else(monkeypatc
     attached). A tick with something to send makes one send on the socket, which stays non-blocking; it used to
     make four calls (blocking mode on, a timeout, sendall, blocking mode off). By default that send keeps the GIL
     (libc's send through held.py: the socket object's own send() is never called); with `hold_gil` off
-    (`--release-gil`) it is the socket's send(). And the loop's select() wakes about four times a second at the
+    (`--probe hold_gil=false`) it is the socket's send(). And the loop's select() wakes about four times a second at the
     default tick, not twenty."""
     import selectors
 

@@ -232,7 +232,7 @@ async def _pm_lost():
         app._apply_all()
         tele = app.query(TelemetryPanel).first()._put_last.plain
         assert "PM samples lost: 4 pumps found more samples than their 1024-sample image holds" in tele
-        assert "--pm-interval-us" in tele and "~13% faster" not in tele
+        assert "--probe pm_interval_us=N" in tele and "~13% faster" not in tele
 
 
 def test_group_of_ranks_shows_the_all_reduce_and_who_the_others_wait_for():

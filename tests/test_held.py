@@ -1,4 +1,4 @@
-"""probes/held.py: the agent's short calls made keeping the GIL, and their fallbacks (`--release-gil`)."""
+"""probes/held.py: the agent's short calls made keeping the GIL, and their fallbacks (`--probe hold_gil=false`)."""
 
 import json
 import os
@@ -67,7 +67,7 @@ def test_send_sends_what_the_socket_takes_and_says_when_the_peer_has_gone(enable
 
 def test_a_held_read_keeps_the_gil_and_a_released_one_does_not():
     """A read that blocks 0.3 s (the writer is another process): while it is held, no other thread of this process
-    runs Python; with the calls released (the old way) another thread runs all along."""
+    runs Python; with the calls released (hold_gil=false) another thread runs all along."""
     ticks = {}
     for hold in (True, False):
         held.ENABLED = hold
@@ -181,7 +181,7 @@ class _P:
 
 def test_the_pump_makes_its_short_calls_held_and_its_decode_through_cupti_python(monkeypatch):
     """PmSampler._call: a HELD_CALLS call goes to the held function (its time is the pump's own CPU, not counted
-    as GIL-free); decode_data, and every call with the calls released (`--release-gil`), go through cupti-python."""
+    as GIL-free); decode_data, and every call with the calls released (`--probe hold_gil=false`), go through cupti-python."""
     from decodemon.probes.pm_inproc import HELD_CALLS, PmSampler
 
     made = []

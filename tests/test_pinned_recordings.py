@@ -1,6 +1,6 @@
 """Every committed H200 recording keeps its verdict, launches per token and ms per token.
 
-The figures were read from main before the redesign of the analysis; any refactor of the probe, wire, feed,
+The figures are pinned: any refactor of the probe, wire, feed,
 analyzers or verdict must reproduce them exactly (ms/token to 1 µs).
 """
 

@@ -73,7 +73,7 @@ def test_lost_pm_samples_and_the_first_session_note_in_words():
                          pm_first_session=True)
     d = probe_status.describe(s)
     assert d["pm_lost"].startswith("4 pumps found more samples than their 1024-sample image holds")
-    assert "every 200 us" in d["pm_lost"] and "--pm-interval-us" in d["pm_lost"]
+    assert "every 200 us" in d["pm_lost"] and "--probe pm_interval_us=N" in d["pm_lost"]
     assert d["pm_note"] == probe_status.PM_FIRST_SESSION_NOTE
 
 

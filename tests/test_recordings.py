@@ -222,8 +222,8 @@ def test_pm_vs_window_leaves_out_a_graphed_windows_idle_head(graph):
 
 
 # -- windows that trace kernels only (Attach.api_every) ---------------------------------------------------------
-# h200_{eager,graph}_api2.dmon: `decodemon record --api-every 2 --window-period 1 --window-max 1
-# --window-min-tokens 0` on the H200 (driver 580.159.04): their windows alternate, launch calls traced in one,
+# h200_{eager,graph}_api2.dmon: `decodemon record --window-period 1 --probe api_every=2 --probe window_max_s=1
+# --probe window_min_tokens=0` on the H200 (driver 580.159.04): their windows alternate, launch calls traced in one,
 # kernels only in the next, in one process, starting with a traced one.
 
 def _windows(name):

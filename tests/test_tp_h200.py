@@ -114,7 +114,7 @@ def test_microbenchmark_sits_the_calls_between_the_decodes_own_kernels():
 
 def test_microbenchmark_ways_measure_different_things():
     # back to back, a call waits for the peer's previous one; issued from Python it pays the host; one call between
-    # two events (the first version) paid the host and the late rank: 65-70 µs for a 5 µs kernel
+    # two events paid the host and the late rank: 65-70 µs for a 5 µs kernel
     for payload in (2048, 8192):
         for run in ("a", "b"):
             row = bench(payload, run)

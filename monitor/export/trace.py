@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
-import tempfile
 from pathlib import Path
 
 from decodemon.monitor.export import lanes
-from decodemon.monitor.sources import NothingMeasured, check_output
+from decodemon.monitor.sources import NothingMeasured, check_output, write_bytes_whole
 from decodemon.probes import wire
 
 
@@ -117,29 +115,12 @@ def export(source, window_id: int | None = None, settings: wire.Attach | None = 
     return trace_of(session, window_id)
 
 
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
 def write_trace(trace: dict, path) -> Path:
-    """Write `trace` as JSON (gzipped when `path` ends in .gz) through a temporary file beside it, renamed into
-    place, so a failure leaves no partial file; SourceError with one line when it cannot be written."""
+    """Write `trace` as JSON (gzipped when `path` ends in .gz), whole: a failure leaves no partial file
+    (sources.write_bytes_whole); SourceError with one line when it cannot be written."""
     target = check_output(path)
     data = json.dumps(trace, allow_nan=False, separators=(",", ":")).encode()
     if target.name.endswith(".gz"):
         data = gzip.compress(data, compresslevel=6)
-    try:
-        fd, tmp = tempfile.mkstemp(dir=str(target.parent), prefix=f".{target.name}.", suffix=".part")
-    except OSError as exc:
-        raise SourceError(f"cannot write {path}: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it 0600; a trace is read like any file the user writes
-        os.replace(tmp, target)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise SourceError(f"cannot write {path}: {exc.strerror or exc}") from None
+    write_bytes_whole(target, data)
     return target

@@ -32,7 +32,7 @@ class LaunchesPanel(Panel):
             if aw is not w:
                 t.append("launch calls: " + (f"traced {s.api_window_age_s:.0f} s ago" if aw is not None
                                              else "not traced yet (from an attach's second window on)")
-                         + " (--api-every)\n", style="dim")
+                         + " (--probe api_every=N)\n", style="dim")
             per = s.diagnosis.us_per_launch
             t.append(f"{num(per, '.2f')} µs idle per launch\n", style="yellow")
             if s.dropped_records:

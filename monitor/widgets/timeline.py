@@ -64,7 +64,7 @@ class TimelinePanel(Panel):
         self.border_title = "timeline · latest traced token"
         w = s.window
         if w is not None and not w.apis_traced and s.api_window is not None:
-            # the latest window traced kernels only (--api-every): draw the latest one with its launch calls
+            # the latest window traced kernels only (Attach.api_every): draw the latest one with its launch calls
             w = s.api_window
             self.border_title = f"timeline · latest token with its launch calls traced, {s.api_window_age_s:.0f} s ago"
         t = Text()
@@ -81,7 +81,7 @@ class TimelinePanel(Panel):
             self._rows_key, self._rows = key, render_rows(w.timeline, cells, self.zoom)
         cpu, gpu, span_ms = self._rows
         t.append("CPU ", style="bold blue")
-        t.append((cpu if w.apis_traced else "launch calls not traced in this window (--api-every)") + "\n",
+        t.append((cpu if w.apis_traced else "launch calls not traced in this window (--probe api_every=1 traces them in every one)") + "\n",
                  style="blue" if w.apis_traced else "dim")
         t.append("GPU ", style="bold green")
         t.append(gpu + "\n", style="green")
