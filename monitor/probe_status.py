@@ -119,9 +119,10 @@ def _windows(s: wire.ProbeStatus, out: dict) -> None:
     elif s.window_clock == "tokens":
         out["window_clock"] = "tokens"
     elif s.window_clock == "none":
-        out["window_clock"] = ("none: the loop marks no token and replays CUDA graphs, so no traced window can be "
-                               "closed safely; counters only (DRAM bandwidth prices the floor). Mark tokens "
-                               "(mark_token, or an engine adapter) for traced windows")
+        out["window_clock"] = ("none: the process replays CUDA graphs and its token marks (if any) are not where "
+                               "its steps end, so no traced window can be closed safely; counters only (the DRAM "
+                               "rate prices the floor). Steady marks (mark_token, or an engine adapter) give "
+                               "traced windows")
 
 
 def describe(s: wire.ProbeStatus) -> dict[str, str]:

@@ -160,7 +160,7 @@ class AttachLoop:
             return
         if clock == "time" and policy.replays_graphs(PROCESS.graph_kernels_seen, PROCESS.engine_cuda_graphs):
             # no safe point to finalize CUPTI at: counters only, and the status says why
-            self.status.update(window_clock="none", window_clock_reason="graphs_without_marks")
+            self.status.update(window_clock="none", window_clock_reason="graphs")
             return
         since, tokens_since = now - self.last_window, self.tokens() - self.tokens_at_window
         if not policy.window_due(st, now, self.sched.next_at("window"), since, tokens_since,

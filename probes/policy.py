@@ -3,7 +3,8 @@
 A traced window costs the decode thread one or two slow tokens and leaves ~90-280 KB in the process for good, so
 windows are spaced by tokens and time and capped per process. A loop that marks tokens gets windows opened at its
 token boundaries; a loop that marks none (or whose marks come in bursts because its host runs ahead of the GPU)
-gets windows opened by the agent thread's clock (`window_clock`).
+gets windows opened by the agent thread's clock (`window_clock`), unless it replays CUDA graphs
+(`replays_graphs`): then it gets no window at all, only counters.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ NO_MARKS_S = 2.0
 # wait 2 s: with no mark this long after the attach, the first window opens by time
 FIRST_NO_MARKS_S = 0.5
 # marks come in bursts when, over the last BURST_MARKS marks, the median interval is under BURST_RATIO x the mean:
-# a host that enqueues a few hundred graph replays in ~140 ms and then waits for the GPU marks each of them at
-# enqueue time, not where the GPU finishes the step
+# a host that enqueues a few hundred steps in ~140 ms and then waits for the GPU marks each of them at enqueue
+# time, not where the GPU finishes the step
 BURST_MARKS = 64
 BURST_MIN_MARKS = 16
 BURST_RATIO = 0.25
@@ -122,14 +123,18 @@ def time_window_s(longest_s: float, recent_marks_ns) -> float:
     return min(longest_s, max(0.02, 4.0 * mean_s))
 
 
-def replays_graphs(graph_kernels_seen: bool, engine_cuda_graphs: bool | None) -> bool:
+def replays_graphs(graph_kernels_seen: bool, engine_cuda_graphs: bool | None, modules=None) -> bool:
     """Does this process replay CUDA graphs, as far as the agent can tell without tracing? A window seen with graph
-    kernels, the engine's word (report_cuda_graphs), or torch.compile's CUDA-graph trees loaded. Such a process
-    gets no window by time: a flush and finalize from the agent thread during a replay ended a loop on an H200,
-    and with no token boundary there is no safe point on the decode thread."""
+    kernels, the engine's word (report_cuda_graphs), torch.compile's CUDA-graph trees loaded, or a PyTorch graph
+    pool in use. Such a process gets no window by time: a flush and finalize from the agent thread during a
+    replay ended a loop on an H200, and with no token boundary there is no safe point on the decode thread."""
     import sys
 
-    return bool(graph_kernels_seen or engine_cuda_graphs or "torch._inductor.cudagraph_trees" in sys.modules)
+    mods = sys.modules if modules is None else modules
+    if engine_cuda_graphs is False and not graph_kernels_seen:
+        return False  # the engine said it never replays graphs
+    return bool(graph_kernels_seen or engine_cuda_graphs or "torch._inductor.cudagraph_trees" in mods
+                or torch_graph_pools_in_use(mods))
 
 
 def window_clock(now: float, attached_at: float, last_mark_at: float | None, recent_marks_ns) -> str | None:
@@ -144,6 +149,23 @@ def window_clock(now: float, attached_at: float, last_mark_at: float | None, rec
 
 
 def time_clock_reason(last_mark_at: float | None, now: float) -> str:
-    """Why a window opens by time: "no_marks" (none for NO_MARKS_S), else "bursts" (marks in bursts, or graph
-    replays: either way the host may be ahead of the GPU)."""
+    """Why a window opens by time: "no_marks" (none for NO_MARKS_S), else "bursts" (the host runs ahead)."""
     return "no_marks" if last_mark_at is None or now - last_mark_at >= NO_MARKS_S else "bursts"
+
+
+def torch_graph_pools_in_use(modules=None) -> bool:
+    """Has this process captured a CUDA graph through PyTorch? A capture allocates from a private memory pool, and
+    the caching allocator's snapshot names each segment's pool ((0, 0) is the default one). No torch, or CUDA not
+    started: False. A snapshot that cannot be read while CUDA is running: True (a window by time could end the
+    loop, a missing window costs only detail)."""
+    import sys
+
+    torch = (sys.modules if modules is None else modules).get("torch")
+    cuda = getattr(torch, "cuda", None)
+    try:
+        if cuda is None or not cuda.is_initialized():
+            return False
+        segments = cuda.memory_snapshot()
+    except Exception:
+        return True
+    return any(tuple(seg.get("segment_pool_id", (0, 0))) != (0, 0) for seg in segments)

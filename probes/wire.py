@@ -256,7 +256,7 @@ class ProbeStatus(msgspec.Struct, frozen=True, tag="status"):
     window_tokens: int = 0  # what an armed trace traces: this many tokens every window_period_s
     window_period_s: float = 0.0
     window_clock: str = ""  # the clock the last window opened by: "tokens", "time", or "none" (no window can)
-    # for "time": "no_marks" or "bursts" (the host runs ahead); for "none": "graphs_without_marks"
+    # for "time": "no_marks" or "bursts" (the host runs ahead); for "none": "graphs" (it replays CUDA graphs)
     window_clock_reason: str = ""
     pm: str = ""
     pm_reason: str = ""
@@ -331,7 +331,8 @@ class Attach(msgspec.Struct, frozen=True, tag="attach"):
     pm_pump_s: float = 1.0
     # the agent's short calls keep the GIL (probes/held.py); False gives it up in each, for A/B runs
     hold_gil: bool = True
-    # how long a window opened by time stays open (a loop without token marks, or whose host runs ahead)
+    # how long a window opened by time stays open (a loop without token marks, or whose host runs ahead, in a
+    # process that replays no CUDA graph)
     time_window_s: float = 0.25
 
 

@@ -72,3 +72,11 @@ def test_bad_arguments(args):
 def test_run_of_missing_program():
     r = cli("run", "--", "/nonexistent/program")
     assert_one_line_error(r)
+
+
+@pytest.mark.parametrize("args", [["predict", "monitor/data/h200_eager.dmon", "--change", "x", "--expect", "-60%",
+                                   "--tolerance", "nan"],
+                                  ["sweep", "--start-timeout", "-1", "python x.py {depth}"],
+                                  ["attach", "1", "--probe", "time_window_s=0"]])
+def test_numbers_out_of_range_are_one_line(args):
+    assert_one_line_error(cli(*args))

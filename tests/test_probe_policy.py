@@ -82,10 +82,31 @@ def test_a_schedule_runs_each_task_a_period_after_it_ran_half_a_tick_early():
 
 
 def test_a_process_that_replays_graphs_gets_no_window_by_time():
-    import sys
+    import types
 
-    assert not policy.replays_graphs(False, None) or "torch._inductor.cudagraph_trees" in sys.modules
-    assert policy.replays_graphs(True, None) and policy.replays_graphs(False, True)
+    class Cuda:
+        def __init__(self, started, pools=((0, 0),), broken=False):
+            self.started, self.pools, self.broken = started, pools, broken
+
+        def is_initialized(self):
+            return self.started
+
+        def memory_snapshot(self):
+            if self.broken:
+                raise RuntimeError("no snapshot")
+            return [{"segment_pool_id": p} for p in self.pools]
+
+    def mods(**kw):
+        return {"torch": types.SimpleNamespace(cuda=Cuda(**kw))}
+
+    assert not policy.replays_graphs(False, None, {})  # no torch: nothing says graphs
+    assert policy.replays_graphs(True, None, {}) and policy.replays_graphs(False, True, {})
+    assert policy.replays_graphs(False, None, {"torch._inductor.cudagraph_trees": object()})
+    assert not policy.replays_graphs(False, None, mods(started=False))
+    assert not policy.replays_graphs(False, None, mods(started=True))  # only the default pool
+    assert policy.replays_graphs(False, None, mods(started=True, pools=((0, 0), (1, 2))))  # a captured graph's pool
+    assert policy.replays_graphs(False, None, mods(started=True, broken=True))  # cannot tell: no window by time
+    assert not policy.replays_graphs(False, False, mods(started=True, broken=True))  # the engine said: no graphs
 
 
 def test_a_window_by_time_traces_about_four_tokens_of_a_marking_loop_and_the_longest_without_marks():

@@ -155,4 +155,4 @@ def test_a_loop_that_replays_graphs_and_marks_nothing_gets_counters_and_the_reas
     assert not [f for f in frames if isinstance(f, wire.KernelWindow)]
     assert "activity_register_callbacks" not in [n for n, _ in tr._c.calls]
     status = [f for f in frames if isinstance(f, wire.ProbeStatus) and f.window_clock]
-    assert status and (status[-1].window_clock, status[-1].window_clock_reason) == ("none", "graphs_without_marks")
+    assert status and (status[-1].window_clock, status[-1].window_clock_reason) == ("none", "graphs")

@@ -118,6 +118,7 @@ PROBE_BOUNDS = {
     "nvml_hz": (0, 100, False, False), "first_window_s": (0, 3600, False, True),
     "prepare_lead_tokens": (0, 64, True, True), "api_every": (0, 10**6, True, True),
     "agent_tick_s": (0.01, 1.0, False, True), "pm_pump_s": (0.1, 10, False, True),
+    "time_window_s": (0.01, 5.0, False, True),
 }
 TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 

@@ -10,7 +10,8 @@ import re
 import sys
 
 from decodemon.monitor import ledger
-from decodemon.monitor.cli._common import UsageError, add_probe, add_seconds, attach_settings, print_json
+from decodemon.monitor.cli._common import (UsageError, add_probe, add_seconds, attach_settings, bounded,
+                                           print_json)
 
 
 def add_source_opts(p) -> None:
@@ -57,7 +58,7 @@ def add_parser(subparsers) -> None:
                    help="the expected ms/token change (-60%%) or the ms/token expected after it (3.9ms)")
     p.add_argument("--ceiling", metavar="NAME", help="the ceiling the change acts on (default: the measured one)")
     p.add_argument("--then", metavar="NAME", help="the ceiling you expect to bind after the change")
-    p.add_argument("--tolerance", type=float, default=ledger.DEFAULT_TOLERANCE_PCT, metavar="POINTS",
+    p.add_argument("--tolerance", type=bounded("--tolerance", 0, 1000, allow_zero=True), default=ledger.DEFAULT_TOLERANCE_PCT, metavar="POINTS",
                    help=f"percentage points the measured change may miss by (default {ledger.DEFAULT_TOLERANCE_PCT:g})")
     # `--expect -60%` as the value it is, not an unknown option (argparse takes only plain numbers so)
     p._negative_number_matcher = re.compile(r"^-\d*\.?\d+(%|ms)?$")

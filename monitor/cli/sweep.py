@@ -9,7 +9,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from decodemon.monitor.cli._common import UsageError, add_probe, add_seconds, attach_settings, print_json
+from decodemon.monitor.cli._common import (UsageError, add_probe, add_seconds, attach_settings, bounded,
+                                           print_json)
 
 
 def depth_list(text: str) -> list[int]:
@@ -37,7 +38,7 @@ def add_parser(subparsers) -> None:
                    help="write sweep.json, sweep.md, sweep.svg, sweep.png and each run's recording here")
     p.add_argument("--replay", metavar="DIR", help="rebuild a sweep from the recordings a sweep -o DIR kept")
     add_seconds(p, 15.0, "seconds attached at each depth (default 15; the figures are the last 5 s)")
-    p.add_argument("--start-timeout", type=float, default=180.0, metavar="S",
+    p.add_argument("--start-timeout", type=bounded("--start-timeout", 0, 3600), default=180.0, metavar="S",
                    help="seconds a run may take to load its agent (default 180)")
     p.add_argument("--json", action="store_true", help="print the sweep as JSON instead of the table")
     add_probe(p)
