@@ -120,7 +120,6 @@ def run_point(template: str, depth: int, name: str, seconds: float, settings=Non
             _stop(proc)
     finally:
         err_path.unlink(missing_ok=True)
-    snap = sess.snapshot()
     pt = _point(sess, name, depth)
     if record_to:
         pt["recording"] = Path(record_to).name

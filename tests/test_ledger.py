@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from conftest import REC
+from tests.conftest import REC
 from decodemon.monitor import ledger
 from decodemon.monitor.cli import grade as grade_cli, predict as predict_cli
 from decodemon.monitor import cli as cli_pkg

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REC
+from tests.conftest import REC
 from decodemon.monitor import plots
 from decodemon.monitor.plots.png import GLYPHS
 from decodemon.monitor.render import summary_json

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import REC
+from tests.conftest import REC
 from decodemon.monitor import cli as cli_pkg
 from decodemon.monitor import sweep
 from decodemon.monitor.cli import sweep as sweep_cli

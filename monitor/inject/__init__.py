@@ -195,11 +195,3 @@ def inject(pid: int, timeout_s: float = 5.0) -> Path:
         if not result.get("ok"):
             raise InjectError(_describe_failure(pid, result))
     return _wait_for_socket(pid, timeout_s)
-
-
-def target_python(pid: int) -> tuple[str, tuple[int, int]]:
-    """The target's executable and Python version; InjectError if it is not an attachable CPython."""
-    t = examine(pid)
-    if t.version is None:
-        raise InjectError(f"the Python version of pid {pid} cannot be told from {t.interpreter}")
-    return t.exe, t.version

@@ -77,8 +77,3 @@ def budget_lines(bars: list[tuple[str, dict, float | None]], width: int = 60) ->
     out.append(" " * 11 + f"0{' ' * (width - 1)}{total:.3g} ms")
     out.append("  ".join(f"{BUDGET_CHARS.get(p, '?')} {p}" for p in used))
     return out
-
-
-def log_ticks(lo: int, hi: int) -> list[int]:
-    """Powers of two from `lo` to `hi`."""
-    return [1 << k for k in range(int(math.log2(max(lo, 1))), int(math.log2(max(hi, 1))) + 1)]
