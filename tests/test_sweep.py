@@ -100,3 +100,12 @@ def test_sweep_of_the_cpu_demo_engine_at_four_depths(tmp_path, capsys):
     assert main(["sweep", "--replay", out, "--json"]) == 0
     again = json.loads(capsys.readouterr().out)
     assert [p["ms_per_token"] for p in again["points"]] == [p["ms_per_token"] for p in pts]
+
+
+def test_a_sweep_file_of_the_wrong_shape_is_one_line(tmp_path):
+    from tests.conftest import assert_one_line_error, cli
+
+    (tmp_path / "sweep.json").write_text("[1, 2, 3]")
+    r = cli("sweep", "--replay", tmp_path)
+    assert_one_line_error(r)
+    assert "not a sweep's file" in r.stderr
