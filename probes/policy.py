@@ -133,8 +133,24 @@ def replays_graphs(graph_kernels_seen: bool, engine_cuda_graphs: bool | None, mo
     mods = sys.modules if modules is None else modules
     if engine_cuda_graphs is False and not graph_kernels_seen:
         return False  # the engine said it never replays graphs
-    return bool(graph_kernels_seen or engine_cuda_graphs or "torch._inductor.cudagraph_trees" in mods
-                or torch_graph_pools_in_use(mods))
+    if graph_kernels_seen or engine_cuda_graphs or "torch._inductor.cudagraph_trees" in mods:
+        return True
+    return _pools_cached(mods)
+
+
+_POOLS = {"seen": False, "checked_at": -1e18}
+POOL_CHECK_S = 30.0  # the allocator's snapshot holds the GIL for a while in a big process: not at every window
+
+
+def _pools_cached(mods) -> bool:
+    """torch_graph_pools_in_use, sticky once true and asked again at most every POOL_CHECK_S."""
+    import time
+
+    now = time.monotonic()
+    if not _POOLS["seen"] and now - _POOLS["checked_at"] >= POOL_CHECK_S:
+        _POOLS["checked_at"] = now
+        _POOLS["seen"] = torch_graph_pools_in_use(mods)
+    return _POOLS["seen"]
 
 
 def window_clock(now: float, attached_at: float, last_mark_at: float | None, recent_marks_ns) -> str | None:
