@@ -202,13 +202,19 @@ def test_launches_counted_from_correlation_ids_equal_those_from_the_launch_calls
             assert b.kernel_launch_calls_per_token * b.tokens == a.kernel_launch_calls_per_token * a.tokens + untraced
 
 
-def test_launches_per_token_are_the_kernels_inside_the_analysed_tokens(windows):
+def test_launches_per_token_are_the_kernels_launched_in_the_traced_tokens(windows):
+    """For a loop that syncs per token, the kernels that ran inside the analysed tokens; for one whose host runs
+    ahead (transformers' static-cache generate()), every kernel launched in the traced tokens: torch.profiler's
+    553 a token, where only 130-143 ran inside the marks."""
     for stem, f, m in windows:
         s, _, _, _ = _analysed_kernels(f)
-        assert m.kernels_per_token == len(s) / m.tokens, stem
+        if stem == "h200_hf_generate_static":
+            assert len(s) / m.tokens < 150 and m.kernels_per_token == 553.0, stem
+        else:
+            assert m.kernels_per_token == len(s) / m.tokens, stem
 
 
-def test_a_kernel_that_ends_after_the_last_token_is_dropped_not_counted():
+def test_a_kernel_that_ends_after_the_last_token_is_left_out_of_the_analysis_but_counted_as_launched():
     import msgspec
 
     f = first_window("eager")
@@ -220,7 +226,8 @@ def test_a_kernel_that_ends_after_the_last_token_is_dropped_not_counted():
     cols = dict(f.kernels, end=wire.Column.of(e))
     cut = window_metrics(msgspec.structs.replace(f, kernels=cols), 132)
     assert cut.dropped_records == m.dropped_records + 1
-    assert cut.kernels_per_token == m.kernels_per_token - 1 / m.tokens
+    assert cut.kernel_sum_ms_per_token < m.kernel_sum_ms_per_token  # its time is not the token's
+    assert cut.kernels_per_token == m.kernels_per_token  # it was launched in the traced tokens all the same
 
 
 def test_grid_coverage_and_occupancy_of_the_12_block_kernel():
@@ -251,7 +258,8 @@ def test_the_kernel_table_adds_up_to_the_kernel_time(windows):
         rows = m.kernels
         assert [r.us_per_token for r in rows] == sorted((r.us_per_token for r in rows), reverse=True), stem
         assert sum(r.us_per_token for r in rows) / 1e3 == pytest.approx(m.kernel_sum_ms_per_token, rel=1e-9), stem
-        assert sum(r.calls_per_token for r in rows) == pytest.approx(m.kernels_per_token), stem
+        if stem != "h200_hf_generate_static":  # there the table holds what ran in the marks, not all launched
+            assert sum(r.calls_per_token for r in rows) == pytest.approx(m.kernels_per_token), stem
         for r in rows:
             assert r.calls_per_token * r.us_mean == pytest.approx(r.us_per_token, rel=1e-9), (stem, r.name)
         small = sum(r.us_per_token for r in rows if r.grid_coverage_pct < 25)

@@ -63,6 +63,7 @@ def test_generate_attached_by_injection_into_plain_python_reads_the_same():
 def test_static_cache_generate_replays_a_graph_a_token_and_the_host_between_replays_binds():
     j = replay(DATA / "h200_hf_generate_static.dmon").as_json()
     assert j["graph_launches_per_token"] == 1.0
+    assert j["launches_per_token"] == pytest.approx(profile("hf_generate_static")["kernels_per_step"], rel=0.01)
     assert j["verdict"] == "launch" and j["gpu_busy_pct"] > 40
     assert "between replays" in j["remedy"] and "capture" not in j["falsify"].lower()
     assert j["bytes_per_token_measured"] == pytest.approx(j["bytes_per_token_model"], rel=0.1)
