@@ -149,3 +149,18 @@ def test_a_ledger_that_is_a_directory_or_empty_fails_in_one_line(tmp_path, capsy
     assert main(["grade", REC["graph"], "--ledger", tmp_path / "none.jsonl"]) == 3
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and "is a directory" in err[0] and "no open prediction" in err[1]
+
+
+def test_the_next_report_of_the_same_loop_grades_it_and_diagnosis_md_includes_the_ledger(tmp_path):
+    """predict on the eager recording, then `report` the graphed one (the same demo loop after the change):
+    the report grades the open prediction and DIAGNOSIS.md carries the ledger."""
+    path = tmp_path / "decodemon.ledger.jsonl"
+    assert main(["predict", REC["eager"], "--change", "capture a graph", "--expect", "-60%",
+                 "--ledger", path]) == 0
+    out = tmp_path / "DIAGNOSIS.md"
+    assert main(["report", REC["graph"], "--ledger", path, "-o", out]) == 0
+    md = out.read_text()
+    assert "## Predictions and grades" in md and "capture a graph" in md and "OCCUPANCY" in md
+    entries, problems = ledger.read(path)
+    assert not problems and [e["kind"] for e in entries] == ["prediction", "grade"]
+    assert entries[1]["grade"] == ledger.WRONG  # -80.8% measured against -60% +- 10

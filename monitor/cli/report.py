@@ -16,8 +16,30 @@ def add(sub) -> None:
     p.add_argument("-o", "--output", metavar="FILE", help="write the Markdown here instead of stdout")
     p.add_argument("--json", action="store_true", help="print the JSON summary (with -o, the file is written too)")
     add_seconds(p, 10.0, "a pid: seconds to watch (default 10)")
+    p.add_argument("--ledger", default=None, metavar="PATH",
+                   help="the prediction ledger to grade and include (default ./decodemon.ledger.jsonl, if there)")
     add_probe(p)
     p.set_defaults(fn=run)
+
+
+def _with_ledger(a, sess, summary: dict, md: str) -> str:
+    """Grade the loop's open prediction with what was just measured, and add the ledger to the report."""
+    from pathlib import Path
+
+    from decodemon.monitor import ledger
+
+    path = Path(a.ledger or ledger.DEFAULT_PATH)
+    if not path.exists():
+        return md
+    argv = sess.feed.hello.argv if sess.feed.hello else ()
+    label = ledger.loop_label(argv, str(a.source))
+    graded, problems = ledger.grade_open(path, summary, label)
+    for line in problems:
+        print(f"decodemon report: {line}", file=sys.stderr)
+    if graded is not None:
+        print(f"decodemon report: graded the open prediction: {graded.get('grade')}", file=sys.stderr)
+    entries, _ = ledger.read(path)
+    return md.rstrip("\n") + "\n\n" + ledger.ledger_markdown(entries, label, ledger.state_of(summary)) + "\n"
 
 
 def run(a) -> int:
@@ -28,13 +50,14 @@ def run(a) -> int:
     if a.output:
         check_output(a.output)  # before a pid is attached for seconds
     kind, _ = source_of(a.source)
-    snap = collect(a.source, attach_settings(a), a.seconds if kind == "pid" else None).snapshot()
+    sess = collect(a.source, attach_settings(a), a.seconds if kind == "pid" else None)
+    snap = sess.snapshot()
     empty = without_tokens("report", [snap])
     if empty is not None:
         return empty
     if a.json:
         print_json(summary_json(snap))
-    md = diagnosis_markdown(snap)
+    md = _with_ledger(a, sess, summary_json(snap), diagnosis_markdown(snap))
     if a.output:
         write_text_whole(a.output, md)
         print(f"decodemon report: wrote {a.output} ({snap.diagnosis.ceiling.upper()})", file=sys.stderr)
