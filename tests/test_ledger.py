@@ -164,3 +164,21 @@ def test_the_next_report_of_the_same_loop_grades_it_and_diagnosis_md_includes_th
     entries, problems = ledger.read(path)
     assert not problems and [e["kind"] for e in entries] == ["prediction", "grade"]
     assert entries[1]["grade"] == ledger.WRONG  # -80.8% measured against -60% +- 10
+
+
+def test_the_next_attach_of_the_same_loop_grades_its_open_prediction(tmp_path):
+    """A ledger beside the project (./decodemon.ledger.jsonl): `predict PID`, then a plain `attach PID --json`
+    of the same loop appends the grade."""
+    from tests.conftest import Engine, cli
+
+    e = Engine()
+    try:
+        r = cli("predict", e.pid, "--change", "nothing", "--expect", "0%", "--seconds", 2, cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        r = cli("attach", e.pid, "--json", "--seconds", 2, cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        assert "graded the open prediction" in r.stderr
+    finally:
+        e.stop()
+    entries, problems = ledger.read(tmp_path / ledger.DEFAULT_PATH)
+    assert not problems and [x["kind"] for x in entries] == ["prediction", "grade"]

@@ -55,12 +55,17 @@ def attach_json(pid: int, settings, seconds: float) -> int:
             out["group"]["errors"] = errors
         print_json(out)
         return 0
-    snap = collect(pid, settings, seconds).snapshot()
+    sess = collect(pid, settings, seconds)
+    snap = sess.snapshot()
     if snap.tokens is None and snap.ended:
         print(f"decodemon attach: {snap.ended} before any tokens were measured", file=sys.stderr)
         print_json(summary_json(snap))
         return 3
-    print_json(summary_json(snap))
+    summary = summary_json(snap)
+    from decodemon.monitor.cli.report import grade_in_ledger
+
+    grade_in_ledger("attach", None, sess, summary, f"pid {pid}")  # the next attach of the loop grades it too
+    print_json(summary)
     return 0
 
 

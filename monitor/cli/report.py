@@ -22,22 +22,34 @@ def add(sub) -> None:
     p.set_defaults(fn=run)
 
 
-def _with_ledger(a, sess, summary: dict, md: str) -> str:
-    """Grade the loop's open prediction with what was just measured, and add the ledger to the report."""
+def grade_in_ledger(verb: str, ledger_path, sess, summary: dict, source: str):
+    """The next attach or report of a loop grades its open prediction in the ledger (if there is a ledger);
+    returns (the ledger's path, the loop's label), or None without a ledger."""
     from pathlib import Path
 
     from decodemon.monitor import ledger
 
-    path = Path(a.ledger or ledger.DEFAULT_PATH)
+    path = Path(ledger_path or ledger.DEFAULT_PATH)
     if not path.exists():
-        return md
+        return None
     argv = sess.feed.hello.argv if sess.feed.hello else ()
-    label = ledger.loop_label(argv, str(a.source))
+    label = ledger.loop_label(argv, source)
     graded, problems = ledger.grade_open(path, summary, label)
     for line in problems:
-        print(f"decodemon report: {line}", file=sys.stderr)
+        print(f"decodemon {verb}: {line}", file=sys.stderr)
     if graded is not None:
-        print(f"decodemon report: graded the open prediction: {graded.get('grade')}", file=sys.stderr)
+        print(f"decodemon {verb}: graded the open prediction in {path}: {graded.get('grade')}", file=sys.stderr)
+    return path, label
+
+
+def _with_ledger(a, sess, summary: dict, md: str) -> str:
+    """Grade the loop's open prediction with what was just measured, and add the ledger to the report."""
+    from decodemon.monitor import ledger
+
+    found = grade_in_ledger("report", a.ledger, sess, summary, str(a.source))
+    if found is None:
+        return md
+    path, label = found
     entries, _ = ledger.read(path)
     return md.rstrip("\n") + "\n\n" + ledger.ledger_markdown(entries, label, ledger.state_of(summary)) + "\n"
 
