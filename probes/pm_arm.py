@@ -11,7 +11,7 @@ from decodemon.probes.device import cuda_device_index
 from decodemon.probes.facts import PROCESS
 
 # ERROR_HARDWARE_BUSY at the arm: tried this many times in all, this far apart (~1 s). A re-attach to the same
-# process can find the counters still held for a moment while the last session's release completes.
+# process can find the counters still held for a moment while the previous attach's PM sampler is released.
 BUSY_TRIES = 5
 BUSY_WAIT_S = 0.25
 

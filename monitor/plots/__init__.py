@@ -6,7 +6,7 @@ text for the terminal.
     budget     the per-token time budget (kernels, collectives, launch gaps ...) as stacked bars, e.g. eager
                against graphed
 
-`budget_of(summary)` and `timeline_of(session)` read those values out of decodemon's summaries and sessions.
+`budget_of(summary)` and `timeline_of(session)` read those values out of a `summary_json` dict and a `Session`.
 No imaging library: the PNG comes from `plots.png`'s own rasteriser of the same drawing.
 """
 

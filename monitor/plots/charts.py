@@ -1,7 +1,7 @@
 """The charts as Canvas drawings: the depth sweep, ms/token over time, the per-token time budget.
 
-Each takes plain values (no session, no snapshot) so a test can pin its picture; `decodemon.monitor.plots`
-turns summaries and sessions into those values.
+Each takes plain values (no Session, no Snapshot) so a test can pin its picture; `decodemon.monitor.plots`
+turns `summary_json` dicts and `Session` objects into those values.
 """
 
 from __future__ import annotations
