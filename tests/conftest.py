@@ -30,6 +30,15 @@ def assert_one_line_error(r, rc=2):
     assert "Traceback" not in r.stderr
 
 
+@pytest.fixture
+def sleeper():
+    """A live process that is neither Python nor has an agent."""
+    p = subprocess.Popen(["sleep", "60"])
+    yield p
+    p.kill()
+    p.wait()
+
+
 class Engine:
     """A tiny CPU demo engine started through `decodemon run`, with the agent loaded."""
 

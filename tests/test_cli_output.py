@@ -35,14 +35,6 @@ def bad_outputs(tmp_path):
             "file as dir": tmp_path / "plain" / "x.dmon", "unwritable": "/proc/decodemon-out.dmon"}
 
 
-@pytest.fixture
-def sleeper():
-    p = subprocess.Popen(["sleep", "60"])
-    yield p
-    p.kill()
-    p.wait()
-
-
 @pytest.mark.parametrize("case", ["missing dir", "a directory", "file as dir", "unwritable"])
 def test_record_to_a_bad_output_is_one_line_and_leaves_nothing(tmp_path, sleeper, case):
     out = bad_outputs(tmp_path)[case]

@@ -19,14 +19,6 @@ def through_a_pipe(*args):
     return r, time.monotonic() - t0
 
 
-@pytest.fixture
-def sleeper():
-    p = subprocess.Popen(["sleep", "60"])
-    yield p
-    p.kill()
-    p.wait()
-
-
 @pytest.mark.parametrize("verb", ["replay", "compare", "demo", "attach"])
 def test_the_app_verbs_through_a_pipe_exit_at_once_with_a_hint(verb, sleeper):
     args = {"replay": ["replay", REC["graph"]], "compare": ["compare", REC["eager"], REC["graph"]],

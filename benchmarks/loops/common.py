@@ -18,6 +18,23 @@ SHAPES = {  # transformers config fields of the shapes the method's figures use
 }
 
 
+def add_loop_options(ap) -> None:
+    """The options every loop here takes: where it runs, its token log, and torch.profiler's count instead."""
+    ap.add_argument("--device", default=None)
+    ap.add_argument("--log")
+    ap.add_argument("--profile-steps", type=int, default=0)
+    ap.add_argument("--profile-out", default="profile.json")
+
+
+def pick_device(torch, asked: str | None) -> str:
+    """CUDA when there is one (or what was asked for); on the CPU, one thread (a tiny model gains nothing from
+    more, and spinning workers on a shared 2-core machine slow everything beside it)."""
+    device = asked or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cpu":
+        torch.set_num_threads(1)
+    return device
+
+
 def build(kind: str, shape: str, device: str, max_positions: int = 4096):
     """A transformers causal LM (Qwen3 or Llama architecture) with random weights, made on its device."""
     import torch

@@ -17,26 +17,21 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import TokenLog, build, profile_kernels, stop_on_term  # noqa: E402
+from common import TokenLog, add_loop_options, build, pick_device, profile_kernels, stop_on_term  # noqa: E402
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", default="llama-8b", choices=["qwen3-0.6b", "llama-8b", "tiny"])
-    ap.add_argument("--device", default=None)
     ap.add_argument("--batch", type=int, default=200, help="tokens enqueued between two waits for the GPU")
     ap.add_argument("--max-len", type=int, default=1024)
     ap.add_argument("--batches", type=int, default=0, help="0: until SIGTERM")
-    ap.add_argument("--log")
-    ap.add_argument("--profile-steps", type=int, default=0)
-    ap.add_argument("--profile-out", default="profile.json")
+    add_loop_options(ap)
     a = ap.parse_args()
     import torch
     from transformers import StaticCache
 
-    device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    if device == "cpu":
-        torch.set_num_threads(1)
+    device = pick_device(torch, a.device)
     model = build("llama" if a.shape == "llama-8b" else "qwen3", a.shape, device, a.max_len)
     cache = StaticCache(config=model.config, max_cache_len=a.max_len)
     pos = torch.zeros(1, dtype=torch.long, device=device)

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import TokenLog, build, profile_kernels, stop_on_term  # noqa: E402
+from common import TokenLog, add_loop_options, build, pick_device, profile_kernels, stop_on_term  # noqa: E402
 
 
 class _Streamer:
@@ -38,19 +38,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", default="qwen3-0.6b", choices=["qwen3-0.6b", "llama-8b", "tiny"])
     ap.add_argument("--cache", default="dynamic", choices=["dynamic", "static"])
-    ap.add_argument("--device", default=None)
     ap.add_argument("--new-tokens", type=int, default=256)
     ap.add_argument("--prompt", type=int, default=16)
     ap.add_argument("--generations", type=int, default=0, help="0: until SIGTERM")
-    ap.add_argument("--log")
-    ap.add_argument("--profile-steps", type=int, default=0)
-    ap.add_argument("--profile-out", default="profile.json")
+    add_loop_options(ap)
     a = ap.parse_args()
     import torch
 
-    device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    if device == "cpu":
-        torch.set_num_threads(1)
+    device = pick_device(torch, a.device)
     model = build("qwen3" if a.shape != "llama-8b" else "llama", a.shape, device, a.prompt + 2 * a.new_tokens + 8)
     if a.cache == "static":
         model.generation_config.cache_implementation = "static"
