@@ -15,7 +15,7 @@ import numpy as np
 
 from decodemon.monitor import diagnosis as dx
 from decodemon.monitor.analysis.busy import PmWindowCheck, pm_window_check
-from decodemon.monitor.analysis.rates import dram_bytes_per_s, gpu_step_stats, marks_in_bursts
+from decodemon.monitor.analysis.rates import dram_bytes_per_s, gpu_step_stats, marks_in_bursts, traced_dram_ratio
 from decodemon.monitor.analysis.tokens import TokenStats, token_stats
 from decodemon.monitor.analysis.window import WindowMetrics, window_metrics
 from decodemon.monitor.feed import Feed
@@ -167,12 +167,17 @@ class Session:
         ms = [m for rx, m in self.metrics if rx >= since]
         return ms or ([self.metrics[-1][1]] if self.metrics else [])
 
-    def _gpu_clock(self, wins: list[WindowMetrics], pm_busy: float | None) -> tuple[TokenStats | None, str]:
+    def _gpu_clock(self, wins: list[WindowMetrics], pm_busy: float | None,
+                   since: int = 0) -> tuple[TokenStats | None, str]:
         """ms/token from the GPU's own steps in the span's windows traced by time, and the clock's name."""
         timed = [(m, self.steps[m.window_id]) for m in wins if m.window_id in self.steps]
         if not timed:
             return None, ""
-        ts = gpu_step_stats([s.bounds_ns for _, s in timed], timed[-1][0].gpu_busy_pct, pm_busy)
+        spans = [(s.bounds_ns[0], s.bounds_ns[-1]) for _, s in timed]
+        ratio = traced_dram_ratio([self.feed.pm_within(a, b) for a, b in spans], self.feed.pm_since(since),
+                                  [(int(w.token_bounds_ns.array()[0]), int(w.token_bounds_ns.array()[-1]))
+                                   for _, w in self.feed.windows if len(w.token_bounds_ns.array())])
+        ts = gpu_step_stats([s.bounds_ns for _, s in timed], timed[-1][0].gpu_busy_pct, pm_busy, ratio)
         return ts, timed[-1][1].clock
 
     def _dram_bytes_per_s(self, since: int) -> float | None:
@@ -201,7 +206,7 @@ class Session:
         ts = token_stats(marks)
         if ts is not None and not marks_in_bursts(marks):
             return ts, "mark_token"
-        gpu_ts, clock = self._gpu_clock(wins, pm_busy)
+        gpu_ts, clock = self._gpu_clock(wins, pm_busy, since)
         if gpu_ts is not None:
             return gpu_ts, clock
         return ts, ("mark_token" if ts is not None else "")

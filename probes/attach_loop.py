@@ -37,6 +37,16 @@ def collect_pause() -> None:
     time.sleep(0.001)
 
 
+def _gpu_sync() -> None:
+    """A time window's wait for the GPU (device.synchronize); a process whose GPU cannot be waited for this way
+    still has its window, drained by time as before."""
+    from decodemon.probes import device  # noqa: PLC0415
+
+    try:
+        device.synchronize()
+    except device.Unavailable:
+        pass
+
 class AttachLoop:
     """One attach's loop on the agent thread; `run()` returns why it ended."""
 
@@ -158,10 +168,6 @@ class AttachLoop:
         clock = policy.window_clock(now, self.t_start, self.last_mark_at, self.recent_marks)
         if clock is None:
             return
-        if clock == "time" and policy.replays_graphs(PROCESS.graph_kernels_seen, PROCESS.engine_cuda_graphs):
-            # no safe point to finalize CUPTI at: counters only, and the status says why
-            self.status.update(window_clock="none", window_clock_reason="graphs")
-            return
         since, tokens_since = now - self.last_window, self.tokens() - self.tokens_at_window
         if not policy.window_due(st, now, self.sched.next_at("window"), since, tokens_since,
                                  PROCESS.windows_in_process, policy.cap_lead_s(self.tick, since, tokens_since)):
@@ -206,7 +212,8 @@ class AttachLoop:
         tr = s.tracer
         s.timed_window = True
         try:
-            tr.trace_for(policy.time_window_s(self.settings.time_window_s, self.recent_marks))
+            tr.trace_for(policy.time_window_s(self.settings.time_window_s, self.recent_marks),
+                         gpu_sync=_gpu_sync, before_finalize=lambda: self._pump_window_span(tr))
         except Exception as exc:
             s.errors.append(f"time window: {type(exc).__name__}: {exc}")
             s.tracer = None
@@ -214,6 +221,19 @@ class AttachLoop:
         finally:
             s.timed_window = False
         self._collect(now, guard_tokens=0, clock="time")
+
+    def _pump_window_span(self, tr) -> None:
+        """PM pumped between a time window's close and its finalize (which takes the PM session down), with the
+        window's span evaluated sample by sample: the monitor reads the DRAM bytes of the traced steps from it."""
+        s = self.session
+        if s.pm is None or len(tr.bounds) < 2:
+            return
+        span = (int(tr.bounds[0]), int(tr.bounds[-1]))
+        if span not in s.pm_spans:
+            s.pm_spans.append(span)
+        for f in pump_pm(s, self.status):
+            self.out += wire.pack(f)
+        self.sched.ran("pm", time.monotonic())
 
     def _collect_token_window(self, now: float) -> None:
         self.session.window_ready.clear()
@@ -231,7 +251,7 @@ class AttachLoop:
             self.window_id += 1
             tb = win.token_bounds_ns.array()
             span = win.analysed_span() if clock == "tokens" else ((int(tb[0]), int(tb[-1])) if len(tb) else None)
-            if span is not None:
+            if span is not None and span not in s.pm_spans:
                 s.pm_spans.append(span)
             self.out += wire.pack(win)
             if self.ev is not None:

@@ -9,7 +9,8 @@ columns. (`prepare()`, CUPTI's start-up on the agent thread a few tokens before 
 open, is there for `Attach.prepare_lead_tokens`; by default the open pays it.)
 
 A loop that marks no tokens gets windows by time instead (`trace_for`): the agent thread opens, sleeps, closes,
-drains the records of kernels still running behind the host, and finalizes, with no token boundary involved.
+waits for the GPU to run what the host had enqueued, drains the records and finalizes, with no token boundary
+involved.
 """
 
 from __future__ import annotations
@@ -22,6 +23,11 @@ from decodemon.probes.wire import Column, KernelWindow
 
 _BUFFER_BYTES = 8 * 1024 * 1024
 _CHUNK = 256
+# windows by time (trace_for): how long to wait for the host's next launch, how often to look, and how many graph
+# launches end a window early
+HOST_WAIT_S = 1.5
+POLL_S = 0.005
+GRAPH_LAUNCHES = 12
 
 
 def _rows(records: list, ncols: int, pause=None) -> np.ndarray:
@@ -49,6 +55,7 @@ class WindowTracer:
         self._c = cupti
         K = cupti.ActivityKind
         self._kinds = [getattr(K, k) for k in kinds]
+        self._runtime_kind = K.RUNTIME
         self._api_filter = api_filter
         self._k_kernel = int(K.CONCURRENT_KERNEL)
         self._k_runtime = int(K.RUNTIME)
@@ -232,21 +239,79 @@ class WindowTracer:
                 self._spent("finalize", t0)
 
     # -- agent thread, a window by time ------------------------------------------
-    def trace_for(self, seconds: float, quiet_s: float = 0.05, drain_max_s: float = 1.0, sleep=time.sleep) -> None:
-        """A window by time, all on the calling (agent) thread: open now, sleep `seconds`, close, then flush
-        until no new record has come for `quiet_s` (at most `drain_max_s`: kernels enqueued before the close may
-        still be running on a GPU that runs behind the host), then finalize. `bounds` is [opened, closed].
-        Never in a process that replays CUDA graphs (policy.window_clock): there a flush and finalize from this
-        thread during a replay ended the loop on an H200."""
-        self.open()
+    def trace_for(self, seconds: float, quiet_s: float = 0.05, drain_max_s: float = 1.0, sleep=time.sleep,
+                  gpu_sync=None, before_finalize=None, wait_host_s: float | None = None) -> None:
+        """A window by time, all on the calling (agent) thread, then CUPTI finalized:
+
+        1. wait (at most `wait_host_s`) for the host to make a launch or come out of a sync: a loop whose host
+           enqueues a few hundred steps, then waits for the GPU, launches nothing for most of its time, and a
+           window opened then would trace no kernel;
+        2. trace for `seconds`, or until GRAPH_LAUNCHES graph launches (a replayed graph traced costs ~1.6 µs a
+           kernel on the GPU: a dozen steps are enough for the step's period);
+        3. close, wait for the GPU to finish everything enqueued so far (`gpu_sync`, device.synchronize), flush
+           until no new record has come for `quiet_s` (at most `drain_max_s`), call `before_finalize()` (the
+           agent pumps PM there, while the window's samples are still in the counters), finalize.
+
+        `bounds` is [opened, closed]. The wait for the GPU is what makes this safe in a process that replays CUDA
+        graphs: a loop whose host runs ahead has traced replays still queued at the close, and a flush and
+        finalize from this thread while they ran ended the loop on an H200 (`unspecified launch failure`).
+        Nothing here holds the GIL while it waits: a loop thread inside a CUDA call may need it for CUPTI's
+        buffer callback."""
+        wait_host_s = HOST_WAIT_S if wait_host_s is None else wait_host_s
+        self.with_apis = True  # the launch records are what step 1 waits for and step 2 counts
         try:
-            sleep(seconds)
+            self._wait_for_host(wait_host_s, sleep)
+            self.open()
+            self._trace_until(seconds, sleep)
         finally:
-            self.close()
+            if self.active:
+                self.close()
             try:
+                if gpu_sync is not None:
+                    t0 = time.perf_counter_ns()
+                    gpu_sync()
+                    self.last_ns["gpu_sync"] = time.perf_counter_ns() - t0
                 self._drain(quiet_s, drain_max_s, sleep)
+                if before_finalize is not None:
+                    before_finalize()
             finally:
                 self.detach()
+
+    def _wait_for_host(self, wait_s: float, sleep) -> None:
+        """Runtime-API records only (launches, copies, syncs), flushed every POLL_S, until one comes."""
+        if not self.prepared:
+            self._start()
+            self.prepared = True
+        c = self._c
+        if not self._traces_runtime or wait_s <= 0:
+            return
+        c.activity_enable(self._runtime_kind)
+        if self._api_filter:
+            self._filter_apis()
+        t0 = time.monotonic()
+        while not self._batches and time.monotonic() - t0 < wait_s:
+            sleep(POLL_S)
+            c.activity_flush_all(1)
+        self.last_ns["host_wait"] = int((time.monotonic() - t0) * 1e9)
+
+    def _trace_until(self, seconds: float, sleep) -> None:
+        """Sleep `seconds` in POLL_S steps, stopping once GRAPH_LAUNCHES graph launches have been recorded."""
+        t0 = time.monotonic()
+        seen, launches = len(self._batches), 0
+        graph_cbids = {cbid for cbid, name in self._rt_names.items() if name.startswith("cudaGraphLaunch")}
+        if not graph_cbids:
+            sleep(seconds)
+            return
+        while time.monotonic() - t0 < seconds:
+            sleep(min(POLL_S, max(0.0, seconds - (time.monotonic() - t0))))
+            self._c.activity_flush_all(1)
+            for batch in self._batches[seen:]:
+                launches += sum(1 for a in batch if getattr(a, "kind", None) == self._k_runtime
+                                and getattr(a, "cbid", None) in graph_cbids)
+            seen = len(self._batches)
+            if launches >= GRAPH_LAUNCHES:
+                self.last_ns["graph_launches"] = launches
+                return
 
     def _drain(self, quiet_s: float, drain_max_s: float, sleep) -> None:
         t0 = time.monotonic()

@@ -6,10 +6,20 @@ from __future__ import annotations
 import socket
 import time
 
+import pytest
+
 from decodemon.probes import policy, wire
 from decodemon.probes import session as sess
 from decodemon.probes.facts import PROCESS
 from tests.test_agent import _fake_tracer, _run_agent_loop
+
+
+@pytest.fixture(autouse=True)
+def _short_host_wait(monkeypatch):
+    """Faked CUPTI delivers no launch record unless a test makes it: the agent's windows wait only briefly."""
+    from decodemon.probes import tracer
+
+    monkeypatch.setattr(tracer, "HOST_WAIT_S", 0.02)
 
 
 class _LateRecords:
@@ -37,8 +47,56 @@ def test_trace_for_opens_sleeps_closes_drains_the_late_records_then_finalizes():
     names = [n for n, _ in tr._c.calls]
     assert names[0] == "activity_register_callbacks" and names[-1] == "finalize"
     assert len(tr._batches) == 3  # every late record came in before the finalize
-    assert slept[0] == 0.1 and 0.1 + 0.04 + 0.05 <= took < 0.6
+    assert 0.1 in slept and 0.1 + 0.05 <= took < 0.6  # the window's own sleep, after the host's first record
     assert len(tr.bounds) == 2 and not tr.active and not tr.initialised
+
+
+def test_trace_for_waits_for_the_gpu_after_the_close_and_pumps_before_the_finalize():
+    tr = _fake_tracer()
+    c = tr._c
+    tr.trace_for(0.01, quiet_s=0.01, gpu_sync=lambda: c.calls.append(("gpu_sync", "")),
+                 before_finalize=lambda: c.calls.append(("pm_pump", "")), wait_host_s=0)
+    names = [n for n, _ in c.calls]
+    order = [names.index(n) for n in ("activity_disable", "gpu_sync", "activity_flush_all", "pm_pump", "finalize")]
+    assert order == sorted(order) and names[-1] == "finalize" and "gpu_sync" in tr.last_ns
+
+
+class _Record:
+    def __init__(self, kind, cbid):
+        self.kind, self.cbid = kind, cbid
+
+
+class _Host:
+    """cupti-python's flush for a host that waits `idle_s` for the GPU, then replays one graph every flush."""
+
+    def __init__(self, tr, idle_s: float) -> None:
+        self.tr, self.until = tr, time.monotonic() + idle_s
+
+    def __call__(self, flag) -> None:
+        if time.monotonic() >= self.until:
+            self.tr._completed([_Record(2, 7)])  # RUNTIME, cudaGraphLaunch
+
+
+def test_a_window_by_time_waits_for_the_host_to_launch_and_stops_after_a_dozen_graph_launches():
+    from decodemon.probes import tracer
+
+    tr = _fake_tracer()
+    tr._rt_names = {7: "cudaGraphLaunch_v10000", 8: "cudaLaunchKernel_v7000"}
+    tr._c.activity_flush_all = _Host(tr, idle_s=0.3)
+    t0 = time.monotonic()
+    tr.trace_for(5.0, quiet_s=0.01, drain_max_s=0.05, wait_host_s=2.0)
+    took = time.monotonic() - t0
+    assert 0.3 <= tr.last_ns["host_wait"] / 1e9 < 0.5  # it waited for the host's first launch ...
+    assert tr.last_ns["graph_launches"] == tracer.GRAPH_LAUNCHES  # ... and closed after a dozen replays
+    assert took < 1.5 and not tr.initialised
+
+
+def test_a_host_that_never_launches_still_gets_its_window_after_the_wait():
+    tr = _fake_tracer()
+    t0 = time.monotonic()
+    tr.trace_for(0.05, quiet_s=0.01, drain_max_s=0.05, wait_host_s=0.2)
+    assert 0.25 <= time.monotonic() - t0 < 1.0 and "activity_enable" in [n for n, _ in tr._c.calls]
+    assert len(tr.bounds) == 2 and not tr.initialised
 
 
 def test_a_drain_that_never_goes_quiet_stops_at_its_cap():
@@ -138,12 +196,15 @@ def test_bursty_marks_open_windows_by_time_while_the_decode_thread_keeps_marking
     assert {th for _, th in tr._c.calls} == {"decodemon-session"}
 
 
-def test_a_loop_that_replays_graphs_and_marks_nothing_gets_counters_and_the_reason_not_a_window(monkeypatch):
-    """No token boundary and CUDA graphs replaying: no safe point to finalize CUPTI at, so no window by time; the
-    status says so (the monitor prices the floor from the DRAM counters alone)."""
+def test_a_loop_that_replays_graphs_and_marks_nothing_gets_a_window_that_waits_for_the_gpu_first(monkeypatch):
+    """No token boundary and CUDA graphs replaying: the window by time is closed, then the agent waits for the GPU
+    to run what was enqueued while it traced, and only then flushes and finalizes CUPTI."""
+    from decodemon.probes import attach_loop
+
     monkeypatch.setattr(policy, "NO_MARKS_S", 0.3)
     monkeypatch.setattr(PROCESS, "engine_cuda_graphs", True)
     tr = _fake_tracer()
+    monkeypatch.setattr(attach_loop, "_gpu_sync", lambda: tr._c.calls.append(("gpu_sync", "")))
     st = wire.Attach(window_period_s=0.2, window_max_s=0.2, window_min_tokens=0, time_window_s=0.05,
                      agent_tick_s=0.05)
     s = sess.Session(st, tr)
@@ -152,7 +213,13 @@ def test_a_loop_that_replays_graphs_and_marks_nothing_gets_counters_and_the_reas
     theirs.shutdown(socket.SHUT_RDWR)
     loop.join(5)
     frames = _frames(got)
-    assert not [f for f in frames if isinstance(f, wire.KernelWindow)]
-    assert "activity_register_callbacks" not in [n for n, _ in tr._c.calls]
-    status = [f for f in frames if isinstance(f, wire.ProbeStatus) and f.window_clock]
-    assert status and (status[-1].window_clock, status[-1].window_clock_reason) == ("none", "graphs")
+    wins = [f for f in frames if isinstance(f, wire.KernelWindow)]
+    assert wins and {w.clock for w in wins} == {"time"}
+    names = [n for n, _ in tr._c.calls]
+    finals = [i for i, n in enumerate(names) if n == "finalize"]
+    assert finals
+    for i in finals:
+        last_disable = max(j for j in range(i) if names[j] == "activity_disable")
+        syncs = [j for j in range(last_disable, i) if names[j] == "gpu_sync"]
+        flushes = [j for j in range(last_disable, i) if names[j] == "activity_flush_all"]
+        assert syncs and flushes and syncs[0] < flushes[0]  # closed, the GPU waited for, then flushed, finalized

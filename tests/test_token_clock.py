@@ -83,3 +83,33 @@ def test_dram_bytes_a_second_skip_a_pumps_bogus_first_interval():
     assert dt.max() > 1e6 * np.median(dt)  # the bogus interval is in the recording
     rate = dram_bytes_per_s(pm)
     assert 1e10 < rate < 1e11  # ~30-40 GB/s: an eager 0.6B loop reading 1.2 GB every ~30 ms
+
+
+def _pm(t0_ns, dt_ns, bytes_per_s, n):
+    import numpy as np
+
+    a = t0_ns + np.arange(n) * dt_ns
+    b = np.full(n, bytes_per_s * dt_ns / 1e9 / 2)
+    return {"rx_ns": a.astype(float), "gpu_t0_ns": a.astype(float), "gpu_t1_ns": (a + dt_ns).astype(float),
+            "dram_read_bytes": b, "dram_write_bytes": b}
+
+
+def test_a_traced_step_is_scaled_back_by_the_dram_rate_it_lost_to_tracing():
+    import numpy as np
+
+    from decodemon.monitor.analysis.rates import gpu_step_stats, traced_dram_ratio
+
+    # a graphed step moves 15 GB: 5.0 ms untraced (3.0 TB/s), 6.0 ms traced (2.5 TB/s)
+    traced = _pm(1_000_000_000, 2_000_000, 2.5e12, 20)
+    untraced_before = _pm(0, 2_000_000, 3.0e12, 100)
+    untraced = {k: np.concatenate([untraced_before[k], traced[k]]) for k in traced}  # the regular ring has both
+    span = (1_000_000_000, 1_040_000_000)
+    ratio = traced_dram_ratio([traced], untraced, [span])
+    assert abs(ratio - 2.5 / 3.0) < 1e-9
+    bounds = [1_000_000_000 + k * 6_000_000 for k in range(7)]
+    ts = gpu_step_stats([bounds], 99.0, 99.0, ratio)
+    assert abs(ts.ms_per_token - 5.0) < 1e-6
+    assert traced_dram_ratio([_pm(0, 2_000_000, 2.5e12, 3)], untraced, [span]) is None  # too few samples inside
+    no_bytes = {k: v for k, v in untraced.items() if not k.startswith("dram")}
+    assert traced_dram_ratio([traced], no_bytes, [span]) is None
+    assert gpu_step_stats([bounds], 99.0, 99.0, None).ms_per_token == 6.0  # GPU-bound, no counters: as traced

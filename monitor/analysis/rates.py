@@ -24,17 +24,23 @@ def marks_in_bursts(t_ns, ratio: float = 0.25, last: int = 256) -> bool:
     return bool(d.mean() > 0 and np.median(d) < ratio * d.mean())
 
 
-def gpu_step_stats(bounds: list, traced_busy_pct: float, pm_busy_pct: float | None) -> TokenStats:
+def gpu_step_stats(bounds: list, traced_busy_pct: float, pm_busy_pct: float | None,
+                   dram_ratio: float | None = None) -> TokenStats:
     """Token figures from GPU step boundaries (each window's start-of-step times, CUPTI ns).
 
-    A traced step of a host-bound loop is stretched by tracing (CUPTI's cost per launch lands on the host
-    thread the GPU waits for). With PM counters, the untraced step is the step's busy time over PM's GPU busy
-    outside the windows; a GPU-bound step (≥ 90% busy traced) is its own figure.
+    A traced step is stretched by tracing: in a host-bound loop CUPTI's cost per launch lands on the host thread
+    the GPU waits for, and in a replayed CUDA graph on the GPU itself (~1.6 µs a kernel on an H200). A step moves
+    the same bytes traced or not, so with DRAM byte counters the untraced step is the traced one times
+    `dram_ratio`, DRAM bytes a second while traced over those outside the windows (`traced_dram_ratio`).
+    Without them, the untraced step is the step's busy time over PM's GPU busy outside the windows; a GPU-bound
+    step (≥ 90% busy traced) is then its own figure.
     """
     steps_ms = np.concatenate([np.diff(np.asarray(b, dtype=np.int64)) / 1e6 for b in bounds])
     med = float(np.median(steps_ms))
     scale = 1.0
-    if pm_busy_pct and traced_busy_pct < 90.0 and pm_busy_pct < traced_busy_pct:
+    if dram_ratio is not None:
+        scale = dram_ratio
+    elif pm_busy_pct and traced_busy_pct < 90.0 and pm_busy_pct < traced_busy_pct:
         scale = traced_busy_pct / pm_busy_pct
     d = steps_ms * scale
     return TokenStats(tokens=len(d), ms_per_token=med * scale, ms_per_token_p90=float(np.percentile(d, 90)),
@@ -54,3 +60,38 @@ def dram_bytes_per_s(pm: dict) -> float | None:
     if not ok.any():
         return None
     return float(b[ok].sum() / (dt[ok].sum() / 1e9))
+
+
+MIN_TRACED_SAMPLES = 5  # PM samples inside the traced steps before their DRAM rate is trusted
+
+
+def _bytes_and_seconds(pm: dict, keep) -> tuple[float, float, int]:
+    b = pm["dram_read_bytes"] + pm["dram_write_bytes"]
+    dt = pm["gpu_t1_ns"] - pm["gpu_t0_ns"]
+    ok = keep & np.isfinite(b) & (dt > 0)
+    if ok.any():
+        ok &= dt <= 4 * np.median(dt[ok])
+    return float(b[ok].sum()), float(dt[ok].sum()) / 1e9, int(ok.sum())
+
+
+def traced_dram_ratio(traced: list[dict], untraced: dict, spans: list[tuple[int, int]]) -> float | None:
+    """DRAM bytes a second inside traced steps (`traced`: PM columns of the samples wholly inside each window's
+    whole steps) over the same outside every window (`untraced`, less any sample that overlaps a `span`); None
+    without DRAM byte counters or with fewer than MIN_TRACED_SAMPLES samples inside the steps."""
+    if "dram_read_bytes" not in untraced or not len(untraced.get("rx_ns", ())):
+        return None
+    tb = ts = 0.0
+    n = 0
+    for pm in traced:
+        if "dram_read_bytes" not in pm or not len(pm["rx_ns"]):
+            continue
+        b, s, k = _bytes_and_seconds(pm, np.ones(len(pm["rx_ns"]), bool))
+        tb, ts, n = tb + b, ts + s, n + k
+    a0, a1 = untraced["gpu_t0_ns"], untraced["gpu_t1_ns"]
+    outside = np.ones(len(a0), bool)
+    for lo, hi in spans:
+        outside &= (a1 <= lo) | (a0 >= hi)
+    ub, us, m = _bytes_and_seconds(untraced, outside)
+    if n < MIN_TRACED_SAMPLES or m < MIN_TRACED_SAMPLES or ts <= 0 or us <= 0 or ub <= 0 or tb <= 0:
+        return None
+    return (tb / ts) / (ub / us)
