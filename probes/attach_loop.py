@@ -223,12 +223,15 @@ class AttachLoop:
         self._collect(now, guard_tokens=0, clock="time")
 
     def _pump_window_span(self, tr) -> None:
-        """PM pumped between a time window's close and its finalize (which takes the PM session down), with the
-        window's span evaluated sample by sample: the monitor reads the DRAM bytes of the traced steps from it."""
+        """PM pumped between a time window's close (and the GPU's running what it traced) and its finalize, which
+        takes the PM session down, with the window's span evaluated sample by sample: the monitor reads the DRAM
+        bytes of the traced steps from it."""
         s = self.session
         if s.pm is None or len(tr.bounds) < 2:
             return
-        span = (int(tr.bounds[0]), int(tr.bounds[-1]))
+        # from the opening to now: the GPU has just run the last traced launch, which may have been ~1 s after
+        # the close in a loop whose host runs ahead
+        span = (int(tr.bounds[0]), int(tr._c.get_timestamp()))
         if span not in s.pm_spans:
             s.pm_spans.append(span)
         for f in pump_pm(s, self.status):

@@ -23,11 +23,11 @@ from decodemon.probes.wire import Column, KernelWindow
 
 _BUFFER_BYTES = 8 * 1024 * 1024
 _CHUNK = 256
-# windows by time (trace_for): how long to wait for the host's next launch, how often to look, and how many graph
-# launches end a window early
+# windows by time (trace_for): how long to wait for the host's next launch, how many graph launches end a window
+# early, and how long the finalize waits for a launch before the agent makes it
 HOST_WAIT_S = 1.5
-POLL_S = 0.005
 GRAPH_LAUNCHES = 12
+FINALIZE_WAIT_S = 5.0
 
 
 def _rows(records: list, ncols: int, pause=None) -> np.ndarray:
@@ -240,32 +240,96 @@ class WindowTracer:
 
     # -- agent thread, a window by time ------------------------------------------
     def trace_for(self, seconds: float, quiet_s: float = 0.05, drain_max_s: float = 1.0, sleep=time.sleep,
-                  gpu_sync=None, before_finalize=None, wait_host_s: float | None = None) -> None:
-        """A window by time, all on the calling (agent) thread, then CUPTI finalized:
+                  gpu_sync=None, before_finalize=None, wait_host_s: float | None = None, gate=None) -> None:
+        """A window by time, driven from the calling (agent) thread, with every change to CUPTI's state made on
+        the loop's own launching thread at the exit of a launch call (launch_gate):
 
-        1. wait (at most `wait_host_s`) for the host to make a launch or come out of a sync: a loop whose host
-           enqueues a few hundred steps, then waits for the GPU, launches nothing for most of its time, and a
-           window opened then would trace no kernel;
-        2. trace for `seconds`, or until GRAPH_LAUNCHES graph launches (a replayed graph traced costs ~1.6 µs a
-           kernel on the GPU: a dozen steps are enough for the step's period);
-        3. close, wait for the GPU to finish everything enqueued so far (`gpu_sync`, device.synchronize), flush
-           until no new record has come for `quiet_s` (at most `drain_max_s`), call `before_finalize()` (the
-           agent pumps PM there, while the window's samples are still in the counters), finalize.
+        1. open at the host's next launch (waiting at most `wait_host_s`: a loop whose host enqueues a few
+           hundred steps, then waits for the GPU, launches nothing for most of its time);
+        2. close after GRAPH_LAUNCHES graph launches or `seconds`, whichever comes first (a replayed graph traced
+           costs ~1.6 µs a kernel on an H200: a dozen steps are enough for the step's period);
+        3. here: wait for the GPU to run what was traced (`gpu_sync`, device.synchronize, GIL let go), then
+           `before_finalize()` (the agent pumps PM, while the window's samples are still in the counters);
+        4. at the host's next launch: wait for the GPU, flush, finalize.
 
-        `bounds` is [opened, closed]. The wait for the GPU is what makes this safe in a process that replays CUDA
-        graphs: a loop whose host runs ahead has traced replays still queued at the close, and a flush and
-        finalize from this thread while they ran ended the loop on an H200 (`unspecified launch failure`).
-        Nothing here holds the GIL while it waits: a loop thread inside a CUDA call may need it for CUPTI's
-        buffer callback."""
+        `bounds` is [opened, closed]. Where CUPTI refuses the subscription (or `gate` is False), the agent
+        thread does it all itself: open, sleep, close, wait for the GPU, drain, pump, finalize."""
         wait_host_s = HOST_WAIT_S if wait_host_s is None else wait_host_s
-        self.with_apis = True  # the launch records are what step 1 waits for and step 2 counts
+        self.with_apis = True
+        if not self.prepared:
+            self._start()
+            self.prepared = True
+        if gate is None:
+            gate = self._new_gate()
+        if not gate:
+            return self._trace_here(seconds, quiet_s, drain_max_s, sleep, gpu_sync, before_finalize)
         try:
-            self._wait_for_host(wait_host_s, sleep)
-            self.open()
-            self._trace_until(seconds, sleep)
+            self._gated_window(gate, seconds, wait_host_s, gpu_sync, before_finalize)
         finally:
+            gate.disarm()
             if self.active:
                 self.close()
+            if self.initialised:  # the loop stopped launching before step 4: finalize here
+                self.detach()
+
+    def _new_gate(self):
+        from decodemon.probes.launch_gate import LaunchGate  # noqa: PLC0415
+
+        try:
+            return LaunchGate(self._c)
+        except Exception as exc:
+            self.last_ns["gate_error"] = f"{type(exc).__name__}: {exc}"
+            return False
+
+    def _gated_window(self, gate, seconds: float, wait_host_s: float, gpu_sync, before_finalize) -> None:
+        t0 = time.monotonic()
+        if not gate.arm(lambda graph: (self.open(), True)[1]).wait(wait_host_s):
+            gate.disarm()
+            self.open()  # no launch came: nothing is in flight on this process's behalf
+        self.last_ns["host_wait"] = int((time.monotonic() - t0) * 1e9)
+        deadline, launches = time.monotonic() + seconds, [0]
+
+        def trace_step(graph: bool) -> bool:
+            launches[0] += int(graph)
+            if launches[0] < GRAPH_LAUNCHES and time.monotonic() < deadline:
+                return False
+            self.close()
+            return True
+
+        ev = gate.arm(trace_step, graphs_only=True)
+        if not ev.wait(seconds):
+            gate.widen()  # time is up: the next launch of any kind closes
+            if not ev.wait(wait_host_s):
+                gate.disarm()
+                if self.active:
+                    self.close()
+        self.last_ns["graph_launches"] = launches[0]
+        if gpu_sync is not None:
+            t1 = time.perf_counter_ns()
+            gpu_sync()
+            self.last_ns["gpu_sync"] = time.perf_counter_ns() - t1
+        if before_finalize is not None:
+            before_finalize()
+
+        def final_step(graph: bool) -> bool:
+            if gpu_sync is not None:
+                gpu_sync()
+            self.flush()
+            self.detach()
+            return True
+
+        if not gate.arm(final_step).wait(max(wait_host_s, FINALIZE_WAIT_S)):
+            gate.disarm()
+            self.flush()
+        if gate.error is not None:
+            raise gate.error
+
+    def _trace_here(self, seconds, quiet_s, drain_max_s, sleep, gpu_sync, before_finalize) -> None:
+        self.open()
+        try:
+            sleep(seconds)
+        finally:
+            self.close()
             try:
                 if gpu_sync is not None:
                     t0 = time.perf_counter_ns()
@@ -276,42 +340,6 @@ class WindowTracer:
                     before_finalize()
             finally:
                 self.detach()
-
-    def _wait_for_host(self, wait_s: float, sleep) -> None:
-        """Runtime-API records only (launches, copies, syncs), flushed every POLL_S, until one comes."""
-        if not self.prepared:
-            self._start()
-            self.prepared = True
-        c = self._c
-        if not self._traces_runtime or wait_s <= 0:
-            return
-        c.activity_enable(self._runtime_kind)
-        if self._api_filter:
-            self._filter_apis()
-        t0 = time.monotonic()
-        while not self._batches and time.monotonic() - t0 < wait_s:
-            sleep(POLL_S)
-            c.activity_flush_all(1)
-        self.last_ns["host_wait"] = int((time.monotonic() - t0) * 1e9)
-
-    def _trace_until(self, seconds: float, sleep) -> None:
-        """Sleep `seconds` in POLL_S steps, stopping once GRAPH_LAUNCHES graph launches have been recorded."""
-        t0 = time.monotonic()
-        seen, launches = len(self._batches), 0
-        graph_cbids = {cbid for cbid, name in self._rt_names.items() if name.startswith("cudaGraphLaunch")}
-        if not graph_cbids:
-            sleep(seconds)
-            return
-        while time.monotonic() - t0 < seconds:
-            sleep(min(POLL_S, max(0.0, seconds - (time.monotonic() - t0))))
-            self._c.activity_flush_all(1)
-            for batch in self._batches[seen:]:
-                launches += sum(1 for a in batch if getattr(a, "kind", None) == self._k_runtime
-                                and getattr(a, "cbid", None) in graph_cbids)
-            seen = len(self._batches)
-            if launches >= GRAPH_LAUNCHES:
-                self.last_ns["graph_launches"] = launches
-                return
 
     def _drain(self, quiet_s: float, drain_max_s: float, sleep) -> None:
         t0 = time.monotonic()

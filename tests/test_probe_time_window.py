@@ -61,42 +61,94 @@ def test_trace_for_waits_for_the_gpu_after_the_close_and_pumps_before_the_finali
     assert order == sorted(order) and names[-1] == "finalize" and "gpu_sync" in tr.last_ns
 
 
-class _Record:
-    def __init__(self, kind, cbid):
-        self.kind, self.cbid = kind, cbid
+class _LaunchingLoop:
+    """launch_gate.LaunchGate's interface over a thread named "loop" that launches every millisecond once
+    `idle_s` has passed (graph launches if `graphs`): armed steps run there, at its launches' exits."""
+
+    def __init__(self, idle_s: float, graphs: bool, launches: bool = True) -> None:
+        import threading
+
+        self.graphs, self.error, self._step, self._ev = graphs, None, None, None
+        self._graphs_only, self._lock, self._stop = False, threading.Lock(), threading.Event()
+        self._t0, self._idle, self._launches = time.monotonic(), idle_s, launches
+        self._th = threading.Thread(target=self._run, name="loop", daemon=True)
+        self._th.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.001):
+            if not self._launches or time.monotonic() - self._t0 < self._idle:
+                continue
+            with self._lock:
+                if self._step is None or (self._graphs_only and not self.graphs):
+                    continue
+                if self._step(self.graphs):
+                    self._step, ev = None, self._ev
+                    ev.set()
+
+    def arm(self, step, graphs_only=False):
+        import threading
+
+        with self._lock:
+            self._step, self._ev, self._graphs_only = step, threading.Event(), graphs_only
+            return self._ev
+
+    def widen(self):
+        self._graphs_only = False
+
+    def disarm(self):
+        with self._lock:
+            self._step = None
+
+    def stop(self):
+        self._stop.set()
+        self._th.join(2)
 
 
-class _Host:
-    """cupti-python's flush for a host that waits `idle_s` for the GPU, then replays one graph every flush."""
-
-    def __init__(self, tr, idle_s: float) -> None:
-        self.tr, self.until = tr, time.monotonic() + idle_s
-
-    def __call__(self, flag) -> None:
-        if time.monotonic() >= self.until:
-            self.tr._completed([_Record(2, 7)])  # RUNTIME, cudaGraphLaunch
-
-
-def test_a_window_by_time_waits_for_the_host_to_launch_and_stops_after_a_dozen_graph_launches():
+def test_a_window_by_time_opens_at_the_hosts_next_launch_and_closes_after_a_dozen_graph_launches():
     from decodemon.probes import tracer
 
     tr = _fake_tracer()
-    tr._rt_names = {7: "cudaGraphLaunch_v10000", 8: "cudaLaunchKernel_v7000"}
-    tr._c.activity_flush_all = _Host(tr, idle_s=0.3)
-    t0 = time.monotonic()
-    tr.trace_for(5.0, quiet_s=0.01, drain_max_s=0.05, wait_host_s=2.0)
-    took = time.monotonic() - t0
-    assert 0.3 <= tr.last_ns["host_wait"] / 1e9 < 0.5  # it waited for the host's first launch ...
+    loop = _LaunchingLoop(idle_s=0.3, graphs=True)
+    synced = []
+    try:
+        tr.trace_for(5.0, gate=loop, wait_host_s=2.0, gpu_sync=lambda: synced.append(1),
+                     before_finalize=lambda: tr._c.calls.append(("pm_pump", "agent")))
+    finally:
+        loop.stop()
+    assert 0.25 <= tr.last_ns["host_wait"] / 1e9 < 0.6  # it waited for the host's first launch ...
     assert tr.last_ns["graph_launches"] == tracer.GRAPH_LAUNCHES  # ... and closed after a dozen replays
-    assert took < 1.5 and not tr.initialised
+    calls = tr._c.calls
+    on = {n: th for n, th in calls if n in ("activity_enable", "activity_disable", "finalize", "activity_flush_all")}
+    assert set(on.values()) == {"loop"}  # every change to CUPTI on the launching thread
+    names = [n for n, _ in calls]
+    assert names.index("pm_pump") < names.index("finalize") and len(synced) == 2  # before it, and inside it
+    assert not tr.initialised and not tr.active and len(tr.bounds) == 2
 
 
-def test_a_host_that_never_launches_still_gets_its_window_after_the_wait():
+def test_an_eager_loop_s_window_closes_at_its_first_launch_after_the_time_is_up():
     tr = _fake_tracer()
+    loop = _LaunchingLoop(idle_s=0.0, graphs=False)
     t0 = time.monotonic()
-    tr.trace_for(0.05, quiet_s=0.01, drain_max_s=0.05, wait_host_s=0.2)
-    assert 0.25 <= time.monotonic() - t0 < 1.0 and "activity_enable" in [n for n, _ in tr._c.calls]
-    assert len(tr.bounds) == 2 and not tr.initialised
+    try:
+        tr.trace_for(0.1, gate=loop, wait_host_s=1.0)
+    finally:
+        loop.stop()
+    assert 0.1 <= time.monotonic() - t0 < 0.6 and tr.last_ns["graph_launches"] == 0
+    assert {th for n, th in tr._c.calls if n == "finalize"} == {"loop"}
+
+
+def test_a_host_that_stops_launching_still_gets_its_window_opened_and_finalized_by_the_agent(monkeypatch):
+    from decodemon.probes import tracer
+
+    monkeypatch.setattr(tracer, "FINALIZE_WAIT_S", 0.05)
+    tr = _fake_tracer()
+    loop = _LaunchingLoop(idle_s=0.0, graphs=True, launches=False)
+    try:
+        tr.trace_for(0.05, gate=loop, wait_host_s=0.1)
+    finally:
+        loop.stop()
+    assert {th for n, th in tr._c.calls if n in ("activity_enable", "finalize")} == {"MainThread"}
+    assert not tr.initialised and len(tr.bounds) == 2
 
 
 def test_a_drain_that_never_goes_quiet_stops_at_its_cap():
@@ -223,3 +275,53 @@ def test_a_loop_that_replays_graphs_and_marks_nothing_gets_a_window_that_waits_f
         syncs = [j for j in range(last_disable, i) if names[j] == "gpu_sync"]
         flushes = [j for j in range(last_disable, i) if names[j] == "activity_flush_all"]
         assert syncs and flushes and syncs[0] < flushes[0]  # closed, the GPU waited for, then flushed, finalized
+
+
+def test_the_launch_gate_runs_its_step_at_launch_exits_only_while_armed():
+    import enum
+    import types
+
+    from decodemon.probes.launch_gate import GateUnavailable, LaunchGate
+
+    class Rt(enum.IntEnum):
+        cudaLaunchKernel_v7000 = 1
+        cudaGraphLaunch_v10000 = 2
+        cudaMalloc_v3020 = 3
+
+    class Drv(enum.IntEnum):
+        cuLaunchKernel = 10
+        cuGraphLaunch = 11
+
+    enabled, subs = {}, []
+    fake = types.SimpleNamespace(
+        CallbackDomain=types.SimpleNamespace(RUNTIME_API=2, DRIVER_API=1),
+        ApiCallbackSite=types.SimpleNamespace(API_EXIT=1), runtime_api_trace_cbid=Rt, driver_api_trace_cbid=Drv,
+        subscribe=lambda cb, ud: subs.append(cb) or 7,
+        enable_callback=lambda on, sub, dom, cbid: enabled.__setitem__((dom, cbid), bool(on)))
+    gate = LaunchGate(fake)
+    cb = subs[0]
+    seen = []
+    ev = gate.arm(lambda graph: seen.append(graph) or len(seen) == 2, graphs_only=True)
+    assert {k for k, v in enabled.items() if v} == {(2, 2), (1, 11)}  # graph launches only, both APIs
+    cb(None, 2, 2, types.SimpleNamespace(callback_site=0))  # an API's entry: nothing
+    assert seen == [] and not ev.is_set()
+    cb(None, 2, 2, types.SimpleNamespace(callback_site=1))
+    gate.widen()
+    assert {k for k, v in enabled.items() if v} == {(2, 1), (2, 2), (1, 10), (1, 11)}  # never cudaMalloc
+    cb(None, 2, 1, types.SimpleNamespace(callback_site=1))
+    assert seen == [True, False] and ev.is_set() and not any(enabled.values())  # done: callbacks off
+    cb(None, 2, 1, types.SimpleNamespace(callback_site=1))
+    assert seen == [True, False]
+    boom = gate.arm(lambda graph: 1 / 0)
+    cb(None, 2, 1, types.SimpleNamespace(callback_site=1))  # a failing step never raises into the launch
+    assert boom.is_set() and isinstance(gate.error, ZeroDivisionError)
+
+    def refuse(cb, ud):
+        raise RuntimeError("CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED")
+
+    fake.subscribe = refuse
+    try:
+        LaunchGate(fake)
+        raise AssertionError("a refused subscription must say so")
+    except GateUnavailable as exc:
+        assert "MULTIPLE_SUBSCRIBERS" in str(exc)
