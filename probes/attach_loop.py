@@ -199,7 +199,8 @@ class AttachLoop:
                 self.ev.add("want_window")
 
     def _time_window(self, now: float) -> None:
-        """A window by time, traced here (no token boundary will come to open or close it)."""
+        """A window by time, timed here and made on the main thread (no token boundary will come to open or close
+        it): tracer.trace_for."""
         s = self.session
         if foreign_profiler_active():
             s.skipped_windows += 1  # our finalize would end its CUPTI session too
@@ -212,7 +213,8 @@ class AttachLoop:
         tr = s.tracer
         s.timed_window = True
         try:
-            tr.trace_for(policy.time_window_s(self.settings.time_window_s, self.recent_marks),
+            tr.trace_for(policy.time_window_s(self.settings.time_window_s, self.recent_marks,
+                                             PROCESS.graph_kernels_seen),
                          gpu_sync=_gpu_sync, before_finalize=lambda: self._pump_window_span(tr))
         except Exception as exc:
             s.errors.append(f"time window: {type(exc).__name__}: {exc}")

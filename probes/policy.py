@@ -21,6 +21,7 @@ FIRST_NO_MARKS_S = 0.5
 BURST_MARKS = 64
 BURST_MIN_MARKS = 16
 BURST_RATIO = 0.25
+GRAPH_WINDOW_S = 0.03  # the longest window by time in a process that replays CUDA graphs
 
 
 def first_window_at(st: wire.Attach, now: float) -> float:
@@ -111,15 +112,17 @@ def marks_bursty(t_ns) -> bool:
     return mean > 0 and median < BURST_RATIO * mean
 
 
-def time_window_s(longest_s: float, recent_marks_ns) -> float:
+def time_window_s(longest_s: float, recent_marks_ns, graphs: bool = False) -> float:
     """How long a window by time traces: `longest_s` for a loop that marks nothing; for one that marks tokens,
     about four of its tokens (at least 20 ms), enough whole GPU steps for the step's period at a few tokens'
-    tracing cost."""
+    tracing cost. A process seen replaying CUDA graphs: at most GRAPH_WINDOW_S, since its host may enqueue a
+    step in under a millisecond, and each traced replay costs the GPU ~1.6 µs a kernel."""
     t = list(recent_marks_ns)
-    if len(t) < BURST_MIN_MARKS or t[-1] <= t[0]:
-        return longest_s
-    mean_s = (t[-1] - t[0]) / (len(t) - 1) / 1e9
-    return min(longest_s, max(0.02, 4.0 * mean_s))
+    out = longest_s
+    if len(t) >= BURST_MIN_MARKS and t[-1] > t[0]:
+        mean_s = (t[-1] - t[0]) / (len(t) - 1) / 1e9
+        out = min(longest_s, max(0.02, 4.0 * mean_s))
+    return min(out, GRAPH_WINDOW_S) if graphs else out
 
 
 def window_clock(now: float, attached_at: float, last_mark_at: float | None, recent_marks_ns) -> str | None:

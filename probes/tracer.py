@@ -23,10 +23,9 @@ from decodemon.probes.wire import Column, KernelWindow
 
 _BUFFER_BYTES = 8 * 1024 * 1024
 _CHUNK = 256
-# windows by time (trace_for): how long to wait for the host's next launch, how many graph launches end a window
-# early, and how long the finalize waits for a launch before the agent makes it
+# windows by time (trace_for): how long the agent waits for the main thread to open or close a window, and to
+# finalize it, before it does so itself
 HOST_WAIT_S = 1.5
-GRAPH_LAUNCHES = 12
 FINALIZE_WAIT_S = 5.0
 
 
@@ -241,21 +240,19 @@ class WindowTracer:
     # -- agent thread, a window by time ------------------------------------------
     def trace_for(self, seconds: float, quiet_s: float = 0.05, drain_max_s: float = 1.0, sleep=time.sleep,
                   gpu_sync=None, before_finalize=None, wait_host_s: float | None = None, gate=None) -> None:
-        """A window by time, driven from the calling (agent) thread, with every change to CUPTI's state made on
-        the loop's own launching thread at the exit of a launch call (launch_gate):
+        """A window by time, timed by the calling (agent) thread, with every change to CUPTI's state made on the
+        interpreter's main thread between two bytecodes (main_thread.MainThreadGate), never inside a CUDA call:
 
-        1. open at the host's next launch (waiting at most `wait_host_s`: a loop whose host enqueues a few
-           hundred steps, then waits for the GPU, launches nothing for most of its time);
-        2. close after GRAPH_LAUNCHES graph launches or `seconds`, whichever comes first (a replayed graph traced
-           costs ~1.6 µs a kernel on an H200: a dozen steps are enough for the step's period);
+        1. open there (a host waiting for the GPU in a sync opens it when the sync returns; at most `wait_host_s`
+           is waited for, then the agent opens it);
+        2. `seconds` later, close there;
         3. here: wait for the GPU to run what was traced (`gpu_sync`, device.synchronize, GIL let go), then
            `before_finalize()` (the agent pumps PM, while the window's samples are still in the counters);
-        4. at the host's next launch: wait for the GPU, flush, finalize.
+        4. there: wait for the GPU, flush, finalize.
 
-        `bounds` is [opened, closed]. Where CUPTI refuses the subscription (or `gate` is False), the agent
-        thread does it all itself: open, sleep, close, wait for the GPU, drain, pump, finalize."""
+        `bounds` is [opened, closed]. With `gate=False` the agent thread does it all itself: open, sleep, close,
+        wait for the GPU, drain, pump, finalize."""
         wait_host_s = HOST_WAIT_S if wait_host_s is None else wait_host_s
-        self.with_apis = True
         if not self.prepared:
             self._start()
             self.prepared = True
@@ -264,46 +261,35 @@ class WindowTracer:
         if not gate:
             return self._trace_here(seconds, quiet_s, drain_max_s, sleep, gpu_sync, before_finalize)
         try:
-            self._gated_window(gate, seconds, wait_host_s, gpu_sync, before_finalize)
+            self._gated_window(gate, seconds, wait_host_s, sleep, gpu_sync, before_finalize)
         finally:
             gate.disarm()
             if self.active:
                 self.close()
-            if self.initialised:  # the loop stopped launching before step 4: finalize here
+            if self.initialised:  # the main thread never came back for step 4: finalize here
+                self.flush()
                 self.detach()
 
     def _new_gate(self):
-        from decodemon.probes.launch_gate import LaunchGate  # noqa: PLC0415
+        from decodemon.probes.main_thread import MainThreadGate  # noqa: PLC0415
 
         try:
-            return LaunchGate(self._c)
+            return MainThreadGate()
         except Exception as exc:
             self.last_ns["gate_error"] = f"{type(exc).__name__}: {exc}"
             return False
 
-    def _gated_window(self, gate, seconds: float, wait_host_s: float, gpu_sync, before_finalize) -> None:
+    def _gated_window(self, gate, seconds: float, wait_host_s: float, sleep, gpu_sync, before_finalize) -> None:
         t0 = time.monotonic()
-        if not gate.arm(lambda graph: (self.open(), True)[1]).wait(wait_host_s):
+        if not gate.arm(self.open).wait(wait_host_s):
             gate.disarm()
-            self.open()  # no launch came: nothing is in flight on this process's behalf
+            self.open()  # the main thread stays in a C call: nothing it launches is in flight meanwhile
         self.last_ns["host_wait"] = int((time.monotonic() - t0) * 1e9)
-        deadline, launches = time.monotonic() + seconds, [0]
-
-        def trace_step(graph: bool) -> bool:
-            launches[0] += int(graph)
-            if launches[0] < GRAPH_LAUNCHES and time.monotonic() < deadline:
-                return False
-            self.close()
-            return True
-
-        ev = gate.arm(trace_step, graphs_only=True)
-        if not ev.wait(seconds):
-            gate.widen()  # time is up: the next launch of any kind closes
-            if not ev.wait(wait_host_s):
-                gate.disarm()
-                if self.active:
-                    self.close()
-        self.last_ns["graph_launches"] = launches[0]
+        sleep(seconds)
+        if not gate.arm(self.close).wait(wait_host_s):
+            gate.disarm()
+            if self.active:
+                self.close()
         if gpu_sync is not None:
             t1 = time.perf_counter_ns()
             gpu_sync()
@@ -311,16 +297,14 @@ class WindowTracer:
         if before_finalize is not None:
             before_finalize()
 
-        def final_step(graph: bool) -> bool:
+        def final_step() -> None:
             if gpu_sync is not None:
                 gpu_sync()
             self.flush()
             self.detach()
-            return True
 
         if not gate.arm(final_step).wait(max(wait_host_s, FINALIZE_WAIT_S)):
             gate.disarm()
-            self.flush()
         if gate.error is not None:
             raise gate.error
 
