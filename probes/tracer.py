@@ -243,9 +243,10 @@ class WindowTracer:
         """A window by time, timed by the calling (agent) thread, with every change to CUPTI's state made on the
         interpreter's main thread between two bytecodes (main_thread.MainThreadGate), never inside a CUDA call:
 
-        1. open there (a host waiting for the GPU in a sync opens it when the sync returns; at most `wait_host_s`
-           is waited for, then the agent opens it);
-        2. `seconds` later, close there;
+        1. open there, once the GPU has run what was enqueued (`gpu_sync`, device.synchronize); a host waiting for
+           the GPU in a sync opens it when the sync returns; at most `wait_host_s` is waited for, then the agent
+           opens it;
+        2. `seconds` later, close there, the GPU idle again;
         3. here: wait for the GPU to run what was traced (`gpu_sync`, device.synchronize, GIL let go), then
            `before_finalize()` (the agent pumps PM, while the window's samples are still in the counters);
         4. there: wait for the GPU, flush, finalize.
@@ -280,13 +281,22 @@ class WindowTracer:
             return False
 
     def _gated_window(self, gate, seconds: float, wait_host_s: float, sleep, gpu_sync, before_finalize) -> None:
+        def idle_then(change):
+            # with the GPU idle, as at a token boundary after the loop's own sync: enabling or disabling kernel
+            # activity with traced graph replays still in flight ended a loop on an H200
+            def step() -> None:
+                if gpu_sync is not None:
+                    gpu_sync()
+                change()
+            return step
+
         t0 = time.monotonic()
-        if not gate.arm(self.open).wait(wait_host_s):
+        if not gate.arm(idle_then(self.open)).wait(wait_host_s):
             gate.disarm()
             self.open()  # the main thread stays in a C call: nothing it launches is in flight meanwhile
         self.last_ns["host_wait"] = int((time.monotonic() - t0) * 1e9)
         sleep(seconds)
-        if not gate.arm(self.close).wait(wait_host_s):
+        if not gate.arm(idle_then(self.close)).wait(wait_host_s):
             gate.disarm()
             if self.active:
                 self.close()

@@ -104,7 +104,7 @@ def test_a_window_by_time_changes_cupti_only_on_the_main_thread_and_pumps_pm_bef
     assert on == {"loop"}  # every change to CUPTI there
     names = [n for n, _ in calls]
     assert names.index("activity_disable") < names.index("pm_pump") < names.index("finalize")
-    assert len(synced) == 2  # the agent waited for the GPU before the pump, the main thread before the finalize
+    assert len(synced) == 4  # the main thread before the open, the close and the finalize; the agent before the pump
     assert not tr.initialised and not tr.active and len(tr.bounds) == 2
 
 
