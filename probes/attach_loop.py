@@ -37,16 +37,6 @@ def collect_pause() -> None:
     time.sleep(0.001)
 
 
-def _gpu_sync() -> None:
-    """A time window's wait for the GPU (device.synchronize); a process whose GPU cannot be waited for this way
-    still has its window, drained by time as before."""
-    from decodemon.probes import device  # noqa: PLC0415
-
-    try:
-        device.synchronize()
-    except device.Unavailable:
-        pass
-
 class AttachLoop:
     """One attach's loop on the agent thread; `run()` returns why it ended."""
 
@@ -168,6 +158,10 @@ class AttachLoop:
         clock = policy.window_clock(now, self.t_start, self.last_mark_at, self.recent_marks)
         if clock is None:
             return
+        if clock == "time" and policy.replays_graphs(PROCESS.graph_kernels_seen, PROCESS.engine_cuda_graphs):
+            # no safe point to finalize CUPTI at: counters only, and the status says why
+            self.status.update(window_clock="none", window_clock_reason="graphs")
+            return
         since, tokens_since = now - self.last_window, self.tokens() - self.tokens_at_window
         if not policy.window_due(st, now, self.sched.next_at("window"), since, tokens_since,
                                  PROCESS.windows_in_process, policy.cap_lead_s(self.tick, since, tokens_since)):
@@ -199,8 +193,7 @@ class AttachLoop:
                 self.ev.add("want_window")
 
     def _time_window(self, now: float) -> None:
-        """A window by time, timed here and made on the main thread (no token boundary will come to open or close
-        it): tracer.trace_for."""
+        """A window by time, traced here (no token boundary will come to open or close it)."""
         s = self.session
         if foreign_profiler_active():
             s.skipped_windows += 1  # our finalize would end its CUPTI session too
@@ -213,9 +206,7 @@ class AttachLoop:
         tr = s.tracer
         s.timed_window = True
         try:
-            tr.trace_for(policy.time_window_s(self.settings.time_window_s, self.recent_marks,
-                                             PROCESS.graph_kernels_seen),
-                         gpu_sync=_gpu_sync, before_finalize=lambda: self._pump_window_span(tr))
+            tr.trace_for(policy.time_window_s(self.settings.time_window_s, self.recent_marks))
         except Exception as exc:
             s.errors.append(f"time window: {type(exc).__name__}: {exc}")
             s.tracer = None
@@ -223,22 +214,6 @@ class AttachLoop:
         finally:
             s.timed_window = False
         self._collect(now, guard_tokens=0, clock="time")
-
-    def _pump_window_span(self, tr) -> None:
-        """PM pumped between a time window's close (and the GPU's running what it traced) and its finalize, which
-        takes the PM session down, with the window's span evaluated sample by sample: the monitor reads the DRAM
-        bytes of the traced steps from it."""
-        s = self.session
-        if s.pm is None or len(tr.bounds) < 2:
-            return
-        # from the opening to now: the GPU has just run the last traced launch, which may have been ~1 s after
-        # the close in a loop whose host runs ahead
-        span = (int(tr.bounds[0]), int(tr._c.get_timestamp()))
-        if span not in s.pm_spans:
-            s.pm_spans.append(span)
-        for f in pump_pm(s, self.status):
-            self.out += wire.pack(f)
-        self.sched.ran("pm", time.monotonic())
 
     def _collect_token_window(self, now: float) -> None:
         self.session.window_ready.clear()
@@ -256,7 +231,7 @@ class AttachLoop:
             self.window_id += 1
             tb = win.token_bounds_ns.array()
             span = win.analysed_span() if clock == "tokens" else ((int(tb[0]), int(tb[-1])) if len(tb) else None)
-            if span is not None and span not in s.pm_spans:
+            if span is not None:
                 s.pm_spans.append(span)
             self.out += wire.pack(win)
             if self.ev is not None:

@@ -3,7 +3,8 @@
 A traced window costs the decode thread one or two slow tokens and leaves ~90-280 KB in the process for good, so
 windows are spaced by tokens and time and capped per process. A loop that marks tokens gets windows opened at its
 token boundaries; a loop that marks none (or whose marks come in bursts because its host runs ahead of the GPU)
-gets windows opened by the agent thread's clock (`window_clock`).
+gets windows opened by the agent thread's clock (`window_clock`), unless it replays CUDA graphs
+(`replays_graphs`): then it gets no window at all, only counters.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ FIRST_NO_MARKS_S = 0.5
 BURST_MARKS = 64
 BURST_MIN_MARKS = 16
 BURST_RATIO = 0.25
-GRAPH_WINDOW_S = 0.03  # the longest window by time in a process that replays CUDA graphs
 
 
 def first_window_at(st: wire.Attach, now: float) -> float:
@@ -112,17 +112,45 @@ def marks_bursty(t_ns) -> bool:
     return mean > 0 and median < BURST_RATIO * mean
 
 
-def time_window_s(longest_s: float, recent_marks_ns, graphs: bool = False) -> float:
+def time_window_s(longest_s: float, recent_marks_ns) -> float:
     """How long a window by time traces: `longest_s` for a loop that marks nothing; for one that marks tokens,
     about four of its tokens (at least 20 ms), enough whole GPU steps for the step's period at a few tokens'
-    tracing cost. A process seen replaying CUDA graphs: at most GRAPH_WINDOW_S, since its host may enqueue a
-    step in under a millisecond, and each traced replay costs the GPU ~1.6 µs a kernel."""
+    tracing cost."""
     t = list(recent_marks_ns)
-    out = longest_s
-    if len(t) >= BURST_MIN_MARKS and t[-1] > t[0]:
-        mean_s = (t[-1] - t[0]) / (len(t) - 1) / 1e9
-        out = min(longest_s, max(0.02, 4.0 * mean_s))
-    return min(out, GRAPH_WINDOW_S) if graphs else out
+    if len(t) < BURST_MIN_MARKS or t[-1] <= t[0]:
+        return longest_s
+    mean_s = (t[-1] - t[0]) / (len(t) - 1) / 1e9
+    return min(longest_s, max(0.02, 4.0 * mean_s))
+
+
+def replays_graphs(graph_kernels_seen: bool, engine_cuda_graphs: bool | None, modules=None) -> bool:
+    """Does this process replay CUDA graphs, as far as the agent can tell without tracing? A window seen with graph
+    kernels, the engine's word (report_cuda_graphs), torch.compile's CUDA-graph trees loaded, or a PyTorch graph
+    pool in use. Such a process gets no window by time: a flush and finalize from the agent thread during a
+    replay ended a loop on an H200, and with no token boundary there is no safe point on the decode thread."""
+    import sys
+
+    mods = sys.modules if modules is None else modules
+    if engine_cuda_graphs is False and not graph_kernels_seen:
+        return False  # the engine said it never replays graphs
+    if graph_kernels_seen or engine_cuda_graphs or "torch._inductor.cudagraph_trees" in mods:
+        return True
+    return _pools_cached(mods)
+
+
+_POOLS = {"seen": False, "checked_at": -1e18}
+POOL_CHECK_S = 30.0  # the allocator's snapshot holds the GIL for a while in a big process: not at every window
+
+
+def _pools_cached(mods) -> bool:
+    """torch_graph_pools_in_use, sticky once true and asked again at most every POOL_CHECK_S."""
+    import time
+
+    now = time.monotonic()
+    if not _POOLS["seen"] and now - _POOLS["checked_at"] >= POOL_CHECK_S:
+        _POOLS["checked_at"] = now
+        _POOLS["seen"] = torch_graph_pools_in_use(mods)
+    return _POOLS["seen"]
 
 
 def window_clock(now: float, attached_at: float, last_mark_at: float | None, recent_marks_ns) -> str | None:
@@ -139,3 +167,21 @@ def window_clock(now: float, attached_at: float, last_mark_at: float | None, rec
 def time_clock_reason(last_mark_at: float | None, now: float) -> str:
     """Why a window opens by time: "no_marks" (none for NO_MARKS_S), else "bursts" (the host runs ahead)."""
     return "no_marks" if last_mark_at is None or now - last_mark_at >= NO_MARKS_S else "bursts"
+
+
+def torch_graph_pools_in_use(modules=None) -> bool:
+    """Has this process captured a CUDA graph through PyTorch? A capture allocates from a private memory pool, and
+    the caching allocator's snapshot names each segment's pool ((0, 0) is the default one). No torch, or CUDA not
+    started: False. A snapshot that cannot be read while CUDA is running: True (a window by time could end the
+    loop, a missing window costs only detail)."""
+    import sys
+
+    torch = (sys.modules if modules is None else modules).get("torch")
+    cuda = getattr(torch, "cuda", None)
+    try:
+        if cuda is None or not cuda.is_initialized():
+            return False
+        segments = cuda.memory_snapshot()
+    except Exception:
+        return True
+    return any(tuple(seg.get("segment_pool_id", (0, 0))) != (0, 0) for seg in segments)

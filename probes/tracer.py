@@ -9,8 +9,7 @@ columns. (`prepare()`, CUPTI's start-up on the agent thread a few tokens before 
 open, is there for `Attach.prepare_lead_tokens`; by default the open pays it.)
 
 A loop that marks no tokens gets windows by time instead (`trace_for`): the agent thread opens, sleeps, closes,
-waits for the GPU to run what the host had enqueued, drains the records and finalizes, with no token boundary
-involved.
+drains the records of kernels still running behind the host, and finalizes, with no token boundary involved.
 """
 
 from __future__ import annotations
@@ -23,10 +22,6 @@ from decodemon.probes.wire import Column, KernelWindow
 
 _BUFFER_BYTES = 8 * 1024 * 1024
 _CHUNK = 256
-# windows by time (trace_for): how long the agent waits for the main thread to open or close a window, and to
-# finalize it, before it does so itself
-HOST_WAIT_S = 1.5
-FINALIZE_WAIT_S = 5.0
 
 
 def _rows(records: list, ncols: int, pause=None) -> np.ndarray:
@@ -54,7 +49,6 @@ class WindowTracer:
         self._c = cupti
         K = cupti.ActivityKind
         self._kinds = [getattr(K, k) for k in kinds]
-        self._runtime_kind = K.RUNTIME
         self._api_filter = api_filter
         self._k_kernel = int(K.CONCURRENT_KERNEL)
         self._k_runtime = int(K.RUNTIME)
@@ -238,100 +232,19 @@ class WindowTracer:
                 self._spent("finalize", t0)
 
     # -- agent thread, a window by time ------------------------------------------
-    def trace_for(self, seconds: float, quiet_s: float = 0.05, drain_max_s: float = 1.0, sleep=time.sleep,
-                  gpu_sync=None, before_finalize=None, wait_host_s: float | None = None, gate=None) -> None:
-        """A window by time, timed by the calling (agent) thread, with every change to CUPTI's state made on the
-        interpreter's main thread between two bytecodes (main_thread.MainThreadGate), never inside a CUDA call:
-
-        1. open there, once the GPU has run what was enqueued (`gpu_sync`, device.synchronize); a host waiting for
-           the GPU in a sync opens it when the sync returns; at most `wait_host_s` is waited for, then the agent
-           opens it;
-        2. `seconds` later, close there, the GPU idle again;
-        3. here: wait for the GPU to run what was traced (`gpu_sync`, device.synchronize, GIL let go), then
-           `before_finalize()` (the agent pumps PM, while the window's samples are still in the counters);
-        4. there: wait for the GPU, flush, finalize.
-
-        `bounds` is [opened, closed]. With `gate=False` the agent thread does it all itself: open, sleep, close,
-        wait for the GPU, drain, pump, finalize."""
-        wait_host_s = HOST_WAIT_S if wait_host_s is None else wait_host_s
-        if not self.prepared:
-            self._start()
-            self.prepared = True
-        if gate is None:
-            gate = self._new_gate()
-        if not gate:
-            return self._trace_here(seconds, quiet_s, drain_max_s, sleep, gpu_sync, before_finalize)
-        try:
-            self._gated_window(gate, seconds, wait_host_s, sleep, gpu_sync, before_finalize)
-        finally:
-            gate.disarm()
-            if self.active:
-                self.close()
-            if self.initialised:  # the main thread never came back for step 4: finalize here
-                self.flush()
-                self.detach()
-
-    def _new_gate(self):
-        from decodemon.probes.main_thread import MainThreadGate  # noqa: PLC0415
-
-        try:
-            return MainThreadGate()
-        except Exception as exc:
-            self.last_ns["gate_error"] = f"{type(exc).__name__}: {exc}"
-            return False
-
-    def _gated_window(self, gate, seconds: float, wait_host_s: float, sleep, gpu_sync, before_finalize) -> None:
-        def idle_then(change):
-            # with the GPU idle, as at a token boundary after the loop's own sync: enabling or disabling kernel
-            # activity with traced graph replays still in flight ended a loop on an H200
-            def step() -> None:
-                if gpu_sync is not None:
-                    gpu_sync()
-                change()
-            return step
-
-        t0 = time.monotonic()
-        if not gate.arm(idle_then(self.open)).wait(wait_host_s):
-            gate.disarm()
-            self.open()  # the main thread stays in a C call: nothing it launches is in flight meanwhile
-        self.last_ns["host_wait"] = int((time.monotonic() - t0) * 1e9)
-        sleep(seconds)
-        if not gate.arm(idle_then(self.close)).wait(wait_host_s):
-            gate.disarm()
-            if self.active:
-                self.close()
-        if gpu_sync is not None:
-            t1 = time.perf_counter_ns()
-            gpu_sync()
-            self.last_ns["gpu_sync"] = time.perf_counter_ns() - t1
-        if before_finalize is not None:
-            before_finalize()
-
-        def final_step() -> None:
-            if gpu_sync is not None:
-                gpu_sync()
-            self.flush()
-            self.detach()
-
-        if not gate.arm(final_step).wait(max(wait_host_s, FINALIZE_WAIT_S)):
-            gate.disarm()
-        if gate.error is not None:
-            raise gate.error
-
-    def _trace_here(self, seconds, quiet_s, drain_max_s, sleep, gpu_sync, before_finalize) -> None:
+    def trace_for(self, seconds: float, quiet_s: float = 0.05, drain_max_s: float = 1.0, sleep=time.sleep) -> None:
+        """A window by time, all on the calling (agent) thread: open now, sleep `seconds`, close, then flush
+        until no new record has come for `quiet_s` (at most `drain_max_s`: kernels enqueued before the close may
+        still be running on a GPU that runs behind the host), then finalize. `bounds` is [opened, closed].
+        Never in a process that replays CUDA graphs (policy.window_clock): there a flush and finalize from this
+        thread during a replay ended the loop on an H200."""
         self.open()
         try:
             sleep(seconds)
         finally:
             self.close()
             try:
-                if gpu_sync is not None:
-                    t0 = time.perf_counter_ns()
-                    gpu_sync()
-                    self.last_ns["gpu_sync"] = time.perf_counter_ns() - t0
                 self._drain(quiet_s, drain_max_s, sleep)
-                if before_finalize is not None:
-                    before_finalize()
             finally:
                 self.detach()
 

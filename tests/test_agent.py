@@ -812,7 +812,7 @@ def _fake_tracer():
     tr._c, tr._kinds, tr._api_filter, tr._drop_cbids = _FakeCupti(), [1, 2], False, []
     tr._names, tr._rt_names, tr._drv_names = {}, {}, {}
     tr._k_runtime, tr._k_driver, tr.with_apis, tr._enabled = 2, 3, True, []
-    tr._kinds_without_apis, tr._traces_runtime, tr._runtime_kind = [1], True, 2
+    tr._kinds_without_apis, tr._traces_runtime = [1], True
     tr._reset()
     tr.active = tr.initialised = tr.prepared = False
     tr.last_ns, tr.needs_guard = {}, False

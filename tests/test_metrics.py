@@ -169,8 +169,8 @@ def test_gap_classes_sum_to_the_idle_time_of_every_window(windows):
 def test_a_graphed_windows_idle_head_is_the_tracers_and_an_eager_one_has_none(windows):
     for stem, _, m in windows:
         g = m.gap_ms_per_token
-        if stem.startswith("h200_hf_"):
-            continue  # transformers' loops: the static cache's graph leaves host work between replays
+        if stem.startswith(("h200_hf_", "h200_compiled_")):
+            continue  # transformers' loops and the compiled one: graphs whose host enqueues ahead or works between
         if "graph" in stem:
             assert m.graph_launches_per_token == 1.0 and g["host_late"] == 0, stem
             assert g["tracing"] == pytest.approx(m.tracing_head_ms) and m.tracing_head_ms > 0.5, stem

@@ -81,6 +81,39 @@ def test_a_schedule_runs_each_task_a_period_after_it_ran_half_a_tick_early():
     assert s.due("pm", 10.91) and not s.due("pm", 10.9)
 
 
+def test_a_process_that_replays_graphs_gets_no_window_by_time(monkeypatch):
+    import types
+
+    monkeypatch.setattr(policy, "POOL_CHECK_S", 0.0)  # every call looks again (the agent looks every 30 s)
+    monkeypatch.setattr(policy, "_POOLS", {"seen": False, "checked_at": -1e18})
+
+    class Cuda:
+        def __init__(self, started, pools=((0, 0),), broken=False):
+            self.started, self.pools, self.broken = started, pools, broken
+
+        def is_initialized(self):
+            return self.started
+
+        def memory_snapshot(self):
+            if self.broken:
+                raise RuntimeError("no snapshot")
+            return [{"segment_pool_id": p} for p in self.pools]
+
+    def mods(**kw):
+        return {"torch": types.SimpleNamespace(cuda=Cuda(**kw))}
+
+    assert not policy.replays_graphs(False, None, {})  # no torch: nothing says graphs
+    assert policy.replays_graphs(True, None, {}) and policy.replays_graphs(False, True, {})
+    assert policy.replays_graphs(False, None, {"torch._inductor.cudagraph_trees": object()})
+    assert not policy.replays_graphs(False, None, mods(started=False))
+    assert not policy.replays_graphs(False, None, mods(started=True))  # only the default pool
+    assert policy.replays_graphs(False, None, mods(started=True, pools=((0, 0), (1, 2))))  # a captured graph's pool
+    assert policy.replays_graphs(False, None, mods(started=True))  # and it stays known
+    policy._POOLS["seen"] = False
+    assert policy.replays_graphs(False, None, mods(started=True, broken=True))  # cannot tell: no window by time
+    assert not policy.replays_graphs(False, False, mods(started=True, broken=True))  # the engine said: no graphs
+
+
 def test_a_window_by_time_traces_about_four_tokens_of_a_marking_loop_and_the_longest_without_marks():
     assert policy.time_window_s(0.25, []) == 0.25
     ms = [int(i * 4.0 * MS) for i in range(64)]  # 4 ms tokens

@@ -75,3 +75,36 @@ def test_the_demo_engine_with_its_marks_off_gets_the_verdict_it_gets_with_them_o
     assert off["tokens"] == 0 and off["token_clock"] == "kernel period"  # nothing marked: the GPU's own steps
     assert off["verdict"] == on["verdict"] == "launch"
     assert off["launches_per_token"] == on["launches_per_token"] == 1863
+
+
+def test_a_compiled_8b_loop_that_never_syncs_per_token_reads_right_off_its_gpu_steps():
+    """The torch.compile(mode="reduce-overhead") Llama-3-8B-shaped loop (benchmarks/loops/compiled_decode.py),
+    never syncing per token, one window traced by time. Its own clock read 5.715 ms/token over the recorded
+    seconds; torch.profiler, 776.0 kernels and 5.67 ms of kernels a step. The weights it reads per token: 7.50 G
+    bf16 parameters (all but the input embedding), 15.0 GB. (The process did not live past that window's
+    finalize: such processes get no window by time, see docs/benchmarks.md.)"""
+    import numpy as np
+
+    from decodemon.monitor.analysis.window import window_metrics
+    from decodemon.monitor.feed import Feed
+    from decodemon.monitor.token_clock import gpu_steps, reclocked
+
+    frames = [f for _, f in wire.read_recording(DATA / "h200_compiled_llama8b_nomarks.dmon")]
+    feed = Feed()
+    for i, f in enumerate(frames):
+        feed.add(i, f)
+    (w,) = [f for f in frames if isinstance(f, wire.KernelWindow)]
+    assert w.clock == "time"
+    steps = gpu_steps(w)
+    prof = profile("compiled_llama8b")
+    assert steps.clock == "graph replays" and steps.steps >= 40
+    assert steps.period_kernels == prof["kernels_per_step"] == 776
+    assert abs(steps.step_ms / 5.715 - 1) < 0.03
+    m = window_metrics(reclocked(w, steps), 132, "9.0")
+    assert abs(m.kernel_sum_ms_per_token / prof["kernel_ms_per_step"] - 1) < 0.03
+    pm = feed.pm_within(steps.bounds_ns[0], steps.bounds_ns[-1])  # the samples over the traced steps
+    dt = (pm["gpu_t1_ns"] - pm["gpu_t0_ns"]).sum() / 1e9
+    bytes_per_step = (pm["dram_read_bytes"] + pm["dram_write_bytes"]).sum() / dt * steps.step_ms / 1e3
+    weights = 2 * (32 * (2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336) + 128256 * 4096)
+    assert len(pm["rx_ns"]) > 100 and abs(bytes_per_step / weights - 1) < 0.10
+    assert np.isfinite(bytes_per_step)
