@@ -174,9 +174,9 @@ class Session:
         if not timed:
             return None, ""
         spans = [(s.bounds_ns[0], s.bounds_ns[-1]) for _, s in timed]
+        bounds = [w.token_bounds_ns.array() for _, w in self.feed.windows]
         ratio = traced_dram_ratio([self.feed.pm_within(a, b) for a, b in spans], self.feed.pm_since(since),
-                                  [(int(w.token_bounds_ns.array()[0]), int(w.token_bounds_ns.array()[-1]))
-                                   for _, w in self.feed.windows if len(w.token_bounds_ns.array())])
+                                  [(int(t[0]), int(t[-1])) for t in bounds if len(t)])
         ts = gpu_step_stats([s.bounds_ns for _, s in timed], timed[-1][0].gpu_busy_pct, pm_busy, ratio)
         return ts, timed[-1][1].clock
 

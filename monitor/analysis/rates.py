@@ -48,24 +48,19 @@ def gpu_step_stats(bounds: list, traced_busy_pct: float, pm_busy_pct: float | No
 
 
 def dram_bytes_per_s(pm: dict) -> float | None:
-    """DRAM read + write bytes a second over PM samples (feed.PM_COLS columns) that carry them; None if none do.
-    A pump's first sample can carry a bogus start (an interval of days): only regular intervals count."""
+    """DRAM read + write bytes a second over PM samples (feed.PM_COLS columns) that carry them; None if none do."""
     if not len(pm.get("rx_ns", ())) or "dram_read_bytes" not in pm:
         return None
-    b = pm["dram_read_bytes"] + pm["dram_write_bytes"]
-    dt = pm["gpu_t1_ns"] - pm["gpu_t0_ns"]
-    ok = np.isfinite(b) & (dt > 0)
-    if ok.any():
-        ok &= dt <= 4 * np.median(dt[ok])
-    if not ok.any():
-        return None
-    return float(b[ok].sum() / (dt[ok].sum() / 1e9))
+    b, s, n = _bytes_and_seconds(pm, np.ones(len(pm["rx_ns"]), bool))
+    return b / s if n and s > 0 else None
 
 
 MIN_TRACED_SAMPLES = 5  # PM samples inside the traced steps before their DRAM rate is trusted
 
 
 def _bytes_and_seconds(pm: dict, keep) -> tuple[float, float, int]:
+    """DRAM bytes, seconds and samples over the `keep` samples with regular intervals: a pump's first sample can
+    carry a bogus start (an interval of days)."""
     b = pm["dram_read_bytes"] + pm["dram_write_bytes"]
     dt = pm["gpu_t1_ns"] - pm["gpu_t0_ns"]
     ok = keep & np.isfinite(b) & (dt > 0)
