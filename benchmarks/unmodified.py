@@ -27,6 +27,9 @@ ROOT = Path(__file__).resolve().parents[1]
 LOOPS = ROOT / "benchmarks" / "loops"
 PY = sys.executable
 DM = [PY, "-m", "decodemon.monitor.cli"]
+PROBE: list[str] = []  # --probe KEY=VALUE arguments given to every record and attach (main's --probe)
+INJECTED_IDLE_S = 3.0  # seconds between the injection and the first attach
+AFTER_S = 8.0  # seconds the loop runs detached at the end, against as many before the injection
 
 
 def case_argv(case: str, tiny: bool, log: str) -> list[str]:
@@ -51,8 +54,11 @@ def start(argv: list[str], log_path: Path | None, warm_s: float, plain: bool = F
     """`decodemon run -- argv` (plain: argv as it is, no agent); returns once the loop has logged tokens. The
     loop's own output goes to `engine_log`."""
     sink = open(engine_log, "w") if engine_log else subprocess.DEVNULL
+    env = dict(os.environ)
+    if engine_log:  # the agent's event log (probes/eventlog.py) beside the loop's own
+        env["DECODEMON_AGENT_EVENTS"] = str(engine_log.with_suffix(".events"))
     proc = subprocess.Popen(argv if plain else [*DM, "run", "--", *argv], stdout=sink,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env)
     t0 = time.time()
     while time.time() - t0 < warm_s:
         if proc.poll() is not None:
@@ -103,20 +109,55 @@ def rate(times: list[float], t0: float, t1: float) -> dict:
 
 
 def injection(pid: int) -> dict:
-    """Attach to a loop started with plain python (the agent injected): the first attach's JSON and when it began
-    (`slowest_during` reads the loop's log for that moment once the loop has written it)."""
+    """Load the agent into a loop started with plain python (decodemon.monitor.inject, what `attach` does first),
+    wait, then attach: when the injection began and ended and when the attach began (`slowest_during` reads the
+    loop's log for those moments once the loop has written it)."""
+    from decodemon.monitor.inject import InjectError, inject
+
     t0 = time.time()
-    j, err = cli_json("attach", pid, "--seconds", 3)
-    return {"attach": j, "error": err if j is None else "", "t0": t0}
+    try:
+        inject(pid)
+        err = ""
+    except InjectError as exc:
+        err = str(exc)
+    ready = time.time()
+    time.sleep(INJECTED_IDLE_S)  # the loop decodes beside the dormant agent
+    t_attach = time.time()
+    j, err2 = cli_json("attach", pid, "--seconds", 3, *PROBE)
+    return {"attach": j, "error": err or (err2 if j is None else ""), "t0": t0, "ready": ready,
+            "attach_t0": t_attach}
 
 
-def slowest_during(times: list[float], t0: float, span_s: float = 2.0) -> dict:
-    """The loop's slowest token in the `span_s` after `t0` against its median token in the 10 s before."""
-    prior = [b - a for a, b in zip(times, times[1:]) if t0 - 10 <= a and b < t0]
-    during = [b - a for a, b in zip(times, times[1:]) if t0 <= b <= t0 + span_s]
+def slowest_during(times: list[float], t0: float, t1: float, base_t: float | None = None) -> dict:
+    """The loop's slowest token ending in [t0, t1] against its median token in the 10 s before `base_t` (t0)."""
+    base_t = t0 if base_t is None else base_t
+    prior = [b - a for a, b in zip(times, times[1:]) if base_t - 10 <= a and b < base_t]
+    during = [b - a for a, b in zip(times, times[1:]) if t0 <= b <= t1]
     med = statistics.median(prior) if prior else None
-    return {"median_ms": med and 1e3 * med, "slowest_ms": during and 1e3 * max(during),
+    return {"seconds": round(t1 - t0, 3), "median_ms": med and 1e3 * med,
+            "slowest_ms": during and 1e3 * max(during),
             "slowest_over_median": (max(during) / med) if (during and med) else None}
+
+
+def blocks(times: list[float], t0: float, t1: float, block_s: float = 2.0) -> list[float]:
+    """ms/token in consecutive `block_s` stretches of [t0, t1]."""
+    out, t = [], t0
+    while t + block_s <= t1 + 1e-9:
+        ms = rate(times, t, t + block_s)["ms_per_token"]
+        if ms:
+            out.append(ms)
+        t += block_s
+    return out
+
+
+def before_and_after(times: list[float], t_inject: float, t_detached: float, span_s: float) -> dict:
+    """ms/token in the `span_s` before the injection and the `span_s` after the last detach, with the spread of
+    2-s blocks inside each (the run's own noise)."""
+    b, a = blocks(times, t_inject - span_s, t_inject), blocks(times, t_detached, t_detached + span_s)
+    mb, ma = (statistics.mean(b) if b else None), (statistics.mean(a) if a else None)
+    spread = [100 * statistics.pstdev(x) / statistics.mean(x) for x in (b, a) if len(x) > 1]
+    return {"before_ms": mb, "after_ms": ma, "change_pct": (100 * (ma / mb - 1)) if (ma and mb) else None,
+            "block_spread_pct": max(spread) if spread else None, "span_s": span_s}
 
 
 def watch(case: str, out: Path, tiny: bool, record_s: float, attaches: int, cost_pairs: int = 0,
@@ -137,7 +178,7 @@ def watch(case: str, out: Path, tiny: bool, record_s: float, attaches: int, cost
             res["injection"] = injection(pid)
         t0 = time.time()
         rec = out / f"{case}.dmon"
-        r = subprocess.run([*DM, "record", str(pid), "-o", str(rec), "--seconds", str(record_s)],
+        r = subprocess.run([*DM, "record", str(pid), "-o", str(rec), "--seconds", str(record_s), *PROBE],
                            capture_output=True, text=True, timeout=record_s + 120)
         t1 = time.time()
         res["record"], err = cli_json("replay", rec) if rec.exists() else (None, r.stderr.strip()[-500:])
@@ -145,18 +186,24 @@ def watch(case: str, out: Path, tiny: bool, record_s: float, attaches: int, cost
         rec_span = (t0, t1)
         res["attaches"] = []
         for _ in range(attaches):
-            j, err = cli_json("attach", pid, "--seconds", 2)
+            j, err = cli_json("attach", pid, "--seconds", 2, *PROBE)
             res["attaches"].append({k: (j or {}).get(k) for k in (
                 "verdict", "ceiling", "ms_per_token", "launches_per_token", "tokens", "token_clock", "gpu_busy_pct",
                 "bytes_per_token_measured", "errors")} | {"pm": ((j or {}).get("probe") or {}).get("pm"),
                                                           "error": err if j is None else ""})
         if cost_pairs:
             res["cost"] = pairs_on(pid, log, cost_pairs, phase_s)
-        time.sleep(0 if base.startswith("demo") else 2.0)
+        t_detached = time.time()
+        time.sleep((AFTER_S if plain else 0) + (0 if base.startswith("demo") else 2.0))
         times = logged_times(log)  # by now the loop has written the tokens of the recorded seconds
         res["loop_own"] = rate(times, *rec_span)
+        res["first_attach"] = slowest_during(times, rec_span[0], rec_span[0] + 2.0)
+        res["alive_at_end"] = proc.poll() is None
         if plain:
-            res["injection"].update(slowest_during(times, res["injection"]["t0"]))
+            inj = res["injection"]
+            inj["during_injection"] = slowest_during(times, inj["t0"], inj["ready"] + 0.5)
+            inj["first_attach"] = slowest_during(times, inj["attach_t0"], inj["attach_t0"] + 2.0, inj["t0"])
+            inj["detached"] = before_and_after(times, inj["t0"], t_detached, AFTER_S)
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -186,7 +233,7 @@ def pairs_on(pid: int, log: Path, pairs: int, phase_s: float) -> dict:
         t0 = time.time()
         time.sleep(phase_s)
         t1 = time.time()
-        subprocess.run([*DM, "attach", str(pid), "--json", "--seconds", str(phase_s)], capture_output=True,
+        subprocess.run([*DM, "attach", str(pid), "--json", "--seconds", str(phase_s), *PROBE], capture_output=True,
                        timeout=phase_s + 60)
         t2 = time.time()
         phases.append((t0, t1, t2))
@@ -219,11 +266,15 @@ def main() -> int:
     ap.add_argument("--pairs", type=int, default=6)
     ap.add_argument("--phase-s", type=float, default=4.0)
     ap.add_argument("--tiny", action="store_true", help="the tiny CPU shapes (default with no GPU)")
+    ap.add_argument("--probe", action="append", default=[], metavar="KEY=VALUE",
+                    help="a probe setting for every record and attach (repeatable)")
     a = ap.parse_args()
+    PROBE.extend(x for kv in a.probe for x in ("--probe", kv))
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     tiny = a.tiny or not Path("/dev/nvidia0").exists()
-    summary: dict = {"started_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), "tiny": tiny, "cases": [],
+    summary: dict = {"started_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), "tiny": tiny,
+                     "probe": a.probe, "cases": [],
                      "profiles": []}
     for case in a.cases.split(","):
         if a.profile or a.profile_only:

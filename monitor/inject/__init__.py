@@ -21,15 +21,34 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from decodemon.monitor.inject import access, elf
-from decodemon.monitor.inject.remote_exec import disabled_reason, remote_exec
+from decodemon.monitor.inject.remote_exec import disabled_reason, remote_exec, remove
 from decodemon.probes.wire import socket_path
 
 BOOTSTRAP = '''\
 # written by decodemon: start the probe agent in this process
 import sys as _sys
+import threading as _threading
+import time as _time
 for _p in {paths!r}:
     if _p not in _sys.path:
         _sys.path.append(_p)
+
+
+class _GilBetweenImports:
+    """A finder that finds nothing: before each module this thread imports it sleeps a millisecond, so the loop's
+    thread has the GIL between modules and waits for at most one module's import, not for all of them."""
+
+    def __init__(self):
+        self.ident = _threading.get_ident()
+
+    def find_spec(self, name, path=None, target=None):
+        if _threading.get_ident() == self.ident:
+            _time.sleep({pause_s!r})
+        return None
+
+
+_polite = _GilBetweenImports()
+_sys.meta_path.insert(0, _polite)
 try:
     import importlib.util as _util
     if _util.find_spec("decodemon") is None:  # installed for another interpreter: map the package by its folder
@@ -45,7 +64,11 @@ try:
     _start()
 except Exception as _exc:
     print("decodemon: agent not started:", _exc, file=_sys.stderr)
+finally:
+    if _polite in _sys.meta_path:
+        _sys.meta_path.remove(_polite)
 '''
+IMPORT_PAUSE_S = 0.001  # the bootstrap thread's sleep before each module it imports (_GilBetweenImports)
 
 # What the main thread runs at its safe point: start a thread and return, so the imports do not stall the loop.
 # It binds no name in __main__ and never raises (a pending call that fails without an exception breaks the target).
@@ -81,7 +104,7 @@ def bootstrap_source() -> str:
 
     pkg_root = Path(w.__file__).resolve().parent.parent  # the folder that holds `probes` (or decodemon/)
     paths = sorted({str(pkg_root.parent), str(pkg_root)})
-    return BOOTSTRAP.format(paths=paths, pkg_root=str(pkg_root))
+    return BOOTSTRAP.format(paths=paths, pkg_root=str(pkg_root), pause_s=IMPORT_PAUSE_S)
 
 
 def pending_call_source(source: str | None = None) -> str:
@@ -186,12 +209,18 @@ def inject(pid: int, timeout_s: float = 5.0) -> Path:
     if sock.exists():
         return sock
     t = examine(pid)
+    script = None
     if t.version is not None and t.version >= (3, 14):
-        reason = disabled_reason(pid) or remote_exec(pid, t.exe, bootstrap_source())
+        reason = disabled_reason(pid)
+        if reason is None:  # the same source as the pending call: the main thread only starts a thread
+            reason, script = remote_exec(pid, t.exe, pending_call_source())
         if reason:
             raise InjectError(reason)
     else:
         result = queue_source(pid, pending_call_source())
         if not result.get("ok"):
             raise InjectError(_describe_failure(pid, result))
-    return _wait_for_socket(pid, timeout_s)
+    try:
+        return _wait_for_socket(pid, timeout_s)
+    finally:
+        remove(script)

@@ -23,23 +23,30 @@ def disabled_reason(pid: int) -> str | None:
     return None
 
 
-def remote_exec(pid: int, exe: str, source: str) -> str | None:
-    """Ask `pid` to run `source` through `sys.remote_exec`; None on success, else the one-line reason."""
+def remote_exec(pid: int, exe: str, source: str) -> tuple[str | None, str | None]:
+    """Ask `pid` to run `source` through `sys.remote_exec`: (None, the script's path) on success, else (the one-line
+    reason, None). The target reads the script at its next safe point, which may come after this returns, so the
+    caller removes the file once the target has run it (or given up)."""
     fd, path = tempfile.mkstemp(prefix="decodemon-bootstrap-", suffix=".py")
+    with os.fdopen(fd, "w") as fh:
+        fh.write(source)
+    os.chmod(path, 0o644)  # the target reads it; it contains no secrets
     try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(source)
-        os.chmod(path, 0o644)  # the target reads it; it contains no secrets
-        try:
-            r = subprocess.run([exe, "-c", f"import sys; sys.remote_exec({pid}, {path!r})"], capture_output=True,
-                               text=True, timeout=15)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            return f"sys.remote_exec could not be run with {exe} ({exc})"
-        if r.returncode != 0:
-            last = (r.stderr.strip().splitlines() or ["unknown error"])[-1]
-            return f"sys.remote_exec failed: {last}"
-        return None
-    finally:
+        r = subprocess.run([exe, "-c", f"import sys; sys.remote_exec({pid}, {path!r})"], capture_output=True,
+                           text=True, timeout=15)
+        why = None if r.returncode == 0 else \
+            f"sys.remote_exec failed: {(r.stderr.strip().splitlines() or ['unknown error'])[-1]}"
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        why = f"sys.remote_exec could not be run with {exe} ({exc})"
+    if why is not None:
+        remove(path)
+        return why, None
+    return None, path
+
+
+def remove(path: str | None) -> None:
+    """Remove a script remote_exec wrote (quietly if it is gone)."""
+    if path:
         try:
             os.unlink(path)
         except OSError:
