@@ -30,6 +30,8 @@ DM = [PY, "-m", "decodemon.monitor.cli"]
 PROBE: list[str] = []  # --probe KEY=VALUE arguments given to every record and attach (main's --probe)
 INJECTED_IDLE_S = 3.0  # seconds between the injection and the first attach
 AFTER_S = 8.0  # seconds the loop runs detached at the end, against as many before the injection
+PLAIN_WARM_S = 20.0  # a loop started with plain python decodes this long before the injection (its first
+#                      seconds of generate() are slower: they would be the median the injection is held against)
 
 
 def case_argv(case: str, tiny: bool, log: str) -> list[str]:
@@ -175,6 +177,7 @@ def watch(case: str, out: Path, tiny: bool, record_s: float, attaches: int, cost
     res: dict = {"case": case, "argv": argv[1:], "pid": pid}
     try:
         if plain:
+            time.sleep(PLAIN_WARM_S)
             res["injection"] = injection(pid)
         t0 = time.time()
         rec = out / f"{case}.dmon"

@@ -178,7 +178,7 @@ class Session:
         ratio = traced_dram_ratio([self.feed.pm_within(a, b) for a, b in spans], self.feed.pm_since(since),
                                   [(int(t[0]), int(t[-1])) for t in bounds if len(t)])
         ts = gpu_step_stats([s.bounds_ns for _, s in timed], timed[-1][0].gpu_busy_pct, pm_busy, ratio)
-        return ts, timed[-1][1].clock
+        return (ts, timed[-1][1].clock) if ts is not None else (None, "")
 
     def _dram_bytes_per_s(self, since: int) -> float | None:
         """DRAM read + write bytes a second over the span's PM samples that carry them (None where none do)."""
@@ -235,7 +235,7 @@ class Session:
         # Without PM counters, GPU busy is estimated as kernel time over the untraced step: the traced
         # token's own wall clock is stretched by tracing and would understate it.
         busy = pm_avg.get("gpu_busy_pct") if pm_avg else (
-            min(100.0, 100.0 * ksum / ts.ms_per_token) if (ksum is not None and ts) else None)
+            min(100.0, 100.0 * ksum / ts.ms_per_token) if (ksum is not None and ts and ts.ms_per_token > 0) else None)
         small = [(r.short_name, r.grid_blocks, r.us_per_token) for r in (last.kernels if last else ())
                  if r.grid_coverage_pct < 25]
         small.sort(key=lambda x: -x[2])

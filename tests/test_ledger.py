@@ -182,3 +182,12 @@ def test_the_next_attach_of_the_same_loop_grades_its_open_prediction(tmp_path):
         e.stop()
     entries, problems = ledger.read(tmp_path / ledger.DEFAULT_PATH)
     assert not problems and [x["kind"] for x in entries] == ["prediction", "grade"]
+
+
+def test_grade_json_prints_one_json_document_on_stdout(tmp_path, capsys):
+    path = tmp_path / "decodemon.ledger.jsonl"
+    assert main(["predict", REC["eager"], "--change", "capture a graph", "--expect", "-60%", "--ledger", path]) == 0
+    capsys.readouterr()
+    assert main(["grade", REC["graph"], "--ledger", path, "--json"]) == 0
+    got = capsys.readouterr()
+    assert json.loads(got.out)["kind"] == "grade" and "LAUNCH → OCCUPANCY" in got.err

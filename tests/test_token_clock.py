@@ -113,3 +113,13 @@ def test_a_traced_step_is_scaled_back_by_the_dram_rate_it_lost_to_tracing():
     no_bytes = {k: v for k, v in untraced.items() if not k.startswith("dram")}
     assert traced_dram_ratio([traced], no_bytes, [span]) is None
     assert gpu_step_stats([bounds], 99.0, 99.0, None).ms_per_token == 6.0  # GPU-bound, no counters: as traced
+
+
+def test_a_window_too_short_to_hold_a_whole_step_gives_no_step_clock():
+    """A window by time of a few milliseconds can hold one step start, or two at the same ns: no ms/token from it
+    (not 0 ms, which the verdict would divide by)."""
+    from decodemon.monitor.analysis.rates import gpu_step_stats
+
+    assert gpu_step_stats([[5_000_000]], 50.0, 50.0) is None
+    assert gpu_step_stats([[5_000_000, 5_000_000]], 50.0, 50.0) is None
+    assert gpu_step_stats([[5_000_000, 5_000_000], [7_000_000, 11_000_000]], 99.0, None).ms_per_token == 4.0

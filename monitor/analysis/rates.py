@@ -25,7 +25,7 @@ def marks_in_bursts(t_ns, ratio: float = 0.25, last: int = 256) -> bool:
 
 
 def gpu_step_stats(bounds: list, traced_busy_pct: float, pm_busy_pct: float | None,
-                   dram_ratio: float | None = None) -> TokenStats:
+                   dram_ratio: float | None = None) -> TokenStats | None:
     """Token figures from GPU step boundaries (each window's start-of-step times, CUPTI ns).
 
     A traced step is stretched by tracing: in a host-bound loop CUPTI's cost per launch lands on the host thread
@@ -33,9 +33,13 @@ def gpu_step_stats(bounds: list, traced_busy_pct: float, pm_busy_pct: float | No
     the same bytes traced or not, so with DRAM byte counters the untraced step is the traced one times
     `dram_ratio`, DRAM bytes a second while traced over those outside the windows (`traced_dram_ratio`).
     Without them, the untraced step is the step's busy time over PM's GPU busy outside the windows; a GPU-bound
-    step (≥ 90% busy traced) is then its own figure.
+    step (≥ 90% busy traced) is then its own figure. None when no step has a length (a window too short to hold
+    two step starts apart).
     """
-    steps_ms = np.concatenate([np.diff(np.asarray(b, dtype=np.int64)) / 1e6 for b in bounds])
+    steps_ms = np.concatenate([np.diff(np.asarray(b, dtype=np.int64)) / 1e6 for b in bounds] or [np.empty(0)])
+    steps_ms = steps_ms[steps_ms > 0]
+    if not len(steps_ms):
+        return None
     med = float(np.median(steps_ms))
     scale = 1.0
     if dram_ratio is not None:

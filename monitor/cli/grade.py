@@ -44,7 +44,9 @@ def run(a) -> int:
         ledger.append(a.ledger, g)
     except ledger.LedgerError as exc:
         raise UsageError(f"decodemon grade: {exc}") from None
-    print(f"decodemon grade: {label}, prediction {g['prediction']}: {g['text']}")
+    # the sentence goes beside --json's document, not into it (as predict's does)
+    print(f"decodemon grade: {label}, prediction {g['prediction']}: {g['text']}",
+          file=sys.stderr if a.json else sys.stdout)
     if a.json:
         print_json(g)
     if a.markdown:
