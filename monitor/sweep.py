@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from decodemon.monitor.analysis.depth import session_depth_bands
+from decodemon.probes import wire
 from decodemon.probes.wire import socket_path
 
 PLACEHOLDER = "{depth}"
@@ -74,6 +75,19 @@ def _wait_for_agent(proc: subprocess.Popen, timeout_s: float) -> str | None:
     return f"no agent socket after {timeout_s:g} s"
 
 
+def _wait_for_tokens(pid: int, timeout_s: float) -> None:
+    """Return once `pid` marks a token (a light attach: no trace, no counters), or after `timeout_s`: a command
+    builds its model and warms up after its agent starts, and an attach timed from then measured nothing on an
+    H200 (a loop that marks no token waits the whole timeout, then is attached all the same)."""
+    from decodemon.monitor.client import live_frames
+
+    seen = []
+    for _, _, frame in live_frames(pid, wire.Attach(trace=False, pm=False, nvml_hz=0), seconds=timeout_s,
+                                   stop=lambda: bool(seen)):
+        if isinstance(frame, wire.TokenMarks) and len(frame.t_ns.array()):
+            seen.append(True)
+
+
 def _stop(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         proc.terminate()
@@ -113,6 +127,7 @@ def run_point(template: str, depth: int, name: str, seconds: float, settings=Non
             why = _wait_for_agent(proc, start_timeout_s)
             if why:
                 return _failed(name, depth, why + (f": {_tail(err_path)}" if _tail(err_path) else ""))
+            _wait_for_tokens(proc.pid, start_timeout_s)
             sess = collect(str(proc.pid), settings, seconds, record_to=record_to)
         except SourceError as exc:
             return _failed(name, depth, str(exc))
