@@ -75,17 +75,24 @@ def _wait_for_agent(proc: subprocess.Popen, timeout_s: float) -> str | None:
     return f"no agent socket after {timeout_s:g} s"
 
 
-def _wait_for_tokens(pid: int, timeout_s: float) -> None:
-    """Return once `pid` marks a token (a light attach: no trace, no counters), or after `timeout_s`: a command
-    builds its model and warms up after its agent starts, and an attach timed from then measured nothing on an
-    H200 (a loop that marks no token waits the whole timeout, then is attached all the same)."""
+def _wait_for_tokens(pid: int, timeout_s: float, attach_s: float = 2.0) -> None:
+    """Return once `pid` marks a token, or after `timeout_s`: a command builds its model and warms up after its
+    agent starts, and an attach timed from then measured nothing on an H200 (a loop that marks no token waits the
+    whole timeout, then is attached all the same). Light attaches (no trace, no counters) of `attach_s` each, one
+    after another: an engine adapter hooks the engine at the attach, and an engine imported after an attach began
+    is hooked by the next one."""
     from decodemon.monitor.client import live_frames
 
-    seen = []
-    for _, _, frame in live_frames(pid, wire.Attach(trace=False, pm=False, nvml_hz=0), seconds=timeout_s,
-                                   stop=lambda: bool(seen)):
-        if isinstance(frame, wire.TokenMarks) and len(frame.t_ns.array()):
-            seen.append(True)
+    seen: list = []
+    deadline = time.monotonic() + timeout_s
+    while not seen and time.monotonic() < deadline:
+        for _, _, frame in live_frames(pid, wire.Attach(trace=False, pm=False, nvml_hz=0),
+                                       seconds=min(attach_s, max(0.1, deadline - time.monotonic())),
+                                       stop=lambda: bool(seen)):
+            if isinstance(frame, wire.TokenMarks) and len(frame.t_ns.array()):
+                seen.append(True)
+            elif isinstance(frame, wire.Bye) and "went away" in frame.reason:
+                return
 
 
 def _stop(proc: subprocess.Popen) -> None:
