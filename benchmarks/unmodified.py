@@ -29,7 +29,7 @@ PY = sys.executable
 DM = [PY, "-m", "decodemon.monitor.cli"]
 PROBE: list[str] = []  # --probe KEY=VALUE arguments given to every record and attach (main's --probe)
 INJECTED_IDLE_S = 3.0  # seconds between the injection and the first attach
-AFTER_S = 8.0  # seconds the loop runs detached at the end, against as many before the injection
+AFTER_S = 15.0  # seconds the loop runs detached at the end, against as many before the injection
 PLAIN_WARM_S = 20.0  # a loop started with plain python decodes this long before the injection (its first
 #                      seconds of generate() are slower: they would be the median the injection is held against)
 
@@ -141,25 +141,32 @@ def slowest_during(times: list[float], t0: float, t1: float, base_t: float | Non
             "slowest_over_median": (max(during) / med) if (during and med) else None}
 
 
-def blocks(times: list[float], t0: float, t1: float, block_s: float = 2.0) -> list[float]:
-    """ms/token in consecutive `block_s` stretches of [t0, t1]."""
-    out, t = [], t0
-    while t + block_s <= t1 + 1e-9:
-        ms = rate(times, t, t + block_s)["ms_per_token"]
-        if ms:
-            out.append(ms)
-        t += block_s
+def logged_generations(path: Path) -> list[list[float]]:
+    """Each generation's token times (unix s), as the loop logged them (one line a generation)."""
+    out: list[list[float]] = []
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                out.append(list(json.loads(line)["t"]))
+            except (ValueError, KeyError):
+                pass
     return out
 
 
-def before_and_after(times: list[float], t_inject: float, t_detached: float, span_s: float) -> dict:
-    """ms/token in the `span_s` before the injection and the `span_s` after the last detach, with the spread of
-    2-s blocks inside each (the run's own noise)."""
-    b, a = blocks(times, t_inject - span_s, t_inject), blocks(times, t_detached, t_detached + span_s)
+def before_and_after(gens: list[list[float]], t_inject: float, t_detached: float, span_s: float) -> dict:
+    """ms/token of the whole generations in the `span_s` before the injection against those in the `span_s` after
+    the last detach. Whole generations of one length, because an eager generate() slows as its cache grows
+    within a generation (30 -> 50 ms/token over 256 tokens on an H200): stretches of time would compare different
+    positions. The spread of the generations before is the run's own noise."""
+    def ms(g):
+        return 1e3 * (g[-1] - g[0]) / (len(g) - 1)
+
+    b = [ms(g) for g in gens if len(g) > 1 and g[0] >= t_inject - span_s and g[-1] < t_inject]
+    a = [ms(g) for g in gens if len(g) > 1 and g[0] >= t_detached and g[-1] <= t_detached + span_s]
     mb, ma = (statistics.mean(b) if b else None), (statistics.mean(a) if a else None)
-    spread = [100 * statistics.pstdev(x) / statistics.mean(x) for x in (b, a) if len(x) > 1]
-    return {"before_ms": mb, "after_ms": ma, "change_pct": (100 * (ma / mb - 1)) if (ma and mb) else None,
-            "block_spread_pct": max(spread) if spread else None, "span_s": span_s}
+    return {"generations_before": len(b), "generations_after": len(a), "before_ms": mb, "after_ms": ma,
+            "change_pct": (100 * (ma / mb - 1)) if (ma and mb) else None,
+            "noise_pct": (100 * statistics.pstdev(b) / mb) if len(b) > 1 else None, "span_s": span_s}
 
 
 def watch(case: str, out: Path, tiny: bool, record_s: float, attaches: int, cost_pairs: int = 0,
@@ -171,6 +178,8 @@ def watch(case: str, out: Path, tiny: bool, record_s: float, attaches: int, cost
     log = out / f"{case}.tokens.jsonl"
     log.unlink(missing_ok=True)
     argv = case_argv(base, tiny, str(log))
+    if plain and base.startswith("hf_"):
+        argv += ["--new-tokens", "64"]  # short generations: several whole ones before the injection and after
     proc = start(argv, log if not base.startswith("demo") else None, 600, plain=plain,
                  engine_log=out / f"{case}.engine.log")
     pid = child_pid(proc, plain)
@@ -206,7 +215,7 @@ def watch(case: str, out: Path, tiny: bool, record_s: float, attaches: int, cost
             inj = res["injection"]
             inj["during_injection"] = slowest_during(times, inj["t0"], inj["ready"] + 0.5)
             inj["first_attach"] = slowest_during(times, inj["attach_t0"], inj["attach_t0"] + 2.0, inj["t0"])
-            inj["detached"] = before_and_after(times, inj["t0"], t_detached, AFTER_S)
+            inj["detached"] = before_and_after(logged_generations(log), inj["t0"], t_detached, AFTER_S)
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
