@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from decodemon.monitor.analysis.depth import session_depth_bands
+from decodemon.monitor.diagnosis import BANDWIDTH_RULED_OUT_RATIO
 from decodemon.probes import wire
 from decodemon.probes.wire import socket_path
 
@@ -248,7 +249,8 @@ def _resource(a: dict, b: dict, flat: bool) -> str:
     if flat:
         return (f"flat, so depth consumes nothing that binds here; {deep.upper()} binds at the deepest depth "
                 "(a flat curve is a claim: it holds up to the deepest depth swept)")
-    if deep == "bandwidth" or (kv and toward_floor and deep != "occupancy"):
+    near_floor = xb is not None and xb < BANDWIDTH_RULED_OUT_RATIO
+    if deep == "bandwidth" or (kv and toward_floor and near_floor and deep != "occupancy"):
         return (f"depth consumes memory bandwidth: {kv or 'the bytes read per token grow'}, and the token nears the "
                 f"bandwidth floor ({xb:.3g}× it at the deepest depth)" if xb is not None else
                 f"depth consumes memory bandwidth: {kv or 'the bytes read per token grow'} (BANDWIDTH)")
@@ -257,6 +259,11 @@ def _resource(a: dict, b: dict, flat: bool) -> str:
         return ("depth consumes occupancy: the added time runs in grids that leave most SMs idle"
                 + (f" ({share:.0f}% of kernel time in grids under a quarter of the SMs)" if share is not None else "")
                 + ", the shape of a kernel with one block per head; split it over the context (OCCUPANCY)")
+    ua, ub = a.get("ceiling_value"), b.get("ceiling_value")
+    if deep == "launch" and a.get("verdict") == "launch" and ua and ub and ub > ua:
+        return (f"depth consumes host time: LAUNCH binds at both ends and the GPU waits longer for each launch "
+                f"({ua:.3g} → {ub:.3g} µs), while {kv or 'the bytes per token stay level'}"
+                + (f" at {xb:.3g}× the bandwidth floor" if xb is not None else ""))
     return (f"{deep.upper()} binds at the deepest depth while {kv or 'the bytes per token stay level'}; what depth "
             "adds has not yet overtaken it")
 

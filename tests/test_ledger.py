@@ -191,3 +191,17 @@ def test_grade_json_prints_one_json_document_on_stdout(tmp_path, capsys):
     assert main(["grade", REC["graph"], "--ledger", path, "--json"]) == 0
     got = capsys.readouterr()
     assert json.loads(got.out)["kind"] == "grade" and "LAUNCH → OCCUPANCY" in got.err
+
+
+def test_the_h200_capture_a_graph_ledger_reads_whole_and_its_grade_names_the_new_ceiling():
+    """The ledger of the round trip on an H200: predicted LAUNCH with "capture a graph -> -60%" on the eager
+    demo engine, graded on the graphed one. Every line's hash holds; the grade names OCCUPANCY and the change."""
+    from pathlib import Path
+
+    entries, problems = ledger.read(Path(__file__).parent / "data" / "h200_ledger_capture_a_graph.jsonl")
+    assert problems == [] and [e["kind"] for e in entries] == ["prediction", "grade"]
+    pred, grade = entries
+    assert (pred["ceiling"], pred["state"]["verdict"], pred["expect_pct"]) == ("launch", "launch", -60.0)
+    assert grade["prediction"] == ledger.pred_id(pred) and grade["new_ceiling"] == "occupancy"
+    assert grade["grade"] == ledger.WRONG and grade["measured_pct"] == pytest.approx(-88.9, abs=0.1)
+    assert "LAUNCH → OCCUPANCY" in grade["text"]

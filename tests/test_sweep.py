@@ -69,6 +69,11 @@ def test_the_divergence_names_the_resource_depth_consumes():
     flat = [_pt("candidate", 64, 3.9, "occupancy", 1200), _pt("candidate", 8192, 4.1, "occupancy", 1300)]
     assert "flat" in sweep.divergence(flat)
     assert sweep.divergence(flat[:1]).startswith("Too few depths")
+    # an eager loop 80x its floor: the bytes grow faster than ms/token, but the floor is far; the host time grows
+    host = [{**_pt("candidate", 64, 65.0, "launch", 1199, 80), "ceiling_value": 37.6},
+            {**_pt("candidate", 8192, 97.6, "launch", 2132, 70), "ceiling_value": 56.1}]
+    s = sweep.divergence(host)
+    assert "depth consumes host time" in s and "37.6 → 56.1 µs" in s and "bandwidth" not in s.split("while")[0]
 
 
 def test_a_command_without_the_depth_placeholder_fails_in_one_line(tmp_path, capsys):
@@ -109,3 +114,29 @@ def test_a_sweep_file_of_the_wrong_shape_is_one_line(tmp_path):
     r = cli("sweep", "--replay", tmp_path)
     assert_one_line_error(r)
     assert "not a sweep's file" in r.stderr
+
+
+H200_SWEEPS = {  # sweep dir in tests/data: the ceiling the H200 sweep named at every depth, and what depth consumes
+    "h200_sweep_demo_eager": ("launch", "flat"), "h200_sweep_demo_graph": ("occupancy", "flat"),
+    "h200_sweep_hf_generate": ("launch", "depth consumes host time")}
+
+
+@pytest.mark.parametrize("name", sorted(H200_SWEEPS))
+def test_an_h200_sweep_replays_on_cpu_to_its_own_table(name, tmp_path, capsys):
+    """Each H200 sweep's recordings rebuild its table: the same depths, ms/token, launches and ceilings (the
+    sweep.json written on the H200 is the reference), and -o writes the table and plot, not the replayed folder."""
+    from pathlib import Path
+
+    d = Path(__file__).parent / "data" / name
+    ref = json.loads((d / "sweep.json").read_text())
+    assert main(["sweep", "--replay", d, "--json", "-o", tmp_path / "out"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    key = [(p["depth"], p["verdict"], p["ms_per_token"], p["launches_per_token"]) for p in ref["points"]]
+    assert [(p["depth"], p["verdict"], p["ms_per_token"], p["launches_per_token"]) for p in got["points"]] == key
+    assert [p["depth"] for p in got["points"]] == [64, 512, 2048, 8192]
+    verdict, reading = H200_SWEEPS[name]
+    assert {p["verdict"] for p in got["points"]} == {verdict}
+    assert got["divergence"] == ref["divergence"] and reading in got["divergence"]
+    assert (tmp_path / "out" / "sweep.svg").read_text().count("<circle") >= 4
+    assert sorted(x.name for x in d.iterdir()) == sorted([*(f"candidate_{k}.dmon" for k in (64, 512, 2048, 8192)),
+                                                          "sweep.json"])

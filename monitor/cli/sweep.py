@@ -86,9 +86,8 @@ def run(a) -> int:
         print("\n".join(plots.sweep_lines(sweep.series_of(result["points"]))))
         print()
         print(result["divergence"])
-    target = a.output or a.replay
-    if target:
-        written = sweep.write_outputs(result, target)
+    if a.output:  # a replay only reads its directory; -o says where to write
+        written = sweep.write_outputs(result, _outdir(a.output) if a.replay else a.output)
         print(f"decodemon sweep: wrote {', '.join(str(p) for p in written)}", file=sys.stderr)
     return 0 if any(p.get("ms_per_token") for p in result["points"]) else 3
 
