@@ -7,9 +7,9 @@ waits for it to decode, records it (`decodemon record PID -o OUTDIR/CASE.dmon`),
 (`decodemon attach PID --json --seconds 2`: the first verdict and PM re-arming), and reads the loop's own token
 log over the recorded seconds. A case ending in `_plain` starts with plain python and is loaded by injection first:
 the loop's slowest token while the agent loads, during its first attach, and its ms/token before the injection
-against after the last detach. `--probe KEY=VALUE` goes to every record and attach. `--profile` also runs each loop once under torch.profiler for its kernels and
-kernel time per step; `--cost` runs interleaved unobserved/attached phases on the compiled loop and prints the
-median cost. Everything lands in OUTDIR/summary.json; the recordings are what tests/data keeps.
+against after the last detach. `--probe KEY=VALUE` goes to every record and attach. `--profile` also runs each
+loop once under torch.profiler for its kernels and kernel time per step; `--cost` runs interleaved
+unobserved/attached phases on the compiled loop and prints the median cost. Everything lands in OUTDIR/summary.json; the recordings are what tests/data keeps.
 On a machine with no GPU the cases run their tiny CPU shapes (`--tiny`), which is how the tests run this file.
 """
 
