@@ -9,7 +9,8 @@ log over the recorded seconds. A case ending in `_plain` starts with plain pytho
 the loop's slowest token while the agent loads, during its first attach, and its ms/token before the injection
 against after the last detach. `--probe KEY=VALUE` goes to every record and attach. `--profile` also runs each
 loop once under torch.profiler for its kernels and kernel time per step; `--cost` runs interleaved
-unobserved/attached phases on the compiled loop and prints the median cost. Everything lands in OUTDIR/summary.json; the recordings are what tests/data keeps.
+unobserved/attached phases on the compiled loop and prints the median cost. Everything lands in
+OUTDIR/summary.json; the recordings are what tests/data keeps.
 On a machine with no GPU the cases run their tiny CPU shapes (`--tiny`), which is how the tests run this file.
 """
 
