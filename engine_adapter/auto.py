@@ -4,7 +4,8 @@ Importing this imports no engine: each adapter looks in `sys.modules` at attach 
 process has already loaded.
 """
 
-from decodemon.engine_adapter import transformers_generate
+from decodemon.engine_adapter import nvtx_ranges, transformers_generate
 from decodemon.probes import hooks
 
 hooks.register("transformers", transformers_generate.install, transformers_generate.uninstall)
+hooks.register("nvtx", nvtx_ranges.install, nvtx_ranges.uninstall)

@@ -144,6 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--deterministic", action="store_true",
                     help="bit-reproducible GPU runs (deterministic algorithms, math attention): on the H200 two "
                          "default runs of the same seed parted after ~100 tokens")
+    ap.add_argument("--nvtx", action="store_true",
+                    help="push an NVTX range named decode_step around each token (torch.cuda.nvtx), for "
+                         "`--token-range decode_step` and the timeline's NVTX lane")
     ap.add_argument("--no-marks", action="store_true",
                     help="never call mark_token: the monitor finds the tokens on the GPU's timeline")
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -274,13 +277,18 @@ def _decode(a: argparse.Namespace, torch, model, run_step, stop: dict, tally: To
     prof = {"p": None, "tokens": 0, "n": 0}
     n, i, pos = a.tokens, 0, a.depth
     marks = not a.no_marks
+    nvtx = torch.cuda.nvtx if a.nvtx and torch.cuda.is_available() else None
     t_prev = t_prev_iter = time.perf_counter()
     try:
         while (n == 0 or i < n + a.warmup) and not stop["now"]:
             if pos >= a.max_len - 1:
                 model.reset()
                 pos = a.depth
+            if nvtx is not None:
+                nvtx.range_push("decode_step")
             tok = int(run_step().item())
+            if nvtx is not None:
+                nvtx.range_pop()
             # The token is on the host now: a server would stream it at this moment. A token's time is from the
             # previous token's moment to this one (inter-token latency), so what the token clock's hook below
             # adds shows up in the next token, the one a user waits longer for. The iteration clock is stamped

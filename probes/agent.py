@@ -53,7 +53,7 @@ def note_collective(ns: int, nbytes: int) -> None:
 def mark_token(depth: int = 0) -> None:
     """The token clock: call once per decoded token, at the boundary. Costs one global read when dormant."""
     s = ACTIVE.session
-    if s is None:
+    if s is None or s.token_range:  # attached with --token-range: that range's closes are the clock
         return
     s.on_token(depth)
 

@@ -79,6 +79,9 @@ class Session:
         self.windows_asked = 0  # windows this attach has asked for (Attach.api_every counts them)
         self.decode_tid: int | None = None  # the decode thread's native id, from its first token mark
         self.switches = held.SwitchCounter()  # its voluntary switches per second, read at the agent's stats tick
+        # a named NVTX range as the token clock (engine_adapter/nvtx_ranges.py): its closes mark the tokens, and
+        # the engine's own mark_token calls are ignored
+        self.token_range = settings.token_range
 
     def release(self) -> None:
         """Close the wake-up socket pair (a wake() after it does nothing) and the switch counter's file."""
@@ -120,6 +123,28 @@ class Session:
             except Exception as exc:
                 self.errors.append(f"trace prepare: {type(exc).__name__}: {exc}")
         return ns
+
+    def range_clock_ns(self) -> int | None:
+        """CUPTI's clock now while a window is open (a range that opens then can go on its timeline), else None."""
+        tr = self.tracer
+        if tr is None or not tr.active:
+            return None
+        try:
+            return tr.timestamp()
+        except Exception:
+            return None
+
+    def on_range(self, name: str, t0_ns: int | None, level: int) -> None:
+        """An NVTX range closed on this thread (engine_adapter/nvtx_ranges.py): keep it for the open window, and
+        mark a token if it is the token range."""
+        tr = self.tracer
+        if t0_ns is not None and tr is not None and tr.active:
+            try:
+                tr.note_range(name, t0_ns, tr.timestamp(), level)
+            except Exception:
+                pass
+        if self.token_range and name == self.token_range:
+            self.on_token(0)
 
     def on_token(self, depth: int) -> None:
         """The decode thread's token boundary: note the mark, and open, mark or close a window asked for."""

@@ -84,6 +84,8 @@ class WindowTracer:
         self._apis: list[tuple] = []
         self._memcpys: list[tuple] = []
         self._syncs: list[tuple] = []
+        self._ranges: list[tuple] = []  # NVTX ranges closed while open: (name index, start, end, level)
+        self._range_names: dict[str, int] = {}
         self.bounds: list[int] = []
         self.host_ns = 0
         self.prepare_ns = 0  # CUPTI's start-up made by prepare() on the agent thread, for this window
@@ -262,6 +264,16 @@ class WindowTracer:
                 return
             sleep(step)
 
+    def timestamp(self) -> int:
+        """CUPTI's clock (ns), the one the records carry."""
+        return int(self._c.get_timestamp())
+
+    def note_range(self, name: str, start_ns: int, end_ns: int, level: int) -> None:
+        """An NVTX range that opened and closed while the window was open (any thread)."""
+        if len(self._ranges) < 100_000:
+            i = self._range_names.setdefault(name, len(self._range_names))
+            self._ranges.append((i, int(start_ns), int(end_ns), int(level)))
+
     # -- agent thread -----------------------------------------------------------
     def collect(self, window_id: int, guard_tokens: int = 1, pause=None, clock: str = "tokens") -> KernelWindow:
         """Pack the flushed records of the window as columns (agent thread).
@@ -290,6 +302,11 @@ class WindowTracer:
         names = [""] * len(self._names)
         for n, i in self._names.items():
             names[i] = n
+        rng, self._ranges = _rows(self._ranges, 4), []
+        range_names = [""] * len(self._range_names)
+        for n, i in self._range_names.items():
+            range_names[i] = n
+        self._range_names = {}
         return KernelWindow(
             window_id=window_id,
             tokens=max(len(self.bounds) - 1 - guard_tokens, 0) if clock == "tokens" else 0,
@@ -305,4 +322,7 @@ class WindowTracer:
             prepare_ns=self.prepare_ns,
             apis_traced=self.apis_traced,
             clock=clock,
+            nvtx_names=range_names,
+            nvtx={c_: Column.of(rng[:, j]) for j, c_ in enumerate(["name", "start", "end", "level"])}
+            if len(rng) else {},
         )

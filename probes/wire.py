@@ -196,6 +196,10 @@ class KernelWindow(msgspec.Struct, frozen=True, tag="window"):
     # launches are counted from the kernels' correlation ids and the host side of the gaps is not known
     apis_traced: bool = True
     clock: str = "tokens"  # "tokens": opened and closed at token boundaries; "time": by the agent thread's clock
+    # NVTX ranges pushed from Python that opened and closed inside the window (engine_adapter/nvtx_ranges.py):
+    # columns name (index into nvtx_names), start, end (CUPTI ns), level (how many ranges were open around it)
+    nvtx_names: list[str] = []
+    nvtx: dict[str, Column] = {}
 
     def analysed_span(self) -> tuple[int, int] | None:
         """(first, last) boundary of the analysed tokens in CUPTI's clock, the guard left out; None if there are none."""
@@ -337,6 +341,9 @@ class Attach(msgspec.Struct, frozen=True, tag="attach"):
     # windows by time in a process that replays CUDA graphs too (by default it gets counters only: such windows
     # ended graphed loops on an H200, probes/policy.py replays_graphs); for finding out on a given GPU and driver
     graph_windows: bool = False
+    # a named NVTX range as the token clock: each close of a range of this name, pushed from Python through
+    # torch.cuda.nvtx or the nvtx package, marks a token, and the engine's own marks are ignored ("": marks)
+    token_range: str = ""
 
 
 BUDGET_PERIOD_S = 60.0

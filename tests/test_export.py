@@ -8,7 +8,6 @@ import json
 import math
 import subprocess
 import sys
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -151,11 +150,14 @@ def test_nvtx_ranges_appear_when_the_window_carries_them(eager):
     clock = Clock(int(window.token_bounds_ns.array()[0]))
     assert nvtx_lane(window, clock, 1) == []  # no nvtx field: no lane
     t0 = int(window.token_bounds_ns.array()[0])
-    carrying = SimpleNamespace(window_id=7, nvtx_names=["decode_step"],
-                               nvtx={"start": wire.Column.of([t0 + 1000]), "end": wire.Column.of([t0 + 5000]),
-                                     "name": wire.Column.of([0])})
+    import msgspec
+
+    carrying = msgspec.structs.replace(window, window_id=7, nvtx_names=["decode_step"], nvtx={
+        "name": wire.Column.of([0]), "start": wire.Column.of([t0 + 1000]), "end": wire.Column.of([t0 + 5000]),
+        "level": wire.Column.of([0])})
+    carrying = wire.decode_frame(wire.encode(carrying))  # as a recording carries it
     (r,) = nvtx_lane(carrying, clock, 1)
-    assert (r["name"], r["cat"], r["ts"], r["dur"]) == ("decode_step", "nvtx", 1.0, 4.0)
+    assert (r["name"], r["cat"], r["ts"], r["dur"], r["args"]["level"]) == ("decode_step", "nvtx", 1.0, 4.0, 0)
 
 
 def test_one_window_by_id_and_a_missing_one(eager):

@@ -59,6 +59,9 @@ class WindowMetrics:
     # False: the window traced kernels only (Attach.api_every): launches counted from the kernels' correlation
     # ids, no CPU lane, and idle longer than a short gap is "unsplit" (its host part needs the launch calls)
     apis_traced: bool = True
+    # NVTX ranges pushed from Python in the window: (name, calls a token, mean µs a call, nesting level), the
+    # most time first (nvtx_table)
+    nvtx: tuple = ()
 
     @property
     def collective_kernel_us(self) -> float:
@@ -90,6 +93,23 @@ def launched_per_token(w: wire.KernelWindow) -> float:
     return len(w.kernels["start"].array()) / (w.tokens + w.guard_tokens)
 
 
+def nvtx_table(w: wire.KernelWindow, tokens: int) -> tuple:
+    """The window's NVTX ranges by name: (name, calls a token, mean µs a call, level), the most time first."""
+    cols = getattr(w, "nvtx", None) or {}
+    if "name" not in cols or not len(cols["name"].array()):
+        return ()
+    idx, lv = cols["name"].array(), cols["level"].array()
+    dur = (cols["end"].array() - cols["start"].array()) / 1e3
+    out = []
+    for i in sorted(set(idx.tolist())):
+        sel = idx == i
+        name = w.nvtx_names[i] if 0 <= i < len(w.nvtx_names) else "nvtx range"
+        out.append((name, int(sel.sum()) / max(tokens, 1), float(dur[sel].mean()), int(lv[sel].min()),
+                    float(dur[sel].sum())))
+    out.sort(key=lambda r: -r[4])
+    return tuple(r[:4] for r in out)
+
+
 def window_metrics(w: wire.KernelWindow, sm_count: int, cc: str = "9.0") -> WindowMetrics:
     """Reduce one traced window to per-token figures, gap causes and the per-kernel grid table."""
     rec = analysed_records(w)
@@ -115,5 +135,5 @@ def window_metrics(w: wire.KernelWindow, sm_count: int, cc: str = "9.0") -> Wind
         collective_gap_us=coll.gap_us, collective_us_unwaited=coll.us_unwaited,
         dropped_records=w.dropped_records + rec.dropped_kernels,
         probe_host_ms=w.probe_host_ns / 1e6, prepare_ms=w.prepare_ns / 1e6, guard_tokens=int(w.guard_tokens),
-        apis_traced=rec.apis_traced,
+        apis_traced=rec.apis_traced, nvtx=nvtx_table(w, tokens),
     )

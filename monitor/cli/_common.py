@@ -140,6 +140,10 @@ def probe_value(key: str, text: str, name: str | None = None):
         return low in TRUE
     if default is None and text.strip().lower() == "none":
         return None
+    if typ is str or isinstance(default, str):
+        if not text.strip() or len(text) > 256 or not text.isprintable():
+            raise argparse.ArgumentTypeError(f"{name} takes a name of 1 to 256 printable characters, not {text!r}")
+        return text
     lo, hi, integer, allow_lo = PROBE_BOUNDS.get(key, (0, math.inf, typ is int, True))
     return bounded(name, lo, hi, integer, allow_zero=allow_lo)(text)
 
@@ -185,6 +189,9 @@ def add_probe(p) -> None:
                    help="seconds between traced windows (default 4)")
     g.add_argument("--no-trace", action="store_true", help="no CUPTI windows: the token clock and counters only")
     g.add_argument("--no-pm", action="store_true", help="no PM counter sampling")
+    g.add_argument("--token-range", type=lambda t: probe_value("token_range", t, "--token-range"), default=None,
+                   metavar="NAME", help="the token clock is an NVTX range: each close of a range of this name "
+                                        "(torch.cuda.nvtx or the nvtx package, from Python) is a token")
     g.add_argument("--probe", action=ProbeAction, default=[], metavar="KEY=VALUE",
                    help="set any probe setting (repeatable); `--probe help` lists them")
 
@@ -199,6 +206,8 @@ def attach_settings(a) -> wire.Attach:
         kw["trace"] = False
     if getattr(a, "no_pm", False):
         kw["pm"] = False
+    if getattr(a, "token_range", None):
+        kw["token_range"] = a.token_range
     for key, v in getattr(a, "probe", None) or []:
         kw[key] = v
     period = kw.get("window_period_s", fields["window_period_s"][0])

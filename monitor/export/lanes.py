@@ -207,18 +207,20 @@ def gap_lane(w: wire.KernelWindow, clock: Clock, device: int) -> list[dict]:
 
 
 def nvtx_lane(w: wire.KernelWindow, clock: Clock, cpu_pid: int) -> list[dict]:
-    """NVTX ranges, when the window carries them: `w.nvtx` columns start, end, name (an index into
-    `w.nvtx_names`); a window without the field has none."""
+    """NVTX ranges pushed from Python inside the window (wire.KernelWindow.nvtx: name, an index into
+    `nvtx_names`, start, end, level); a window without them (older recordings, an engine that pushes none) has
+    none."""
     cols = getattr(w, "nvtx", None) or {}
     if "start" not in cols or "end" not in cols:
         return []
     names = list(getattr(w, "nvtx_names", None) or [])
     start, end = cols["start"].array().tolist(), cols["end"].array().tolist()
     idx = cols["name"].array().tolist() if "name" in cols else [-1] * len(start)
+    level = cols["level"].array().tolist() if "level" in cols else [0] * len(start)
     return [{"ph": "X", "cat": "nvtx", "name": names[n] if 0 <= n < len(names) else "nvtx range",
              "pid": cpu_pid, "tid": NVTX_TID, "ts": clock.ts(t0), "dur": clock.dur(t0, t1),
-             "args": {"window": w.window_id}}
-            for t0, t1, n in zip(start, end, idx)]
+             "args": {"window": w.window_id, "level": lv}}
+            for t0, t1, n, lv in zip(start, end, idx, level)]
 
 
 def counter_lane(pm: dict, clock: Clock, device: int) -> list[dict]:

@@ -114,6 +114,9 @@ def summary_json(s: Snapshot, kernels: int = 15) -> dict:
         "gap_ms_per_token": {k: round(v, 4) for k, v in aw.gap_ms_per_token.items()} if aw else None,
         "launch_calls_traced_s_ago": _r(s.api_window_age_s, 1),
         "collectives": collectives_json(s),
+        # NVTX ranges pushed from Python inside the latest window (engine_adapter/nvtx_ranges.py)
+        "nvtx_ranges": [{"name": n, "per_token": round(k, 3), "us": round(us, 2), "level": lv}
+                        for n, k, us, lv in w.nvtx] if w else None,
         "bytes_per_token": s.bytes_per_token,
         "bytes_per_token_measured": round(s.bytes_per_token_measured) if s.bytes_per_token_measured else None,
         "bytes_per_token_model": round(s.bytes_per_token_model) if s.bytes_per_token_model else None,

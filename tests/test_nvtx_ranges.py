@@ -1,0 +1,142 @@
+"""NVTX ranges from Python: kept on the traced window's timeline, and a named one as the token clock.
+
+The `nvtx` package is real (its calls are no-ops without an NVTX tool, and the wrappers see them all the same);
+CUPTI is faked at the cupti-python boundary for the window, as in test_agent.py.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from decodemon.engine_adapter import nvtx_ranges
+from decodemon.probes import agent, wire
+from decodemon.probes import session as sess
+from decodemon.probes.facts import PROCESS
+from tests.conftest import cli
+from tests.test_agent import _fake_tracer
+
+nvtx = pytest.importorskip("nvtx")
+
+
+@pytest.fixture
+def attached(monkeypatch):
+    """A session as the agent holds it while a monitor is attached, with the range calls wrapped."""
+    monkeypatch.setattr(PROCESS, "graph_kernels_seen", False)
+    monkeypatch.setattr(PROCESS, "engine_cuda_graphs", False)
+
+    def make(**settings):
+        s = sess.Session(wire.Attach(window_tokens=2, **settings), _fake_tracer())
+        monkeypatch.setattr(agent.ACTIVE, "session", s)
+        nvtx_ranges.install()
+        assert nvtx_ranges.installed()
+        return s
+
+    yield make
+    nvtx_ranges.uninstall()
+
+
+def _decode(n: int) -> None:
+    for i in range(n):
+        nvtx.push_range("token")
+        with nvtx.annotate("forward"):
+            nvtx.push_range("attention")
+            nvtx.pop_range()
+        nvtx.pop_range()
+        agent.mark_token(i)
+
+
+def test_ranges_closed_inside_a_window_travel_with_it_nested_levels_and_all(attached):
+    s = attached()
+    s.want_window = True
+    _decode(4)  # the window opens at the first boundary and closes two tokens later
+    s.window_ready.wait(2)
+    w = s.tracer.collect(0, guard_tokens=0)
+    names = [w.nvtx_names[i] for i in w.nvtx["name"].array()]
+    assert names.count("token") >= 1 and names.count("forward") == names.count("attention") >= 2
+    levels = dict(zip(names, w.nvtx["level"].array().tolist()))
+    assert levels == {"attention": 2, "forward": 1, "token": 0}
+    start, end = w.nvtx["start"].array(), w.nvtx["end"].array()
+    assert (end >= start).all()
+    lo, hi = int(w.token_bounds_ns.array()[0]), int(w.token_bounds_ns.array()[-1])
+    assert lo <= start.min() and end.max() <= hi  # inside the window, in CUPTI's clock
+    from decodemon.monitor.analysis.window import nvtx_table
+
+    rows = {name: (per_token, level) for name, per_token, _us, level in nvtx_table(w, w.tokens)}
+    assert set(rows) == {"token", "forward", "attention"} and rows["forward"][1] == 1
+    assert rows["forward"][0] == rows["attention"][0] == names.count("forward") / w.tokens
+
+
+def test_a_named_range_is_the_token_clock_and_the_engines_own_marks_are_ignored(attached):
+    s = attached(token_range="token")
+    _decode(5)
+    assert len(s.marks_t) == 5  # one per "token" range, none from mark_token
+    s2 = attached()
+    nvtx_ranges.uninstall()
+    _decode(3)
+    assert len(s2.marks_t) == 3  # unwrapped: the engine's marks again
+
+
+def test_uninstall_puts_the_originals_back():
+    import nvtx as mod
+
+    before = (mod.push_range, mod.pop_range, mod.annotate.__enter__, mod.annotate.__exit__)
+    assert "nvtx" in nvtx_ranges.install()
+    assert mod.push_range is not before[0] and nvtx_ranges.installed()
+    nvtx_ranges.uninstall()
+    assert (mod.push_range, mod.pop_range, mod.annotate.__enter__, mod.annotate.__exit__) == before
+
+
+LOOP = textwrap.dedent('''
+    import sys, time, nvtx
+    log = open(sys.argv[1], "w")
+    while True:
+        nvtx.push_range("decode_step")
+        t = time.perf_counter()
+        while time.perf_counter() - t < 0.004:
+            pass
+        nvtx.pop_range()
+        print(time.time(), file=log, flush=True)
+''')
+
+
+def test_token_range_on_a_real_process_gives_its_own_ms_per_token(tmp_path):
+    """`decodemon run` a loop that marks nothing but pushes an NVTX range per step; `attach --token-range` counts
+    its steps and reads the loop's own ms/token."""
+    script, log = tmp_path / "loop.py", tmp_path / "times.txt"
+    script.write_text(LOOP)
+    proc = subprocess.Popen([sys.executable, "-m", "decodemon.monitor.cli", "run", "--", sys.executable, str(script),
+                             str(log)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        pid = None
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 30 and pid is None:
+            kids = open(f"/proc/{proc.pid}/task/{proc.pid}/children").read().split()
+            if kids and log.exists() and log.stat().st_size:
+                pid = int(kids[0])
+            time.sleep(0.1)
+        assert pid is not None
+        t_attach = time.time()
+        r = cli("attach", pid, "--json", "--seconds", 3, "--token-range", "decode_step", "--no-pm")
+        t_end = time.time()
+        j = json.loads(r.stdout)
+        times = [float(x) for x in log.read_text().split()]
+        own = [t for t in times if t_attach + 1 <= t <= t_end - 0.5]
+        own_ms = 1e3 * (own[-1] - own[0]) / (len(own) - 1)
+        assert j["tokens"] > 100 and j["token_clock"] == "mark_token"
+        assert abs(j["ms_per_token"] - own_ms) / own_ms < 0.15
+        r = cli("attach", pid, "--json", "--seconds", 2, "--no-pm")  # without it: no token clock at all
+        assert json.loads(r.stdout)["tokens"] == 0
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_a_bad_token_range_is_one_line():
+    r = cli("attach", "1", "--token-range", "")
+    assert r.returncode == 2 and "--token-range" in r.stderr and len(r.stderr.strip().splitlines()) == 1
