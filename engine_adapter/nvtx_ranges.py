@@ -30,18 +30,26 @@ def _stack() -> list:
 
 
 def _opened(name) -> None:
-    s = agent.ACTIVE.session
-    _stack().append((str(name) if name is not None else "", s.range_clock_ns() if s is not None else None))
+    """Before the engine's push: never raises into it."""
+    try:
+        s = agent.ACTIVE.session
+        _stack().append((str(name) if name is not None else "", s.range_clock_ns() if s is not None else None))
+    except Exception:
+        pass
 
 
 def _closed() -> None:
-    st = _stack()
-    if not st:
-        return
-    name, t0 = st.pop()
-    s = agent.ACTIVE.session
-    if s is not None:
-        s.on_range(name, t0, len(st))
+    """After the engine's pop: never raises into it."""
+    try:
+        st = _stack()
+        if not st:
+            return
+        name, t0 = st.pop()
+        s = agent.ACTIVE.session
+        if s is not None:
+            s.on_range(name, t0, len(st))
+    except Exception:
+        pass
 
 
 def _wrap_push(original):

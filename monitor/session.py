@@ -70,7 +70,8 @@ class Snapshot:
     # Attach.api_every): the timeline's CPU lane, the host-late share of the gaps and the launch-call count
     api_window: WindowMetrics | None = None
     api_window_age_s: float | None = None  # how long before the snapshot it arrived (0: it is `window`)
-    # which clock ms/token comes from: "mark_token" (the engine's marks, host time), or the GPU's own steps in
+    # which clock ms/token comes from: "mark_token" (the engine's marks, host time), "nvtx_range:NAME" (the closes
+    # of the NVTX range the attach named), or the GPU's own steps in
     # the traced windows ("graph replays" or "kernel period") when the loop marks nothing or runs ahead of the GPU
     token_clock: str = ""
     # bytes per token two ways: the DRAM counters' read + write bytes over counted tokens (no model facts needed)
@@ -204,12 +205,15 @@ class Session:
         if not len(marks):
             marks = f.token_times_ns()
         ts = token_stats(marks)
+        # the marks are the engine's mark_token calls, or the closes of the NVTX range the attach named
+        rng = self.feed.status.token_range
+        marks_clock = f"nvtx_range:{rng}" if rng else "mark_token"
         if ts is not None and not marks_in_bursts(marks):
-            return ts, "mark_token"
+            return ts, marks_clock
         gpu_ts, clock = self._gpu_clock(wins, pm_busy, since)
         if gpu_ts is not None:
             return gpu_ts, clock
-        return ts, ("mark_token" if ts is not None else "")
+        return ts, (marks_clock if ts is not None else "")
 
     def _inputs(self, since: int):
         f = self.feed

@@ -184,6 +184,8 @@ class Agent:
         res["hello"] = h
         held.ENABLED = settings.hold_gil  # before the loop's first call (an A/B run's attaches set it both ways)
         status: dict = {"token_clock": "armed"}
+        if settings.token_range:
+            status["token_range"] = settings.token_range
         tracer = pm = None
         if h.gpu is None:
             status.update(gpu="unavailable", gpu_error=h.gpu_unavailable, trace="unavailable", trace_reason="no_gpu",

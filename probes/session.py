@@ -231,9 +231,16 @@ class Closer:
     """Stands in for a session the agent gave up on: the next token boundary detaches CUPTI, then it leaves."""
 
     closing = False
+    token_range = ""  # mark_token reaches on_token below
 
     def __init__(self, tracer) -> None:
         self.tracer = tracer
+
+    def range_clock_ns(self) -> None:
+        return None
+
+    def on_range(self, name: str, t0_ns, level: int) -> None:
+        """An NVTX range that closed: nothing to keep (a range is no token boundary CUPTI can be left at)."""
 
     def on_token(self, depth: int) -> None:
         """The boundary the stalled session waited for: finalize its tracer here, on the decode thread."""

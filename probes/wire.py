@@ -252,6 +252,7 @@ class ProbeStatus(msgspec.Struct, frozen=True, tag="status"):
     """
 
     token_clock: str = ""  # "armed" once the session takes token marks
+    token_range: str = ""  # the NVTX range whose closes are the token clock (Attach.token_range), if one
     gpu: str = ""
     gpu_error: str = ""
     trace: str = ""

@@ -32,14 +32,15 @@ while True:
     time.sleep(0.001)
 '''
 
-# Marks tokens once decodemon is importable, which happens only when the bootstrap has mapped it.
+# Marks tokens once the agent is up: an engine does not import decodemon while its agent is loading (an import
+# made then would wait on the module locks the loading thread holds).
 LAZY_MARKS = r'''
 import sys, time
 mark_token = None
 i = 0
 while True:
     i += 1
-    if mark_token is None and "decodemon" in sys.modules:
+    if mark_token is None and getattr(sys.modules.get("decodemon.probes.agent"), "_agent", None) is not None:
         try:
             from decodemon.engine_adapter import mark_token
         except ImportError:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from decodemon.monitor.analysis.busy import window_busy_pct
 from decodemon.monitor.analysis.collectives import collectives
 from decodemon.monitor.analysis.gaps import classify_gaps, idle_gaps
@@ -94,12 +96,17 @@ def launched_per_token(w: wire.KernelWindow) -> float:
 
 
 def nvtx_table(w: wire.KernelWindow, tokens: int) -> tuple:
-    """The window's NVTX ranges by name: (name, calls a token, mean µs a call, level), the most time first."""
+    """The window's NVTX ranges by name: (name, calls a token, mean µs a call, level), the most time first. Only
+    the ranges that ended inside the analysed tokens count (a graph window's guard token is left out)."""
     cols = getattr(w, "nvtx", None) or {}
     if "name" not in cols or not len(cols["name"].array()):
         return ()
-    idx, lv = cols["name"].array(), cols["level"].array()
-    dur = (cols["end"].array() - cols["start"].array()) / 1e3
+    keep = np.ones(len(cols["name"].array()), bool)
+    span = w.analysed_span() if getattr(w, "clock", "tokens") == "tokens" else None
+    if span is not None:
+        keep = cols["end"].array() <= span[1]
+    idx, lv = cols["name"].array()[keep], cols["level"].array()[keep]
+    dur = (cols["end"].array()[keep] - cols["start"].array()[keep]) / 1e3
     out = []
     for i in sorted(set(idx.tolist())):
         sel = idx == i
