@@ -147,3 +147,27 @@ def test_token_range_on_a_real_process_gives_its_own_ms_per_token(tmp_path):
 def test_a_bad_token_range_is_one_line():
     r = cli("attach", "1", "--token-range", "")
     assert r.returncode == 2 and "--token-range" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_an_h200_window_carries_the_loops_nvtx_ranges_to_the_summary_and_the_exported_timeline(tmp_path):
+    """The graphed demo engine with `--nvtx` on an H200, recorded with `--token-range decode_step`
+    (benchmarks/nvtx_clock.py): one decode_step range per analysed token in each window, and on the trace's NVTX
+    lane every range lies inside its window's token span."""
+    from pathlib import Path
+
+    rec = Path(__file__).parent / "data" / "h200_graph_nvtx_range.dmon"
+    j = json.loads(cli("replay", rec, "--json").stdout)
+    assert j["windows"] == 2 and j["verdict"] == "occupancy"
+    (row,) = j["nvtx_ranges"]
+    assert (row["name"], row["per_token"], row["level"]) == ("decode_step", 1.0, 0) and 4000 < row["us"] < 20000
+    out = tmp_path / "trace.json"
+    assert cli("export", rec, "-o", out).returncode == 0
+    ev = json.loads(out.read_text())
+    ev = ev.get("traceEvents", ev) if isinstance(ev, dict) else ev
+    ranges = [e for e in ev if e.get("cat") == "nvtx"]
+    assert len(ranges) == 4 and {e["name"] for e in ranges} == {"decode_step"} and len({e["tid"] for e in ranges}) == 1
+    for w in (0, 1):
+        mine = [e for e in ranges if e["args"]["window"] == w]
+        bounds = [e["ts"] for e in ev if e.get("cat") == "token" and e["args"]["window"] == w]
+        assert len(mine) == 2 and len(bounds) == 3  # the analysed token's range and the guard token's
+        assert all(min(bounds) <= e["ts"] and e["ts"] + e["dur"] <= max(bounds) for e in mine)
