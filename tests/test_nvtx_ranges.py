@@ -171,3 +171,18 @@ def test_an_h200_window_carries_the_loops_nvtx_ranges_to_the_summary_and_the_exp
         bounds = [e["ts"] for e in ev if e.get("cat") == "token" and e["args"]["window"] == w]
         assert len(mine) == 2 and len(bounds) == 3  # the analysed token's range and the guard token's
         assert all(min(bounds) <= e["ts"] and e["ts"] + e["dur"] <= max(bounds) for e in mine)
+
+
+def test_the_timeline_draws_the_tokens_nvtx_range_under_its_kernels():
+    from pathlib import Path
+
+    from decodemon.monitor.sources import collect
+    from decodemon.monitor.widgets.timeline import nvtx_row
+
+    s = collect(str(Path(__file__).parent / "data" / "h200_graph_nvtx_range.dmon")).snapshot()
+    tl = s.window.timeline
+    ((name, a, b),) = tl.nvtx
+    assert name == "decode_step" and 0 <= a < b <= tl.token_ns and b - a > 0.9 * tl.token_ns
+    row = nvtx_row(tl, 60)
+    assert row.startswith("[decode_step=") and row.rstrip().endswith("]") and len(row) == 60
+    assert nvtx_row(tl, 60, zoom=8).startswith("[decode_step")  # zoomed into the token's start

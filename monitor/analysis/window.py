@@ -21,7 +21,7 @@ from decodemon.monitor.analysis.gaps import classify_gaps, idle_gaps
 from decodemon.monitor.analysis.kernels import KernelRow, kernel_table, small_grid_share_pct
 from decodemon.monitor.analysis.launches import count_launches, launch_calls
 from decodemon.monitor.analysis.records import analysed_records
-from decodemon.monitor.analysis.timeline import Timeline, token_timeline
+from decodemon.monitor.analysis.timeline import Timeline, token_timeline, with_nvtx
 from decodemon.probes import wire
 
 
@@ -137,7 +137,7 @@ def window_metrics(w: wire.KernelWindow, sm_count: int, cc: str = "9.0") -> Wind
         gap_ms_per_token=gaps.ms_per_token(tokens), kernels=rows,
         collective_calls_per_token=coll.calls_per_token, collective_us_per_call=coll.us_per_call,
         collective_ms_per_token=coll.ms_per_token, small_grid_share_pct=small_grid_share_pct(rows),
-        timeline=token_timeline(rec, calls, launches.graph_launches),
+        timeline=with_nvtx(token_timeline(rec, calls, launches.graph_launches), w),
         tracing_head_ms=gaps.tracing_head_ns / 1e6,
         collective_gap_us=coll.gap_us, collective_us_unwaited=coll.us_unwaited,
         dropped_records=w.dropped_records + rec.dropped_kernels,

@@ -43,6 +43,22 @@ def render_rows(timeline, cells: int, zoom: int = 1) -> tuple[str, str, float]:
     return row(timeline.cpu), row(timeline.gpu), span / 1e6
 
 
+def nvtx_row(timeline, cells: int, zoom: int = 1) -> str:
+    """The token's NVTX ranges as labelled bars, `[name====]`, to the same scale as the rows: outermost first, an
+    inner range only where nothing is drawn yet."""
+    span = max(1, timeline.token_ns // max(1, zoom))
+    row = [" "] * cells
+    for name, a, b in timeline.nvtx:
+        i0, i1 = int(a / span * cells), min(cells, max(int(a / span * cells) + 1, int(b / span * cells)))
+        if i0 >= cells or any(c != " " for c in row[i0:i1]):
+            continue  # an inner range under one already drawn, or past the zoomed span
+        bar = list(("[" + name)[: i1 - i0].ljust(i1 - i0, "="))
+        if i1 - i0 > 1:
+            bar[-1] = "]"
+        row[i0:i1] = bar
+    return "".join(row)
+
+
 class TimelinePanel(Panel):
     """CPU row over GPU row for the latest traced token, to scale; `+`/`-` zoom into its start."""
 
@@ -85,6 +101,9 @@ class TimelinePanel(Panel):
                  style="blue" if w.apis_traced else "dim")
         t.append("GPU ", style="bold green")
         t.append(gpu + "\n", style="green")
+        if w.timeline.nvtx:  # NVTX ranges pushed from Python: the outermost level, named
+            t.append("NVTX", style="bold magenta")
+            t.append(nvtx_row(w.timeline, cells, self.zoom) + "\n", style="magenta")
         right = f"{span_ms:.2f} ms"
         t.append("    0 ms" + " " * max(1, cells - 4 - len(right)) + right, style="dim")
         if self.zoom > 1:
