@@ -154,6 +154,8 @@ def probe_help() -> str:
     for key, (default, typ) in probe_fields().items():
         if typ is bool or isinstance(default, bool):
             takes = "true|false"
+        elif typ is str or isinstance(default, str):
+            takes = "a name"
         else:
             lo, hi, integer, allow_lo = PROBE_BOUNDS.get(key, (0, math.inf, typ is int, True))
             takes = f"{'whole ' if integer else ''}{'[' if allow_lo else '('}{lo:g}, {hi:g}]"
