@@ -36,6 +36,15 @@ while True:
     time.sleep(0.002)
 '''
 
+COUNTER_LOOP = r'''
+import time
+i = 0
+while True:
+    i += 1
+    print(i, time.monotonic(), flush=True)
+    time.sleep(0.002)
+'''
+
 
 class Loop:
     """A decode-like loop under a bare interpreter; `progress()` reads the counter lines it printed so far."""
@@ -93,6 +102,20 @@ def test_plain_python_loop_is_attached_counted_detached_and_reattached(tmp_path)
         assert again["tokens"] > 50
         loop.wait_for_lines(50)
         assert loop.max_gap_ms() < 500  # the loop never stood still for long
+    finally:
+        loop.kill()
+
+
+def test_an_agent_that_cannot_load_in_the_target_is_one_line_with_its_reason(tmp_path):
+    """`python -S` has no site-packages: the bootstrap finds decodemon by its folder but not msgspec. The monitor
+    says so, not that the main thread never reached a safe point; the loop goes on."""
+    loop = Loop([sys.executable, "-S", "-c", COUNTER_LOOP], cwd=tmp_path, stderr=subprocess.DEVNULL)
+    try:
+        r = cli("attach", loop.pid, "--json", "--seconds", 1)
+        assert r.returncode != 0 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert "the agent did not start" in r.stderr and "msgspec" in r.stderr and "safe point" not in r.stderr
+        assert not inject.note_path(loop.pid).exists()  # read once, then gone
+        loop.wait_for_lines(50)
     finally:
         loop.kill()
 

@@ -29,6 +29,20 @@ BOOTSTRAP = '''\
 import sys as _sys
 import threading as _threading
 import time as _time
+_note_at = {note_at!r}  # where the monitor looks for why the agent did not start ("": nowhere)
+
+
+def _note(text):
+    if _note_at:
+        try:
+            import os as _os
+            _os.makedirs(_os.path.dirname(_note_at), mode=0o700, exist_ok=True)
+            with open(_note_at, "w") as _f:
+                _f.write(text)
+        except OSError:
+            pass
+
+
 for _p in {paths!r}:
     if _p not in _sys.path:
         _sys.path.append(_p)
@@ -65,9 +79,11 @@ try:
     except Exception as _exc:
         print("decodemon: engine adapters not loaded:", _exc, file=_sys.stderr)
     from decodemon.probes.agent import start as _start
-    _start()
+    if _start() is None:
+        _note("the agent could not open its socket")
 except Exception as _exc:
     print("decodemon: agent not started:", _exc, file=_sys.stderr)
+    _note(f"{{type(_exc).__name__}}: {{_exc}}")
 finally:
     if _polite in _sys.meta_path:
         _sys.meta_path.remove(_polite)
@@ -106,19 +122,27 @@ class Target:
     interpreter: str  # the file that exports the C API: the executable or a libpython
 
 
-def bootstrap_source() -> str:
-    """The bootstrap the target executes: our install location on sys.path, then start the agent."""
+def note_path(pid: int) -> Path:
+    """Where the bootstrap in `pid` writes why its agent did not start."""
+    return socket_path(pid).with_suffix(".failed")
+
+
+def bootstrap_source(pid: int | None = None) -> str:
+    """The bootstrap the target executes: our install location on sys.path, then start the agent (with `pid`, a
+    failure is written where `_wait_for_socket` reads it)."""
     import decodemon.probes.wire as w
 
     pkg_root = Path(w.__file__).resolve().parent.parent  # the folder that holds `probes` (or decodemon/)
     paths = sorted({str(pkg_root.parent), str(pkg_root)})
     return BOOTSTRAP.format(paths=paths, pkg_root=str(pkg_root), pause_s=IMPORT_PAUSE_S, ratio=IMPORT_SLEEP_RATIO,
+                            note_at=str(note_path(pid)) if pid is not None else "",
                             duty_pct=round(100 / (1 + IMPORT_SLEEP_RATIO)))
 
 
-def pending_call_source(source: str | None = None) -> str:
-    """The source queued as a pending call: run `source` (default: the bootstrap) in a new daemon thread."""
-    return PENDING_CALL.format(source=bootstrap_source() if source is None else source)
+def pending_call_source(source: str | None = None, pid: int | None = None) -> str:
+    """The source queued as a pending call: run `source` (default: the bootstrap for `pid`) in a new daemon
+    thread."""
+    return PENDING_CALL.format(source=bootstrap_source(pid) if source is None else source)
 
 
 def _version_by_running(exe: str) -> tuple[int, int] | None:
@@ -198,18 +222,25 @@ def queue_source(pid: int, source: str) -> dict:
 
 
 def _wait_for_socket(pid: int, timeout_s: float) -> Path:
-    sock = socket_path(pid)
+    sock, note = socket_path(pid), note_path(pid)
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout_s:  # the target runs the bootstrap at its next safe point
         if sock.exists():
             return sock
+        if note.exists():
+            try:
+                why = note.read_text().strip().splitlines()[0][:300]
+            except (OSError, IndexError):
+                why = "no reason given"
+            note.unlink(missing_ok=True)
+            raise InjectError(f"the agent did not start in pid {pid}: {why}")
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
             raise InjectError(f"pid {pid} ended before its agent started") from None
         time.sleep(0.02)
     raise InjectError(f"pid {pid} did not start the agent within {timeout_s:g} s: its main thread has not reached "
-                      "a safe point (blocked in C code?); the agent starts when it does")
+                      "a safe point (blocked in C code?) or is still loading it; the agent listens once it has")
 
 
 def inject(pid: int, timeout_s: float = 5.0) -> Path:
@@ -222,11 +253,12 @@ def inject(pid: int, timeout_s: float = 5.0) -> Path:
     if t.version is not None and t.version >= (3, 14):
         reason = disabled_reason(pid)
         if reason is None:  # the same source as the pending call: the main thread only starts a thread
-            reason, script = remote_exec(pid, t.exe, pending_call_source())
+            reason, script = remote_exec(pid, t.exe, pending_call_source(pid=pid))
         if reason:
             raise InjectError(reason)
     else:
-        result = queue_source(pid, pending_call_source())
+        note_path(pid).unlink(missing_ok=True)  # a note from an earlier attempt is not this one's
+        result = queue_source(pid, pending_call_source(pid=pid))
         if not result.get("ok"):
             raise InjectError(_describe_failure(pid, result))
     try:
