@@ -290,16 +290,31 @@ def markdown(result: dict) -> str:
     return "\n".join(lines)
 
 
-def write_outputs(result: dict, outdir) -> list[Path]:
-    """Write sweep.json, sweep.md, sweep.svg and sweep.png into `outdir`; the paths written."""
+OUTPUT_NAMES = ("sweep.json", "sweep.md", "sweep.svg", "sweep.png")
+
+
+def write_outputs(result: dict, outdir, copy_from=None) -> list[Path]:
+    """Write sweep.json, sweep.md, sweep.svg and sweep.png into `outdir` (and, for a replay, copy the recordings
+    from `copy_from`, so the output rebuilds too); the paths written. Everything is made in memory first, and
+    each file is written whole (a temporary name, then renamed)."""
+    import shutil
+
     from decodemon.monitor import plots
     from decodemon.monitor.sources import write_bytes_whole, write_text_whole
 
     d = Path(outdir)
     chart = plots.sweep_chart(series_of(result["points"]))
-    out = [d / "sweep.json", d / "sweep.md", d / "sweep.svg", d / "sweep.png"]
-    write_text_whole(out[0], json.dumps(result, indent=2, default=str, ensure_ascii=False) + "\n")
-    write_text_whole(out[1], markdown(result))
-    write_text_whole(out[2], chart.svg())
-    write_bytes_whole(out[3], plots.png_bytes(chart))
+    texts = [json.dumps(result, indent=2, default=str, ensure_ascii=False) + "\n", markdown(result), chart.svg()]
+    png = plots.png_bytes(chart)
+    out = [d / n for n in OUTPUT_NAMES]
+    if copy_from is not None and Path(copy_from).resolve() != d.resolve():
+        for p in result["points"]:
+            if p.get("recording"):
+                src = Path(copy_from) / p["recording"]
+                shutil.copyfile(src, d / f".{p['recording']}.part")
+                (d / f".{p['recording']}.part").replace(d / p["recording"])
+                out.append(d / p["recording"])
+    for path, text in zip(out[:3], texts):
+        write_text_whole(path, text)
+    write_bytes_whole(out[3], png)
     return out

@@ -140,3 +140,19 @@ def test_an_h200_sweep_replays_on_cpu_to_its_own_table(name, tmp_path, capsys):
     assert (tmp_path / "out" / "sweep.svg").read_text().count("<circle") >= 4
     assert sorted(x.name for x in d.iterdir()) == sorted([*(f"candidate_{k}.dmon" for k in (64, 512, 2048, 8192)),
                                                           "sweep.json"])
+
+
+def test_a_replay_to_an_output_it_cannot_write_fails_before_anything_is_written(tmp_path, capsys):
+    d = "tests/data/h200_sweep_demo_graph"
+    out = tmp_path / "out"
+    (out / "sweep.svg").mkdir(parents=True)
+    assert main(["sweep", "--replay", d, "-o", out]) == 2
+    err = capsys.readouterr()
+    assert err.err.strip() == f"decodemon sweep: cannot write {out / 'sweep.svg'}: it is a directory"
+    assert err.out == "" and sorted(p.name for p in out.iterdir()) == ["sweep.svg"]  # nothing half-written
+    assert main(["sweep", "--replay", d, "-o", "/proc/no/such"]) == 2
+    assert capsys.readouterr().err.startswith("decodemon sweep: cannot make /proc/no/such")
+    # -o of a replay holds the recordings too, so it rebuilds on its own
+    assert main(["sweep", "--replay", d, "-o", tmp_path / "again", "--json"]) == 0
+    capsys.readouterr()
+    assert main(["sweep", "--replay", tmp_path / "again", "--json"]) == 0

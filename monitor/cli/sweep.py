@@ -30,7 +30,7 @@ def add_parser(subparsers) -> None:
                               description="Start CMD (with {depth} where the depth goes) once per depth with the agent "
                                           "loaded, attach for --seconds, stop it; then the table, the plot and "
                                           "which resource depth consumes.")
-    p.add_argument("command", nargs="?", metavar="CMD", help='the decode command, e.g. "python loop.py --ctx {depth}"')
+    p.add_argument("cmd", nargs="?", metavar="CMD", help='the decode command, e.g. "python loop.py --ctx {depth}"')
     p.add_argument("--depths", type=depth_list, default=[64, 512, 2048, 8192], metavar="D,D,...",
                    help="the depths, short to the shipping context (default 64,512,2048,8192)")
     p.add_argument("--reference", metavar="CMD", help="a reference command, run beside at each depth")
@@ -55,7 +55,10 @@ def _outdir(path) -> Path:
     if not d.exists():
         if not d.parent.is_dir():
             raise UsageError(f"decodemon sweep: cannot make {path}: no directory {d.parent}")
-        d.mkdir()
+        try:
+            d.mkdir()
+        except OSError as exc:
+            raise UsageError(f"decodemon sweep: cannot make {path}: {exc.strerror or exc}") from None
     return d
 
 
@@ -63,16 +66,24 @@ def run(a) -> int:
     """Sweep (or rebuild one), print it, write it."""
     from decodemon.monitor import plots, sweep
 
-    if bool(a.command) == bool(a.replay):
+    if bool(a.cmd) == bool(a.replay):
         raise UsageError("decodemon sweep: give a command with {depth}, or --replay DIR (see `decodemon sweep --help`)")
+    try:
+        for t in ([] if a.replay else [a.cmd] + ([a.reference] if a.reference else [])):
+            sweep.argv_at(t, a.depths[0])
+    except sweep.SweepError as exc:
+        raise UsageError(f"decodemon sweep: {exc}") from None
+    out = None
+    if a.output:  # checked before a sweep runs (minutes) or a replay reads: a path it cannot write is one line now
+        out = _outdir(a.output)
+        for name in sweep.OUTPUT_NAMES:
+            if (out / name).is_dir():
+                raise UsageError(f"decodemon sweep: cannot write {out / name}: it is a directory")
     try:
         if a.replay:
             result = sweep.replay(a.replay)
         else:
-            for t in [a.command] + ([a.reference] if a.reference else []):
-                sweep.argv_at(t, a.depths[0])
-            out = _outdir(a.output) if a.output else None
-            result = sweep.sweep(a.command, a.depths, a.reference, a.seconds, attach_settings(a), out,
+            result = sweep.sweep(a.cmd, a.depths, a.reference, a.seconds, attach_settings(a), out,
                                  runner=lambda *x, **k: sweep.run_point(*x, start_timeout_s=a.start_timeout, **k),
                                  on_point=_progress)
     except sweep.SweepError as exc:
@@ -86,8 +97,8 @@ def run(a) -> int:
         print("\n".join(plots.sweep_lines(sweep.series_of(result["points"]))))
         print()
         print(result["divergence"])
-    if a.output:  # a replay only reads its directory; -o says where to write
-        written = sweep.write_outputs(result, _outdir(a.output) if a.replay else a.output)
+    if out is not None:  # a replay only reads its directory; -o says where to write (its recordings too)
+        written = sweep.write_outputs(result, out, copy_from=a.replay)
         print(f"decodemon sweep: wrote {', '.join(str(p) for p in written)}", file=sys.stderr)
     return 0 if any(p.get("ms_per_token") for p in result["points"]) else 3
 
