@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import time
 from pathlib import Path
@@ -71,14 +72,14 @@ def parse_expect(text: str) -> tuple[str, float]:
     """`-60%` or `-60` → ("pct", -60.0); `3.9ms` → ("ms", 3.9) (the ms/token expected after the change)."""
     s = str(text).strip().replace("−", "-").replace(" ", "")
     try:
-        if s.endswith("%"):
-            return "pct", float(s[:-1])
         if s.endswith("ms"):
             v = float(s[:-2])
-            if v > 0:
+            if v > 0 and math.isfinite(v):
                 return "ms", v
         elif s:
-            return "pct", float(s)
+            v = float(s[:-1] if s.endswith("%") else s)
+            if -100 < v and math.isfinite(v):  # ms/token cannot fall by all of itself
+                return "pct", v
     except ValueError:
         pass
     raise LedgerError(f"--expect takes a change in percent (-60%) or the ms/token expected after it (3.9ms), "

@@ -136,6 +136,9 @@ def test_the_ledger_as_a_markdown_section(eager, graph):
 
 @pytest.mark.parametrize("args, words", [
     (["--change", "x", "--expect", "sixty"], "--expect takes"),
+    (["--change", "x", "--expect", "-100%"], "--expect takes"),
+    (["--change", "x", "--expect", "nan"], "--expect takes"),
+    (["--change", " ", "--expect", "-5%"], "--change says what you will change"),
     (["--change", "x", "--expect", "-5%", "--ceiling", "vibes"], "--ceiling is one of"),
 ])
 def test_bad_predictions_fail_in_one_line(tmp_path, capsys, args, words):

@@ -14,7 +14,7 @@ def add(sub) -> None:
                                    "otherwise the H200 recordings shipped with decodemon, looping.")
     p.add_argument("--replay", action="store_true", help="play the bundled recordings even with a GPU")
     p.add_argument("--json", action="store_true", help="print both summaries and the ratios, as `compare --json`")
-    p.add_argument("--tokens", type=bounded("--tokens", 0, 1e9, True), default=0,
+    p.add_argument("--tokens", type=bounded("--tokens", 0, 1e9, True, allow_zero=True), default=0,
                    help="live: tokens each engine decodes (default 0: until stopped)")
     p.add_argument("--speed", type=bounded("--speed", 0, 1000), default=1.0, help="recordings: playback speed")
     add_seconds(p, None, f"quit after this many seconds (live --json: watch this long, default {JSON_SECONDS:g})")

@@ -70,6 +70,9 @@ add = add_parser
 
 def run(a) -> int:
     """Measure, seal, append, and say what was sealed."""
+    if not a.change.strip():
+        raise UsageError("decodemon predict: --change says what you will change, e.g. \"capture a graph\"; it is "
+                         "empty")
     try:
         ledger.parse_expect(a.expect)  # a typo costs no attach
         read_ledger(a.ledger)
