@@ -68,6 +68,15 @@ def test_json_contract_has_every_key():
         assert c["state"] in ("binding", "ruled_out", "unknown")
 
 
+def test_the_kernels_own_time_lets_launch_read_the_idle_as_a_recording_does():
+    """The eager H200 recording's figures (report: LAUNCH, 19.87 µs/launch): without the kernels' time the gap over
+    the floor is 21.8 µs a launch, more than an eager launch costs, so LAUNCH cannot be named; with it, it is."""
+    figs = ["--ms-per-token", 40.9, "--launches-per-token", 1863, "--bytes-per-token", 1.242e9, "--bandwidth-gbs", 4128]
+    assert diagnose(*figs)["ceiling"] == "kernels"
+    d = diagnose(*figs, "--kernel-ms-per-token", 3.88)
+    assert d["ceiling"] == "launch" and d["candidates"]["launch"]["value"] == pytest.approx(19.87, abs=0.01)
+
+
 def test_nothing_known_is_unknown():
     d = diagnose()
     assert d["ceiling"] == "unknown"
@@ -75,7 +84,8 @@ def test_nothing_known_is_unknown():
 
 @pytest.mark.parametrize("args", [["--ms-per-token", "0"], ["--ms-per-token", "-1"], ["--ms-per-token", "nan"],
                                   ["--ms-per-token", "1e30"], ["--n", "8"], ["--speedup", "2", "--n", "1"],
-                                  ["--launches-per-token", "abc"], ["--us-per-collective", "3"]])
+                                  ["--launches-per-token", "abc"], ["--us-per-collective", "3"],
+                                  ["--ms-per-token", "4", "--kernel-ms-per-token", "9"]])
 def test_bad_numbers_are_one_line(args):
     assert_one_line_error(cli("diagnose", *args))
 

@@ -13,6 +13,9 @@ def add(sub) -> None:
                    help="the step, token to token")
     p.add_argument("--launches-per-token", type=bounded("--launches-per-token", 0, 1e9), metavar="N",
                    help="kernels launched per token")
+    p.add_argument("--kernel-ms-per-token", type=bounded("--kernel-ms-per-token", 0.0, 1e7, allow_zero=True),
+                   metavar="MS", help="the kernels' own time per token (their durations summed, e.g. from a "
+                                      "profiler): with it, the idle between them prices LAUNCH")
     p.add_argument("--bytes-per-token", type=bounded("--bytes-per-token", 0, 1e15), metavar="B",
                    help="bytes read from memory per token (weights plus KV cache)")
     p.add_argument("--bandwidth-gbs", type=bounded("--bandwidth-gbs", 0, 1e7), metavar="GBS",
@@ -38,9 +41,13 @@ def run(a) -> int:
     if a.us_per_collective is not None and a.collectives_per_token is None:
         raise UsageError("decodemon diagnose: --us-per-collective needs --collectives-per-token "
                          "(see `decodemon diagnose --help`)")
+    if a.kernel_ms_per_token is not None and a.ms_per_token is not None and a.kernel_ms_per_token > a.ms_per_token * 1.05:
+        raise UsageError("decodemon diagnose: --kernel-ms-per-token is more than the step (--ms-per-token); the "
+                         "kernels of one token cannot take longer than the token")
     if a.n is not None and a.n < 2:
         raise UsageError("decodemon diagnose: --n must be at least 2 for a serial fraction")
     inp = dx.Inputs(ms_per_token=a.ms_per_token, launches_per_token=a.launches_per_token,
+                    kernel_sum_ms_per_token=a.kernel_ms_per_token,
                     bytes_per_token=a.bytes_per_token, bandwidth_gbs=a.bandwidth_gbs,
                     collectives_per_token=a.collectives_per_token, us_per_collective=a.us_per_collective)
     d = dx.diagnose(inp, speedup=a.speedup, n=a.n)
