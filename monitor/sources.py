@@ -32,7 +32,7 @@ def source_of(spec) -> tuple[str, object]:
     if spec.isdigit() or (spec.startswith("-") and spec[1:].isdigit()):
         return ("pid", int(spec))
     if not Path(spec).exists():
-        raise SourceError(f"{spec}: no such recording file and not a pid")
+        raise SourceError(f"{spec}: no such recording file")
     return ("file", spec)
 
 
