@@ -28,14 +28,14 @@ def sweep_lines(series: list[tuple[str, list[tuple[int, float, str]]]], rows: in
             c = depths.index(d) * col + col // 2
             grid[r][c] = MARKERS[k % len(MARKERS)] if grid[r][c] == " " else "#"
     out = []
-    for i, row in enumerate(grid):
-        y = top * (rows - i) / rows
+    for i, row in enumerate(grid):  # each row labelled with the lowest ms/token drawn on it
+        y = top * (rows - 1 - i) / rows
         out.append(f"{y:>8.3g} │" + "".join(row).rstrip())
     out.append(" " * 9 + "└" + "─" * (col * len(depths)))
     out.append(" " * 10 + "".join(f"{d:^{col}}" for d in depths) + "  depth")
     for k, (name, ps) in enumerate(series):
         by = {d: ceil for d, v, ceil in ps if v is not None}
-        out.append(f"{MARKERS[k % len(MARKERS)]} {name[:7]:<7} " +
+        out.append(f"{MARKERS[k % len(MARKERS)]}{name[:9]:<9}" +
                    "".join(f"{by.get(d, '-').upper():^{col}}" for d in depths))
     return out
 
