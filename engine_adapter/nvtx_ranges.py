@@ -22,18 +22,26 @@ _state: dict = {}
 _local = threading.local()
 
 
+MAX_DEPTH = 256  # open ranges kept per thread; a stack deeper than this (pops made where we cannot see them) restarts
+
+
 def _stack() -> list:
-    st = getattr(_local, "stack", None)
-    if st is None:
-        st = _local.stack = []
-    return st
+    """This thread's open ranges, as of the current install: one left by an earlier attach starts empty (its
+    ranges' pops went by unwrapped, and would pair with the wrong pushes)."""
+    gen = _state.get("gen", 0)
+    if getattr(_local, "gen", None) != gen:
+        _local.gen, _local.stack = gen, []
+    return _local.stack
 
 
 def _opened(name) -> None:
     """Before the engine's push: never raises into it."""
     try:
         s = agent.ACTIVE.session
-        _stack().append((str(name) if name is not None else "", s.range_clock_ns() if s is not None else None))
+        st = _stack()
+        if len(st) >= MAX_DEPTH:
+            st.clear()
+        st.append((str(name) if name is not None else "", s.range_clock_ns() if s is not None else None))
     except Exception:
         pass
 
@@ -53,9 +61,9 @@ def _closed() -> None:
 
 
 def _wrap_push(original):
-    def range_push(msg, *args, **kwargs):
-        _opened(msg)
-        return original(msg, *args, **kwargs)
+    def range_push(*args, **kwargs):  # torch: range_push(msg); nvtx: push_range(message=None, color=..., ...)
+        _opened(args[0] if args else kwargs.get("message", kwargs.get("msg")))
+        return original(*args, **kwargs)
 
     range_push.__wrapped__ = original
     return range_push
@@ -101,6 +109,7 @@ def install() -> str | None:
     """Wrap the NVTX range calls of the packages this process has loaded; what was wrapped, or None."""
     if _state.get("patched"):
         return None
+    _state["gen"] = _state.get("gen", 0) + 1
     what = []
     tn = sys.modules.get("torch.cuda.nvtx")
     if tn is not None and hasattr(tn, "range_push") and hasattr(tn, "range_pop"):

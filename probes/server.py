@@ -251,14 +251,21 @@ class Agent:
             # disabled cleanly, and its counters can stay held for the next attach (pm_config.release)
             pm, session.pm = session.pm, None
             pm.close()
+        keep_hooks = False
         if session is not None:
             # The decode thread disarms at its next boundary (a safe point for CUPTI);
             # if the loop is stalled or gone, the agent does it after 1 s.
             session.closing = True
             if not session.done.wait(1.0):
                 session.finish(at_boundary=False)
+                closer = ACTIVE.session
+                if isinstance(closer, Closer) and closer.token_range:
+                    # its boundary is the token range's next close, which only the wrapped range calls see:
+                    # the Closer takes the adapters out once it has left CUPTI
+                    closer.detach_hooks = keep_hooks = True
             session.release()
-        hooks.detach()  # the engine's own functions back, before the monitor hears the attach is over
+        if not keep_hooks:
+            hooks.detach()  # the engine's own functions back, before the monitor hears the attach is over
         if sidecar is not None:
             try:
                 sidecar.stdin.close()

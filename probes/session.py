@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 
-from decodemon.probes import held, policy, wire
+from decodemon.probes import hooks, held, policy, wire
 from decodemon.probes.facts import PROCESS
 
 
@@ -210,7 +210,7 @@ class Session:
         tr, self.tracer = self.tracer, None
         with ACTIVE.lock:
             if ACTIVE.session is self:
-                ACTIVE.session = Closer(tr) if (tr is not None and not at_boundary) else None
+                ACTIVE.session = Closer(tr, self.token_range) if (tr is not None and not at_boundary) else None
         self.done.set()
         if tr is not None and at_boundary:
             detach_tracer(tr, self.errors)
@@ -231,16 +231,20 @@ class Closer:
     """Stands in for a session the agent gave up on: the next token boundary detaches CUPTI, then it leaves."""
 
     closing = False
-    token_range = ""  # mark_token reaches on_token below
 
-    def __init__(self, tracer) -> None:
+    def __init__(self, tracer, token_range: str = "") -> None:
         self.tracer = tracer
+        # the stalled session's token clock: its range's next close is the boundary, as mark_token's would be
+        self.token_range = token_range
+        self.detach_hooks = False  # the agent left the engine adapters in for us (the range clock needs them)
 
     def range_clock_ns(self) -> None:
         return None
 
     def on_range(self, name: str, t0_ns, level: int) -> None:
-        """An NVTX range that closed: nothing to keep (a range is no token boundary CUPTI can be left at)."""
+        """An NVTX range that closed: the boundary if it is the token range."""
+        if self.token_range and name == self.token_range:
+            self.on_token(0)
 
     def on_token(self, depth: int) -> None:
         """The boundary the stalled session waited for: finalize its tracer here, on the decode thread."""
@@ -250,3 +254,6 @@ class Closer:
         tr, self.tracer = self.tracer, None
         if tr is not None:
             detach_tracer(tr)
+        if self.detach_hooks:
+            self.detach_hooks = False
+            hooks.detach()

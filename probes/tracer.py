@@ -14,6 +14,7 @@ drains the records of kernels still running behind the host, and finalizes, with
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -85,6 +86,7 @@ class WindowTracer:
         self._memcpys: list[tuple] = []
         self._syncs: list[tuple] = []
         self._ranges: list[tuple] = []  # NVTX ranges closed while open: (name index, start, end, level)
+        self._range_lock = threading.Lock()
         self._range_names: dict[str, int] = {}
         self.bounds: list[int] = []
         self.host_ns = 0
@@ -269,8 +271,10 @@ class WindowTracer:
         return int(self._c.get_timestamp())
 
     def note_range(self, name: str, start_ns: int, end_ns: int, level: int) -> None:
-        """An NVTX range that opened and closed while the window was open (any thread)."""
-        if len(self._ranges) < 100_000:
+        """An NVTX range that closed while the window was open (any thread); kept only if it opened in it too."""
+        if len(self._ranges) >= 100_000 or (self.bounds and start_ns < self.bounds[0]):
+            return
+        with self._range_lock:  # two threads naming a new range at once must not share an index
             i = self._range_names.setdefault(name, len(self._range_names))
             self._ranges.append((i, int(start_ns), int(end_ns), int(level)))
 
@@ -302,11 +306,13 @@ class WindowTracer:
         names = [""] * len(self._names)
         for n, i in self._names.items():
             names[i] = n
-        rng, self._ranges = _rows(self._ranges, 4), []
-        range_names = [""] * len(self._range_names)
-        for n, i in self._range_names.items():
+        with self._range_lock:
+            taken, self._ranges = self._ranges, []
+            named, self._range_names = self._range_names, {}
+        rng = _rows(taken, 4)
+        range_names = [""] * len(named)
+        for n, i in named.items():
             range_names[i] = n
-        self._range_names = {}
         return KernelWindow(
             window_id=window_id,
             tokens=max(len(self.bounds) - 1 - guard_tokens, 0) if clock == "tokens" else 0,

@@ -82,11 +82,47 @@ def test_a_named_range_is_the_token_clock_and_the_engines_own_marks_are_ignored(
     assert len(s2.marks_t) == 3  # unwrapped: the engine's marks again
 
 
-def test_a_stalled_sessions_closer_takes_ranges_and_marks_without_raising_into_the_engine(attached, monkeypatch):
+def test_a_stalled_range_clocked_session_leaves_cupti_at_the_next_close_of_its_range(attached):
+    """The agent gave up waiting for a boundary: its Closer keeps the token range, and the range's next close (the
+    engine calls no mark_token) is where CUPTI is left; nothing raises into the engine on the way."""
     s = attached(token_range="token")
-    monkeypatch.setattr(agent.ACTIVE, "session", sess.Closer(None))
-    _decode(2)  # neither the wrapped range calls nor mark_token raise; the Closer leaves at the first mark
-    assert agent.ACTIVE.session is None and s.marks_t == []
+    s.want_window = True
+    nvtx.push_range("token")
+    nvtx.pop_range()  # the window opens here
+    assert s.tracer.active
+    tr = s.tracer
+    s.finish(at_boundary=False)
+    closer = agent.ACTIVE.session
+    assert isinstance(closer, sess.Closer) and closer.token_range == "token"
+    nvtx.push_range("other")
+    nvtx.pop_range()
+    assert agent.ACTIVE.session is closer  # not its range: no boundary yet
+    nvtx.push_range("token")
+    nvtx.pop_range()
+    assert agent.ACTIVE.session is None and not tr.active and not tr.initialised
+
+
+def test_keyword_pushes_stale_stacks_and_ranges_from_before_the_window(attached):
+    s = attached()
+    nvtx.push_range(message="kw")  # the nvtx package's keyword form, and no name at all
+    nvtx.push_range()
+    nvtx.pop_range()
+    nvtx.pop_range()
+    nvtx.push_range("left open")  # open across the detach: its pop goes by unwrapped
+    nvtx_ranges.uninstall()
+    nvtx.pop_range()
+    s = attached()
+    s.want_window = True
+    _decode(3)
+    s.window_ready.wait(2)
+    w = s.tracer.collect(0, guard_tokens=0)
+    levels = {w.nvtx_names[i]: lv for i, lv in zip(w.nvtx["name"].array(), w.nvtx["level"].array())}
+    assert levels == {"token": 0, "forward": 1, "attention": 2}  # not shifted by the stale "left open"
+    tr = s.tracer
+    tr.bounds = [1000]
+    before = len(tr._ranges)
+    tr.note_range("early", 900, 1100, 0)  # opened before the window did
+    assert len(tr._ranges) == before
 
 
 def test_uninstall_puts_the_originals_back():
