@@ -77,9 +77,9 @@ def test_the_kernels_own_time_lets_launch_read_the_idle_as_a_recording_does():
     assert d["ceiling"] == "launch" and d["candidates"]["launch"]["value"] == pytest.approx(19.87, abs=0.01)
 
 
-def test_nothing_known_is_unknown():
-    d = diagnose()
-    assert d["ceiling"] == "unknown"
+def test_nothing_known_is_unknown_and_exits_as_nothing_measured():
+    r = cli("diagnose", "--json")
+    assert r.returncode == 3 and json.loads(r.stdout)["ceiling"] == "unknown"
 
 
 @pytest.mark.parametrize("args", [["--ms-per-token", "0"], ["--ms-per-token", "-1"], ["--ms-per-token", "nan"],
