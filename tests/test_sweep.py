@@ -156,3 +156,10 @@ def test_a_replay_to_an_output_it_cannot_write_fails_before_anything_is_written(
     assert main(["sweep", "--replay", d, "-o", tmp_path / "again", "--json"]) == 0
     capsys.readouterr()
     assert main(["sweep", "--replay", tmp_path / "again", "--json"]) == 0
+
+
+def test_options_that_do_not_apply_to_a_replay_are_one_line(capsys):
+    assert main(["sweep", "--replay", "tests/data/h200_sweep_demo_graph", "--depths", "64,512"]) == 2
+    assert "--depths is for a sweep that runs" in capsys.readouterr().err
+    assert main(["replay", "tests/data/h200_eager_pm.dmon", "--json", "--at", "5"]) == 2
+    assert "--json summarises the whole recording" in capsys.readouterr().err

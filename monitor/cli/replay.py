@@ -32,6 +32,9 @@ def run(a) -> int:
         if source_of(f)[0] == "pid":
             raise UsageError(f"decodemon replay: {f}: replay takes recordings; to watch a live pid use "
                              f"`decodemon attach {f}`")
+    if a.json and (a.at is not None or a.paused):
+        raise UsageError("decodemon replay: --at and --paused place the app's playback; --json summarises the "
+                         "whole recording (see `decodemon replay --help`)")
     if a.json:
         from decodemon.monitor.render import summary_json
         from decodemon.monitor.sources import collect_recording

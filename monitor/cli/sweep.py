@@ -13,6 +13,9 @@ from decodemon.monitor.cli._common import (UsageError, add_probe, add_seconds, a
                                            print_json)
 
 
+DEFAULT_DEPTHS = (64, 512, 2048, 8192)
+
+
 def depth_list(text: str) -> list[int]:
     """'64,512,2048' → [64, 512, 2048]; each a whole number ≥ 1."""
     try:
@@ -31,7 +34,7 @@ def add_parser(subparsers) -> None:
                                           "loaded, attach for --seconds, stop it; then the table, the plot and "
                                           "which resource depth consumes.")
     p.add_argument("cmd", nargs="?", metavar="CMD", help='the decode command, e.g. "python loop.py --ctx {depth}"')
-    p.add_argument("--depths", type=depth_list, default=[64, 512, 2048, 8192], metavar="D,D,...",
+    p.add_argument("--depths", type=depth_list, default=None, metavar="D,D,...",
                    help="the depths, short to the shipping context (default 64,512,2048,8192)")
     p.add_argument("--reference", metavar="CMD", help="a reference command, run beside at each depth")
     p.add_argument("-o", "--output", metavar="DIR",
@@ -68,6 +71,10 @@ def run(a) -> int:
 
     if bool(a.cmd) == bool(a.replay):
         raise UsageError("decodemon sweep: give a command with {depth}, or --replay DIR (see `decodemon sweep --help`)")
+    if a.replay and a.depths is not None:
+        raise UsageError("decodemon sweep: --depths is for a sweep that runs; a replay has the depths its "
+                         "recordings hold")
+    a.depths = a.depths or list(DEFAULT_DEPTHS)
     try:
         for t in ([] if a.replay else [a.cmd] + ([a.reference] if a.reference else [])):
             sweep.argv_at(t, a.depths[0])
