@@ -158,7 +158,7 @@ class AttachLoop:
         clock = policy.window_clock(now, self.t_start, self.last_mark_at, self.recent_marks)
         if clock is None:
             return
-        if clock == "time" and not st.graph_windows and policy.replays_graphs(PROCESS.graph_kernels_seen, PROCESS.engine_cuda_graphs):
+        if clock == "time" and policy.replays_graphs(PROCESS.graph_kernels_seen, PROCESS.engine_cuda_graphs):
             # no safe point to finalize CUPTI at: counters only, and the status says why
             self.status.update(window_clock="none", window_clock_reason="graphs")
             return

@@ -339,9 +339,6 @@ class Attach(msgspec.Struct, frozen=True, tag="attach"):
     # how long a window opened by time stays open (a loop without token marks, or whose host runs ahead, in a
     # process that replays no CUDA graph)
     time_window_s: float = 0.25
-    # windows by time in a process that replays CUDA graphs too (by default it gets counters only: such windows
-    # ended graphed loops on an H200, probes/policy.py replays_graphs); for finding out on a given GPU and driver
-    graph_windows: bool = False
     # a named NVTX range as the token clock: each close of a range of this name, pushed from Python through
     # torch.cuda.nvtx or the nvtx package, marks a token, and the engine's own marks are ignored ("": marks)
     token_range: str = ""

@@ -156,22 +156,3 @@ def test_a_loop_that_replays_graphs_and_marks_nothing_gets_counters_and_the_reas
     status = [f for f in frames if isinstance(f, wire.ProbeStatus) and f.window_clock]
     assert status and (status[-1].window_clock, status[-1].window_clock_reason) == ("none", "graphs")
 
-
-def test_graph_windows_asks_for_windows_by_time_in_a_process_that_replays_graphs(monkeypatch):
-    """`--probe graph_windows=true`: the same graph-replaying loop gets windows by time after all."""
-    monkeypatch.setattr(policy, "NO_MARKS_S", 0.3)
-    monkeypatch.setattr(PROCESS, "engine_cuda_graphs", True)
-    monkeypatch.setattr(PROCESS, "windows_in_process", 0)
-    tr = _fake_tracer()
-    st = wire.Attach(window_period_s=0.2, window_max_s=0.2, window_min_tokens=0, time_window_s=0.05,
-                     agent_tick_s=0.05, graph_windows=True)
-    s = sess.Session(st, tr)
-    loop, result, got, theirs = _run_agent_loop(s, name="decodemon-session")
-    t_end = time.monotonic() + 5
-    while time.monotonic() < t_end and not any(isinstance(f, wire.KernelWindow) for f in _frames(got)):
-        time.sleep(0.05)
-    theirs.shutdown(socket.SHUT_RDWR)
-    loop.join(5)
-    wins = [f for f in _frames(got) if isinstance(f, wire.KernelWindow)]
-    assert wins and all(w.clock == "time" for w in wins)
-    assert "finalize" in [n for n, _ in tr._c.calls]
