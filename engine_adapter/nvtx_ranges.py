@@ -62,8 +62,9 @@ def _closed() -> None:
 
 def _wrap_push(original):
     def range_push(*args, **kwargs):  # torch: range_push(msg); nvtx: push_range(message=None, color=..., ...)
+        out = original(*args, **kwargs)  # a push that fails (torch without CUDA) opens nothing
         _opened(args[0] if args else kwargs.get("message", kwargs.get("msg")))
-        return original(*args, **kwargs)
+        return out
 
     range_push.__wrapped__ = original
     return range_push
@@ -81,9 +82,10 @@ def _wrap_pop(original):
 
 def _wrap_enter(original):
     def __enter__(self):
+        out = original(self)
         args = getattr(self, "init_args", None) or (None,)
         _opened(args[0])
-        return original(self)
+        return out
 
     __enter__.__wrapped__ = original
     return __enter__

@@ -222,3 +222,25 @@ def test_the_timeline_draws_the_tokens_nvtx_range_under_its_kernels():
     row = nvtx_row(tl, 60)
     assert row.startswith("[decode_step=") and row.rstrip().endswith("]") and len(row) == 60
     assert nvtx_row(tl, 60, zoom=8).startswith("[decode_step")  # zoomed into the token's start
+
+
+def test_torch_cuda_nvtx_is_wrapped_and_a_push_that_fails_opens_nothing(attached):
+    """On a CPU build of torch, torch.cuda.nvtx.range_push raises: the engine sees its own error, unchanged, and
+    no range is left open on the thread's stack."""
+    torch = pytest.importorskip("torch")
+    import torch.cuda.nvtx as tn
+
+    original = tn.range_push
+    attached()
+    assert tn.range_push is not original and tn.range_push.__wrapped__ is original
+    try:
+        original("probe")
+        works = True
+    except RuntimeError:
+        works = False
+    if not works:
+        with pytest.raises(RuntimeError):
+            tn.range_push("token")
+        assert nvtx_ranges._stack() == []
+    nvtx_ranges.uninstall()
+    assert tn.range_push is original
