@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from decodemon.probes import wire
 
@@ -59,6 +60,6 @@ def run(args) -> int:
     trace = export(args.source, args.window, live_settings(), args.seconds)
     path = write_trace(trace, args.output)
     n = sum(1 for e in trace["traceEvents"] if e.get("cat") == "kernel")
-    print(f"wrote {path}: {len(trace['decodemon']['windows'])} traced windows, {n} kernels "
-          f"(open it in https://ui.perfetto.dev or chrome://tracing)")
+    print(f"decodemon export: wrote {path}: {len(trace['decodemon']['windows'])} traced windows, {n} kernels "
+          f"(open it in https://ui.perfetto.dev or chrome://tracing)", file=sys.stderr)  # as record and report do
     return 0
