@@ -53,6 +53,12 @@ def test_below_the_floor_17_us_per_launch_is_launch():
     assert d["candidates"]["bandwidth"]["state"] == "unknown"  # 2.5x: neither within 2x nor 10x below
 
 
+def test_a_serial_fraction_outside_0_1_says_amdahl_does_not_apply():
+    r = cli("diagnose", "--speedup", 3, "--n", 2)
+    assert r.returncode == 0 and "serial fraction: -0.333 (outside 0..1" in r.stdout and "does not apply" in r.stdout
+    assert "outside" not in cli("diagnose", "--speedup", 1.5, "--n", 2).stdout
+
+
 @pytest.mark.parametrize("speedup,s", [(2.44, 0.33), (1.10, 0.90)])
 def test_serial_fraction_from_speedup(speedup, s):
     d = diagnose("--speedup", speedup, "--n", 8)

@@ -15,7 +15,10 @@ def diagnose_text(d: Diagnosis) -> str:
     if d.us_per_launch is not None:
         lines.append(f"µs per launch: {d.us_per_launch:.3g}")
     if d.serial_fraction is not None:
-        lines.append(f"serial fraction: {d.serial_fraction:.3f}")
+        s = d.serial_fraction
+        lines.append(f"serial fraction: {s:.3f}" + ("" if 0.0 <= s <= 1.0 else
+                     " (outside 0..1: no serial fraction explains that speedup, so Amdahl's law does not apply; "
+                     "the algebra's value only)"))
     lines += [f"remedy: {d.remedy}", f"predicted win: {d.predicted_win}", f"falsify: {d.falsify}"]
     return "\n".join(lines)
 
