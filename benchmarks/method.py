@@ -15,15 +15,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from unmodified import DM, LOOPS, PY, child_pid, start  # noqa: E402
+from unmodified import DM, LOOPS, PY, child_pid, start, stop  # noqa: E402
 
 DEMO = f"{PY} -m decodemon.engine_adapter.demo --tokens 0"
 
@@ -58,14 +56,6 @@ def _cli(*args, timeout: float = 180) -> dict:
         return {"error": (r.stderr or r.stdout).strip()[-1500:], "rc": r.returncode}
 
 
-def _stopped(proc: subprocess.Popen) -> None:
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-
-
 def ledger_round_trip(out: Path, tiny: bool, seconds: float) -> dict:
     """Predict on the eager demo engine, switch it to CUDA graphs, grade."""
     d = out / "ledger"
@@ -83,7 +73,7 @@ def ledger_round_trip(out: Path, tiny: bool, seconds: float) -> dict:
                       "occupancy"] if step == "predict" else [])
             res[step] = _cli(step, pid, "--label", "demo", "--ledger", ledger, "--seconds", seconds, *extra)
         finally:
-            _stopped(proc)
+            stop(proc)
     res["ledger_lines"] = ledger.read_text().splitlines() if ledger.exists() else []
     return res
 

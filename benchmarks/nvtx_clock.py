@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from unmodified import DM, PY, child_pid, cli_json, start  # noqa: E402
+from unmodified import DM, PY, child_pid, cli_json, start, stop  # noqa: E402
 
 
 def main() -> int:
@@ -58,11 +56,7 @@ def main() -> int:
             ev = ev.get("traceEvents", ev) if isinstance(ev, dict) else ev
             summary["trace_nvtx_events"] = sum(1 for e in ev if e.get("cat") == "nvtx")
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+        stop(proc)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     return 0
 

@@ -220,12 +220,17 @@ def watch(case: str, out: Path, tiny: bool, record_s: float, attaches: int, cost
             inj["first_attach"] = slowest_during(times, inj["attach_t0"], inj["attach_t0"] + 2.0, inj["t0"])
             inj["detached"] = before_and_after(logged_generations(log), inj["t0"], t_detached, AFTER_S)
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+        stop(proc)
     return res
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """End a loop `start` began, with its whole process group: SIGTERM, then SIGKILL after 30 s."""
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def profile(case: str, out: Path, tiny: bool) -> dict:

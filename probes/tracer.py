@@ -37,6 +37,14 @@ def _rows(records: list, ncols: int, pause=None) -> np.ndarray:
     return out
 
 
+def _by_index(index: dict[str, int]) -> list[str]:
+    """{name: index} as the list of names in index order."""
+    out = [""] * len(index)
+    for n, i in index.items():
+        out[i] = n
+    return out
+
+
 class WindowTracer:
     """One CUPTI activity session per window; records kept as plain tuples until collect()."""
 
@@ -303,16 +311,12 @@ class WindowTracer:
         for cbid, dom in {(int(r[0]), int(r[4])) for r in apis}:
             table = self._drv_names if dom else self._rt_names
             used[f"{dom}:{cbid}"] = table.get(cbid, f"cbid{cbid}")
-        names = [""] * len(self._names)
-        for n, i in self._names.items():
-            names[i] = n
+        names = _by_index(self._names)
         with self._range_lock:
             taken, self._ranges = self._ranges, []
             named, self._range_names = self._range_names, {}
         rng = _rows(taken, 4)
-        range_names = [""] * len(named)
-        for n, i in named.items():
-            range_names[i] = n
+        range_names = _by_index(named)
         return KernelWindow(
             window_id=window_id,
             tokens=max(len(self.bounds) - 1 - guard_tokens, 0) if clock == "tokens" else 0,

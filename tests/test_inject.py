@@ -36,13 +36,14 @@ while True:
     time.sleep(0.002)
 '''
 
-COUNTER_LOOP = r'''
-import time
+# a loop with nothing of decodemon in it, not even an import: it only counts
+COUNTER = r'''
+import sys, time
 i = 0
 while True:
     i += 1
     print(i, time.monotonic(), flush=True)
-    time.sleep(0.002)
+    time.sleep(0.001)
 '''
 
 
@@ -109,7 +110,7 @@ def test_plain_python_loop_is_attached_counted_detached_and_reattached(tmp_path)
 def test_an_agent_that_cannot_load_in_the_target_is_one_line_with_its_reason(tmp_path):
     """`python -S` has no site-packages: the bootstrap finds decodemon by its folder but not msgspec. The monitor
     says so, not that the main thread never reached a safe point; the loop goes on."""
-    loop = Loop([sys.executable, "-S", "-c", COUNTER_LOOP], cwd=tmp_path, stderr=subprocess.DEVNULL)
+    loop = Loop([sys.executable, "-S", "-c", COUNTER], cwd=tmp_path, stderr=subprocess.DEVNULL)
     try:
         r = cli("attach", loop.pid, "--json", "--seconds", 1)
         assert r.returncode != 0 and len(r.stderr.strip().splitlines()) == 1, r.stderr

@@ -21,16 +21,7 @@ import pytest
 from decodemon.monitor import inject
 from decodemon.probes.wire import socket_path
 from tests.conftest import cli
-from tests.test_inject import Loop
-
-COUNTER = r'''
-import sys, time
-i = 0
-while True:
-    i += 1
-    print(i, time.monotonic(), flush=True)
-    time.sleep(0.001)
-'''
+from tests.test_inject import COUNTER, Loop
 
 # Marks tokens once the agent is up: an engine does not import decodemon while its agent is loading (an import
 # made then would wait on the module locks the loading thread holds).

@@ -1,4 +1,4 @@
-"""Kernel names: readable short names from mangled symbols, and which kernels are collectives."""
+"""Kernel names: readable short names from mangled symbols, and which kernels are collectives; NVTX range names."""
 
 from __future__ import annotations
 
@@ -49,3 +49,9 @@ def short_kernel_name(name: str, width: int = 48) -> str:
 def is_collective_kernel(name: str) -> bool:
     """Whether a kernel is a collective: NCCL's kernels (all-reduce, all-gather, ...) carry its name."""
     return "nccl" in name.lower()
+
+
+def range_name(w, i: int) -> str:
+    """The name of NVTX range `i` of a window (an index into `w.nvtx_names`), or "nvtx range" if it has none."""
+    names = getattr(w, "nvtx_names", None) or []
+    return names[i] if 0 <= i < len(names) else "nvtx range"

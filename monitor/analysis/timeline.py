@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from decodemon.monitor.analysis.launches import LaunchCalls
+from decodemon.monitor.analysis.names import range_name
 from decodemon.monitor.analysis.records import TracedRecords
 
 
@@ -40,9 +41,7 @@ def with_nvtx(tl: "Timeline | None", w) -> "Timeline | None":
     idx, lv = cols["name"].array(), cols["level"].array()
     keep = np.flatnonzero((b > t0) & (a < t1))
     keep = keep[np.lexsort((a[keep], lv[keep]))]
-    names = list(getattr(w, "nvtx_names", []) or [])
-    rows = tuple((names[int(idx[i])] if 0 <= int(idx[i]) < len(names) else "nvtx range",
-                  max(0, int(a[i]) - t0), min(tl.token_ns, int(b[i]) - t0)) for i in keep)
+    rows = tuple((range_name(w, int(idx[i])), max(0, int(a[i]) - t0), min(tl.token_ns, int(b[i]) - t0)) for i in keep)
     return Timeline(token_ns=tl.token_ns, cpu=tl.cpu, gpu=tl.gpu, start_ns=tl.start_ns, nvtx=rows)
 
 

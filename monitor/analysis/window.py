@@ -20,6 +20,7 @@ from decodemon.monitor.analysis.collectives import collectives
 from decodemon.monitor.analysis.gaps import classify_gaps, idle_gaps
 from decodemon.monitor.analysis.kernels import KernelRow, kernel_table, small_grid_share_pct
 from decodemon.monitor.analysis.launches import count_launches, launch_calls
+from decodemon.monitor.analysis.names import range_name
 from decodemon.monitor.analysis.records import analysed_records
 from decodemon.monitor.analysis.timeline import Timeline, token_timeline, with_nvtx
 from decodemon.probes import wire
@@ -110,7 +111,7 @@ def nvtx_table(w: wire.KernelWindow, tokens: int) -> tuple:
     out = []
     for i in sorted(set(idx.tolist())):
         sel = idx == i
-        name = w.nvtx_names[i] if 0 <= i < len(w.nvtx_names) else "nvtx range"
+        name = range_name(w, i)
         out.append((name, int(sel.sum()) / max(tokens, 1), float(dur[sel].mean()), int(lv[sel].min()),
                     float(dur[sel].sum())))
     out.sort(key=lambda r: -r[4])

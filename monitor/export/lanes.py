@@ -27,7 +27,7 @@ import numpy as np
 
 from decodemon.monitor.analysis.gaps import IdleGaps, classify_gaps, idle_gaps
 from decodemon.monitor.analysis.launches import count_launches, launch_calls
-from decodemon.monitor.analysis.names import demangle_head
+from decodemon.monitor.analysis.names import demangle_head, range_name
 from decodemon.monitor.analysis.records import TracedRecords, analysed_records
 from decodemon.probes import wire
 
@@ -213,11 +213,10 @@ def nvtx_lane(w: wire.KernelWindow, clock: Clock, cpu_pid: int) -> list[dict]:
     cols = getattr(w, "nvtx", None) or {}
     if "start" not in cols or "end" not in cols:
         return []
-    names = list(getattr(w, "nvtx_names", None) or [])
     start, end = cols["start"].array().tolist(), cols["end"].array().tolist()
     idx = cols["name"].array().tolist() if "name" in cols else [-1] * len(start)
     level = cols["level"].array().tolist() if "level" in cols else [0] * len(start)
-    return [{"ph": "X", "cat": "nvtx", "name": names[n] if 0 <= n < len(names) else "nvtx range",
+    return [{"ph": "X", "cat": "nvtx", "name": range_name(w, n),
              "pid": cpu_pid, "tid": NVTX_TID, "ts": clock.ts(t0), "dur": clock.dur(t0, t1),
              "args": {"window": w.window_id, "level": lv}}
             for t0, t1, n, lv in zip(start, end, idx, level)]
