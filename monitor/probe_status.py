@@ -118,11 +118,6 @@ def _windows(s: wire.ProbeStatus, out: dict) -> None:
         out["window_clock"] = f"time ({_CLOCK_REASONS.get(s.window_clock_reason, s.window_clock_reason)})"
     elif s.window_clock == "tokens":
         out["window_clock"] = "tokens"
-    elif s.window_clock == "none" and s.window_clock_reason == "graphs_pm":
-        out["window_clock"] = ("none: the process replays CUDA graphs and marks no steady tokens, and PM has been "
-                               "armed in it; counters only (the DRAM rate prices the floor). Traced windows need "
-                               "every attach of the process made with --no-pm (on an H200 such a loop lived through "
-                               "them without PM and died with it), or steady marks (mark_token, an engine adapter)")
     elif s.window_clock == "none":
         out["window_clock"] = ("none: the process replays CUDA graphs and its token marks (if any) are not where "
                                "its steps end, so no traced window can be closed safely; counters only (the DRAM "

@@ -37,16 +37,6 @@ def collect_pause() -> None:
     time.sleep(0.001)
 
 
-def _gpu_sync() -> None:
-    """A graphed time window's wait for the GPU (device.synchronize), on the main thread."""
-    from decodemon.probes import device  # noqa: PLC0415
-
-    try:
-        device.synchronize()
-    except device.Unavailable:
-        pass
-
-
 class AttachLoop:
     """One attach's loop on the agent thread; `run()` returns why it ended."""
 
@@ -168,11 +158,9 @@ class AttachLoop:
         clock = policy.window_clock(now, self.t_start, self.last_mark_at, self.recent_marks)
         if clock is None:
             return
-        graphed = clock == "time" and policy.replays_graphs(PROCESS.graph_kernels_seen, PROCESS.engine_cuda_graphs)
-        if graphed and (st.graph_windows == "off" or PROCESS.pm_armed_before or s.pm is not None):
-            # counters only, and the status says why (policy.graph_windows_allowed)
-            self.status.update(window_clock="none",
-                               window_clock_reason="graphs" if st.graph_windows == "off" else "graphs_pm")
+        if clock == "time" and policy.replays_graphs(PROCESS.graph_kernels_seen, PROCESS.engine_cuda_graphs):
+            # no safe point to finalize CUPTI at: counters only, and the status says why
+            self.status.update(window_clock="none", window_clock_reason="graphs")
             return
         since, tokens_since = now - self.last_window, self.tokens() - self.tokens_at_window
         if not policy.window_due(st, now, self.sched.next_at("window"), since, tokens_since,
@@ -185,7 +173,7 @@ class AttachLoop:
         if clock == "time":
             self.status.update(window_clock="time",
                                window_clock_reason=policy.time_clock_reason(self.last_mark_at, now))
-            self._time_window(now, graphed)
+            self._time_window(now)
             return
         self.status.update(window_clock="tokens", window_clock_reason="")
         # with a prepare lead, CUPTI starts here, in this thread, and the window opens that many tokens later;
@@ -204,9 +192,8 @@ class AttachLoop:
             if self.ev is not None:
                 self.ev.add("want_window")
 
-    def _time_window(self, now: float, graphed: bool = False) -> None:
-        """A window by time, traced here (no token boundary will come to open or close it); in a process that
-        replays CUDA graphs, with CUPTI's state changed on the main thread (tracer.trace_on_main)."""
+    def _time_window(self, now: float) -> None:
+        """A window by time, traced here (no token boundary will come to open or close it)."""
         s = self.session
         if foreign_profiler_active():
             s.skipped_windows += 1  # our finalize would end its CUPTI session too
@@ -218,14 +205,8 @@ class AttachLoop:
             s.pending_detach = None
         tr = s.tracer
         s.timed_window = True
-        seconds = policy.time_window_s(self.settings.time_window_s, self.recent_marks)
         try:
-            if graphed:
-                if not self._graph_window(tr, seconds):
-                    s.skipped_windows += 1
-                    return
-            else:
-                tr.trace_for(seconds)
+            tr.trace_for(policy.time_window_s(self.settings.time_window_s, self.recent_marks))
         except Exception as exc:
             s.errors.append(f"time window: {type(exc).__name__}: {exc}")
             s.tracer = None
@@ -233,16 +214,6 @@ class AttachLoop:
         finally:
             s.timed_window = False
         self._collect(now, guard_tokens=0, clock="time")
-
-    def _graph_window(self, tr, seconds: float) -> bool:
-        """A window by time in a process that replays CUDA graphs and has never had PM armed: every change to
-        CUPTI's state on the main thread between two bytecodes, the GPU idle (tracer.trace_on_main)."""
-        s = self.session
-        if s.main_gate is None:
-            from decodemon.probes.main_thread import MainThreadGate  # noqa: PLC0415
-
-            s.main_gate = MainThreadGate()
-        return tr.trace_on_main(s.main_gate, seconds, sync=_gpu_sync)
 
     def _collect_token_window(self, now: float) -> None:
         self.session.window_ready.clear()

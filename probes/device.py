@@ -100,27 +100,3 @@ def cupti_version() -> str:
         return version("cupti-python")
     except Exception:
         return ""
-def synchronize(cuda_index: int | None = None) -> None:
-    """Wait, on the calling thread, until the device has finished all the work enqueued on it so far, by every
-    thread of the process (cuCtxSynchronize on the device's primary context). ctypes lets the GIL go for the
-    call, so the decode thread goes on enqueueing meanwhile. Raises Unavailable when the driver says no."""
-    idx = cuda_device_index() if cuda_index is None else cuda_index
-    cu = _libcuda()
-    dev, ctx, popped = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_void_p()
-    if cu.cuInit(0) != 0 or cu.cuDeviceGet(ctypes.byref(dev), idx) != 0:
-        raise Unavailable(f"no CUDA device {idx}")
-    rc = cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev)
-    if rc != 0:
-        raise Unavailable(f"cuDevicePrimaryCtxRetain failed with CUDA error {rc}")
-    try:
-        rc = cu.cuCtxPushCurrent_v2(ctx)
-        if rc != 0:
-            raise Unavailable(f"cuCtxPushCurrent failed with CUDA error {rc}")
-        try:
-            rc = cu.cuCtxSynchronize()
-            if rc != 0:
-                raise Unavailable(f"cuCtxSynchronize failed with CUDA error {rc}")
-        finally:
-            cu.cuCtxPopCurrent_v2(ctypes.byref(popped))
-    finally:
-        cu.cuDevicePrimaryCtxRelease_v2(dev)

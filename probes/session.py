@@ -76,7 +76,6 @@ class Session:
         # traced windows' spans (CUPTI ns) whose PM samples the next pump evaluates in full: the monitor reads
         # the counters over exactly the traced tokens beside the window's kernel records (an accuracy check)
         self.pm_spans: list[tuple[int, int]] = []
-        self.main_gate = None  # main_thread.MainThreadGate, made for this attach's first graphed window by time
         self.windows_asked = 0  # windows this attach has asked for (Attach.api_every counts them)
         self.decode_tid: int | None = None  # the decode thread's native id, from its first token mark
         self.switches = held.SwitchCounter()  # its voluntary switches per second, read at the agent's stats tick

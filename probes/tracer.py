@@ -22,7 +22,6 @@ import numpy as np
 from decodemon.probes.wire import Column, KernelWindow
 
 _BUFFER_BYTES = 8 * 1024 * 1024
-MAIN_WAIT_TIMES = 20  # a window's closing or finalize step waits this many `wait_s` for the main thread
 _CHUNK = 256
 
 
@@ -260,60 +259,6 @@ class WindowTracer:
                 self._drain(quiet_s, drain_max_s, sleep)
             finally:
                 self.detach()
-
-    def trace_on_main(self, gate, seconds: float, sync, between=None, finish=None,
-                      wait_s: float = 1.5, sleep=time.sleep) -> bool:
-        """A window by time in a process that replays CUDA graphs: timed here, with every change to CUPTI's
-        state made on the main thread between two bytecodes (`gate`, main_thread.MainThreadGate), the GPU idle
-        (`sync()`, run there first):
-
-        1. there: sync, CUPTI started, open;
-        2. here: `seconds`;
-        3. there: sync, close, flush (everything traced has run);
-        4. here: `between()` (the agent pumps PM while the window's samples are still in the counters);
-        5. there: `finish()` (default: finalize).
-
-        False, with CUPTI untouched, when the main thread does not come back to Python within `wait_s` for the
-        opening; a later step it is late for is waited for as long as it takes (the agent never changes CUPTI's
-        state itself here). `bounds` is [opened, closed]."""
-        def opening():
-            sync()
-            if not self.initialised:
-                self._start()
-            self.prepared = True  # open() only enables
-            self.open()
-
-        def closing():
-            sync()
-            self.close()
-            self.flush()
-
-        if not self._on_main(gate, opening, wait_s, give_up=True):
-            return False
-        sleep(seconds)
-        self._on_main(gate, closing, wait_s)
-        if between is not None:
-            between()
-        self._on_main(gate, finish or self.detach, wait_s)
-        return True
-
-    @staticmethod
-    def _on_main(gate, step, wait_s: float, give_up: bool = False) -> bool:
-        """Run `step` on the main thread; with `give_up`, not at all if it has not started within `wait_s`."""
-        ev, waited = gate.arm(step), 0
-        while not ev.wait(wait_s):
-            waited += 1
-            if gate.error is not None and not ev.is_set():
-                raise RuntimeError(f"main-thread step: {gate.error}")
-            if give_up and gate.disarm():
-                return False
-            give_up = False  # it has started (or must be waited for): wait for its end
-            if waited >= MAIN_WAIT_TIMES:  # left armed: it runs whenever the main thread is back in Python
-                raise RuntimeError(f"main thread not back in Python for {waited * wait_s:.0f} s")
-        if gate.error is not None:
-            err, gate.error = gate.error, None
-            raise RuntimeError(f"main-thread step: {type(err).__name__}: {err}")
-        return True
 
     def _drain(self, quiet_s: float, drain_max_s: float, sleep) -> None:
         t0 = time.monotonic()

@@ -261,8 +261,7 @@ class ProbeStatus(msgspec.Struct, frozen=True, tag="status"):
     window_tokens: int = 0  # what an armed trace traces: this many tokens every window_period_s
     window_period_s: float = 0.0
     window_clock: str = ""  # the clock the last window opened by: "tokens", "time", or "none" (no window can)
-    # for "time": "no_marks" or "bursts" (the host runs ahead); for "none": "graphs" (it replays CUDA graphs) or
-    # "graphs_pm" (it does, and PM has been armed in it)
+    # for "time": "no_marks" or "bursts" (the host runs ahead); for "none": "graphs" (it replays CUDA graphs)
     window_clock_reason: str = ""
     pm: str = ""
     pm_reason: str = ""
@@ -343,9 +342,6 @@ class Attach(msgspec.Struct, frozen=True, tag="attach"):
     # a named NVTX range as the token clock: each close of a range of this name, pushed from Python through
     # torch.cuda.nvtx or the nvtx package, marks a token, and the engine's own marks are ignored ("": marks)
     token_range: str = ""
-    # windows by time in a process that replays CUDA graphs, only where PM has never been armed (every attach
-    # --no-pm): "main" (CUPTI's state changed on the main thread between two bytecodes, the GPU idle), "off" (none)
-    graph_windows: str = "main"
 
 
 BUDGET_PERIOD_S = 60.0

@@ -121,7 +121,6 @@ PROBE_BOUNDS = {
     "time_window_s": (0.01, 5.0, False, True),
 }
 TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
-PROBE_CHOICES = {"graph_windows": ("main", "off")}  # string fields that take one of a few words
 
 def probe_fields() -> dict:
     """wire.Attach's field names with their defaults and types."""
@@ -141,10 +140,6 @@ def probe_value(key: str, text: str, name: str | None = None):
         return low in TRUE
     if default is None and text.strip().lower() == "none":
         return None
-    if key in PROBE_CHOICES:
-        if text.strip() not in PROBE_CHOICES[key]:
-            raise argparse.ArgumentTypeError(f"{name} takes one of {', '.join(PROBE_CHOICES[key])}, not {text!r}")
-        return text.strip()
     if typ is str or isinstance(default, str):
         if not text.strip() or len(text) > 256 or not text.isprintable():
             raise argparse.ArgumentTypeError(f"{name} takes a name of 1 to 256 printable characters, not {text!r}")
@@ -159,8 +154,6 @@ def probe_help() -> str:
     for key, (default, typ) in probe_fields().items():
         if typ is bool or isinstance(default, bool):
             takes = "true|false"
-        elif key in PROBE_CHOICES:
-            takes = "|".join(PROBE_CHOICES[key])
         elif typ is str or isinstance(default, str):
             takes = "a name"
         else:
