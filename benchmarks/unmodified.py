@@ -209,7 +209,10 @@ def watch(case: str, out: Path, tiny: bool, record_s: float, attaches: int, cost
         if cost_pairs:
             res["cost"] = pairs_on(pid, log, cost_pairs, phase_s)
         t_detached = time.time()
+        cpu0 = thread_cpu(pid)
         time.sleep((AFTER_S if plain else 0) + (0 if base.startswith("demo") else 2.0))
+        res["detached_thread_cpu_s"] = {k: round(v - cpu0.get(k, 0.0), 3) for k, v in thread_cpu(pid).items()
+                                        if v - cpu0.get(k, 0.0) > 0.01}
         times = logged_times(log)  # by now the loop has written the tokens of the recorded seconds
         res["loop_own"] = rate(times, *rec_span)
         res["first_attach"] = slowest_during(times, rec_span[0], rec_span[0] + 2.0)
@@ -222,6 +225,20 @@ def watch(case: str, out: Path, tiny: bool, record_s: float, attaches: int, cost
     finally:
         stop(proc)
     return res
+
+
+def thread_cpu(pid: int) -> dict:
+    """CPU seconds so far of each thread of `pid`, by "name:tid" (from /proc): what runs in a detached target."""
+    out = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            comm = (task / "comm").read_text().strip()
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            out[f"{comm}:{task.name}"] = (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, IndexError, ValueError):
+            continue
+    return out
 
 
 def stop(proc: subprocess.Popen) -> None:

@@ -126,8 +126,10 @@ def time_window_s(longest_s: float, recent_marks_ns) -> float:
 def replays_graphs(graph_kernels_seen: bool, engine_cuda_graphs: bool | None, modules=None) -> bool:
     """Does this process replay CUDA graphs, as far as the agent can tell without tracing? A window seen with graph
     kernels, the engine's word (report_cuda_graphs), torch.compile's CUDA-graph trees loaded, or a PyTorch graph
-    pool in use. Such a process gets no window by time: a flush and finalize from the agent thread during a
-    replay ended a loop on an H200, and with no token boundary there is no safe point on the decode thread."""
+    pool in use. Such a process gets no window by time. On an H200 (driver 580.159.04): a finalize from any thread
+    but the replaying one ended a bare CUDA-graph loop in 6 of 7 runs; the same window made on its main thread
+    between two bytecodes with the GPU idle kept the bare loop and a compiled Llama-8B loop alive with PM off, but
+    ended the graphed demo in 1 of 2 runs with PM off and in every run with PM on (commit 393d420 holds that code)."""
     import sys
 
     mods = sys.modules if modules is None else modules
