@@ -78,3 +78,14 @@ def engine():
     e = Engine()
     yield e
     e.stop()
+
+
+@pytest.fixture
+def agent_marks(monkeypatch):
+    """The agent's mark_token and set_model_facts caught, as an engine adapter calls them: (depths, facts)."""
+    from decodemon.probes import agent
+
+    seen, facts = [], []
+    monkeypatch.setattr(agent, "mark_token", lambda depth=0: seen.append(depth))
+    monkeypatch.setattr(agent, "set_model_facts", facts.append)
+    return seen, facts

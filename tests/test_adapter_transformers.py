@@ -9,7 +9,7 @@ transformers = pytest.importorskip("transformers")
 
 import decodemon.engine_adapter.auto  # noqa: E402,F401  (registers the adapter with the attach hooks)
 from decodemon.engine_adapter import transformers_generate as tg  # noqa: E402
-from decodemon.probes import agent, hooks  # noqa: E402
+from decodemon.probes import hooks  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -21,11 +21,8 @@ def model():
 
 
 @pytest.fixture
-def marks(monkeypatch):
-    seen, facts = [], []
-    monkeypatch.setattr(agent, "mark_token", lambda depth=0: seen.append(depth))
-    monkeypatch.setattr(agent, "set_model_facts", facts.append)
-    yield seen, facts
+def marks(agent_marks):
+    yield agent_marks
     tg.uninstall()
 
 
