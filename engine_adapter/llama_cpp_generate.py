@@ -1,25 +1,28 @@
 """llama-cpp-python's `Llama`, watched with no line of decodemon in the engine.
 
-At attach the adapter wraps `llama_cpp.Llama.eval`, which `Llama.generate()` (and so `__call__`,
-`create_completion` and the chat API, which all decode through it) calls once per step: the prompt's prefill,
-then one call per new token. `eval` returns once llama.cpp's `llama_decode` has the step's logits, so the mark
-after it is where the step ends. The wrapper marks the token (depth: `n_tokens`, the context so far) and, for
-each `Llama` it first sees, reports the model facts from llama.cpp itself: the weights' bytes
-(`llama_model_size`), layers, width, and KV bytes per position from the KV heads and the cache's element type.
-At detach the original is put back; nothing else is touched. A process with no Python (llama-server) needs
-watching from outside instead.
+At attach the adapter wraps `llama_cpp.Llama.sample`, which `Llama.generate()` (and so `__call__`,
+`create_completion` and the chat API, which all decode through it) calls once for each token it yields, right
+after the `eval` (llama.cpp's `llama_decode`) whose logits it reads: the mark after it is where the token's step
+ended. One token a mark also with a draft model, where one eval checks several tokens, and an exact prompt-cache
+hit, whose empty eval decodes nothing, marks nothing. The wrapper marks the token (depth: `n_tokens`, the context
+so far) and, for each `Llama` it first sees, reports the model facts from llama.cpp itself: the weights' bytes
+(`llama_model_size`), layers, width, and KV bytes per position from the KV heads, the key and value lengths and
+the cache's element types. At detach the original is put back; nothing else is touched. A process with no Python
+(llama-server) needs watching from outside instead.
 """
 
 from __future__ import annotations
 
 import sys
+import weakref
 
 from decodemon.probes import agent
 from decodemon.probes.wire import ModelFacts
 
 _state: dict = {}
-# bytes per element of ggml types a KV cache is kept in (ggml_type ids: f32, f16, q4_0, q8_0, bf16)
-_KV_BYTES = {0: 4.0, 1: 2.0, 2: 18 / 32, 8: 34 / 32, 30: 2.0}
+# bytes per element of the ggml types a KV cache can be kept in, by ggml_type id (f32, f16, q4_0, q4_1, q5_0,
+# q5_1, q8_0, iq4_nl, bf16); another type: KV bytes unknown (0)
+_KV_BYTES = {0: 4.0, 1: 2.0, 2: 18 / 32, 3: 20 / 32, 6: 22 / 32, 7: 24 / 32, 8: 34 / 32, 20: 18 / 32, 30: 2.0}
 # general.file_type ids to the weights' type, as GGUF names them
 _FILE_TYPES = {"0": "float32", "1": "float16", "2": "q4_0", "7": "q8_0", "15": "q4_k_m", "32": "bfloat16"}
 
@@ -33,28 +36,33 @@ def model_facts(llm) -> ModelFacts:
     kv_heads, embd = int(llama_cpp.llama_model_n_head_kv(m)), int(llama_cpp.llama_model_n_embd(m))
     meta = getattr(llm, "metadata", {}) or {}
     params = getattr(llm, "context_params", None)
-    kb, vb = (_KV_BYTES.get(int(getattr(params, t, 1)), 2.0) for t in ("type_k", "type_v"))
-    head_dim = embd // max(heads, 1)
+    kb, vb = (_KV_BYTES.get(int(getattr(params, t, 1)), 0.0) for t in ("type_k", "type_v"))
+    arch = meta.get("general.architecture", "llama")
+    head_dim = embd // max(heads, 1)  # unless the GGUF gives the key and value lengths (Qwen3, Gemma: not embd/heads)
+    k_len = int(meta.get(f"{arch}.attention.key_length", head_dim))
+    v_len = int(meta.get(f"{arch}.attention.value_length", head_dim))
+    kv = layers * kv_heads * (k_len * kb + v_len * vb) if kb and vb else 0  # layer 0's KV heads for every layer
     return ModelFacts(name=meta.get("general.name", "") or "llama.cpp model",
                       weight_bytes=int(llama_cpp.llama_model_size(m)),
-                      kv_bytes_per_position=int(round(layers * kv_heads * head_dim * (kb + vb))),
+                      kv_bytes_per_position=int(round(kv)),
                       layers=layers, dtype=_FILE_TYPES.get(meta.get("general.file_type", ""), "gguf"), hidden=embd)
 
 
 def _wrap(original):
-    def eval(self, tokens):  # noqa: A001 - the name it replaces
-        out = original(self, tokens)
-        if id(self) not in _state.setdefault("reported", set()):
-            _state["reported"].add(id(self))
-            try:
+    def sample(self, *args, **kwargs):
+        token = original(self, *args, **kwargs)
+        try:
+            reported = _state.get("reported")
+            if reported is not None and self not in reported:
+                reported.add(self)
                 agent.set_model_facts(model_facts(self))
-            except Exception:  # facts are a bonus; the token clock is the point
-                pass
+        except Exception:  # facts are a bonus; the token clock is the point
+            pass
         agent.mark_token(int(getattr(self, "n_tokens", 0)))
-        return out
+        return token
 
-    eval.__wrapped__ = original
-    return eval
+    sample.__wrapped__ = original
+    return sample
 
 
 def install() -> str | None:
@@ -63,17 +71,20 @@ def install() -> str | None:
     cls = getattr(mod, "Llama", None)
     if cls is None or "cls" in _state:
         return None
-    original = cls.__dict__["eval"]
-    cls.eval = _wrap(original)
-    _state.update(cls=cls, original=original, reported=set())
-    return "llama_cpp Llama.eval()"
+    original = cls.__dict__["sample"]
+    wrapper = _wrap(original)
+    cls.sample = wrapper
+    _state.update(cls=cls, original=original, wrapper=wrapper, reported=weakref.WeakSet())
+    return "llama_cpp Llama.sample()"
 
 
 def uninstall() -> None:
-    """Put the original back."""
+    """Put the original back (unless something else has wrapped it since: then its wrapper stays, and ours in it
+    only marks while attached)."""
     cls = _state.pop("cls", None)
-    if cls is not None:
-        cls.eval = _state.pop("original")
+    original, wrapper = _state.pop("original", None), _state.pop("wrapper", None)
+    if cls is not None and cls.__dict__.get("sample") is wrapper:
+        cls.sample = original
     _state.pop("reported", None)
 
 

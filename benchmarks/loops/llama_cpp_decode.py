@@ -42,59 +42,65 @@ def vocab(extra: int) -> tuple[list[bytes], list[float], list[int]]:
 
 
 def write_gguf(path: str | Path, shape: str, seed: int = 0) -> Path:
-    """A Llama-architecture GGUF with random f16 weights (norms at one), written to `path` (via a temporary
-    file, so a half-written model is never left under the name)."""
+    """A Llama-architecture GGUF with random f16 weights (norms at one), written to `path`. Tensors are made and
+    written one at a time (an 8B model is never all in memory), into a temporary file that is renamed only once
+    complete and removed if anything fails, so no half-written model is ever left under either name."""
+    import os
+    import tempfile
+
     import gguf
     import numpy as np
 
     s, path = SHAPES[shape], Path(path)
     tokens, scores, types = vocab(s["extra_vocab"])
-    n_vocab, d, hd = len(tokens), s["embd"], s["embd"] // s["heads"]
-    tmp = path.with_name(path.name + ".part")
-    w = gguf.GGUFWriter(str(tmp), "llama")
-    w.add_name(f"decodemon random {shape}")
-    w.add_context_length(CTX)
-    w.add_embedding_length(d)
-    w.add_block_count(s["layers"])
-    w.add_feed_forward_length(s["ff"])
-    w.add_head_count(s["heads"])
-    w.add_head_count_kv(s["heads_kv"])
-    w.add_rope_dimension_count(hd)
-    w.add_layer_norm_rms_eps(1e-5)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
-    w.add_tokenizer_model("llama")
-    w.add_token_list(tokens)
-    w.add_token_scores(scores)
-    w.add_token_types(types)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.add_unk_token_id(0)
-    rng = np.random.default_rng(seed)
-
-    def mat(rows: int, cols: int) -> np.ndarray:  # numpy (rows, cols) = ggml ne (cols, rows)
-        return (rng.standard_normal((rows, cols), dtype=np.float32) * 0.02).astype(np.float16)
-
-    ones = lambda n: np.ones(n, dtype=np.float32)  # noqa: E731
-    kv = s["heads_kv"] * hd
-    w.add_tensor("token_embd.weight", mat(n_vocab, d))
+    n_vocab, d, hd, kv = len(tokens), s["embd"], s["embd"] // s["heads"], s["heads_kv"] * (s["embd"] // s["heads"])
+    specs = [("token_embd.weight", (n_vocab, d))]  # numpy (rows, cols) = ggml ne (cols, rows)
     for i in range(s["layers"]):
         b = f"blk.{i}."
-        w.add_tensor(b + "attn_norm.weight", ones(d))
-        w.add_tensor(b + "attn_q.weight", mat(d, d))
-        w.add_tensor(b + "attn_k.weight", mat(kv, d))
-        w.add_tensor(b + "attn_v.weight", mat(kv, d))
-        w.add_tensor(b + "attn_output.weight", mat(d, d))
-        w.add_tensor(b + "ffn_norm.weight", ones(d))
-        w.add_tensor(b + "ffn_gate.weight", mat(s["ff"], d))
-        w.add_tensor(b + "ffn_up.weight", mat(s["ff"], d))
-        w.add_tensor(b + "ffn_down.weight", mat(d, s["ff"]))
-    w.add_tensor("output_norm.weight", ones(d))
-    w.add_tensor("output.weight", mat(n_vocab, d))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    tmp.replace(path)
+        specs += [(b + "attn_norm.weight", (d,)), (b + "attn_q.weight", (d, d)), (b + "attn_k.weight", (kv, d)),
+                  (b + "attn_v.weight", (kv, d)), (b + "attn_output.weight", (d, d)), (b + "ffn_norm.weight", (d,)),
+                  (b + "ffn_gate.weight", (s["ff"], d)), (b + "ffn_up.weight", (s["ff"], d)),
+                  (b + "ffn_down.weight", (d, s["ff"]))]
+    specs += [("output_norm.weight", (d,)), ("output.weight", (n_vocab, d))]
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+    os.close(fd)
+    w = gguf.GGUFWriter(tmp, "llama")
+    try:
+        w.add_name(f"decodemon random {shape}")
+        w.add_context_length(CTX)
+        w.add_embedding_length(d)
+        w.add_block_count(s["layers"])
+        w.add_feed_forward_length(s["ff"])
+        w.add_head_count(s["heads"])
+        w.add_head_count_kv(s["heads_kv"])
+        w.add_rope_dimension_count(hd)
+        w.add_layer_norm_rms_eps(1e-5)
+        w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+        w.add_tokenizer_model("llama")
+        w.add_token_list(tokens)
+        w.add_token_scores(scores)
+        w.add_token_types(types)
+        w.add_bos_token_id(1)
+        w.add_eos_token_id(2)
+        w.add_unk_token_id(0)
+        for name, shp in specs:  # norms f32, matrices f16
+            dt = np.dtype(np.float32 if len(shp) == 1 else np.float16)
+            w.add_tensor_info(name, shp, dt, int(np.prod(shp)) * dt.itemsize)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_ti_data_to_file()
+        rng = np.random.default_rng(seed)
+        for _, shp in specs:
+            if len(shp) == 1:
+                w.write_tensor_data(np.ones(shp, dtype=np.float32))
+            else:
+                w.write_tensor_data((rng.standard_normal(shp, dtype=np.float32) * 0.02).astype(np.float16))
+        w.close()
+        os.replace(tmp, path)
+    except BaseException:
+        w.close()
+        Path(tmp).unlink(missing_ok=True)
+        raise
     return path
 
 

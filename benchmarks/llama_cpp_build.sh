@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# llama-cpp-python's CUDA build for one GPU call: its PyPI sdist (76.6 MB, llama.cpp vendored) is over what a
+# device call carries, so `strip` keeps what a CPU or CUDA build of the library and llama-server needs and repacks
+# it; `build` makes the wheel from that, for one CUDA architecture (90: H100, H200) to fit inside one call.
+#
+#   bash benchmarks/llama_cpp_build.sh strip llama_cpp_python-0.3.36.tar.gz .whl/llama_cpp_python-src.tar.gz
+#   bash benchmarks/llama_cpp_build.sh build .whl/llama_cpp_python-src.tar.gz OUTDIR [cpu|cuda]
+#
+# (`pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36` fetches the sdist.)
+set -euo pipefail
+
+# what no build of the library needs: model vocabularies, docs, tests, examples, the web UI, other backends
+DROP=(models docs tests benches examples media gguf-py/tests tools/ui tools/mtmd/tests
+      ggml/src/ggml-vulkan ggml/src/ggml-sycl ggml/src/ggml-metal ggml/src/ggml-opencl ggml/src/ggml-cann
+      ggml/src/ggml-hexagon ggml/src/ggml-webgpu ggml/src/ggml-openvino ggml/src/ggml-et ggml/src/ggml-virtgpu
+      ggml/src/ggml-musa ggml/src/ggml-zdnn ggml/src/ggml-kompute)
+
+case "${1:-}" in
+  strip)
+    src=$2 out=$3
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+    tar xzf "$src" -C "$tmp"
+    top=$(ls "$tmp")
+    for d in "${DROP[@]}"; do rm -rf "$tmp/$top/vendor/llama.cpp/$d"; done
+    rm -rf "$tmp/$top/.git" "$tmp/$top/docs" "$tmp/$top/examples" "$tmp/$top/tests"  # .git: the vendored history
+    tar czf "$out.part" -C "$tmp" "$top"
+    mv "$out.part" "$out"
+    echo "$out: $(du -h "$out" | cut -f1)"
+    ;;
+  build)
+    src=$2 out=$3 kind=${4:-cuda}
+    args="-DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF -DGGML_OPENMP=OFF"
+    if [ "$kind" = cuda ]; then
+      args="$args -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON"
+    else
+      args="$args -DGGML_AVX2=ON -DLLAMA_BUILD_TOOLS=OFF"
+    fi
+    CMAKE_ARGS="$args" CMAKE_BUILD_PARALLEL_LEVEL="${JOBS:-$(nproc)}" \
+      python3 -m pip wheel -q --no-deps -w "$out" "$src"
+    ls "$out"
+    ;;
+  *)
+    echo "usage: $0 strip SDIST OUT.tar.gz | build SRC.tar.gz OUTDIR [cpu|cuda]" >&2
+    exit 2
+    ;;
+esac
