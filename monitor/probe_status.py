@@ -31,7 +31,7 @@ _PAUSED = ("torch.profiler is recording in the target: no window opens while it 
 _CLOCK_REASONS = {"no_marks": "no token marks for 2 s", "bursts": "token marks come in bursts: the host runs ahead "
                   "of the GPU"}
 # a word and the fields said with it: when a frame says the word, its reason and error come with it (even empty)
-_GROUPS = {"gpu": ("gpu_error",), "trace": ("trace_reason", "trace_error"), "pm": ("pm_reason", "pm_error"),
+_GROUPS = {"gpu": ("gpu_error",), "trace": ("trace_reason", "trace_error"), "pm": ("pm_reason", "pm_error", "pm_holders"),
            "nvml": ("nvml_reason", "nvml_error"), "window_clock": ("window_clock_reason",)}
 _DEFAULTS = {f: getattr(wire.ProbeStatus(), f) for f in wire.ProbeStatus.__struct_fields__}
 
@@ -96,6 +96,9 @@ def _pm(s: wire.ProbeStatus) -> str:
         bits = [b for b in (where, f"{s.pm_interval_us} us interval" if s.pm_interval_us else "",
                             "DRAM bytes" if s.pm_dram_bytes else "") if b]
         detail = ", ".join(bits)
+    if s.pm_reason == "hardware_busy":
+        detail = ("held by " + ", ".join(s.pm_holders)) if s.pm_holders else "no counter-taking profiler seen on "\
+            "this host (one in another container, or a driver still releasing them)"
     text = _word(s.pm, s.pm_reason, s.pm_error, detail)
     if s.pm_restarts:
         text += f"; re-armed {s.pm_restarts}x after {s.pm_restart_cause or 'an error'}"

@@ -20,7 +20,8 @@ def arm_pm(settings: wire.Attach, status: dict, sleep=time.sleep):
     """A running PmSampler for this attach, or None; `status` gets the pm fields (armed, or why not)."""
     from decodemon.probes import pm_inproc  # noqa: PLC0415 - numpy and cupti only when a monitor attaches
 
-    status.update(pm_where="in_process", pm_interval_us=int(settings.pm_interval_us), pm_error="", pm_reason="")
+    status.update(pm_where="in_process", pm_interval_us=int(settings.pm_interval_us), pm_error="", pm_reason="",
+                  pm_holders=[])
     for attempt in range(BUSY_TRIES):
         try:
             pm = pm_inproc.PmSampler(cuda_device_index(), settings.pm_interval_us, pump_s=settings.pm_pump_s)
@@ -32,7 +33,8 @@ def arm_pm(settings: wire.Attach, status: dict, sleep=time.sleep):
                 if attempt + 1 < BUSY_TRIES:
                     sleep(BUSY_WAIT_S)
                     continue
-                status.update(pm="unavailable", pm_reason="hardware_busy", pm_error=_text(exc))
+                status.update(pm="unavailable", pm_reason="hardware_busy", pm_error=_text(exc),
+                              pm_holders=pm_config.counter_holders(PROCESS.pm_armed_before))
             else:
                 status.update(pm="unavailable", pm_reason="error", pm_error=_text(exc))
             return None

@@ -31,6 +31,34 @@ def refused_dram_bytes(chip: str | None) -> None:
     _REFUSED_DRAM_BYTES.add(chip)
 
 
+# processes that take the GPU's performance counters: DCGM's host engine and exporter, Nsight Compute and Systems
+COUNTER_TAKERS = ("nv-hostengine", "dcgm-exporter", "dcgmi", "ncu", "nsys", "nsight-sys", "ncu-ui", "nvidia-dcgm")
+
+
+def counter_holders(armed_here_before: bool, proc: str = "/proc") -> list[str]:
+    """What may hold the PM counters when they are busy: the counter-taking profilers running on this host (by
+    their process name, as "name (pid N)"), and "this process" when an earlier attach here armed PM. Processes of
+    other users or containers that /proc does not show are not seen."""
+    import os
+
+    found = []
+    try:
+        pids = sorted((int(d) for d in os.listdir(proc) if d.isdigit()))
+    except OSError:
+        pids = []
+    for pid in pids:
+        try:
+            with open(f"{proc}/{pid}/comm") as f:
+                name = f.read().strip()
+        except OSError:
+            continue
+        if name in COUNTER_TAKERS:
+            found.append(f"{name} (pid {pid})")
+    if armed_here_before:
+        found.append("this process (an earlier attach's PM session still releasing them)")
+    return found
+
+
 def is_hardware_busy(exc: BaseException) -> bool:
     """Did CUPTI refuse because the counters are held (ERROR_HARDWARE_BUSY)?"""
     status = getattr(exc, "status", None)

@@ -270,6 +270,9 @@ class ProbeStatus(msgspec.Struct, frozen=True, tag="status"):
     pm_interval_us: int = 0
     pm_dram_bytes: bool = False  # dram__bytes_read.sum / dram__bytes_write.sum are among the sampled metrics
     pm_first_session: bool = False  # the first PM session of this process (it has a lasting effect on clocks)
+    # with pm_reason "hardware_busy": what may hold the counters, as "name (pid N)" of the profilers running on this
+    # host, and "this process" when an earlier attach here armed PM (pm_config.counter_holders)
+    pm_holders: list[str] = []
     pm_restarts: int = 0  # PM re-armed this attach after a CUPTI finalize took it down
     pm_restart_cause: str = ""  # the exception type of the last re-arm's cause
     pm_stride: int = 0  # every pm_stride-th sample evaluated (adapts to the pump's budget)

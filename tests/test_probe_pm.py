@@ -102,6 +102,46 @@ def test_counters_that_stay_busy_are_reported_as_held_by_another_profiler(monkey
     assert "counters held by another profiler" in probe_status.describe(wire.ProbeStatus(**status))["pm"]
 
 
+def test_what_holds_busy_counters_is_found_by_process_name(tmp_path):
+    from decodemon.probes import pm_config
+
+    for pid, name in ((812, "nv-hostengine"), (900, "python3"), (901, "ncu")):
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "comm").write_text(name + "\n")
+    (tmp_path / "self").mkdir()
+    assert pm_config.counter_holders(False, proc=str(tmp_path)) == ["nv-hostengine (pid 812)", "ncu (pid 901)"]
+    assert pm_config.counter_holders(True, proc=str(tmp_path))[-1].startswith("this process")
+
+
+def test_a_real_profiler_process_on_this_host_is_named(tmp_path):
+    """A process whose name is `ncu` (a copy of `sleep` under that name), found through the real /proc."""
+    import shutil
+    import subprocess
+
+    from decodemon.probes import pm_config
+
+    ncu = tmp_path / "ncu"
+    shutil.copy(shutil.which("sleep"), ncu)
+    p = subprocess.Popen([str(ncu), "30"])
+    try:
+        assert f"ncu (pid {p.pid})" in pm_config.counter_holders(False)
+    finally:
+        p.kill()
+        p.wait()
+    assert f"ncu (pid {p.pid})" not in pm_config.counter_holders(False)
+
+
+def test_counters_busy_at_an_arm_name_what_holds_them(monkeypatch):
+    from decodemon.probes import pm_config
+
+    _sampler_busy_for(monkeypatch, 10**6)
+    monkeypatch.setattr(pm_config, "counter_holders", lambda before: ["dcgm-exporter (pid 42)"])
+    status: dict = {}
+    assert pm_arm.arm_pm(wire.Attach(), status, sleep=lambda s: None) is None
+    assert status["pm_holders"] == ["dcgm-exporter (pid 42)"]
+    assert "held by dcgm-exporter (pid 42)" in probe_status.describe(wire.ProbeStatus(**status))["pm"]
+
+
 class _Coll:
     _pm_sampling_object = 7
 

@@ -40,6 +40,14 @@ def test_counters_held_by_another_profiler_are_named():
     assert "ERROR_HARDWARE_BUSY (26)" in words
 
 
+def test_the_profilers_that_hold_the_counters_are_named_when_they_can_be_seen():
+    s = wire.ProbeStatus(pm="unavailable", pm_reason="hardware_busy", pm_error="cuptiError: ERROR_HARDWARE_BUSY (26)",
+                         pm_holders=["nv-hostengine (pid 812)"])
+    assert "held by nv-hostengine (pid 812)" in probe_status.describe(s)["pm"]
+    none_seen = probe_status.describe(wire.ProbeStatus(pm="unavailable", pm_reason="hardware_busy"))["pm"]
+    assert "no counter-taking profiler seen on this host" in none_seen
+
+
 def test_no_gpu_reads_unavailable_with_the_reason():
     s = wire.ProbeStatus(gpu="unavailable", gpu_error="CUDA driver is not found", trace="unavailable",
                          trace_reason="no_gpu", pm="unavailable", pm_reason="no_gpu")
