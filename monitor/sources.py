@@ -36,12 +36,28 @@ def source_of(spec) -> tuple[str, object]:
     return ("file", spec)
 
 
-def check_output(path) -> Path:
-    """The output path, or SourceError saying in one line why nothing can be written there."""
+def check_output(path, inputs=()) -> Path:
+    """The output path, or SourceError saying in one line why nothing can be written there.
+
+    A symlink is followed (its target is written, the link stays); a path that exists and is not a regular file
+    (a device such as /dev/stdout, a FIFO) is written into, never replaced; an output that is one of the
+    `inputs` is refused (writing it would destroy what is being read)."""
     p = Path(path)
+    if p.is_symlink():
+        p = Path(os.path.realpath(p))
+    for src in inputs:
+        try:
+            if src is not None and p.exists() and os.path.samefile(p, src):
+                raise SourceError(f"cannot write {path}: it is the input {src} (give another name)")
+        except OSError:
+            continue
     parent = p.parent if str(p.parent) else Path(".")
     if p.is_dir():
         raise SourceError(f"cannot write {path}: it is a directory (give a file name)")
+    if p.exists() and not p.is_file():
+        if not os.access(p, os.W_OK):
+            raise SourceError(f"cannot write {path}: not writable")
+        return p  # a device or a FIFO: written into (write_bytes_whole), never renamed over
     if not parent.exists():
         raise SourceError(f"cannot write {path}: no directory {parent}")
     if not parent.is_dir():
@@ -49,6 +65,15 @@ def check_output(path) -> Path:
     if not os.access(parent, os.W_OK | os.X_OK):
         raise SourceError(f"cannot write {path}: {parent} is not writable")
     _temp_beside(p).unlink()  # what access() cannot tell (root, read-only mounts, /proc): try it
+    return p
+
+
+def check_recording_output(path) -> Path:
+    """check_output for a recording, which is made whole and then moved into place: a regular file only."""
+    p = check_output(path)
+    if p.exists() and not p.is_file():
+        raise SourceError(f"cannot record to {path}: not a regular file (a recording is made whole, then moved "
+                          "into place)")
     return p
 
 
@@ -68,8 +93,15 @@ def _temp_beside(path: Path) -> Path:
 
 def write_bytes_whole(path, data: bytes) -> None:
     """Write `data` to `path` through a temporary file beside it, so a failure (or an interrupt) leaves no
-    partial file."""
+    partial file; a device or FIFO (check_output) is written into directly."""
     target = check_output(path)
+    if target.exists() and not target.is_file():
+        try:
+            with open(target, "wb") as f:
+                f.write(data)
+        except OSError as exc:
+            raise SourceError(f"cannot write {path}: {exc.strerror or exc}") from None
+        return
     tmp = _temp_beside(target)
     try:
         tmp.write_bytes(data)
@@ -91,7 +123,7 @@ class _Recorder:
     """Frames of a live source into a temporary file, renamed to the target by `keep()`."""
 
     def __init__(self, target, pid: int) -> None:
-        self.target = check_output(target)
+        self.target = check_recording_output(target)
         self.pid = pid
         self.tmp: Path | None = None
         self.writer = None

@@ -80,3 +80,49 @@ def test_run_of_missing_program():
                                   ["attach", "1", "--probe", "time_window_s=0"]])
 def test_numbers_out_of_range_are_one_line(args):
     assert_one_line_error(cli(*args))
+
+
+def test_an_output_that_is_the_input_is_refused_and_the_input_kept(tmp_path):
+    rec = tmp_path / "r.dmon"
+    rec.write_bytes(REC["eager"].read_bytes())
+    for verb in ("export", "report"):
+        r = cli(verb, rec, "-o", rec)
+        assert_one_line_error(r)
+        assert "it is the input" in r.stderr
+        assert rec.read_bytes() == REC["eager"].read_bytes()
+
+
+def test_an_output_symlink_is_written_through_and_stays_a_link(tmp_path):
+    real, link = tmp_path / "real.md", tmp_path / "link.md"
+    real.write_text("old")
+    link.symlink_to(real)
+    r = cli("report", REC["eager"], "-o", link)
+    assert r.returncode == 0, r.stderr
+    assert link.is_symlink() and real.read_text().startswith("#")
+
+
+@pytest.mark.skipif(__import__("os").geteuid() != 0, reason="making a device node needs root")
+def test_an_output_device_is_written_into_never_replaced(tmp_path):
+    import os
+    import stat
+
+    dev = tmp_path / "null"
+    os.mknod(dev, 0o666 | stat.S_IFCHR, os.makedev(1, 3))  # a copy of /dev/null
+    r = cli("report", REC["eager"], "-o", dev)
+    assert r.returncode == 0, r.stderr
+    assert stat.S_ISCHR(dev.stat().st_mode)
+    full = tmp_path / "full"
+    os.mknod(full, 0o666 | stat.S_IFCHR, os.makedev(1, 7))  # a copy of /dev/full: every write fails
+    r = cli("export", REC["eager"], "-o", full)
+    assert_one_line_error(r)
+    assert stat.S_ISCHR(full.stat().st_mode)
+    r = cli("record", "1", "-o", dev, "--seconds", "1")
+    assert_one_line_error(r)
+    assert "not a regular file" in r.stderr and stat.S_ISCHR(dev.stat().st_mode)
+
+
+def test_replay_of_two_runs_that_are_not_ranks_of_one_group_is_refused():
+    r = cli("replay", "--json", REC["eager"], REC["graph"])
+    assert_one_line_error(r)
+    assert "not ranks of one tensor-parallel group" in r.stderr and "decodemon compare" in r.stderr
+    assert_one_line_error(cli("replay", "--json", REC["eager"], REC["eager"]))

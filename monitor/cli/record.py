@@ -24,10 +24,10 @@ def add(sub) -> None:
 
 def run(a) -> int:
     """Record, then say what was written."""
-    from decodemon.monitor.sources import check_output, collect_pid
+    from decodemon.monitor.sources import check_recording_output, collect_pid
 
     pid = resolve_pid(a)
-    check_output(a.output)  # before attaching: a bad path costs the target nothing
+    check_recording_output(a.output)  # before attaching: a bad path costs the target nothing
     snap = collect_pid(pid, attach_settings(a), a.seconds, record_to=a.output).snapshot()
     print(f"decodemon record: {snap.tokens_total} tokens, {snap.windows_seen} traced windows written to {a.output}",
           file=sys.stderr)

@@ -35,16 +35,25 @@ def run(a) -> int:
     if a.json and (a.at is not None or a.paused):
         raise UsageError("decodemon replay: --at and --paused place the app's playback; --json summarises the "
                          "whole recording (see `decodemon replay --help`)")
-    if a.json:
-        from decodemon.monitor.render import summary_json
+    snaps = None
+    if a.json or len(a.files) > 1:
         from decodemon.monitor.sources import collect_recording
 
         snaps = [collect_recording(f).snapshot() for f in a.files]
+    if len(a.files) > 1:  # one recording per rank: the group view, as `attach --json` shows it live
+        from decodemon.monitor.ranks import not_one_group
+
+        why = not_one_group(snaps, a.files)
+        if why is not None:
+            raise UsageError(f"decodemon replay: {why}")
+    if a.json:
+        from decodemon.monitor.render import summary_json
+
         empty = without_tokens("replay", snaps)
         if empty is not None:
             return empty
         out = summary_json(snaps[0])
-        if len(snaps) > 1:  # one recording per rank: the group view, as `attach --json` shows it live
+        if len(snaps) > 1:
             from decodemon.monitor.ranks import combine
 
             out["group"] = combine(snaps)

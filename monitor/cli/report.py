@@ -60,7 +60,7 @@ def run(a) -> int:
     from decodemon.monitor.sources import check_output, collect, source_of, write_text_whole
 
     if a.output:
-        check_output(a.output)  # before a pid is attached for seconds
+        check_output(a.output, inputs=[a.source, getattr(a, "ledger", None)])  # before a pid is attached
     kind, _ = source_of(a.source)
     sess = collect(a.source, attach_settings(a), a.seconds if kind == "pid" else None)
     snap = sess.snapshot()

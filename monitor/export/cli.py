@@ -56,7 +56,7 @@ def run(args) -> int:
     from decodemon.monitor.export.trace import export, write_trace
     from decodemon.monitor.sources import check_output
 
-    check_output(args.output)  # before an attach, not after it
+    check_output(args.output, inputs=[args.source])  # before an attach, not after it
     trace = export(args.source, args.window, live_settings(), args.seconds)
     path = write_trace(trace, args.output)
     n = sum(1 for e in trace["traceEvents"] if e.get("cat") == "kernel")
