@@ -163,7 +163,16 @@ def read(path) -> tuple[list[dict], list[str]]:
             problems.append(f"{path}:{n}: {why}; kept as it is, skipped")
         else:
             entries.append(e)
+    if problems and not entries and len(problems) > 1:
+        raise LedgerError(f"{path} is not a decodemon ledger: none of its {len(problems)} lines is a ledger entry "
+                          "(give another file with --ledger)")
+    if len(problems) > MAX_PROBLEM_LINES:
+        problems = problems[:MAX_PROBLEM_LINES - 1] + [
+            f"{path}: {len(problems) - MAX_PROBLEM_LINES + 1} more lines skipped, kept as they are"]
     return entries, problems
+
+
+MAX_PROBLEM_LINES = 5  # a ledger's skipped lines said one by one up to this many, then counted
 
 
 # --- predict and grade ---------------------------------------------------------------------------------------

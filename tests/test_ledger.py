@@ -208,3 +208,17 @@ def test_the_h200_capture_a_graph_ledger_reads_whole_and_its_grade_names_the_new
     assert grade["prediction"] == ledger.pred_id(pred) and grade["new_ceiling"] == "occupancy"
     assert grade["grade"] == ledger.WRONG and grade["measured_pct"] == pytest.approx(-88.9, abs=0.1)
     assert "LAUNCH → OCCUPANCY" in grade["text"]
+
+
+def test_a_file_that_is_not_a_ledger_is_refused_in_one_line_and_left_as_it_is(tmp_path):
+    from tests.conftest import REC, assert_one_line_error, cli
+
+    notes = tmp_path / "notes.md"
+    notes.write_text("# my notes\n\nsome text\nmore text\n")
+    before = notes.read_bytes()
+    for args in (["grade", REC["graph"]], ["report", REC["graph"]],
+                 ["predict", REC["eager"], "--change", "x", "--expect=-50%"]):
+        r = cli(*args, "--ledger", notes)
+        assert_one_line_error(r)
+        assert "is not a decodemon ledger" in r.stderr
+    assert notes.read_bytes() == before

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from decodemon.monitor.cli._common import add_probe, add_seconds, attach_settings, print_json, without_tokens
+from decodemon.monitor.cli._common import (UsageError, add_probe, add_seconds, attach_settings, print_json,
+                                            without_tokens)
 
 
 def add(sub) -> None:
@@ -34,7 +35,13 @@ def grade_in_ledger(verb: str, ledger_path, sess, summary: dict, source: str):
         return None
     argv = sess.feed.hello.argv if sess.feed.hello else ()
     label = ledger.loop_label(argv, source)
-    graded, problems = ledger.grade_open(path, summary, label)
+    try:
+        graded, problems = ledger.grade_open(path, summary, label)
+    except ledger.LedgerError as exc:
+        if verb == "attach":  # what was measured stands; the ledger is only not graded
+            print(f"decodemon {verb}: {exc}", file=sys.stderr)
+            return None
+        raise UsageError(f"decodemon {verb}: {exc}") from None
     for line in problems:
         print(f"decodemon {verb}: {line}", file=sys.stderr)
     if graded is not None:
