@@ -163,8 +163,11 @@ def test_nvtx_ranges_appear_when_the_window_carries_them(eager):
 def test_one_window_by_id_and_a_missing_one(eager):
     wid = eager.feed.latest_window().window_id
     assert trace_of(eager, wid)["decodemon"]["windows"] == [wid]
-    with pytest.raises(NothingToExport, match="no traced window 999"):
+    from decodemon.monitor.client import SourceError
+
+    with pytest.raises(SourceError, match="no traced window 999") as exc:
         trace_of(eager, 999)
+    assert not isinstance(exc.value, NothingToExport)  # bad input (exit 2), not "nothing measured" (3)
 
 
 def _run(argv):

@@ -14,12 +14,13 @@ def add(sub) -> None:
     p = sub.add_parser("allreduce", help="all-reduce latency at 1x, 8x and 64x a payload (torch)",
                        description="Time all-reduces of a decode's payload and 8x and 64x it across --tp ranks, "
                                    "to tell a latency-bound collective from a bandwidth-bound one.")
-    p.add_argument("--payload-bytes", type=bounded("--payload-bytes", 0, 1 << 34, True), required=True, metavar="B")
+    p.add_argument("--payload-bytes", type=bounded("--payload-bytes", 0, 1 << 34, True), required=True, metavar="B",
+                   help="bytes one all-reduce carries in the decode (hidden size x batch x element size)")
     p.add_argument("--tp", type=bounded("--tp", 1, 64, True), default=2, help="ranks (default 2)")
     p.add_argument("--iters", type=bounded("--iters", 0, 1e6, True), default=200, help="timed replays (default 200)")
     p.add_argument("--calls", type=bounded("--calls", 0, 10_000, True), default=50,
                    help="all-reduces per CUDA graph, timed by CUDA events around replays (default 50)")
-    p.add_argument("--device", choices=["cpu", "cuda"], default=None)
+    p.add_argument("--device", choices=["cpu", "cuda"], default=None, help="where the ranks run (default: cuda if any)")
     p.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default=None,
                    help="element type (default: bfloat16 on CUDA, float32 on CPU)")
     p.add_argument("--spacer-in", default=None, metavar="W,W",

@@ -68,7 +68,7 @@ def run(a) -> int:
             return empty
         print_json(compare_json(*snaps))
         return 0
-    need_terminal("compare")
+    need_terminal("compare", "add --json for the two summaries instead")
     from decodemon.monitor.app import run_app
 
     return run_app([a.a, a.b], settings=settings, speed=a.speed, start_at_s=a.at, paused=a.paused,

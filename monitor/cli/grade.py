@@ -17,7 +17,7 @@ def add_parser(subparsers) -> None:
     p = subparsers.add_parser("grade", help="measure again and grade the latest open prediction",
                               description="Measure SOURCE and grade the latest ungraded prediction of the same loop "
                                           "in the ledger; the grade is appended to it.")
-    add_source_opts(p)
+    add_source_opts(p, json_help="print the grade entry as JSON")
     p.add_argument("--markdown", action="store_true", help="then print the whole ledger as Markdown")
     p.set_defaults(fn=run)
 

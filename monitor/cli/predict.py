@@ -14,14 +14,14 @@ from decodemon.monitor.cli._common import (UsageError, add_probe, add_seconds, a
                                            print_json)
 
 
-def add_source_opts(p) -> None:
-    """SOURCE, --ledger, --label and --seconds: what predict and grade share."""
+def add_source_opts(p, json_help: str = "print the sealed entry as JSON") -> None:
+    """SOURCE, --ledger, --label, --json and --seconds: what predict and grade share."""
     p.add_argument("source", metavar="SOURCE", help="a pid or a .dmon recording")
     p.add_argument("--ledger", default=ledger.DEFAULT_PATH, metavar="PATH",
                    help=f"the ledger file (default ./{ledger.DEFAULT_PATH})")
     p.add_argument("--label", metavar="NAME",
                    help="what names this loop across runs (default: its script or -m module)")
-    p.add_argument("--json", action="store_true", help="print the sealed entry as JSON")
+    p.add_argument("--json", action="store_true", help=json_help)
     add_seconds(p, 10.0, "a pid: seconds to measure (default 10)")
     add_probe(p)
 

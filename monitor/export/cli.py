@@ -60,6 +60,7 @@ def run(args) -> int:
     trace = export(args.source, args.window, live_settings(), args.seconds)
     path = write_trace(trace, args.output)
     n = sum(1 for e in trace["traceEvents"] if e.get("cat") == "kernel")
-    print(f"decodemon export: wrote {path}: {len(trace['decodemon']['windows'])} traced windows, {n} kernels "
+    nw = len(trace["decodemon"]["windows"])
+    print(f"decodemon export: wrote {path}: {nw} traced window{'s' if nw != 1 else ''}, {n} kernels "
           f"(open it in https://ui.perfetto.dev or chrome://tracing)", file=sys.stderr)  # as record and report do
     return 0

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from decodemon.monitor.export import lanes
+from decodemon.monitor.client import SourceError
 from decodemon.monitor.sources import NothingMeasured, check_output, write_bytes_whole
 from decodemon.probes import wire
 
@@ -57,7 +58,7 @@ def _windows_of(session, window_id: int | None) -> list[wire.KernelWindow]:
         wins = [w for w in wins if w.window_id == window_id]
         if not wins:
             kept = ", ".join(str(w.window_id) for _rx, w in session.feed.windows) or "none"
-            raise NothingToExport(f"no traced window {window_id} in {where} (windows: {kept})")
+            raise SourceError(f"no traced window {window_id} in {where} (windows: {kept})")
     wins = [w for w in wins if lanes.earliest_ns(w) is not None]
     if not wins:
         st = session.feed.status
