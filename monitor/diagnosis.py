@@ -180,8 +180,10 @@ def _launch(i: Inputs, floor: float | None) -> tuple[Candidate, float | None]:
         per = idle * 1e3 / n
         thr = "GPU idle > 50% of the step binds; < 20% ruled out"
         state = BINDING if idle_share >= 0.5 else RULED_OUT if idle_share < 0.2 else UNKNOWN
+        graphed = (i.graph_launches_per_token or 0) >= 1
         detail = (f"{idle:.3g} ms/token no kernel explains ({100 * idle_share:.0f}% of the step) over {n:.0f} "
-                  f"launches = {per:.3g} µs each; eager host launches cost {lo:g}–{hi:g} µs")
+                  f"launches = {per:.3g} µs each; " + ("the step is a replayed CUDA graph: the host launches it "
+                  "once a step" if graphed else f"eager host launches cost {lo:g}–{hi:g} µs"))
         return Candidate(per, "µs/launch", thr, state, detail), per
     if floor is not None:
         gap = max(i.ms_per_token - floor, 0.0)

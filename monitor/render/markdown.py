@@ -18,7 +18,8 @@ def _figures(s: Snapshot) -> list[str]:
     out = []
     if tk:
         out.append(f"- {tk.ms_per_token:.3f} ms/token median (p90 {tk.ms_per_token_p90:.3f}), "
-                   f"{tk.tokens_per_s:.1f} tokens/s over {tk.tokens} tokens")
+                   f"{tk.tokens_per_s:.1f} tokens/s over the last {tk.tokens} tokens"
+                   + (f" ({s.tokens_total} in all)" if s.tokens_total > tk.tokens else ""))
     if w:
         out.append(f"- {w.kernels_per_token:.0f} kernel launches/token ({w.graph_launches_per_token:.2f} graph launches), "
                    f"kernel time {w.kernel_sum_ms_per_token:.3f} ms/token")
@@ -55,10 +56,12 @@ def diagnosis_markdown(s: Snapshot) -> str:
         v = "?" if c.value is None else f"{c.value:.4g} {c.unit}"
         out.append(f"| {k.upper()} | {c.state} | {v} | {c.threshold} | {c.detail} |")
     if w and w.kernels:
-        out += ["", "## Hot kernels (grid vs SMs)", "", "| kernel | calls/token | µs/token | grid | SM coverage | occupancy |",
-                "|---|---|---|---|---|---|"]
+        out += ["", "## Kernels that leave the most SMs idle (grid vs SMs)", "",
+                "| kernel | calls/token | µs/token | idle-SM µs/token | grid | SM coverage | occupancy |",
+                "|---|---|---|---|---|---|---|"]
         for r in sorted(w.kernels, key=lambda r: -r.idle_sm_us_per_token)[:5]:
-            out.append(f"| `{r.short_name}` | {r.calls_per_token:.1f} | {r.us_per_token:.0f} | {r.grid_blocks}/{s.sm_count} "
+            out.append(f"| `{r.short_name}` | {r.calls_per_token:.1f} | {r.us_per_token:.0f} "
+                       f"| {r.idle_sm_us_per_token:.0f} | {r.grid_blocks}/{s.sm_count} "
                        f"| {r.grid_coverage_pct:.0f}% | {r.occupancy_pct:.0f}% |")
     out += ["", "## First change and predicted win", "", f"- remedy: {d.remedy}", f"- prediction: {d.predicted_win}",
             "", "## The measurement that would prove this wrong", "", d.falsify, ""]
