@@ -42,6 +42,8 @@ def check_output(path, inputs=()) -> Path:
     A symlink is followed (its target is written, the link stays); a path that exists and is not a regular file
     (a device such as /dev/stdout, a FIFO) is written into, never replaced; an output that is one of the
     `inputs` is refused (writing it would destroy what is being read)."""
+    if not str(path).strip():
+        raise SourceError("cannot write to an empty path: give a file name")
     p = Path(path)
     if p.is_symlink():
         p = Path(os.path.realpath(p))

@@ -188,6 +188,11 @@ def replay(outdir) -> dict:
     from decodemon.monitor.sources import collect
 
     d = Path(outdir)
+    if not d.is_dir():
+        raise SweepError(f"{d}: no such directory (give the folder a sweep wrote with -o)")
+    if not (d / "sweep.json").exists():
+        raise SweepError(f"{d} holds no sweep.json: --replay rebuilds a sweep from the folder `decodemon sweep -o` "
+                         "wrote (its sweep.json names the recordings)")
     try:
         old = json.loads((d / "sweep.json").read_text())
     except (OSError, ValueError) as exc:

@@ -126,3 +126,15 @@ def test_replay_of_two_runs_that_are_not_ranks_of_one_group_is_refused():
     assert_one_line_error(r)
     assert "not ranks of one tensor-parallel group" in r.stderr and "decodemon compare" in r.stderr
     assert_one_line_error(cli("replay", "--json", REC["eager"], REC["eager"]))
+
+
+def test_an_empty_output_path_and_a_sweep_folder_without_its_file_are_one_line_each(tmp_path):
+    r = cli("report", REC["eager"], "-o", "")
+    assert_one_line_error(r)
+    assert "empty path" in r.stderr
+    r = cli("sweep", "--replay", tmp_path / "none")
+    assert_one_line_error(r)
+    assert "no such directory" in r.stderr
+    r = cli("sweep", "--replay", tmp_path)
+    assert_one_line_error(r)
+    assert "holds no sweep.json" in r.stderr

@@ -66,7 +66,7 @@ def run(a) -> int:
     from decodemon.monitor.render import diagnosis_markdown, summary_json
     from decodemon.monitor.sources import check_output, collect, source_of, write_text_whole
 
-    if a.output:
+    if a.output is not None:
         check_output(a.output, inputs=[a.source, getattr(a, "ledger", None)])  # before a pid is attached
     kind, _ = source_of(a.source)
     sess = collect(a.source, attach_settings(a), a.seconds if kind == "pid" else None)
