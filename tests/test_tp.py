@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 import sys
 
 import pytest
@@ -63,6 +64,23 @@ def test_one_view_over_all_ranks_from_any_rank(tp2):
             assert c["counted_per_token"] == 4 and c["payload_bytes"] == 256
             assert c["calls_per_token"] == pytest.approx(4, abs=0.2)
             assert c["us_per_call"] > 0 and c["source"].startswith("engine clock")
+
+
+def test_a_rank_another_monitor_holds_is_named_in_the_group_not_shown_empty(tp2, tmp_path):
+    rec = subprocess.Popen([sys.executable, "-m", "decodemon.monitor.cli", "record", str(tp2.pid), "-o",
+                            str(tmp_path / "r0.dmon"), "--seconds", "6"], stderr=subprocess.PIPE, text=True)
+    try:
+        t0 = time.time()
+        while time.time() - t0 < 20 and not list(tmp_path.glob(".r0.dmon.*")):
+            time.sleep(0.1)  # until the recorder holds rank 0 (its first frame makes its temporary file)
+        r = cli("attach", tp2.pid, "--json", "--seconds", "1.5", timeout=60)
+        assert r.returncode == 0, r.stderr
+        g = json.loads(r.stdout)["group"]
+        assert g["tp"] == 2 and [x["tp_rank"] for x in g["ranks"]] == [1]
+        assert any(f"pid {tp2.pid}: busy: monitor pid" in e for e in g["errors"])
+        assert f"rank pid {tp2.pid}: busy" in r.stderr
+    finally:
+        rec.wait(30)
 
 
 def test_serial_fraction_from_two_recordings(tmp_path):

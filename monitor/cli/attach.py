@@ -47,10 +47,20 @@ def attach_json(pid: int, settings, seconds: float) -> int:
     pids = discover_ranks(pid)
     if len(pids) > 1:
         sessions = _collect_group(pids, settings, seconds)
-        errors = [str(s) for s in sessions if isinstance(s, Exception)]
-        snaps = [s.snapshot() for s in sessions if not isinstance(s, Exception)]
+        errors, snaps = [], []
+        for p, s in zip(pids, sessions):
+            if isinstance(s, Exception):
+                errors.append(str(s))
+                continue
+            snap = s.snapshot()
+            if snap.tokens is None and snap.ended and snap.model is None:  # refused (busy) or gone before a word
+                errors.append(f"pid {p}: {snap.ended}")
+                print(f"decodemon attach: rank pid {p}: {snap.ended}", file=sys.stderr)
+                continue
+            snaps.append(snap)
         out = summary_json(snaps[0]) if snaps else {}
         out["group"] = combine(snaps)
+        out["group"]["tp"] = len(pids)  # the group found, whether or not every rank answered
         if errors:
             out["group"]["errors"] = errors
         print_json(out)
