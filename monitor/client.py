@@ -106,4 +106,5 @@ def recording_frames(path) -> Iterator[tuple[int, bytes, object]]:
         for rx, frame in wire.read_recording(path):
             yield rx, b"", frame
     except wire.WireError as exc:
-        raise SourceError(str(exc)) from None
+        text = str(exc)
+        raise SourceError(text if str(path) in text else f"{path}: {text}") from None

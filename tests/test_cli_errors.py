@@ -37,12 +37,18 @@ def test_corrupt_truncated_and_foreign_recordings(tmp_path, verb):
         "corrupt.dmon": REC["graph"].read_bytes()[:200] + b"\x00" * 200,
         "foreign.dmon": b"PK\x03\x04 definitely a zip file",
         "empty.dmon": b"",
+        "flipped.dmon": gzip.compress(bytes(b ^ 0xFF if i % 9973 == 5000 % 9973 and i >= 5000 else b
+                                            for i, b in enumerate(raw))),  # bytes flipped inside frames
     }
     for name, data in cases.items():
         p = tmp_path / name
         p.write_bytes(data)
         args = [verb, p] + (["--json"] if verb == "replay" else [])
         r = cli(*args)
+        if name == "flipped.dmon" and r.returncode == 1:  # frames that decode but hold nonsense
+            assert_one_line_error(r, rc=1)
+            assert "a damaged input?" in r.stderr
+            continue
         assert_one_line_error(r)
         assert str(p) in r.stderr
 

@@ -102,3 +102,9 @@ def main(argv=None) -> int:
         where = f" {exc.filename}" if exc.filename else ""
         print(f"{verb}:{where} {exc.strerror or exc}", file=sys.stderr)
         return 2
+    except Exception as exc:  # what no check foresaw, e.g. a recording whose frames decode but hold nonsense
+        if os.environ.get("DECODEMON_DEBUG") == "1":
+            raise
+        print(f"{verb}: {type(exc).__name__}: {str(exc)[:200]} (a damaged input? DECODEMON_DEBUG=1 shows where; "
+              "if the input is sound, this is a decodemon bug)", file=sys.stderr)
+        return 1
