@@ -53,11 +53,13 @@ def not_one_group(snaps: list, names: list) -> str | None:
     same degree, no rank twice), or None when they are."""
     def who(s):
         m = s.model
-        return f"tp {m.tp_degree} rank {m.tp_rank}" if m is not None else "no model facts"
+        return f"{m.name} tp {m.tp_degree} rank {m.tp_rank}" if m is not None else "no model facts"
 
     degrees = {s.model.tp_degree if s.model is not None else 1 for s in snaps}
     ranks = [s.model.tp_rank if s.model is not None else 0 for s in snaps]
-    if len(degrees) == 1 and min(degrees) >= len(snaps) and min(degrees) > 1 and len(set(ranks)) == len(ranks):
+    models = {(s.model.name, s.model.layers, s.model.hidden) if s.model is not None else None for s in snaps}
+    if len(degrees) == 1 and min(degrees) >= len(snaps) and min(degrees) > 1 and len(set(ranks)) == len(ranks) \
+            and len(models) == 1:
         return None
     return (f"{' and '.join(map(str, names))} are not ranks of one tensor-parallel group "
             f"({', '.join(who(s) for s in snaps)}); to set runs side by side use `decodemon compare`")

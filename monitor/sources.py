@@ -11,6 +11,8 @@ leaves no file behind, and a reader never sees a half-written target.
 from __future__ import annotations
 
 import os
+import stat
+import sys
 import tempfile
 import threading
 import time
@@ -36,17 +38,52 @@ def source_of(spec) -> tuple[str, object]:
     return ("file", spec)
 
 
+_STREAMS = ("/dev/stdout", "/dev/stderr")  # and /dev/fd/N, /proc/*/fd/N: an open descriptor of this process
+
+
+def writes_into(path) -> bool:
+    """Is `path` written into rather than replaced: a stream of this process (/dev/stdout, /dev/fd/N, whatever
+    they point at: a pipe, a terminal, a file the shell opened), a character device or a FIFO."""
+    text = str(path)
+    if text in _STREAMS or text.startswith(("/dev/fd/", "/proc/self/fd/")) or \
+            (text.startswith("/proc/") and "/fd/" in text):
+        return True
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)
+
+
+def _own_descriptor(text: str) -> int | None:
+    """The descriptor number of /dev/stdout, /dev/stderr, /dev/fd/N or /proc/self/fd/N (this process's), else
+    None."""
+    if text in _STREAMS:
+        return _STREAMS.index(text) + 1
+    for prefix in ("/dev/fd/", "/proc/self/fd/", f"/proc/{os.getpid()}/fd/"):
+        if text.startswith(prefix) and text[len(prefix):].isdigit():
+            return int(text[len(prefix):])
+    return None
+
+
 def check_output(path, inputs=()) -> Path:
     """The output path, or SourceError saying in one line why nothing can be written there.
 
-    A symlink is followed (its target is written, the link stays); a path that exists and is not a regular file
-    (a device such as /dev/stdout, a FIFO) is written into, never replaced; an output that is one of the
-    `inputs` is refused (writing it would destroy what is being read)."""
+    A stream, a character device or a FIFO (writes_into) is written into, never replaced; a symlink is followed
+    (its target is written, the link stays); any other path that is not a regular file (a block device, a
+    socket, a symlink loop) is refused; an output that is one of the `inputs` is refused (writing it would
+    destroy what is being read)."""
     if not str(path).strip():
         raise SourceError("cannot write to an empty path: give a file name")
+    if writes_into(path):
+        if not os.access(path, os.W_OK):
+            raise SourceError(f"cannot write {path}: not writable")
+        return Path(path)  # written into (write_bytes_whole), never renamed over
     p = Path(path)
     if p.is_symlink():
         p = Path(os.path.realpath(p))
+        if p.is_symlink() or (p.exists() and not p.is_file() and not p.is_dir()):
+            raise SourceError(f"cannot write {path}: a symlink to what is not a file")
     for src in inputs:
         try:
             if src is not None and p.exists() and os.path.samefile(p, src):
@@ -57,9 +94,7 @@ def check_output(path, inputs=()) -> Path:
     if p.is_dir():
         raise SourceError(f"cannot write {path}: it is a directory (give a file name)")
     if p.exists() and not p.is_file():
-        if not os.access(p, os.W_OK):
-            raise SourceError(f"cannot write {path}: not writable")
-        return p  # a device or a FIFO: written into (write_bytes_whole), never renamed over
+        raise SourceError(f"cannot write {path}: not a regular file, a character device or a FIFO")
     if not parent.exists():
         raise SourceError(f"cannot write {path}: no directory {parent}")
     if not parent.is_dir():
@@ -73,7 +108,7 @@ def check_output(path, inputs=()) -> Path:
 def check_recording_output(path) -> Path:
     """check_output for a recording, which is made whole and then moved into place: a regular file only."""
     p = check_output(path)
-    if p.exists() and not p.is_file():
+    if writes_into(p) or (p.exists() and not p.is_file()):
         raise SourceError(f"cannot record to {path}: not a regular file (a recording is made whole, then moved "
                           "into place)")
     return p
@@ -97,10 +132,20 @@ def write_bytes_whole(path, data: bytes) -> None:
     """Write `data` to `path` through a temporary file beside it, so a failure (or an interrupt) leaves no
     partial file; a device or FIFO (check_output) is written into directly."""
     target = check_output(path)
-    if target.exists() and not target.is_file():
+    if writes_into(target):
         try:
-            with open(target, "wb") as f:
-                f.write(data)
+            fd = _own_descriptor(str(target))
+            if fd is not None:  # this process's open stream: written as it is (a shell's `>>` keeps appending)
+                if fd in (1, 2):
+                    (sys.stdout if fd == 1 else sys.stderr).flush()
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+            else:
+                with open(target, "wb") as f:
+                    f.write(data)
+        except BrokenPipeError:
+            raise  # a reader that closed the pipe (`| head`): as for any stdout
         except OSError as exc:
             raise SourceError(f"cannot write {path}: {exc.strerror or exc}") from None
         return

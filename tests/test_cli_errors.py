@@ -144,3 +144,54 @@ def test_an_empty_output_path_and_a_sweep_folder_without_its_file_are_one_line_e
     r = cli("sweep", "--replay", tmp_path)
     assert_one_line_error(r)
     assert "holds no sweep.json" in r.stderr
+
+
+def test_dev_stdout_is_written_as_the_shell_opened_it(tmp_path):
+    """`-o /dev/stdout` into a file opened with `>>` appends (never renames over the file), and into a pipe."""
+    log = tmp_path / "log.txt"
+    log.write_text("old line\n")
+    with open(log, "a") as f:
+        r = subprocess.run([sys.executable, "-m", "decodemon.monitor.cli", "report", str(REC["eager"]), "-o",
+                            "/dev/stdout"], stdout=f, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    text = log.read_text()
+    assert text.startswith("old line\n# DIAGNOSIS") and log.is_file()
+    r = cli("export", REC["eager"], "-o", "/dev/stdout")
+    assert r.returncode == 0 and r.stdout.startswith('{"schemaVersion"')
+
+
+@pytest.mark.skipif(__import__("os").geteuid() != 0, reason="making a device node needs root")
+def test_a_block_device_or_a_symlink_loop_is_refused(tmp_path):
+    import os
+    import stat
+
+    blk = tmp_path / "blk"
+    os.mknod(blk, 0o600 | stat.S_IFBLK, os.makedev(7, 200))  # a loop device node (nothing behind it)
+    r = cli("report", REC["eager"], "-o", blk)
+    assert_one_line_error(r)
+    assert stat.S_ISBLK(blk.stat().st_mode)
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.symlink_to(b)
+    b.symlink_to(a)
+    assert_one_line_error(cli("report", REC["eager"], "-o", a))
+    assert a.is_symlink() and b.is_symlink()
+
+
+def test_report_never_writes_over_the_default_ledger_it_grades(tmp_path):
+    from decodemon.monitor import ledger
+
+    led = tmp_path / ledger.DEFAULT_PATH
+    led.write_text("")
+    r = subprocess.run([sys.executable, "-m", "decodemon.monitor.cli", "report", str(REC["graph"]), "-o",
+                        ledger.DEFAULT_PATH], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert_one_line_error(r)
+    assert "it is the input" in r.stderr and led.read_text() == ""
+
+
+def test_replay_of_ranks_from_two_different_runs_is_refused():
+    from tests.conftest import DATA
+
+    r = cli("replay", "--json", DATA / "h200_tp2_eager_rank0.dmon", DATA / "h200_tp2_graph_llama8b_rank1.dmon")
+    assert_one_line_error(r)
+    assert "not ranks of one tensor-parallel group" in r.stderr
+    assert cli("replay", "--json", DATA / "h200_tp2_eager_rank0.dmon", DATA / "h200_tp2_eager_rank1.dmon").returncode == 0

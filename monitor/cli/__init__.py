@@ -3,7 +3,8 @@ diagnose, scaling, allreduce.
 
 One module per verb, each with `add(sub)` (its parser) and `run(args)`. Exit codes: 0 ok; 2 bad input (bad
 arguments, no such pid, no agent, a corrupt recording, an output that cannot be written, the app without a
-terminal); 3 nothing was measured (the target went away first, a recording without tokens); 130 interrupted.
+terminal); 3 nothing was measured (the target went away first, a recording without tokens); 1 what no check
+foresaw (a recording whose frames decode but hold nonsense; DECODEMON_DEBUG=1 re-raises); 130 interrupted.
 Errors are one line on stderr that points at the verb's own help, never a traceback.
 """
 

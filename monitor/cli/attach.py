@@ -50,7 +50,8 @@ def attach_json(pid: int, settings, seconds: float) -> int:
         errors, snaps = [], []
         for p, s in zip(pids, sessions):
             if isinstance(s, Exception):
-                errors.append(str(s))
+                errors.append(f"pid {p}: {s}")
+                print(f"decodemon attach: rank pid {p}: {s}", file=sys.stderr)
                 continue
             snap = s.snapshot()
             if snap.tokens is None and snap.ended and snap.model is None:  # refused (busy) or gone before a word
@@ -64,7 +65,7 @@ def attach_json(pid: int, settings, seconds: float) -> int:
         if errors:
             out["group"]["errors"] = errors
         print_json(out)
-        return 0
+        return 0 if snaps else 3  # no rank answered: nothing was measured
     sess = collect(pid, settings, seconds)
     snap = sess.snapshot()
     if snap.tokens is None and snap.ended:

@@ -67,7 +67,10 @@ def run(a) -> int:
     from decodemon.monitor.sources import check_output, collect, source_of, write_text_whole
 
     if a.output is not None:
-        check_output(a.output, inputs=[a.source, getattr(a, "ledger", None)])  # before a pid is attached
+        from decodemon.monitor import ledger
+
+        # before a pid is attached; the ledger it may grade (the default one too) is an input as well
+        check_output(a.output, inputs=[a.source, getattr(a, "ledger", None) or ledger.DEFAULT_PATH])
     kind, _ = source_of(a.source)
     sess = collect(a.source, attach_settings(a), a.seconds if kind == "pid" else None)
     snap = sess.snapshot()
