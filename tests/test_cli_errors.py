@@ -135,9 +135,15 @@ def test_replay_of_two_runs_that_are_not_ranks_of_one_group_is_refused():
 
 
 def test_an_empty_output_path_and_a_sweep_folder_without_its_file_are_one_line_each(tmp_path):
+    from tests.conftest import DATA
+
     r = cli("report", REC["eager"], "-o", "")
     assert_one_line_error(r)
     assert "empty path" in r.stderr
+    for args in (["sweep", "--replay", DATA / "h200_sweep_demo_eager", "-o", ""], ["run", "--pid-file", "", "--", "true"]):
+        r = cli(*args)
+        assert_one_line_error(r)
+        assert "empty" in r.stderr
     r = cli("sweep", "--replay", tmp_path / "none")
     assert_one_line_error(r)
     assert "no such directory" in r.stderr

@@ -38,7 +38,7 @@ def run(a) -> int:
     if not cmd:
         raise UsageError("decodemon run: give a command after --, e.g. `decodemon run -- python loop.py` "
                          "(see `decodemon run --help`)")
-    if a.pid_file:
+    if a.pid_file is not None:
         from decodemon.monitor.sources import check_output
 
         check_output(a.pid_file)  # before the command starts, not after
@@ -47,7 +47,7 @@ def run(a) -> int:
     except OSError as exc:
         raise UsageError(f"decodemon run: cannot start {cmd[0]}: {exc.strerror}") from None
     print(f"decodemon: started pid {proc.pid}; attach with `decodemon attach {proc.pid}`", file=sys.stderr, flush=True)
-    if a.pid_file:
+    if a.pid_file is not None:
         from decodemon.monitor.sources import write_text_whole
 
         write_text_whole(a.pid_file, f"{proc.pid}\n")

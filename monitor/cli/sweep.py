@@ -52,6 +52,8 @@ add = add_parser
 
 
 def _outdir(path) -> Path:
+    if not str(path).strip():
+        raise UsageError("decodemon sweep: -o is empty: give a directory")
     d = Path(path)
     if d.exists() and not d.is_dir():
         raise UsageError(f"decodemon sweep: -o {path} is a file; give a directory")
@@ -81,7 +83,7 @@ def run(a) -> int:
     except sweep.SweepError as exc:
         raise UsageError(f"decodemon sweep: {exc}") from None
     out = None
-    if a.output:  # checked before a sweep runs (minutes) or a replay reads: a path it cannot write is one line now
+    if a.output is not None:  # checked before a sweep runs (minutes) or a replay reads: a path it cannot write is one line now
         out = _outdir(a.output)
         for name in sweep.OUTPUT_NAMES:
             if (out / name).is_dir():
