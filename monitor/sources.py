@@ -45,8 +45,7 @@ def writes_into(path) -> bool:
     """Is `path` written into rather than replaced: a stream of this process (/dev/stdout, /dev/fd/N, whatever
     they point at: a pipe, a terminal, a file the shell opened), a character device or a FIFO."""
     text = str(path)
-    if text in _STREAMS or text.startswith(("/dev/fd/", "/proc/self/fd/")) or \
-            (text.startswith("/proc/") and "/fd/" in text):
+    if text in _STREAMS or text.startswith("/dev/fd/") or (text.startswith("/proc/") and "/fd/" in text):
         return True
     try:
         mode = os.stat(path).st_mode
@@ -107,8 +106,8 @@ def check_output(path, inputs=()) -> Path:
 
 def check_recording_output(path) -> Path:
     """check_output for a recording, which is made whole and then moved into place: a regular file only."""
-    p = check_output(path)
-    if writes_into(p) or (p.exists() and not p.is_file()):
+    p = check_output(path)  # which refuses every other path that is not a regular file
+    if writes_into(p):
         raise SourceError(f"cannot record to {path}: not a regular file (a recording is made whole, then moved "
                           "into place)")
     return p

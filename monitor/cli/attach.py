@@ -49,16 +49,13 @@ def attach_json(pid: int, settings, seconds: float) -> int:
         sessions = _collect_group(pids, settings, seconds)
         errors, snaps = [], []
         for p, s in zip(pids, sessions):
-            if isinstance(s, Exception):
-                errors.append(f"pid {p}: {s}")
-                print(f"decodemon attach: rank pid {p}: {s}", file=sys.stderr)
+            snap = None if isinstance(s, Exception) else s.snapshot()
+            if snap is not None and not (snap.tokens is None and snap.ended and snap.model is None):
+                snaps.append(snap)
                 continue
-            snap = s.snapshot()
-            if snap.tokens is None and snap.ended and snap.model is None:  # refused (busy) or gone before a word
-                errors.append(f"pid {p}: {snap.ended}")
-                print(f"decodemon attach: rank pid {p}: {snap.ended}", file=sys.stderr)
-                continue
-            snaps.append(snap)
+            why = str(s) if snap is None else snap.ended  # it failed, or was refused (busy) or gone before a word
+            errors.append(f"pid {p}: {why}")
+            print(f"decodemon attach: rank pid {p}: {why}", file=sys.stderr)
         out = summary_json(snaps[0]) if snaps else {}
         out["group"] = combine(snaps)
         out["group"]["tp"] = len(pids)  # the group found, whether or not every rank answered
