@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # llama-cpp-python's CUDA build for one GPU call: its PyPI sdist (76.6 MB, llama.cpp vendored) is over what a
 # device call carries, so `strip` keeps what a CPU or CUDA build of the library and llama-server needs and repacks
-# it; `build` makes the wheel from that, for one CUDA architecture (90: H100, H200) to fit inside one call.
+# it; `build` makes the wheel from that, for one CUDA architecture (90: H100, H200) to fit inside one call;
+# `server` builds llama.cpp's llama-server from the same source (no web UI: its metrics endpoint is what counts).
 #
 #   bash benchmarks/llama_cpp_build.sh strip llama_cpp_python-0.3.36.tar.gz .whl/llama_cpp_python-src.tar.gz
 #   bash benchmarks/llama_cpp_build.sh build .whl/llama_cpp_python-src.tar.gz OUTDIR [cpu|cuda]
+#   bash benchmarks/llama_cpp_build.sh server llama_cpp_python-0.3.36.tar.gz OUTDIR [cpu|cuda]
 #
 # (`pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36` fetches the sdist.)
 set -euo pipefail
 
 # what no build of the library needs: model vocabularies, docs, tests, examples, the web UI, other backends
-DROP=(models docs tests benches examples media gguf-py/tests tools/ui tools/mtmd/tests
+# (of the web UI only its CMake files stay: llama-server builds without its pages)
+DROP=(models docs tests benches examples media gguf-py/tests tools/ui/src tools/ui/static tools/ui/tests
+      tools/ui/scripts tools/ui/package-lock.json tools/mtmd/tests
       ggml/src/ggml-vulkan ggml/src/ggml-sycl ggml/src/ggml-metal ggml/src/ggml-opencl ggml/src/ggml-cann
       ggml/src/ggml-hexagon ggml/src/ggml-webgpu ggml/src/ggml-openvino ggml/src/ggml-et ggml/src/ggml-virtgpu
       ggml/src/ggml-musa ggml/src/ggml-zdnn ggml/src/ggml-kompute)
@@ -40,8 +44,24 @@ case "${1:-}" in
       python3 -m pip wheel -q --no-deps -w "$out" "$src"
     ls "$out"
     ;;
+  server)
+    src=$2 out=$3 kind=${4:-cpu}
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+    tar xzf "$src" -C "$tmp"
+    args=(-DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
+          -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DGGML_OPENMP=OFF
+          -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF)
+    if [ "$kind" = cuda ]; then args+=(-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90); else args+=(-DGGML_AVX2=ON); fi
+    cmake -S "$tmp"/*/vendor/llama.cpp -B "$tmp/build" "${args[@]}" >/dev/null
+    cmake --build "$tmp/build" --target llama-server -j "${JOBS:-$(nproc)}" >/dev/null
+    mkdir -p "$out"
+    cp "$tmp/build/bin/llama-server" "$out/llama-server.part"
+    mv "$out/llama-server.part" "$out/llama-server"
+    echo "$out/llama-server"
+    ;;
   *)
-    echo "usage: $0 strip SDIST OUT.tar.gz | build SRC.tar.gz OUTDIR [cpu|cuda]" >&2
+    echo "usage: $0 strip SDIST OUT.tar.gz | build SRC.tar.gz OUTDIR [cpu|cuda] | server SRC.tar.gz OUTDIR [cpu|cuda]" >&2
     exit 2
     ;;
 esac

@@ -25,9 +25,9 @@ class SourceError(RuntimeError):
     """A source that cannot be read; str() is one line for the user."""
 
 
-def check_pid(pid: int, inject: bool = True) -> Path:
-    """Return the agent socket of `pid` (loading the agent into a running CPython 3.10+ target if it has none)
-    or raise SourceError saying exactly what is wrong."""
+def check_pid(pid: int, inject: bool = True) -> Path | None:
+    """Return the agent socket of `pid` (loading the agent into a running CPython 3.10+ target if it has none),
+    None for llama-server (watched from outside), or raise SourceError saying exactly what is wrong."""
     if pid <= 0:
         raise SourceError(f"{pid} is not a valid pid")
     proc = Path(f"/proc/{pid}")
@@ -39,6 +39,11 @@ def check_pid(pid: int, inject: bool = True) -> Path:
         owner = os.getuid()
     if owner != os.getuid():
         raise SourceError(f"pid {pid} belongs to uid {owner}; decodemon attaches only to your own processes")
+    from decodemon.monitor import outside
+
+    if outside.is_llama_server(pid):
+        outside.endpoint_of(pid)  # its metrics endpoint is the token clock: say now if it has none
+        return None
     path = wire.socket_path(pid)
     if not path.exists():
         if not inject:
@@ -55,8 +60,15 @@ def check_pid(pid: int, inject: bool = True) -> Path:
 
 def live_frames(pid: int, settings: wire.Attach | None = None, seconds: float | None = None,
                 stop=None) -> Iterator[tuple[int, bytes, object]]:
-    """Attach to `pid`, yield frames until `seconds` pass, `stop()` is true, or the target ends; then detach."""
+    """Attach to `pid`, yield frames until `seconds` pass, `stop()` is true, or the target ends; then detach.
+
+    llama-server, which has no Python for an agent, is watched from outside (monitor/outside.py)."""
     path = check_pid(pid)
+    if path is None:
+        from decodemon.monitor import outside
+
+        yield from outside.frames(pid, seconds, stop, pm=(settings or wire.Attach()).pm)
+        return
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(str(path))

@@ -67,6 +67,9 @@ PM_COLS = ("rx_ns", "gpu_busy_pct", "sm_active_pct", "warps_active_pct", "dram_p
            "dram_read_bytes", "dram_write_bytes")
 
 
+COUNT_COLS = ("rx_ns", "t_ns", "steps", "tokens", "busy")
+
+
 @dataclass
 class Feed:
     """Bounded history of one source's frames (ring buffers: memory stays flat all day)."""
@@ -83,6 +86,8 @@ class Feed:
     pm: Ring = None  # rows: PM_COLS
     pm_window: Ring = None  # rows: PM_COLS, the samples evaluated only for traced windows' spans (not averaged)
     nvml: deque = field(default_factory=deque)  # (rx_ns, NvmlSamples)
+    counts: Ring = None  # rows: COUNT_COLS, a server's counters at each scrape (watched from outside)
+    counts_url: str = ""
     status: wire.ProbeStatus = field(default_factory=wire.ProbeStatus)  # the probe's status, frames merged
     state: dict = field(default_factory=dict)  # the status in words (probe_status.describe)
     _legacy_words: dict = field(default_factory=dict)  # a version-1 recording's own words, shown as recorded
@@ -96,6 +101,7 @@ class Feed:
         self.marks = Ring(self.max_marks, 3, np.int64)
         self.pm = Ring(self.max_pm, len(PM_COLS), np.float64)
         self.pm_window = Ring(4_000, len(PM_COLS), np.float64)
+        self.counts = Ring(20_000, len(COUNT_COLS), np.float64)
 
     def add(self, rx_ns: int, frame) -> None:
         """Take one frame."""
@@ -120,6 +126,11 @@ class Feed:
             self.nvml.append((rx_ns, frame))
             while len(self.nvml) > self.max_nvml:
                 self.nvml.popleft()
+        elif isinstance(frame, wire.ServerCounts):
+            cols = [frame.t_ns.array(), frame.steps.array(), frame.tokens.array(), frame.busy.array()]
+            n = min(len(c) for c in cols)
+            self.counts.extend(np.vstack([np.full(n, rx_ns, np.float64), *(c[:n] for c in cols)]))
+            self.counts_url = frame.url
         elif isinstance(frame, wire.ProbeStatus):
             self._take_status(frame, frame.dropped_records, frame.recent_errors)
         elif isinstance(frame, wire.Stats):  # wire version 1: a dict of words, read into a ProbeStatus
@@ -160,6 +171,16 @@ class Feed:
         if not tokens or not calls:
             return None
         return calls / tokens, sum(r[3] for r in rows) / calls / 1e3, sum(r[4] for r in rows) / calls
+
+    def counts_since(self, since_rx_ns: int = 0) -> dict[str, np.ndarray]:
+        """COUNT_COLS of the scrapes received at or after `since_rx_ns`."""
+        v = self.counts.since(0, since_rx_ns)
+        return {k: v[i] for i, k in enumerate(COUNT_COLS)}
+
+    def counted_steps(self) -> int:
+        """Steps the server's counter moved over every scrape kept (0 without one)."""
+        v = self.counts.view()
+        return int(v[2, -1] - v[2, 0]) if v.shape[1] > 1 and np.isfinite(v[2, [0, -1]]).all() else 0
 
     def depth(self) -> int:
         """Latest context depth reported by the token clock."""

@@ -25,6 +25,8 @@ REASONS = {
     "foreign_profiler": "torch.profiler is recording in the target",
     "sidecar_exited": "sidecar exited",
     "not_importable": "cupti-python not importable",
+    "no_python": ("watched from outside: no Python in the process for an agent; a traced window needs CUPTI loaded "
+                  "at its start (CUDA_INJECTION64_PATH)"),
 }
 _PAUSED = ("torch.profiler is recording in the target: no window opens while it runs (its CUPTI session would end "
            "with ours)")

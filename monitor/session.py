@@ -16,7 +16,7 @@ import numpy as np
 from decodemon.monitor import diagnosis as dx
 from decodemon.monitor.analysis.busy import PmWindowCheck, pm_window_check
 from decodemon.monitor.analysis.rates import dram_bytes_per_s, gpu_step_stats, marks_in_bursts, traced_dram_ratio
-from decodemon.monitor.analysis.tokens import TokenStats, token_stats
+from decodemon.monitor.analysis.tokens import TokenStats, counter_stats, token_stats
 from decodemon.monitor.analysis.window import WindowMetrics, window_metrics
 from decodemon.monitor.feed import Feed
 from decodemon.monitor.token_clock import GpuSteps, gpu_steps, reclocked
@@ -201,6 +201,13 @@ class Session:
         stretched by tracing, the marks are not), else the GPU's steps in the windows timed by it (a loop that
         marks nothing, or marks in bursts because its host runs ahead)."""
         f = self.feed
+        if len(f.counts) and not len(f.marks):  # watched from outside: the server's own step counter
+            c = f.counts_since(since)
+            ts = counter_stats(c["t_ns"], c["steps"], c["busy"]) if len(c["t_ns"]) >= 3 else None
+            if ts is None:
+                c = f.counts_since()
+                ts = counter_stats(c["t_ns"], c["steps"], c["busy"])
+            return ts, ("server_metrics" if ts is not None else "")
         marks = f.token_times_ns(since)
         if not len(marks):
             marks = f.token_times_ns()
@@ -306,7 +313,7 @@ class Session:
             pid=f.hello.pid if f.hello else 0,
             device=gpu.name if gpu else (f"unavailable ({f.hello.gpu_unavailable})" if f.hello else "?"),
             sm_count=gpu.sm_count if gpu else 0, cc=gpu.cc if gpu else "",
-            tokens_total=f.tokens_seen, tokens=ts, window=last, windows_seen=len(self.metrics), pm=pm_avg,
+            tokens_total=f.tokens_seen or f.counted_steps(), tokens=ts, window=last, windows_seen=len(self.metrics), pm=pm_avg,
             nvml=nv, model=f.hello.model if f.hello else None, depth=f.depth(), bytes_per_token=bpt,
             bandwidth_gbs=bw, bandwidth_source=bw_src, diagnosis=d, rolling=self.rolling, probe=dict(f.state),
             errors=tuple(f.errors), dropped_records=f.dropped_records, other_pids=others, rx_ns=rx, ended=f.bye,

@@ -302,6 +302,18 @@ class ProbeStatus(msgspec.Struct, frozen=True, tag="status"):
     dropped_records: int = 0
 
 
+class ServerCounts(msgspec.Struct, frozen=True, tag="counts"):
+    """A server's own counters, read from its metrics endpoint by the monitor: the token clock of a process
+    watched from outside (no agent in it). One row per scrape; the counters are float64, the clock the monitor's."""
+
+    url: str
+    t_ns: Column
+    steps: Column  # decode steps so far (llamacpp:n_decode_total): one per step, whatever the batch
+    tokens: Column  # tokens generated so far (llamacpp:tokens_predicted_total): moves as requests end
+    busy: Column  # requests in progress at the scrape (llamacpp:requests_processing)
+    server: str = ""  # whose names these are ("llama.cpp")
+
+
 class Bye(msgspec.Struct, frozen=True, tag="bye"):
     """Last frame: why the stream ended."""
 
@@ -357,7 +369,8 @@ class Detach(msgspec.Struct, frozen=True, tag="detach"):
     """Disarm the probe and close the connection."""
 
 
-Frame = Union[RecordingHeader, Hello, TokenMarks, KernelWindow, PmSamples, NvmlSamples, Stats, ProbeStatus, Bye]
+Frame = Union[RecordingHeader, Hello, TokenMarks, KernelWindow, PmSamples, NvmlSamples, Stats, ProbeStatus, ServerCounts,
+              Bye]
 Control = Union[Attach, Detach]
 
 _encoder = msgspec.msgpack.Encoder()
