@@ -15,6 +15,7 @@ import numpy as np
 
 from decodemon.monitor import diagnosis as dx
 from decodemon.monitor.analysis.busy import PmWindowCheck, pm_window_check
+from decodemon.monitor.analysis.collectives import host_clock_times_collectives
 from decodemon.monitor.analysis.rates import dram_bytes_per_s, gpu_step_stats, marks_in_bursts, traced_dram_ratio
 from decodemon.monitor.analysis.tokens import TokenStats, counter_stats, token_stats
 from decodemon.monitor.analysis.window import WindowMetrics, window_metrics
@@ -71,8 +72,8 @@ class Snapshot:
     api_window: WindowMetrics | None = None
     api_window_age_s: float | None = None  # how long before the snapshot it arrived (0: it is `window`)
     # which clock ms/token comes from: "mark_token" (the engine's marks, host time), "nvtx_range:NAME" (the closes
-    # of the NVTX range the attach named), or the GPU's own steps in
-    # the traced windows ("graph replays" or "kernel period") when the loop marks nothing or runs ahead of the GPU
+    # of the NVTX range the attach named), the GPU's own steps in the traced windows ("graph replays" or "kernel
+    # period") when the loop marks nothing or runs ahead of the GPU, or "server_metrics" (watched from outside)
     token_clock: str = ""
     # bytes per token two ways: the DRAM counters' read + write bytes over counted tokens (no model facts needed)
     # and the model's weights plus the KV cache at depth (an adapter or report_model); the diagnosis uses the
@@ -86,17 +87,6 @@ class Snapshot:
         if self.inputs is not None and self.inputs.us_per_collective:
             return self.inputs.us_per_collective
         return self.window.collective_in_step_us if self.window is not None else None
-
-
-def host_clock_times_collectives(model: wire.ModelFacts | None, gpu) -> bool:
-    """Whether the engine's clock around a collective call is the collective's time.
-
-    True for a synchronous backend (gloo). NCCL returns once the kernel is enqueued: on two H200s the eager demo's
-    host spent 122-139 µs per call enqueuing a 5 µs kernel, and counting that as COMM gave a COMM
-    verdict at 0.5% of the step. Engines that do not say their backend: synchronous only without a GPU.
-    """
-    backend = model.collective_backend if model is not None else ""
-    return backend == "gloo" if backend else gpu is None
 
 
 def _median(xs):
