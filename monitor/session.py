@@ -404,6 +404,12 @@ class Session:
         for i in range(points):
             d = np.diff(t[edges[i]:edges[i + 1]])
             ms.append(float(np.median(d)) / 1e6 if len(d) else float("nan"))
+        if not len(f.marks) and len(f.counts):  # watched from outside: ms a step between scrapes
+            c = f.counts_since(lo)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                per = np.diff(c["t_ns"]) / 1e6 / np.diff(c["steps"])
+            per[~np.isfinite(per) | (per <= 0)] = np.nan
+            ms = _bin_means((c["rx_ns"][1:] - lo) // step_ns, per, points)
         out["ms_per_token"] = tuple(ms)
         out["launches_per_token"] = tuple(m.kernels_per_token for rxw, m in self.metrics if rxw <= rx)[-points:]
         out["graph_launches_per_token"] = tuple(m.graph_launches_per_token for rxw, m in self.metrics
