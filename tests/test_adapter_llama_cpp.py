@@ -154,3 +154,34 @@ def test_llama_cpp_under_decodemon_run_is_counted_with_no_line_of_decodemon(tmp_
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(30)
+
+
+def test_llama_cpp_started_with_plain_python_is_injected_counted_and_detached(tmp_path, gguf_path):
+    """The same loop started with a bare `python` (no decodemon run, no import): `attach` loads the agent through
+    ptrace, the adapter counts llama.cpp's tokens and reads its facts, a re-attach reuses the agent, and the loop
+    goes on decoding after the detach."""
+    from tests.conftest import cli
+
+    log = tmp_path / "tokens.jsonl"
+    proc = subprocess.Popen([sys.executable, str(LOOP), "--shape", "tiny", "--gguf", str(gguf_path),
+                             "--new-tokens", "100", "--log", str(log)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        t0 = time.time()
+        while not (log.exists() and log.stat().st_size) and time.time() - t0 < 60:
+            assert proc.poll() is None, proc.stderr.read()
+            time.sleep(0.2)
+        for _ in range(2):  # injected, then the same agent re-attached
+            r = cli("attach", proc.pid, "--json", "--seconds", 2)
+            assert r.returncode == 0, r.stderr
+            j = json.loads(r.stdout)
+            assert j["token_clock"] == "mark_token" and j["tokens"] > 100
+            assert j["bytes_per_token_model"] >= 279_000
+        lines = len(log.read_text().splitlines())
+        t1 = time.time()
+        while len(log.read_text().splitlines()) < lines + 2:  # two more generations after the detach
+            assert proc.poll() is None and time.time() - t1 < 30, "the loop stopped after the detach"
+            time.sleep(0.1)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(30)
