@@ -16,7 +16,7 @@ Pure: frozen values in, frozen values out.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 BINDING, RULED_OUT, UNKNOWN = "binding", "ruled_out", "unknown"
 ORDER = ("bandwidth", "comm", "launch", "occupancy")
@@ -73,6 +73,7 @@ class Inputs:
     graph_launches_per_token: float | None = None  # ≥ 1: the step is already replayed as CUDA graph(s)
     dram_gbs: float | None = None  # DRAM read + write the counters saw, GB/s: the floor's ratio with no token count
     ranks: int | None = None  # tensor-parallel degree when the engine said it
+    untraced: bool = False  # no traced window can come (watched from outside, tracing off): GPU busy prices LAUNCH
 
 
 @dataclass(frozen=True)
@@ -169,8 +170,20 @@ def _comm(i: Inputs) -> tuple[Candidate, float | None]:
     return Candidate(share, "% of step", thr, state, detail), comm_ms
 
 
+def _host_idle(i: Inputs) -> Candidate:
+    """No traced window, so no launch count (a process watched from outside): PM's GPU busy against the token
+    clock still says how much of the token the GPU waits for the host."""
+    idle = max(0.0, 100.0 - i.gpu_busy_pct)
+    state = BINDING if idle >= 50 else RULED_OUT if idle < 20 else UNKNOWN
+    return Candidate(idle, "% of step GPU idle", "GPU idle > 50% of the step binds; < 20% ruled out", state,
+                     f"the GPU is idle {idle:.0f}% of the {i.ms_per_token:.4g} ms token (PM's GPU busy "
+                     f"{i.gpu_busy_pct:.0f}%): the host's work between steps; launches per token need a traced window")
+
+
 def _launch(i: Inputs, floor: float | None) -> tuple[Candidate, float | None]:
     lo, hi = EAGER_LAUNCH_US
+    if i.untraced and i.ms_per_token and i.gpu_busy_pct is not None and not i.launches_per_token:
+        return _host_idle(i), None
     if not (i.ms_per_token and i.launches_per_token):
         return Candidate(None, "µs/launch", "<10 µs available per kernel binds", UNKNOWN, "needs ms/token and launches/token"), None
     n = i.launches_per_token
@@ -272,6 +285,13 @@ def _kernels_are_the_cost(i: Inputs, bw: Candidate, launch: Candidate) -> str:
 def _advice(ceiling: str, i: Inputs, floor: float | None, comm_ms: float | None,
             launch: Candidate) -> tuple[str, str, str]:
     ms = i.ms_per_token or 0.0
+    if ceiling == "launch" and i.untraced and not i.launches_per_token and i.gpu_busy_pct is not None:
+        busy_ms = ms * i.gpu_busy_pct / 100
+        return ("the host's work per step binds (sampling, detokenizing, serving, launches): move it off the "
+                "critical path or onto the device; a traced window would say how much of it is launches",
+                f"Cut the host's work per step: if ms/token does not fall from {ms:.3g} toward {busy_ms:.3g} ms "
+                "(the GPU's busy time), the host was not what bound the token.",
+                f"no host work between steps: {ms:.3g} → ~{busy_ms:.3g} ms/token")
     if ceiling == "launch" and (i.graph_launches_per_token or 0) >= 1:
         target = i.kernel_sum_ms_per_token if i.kernel_sum_ms_per_token is not None else floor
         tgt = f"{target:.3g} ms" if target else "the kernel time"
@@ -323,57 +343,6 @@ def _advice(ceiling: str, i: Inputs, floor: float | None, comm_ms: float | None,
                 "n/a until bytes per token or the grids are known")
     return ("measure more: a traced window, or ms/token with launches/token and bytes/token",
             "n/a until a candidate has a number", "n/a")
-
-
-# --- rolling verdict ----------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Change:
-    """One change of verdict, with the figures that moved."""
-
-    at: str
-    before: str
-    after: str
-    figures: tuple[tuple[str, float, float], ...]  # (name, before, after)
-
-    def text(self) -> str:
-        """'LAUNCH → OCCUPANCY at 12:03:10: ms/token 13.1 → 3.2, GPU busy 24% → 95%'."""
-        figs = ", ".join(f"{n} {a:.3g} → {b:.3g}" for n, a, b in self.figures)
-        return f"{self.before.upper()} → {self.after.upper()} at {self.at}" + (f": {figs}" if figs else "")
-
-
-@dataclass(frozen=True)
-class Rolling:
-    """Verdict with hysteresis: a new ceiling must win `hold` windows in a row to replace the old one."""
-
-    ceiling: str = "unknown"
-    pending: str = ""
-    streak: int = 0
-    hold: int = 2
-    figures: tuple[tuple[str, float], ...] = ()
-    pending_figures: tuple[tuple[str, float], ...] = ()
-    history: tuple[Change, ...] = ()
-    changed_at: str = ""
-
-
-def advance(r: Rolling, ceiling: str, at: str, figures: dict) -> Rolling:
-    """Fold one window's verdict into the rolling verdict."""
-    figs = tuple((k, float(v)) for k, v in figures.items() if v is not None)
-    if r.ceiling == "unknown" and not r.history and ceiling != "unknown":
-        return replace(r, ceiling=ceiling, pending="", streak=0, figures=figs, changed_at=at,
-                       history=(Change(at, "unknown", ceiling, ()),))
-    if ceiling == r.ceiling or ceiling == "unknown":
-        return replace(r, pending="", streak=0, figures=figs if ceiling == r.ceiling else r.figures)
-    streak = r.streak + 1 if ceiling == r.pending else 1
-    pending_figs = r.pending_figures if ceiling == r.pending else r.figures
-    if streak >= r.hold:
-        before = dict(pending_figs)
-        moved = tuple((k, before[k], v) for k, v in figs if k in before and abs(v - before[k]) > 1e-9 * max(1, abs(v)))
-        ch = Change(at, r.ceiling, ceiling, moved)
-        return replace(r, ceiling=ceiling, pending="", streak=0, figures=figs, history=r.history + (ch,),
-                       changed_at=at, pending_figures=())
-    return replace(r, pending=ceiling, streak=streak, pending_figures=pending_figs)
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from decodemon.monitor.analysis.rates import dram_bytes_per_s, gpu_step_stats, m
 from decodemon.monitor.analysis.tokens import TokenStats, counter_stats, token_stats
 from decodemon.monitor.analysis.window import WindowMetrics, window_metrics
 from decodemon.monitor.feed import Feed
+from decodemon.monitor.rolling import Rolling, advance
 from decodemon.monitor.token_clock import GpuSteps, gpu_steps, reclocked
 from decodemon.probes import wire
 
@@ -50,7 +51,7 @@ class Snapshot:
     bandwidth_gbs: float | None
     bandwidth_source: str
     diagnosis: dx.Diagnosis
-    rolling: dx.Rolling
+    rolling: Rolling
     probe: dict
     errors: tuple[str, ...]
     dropped_records: int
@@ -112,7 +113,7 @@ class Session:
         self.feed = Feed()
         self.metrics: list[tuple[int, WindowMetrics]] = []
         self.steps: dict[int, GpuSteps] = {}  # window id -> its GPU steps, for windows timed by the GPU's clock
-        self.rolling = dx.Rolling()
+        self.rolling = Rolling()
         self._origin = clock_origin_unix_s
         self._clock = ""
         self._bytes: tuple = (None, None)
@@ -143,12 +144,12 @@ class Session:
             self.metrics.append((rx_ns, m))
             del self.metrics[:-self.feed.max_windows]
             d, figs = self._diagnose(rx_ns)
-            self.rolling = dx.advance(self.rolling, d.ceiling, self._at(rx_ns), figs)
+            self.rolling = advance(self.rolling, d.ceiling, self._at(rx_ns), figs)
         elif isinstance(frame, wire.PmSamples) and not self.metrics and rx_ns - self._pm_verdict_rx >= 1e9:
             # no traced window (a loop that cannot be traced): the counters alone still move the verdict
             self._pm_verdict_rx = rx_ns
             d, figs = self._diagnose(rx_ns)
-            self.rolling = dx.advance(self.rolling, d.ceiling, self._at(rx_ns), figs)
+            self.rolling = advance(self.rolling, d.ceiling, self._at(rx_ns), figs)
 
     def _at(self, rx_ns: int) -> str:
         origin = self._origin if self._origin is not None else time.time() - rx_ns / 1e9
@@ -266,6 +267,7 @@ class Session:
             top_kernel=(last.kernels[0].short_name, last.kernels[0].us_per_token) if last and last.kernels else None,
             graph_launches_per_token=_median([w.graph_launches_per_token for w in wins]) if wins else None,
             dram_gbs=dram_bps / 1e9 if dram_bps else None, ranks=model.tp_degree if model else None,
+            untraced=not wins and (f.status.trace in ("unavailable", "off") or f.status.window_clock == "none"),
         )
         return inp, ts, last, pm_avg, bpt, bw, bw_src
 

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from decodemon.monitor import diagnosis as dx
+from decodemon.monitor.rolling import Rolling, advance
 from tests.conftest import assert_one_line_error, cli
 
 
@@ -97,15 +98,15 @@ def test_bad_numbers_are_one_line(args):
 
 
 def test_rolling_verdict_needs_two_windows_to_change():
-    r = dx.Rolling()
-    r = dx.advance(r, "launch", "12:00:00", {"ms/token": 13.1, "GPU busy %": 24})
+    r = Rolling()
+    r = advance(r, "launch", "12:00:00", {"ms/token": 13.1, "GPU busy %": 24})
     assert r.ceiling == "launch"
-    r = dx.advance(r, "occupancy", "12:00:04", {"ms/token": 3.2, "GPU busy %": 95})
+    r = advance(r, "occupancy", "12:00:04", {"ms/token": 3.2, "GPU busy %": 95})
     assert r.ceiling == "launch" and r.pending == "occupancy"
-    r = dx.advance(r, "launch", "12:00:08", {"ms/token": 13.0, "GPU busy %": 25})  # a flap resets the streak
+    r = advance(r, "launch", "12:00:08", {"ms/token": 13.0, "GPU busy %": 25})  # a flap resets the streak
     assert r.pending == ""
-    r = dx.advance(r, "occupancy", "12:03:06", {"ms/token": 3.3, "GPU busy %": 94})
-    r = dx.advance(r, "occupancy", "12:03:10", {"ms/token": 3.2, "GPU busy %": 95})
+    r = advance(r, "occupancy", "12:03:06", {"ms/token": 3.3, "GPU busy %": 94})
+    r = advance(r, "occupancy", "12:03:10", {"ms/token": 3.2, "GPU busy %": 95})
     assert r.ceiling == "occupancy"
     assert r.history[-1].text() == "LAUNCH → OCCUPANCY at 12:03:10: ms/token 13 → 3.2, GPU busy % 25 → 95"
 
@@ -162,3 +163,24 @@ def test_the_dram_counters_price_the_floor_with_no_token_clock():
     assert bw.value == pytest.approx(4250 / 2870) and "no token count" in bw.detail
     # an eager loop moving 1% of it is nowhere near its floor
     assert dx.diagnose(dx.Inputs(dram_gbs=40.0, bandwidth_gbs=4250.0)).candidates["bandwidth"].state == dx.RULED_OUT
+
+
+def test_watched_from_outside_an_idle_gpu_is_the_hosts_step_with_its_number():
+    """A server's token clock and PM's GPU busy, no traced window (no launch count): the idle share prices the host."""
+    d = dx.diagnose(dx.Inputs(ms_per_token=12.0, gpu_busy_pct=14.0, untraced=True))
+    launch = d.candidates["launch"]
+    assert d.ceiling == "launch" and launch.state == dx.BINDING
+    assert launch.value == pytest.approx(86.0) and launch.unit == "% of step GPU idle"
+    assert "1.68 ms" in d.falsify and "host" in d.falsify  # toward the GPU's busy time, 14% of 12 ms
+    assert d.us_per_launch is None  # no launch count: no µs a launch is claimed
+    # where a traced window is still to come, the counters alone do not price LAUNCH: the window will
+    assert dx.diagnose(dx.Inputs(ms_per_token=12.0, gpu_busy_pct=14.0)).candidates["launch"].state == dx.UNKNOWN
+
+
+def test_watched_from_outside_a_busy_gpu_resolves_by_the_counters():
+    busy = dict(ms_per_token=7.7, gpu_busy_pct=97.0, untraced=True)
+    assert dx.diagnose(dx.Inputs(**busy, dram_gbs=3900.0, bandwidth_gbs=4300.0)).ceiling == "bandwidth"
+    assert dx.diagnose(dx.Inputs(**busy, sm_active_pct=38.0)).ceiling == "occupancy"  # SM active < half of busy
+    d = dx.diagnose(dx.Inputs(**busy))
+    assert d.candidates["launch"].state == dx.RULED_OUT and d.ceiling == "kernels"  # busy, nothing says why
+    assert dx.diagnose(dx.Inputs(ms_per_token=7.7, gpu_busy_pct=65.0, untraced=True)).ceiling == "unknown"  # 35% idle: undecided
