@@ -69,6 +69,23 @@ def is_llama_server(pid: int) -> bool:
     return bool(argv) and os.path.basename(argv[0]).startswith("llama-server")
 
 
+def servers() -> list[int]:
+    """This user's llama-server processes that serve their metrics (what `decodemon exporter` watches besides the
+    processes with an agent)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            if d.stat().st_uid != os.getuid() or not is_llama_server(int(d.name)):
+                continue
+            endpoint_of(int(d.name))
+        except (OSError, SourceError):
+            continue
+        out.append(int(d.name))
+    return sorted(out)
+
+
 def endpoint_of(pid: int) -> str:
     """llama-server's metrics URL from its command line and environment (its LLAMA_ARG_* variables), or raise
     SourceError saying why there is none."""

@@ -15,7 +15,8 @@ Names follow the exporter conventions: base units (`_seconds`, `_bytes`, `_ratio
 labels pid, engine (the engine's program) and gpu (the device's index; absent without a GPU).
 
 An agent serves one monitor at a time: while the exporter watches a process, `decodemon attach` to it is told the
-agent is busy. A process is attachable when its agent's socket is in `wire.socket_dir()` (`<pid>.sock`).
+agent is busy. A process is attachable when its agent's socket is in `wire.socket_dir()` (`<pid>.sock`), or when
+it is a llama-server serving its metrics (watched from outside: monitor/outside.py).
 """
 
 from __future__ import annotations
@@ -249,7 +250,9 @@ class Exporter:
     def scan(self) -> None:
         """Attach to processes not yet watched; forget ended watches (retried after RETRY_AFTER_S if alive)."""
         now = time.monotonic()
-        live = [p for p in attachable_pids(self.directory) if self.only is None or self.only(p)]
+        from decodemon.monitor.outside import servers
+
+        live = [p for p in attachable_pids(self.directory) + servers() if self.only is None or self.only(p)]
         with self._lock:
             for pid, w in list(self.watches.items()):
                 if not w.running:

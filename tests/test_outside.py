@@ -194,3 +194,26 @@ def test_a_recording_of_llama_server_replays_its_token_clock(server, tmp_path):
     assert sum(isinstance(f, wire.ServerCounts) for f in frames) >= 8
     j = json.loads(cli("replay", out, "--json").stdout)
     assert j["token_clock"] == "server_metrics" and j["tokens_per_s"] > 0
+
+
+@needs_server
+def test_the_exporter_watches_llama_server_from_outside(server, tmp_path):
+    """`decodemon exporter`'s scan finds the server (no agent socket anywhere: an empty socket folder) and its
+    snapshot carries the server's tokens a second."""
+    from decodemon.monitor.prometheus import Exporter, metric_families
+
+    proc, _ = server
+    ex = Exporter(directory=tmp_path, only=lambda p: p == proc.pid)
+    try:
+        ex.scan()
+        t0 = time.monotonic()
+        while not [s for _, s in ex.targets() if s.tokens is not None]:
+            assert time.monotonic() - t0 < 20, "the exporter never measured the server"
+            time.sleep(0.2)
+        labels, snap = ex.targets()[0]
+        assert labels["pid"] == str(proc.pid) and labels["engine"] == "llama-server"
+        assert snap.token_clock == "server_metrics" and snap.tokens.tokens_per_s > 100
+        names = {f.name for f in metric_families(ex.targets())}
+        assert "decodemon_seconds_per_token" in names
+    finally:
+        ex.stop()
