@@ -42,7 +42,7 @@ def check_pid(pid: int, inject: bool = True) -> Path | None:
     from decodemon.monitor import outside
 
     if outside.is_llama_server(pid):
-        outside.endpoint_of(pid)  # its metrics endpoint is the token clock: say now if it has none
+        outside.endpoint_of(pid)  # its /slots is the token clock: say now if it has none
         return None
     path = wire.socket_path(pid)
     if not path.exists():
@@ -67,7 +67,7 @@ def live_frames(pid: int, settings: wire.Attach | None = None, seconds: float | 
     if path is None:
         from decodemon.monitor import outside
 
-        yield from outside.frames(pid, seconds, stop, pm=(settings or wire.Attach()).pm)
+        yield from outside.frames(pid, seconds, stop, settings)
         return
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:

@@ -67,7 +67,7 @@ PM_COLS = ("rx_ns", "gpu_busy_pct", "sm_active_pct", "warps_active_pct", "dram_p
            "dram_read_bytes", "dram_write_bytes")
 
 
-COUNT_COLS = ("rx_ns", "t_ns", "steps", "tokens", "busy")
+COUNT_COLS = ("rx_ns", "t_ns", "steps", "tokens", "busy", "ended")
 
 
 @dataclass
@@ -88,6 +88,8 @@ class Feed:
     nvml: deque = field(default_factory=deque)  # (rx_ns, NvmlSamples)
     counts: Ring = None  # rows: COUNT_COLS, a server's counters at each scrape (watched from outside)
     counts_url: str = ""
+    steps_seen: int = 0  # steps the server's count moved since the first read
+    _last_steps: float | None = None
     status: wire.ProbeStatus = field(default_factory=wire.ProbeStatus)  # the probe's status, frames merged
     state: dict = field(default_factory=dict)  # the status in words (probe_status.describe)
     _legacy_words: dict = field(default_factory=dict)  # a version-1 recording's own words, shown as recorded
@@ -127,9 +129,14 @@ class Feed:
             while len(self.nvml) > self.max_nvml:
                 self.nvml.popleft()
         elif isinstance(frame, wire.ServerCounts):
-            cols = [frame.t_ns.array(), frame.steps.array(), frame.tokens.array(), frame.busy.array()]
+            cols = [frame.t_ns.array(), frame.steps.array(), frame.tokens.array(), frame.busy.array(),
+                    frame.ended.array()]
             n = min(len(c) for c in cols)
             self.counts.extend(np.vstack([np.full(n, rx_ns, np.float64), *(c[:n] for c in cols)]))
+            steps = cols[1][:n][np.isfinite(cols[1][:n])]
+            for v in steps:  # only ever up: a ring that wraps, or a server's count that starts again, takes nothing
+                self.steps_seen += int(max(v - self._last_steps, 0)) if self._last_steps is not None else 0
+                self._last_steps = float(v)
             self.counts_url = frame.url
         elif isinstance(frame, wire.ProbeStatus):
             self._take_status(frame, frame.dropped_records, frame.recent_errors)
@@ -176,11 +183,6 @@ class Feed:
         """COUNT_COLS of the scrapes received at or after `since_rx_ns`."""
         v = self.counts.since(0, since_rx_ns)
         return {k: v[i] for i, k in enumerate(COUNT_COLS)}
-
-    def counted_steps(self) -> int:
-        """Steps the server's counter moved over every scrape kept (0 without one)."""
-        v = self.counts.view()
-        return int(v[2, -1] - v[2, 0]) if v.shape[1] > 1 and np.isfinite(v[2, [0, -1]]).all() else 0
 
     def depth(self) -> int:
         """Latest context depth reported by the token clock."""

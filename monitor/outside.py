@@ -2,20 +2,22 @@
 
 No agent can be loaded there, so the monitor makes the frames itself, as an agent would have sent them:
 
-    llama-server --metrics ──/metrics──> ServerCounts (each scrape: decode steps, tokens, requests) ─┐
-    PM sidecar (device-wide counters, NVML) ────────────────────────────── PmSamples, NvmlSamples ───┼─> Session
-    /proc/PID (alive?) ──────────────────────────────────────────────────────────────────── Bye ─────┘
+    llama-server ──GET /slots──> ServerCounts (each read: decode steps, tokens, requests in progress) ─┐
+    PM sidecar on the server's GPU (device-wide counters, NVML) ──────────── PmSamples, NvmlSamples ───┼─> Session
+    /proc/PID (alive? the same process?) ──────────────────────────────────────────────────── Bye ────┘
 
-The token clock is the server's own decode-step counter: a step makes one token for each request in it, the
-same per-step figures a traced loop gets. What stays out of reach from outside is the traced window (launches,
-grids, gaps): it needs CUPTI inside the process from its start (`CUDA_INJECTION64_PATH`).
-
-Scraping llama-server's /metrics also restarts the averaging of its two throughput gauges (they average over
-the time between two scrapes, whoever scrapes); its counters are not touched.
+The token clock is the server's own per-slot count of generated tokens (`/slots`, on by default; exact integers,
+and reading it resets nothing, unlike /metrics, whose throughput gauges average between scrapes). One decode step
+adds a token to each request in it, so the steps between two reads are the largest slot's count, and the tokens
+their sum: ms/token and tokens/s are per step, one sequence's rate (as llama-server's own per-request timings and
+`predicted_tokens_seconds` count), the bytes a step reads are what the bandwidth floor prices, and the server's
+throughput is reported beside them. What stays out of reach from outside is the traced window (launches, grids,
+gaps): it needs CUPTI inside the process from its start (`CUDA_INJECTION64_PATH`).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -30,10 +32,9 @@ from typing import Iterator
 from decodemon.monitor.client import SourceError
 from decodemon.probes import wire
 
-SCRAPE_S = 0.25
-# llama-server's names: the step counter is the clock; tokens and requests in progress come with it
-LLAMA_CPP = {"steps": "llamacpp:n_decode_total", "tokens": "llamacpp:tokens_predicted_total",
-             "busy": "llamacpp:requests_processing"}
+READ_S = 0.05  # an interval in which a request ends is left out of the clock: short ones lose little of it
+FRAME_S = 0.25  # the reads travel in one frame this often
+_TRUE = ("1", "true", "on", "yes", "enabled")
 
 
 def _cmdline(pid: int) -> list[str]:
@@ -69,8 +70,242 @@ def is_llama_server(pid: int) -> bool:
     return bool(argv) and os.path.basename(argv[0]).startswith("llama-server")
 
 
+def _start_time(pid: int) -> str:
+    """The process's start time (clock ticks since boot) and state, '' if gone: a zombie, or a pid reused by
+    another process, is not the server the watch began with."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    fields = stat[stat.rindex(")") + 2:].split()
+    return "" if fields[0] in ("Z", "X") else fields[19]
+
+
+def endpoint_of(pid: int) -> tuple[str, str]:
+    """llama-server's /slots URL and API key ('' if none) from its command line and environment (its LLAMA_ARG_*
+    variables), or raise SourceError saying why there is none."""
+    argv, env = _cmdline(pid), _environ(pid)
+    if "--no-slots" in argv or env.get("LLAMA_ARG_ENDPOINT_SLOTS", "1").lower() not in _TRUE:
+        raise SourceError(f"pid {pid} is llama-server with its /slots endpoint off (--no-slots), the token clock "
+                          "decodemon reads from outside: start it without --no-slots")
+    host = (_option(argv, "--host") or env.get("LLAMA_ARG_HOST") or "127.0.0.1").split(",")[0].strip().strip("[]")
+    port = _option(argv, "--port") or env.get("LLAMA_ARG_PORT") or "8080"
+    prefix = (_option(argv, "--api-prefix") or env.get("LLAMA_API_PREFIX") or "").rstrip("/")
+    key = (_option(argv, "--api-key") or env.get("LLAMA_API_KEY") or "").split(",")[0]
+    if host.endswith(".sock"):
+        raise SourceError(f"pid {pid} serves on the Unix socket {host}; decodemon reads it over TCP only")
+    if not port.isdigit():
+        raise SourceError(f"pid {pid}: llama-server's --port {port!r} is not a port decodemon can read")
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+    return f"http://{'[' + host + ']' if ':' in host else host}:{port}{prefix}/slots", key
+
+
+def read_slots(url: str, key: str = "", timeout_s: float = 2.0) -> list[dict]:
+    """One read of /slots, or SourceError with the reason in one line."""
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"} if key else {})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as r:  # noqa: S310 - a URL made from the target's own
+            slots = json.loads(r.read().decode(errors="replace"))
+    except urllib.error.HTTPError as exc:
+        why = {401: ": it wants an API key decodemon did not find on its command line or in its environment",
+               404: ": no /slots there (another --api-prefix?)", 501: ": its /slots endpoint is off"}.get(exc.code, "")
+        raise SourceError(f"{url} answered HTTP {exc.code}{why}") from None
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise SourceError(f"cannot read {url}: {getattr(reason, 'strerror', None) or reason}") from None
+    if not isinstance(slots, list) or not all(isinstance(s, dict) and "id" in s for s in slots):
+        raise SourceError(f"{url} is not llama-server's /slots (a list of slots)")
+    return slots
+
+
+class StepCounter:
+    """Decode steps and tokens so far, from successive /slots reads: a slot's `n_decoded` counts its request's
+    tokens and starts again with each request (a new task id)."""
+
+    def __init__(self) -> None:
+        self.steps = self.tokens = 0
+        self._last: dict[int, tuple[int, int, int]] = {}  # slot id -> (task id, n_decoded, n_remain)
+        self._recent = 0  # the largest slot's tokens in the last interval
+
+    def read(self, slots: list[dict]) -> tuple[int, int, int, int]:
+        """Fold one read in; (steps, tokens, requests in progress, requests whose end was not seen).
+
+        A request that ends between two reads made tokens after the first: the slot's count is the next
+        request's by the second. If the first read's `n_remain` (its budget left) is as few tokens as an
+        interval makes, it ran to its budget and those are its last tokens; otherwise (an end-of-sequence, a stop
+        word) they are unknown, the steps under-counted, and the clock leaves that interval out."""
+        deltas, busy, unseen = [], 0, 0
+        for s in slots:
+            nt = (s.get("next_token") or [{}])[0]
+            task, n, left = s.get("id_task", -1), int(nt.get("n_decoded", 0) or 0), int(nt.get("n_remain", -1))
+            busy += bool(s.get("is_processing"))
+            prev = self._last.get(s["id"])
+            if prev is not None:
+                if prev[0] == task and n >= prev[1]:
+                    deltas.append(n - prev[1])
+                elif prev[1] == 0 or 0 <= prev[2] <= 2 * self._recent + 16:
+                    deltas.append(max(prev[2], 0) + n)  # ran to its budget: its last tokens, then the next's
+                else:
+                    deltas.append(n)
+                    unseen += 1
+            self._last[s["id"]] = (task, n, left)
+        self._recent = max(deltas, default=0)
+        self.steps += self._recent
+        self.tokens += sum(deltas)
+        return self.steps, self.tokens, busy, unseen
+
+
+def _gpus_of(pid: int) -> tuple[int | None, str]:
+    """The NVML index of the GPU `pid` has a compute context on (the first, if several), or None and why."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        n = pynvml.nvmlDeviceGetCount()
+    except Exception as exc:  # noqa: BLE001 - no driver or no NVML: nothing device-wide to read
+        return None, f"NVML: {exc}"
+    for i in range(n):
+        try:
+            procs = pynvml.nvmlDeviceGetComputeRunningProcesses(pynvml.nvmlDeviceGetHandleByIndex(i))
+        except Exception:  # noqa: BLE001 - a device NVML cannot read: look at the others
+            continue
+        if pid in {p.pid for p in procs}:
+            return i, ""
+    return None, f"pid {pid} has no compute context on any of the {n} GPUs NVML lists (a CPU build?)"
+
+
+class _Sidecar:
+    """The PM and NVML sidecar, started by the monitor itself on the server's GPU; its frames arrive here."""
+
+    def __init__(self, device: int, target: int, settings: wire.Attach) -> None:
+        self.frames: list[tuple[bytes, object]] = []
+        self._lock = threading.Lock()
+        self.ended = False
+        argv = [sys.executable, "-m", "decodemon.probes.sidecar", "--device", str(device), "--target-pid", str(target),
+                "--pm-interval-us", str(settings.pm_interval_us), "--nvml-hz", str(settings.nvml_hz or 4.0)]
+        env = {**os.environ, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}  # CUDA's device numbers as NVML's
+        env.pop("CUDA_VISIBLE_DEVICES", None)
+        self.proc = subprocess.Popen(argv + ([] if settings.pm else ["--no-pm"]), stdin=subprocess.PIPE, env=env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        threading.Thread(target=self._read, daemon=True, name="dm-outside-sidecar").start()
+
+    def _read(self) -> None:
+        reader = wire.StreamReader()
+        try:
+            while data := self.proc.stdout.read1(1 << 16):
+                for payload in reader.feed(data):
+                    with self._lock:
+                        self.frames.append((payload, wire.decode_frame(payload)))
+        except (OSError, ValueError):
+            pass
+        self.ended = True
+
+    def take(self) -> list[tuple[bytes, object]]:
+        """The frames that arrived since the last take."""
+        with self._lock:
+            out, self.frames = self.frames, []
+        return out
+
+    def close(self) -> None:
+        """Close its lifeline; it exits (killed, and reaped, if it does not)."""
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=3)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+            self.proc.wait()
+
+
+def _hello(pid: int, nvml: int | None, why: str) -> wire.Hello:
+    gpu = None
+    if nvml is not None:
+        try:
+            from decodemon.probes.device import gpu_info
+
+            os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # CUDA's device numbers as NVML's
+            gpu = gpu_info(nvml)
+        except Exception as exc:  # noqa: BLE001 - no driver in this process: the watch goes on without it
+            why = str(exc)
+    return wire.Hello(wire_version=wire.WIRE_VERSION, pid=pid, argv=_cmdline(pid), python="",
+                      hostname=socket.gethostname(), gpu=gpu, gpu_unavailable="" if gpu else why)
+
+
+def _status(hello: wire.Hello, pm: bool) -> wire.ProbeStatus:
+    common = dict(token_clock="server_metrics", trace="unavailable", trace_reason="no_python")
+    if hello.gpu is None:
+        return wire.ProbeStatus(**common, gpu="unavailable", gpu_error=hello.gpu_unavailable, pm="unavailable",
+                                pm_reason="no_gpu", nvml="unavailable", nvml_reason="no_gpu")
+    return wire.ProbeStatus(**common, gpu="ok", **({} if pm else {"pm": "off", "pm_reason": "settings"}))
+
+
+def frames(pid: int, seconds: float | None = None, stop=None, settings: wire.Attach | None = None
+           ) -> Iterator[tuple[int, bytes, object]]:
+    """Watch llama-server `pid` from outside: yield (rx ns, payload, frame) as `client.live_frames` does, until
+    `seconds` pass, `stop()` is true, or the process ends."""
+    settings = settings or wire.Attach()
+    url, key = endpoint_of(pid)
+    born = _start_time(pid)
+    counter = StepCounter()
+    first = read_slots(url, key)
+    t0 = time.monotonic_ns()
+    deadline = None if seconds is None else time.monotonic() + seconds
+
+    def out(frame):
+        return time.monotonic_ns() - t0, wire.encode(frame), frame
+
+    rows: list[tuple] = []
+
+    def read(slots) -> None:
+        rows.append((time.monotonic_ns(), *counter.read(slots)))
+
+    def counts():
+        cols = list(zip(*rows))
+        rows.clear()
+        f8 = lambda i: wire.Column.of([float(v) for v in cols[i]], "<f8")  # noqa: E731
+        return wire.ServerCounts(url=url, t_ns=wire.Column.of(list(cols[0])), steps=f8(1), tokens=f8(2),
+                                 busy=f8(3), ended=f8(4), server="llama.cpp")
+
+    hello = _hello(pid, *_gpus_of(pid))
+    yield out(hello)
+    yield out(_status(hello, settings.pm))
+    read(first)
+    sidecar = _Sidecar(hello.gpu.index, pid, settings) if hello.gpu else None
+    sent = time.monotonic()
+    try:
+        while True:
+            time.sleep(READ_S)
+            if _start_time(pid) != born:
+                if rows:
+                    yield out(counts())
+                yield out(wire.Bye(reason=f"pid {pid} went away"))
+                return
+            try:
+                read(read_slots(url, key))
+            except SourceError as exc:
+                if _start_time(pid) == born:
+                    yield out(wire.ProbeStatus(recent_errors=[str(exc)], errors=1))
+            done = (deadline is not None and time.monotonic() >= deadline) or (stop and stop())
+            if time.monotonic() - sent < FRAME_S and not done:
+                continue
+            sent = time.monotonic()
+            for payload, frame in (sidecar.take() if sidecar else ()):
+                yield time.monotonic_ns() - t0, payload, frame
+            if sidecar and sidecar.ended:
+                sidecar = None
+                yield out(wire.ProbeStatus(pm="lost", pm_reason="sidecar_exited", nvml="lost",
+                                           nvml_reason="sidecar_exited"))
+            if rows:
+                yield out(counts())
+            if done:
+                yield out(wire.Bye(reason="detached"))
+                return
+    finally:
+        if sidecar:
+            sidecar.close()
+
+
 def servers() -> list[int]:
-    """This user's llama-server processes that serve their metrics (what `decodemon exporter` watches besides the
+    """This user's llama-server processes that serve /slots (what `decodemon exporter` watches besides the
     processes with an agent)."""
     out = []
     for d in Path("/proc").iterdir():
@@ -84,158 +319,3 @@ def servers() -> list[int]:
             continue
         out.append(int(d.name))
     return sorted(out)
-
-
-def endpoint_of(pid: int) -> str:
-    """llama-server's metrics URL from its command line and environment (its LLAMA_ARG_* variables), or raise
-    SourceError saying why there is none."""
-    argv, env = _cmdline(pid), _environ(pid)
-    metrics = "--metrics" in argv or env.get("LLAMA_ARG_ENDPOINT_METRICS", "").lower() in ("1", "true", "on")
-    if not metrics:
-        raise SourceError(f"pid {pid} is llama-server without its metrics endpoint, the token clock decodemon "
-                          "reads from outside: start it with --metrics (or LLAMA_ARG_ENDPOINT_METRICS=1)")
-    host = _option(argv, "--host") or env.get("LLAMA_ARG_HOST") or "127.0.0.1"
-    port = _option(argv, "--port") or env.get("LLAMA_ARG_PORT") or "8080"
-    if host.endswith(".sock"):
-        raise SourceError(f"pid {pid} serves on the Unix socket {host}; decodemon reads metrics over TCP only")
-    if host in ("0.0.0.0", "::", ""):
-        host = "127.0.0.1"
-    return f"http://{'[' + host + ']' if ':' in host else host}:{port}/metrics"
-
-
-def parse_metrics(text: str) -> dict[str, float]:
-    """Prometheus text exposition → {name: value} for unlabelled samples (comments and labelled series
-    skipped)."""
-    out = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#") or "{" in line:
-            continue
-        parts = line.split()
-        if len(parts) >= 2:
-            try:
-                out[parts[0]] = float(parts[1])
-            except ValueError:
-                continue
-    return out
-
-
-def scrape(url: str, timeout_s: float = 2.0) -> dict[str, float]:
-    """One read of a metrics endpoint, or SourceError with the reason in one line."""
-    try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as r:  # noqa: S310 - a URL made from the target's own
-            return parse_metrics(r.read().decode(errors="replace"))
-    except urllib.error.HTTPError as exc:
-        raise SourceError(f"{url} answered HTTP {exc.code}") from None
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise SourceError(f"cannot read {url}: {getattr(reason, 'strerror', None) or reason}") from None
-
-
-class _Sidecar:
-    """The PM and NVML sidecar, started by the monitor itself; its frames arrive on a queue."""
-
-    def __init__(self, device: int) -> None:
-        self.frames: list[tuple[bytes, object]] = []
-        self._lock = threading.Lock()
-        try:
-            self.proc = subprocess.Popen([sys.executable, "-m", "decodemon.probes.sidecar", "--device", str(device)],
-                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        except OSError:
-            self.proc = None
-            return
-        threading.Thread(target=self._read, daemon=True, name="dm-outside-sidecar").start()
-
-    def _read(self) -> None:
-        reader = wire.StreamReader()
-        while True:
-            data = self.proc.stdout.read1(1 << 16)
-            if not data:
-                return
-            for payload in reader.feed(data):
-                with self._lock:
-                    self.frames.append((payload, wire.decode_frame(payload)))
-
-    def take(self) -> list[tuple[bytes, object]]:
-        """The frames that arrived since the last take."""
-        with self._lock:
-            out, self.frames = self.frames, []
-        return out
-
-    def close(self) -> None:
-        """Close its lifeline; it exits."""
-        if self.proc is None:
-            return
-        try:
-            self.proc.stdin.close()
-            self.proc.wait(timeout=3)
-        except (OSError, subprocess.TimeoutExpired):
-            self.proc.kill()
-
-
-def _hello(pid: int, device: int) -> wire.Hello:
-    gpu, why = None, ""
-    try:
-        from decodemon.probes.device import Unavailable, gpu_info
-
-        try:
-            gpu = gpu_info(device)
-        except Unavailable as exc:
-            why = str(exc)
-    except Exception as exc:  # noqa: BLE001 - no driver here: the watch goes on without the device
-        why = str(exc)
-    return wire.Hello(wire_version=wire.WIRE_VERSION, pid=pid, argv=_cmdline(pid), python="",
-                      hostname=socket.gethostname(), gpu=gpu, gpu_unavailable=why)
-
-
-def _counts(url: str, t_ns: int, m: dict[str, float]) -> wire.ServerCounts:
-    col = lambda k: wire.Column.of([m.get(LLAMA_CPP[k], float("nan"))], "<f8")  # noqa: E731
-    return wire.ServerCounts(url=url, t_ns=wire.Column.of([t_ns]), steps=col("steps"), tokens=col("tokens"),
-                             busy=col("busy"), server="llama.cpp")
-
-
-def frames(pid: int, seconds: float | None = None, stop=None, device: int = 0,
-           pm: bool = True) -> Iterator[tuple[int, bytes, object]]:
-    """Watch llama-server `pid` from outside: yield (rx ns, payload, frame) as `client.live_frames` does, until
-    `seconds` pass, `stop()` is true, or the process ends."""
-    url = endpoint_of(pid)
-    first = scrape(url)
-    if LLAMA_CPP["steps"] not in first:
-        raise SourceError(f"{url} has no {LLAMA_CPP['steps']}: not a llama-server metrics endpoint decodemon reads")
-    t0 = time.monotonic_ns()
-    deadline = None if seconds is None else time.monotonic() + seconds
-
-    def out(frame):
-        payload = wire.encode(frame)
-        return time.monotonic_ns() - t0, payload, frame
-
-    hello = _hello(pid, device)
-    yield out(hello)
-    if hello.gpu:
-        status = wire.ProbeStatus(token_clock="server_metrics", gpu="ok", trace="unavailable", trace_reason="no_python")
-    else:
-        status = wire.ProbeStatus(token_clock="server_metrics", gpu="unavailable", gpu_error=hello.gpu_unavailable,
-                                  trace="unavailable", trace_reason="no_python", pm="unavailable", pm_reason="no_gpu",
-                                  nvml="unavailable", nvml_reason="no_gpu")
-    yield out(status)
-    yield out(_counts(url, time.monotonic_ns(), first))
-    sidecar = _Sidecar(device) if (pm and hello.gpu) else None
-    try:
-        while True:
-            time.sleep(SCRAPE_S)
-            for payload, frame in (sidecar.take() if sidecar else ()):
-                yield time.monotonic_ns() - t0, payload, frame
-            if not Path(f"/proc/{pid}").exists():
-                yield out(wire.Bye(reason=f"pid {pid} went away"))
-                return
-            try:
-                yield out(_counts(url, time.monotonic_ns(), scrape(url)))
-            except SourceError as exc:
-                if not Path(f"/proc/{pid}").exists():
-                    continue  # it ended between the two checks: said on the next turn
-                yield out(wire.ProbeStatus(recent_errors=[str(exc)], errors=1))
-            if (deadline is not None and time.monotonic() >= deadline) or (stop and stop()):
-                yield out(wire.Bye(reason="detached"))
-                return
-    finally:
-        if sidecar:
-            sidecar.close()

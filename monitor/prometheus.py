@@ -16,7 +16,7 @@ labels pid, engine (the engine's program) and gpu (the device's index; absent wi
 
 An agent serves one monitor at a time: while the exporter watches a process, `decodemon attach` to it is told the
 agent is busy. A process is attachable when its agent's socket is in `wire.socket_dir()` (`<pid>.sock`), or when
-it is a llama-server serving its metrics (watched from outside: monitor/outside.py).
+it is a llama-server serving /slots (watched from outside: monitor/outside.py).
 """
 
 from __future__ import annotations
@@ -166,7 +166,7 @@ class Watch:
             self.ended = str(exc)
         except Exception as exc:  # a frame the analysis cannot take ends this watch, not the exporter
             self.ended = f"{type(exc).__name__}: {exc}"
-        if sess.feed.tokens_seen:
+        if sess.feed.tokens_seen or sess.feed.steps_seen:
             self.latest = sess.snapshot()
 
 

@@ -17,7 +17,8 @@ from decodemon.monitor import diagnosis as dx
 from decodemon.monitor.analysis.busy import PmWindowCheck, pm_window_check
 from decodemon.monitor.analysis.collectives import host_clock_times_collectives
 from decodemon.monitor.analysis.rates import dram_bytes_per_s, gpu_step_stats, marks_in_bursts, traced_dram_ratio
-from decodemon.monitor.analysis.tokens import TokenStats, counter_stats, token_stats
+from decodemon.monitor.analysis.tokens import (TokenStats, counter_intervals, counter_stats, counter_throughput,
+                                              token_stats)
 from decodemon.monitor.analysis.window import WindowMetrics, window_metrics
 from decodemon.monitor.feed import Feed
 from decodemon.monitor.rolling import Rolling, advance
@@ -81,6 +82,8 @@ class Snapshot:
     # measured figure when there is one
     bytes_per_token_measured: float | None = None
     bytes_per_token_model: float | None = None
+    # watched from outside: every request's tokens a second (tokens_per_s is one sequence's, a step's rate)
+    throughput_tokens_per_s: float | None = None
 
     @property
     def collective_us_priced(self) -> float | None:
@@ -172,13 +175,26 @@ class Session:
         ts = gpu_step_stats([s.bounds_ns for _, s in timed], timed[-1][0].gpu_busy_pct, pm_busy, ratio)
         return (ts, timed[-1][1].clock) if ts is not None else (None, "")
 
+    def _pm_span(self, since: int) -> dict:
+        """The span's PM samples; watched from outside, only those that arrived while the server generated (its
+        idle time between requests is not the step's)."""
+        pm = self.feed.pm_since(since)
+        if not len(self.feed.counts) or len(self.feed.marks):
+            return pm
+        c = self.feed.counts_since(since)
+        ok = counter_intervals(c) if len(c["rx_ns"]) > 1 else np.zeros(0, bool)
+        spans = np.stack([c["rx_ns"][:-1][ok], c["rx_ns"][1:][ok]]) if ok.any() else np.zeros((2, 0))
+        i = np.searchsorted(spans[0], pm["rx_ns"], side="right") - 1
+        keep = (i >= 0) & (pm["rx_ns"] <= spans[1][np.clip(i, 0, None)] if spans.shape[1] else False)
+        return {k: v[keep] for k, v in pm.items()}
+
     def _dram_bytes_per_s(self, since: int) -> float | None:
         """DRAM read + write bytes a second over the span's PM samples that carry them (None where none do)."""
-        return dram_bytes_per_s(self.feed.pm_since(since))
+        return dram_bytes_per_s(self._pm_span(since))
 
     def _pm_average(self, since: int) -> dict:
-        pm = self.feed.pm_since(since)
-        if not len(pm["rx_ns"]):
+        pm = self._pm_span(since)
+        if not len(pm["rx_ns"]) and not len(self.feed.counts):
             pm = self.feed.pm_last(200)
         if not len(pm["rx_ns"]):
             return {}
@@ -192,12 +208,8 @@ class Session:
         stretched by tracing, the marks are not), else the GPU's steps in the windows timed by it (a loop that
         marks nothing, or marks in bursts because its host runs ahead)."""
         f = self.feed
-        if len(f.counts) and not len(f.marks):  # watched from outside: the server's own step counter
-            c = f.counts_since(since)
-            ts = counter_stats(c["t_ns"], c["steps"], c["busy"]) if len(c["t_ns"]) >= 3 else None
-            if ts is None:
-                c = f.counts_since()
-                ts = counter_stats(c["t_ns"], c["steps"], c["busy"])
+        if len(f.counts) and not len(f.marks):  # watched from outside: the server's own step count
+            ts = counter_stats(f.counts_since(since))
             return ts, ("server_metrics" if ts is not None else "")
         marks = f.token_times_ns(since)
         if not len(marks):
@@ -305,7 +317,7 @@ class Session:
             pid=f.hello.pid if f.hello else 0,
             device=gpu.name if gpu else (f"unavailable ({f.hello.gpu_unavailable})" if f.hello else "?"),
             sm_count=gpu.sm_count if gpu else 0, cc=gpu.cc if gpu else "",
-            tokens_total=f.tokens_seen or f.counted_steps(), tokens=ts, window=last, windows_seen=len(self.metrics), pm=pm_avg,
+            tokens_total=f.tokens_seen or f.steps_seen, tokens=ts, window=last, windows_seen=len(self.metrics), pm=pm_avg,
             nvml=nv, model=f.hello.model if f.hello else None, depth=f.depth(), bytes_per_token=bpt,
             bandwidth_gbs=bw, bandwidth_source=bw_src, diagnosis=d, rolling=self.rolling, probe=dict(f.state),
             errors=tuple(f.errors), dropped_records=f.dropped_records, other_pids=others, rx_ns=rx, ended=f.bye,
@@ -315,6 +327,7 @@ class Session:
                               if inp.kernel_sum_ms_per_token is not None and inp.ms_per_token else None),
             inputs=inp, observer=self.observer_cost(ts), pm_check=self.pm_check(max(rx - SPAN_NS, 0)),
             token_clock=self._clock, bytes_per_token_measured=self._bytes[0], bytes_per_token_model=self._bytes[1],
+            throughput_tokens_per_s=counter_throughput(f.counts_since(max(rx - SPAN_NS, 0))) if len(f.counts) else None,
         )
 
     def pm_check(self, since: int) -> PmWindowCheck | None:
@@ -406,11 +419,11 @@ class Session:
         for i in range(points):
             d = np.diff(t[edges[i]:edges[i + 1]])
             ms.append(float(np.median(d)) / 1e6 if len(d) else float("nan"))
-        if not len(f.marks) and len(f.counts):  # watched from outside: ms a step between scrapes
+        if not len(f.marks) and len(f.counts) > 2:  # watched from outside: ms a step between reads
             c = f.counts_since(lo)
             with np.errstate(invalid="ignore", divide="ignore"):
                 per = np.diff(c["t_ns"]) / 1e6 / np.diff(c["steps"])
-            per[~np.isfinite(per) | (per <= 0)] = np.nan
+            per[~counter_intervals(c) | ~np.isfinite(per) | (per <= 0)] = np.nan
             ms = _bin_means((c["rx_ns"][1:] - lo) // step_ns, per, points)
         out["ms_per_token"] = tuple(ms)
         out["launches_per_token"] = tuple(m.kernels_per_token for rxw, m in self.metrics if rxw <= rx)[-points:]

@@ -243,7 +243,10 @@ def collect_recording(path, on_frame=None):
 
 
 def measured_anything(snap) -> bool:
-    """Tokens marked by the engine, or GPU steps read in a traced window (a loop that marks nothing)."""
+    """Tokens marked by the engine, or GPU steps read in a traced window (a loop that marks nothing); watched from
+    outside, a rate over whole intervals of the server's steps."""
+    if snap.probe.get("token_clock") == "server_metrics":
+        return snap.tokens is not None
     return bool(snap.tokens_total) or snap.tokens is not None
 
 

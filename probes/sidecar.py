@@ -122,7 +122,7 @@ def _make_context(device: int) -> None:
         raise RuntimeError(f"cuCtxCreate failed ({rc})")
 
 
-def _nvml_loop(out: _Out, device: int, hz: float, stop: threading.Event) -> None:
+def _nvml_loop(out: _Out, device: int, hz: float, stop: threading.Event, target: int = 0) -> None:
     try:
         import pynvml
 
@@ -132,7 +132,7 @@ def _nvml_loop(out: _Out, device: int, hz: float, stop: threading.Event) -> None
         out.send(ProbeStatus(nvml="unavailable", nvml_reason="error", nvml_error=str(exc)))
         return
     out.send(ProbeStatus(nvml="armed", nvml_hz=float(hz)))
-    me = {os.getpid(), os.getppid()}
+    me = {os.getpid(), os.getppid(), target}  # the target itself is no other process on the GPU
     cols: dict[str, list] = {k: [] for k in ("t", "sm", "mem", "pw", "used", "util")}
     others: set[int] = set()
     last_flush = time.monotonic()
@@ -177,10 +177,11 @@ def main(argv=None) -> int:
     ap.add_argument("--pm-period-s", type=float, default=0.25)
     ap.add_argument("--nvml-hz", type=float, default=4.0)
     ap.add_argument("--no-pm", action="store_true")
+    ap.add_argument("--target-pid", type=int, default=0, help="the watched process, when it is not the parent")
     a = ap.parse_args(argv)
     out = _Out()
     stop = threading.Event()
-    threads = [threading.Thread(target=_nvml_loop, args=(out, a.device, a.nvml_hz, stop), daemon=True)]
+    threads = [threading.Thread(target=_nvml_loop, args=(out, a.device, a.nvml_hz, stop, a.target_pid), daemon=True)]
     if not a.no_pm:
         threads.append(threading.Thread(target=_pm_loop,
                                         args=(out, a.device, a.pm_interval_us, a.pm_period_s, stop), daemon=True))

@@ -303,15 +303,16 @@ class ProbeStatus(msgspec.Struct, frozen=True, tag="status"):
 
 
 class ServerCounts(msgspec.Struct, frozen=True, tag="counts"):
-    """A server's own counters, read from its metrics endpoint by the monitor: the token clock of a process
-    watched from outside (no agent in it). One row per scrape; the counters are float64, the clock the monitor's."""
+    """A server's own counts, read by the monitor (llama-server's /slots): the token clock of a process watched
+    from outside (no agent in it). One row per read; float64 counts, the monitor's monotonic clock."""
 
     url: str
     t_ns: Column
-    steps: Column  # decode steps so far (llamacpp:n_decode_total): one per step, whatever the batch
-    tokens: Column  # tokens generated so far (llamacpp:tokens_predicted_total): moves as requests end
-    busy: Column  # requests in progress at the scrape (llamacpp:requests_processing)
-    server: str = ""  # whose names these are ("llama.cpp")
+    steps: Column  # decode steps so far: one per step, whatever the batch
+    tokens: Column  # tokens generated so far, every request's
+    busy: Column  # requests in progress at the read
+    ended: Column  # requests that ended since the previous read (their last steps were not seen)
+    server: str = ""  # whose counts ("llama.cpp")
 
 
 class Bye(msgspec.Struct, frozen=True, tag="bye"):

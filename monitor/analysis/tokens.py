@@ -35,22 +35,38 @@ def token_stats(t_ns: np.ndarray) -> TokenStats | None:
                       ms_per_token_p99=float(np.percentile(d, 99)), tokens_per_s=1e3 / float(np.mean(d)))
 
 
-def counter_stats(t_ns, steps, busy) -> TokenStats | None:
-    """The figures from a server's own step counter read at each scrape (watched from outside).
+def counter_intervals(c: dict) -> np.ndarray:
+    """Which intervals between a server's successive reads (`c`: feed.COUNT_COLS columns) the clock counts: steps
+    made, requests in progress at both reads and none ended in between (an ended request's last steps were never
+    seen). A server between requests makes no token, and one that reads a prompt or sends a reply makes no step:
+    a rate over that time would be the client's or the prefill's, not the decode step's (llama-server's own
+    figures leave it out the same way)."""
+    b, e = np.asarray(c["busy"], np.float64), np.asarray(c["ended"], np.float64)
+    dt, ds = np.diff(np.asarray(c["t_ns"], np.float64)), np.diff(np.asarray(c["steps"], np.float64))
+    return (b[:-1] > 0) & (b[1:] > 0) & (e[1:] == 0) & (dt > 0) & (ds > 0) & np.isfinite(ds)
 
-    Only the intervals with requests in progress at both scrapes and steps made in between count: a server
-    between requests makes no token, and a rate over its idle time would be the client's, not the loop's.
-    ms/token is those intervals' seconds over their steps; p90 and p99 are over the intervals' own ms a step (a
-    scrape's resolution, not a token's). None with fewer than 2 such intervals.
-    """
-    t, s, b = (np.asarray(x, dtype=np.float64) for x in (t_ns, steps, busy))
-    if len(t) < 3:
+
+def counter_stats(c: dict) -> TokenStats | None:
+    """The figures from a server's own step count read at intervals (watched from outside): over the intervals
+    `counter_intervals` keeps, ms/token is their seconds over their steps; p90 and p99 are over the intervals' own
+    ms a step (a read's resolution, not a token's). None with fewer than 2 such intervals or no step in them."""
+    if len(c["t_ns"]) < 3:
         return None
-    dt, ds = np.diff(t) / 1e6, np.diff(s)
-    ok = (b[:-1] > 0) & (b[1:] > 0) & (ds > 0) & (dt > 0) & np.isfinite(ds)
-    if ok.sum() < 2:
+    ok = counter_intervals(c)
+    dt, ds = np.diff(np.asarray(c["t_ns"], np.float64)) / 1e6, np.diff(np.asarray(c["steps"], np.float64))
+    if ok.sum() < 2 or ds[ok].sum() <= 0:
         return None
     per = dt[ok] / ds[ok]
     ms = float(dt[ok].sum() / ds[ok].sum())
     return TokenStats(tokens=int(ds[ok].sum()), ms_per_token=ms, ms_per_token_p90=float(np.percentile(per, 90)),
                       ms_per_token_p99=float(np.percentile(per, 99)), tokens_per_s=1e3 / ms)
+
+
+def counter_throughput(c: dict) -> float | None:
+    """Every request's tokens a second over the intervals the clock counts (a server batching several requests
+    makes that many tokens a step); None without them."""
+    if len(c["t_ns"]) < 3:
+        return None
+    ok = counter_intervals(c)
+    dt = np.diff(np.asarray(c["t_ns"], np.float64))[ok].sum() / 1e9
+    return float(np.diff(np.asarray(c["tokens"], np.float64))[ok].sum() / dt) if dt > 0 else None
