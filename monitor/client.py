@@ -54,7 +54,7 @@ def check_pid(pid: int, inject: bool = True) -> Path | None:
             return load_agent(pid)
         except InjectError as exc:
             raise SourceError(f"pid {pid} has no decodemon agent listening and it cannot be loaded ({exc}); "
-                              f"{HOW_TO_ATTACH}") from None
+                              f"{exc.fix or HOW_TO_ATTACH}") from None
     return path
 
 

@@ -254,7 +254,8 @@ def diagnose(i: Inputs, speedup: float | None = None, n: int | None = None) -> D
     ceiling = next((k for k in ORDER if cands[k].state == BINDING), None)
     if ceiling is None:
         ceiling = _kernels_are_the_cost(i, bw, launch)
-    remedy, falsify, win = _advice(ceiling, i, floor, comm_ms, launch)
+    priced = tuple(k.upper() for k in ORDER if cands[k].value is not None)
+    remedy, falsify, win = _advice(ceiling, i, floor, comm_ms, launch, priced)
     sf = serial_fraction(speedup, n) if (speedup and n and n > 1) else None
     return Diagnosis(ceiling=ceiling, candidates=cands, us_per_launch=per_launch, bandwidth_floor_ms=floor,
                      remedy=remedy, falsify=falsify, predicted_win=win, serial_fraction=sf)
@@ -283,7 +284,7 @@ def _kernels_are_the_cost(i: Inputs, bw: Candidate, launch: Candidate) -> str:
 
 
 def _advice(ceiling: str, i: Inputs, floor: float | None, comm_ms: float | None,
-            launch: Candidate) -> tuple[str, str, str]:
+            launch: Candidate, priced: tuple[str, ...] = ()) -> tuple[str, str, str]:
     ms = i.ms_per_token or 0.0
     if ceiling == "launch" and i.untraced and not i.launches_per_token and i.gpu_busy_pct is not None:
         busy_ms = ms * i.gpu_busy_pct / 100
@@ -342,7 +343,8 @@ def _advice(ceiling: str, i: Inputs, floor: float | None, comm_ms: float | None,
                 "or SM active far below GPU busy, OCCUPANCY; if the kernels' sum is far below the step, LAUNCH.",
                 "n/a until bytes per token or the grids are known")
     return ("measure more: a traced window, or ms/token with launches/token and bytes/token",
-            "n/a until a candidate has a number", "n/a")
+            (f"Nothing binds at these numbers ({', '.join(priced)} priced, none past its threshold): the next "
+             "measurement decides, not a fix." if priced else "n/a until a candidate has a number"), "n/a")
 
 
 @dataclass(frozen=True)

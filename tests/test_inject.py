@@ -126,6 +126,7 @@ def test_an_agent_that_cannot_load_in_the_target_is_one_line_with_its_reason(tmp
         r = cli("attach", loop.pid, "--json", "--seconds", 1)
         assert r.returncode != 0 and len(r.stderr.strip().splitlines()) == 1, r.stderr
         assert "the agent did not start" in r.stderr and "msgspec" in r.stderr and "safe point" not in r.stderr
+        assert f"{os.path.realpath(sys.executable)} -m pip install msgspec numpy" in r.stderr  # the one fix
         assert not inject.note_path(loop.pid).exists()  # read once, then gone
         loop.wait_for_lines(50)
     finally:

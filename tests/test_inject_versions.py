@@ -12,6 +12,7 @@ import glob
 import json
 import os
 import subprocess
+import sys
 import sysconfig
 import time
 from pathlib import Path
@@ -120,3 +121,26 @@ def test_the_whole_agent_loads_into_a_bare_loop(minor, tmp_path):
         assert loop.max_gap_ms() < 500  # the loop's own progress never stopped for long
     finally:
         loop.kill()
+
+
+def test_run_starts_the_agent_in_an_interpreter_that_has_no_decodemon(tmp_path):
+    """`decodemon run -- python3.11 ...` with a bare interpreter (numpy and msgspec on its PYTHONPATH, decodemon
+    nowhere in it): the bootstrap maps decodemon from the monitor's install, as an attach does, and the loop is
+    attached; without msgspec there, the line it prints says how to install it."""
+    py = _python(11)
+    if py is None:
+        pytest.skip("no CPython 3.11 on this machine")
+    deps = _deps_for(py, 11, tmp_path / "deps")
+    wrapper = Loop([sys.executable, "-m", "decodemon.monitor.cli", "run", "--", py, "-c", LAZY_MARKS], cwd=tmp_path,
+                   env=_bare_env(PYTHONPATH=deps), stderr=subprocess.DEVNULL)
+    pid = int(Path(f"/proc/{wrapper.pid}/task/{wrapper.pid}/children").read_text().split()[0])
+    try:
+        r = cli("attach", pid, "--json", "--seconds", 2)
+        assert r.returncode == 0 and json.loads(r.stdout)["tokens"] > 100, r.stderr
+    finally:
+        os.kill(pid, 9)
+        wrapper.kill()
+    bare = subprocess.run([sys.executable, "-m", "decodemon.monitor.cli", "run", "--", py, "-c", "pass"],
+                          capture_output=True, text=True, timeout=60, env=_bare_env())
+    assert "agent not loaded: No module named 'msgspec'" in bare.stderr
+    assert f"{py} -m pip install msgspec numpy" in bare.stderr

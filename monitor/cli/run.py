@@ -25,9 +25,12 @@ def agent_env() -> dict:
     """This process's environment with the agent's bootstrap on PYTHONPATH."""
     import importlib.util
 
+    from pathlib import Path
+
     boot = list(importlib.util.find_spec("decodemon.probes._bootstrap").submodule_search_locations)[0]
     env = dict(os.environ)
     env["DECODEMON_AGENT"] = "1"
+    env["DECODEMON_PKG_ROOT"] = str(Path(boot).resolve().parent.parent)  # for an interpreter without decodemon
     env["PYTHONPATH"] = boot + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
 

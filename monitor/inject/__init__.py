@@ -109,7 +109,28 @@ HELPER_TIMEOUT_S = 15.0
 
 
 class InjectError(RuntimeError):
-    """Why the agent could not be loaded into a running process; one line."""
+    """Why the agent could not be loaded into a running process; one line. `fix`, when set, is the one way to
+    make it loadable (else the ways to start a process with the agent)."""
+
+    def __init__(self, text: str, fix: str = "") -> None:
+        super().__init__(text)
+        self.fix = fix
+
+
+RUNTIME_NEEDS = ("msgspec", "numpy")  # what the agent imports inside the target, beyond decodemon itself
+
+
+def install_hint(pid: int, why: str) -> str:
+    """For an agent that failed on a missing runtime module: the pip line that puts it into the target's own
+    interpreter ('' for any other failure)."""
+    if not any(f"No module named '{m}" in why for m in RUNTIME_NEEDS):
+        return ""
+    try:
+        exe = os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        exe = "python"
+    return (f"the agent runs inside the target, so its interpreter needs {' and '.join(RUNTIME_NEEDS)}: "
+            f"`{exe} -m pip install {' '.join(RUNTIME_NEEDS)}` in that program's environment")
 
 
 @dataclass(frozen=True)
@@ -233,7 +254,7 @@ def _wait_for_socket(pid: int, timeout_s: float) -> Path:
             except (OSError, IndexError):
                 why = "no reason given"
             note.unlink(missing_ok=True)
-            raise InjectError(f"the agent did not start in pid {pid}: {why}")
+            raise InjectError(f"the agent did not start in pid {pid}: {why}", install_hint(pid, why))
         try:
             os.kill(pid, 0)
         except ProcessLookupError:

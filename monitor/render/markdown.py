@@ -49,6 +49,11 @@ def diagnosis_markdown(s: Snapshot) -> str:
         f"## Binding ceiling: **{d.ceiling.upper()}**",
         "",
     ]
+    r = s.rolling
+    if r.ceiling not in ("unknown", d.ceiling):
+        won = r.streak if r.pending == d.ceiling else 0
+        out += [f"The rolling verdict is still {r.ceiling.upper()}: the latest figures say {d.ceiling.upper()}, and "
+                f"a new ceiling must win {r.hold} windows in a row to replace it ({won} so far).", ""]
     out += _figures(s)
     out += ["", "## The four candidates", "", "| ceiling | state | number | threshold | detail |", "|---|---|---|---|---|"]
     for k in ORDER:

@@ -4,6 +4,12 @@ import importlib.util as _ilu
 import os as _os
 import sys as _sys
 
+if _ilu.find_spec("decodemon") is None and _os.environ.get("DECODEMON_PKG_ROOT"):
+    import types as _types  # installed for another interpreter: map the package by its folder, as an attach does
+
+    _pkg = _types.ModuleType("decodemon")
+    _pkg.__path__ = [_os.environ["DECODEMON_PKG_ROOT"]]
+    _sys.modules["decodemon"] = _pkg
 try:  # the engine adapters' attach hooks (they import no engine), registered before the agent can take an attach
     import decodemon.engine_adapter.auto  # noqa: F401
 except Exception as _exc:
@@ -13,7 +19,9 @@ try:
 
     _start()
 except Exception as _exc:  # never stop the user's program from starting
-    print(f"decodemon: agent not loaded: {_exc}", file=_sys.stderr)
+    _need = " (the agent runs in this interpreter: `%s -m pip install msgspec numpy`)" % _sys.executable \
+        if isinstance(_exc, ImportError) and getattr(_exc, "name", "") in ("msgspec", "numpy") else ""
+    print(f"decodemon: agent not loaded: {_exc}{_need}", file=_sys.stderr)
 
 _here = _os.path.dirname(_os.path.abspath(__file__))
 _rest = [p for p in _sys.path if _os.path.abspath(p or ".") != _here]
