@@ -342,7 +342,8 @@ def _advice(ceiling: str, i: Inputs, floor: float | None, comm_ms: float | None,
                 "Price the floor: within 2× of bytes ÷ bandwidth it is BANDWIDTH; far above it with small grids "
                 "or SM active far below GPU busy, OCCUPANCY; if the kernels' sum is far below the step, LAUNCH.",
                 "n/a until bytes per token or the grids are known")
-    return ("measure more: a traced window, or ms/token with launches/token and bytes/token",
+    return ("measure more: " + ("the PM counters (GPU busy, DRAM): no window can be traced here"
+                                if i.untraced else "a traced window, or ms/token with launches/token and bytes/token"),
             (f"Nothing binds at these numbers ({', '.join(priced)} priced, none past its threshold): the next "
              "measurement decides, not a fix." if priced else "n/a until a candidate has a number"), "n/a")
 

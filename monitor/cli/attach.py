@@ -66,7 +66,9 @@ def attach_json(pid: int, settings, seconds: float) -> int:
     sess = collect(pid, settings, seconds)
     snap = sess.snapshot()
     if snap.tokens is None and snap.ended:
-        print(f"decodemon attach: {snap.ended} before any tokens were measured", file=sys.stderr)
+        idle = (" (llama-server had no request generating long enough to time its steps)"
+                if snap.probe.get("token_clock") == "server_metrics" else "")
+        print(f"decodemon attach: {snap.ended} before any tokens were measured{idle}", file=sys.stderr)
         print_json(summary_json(snap))
         return 3
     summary = summary_json(snap)

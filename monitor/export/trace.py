@@ -62,8 +62,8 @@ def _windows_of(session, window_id: int | None) -> list[wire.KernelWindow]:
     wins = [w for w in wins if lanes.earliest_ns(w) is not None]
     if not wins:
         st = session.feed.status
-        why = f" (tracing {st.trace}{': ' + st.trace_reason if st.trace_reason else ''})" if (
-            st.trace and st.trace != "armed") else ""
+        words = session.feed.state.get("trace", "")  # the status in words (probe_status.describe)
+        why = f" (tracing {words})" if st.trace and st.trace != "armed" and words else ""
         raise NothingToExport(f"{where} holds no traced window{why}: nothing to export")
     return wins
 
