@@ -27,6 +27,9 @@ from decodemon.probes import wire
 
 
 SPAN_NS = 5_000_000_000  # figures are taken over the last 5 s of the feed
+# a copy that reads under this share of the NVML peak ran beside a loop that kept DRAM busy (an H200: 4,248 GB/s
+# alone, 2,217 beside a compiled Llama-8B decode, against 4,800 peak): not the device's bandwidth
+COPY_PLAUSIBLE = 0.6
 
 
 @dataclass(frozen=True)
@@ -238,7 +241,11 @@ class Session:
         bpt = bpt_measured if bpt_measured else bpt_model
         self._bytes = (bpt_measured, bpt_model)
         bw, bw_src = None, ""
-        if self.copy_gbs:
+        peak = gpu.mem_bandwidth_gbs if gpu else 0.0
+        if self.copy_gbs and peak and self.copy_gbs < COPY_PLAUSIBLE * peak:  # measured beside a busy loop
+            bw, bw_src = peak, (f"NVML peak (a spec figure: the copy measured {self.copy_gbs:.0f} GB/s, under "
+                                f"{COPY_PLAUSIBLE:.0%} of it, on a GPU the loop kept busy)")
+        elif self.copy_gbs:
             bw, bw_src = self.copy_gbs, "measured copy (decodemon, this device and driver)"
         elif model and model.measured_bandwidth_gbs:
             bw, bw_src = model.measured_bandwidth_gbs, "measured copy (engine)"
