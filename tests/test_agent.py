@@ -196,7 +196,7 @@ def test_an_eager_loops_windows_open_at_most_5_s_apart_at_0_25_s_ticks():
     """The agent asks for windows at its ticks (0.25 s, some up to 5 ms late: a tick waits for the GIL) and a
     window opens at the first token boundary after the ask. An eager loop at 40 tokens a second has not made 250
     tokens in 5 s, so its windows come at `window_max_s`. With no lead a tick a hair early pushed the ask to the
-    next one (5.25 s apart, the H200's runs 38-40); with half a tick the ask fell at 5 s and the opening token came
+    next one (5.25 s apart on an H200); with half a tick the ask fell at 5 s and the opening token came
     on top (5.00-5.05 s on an H200). With cap_lead_s the openings are at most 5 s apart, and not much closer."""
     st = wire.Attach(window_period_s=4, window_min_tokens=250, window_max_s=5)
     tick, slack, token_s = 0.25, 0.125, 0.025
