@@ -107,6 +107,19 @@ def now_iso(now: float | None = None) -> str:
 
 # --- the file ------------------------------------------------------------------------------------------------
 
+def check_writable(path) -> None:
+    """LedgerError in one line if an entry could not be appended to `path`: asked before anything is measured.
+    A ledger that does not exist yet is not left behind by the check."""
+    p = Path(path)
+    existed = p.exists()
+    try:
+        os.close(os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
+    except OSError as exc:
+        raise LedgerError(f"cannot write the ledger {path}: {exc.strerror or exc}") from None
+    if not existed:
+        p.unlink(missing_ok=True)
+
+
 def append(path, entry: dict) -> None:
     """Append one sealed entry as one line: a single write under O_APPEND, then fsync."""
     line = json.dumps(entry, ensure_ascii=False, default=str, separators=(",", ":")) + "\n"

@@ -222,3 +222,26 @@ def test_a_file_that_is_not_a_ledger_is_refused_in_one_line_and_left_as_it_is(tm
         assert_one_line_error(r)
         assert "is not a decodemon ledger" in r.stderr
     assert notes.read_bytes() == before
+
+
+def test_an_unwritable_ledger_is_one_line_before_the_attach(tmp_path):
+    """predict and grade check the ledger before they measure: a pid with --seconds 30 answers at once, and a
+    ledger that did not exist is not left behind."""
+    import time
+
+    from tests.conftest import Engine, cli
+
+    e = Engine()
+    try:
+        for verb in (["predict", e.pid, "--change", "x", "--expect=-10%"], ["grade", e.pid]):
+            t0 = time.monotonic()
+            r = cli(*verb, "--seconds", 30, "--ledger", "/proc/decodemon-ledger.jsonl")
+            assert time.monotonic() - t0 < 10 and r.returncode != 0
+            assert "cannot write the ledger" in r.stderr or "no open prediction" in r.stderr, r.stderr
+            assert len(r.stderr.strip().splitlines()) == 1
+        r = cli("predict", e.pid, "--change", "x", "--expect=-10%", "--seconds", 30,
+                "--ledger", tmp_path / "no-such-dir" / "l.jsonl")
+        assert r.returncode != 0 and "cannot write the ledger" in r.stderr
+        assert not (tmp_path / "no-such-dir").exists()
+    finally:
+        e.stop()

@@ -33,6 +33,7 @@ def run(a) -> int:
             print(f"decodemon grade: no open prediction in {a.ledger} (`decodemon predict` writes one)",
                   file=sys.stderr)
             return 3
+        ledger.check_writable(a.ledger)  # before the attach, not after it
         summary, label = measure(a)
         todo = ledger.open_predictions(entries, label)
         if not todo:

@@ -76,6 +76,7 @@ def run(a) -> int:
     try:
         ledger.parse_expect(a.expect)  # a typo costs no attach
         read_ledger(a.ledger)
+        ledger.check_writable(a.ledger)  # before the attach, not after it
         summary, label = measure(a)
         entry = ledger.prediction(summary, label, a.change, a.expect, a.ceiling, a.then, a.tolerance)
         ledger.append(a.ledger, entry)
