@@ -16,7 +16,8 @@ import numpy as np
 from decodemon.monitor import diagnosis as dx
 from decodemon.monitor.analysis.busy import PmWindowCheck, pm_window_check
 from decodemon.monitor.analysis.collectives import host_clock_times_collectives
-from decodemon.monitor.analysis.rates import dram_bytes_per_s, gpu_step_stats, marks_in_bursts, traced_dram_ratio
+from decodemon.monitor.analysis.rates import (dram_bytes_per_s, gpu_step_stats, marks_in_bursts, step_bytes,
+                                              traced_dram_ratio)
 from decodemon.monitor.analysis.tokens import (TokenStats, counter_intervals, counter_stats, counter_throughput,
                                               token_stats)
 from decodemon.monitor.analysis.window import WindowMetrics, window_metrics
@@ -123,6 +124,7 @@ class Session:
         self._origin = clock_origin_unix_s
         self._clock = ""
         self._bytes: tuple = (None, None)
+        self._step_bytes: float | None = None  # DRAM bytes a traced GPU step moved (windows timed by the GPU)
         self._pm_verdict_rx = -(10**18)
         # the device's copy bandwidth measured outside the target (probes/copy_bandwidth), when the source has it
         self.copy_gbs: float | None = None
@@ -173,8 +175,10 @@ class Session:
             return None, ""
         spans = [(s.bounds_ns[0], s.bounds_ns[-1]) for _, s in timed]
         bounds = [w.token_bounds_ns.array() for _, w in self.feed.windows]
-        ratio = traced_dram_ratio([self.feed.pm_within(a, b) for a, b in spans], self.feed.pm_since(since),
+        traced = [self.feed.pm_within(a, b) for a, b in spans]
+        ratio = traced_dram_ratio(traced, self.feed.pm_since(since),
                                   [(int(t[0]), int(t[-1])) for t in bounds if len(t)])
+        self._step_bytes = step_bytes(traced, [s.bounds_ns for _, s in timed])
         ts = gpu_step_stats([s.bounds_ns for _, s in timed], timed[-1][0].gpu_busy_pct, pm_busy, ratio)
         return (ts, timed[-1][1].clock) if ts is not None else (None, "")
 
@@ -238,6 +242,8 @@ class Session:
         bpt_model = float(model.bytes_per_token(f.depth())) if model else None
         dram_bps = self._dram_bytes_per_s(since)
         bpt_measured = dram_bps * ts.ms_per_token / 1e3 if (dram_bps and ts) else None
+        if self._clock in ("graph replays", "kernel period") and self._step_bytes:
+            bpt_measured = self._step_bytes  # the steps' own samples: what tracing stretched, it did not add to
         bpt = bpt_measured if bpt_measured else bpt_model
         self._bytes = (bpt_measured, bpt_model)
         bw, bw_src = None, ""

@@ -119,3 +119,14 @@ def test_a_copy_bandwidth_measured_beside_a_busy_loop_is_not_the_floors():
     assert "2216 GB/s" in j["bandwidth_source"]
     j = replay(DATA / "h200_hf_generate_static.dmon").as_json()  # a copy measured alone is kept as measured
     assert j["bandwidth_gbs"] == pytest.approx(4248.3) and j["bandwidth_source"].startswith("measured copy")
+
+
+def test_the_compiled_8b_summary_reads_its_step_bytes_and_bandwidth_off_the_traced_steps():
+    """The summary a user gets (`replay --json`) of the compiled 8B recording: the process ended after its one
+    window, so the PM samples outside it are an idle GPU, not untraced steps. ms/token and bytes per token come
+    from the traced steps themselves: within 3% of the loop's own 5.715 ms and 10% of the 15.0 GB of weights."""
+    j = replay(DATA / "h200_compiled_llama8b_nomarks.dmon").as_json()
+    weights = 2 * (32 * (2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336) + 128256 * 4096)
+    assert j["token_clock"] == "graph replays" and abs(j["ms_per_token"] / 5.715 - 1) < 0.03
+    assert abs(j["bytes_per_token_measured"] / weights - 1) < 0.10
+    assert j["ceiling"] == "bandwidth" and j["candidates"]["bandwidth"]["state"] == "binding"

@@ -60,6 +60,7 @@ def dram_bytes_per_s(pm: dict) -> float | None:
 
 
 MIN_TRACED_SAMPLES = 5  # PM samples inside the traced steps before their DRAM rate is trusted
+TRACED_RATIO_MAX = 1.05  # the traced DRAM rate over the untraced one, at most (the samples' own noise above 1)
 
 
 def _bytes_and_seconds(pm: dict, keep) -> tuple[float, float, int]:
@@ -71,6 +72,23 @@ def _bytes_and_seconds(pm: dict, keep) -> tuple[float, float, int]:
     if ok.any():
         ok &= dt <= 4 * np.median(dt[ok])
     return float(b[ok].sum()), float(dt[ok].sum()) / 1e9, int(ok.sum())
+
+
+def step_bytes(traced: list[dict], bounds: list) -> float | None:
+    """DRAM bytes one GPU step moves: the DRAM rate over the PM samples wholly inside the traced steps (`traced`,
+    one dict of PM columns per window) times the traced step's median length. Tracing stretches a step, not the
+    bytes it moves. None with fewer than MIN_TRACED_SAMPLES samples or no DRAM byte counters."""
+    tb = ts = 0.0
+    n = 0
+    for pm in traced:
+        if "dram_read_bytes" in pm and len(pm["rx_ns"]):
+            b, s, k = _bytes_and_seconds(pm, np.ones(len(pm["rx_ns"]), bool))
+            tb, ts, n = tb + b, ts + s, n + k
+    steps = np.concatenate([np.diff(np.asarray(b, dtype=np.int64)) for b in bounds] or [np.empty(0)])
+    steps = steps[steps > 0]
+    if n < MIN_TRACED_SAMPLES or ts <= 0 or not len(steps):
+        return None
+    return tb / ts * float(np.median(steps)) / 1e9
 
 
 def traced_dram_ratio(traced: list[dict], untraced: dict, spans: list[tuple[int, int]]) -> float | None:
@@ -93,4 +111,7 @@ def traced_dram_ratio(traced: list[dict], untraced: dict, spans: list[tuple[int,
     ub, us, m = _bytes_and_seconds(untraced, outside)
     if n < MIN_TRACED_SAMPLES or m < MIN_TRACED_SAMPLES or ts <= 0 or us <= 0 or ub <= 0 or tb <= 0:
         return None
-    return (tb / ts) / (ub / us)
+    ratio = (tb / ts) / (ub / us)
+    # tracing never makes a step faster: more DRAM a second inside the windows than outside says the samples
+    # outside were not the loop at work (the GPU idle, the process ending), not an untraced step
+    return ratio if ratio <= TRACED_RATIO_MAX else None
