@@ -15,6 +15,8 @@ import numpy as np
 
 from decodemon.monitor import diagnosis as dx
 from decodemon.monitor.analysis.busy import PmWindowCheck, pm_window_check
+from decodemon.monitor.analysis.observer import observer_cost
+from decodemon.monitor.analysis.series import series
 from decodemon.monitor.analysis.collectives import host_clock_times_collectives
 from decodemon.monitor.analysis.rates import (dram_bytes_per_s, gpu_step_stats, marks_in_bursts, step_bytes,
                                               traced_dram_ratio)
@@ -100,16 +102,6 @@ class Snapshot:
 def _median(xs):
     xs = [x for x in xs if x is not None]
     return float(np.median(xs)) if xs else None
-
-
-def _bin_means(bins: np.ndarray, vals: np.ndarray, points: int) -> tuple:
-    """Mean of `vals` per bin index 0..points-1 (NaN where a bin is empty or holds a NaN)."""
-    ok = (bins >= 0) & (bins < points)
-    b = bins[ok].astype(np.int64)
-    n = np.bincount(b, minlength=points)[:points]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        m = np.bincount(b, weights=vals[ok], minlength=points)[:points] / n
-    return tuple(float(x) if c else float("nan") for x, c in zip(m, n))
 
 
 class Session:
@@ -292,7 +284,8 @@ class Session:
             top_kernel=(last.kernels[0].short_name, last.kernels[0].us_per_token) if last and last.kernels else None,
             graph_launches_per_token=_median([w.graph_launches_per_token for w in wins]) if wins else None,
             dram_gbs=dram_bps / 1e9 if dram_bps else None, ranks=model.tp_degree if model else None,
-            untraced=not wins and (f.status.trace in ("unavailable", "off") or f.status.window_clock == "none"),
+            untraced=not wins and gpu is not None and (f.status.trace in ("unavailable", "off")
+                                                        or f.status.window_clock == "none"),
         )
         return inp, ts, last, pm_avg, bpt, bw, bw_src
 
@@ -364,85 +357,12 @@ class Session:
                              traced_busy_pct=sum(c.traced_busy_pct * c.samples for c in checks) / n)
 
     def observer_cost(self, ts: TokenStats | None) -> dict | None:
-        """What the traced windows cost the decode thread, from the windows themselves.
-
-        Per window: the probe's own calls on the decode thread (CUPTI's start-up in open, the flush, the finalize:
-        the window's `probe_host_ns`) plus the traced tokens' stretch over an untraced token (CUPTI's per-launch
-        cost while tracing, guard token included). With the median time between windows, the share of the loop's
-        time. Not in it: PM pumps and NVML, which run off the decode thread (agent thread, sidecar process), and
-        CUPTI's start-up when the agent thread made it (`cupti_start_off_thread_ms`, given beside the bill: on an
-        H200 it still cost the eager decode thread ~5 ms of its 14).
-        On an H200, eager with the start-up off-thread: 7.5-9.3 ms probe + 10-35 ms tracing per window, one per
-        5 s, 0.3-0.9% of the loop; graphed: 23-26 ms + 7 ms, one per 4 s.
-        """
-        ms = [m for _, m in self.metrics]
-        if not ms or ts is None or not ts.ms_per_token:
-            return None
-        probe = [m.probe_host_ms for m in ms if m.probe_host_ms > 0]
-        stretch = [max(0.0, m.traced_ms_per_token - ts.ms_per_token) * (m.tokens + m.guard_tokens) for m in ms]
-        gaps = np.diff([rx for rx, _ in self.metrics]) / 1e9
-        every_s = float(np.median(gaps)) if len(gaps) else None
-        probe_ms = _median(probe) if probe else None
-        tracing_ms = _median(stretch)
-        per_window = (probe_ms or 0.0) + tracing_ms
-        prep = [m.prepare_ms for m in ms if m.prepare_ms > 0]
-        def probe_figure(key: str) -> float | None:  # a number the probe put in its state, if any
-            try:
-                x = float(self.feed.state.get(key, "nan"))
-            except ValueError:
-                return None
-            return x if x == x else None
-
-        waits = probe_figure("decode_waits_per_s")  # the decode thread's voluntary switches (agent._SwitchCounter)
-        agent_cpu = probe_figure("agent_cpu_ms_per_s")
-        return {"probe_ms_per_window": round(probe_ms, 2) if probe_ms is not None else None,
-                "tracing_ms_per_window": round(tracing_ms, 2),
-                "window_every_s": round(every_s, 2) if every_s else None,
-                "cupti_start_off_thread_ms": round(_median(prep), 2) if prep else None,
-                # without the probe's own time (recordings older than probe_host_ns) the bill is incomplete
-                "share_of_loop_pct": (round(100.0 * per_window / (every_s * 1e3), 3)
-                                      if every_s and probe_ms is not None else None),
-                # not in the share: each is a wait of the decode thread, mostly for the GIL the agent thread took
-                # back (an eager decode thread made 0 a second unobserved on the H200, 45-78 attached)
-                "decode_waits_per_s": round(waits, 1) if waits is not None else None,
-                # the agent thread's own CPU, ms a second (libcupti's GIL-free calls included): on another core,
-                # but while it holds the GIL the decode thread waits
-                "agent_cpu_ms_per_s": round(agent_cpu, 1) if agent_cpu is not None else None}
+        """What the traced windows cost the decode thread (analysis/observer.py)."""
+        return observer_cost(self.metrics, self.feed.state, ts)
 
     def series(self, rx: int, points: int = 60, step_ns: int = 500_000_000) -> dict:
-        """Recent history in `step_ns` bins: GPU busy, SM active, DRAM %, ms/token, clocks, power, launches."""
-        f = self.feed
-        lo = rx - points * step_ns
-        pm = f.pm_since(lo)
-        pm_bin = (pm["rx_ns"] - lo) // step_ns
-        out = {k: _bin_means(pm_bin, pm[k], points) for k in ("gpu_busy_pct", "sm_active_pct", "dram_pct")}
-        recent = []  # NVML batches of the span, newest first: stop at the first older one
-        for rx_n, s in reversed(f.nvml):
-            if rx_n < lo:
-                break
-            recent.append(((rx_n - lo) // step_ns, s))
-        for k in ("sm_clock_mhz", "power_w"):
-            cols = [(b, getattr(s, k).array()) for b, s in recent]
-            out[k] = _bin_means(np.concatenate([np.full(len(c), b) for b, c in cols] or [np.zeros(0, np.int64)]),
-                                np.concatenate([c for _, c in cols] or [np.zeros(0)]).astype(np.float64), points)
-        v = f.marks.since(1, lo)
-        t, r = v[0], v[1]
-        edges = np.searchsorted(r, lo + step_ns * np.arange(points + 1))  # marks arrive in rx order
-        ms = []
-        for i in range(points):
-            d = np.diff(t[edges[i]:edges[i + 1]])
-            ms.append(float(np.median(d)) / 1e6 if len(d) else float("nan"))
-        if not len(f.marks) and len(f.counts) > 2:  # watched from outside: ms a step between reads
-            c = f.counts_since(lo)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                per = np.diff(c["t_ns"]) / 1e6 / np.diff(c["steps"])
-            per[~counter_intervals(c) | ~np.isfinite(per) | (per <= 0)] = np.nan
-            ms = _bin_means((c["rx_ns"][1:] - lo) // step_ns, per, points)
-        out["ms_per_token"] = tuple(ms)
-        out["launches_per_token"] = tuple(m.kernels_per_token for rxw, m in self.metrics if rxw <= rx)[-points:]
-        out["graph_launches_per_token"] = tuple(m.graph_launches_per_token for rxw, m in self.metrics
-                                                if rxw <= rx)[-points:]
-        return out
+        """Recent history in `step_ns` bins (analysis/series.py)."""
+        return series(self.feed, self.metrics, rx, points, step_ns)
 
     def history(self) -> list[str]:
         """The verdict's changes, as sentences."""
