@@ -12,6 +12,23 @@ from typing import Iterator
 from decodemon.probes.wire import (_REC, MAGIC, MAX_FRAME_BYTES, WIRE_VERSION, Frame, RecordingHeader, WireError,
                                    decode_frame, encode)
 
+class _Whole:
+    """A frame's write is whole: an interrupt (Ctrl-C, or SIGTERM as the CLI maps it) that arrives inside one is
+    held (`hold_interrupt`) and raised once the frame is in the file. An interrupt raised half way through the
+    gzip stream's write would leave compressed bytes the file never got, and the kept recording unreadable past
+    the cut."""
+
+    writing = False
+    held = False
+
+
+def hold_interrupt() -> bool:
+    """For a signal handler: True (and the interrupt held for later) while a frame is being written."""
+    if _Whole.writing:
+        _Whole.held = True
+    return _Whole.writing
+
+
 class RecordingWriter:
     """Append frames to a `.dmon` file; every frame is flushed so a crash leaves a readable prefix."""
 
@@ -22,9 +39,16 @@ class RecordingWriter:
         self.write_payload(encode(header), 0)
 
     def write_payload(self, payload: bytes, rx_ns: int) -> None:
-        """Store one already-encoded frame with its receive time."""
-        self._gz.write(_REC.pack(len(payload), max(int(rx_ns), 0)) + payload)
-        self._gz.flush(zlib.Z_SYNC_FLUSH)
+        """Store one already-encoded frame with its receive time (whole: see _Whole)."""
+        _Whole.writing = True
+        try:
+            self._gz.write(_REC.pack(len(payload), max(int(rx_ns), 0)) + payload)
+            self._gz.flush(zlib.Z_SYNC_FLUSH)
+        finally:
+            _Whole.writing = False
+        if _Whole.held:
+            _Whole.held = False
+            raise KeyboardInterrupt
 
     def write(self, frame, rx_ns: int) -> None:
         """Store one frame with its receive time (ns since the recording began)."""

@@ -131,3 +131,32 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def test_an_interrupt_inside_a_frames_write_waits_for_the_frame_to_be_whole(tmp_path, monkeypatch):
+    """Ctrl-C or SIGTERM (as the CLI maps them) arriving while gzip writes a frame: held until the frame is in the
+    file, then raised; the recording reads whole up to and with that frame."""
+    import gzip
+
+    from decodemon.monitor.cli import _terminate_as_interrupt
+    from decodemon.probes import wire
+
+    path = tmp_path / "r.dmon"
+    w = wire.RecordingWriter(path, wire.RecordingHeader(wire_version=wire.WIRE_VERSION, created_unix_s=0.0,
+                                                        decodemon_version="t"))
+    real = gzip.GzipFile.write
+
+    def write_then_signal(self, data):
+        n = real(self, data[: len(data) // 2])
+        _terminate_as_interrupt(15, None)  # the handler runs here, half way through the frame
+        return n + real(self, data[len(data) // 2:])
+
+    monkeypatch.setattr(gzip.GzipFile, "write", write_then_signal)
+    with pytest.raises(KeyboardInterrupt):
+        w.write(wire.Bye(reason="x" * 1000), 5)
+    monkeypatch.setattr(gzip.GzipFile, "write", real)
+    w.close()
+    frames = [f for _, f in wire.read_recording(path)]
+    assert isinstance(frames[-1], wire.Bye) and frames[-1].reason == "x" * 1000
+    with pytest.raises(KeyboardInterrupt):  # outside a write it is raised at once
+        _terminate_as_interrupt(15, None)

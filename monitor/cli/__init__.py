@@ -69,7 +69,12 @@ def _quiet_stdout() -> None:
 
 
 def _terminate_as_interrupt(_signum, _frame) -> None:
-    raise KeyboardInterrupt  # SIGTERM ends a verb as Ctrl-C does: a recording keeps what it has, temp files go
+    """SIGTERM ends a verb as Ctrl-C does (a recording keeps what it has, temp files go), and both wait for a
+    recording's frame being written to be whole."""
+    from decodemon.probes.wire_file import hold_interrupt
+
+    if not hold_interrupt():
+        raise KeyboardInterrupt
 
 
 def main(argv=None) -> int:
@@ -78,6 +83,8 @@ def main(argv=None) -> int:
 
     if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _terminate_as_interrupt)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _terminate_as_interrupt)
     verb = "decodemon"
     try:
         a = _parse(argv)
