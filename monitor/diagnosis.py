@@ -170,6 +170,11 @@ def _comm(i: Inputs) -> tuple[Candidate, float | None]:
     return Candidate(share, "% of step", thr, state, detail), comm_ms
 
 
+def _priced_by_idle(i: Inputs) -> bool:
+    """LAUNCH has no launch count to price and no traced window will come: PM's GPU busy prices it."""
+    return bool(i.untraced and i.ms_per_token and i.gpu_busy_pct is not None and not i.launches_per_token)
+
+
 def _host_idle(i: Inputs) -> Candidate:
     """No traced window, so no launch count (a process watched from outside): PM's GPU busy against the token
     clock still says how much of the token the GPU waits for the host."""
@@ -182,7 +187,7 @@ def _host_idle(i: Inputs) -> Candidate:
 
 def _launch(i: Inputs, floor: float | None) -> tuple[Candidate, float | None]:
     lo, hi = EAGER_LAUNCH_US
-    if i.untraced and i.ms_per_token and i.gpu_busy_pct is not None and not i.launches_per_token:
+    if _priced_by_idle(i):
         return _host_idle(i), None
     if not (i.ms_per_token and i.launches_per_token):
         return Candidate(None, "µs/launch", "<10 µs available per kernel binds", UNKNOWN, "needs ms/token and launches/token"), None
@@ -286,7 +291,7 @@ def _kernels_are_the_cost(i: Inputs, bw: Candidate, launch: Candidate) -> str:
 def _advice(ceiling: str, i: Inputs, floor: float | None, comm_ms: float | None,
             launch: Candidate, priced: tuple[str, ...] = ()) -> tuple[str, str, str]:
     ms = i.ms_per_token or 0.0
-    if ceiling == "launch" and i.untraced and not i.launches_per_token and i.gpu_busy_pct is not None:
+    if ceiling == "launch" and _priced_by_idle(i):
         busy_ms = ms * i.gpu_busy_pct / 100
         return ("the host's work per step binds (sampling, detokenizing, serving, launches): move it off the "
                 "critical path or onto the device; a traced window would say how much of it is launches",

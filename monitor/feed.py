@@ -87,7 +87,6 @@ class Feed:
     pm_window: Ring = None  # rows: PM_COLS, the samples evaluated only for traced windows' spans (not averaged)
     nvml: deque = field(default_factory=deque)  # (rx_ns, NvmlSamples)
     counts: Ring = None  # rows: COUNT_COLS, a server's counters at each scrape (watched from outside)
-    counts_url: str = ""
     steps_seen: int = 0  # steps the server's count moved since the first read
     _last_steps: float | None = None
     status: wire.ProbeStatus = field(default_factory=wire.ProbeStatus)  # the probe's status, frames merged
@@ -137,7 +136,6 @@ class Feed:
             for v in steps:  # only ever up: a ring that wraps, or a server's count that starts again, takes nothing
                 self.steps_seen += int(max(v - self._last_steps, 0)) if self._last_steps is not None else 0
                 self._last_steps = float(v)
-            self.counts_url = frame.url
         elif isinstance(frame, wire.ProbeStatus):
             self._take_status(frame, frame.dropped_records, frame.recent_errors)
         elif isinstance(frame, wire.Stats):  # wire version 1: a dict of words, read into a ProbeStatus

@@ -182,9 +182,11 @@ class Session:
             return pm
         c = self.feed.counts_since(since)
         ok = counter_intervals(c) if len(c["rx_ns"]) > 1 else np.zeros(0, bool)
-        spans = np.stack([c["rx_ns"][:-1][ok], c["rx_ns"][1:][ok]]) if ok.any() else np.zeros((2, 0))
-        i = np.searchsorted(spans[0], pm["rx_ns"], side="right") - 1
-        keep = (i >= 0) & (pm["rx_ns"] <= spans[1][np.clip(i, 0, None)] if spans.shape[1] else False)
+        starts, ends = c["rx_ns"][:-1][ok], c["rx_ns"][1:][ok]
+        if not len(starts):
+            return {k: v[:0] for k, v in pm.items()}
+        i = np.searchsorted(starts, pm["rx_ns"], side="right") - 1  # the interval each sample arrived in, if any
+        keep = (i >= 0) & (pm["rx_ns"] <= ends[np.clip(i, 0, None)])
         return {k: v[keep] for k, v in pm.items()}
 
     def _dram_bytes_per_s(self, since: int) -> float | None:

@@ -74,16 +74,23 @@ def _bytes_and_seconds(pm: dict, keep) -> tuple[float, float, int]:
     return float(b[ok].sum()), float(dt[ok].sum()) / 1e9, int(ok.sum())
 
 
-def step_bytes(traced: list[dict], bounds: list) -> float | None:
-    """DRAM bytes one GPU step moves: the DRAM rate over the PM samples wholly inside the traced steps (`traced`,
-    one dict of PM columns per window) times the traced step's median length. Tracing stretches a step, not the
-    bytes it moves. None with fewer than MIN_TRACED_SAMPLES samples or no DRAM byte counters."""
+def _traced_bytes_and_seconds(traced: list[dict]) -> tuple[float, float, int]:
+    """DRAM bytes, seconds and samples over the PM samples inside the traced steps (one dict of PM columns per
+    window; those without DRAM byte counters add nothing)."""
     tb = ts = 0.0
     n = 0
     for pm in traced:
         if "dram_read_bytes" in pm and len(pm["rx_ns"]):
             b, s, k = _bytes_and_seconds(pm, np.ones(len(pm["rx_ns"]), bool))
             tb, ts, n = tb + b, ts + s, n + k
+    return tb, ts, n
+
+
+def step_bytes(traced: list[dict], bounds: list) -> float | None:
+    """DRAM bytes one GPU step moves: the DRAM rate over the PM samples wholly inside the traced steps (`traced`,
+    one dict of PM columns per window) times the traced step's median length. Tracing stretches a step, not the
+    bytes it moves. None with fewer than MIN_TRACED_SAMPLES samples or no DRAM byte counters."""
+    tb, ts, n = _traced_bytes_and_seconds(traced)
     steps = np.concatenate([np.diff(np.asarray(b, dtype=np.int64)) for b in bounds] or [np.empty(0)])
     steps = steps[steps > 0]
     if n < MIN_TRACED_SAMPLES or ts <= 0 or not len(steps):
@@ -97,13 +104,7 @@ def traced_dram_ratio(traced: list[dict], untraced: dict, spans: list[tuple[int,
     without DRAM byte counters or with fewer than MIN_TRACED_SAMPLES samples inside the steps."""
     if "dram_read_bytes" not in untraced or not len(untraced.get("rx_ns", ())):
         return None
-    tb = ts = 0.0
-    n = 0
-    for pm in traced:
-        if "dram_read_bytes" not in pm or not len(pm["rx_ns"]):
-            continue
-        b, s, k = _bytes_and_seconds(pm, np.ones(len(pm["rx_ns"]), bool))
-        tb, ts, n = tb + b, ts + s, n + k
+    tb, ts, n = _traced_bytes_and_seconds(traced)
     a0, a1 = untraced["gpu_t0_ns"], untraced["gpu_t1_ns"]
     outside = np.ones(len(a0), bool)
     for lo, hi in spans:

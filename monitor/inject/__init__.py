@@ -117,12 +117,11 @@ class InjectError(RuntimeError):
         self.fix = fix
 
 
-RUNTIME_NEEDS = ("msgspec", "numpy")  # what the agent imports inside the target, beyond decodemon itself
-
-
 def install_hint(pid: int, why: str) -> str:
     """For an agent that failed on a missing runtime module: the pip line that puts it into the target's own
     interpreter ('' for any other failure)."""
+    from decodemon.probes._bootstrap import RUNTIME_NEEDS, pip_line
+
     if not any(f"No module named '{m}" in why for m in RUNTIME_NEEDS):
         return ""
     try:
@@ -130,7 +129,7 @@ def install_hint(pid: int, why: str) -> str:
     except OSError:
         exe = "python"
     return (f"the agent runs inside the target, so its interpreter needs {' and '.join(RUNTIME_NEEDS)}: "
-            f"`{exe} -m pip install {' '.join(RUNTIME_NEEDS)}` in that program's environment")
+            f"{pip_line(exe)} in that program's environment")
 
 
 @dataclass(frozen=True)

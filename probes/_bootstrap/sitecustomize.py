@@ -19,8 +19,12 @@ try:
 
     _start()
 except Exception as _exc:  # never stop the user's program from starting
-    _need = " (the agent runs in this interpreter: `%s -m pip install msgspec numpy`)" % _sys.executable \
-        if isinstance(_exc, ImportError) and getattr(_exc, "name", "") in ("msgspec", "numpy") else ""
+    try:
+        from decodemon.probes._bootstrap import RUNTIME_NEEDS as _needs, pip_line as _pip
+    except Exception:  # decodemon itself not found: nothing to add
+        _needs, _pip = (), None
+    _need = f" (the agent runs in this interpreter: {_pip(_sys.executable)})" \
+        if isinstance(_exc, ImportError) and getattr(_exc, "name", "") in _needs else ""
     print(f"decodemon: agent not loaded: {_exc}{_need}", file=_sys.stderr)
 
 _here = _os.path.dirname(_os.path.abspath(__file__))
