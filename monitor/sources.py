@@ -68,12 +68,14 @@ def _own_descriptor(text: str) -> int | None:
 def check_output(path, inputs=()) -> Path:
     """The output path, or SourceError saying in one line why nothing can be written there.
 
-    A stream, a character device or a FIFO (writes_into) is written into, never replaced; a symlink is followed
-    (its target is written, the link stays); any other path that is not a regular file (a block device, a
-    socket, a symlink loop) is refused; an output that is one of the `inputs` is refused (writing it would
-    destroy what is being read)."""
+    "-" is standard output. A stream, a character device or a FIFO (writes_into) is written into, never
+    replaced; a symlink is followed (its target is written, the link stays); any other path that is not a
+    regular file (a block device, a socket, a symlink loop) is refused; an output that is one of the `inputs` is
+    refused (writing it would destroy what is being read)."""
     if not str(path).strip():
         raise SourceError("cannot write to an empty path: give a file name")
+    if str(path) == "-":  # the usual spelling of standard output
+        path = "/dev/stdout"
     if writes_into(path):
         if not os.access(path, os.W_OK):
             raise SourceError(f"cannot write {path}: not writable")

@@ -12,6 +12,15 @@ from typing import Iterator
 from decodemon.probes.wire import (_REC, MAGIC, MAX_FRAME_BYTES, WIRE_VERSION, Frame, RecordingHeader, WireError,
                                    decode_frame, encode)
 
+class Truncated(WireError):
+    """The file ends inside a frame (its writer was killed, or the disk filled): every frame before the cut was
+    yielded; `whole_frames` says how many."""
+
+    def __init__(self, message: str, whole_frames: int) -> None:
+        super().__init__(message)
+        self.whole_frames = whole_frames
+
+
 class _Whole:
     """A frame's write is whole: an interrupt (Ctrl-C, or SIGTERM as the CLI maps it) that arrives inside one is
     held (`hold_interrupt`) and raised once the frame is in the file. An interrupt raised half way through the
@@ -67,7 +76,7 @@ def read_recording(path) -> Iterator[tuple[int, Frame]]:
 
     Raises WireError with a one-line reason for a missing, foreign, corrupt,
     truncated or too-new file. A truncated file yields every whole frame
-    before the cut, then raises.
+    before the cut, then raises Truncated.
     """
     try:
         raw = open(path, "rb")
@@ -81,7 +90,7 @@ def read_recording(path) -> Iterator[tuple[int, Frame]]:
             raise WireError(f"{path} is not a decodemon recording (not gzip data)") from None
         if magic != MAGIC:
             raise WireError(f"{path} is not a decodemon recording (bad magic)")
-        first = True
+        first, count = True, 0
         while True:
             try:
                 head = gz.read(_REC.size)
@@ -96,7 +105,7 @@ def read_recording(path) -> Iterator[tuple[int, Frame]]:
                 if len(payload) < n:
                     raise EOFError
             except (EOFError, OSError, zlib.error, gzip.BadGzipFile):
-                raise WireError(f"{path} is truncated or corrupt after the last whole frame") from None
+                raise Truncated(f"{path} is truncated or corrupt after the last whole frame", count) from None
             frame = decode_frame(payload)
             if first:
                 if not isinstance(frame, RecordingHeader):
@@ -107,6 +116,7 @@ def read_recording(path) -> Iterator[tuple[int, Frame]]:
                         f"versions up to {WIRE_VERSION}: upgrade decodemon to read it"
                     )
                 first = False
+            count += 1
             yield rx_ns, frame
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 import subprocess
 import sys
 
@@ -33,7 +34,7 @@ def test_pid_without_agent_says_how_to_start_one():
 def test_corrupt_truncated_and_foreign_recordings(tmp_path, verb):
     raw = gzip.decompress(REC["graph"].read_bytes())
     cases = {
-        "truncated.dmon": gzip.compress(raw[: len(raw) // 2]),
+        "header_only_cut.dmon": gzip.compress(raw[:300]),
         "corrupt.dmon": REC["graph"].read_bytes()[:200] + b"\x00" * 200,
         "foreign.dmon": b"PK\x03\x04 definitely a zip file",
         "empty.dmon": b"",
@@ -51,6 +52,24 @@ def test_corrupt_truncated_and_foreign_recordings(tmp_path, verb):
             continue
         assert_one_line_error(r)
         assert str(p) in r.stderr
+
+
+@pytest.mark.parametrize("cut", ["inside the gzip stream", "inside the file"])
+def test_a_recording_cut_short_plays_its_whole_frames_and_says_so(tmp_path, cut):
+    data = REC["graph"].read_bytes()
+    p = tmp_path / "cut.dmon"
+    p.write_bytes(gzip.compress(gzip.decompress(data)[: 2 * len(data)]) if cut == "inside the gzip stream"
+                  else data[: len(data) // 3])
+    whole = json.loads(cli("replay", REC["graph"], "--json").stdout)
+    r = cli("replay", p, "--json")
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert "cut short after" in got["ended"]
+    assert 100 < got["tokens"] < whole["tokens"]
+    assert got["ceiling"] == whole["ceiling"]
+    r = cli("report", p, "-o", tmp_path / "D.md")
+    assert r.returncode == 0, r.stderr
+    assert "The source ended: the recording is cut short" in (tmp_path / "D.md").read_text()
 
 
 def test_missing_recording_and_directory(tmp_path):

@@ -160,3 +160,22 @@ def test_an_interrupt_inside_a_frames_write_waits_for_the_frame_to_be_whole(tmp_
     assert isinstance(frames[-1], wire.Bye) and frames[-1].reason == "x" * 1000
     with pytest.raises(KeyboardInterrupt):  # outside a write it is raised at once
         _terminate_as_interrupt(15, None)
+
+
+def test_a_report_of_a_source_without_a_gpu_names_no_sm_count():
+    from decodemon.monitor.render.markdown import diagnosis_markdown
+    from decodemon.monitor.session import Session
+
+    text = diagnosis_markdown(Session(label="pid 4242").snapshot())
+    assert "0 SMs" not in text and "Source: pid 4242 · device: ?" in text
+
+
+@pytest.mark.parametrize("verb", ["report", "export"])
+def test_dash_as_the_output_is_standard_output_not_a_file_named_dash(tmp_path, verb):
+    r = cli(verb, REC["graph"], "-o", "-", cwd=tmp_path, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert ("device: NVIDIA H200 (132 SMs)" if verb == "report" else '"traceEvents"') in r.stdout
+    assert not (tmp_path / "-").exists()
+    r = cli("record", "1", "-o", "-", cwd=tmp_path)
+    assert_one_line_error(r)
+    assert not (tmp_path / "-").exists()

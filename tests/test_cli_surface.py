@@ -64,7 +64,16 @@ def test_probe_help_lists_every_key_with_its_default():
     r = cli("attach", "--probe", "help")
     assert r.returncode == 0, r.stderr
     for f in wire.Attach.__struct_fields__:
-        assert re.search(rf"^\s*{f}\s.*{re.escape(str(getattr(wire.Attach(), f)))}", r.stdout, re.M), f
+        line = re.search(rf"^\s*{f}\s.*{re.escape(str(getattr(wire.Attach(), f)))}.*$", r.stdout, re.M)
+        assert line, f
+        assert len(line.group(0).split(maxsplit=3)[-1]) > 20, f"{f} has no words: {line.group(0)!r}"
+    assert "e+" not in r.stdout  # ranges in plain digits
+
+
+def test_a_range_in_an_error_has_no_exponent():
+    r = cli("attach", "0", "--json")
+    assert_one_line_error(r)
+    assert "[1, 4194304]" in r.stderr
 
 
 @pytest.mark.parametrize("bad, says", [

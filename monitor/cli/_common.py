@@ -22,6 +22,13 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message} (see `{self.prog} --help`)")
 
 
+def span(lo, hi, closed: bool = True) -> str:
+    """A range as the messages write it: "[1, 4194304]", "(0, 3600]", "[0.01, 5]" (no exponents)."""
+    def n(x):
+        return "inf" if x == math.inf else str(int(x)) if float(x).is_integer() else f"{x:g}"
+    return f"{'[' if closed else '('}{n(lo)}, {n(hi)}]"
+
+
 def bounded(name, lo=0.0, hi=float("inf"), integer=False, allow_zero=False):
     """An argparse type: a finite number in (lo, hi], or [lo, hi] when lo is not 0 or `allow_zero`."""
     closed = lo != 0 or allow_zero
@@ -35,7 +42,7 @@ def bounded(name, lo=0.0, hi=float("inf"), integer=False, allow_zero=False):
         if isinstance(v, float) and not math.isfinite(v):
             raise argparse.ArgumentTypeError(f"{name} must be finite, not {s!r}")
         if not ((lo <= v <= hi) if closed else (lo < v <= hi)):
-            raise argparse.ArgumentTypeError(f"{name} must be in {'[' if closed else '('}{lo:g}, {hi:g}], got {s}")
+            raise argparse.ArgumentTypeError(f"{name} must be in {span(lo, hi, closed)}, got {s}")
         return v
     return conv
 
@@ -74,7 +81,7 @@ def need_terminal(verb: str, json_hint: str = "add --json for a summary instead"
 
 # --- pids and seconds, in decodemon's spelling and py-spy's ---------------------------------------------------
 
-PID = bounded("pid", 1, 2**31, integer=True)
+PID = bounded("pid", 1, 2**22, integer=True)  # Linux's PID_MAX_LIMIT
 
 
 def add_pid(p) -> None:
@@ -120,6 +127,26 @@ PROBE_BOUNDS = {
     "agent_tick_s": (0.01, 1.0, False, True), "pm_pump_s": (0.1, 10, False, True),
     "time_window_s": (0.01, 5.0, False, True),
 }
+# what each setting does, for `--probe help` (the field comments in wire.Attach say more)
+PROBE_WORDS = {
+    "window_period_s": "seconds between traced (CUPTI) windows",
+    "window_tokens": "tokens traced in a window",
+    "window_min_tokens": "tokens that pass between windows at least (but no longer than window_max_s)",
+    "window_max_s": "the longest wait for window_min_tokens",
+    "window_budget": "windows a process gets before they are rationed to one a minute",
+    "pm_interval_us": "PM counter sample period",
+    "nvml_hz": "NVML reads a second",
+    "trace": "CUPTI windows at all (false: the token clock and counters only)",
+    "pm": "PM counter sampling at all",
+    "first_window_s": "seconds from attach to the first window (none: half a second)",
+    "prepare_lead_tokens": "tokens between CUPTI's start-up and an eager window's opening",
+    "api_every": "runtime-API records in one window of every N (0: never)",
+    "agent_tick_s": "seconds between the agent thread's wake-ups",
+    "pm_pump_s": "seconds between PM buffer pumps",
+    "hold_gil": "the agent's short calls keep the GIL (false gives it up in each)",
+    "time_window_s": "how long a window opened by time stays open (loops that mark no token)",
+    "token_range": "an NVTX range name as the token clock (as --token-range)",
+}
 TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
 def probe_fields() -> dict:
@@ -158,9 +185,9 @@ def probe_help() -> str:
             takes = "a name"
         else:
             lo, hi, integer, allow_lo = PROBE_BOUNDS.get(key, (0, math.inf, typ is int, True))
-            takes = f"{'whole ' if integer else ''}{'[' if allow_lo else '('}{lo:g}, {hi:g}]"
+            takes = f"{'whole ' if integer else ''}{span(lo, hi, allow_lo)}"
             takes += " or none" if default is None else ""
-        lines.append(f"  {key:<22} {default!s:<8} {takes}")
+        lines.append(f"  {key:<20} {default!s:<6} {takes:<21} {PROBE_WORDS.get(key, '')}".rstrip())
     return "\n".join(lines)
 
 

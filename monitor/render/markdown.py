@@ -43,12 +43,13 @@ def diagnosis_markdown(s: Snapshot) -> str:
     out = [
         "# DIAGNOSIS",
         "",
-        f"Source: {s.label} · device: {s.device} ({s.sm_count} SMs) · written "
+        f"Source: {s.label} · device: {s.device}{f' ({s.sm_count} SMs)' if s.sm_count else ''} · written "
         f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())} by decodemon",
         "",
-        f"## Binding ceiling: **{d.ceiling.upper()}**",
-        "",
     ]
+    if s.ended:
+        out += [f"The source ended: {s.ended}. What follows is what arrived before.", ""]
+    out += [f"## Binding ceiling: **{d.ceiling.upper()}**", ""]
     r = s.rolling
     if r.ceiling not in ("unknown", d.ceiling):
         won = r.streak if r.pending == d.ceiling else 0

@@ -13,7 +13,8 @@ def diagnose_text(d: Diagnosis) -> str:
         v = "?" if c.value is None else f"{c.value:.4g} {c.unit}"
         lines.append(f"  {k:<10} {c.state:<9} {v:<28} {c.detail}")
     if d.us_per_launch is not None:
-        lines.append(f"µs per launch: {d.us_per_launch:.3g}")
+        per_kernel = d.candidates["launch"].unit == "µs/kernel"  # numbers alone: the time each kernel has
+        lines.append(f"{'µs available per kernel' if per_kernel else 'µs per launch'}: {d.us_per_launch:.3g}")
     if d.serial_fraction is not None:
         s = d.serial_fraction
         lines.append(f"serial fraction: {s:.3f}" + ("" if 0.0 <= s <= 1.0 else

@@ -20,7 +20,7 @@ class HeaderPanel(Redraw, Static):
         t = Text()
         model = s.model.name if s.model else "?"
         t.append(f"{s.label}", style="bold")
-        pid = "" if f"pid {s.pid}" in s.label else f"  pid {s.pid}"
+        pid = "" if not s.pid or f"pid {s.pid}" in s.label else f"  pid {s.pid}"
         t.append(f"{pid}  {model}\n")
         t.append(device_line(s) + "\n", style="dim")
         tk = s.tokens
