@@ -104,6 +104,12 @@ def _pm(s: wire.ProbeStatus) -> str:
     text = _word(s.pm, s.pm_reason, s.pm_error, detail)
     if s.pm_restarts:
         text += f"; re-armed {s.pm_restarts}x after {s.pm_restart_cause or 'an error'}"
+    if s.pm == "armed" and s.pm_armed_after_s is not None:
+        text += f"; armed {s.pm_armed_after_s:.1f} s after the attach (the counters were busy until then)"
+    elif s.pm_reason == "hardware_busy" and s.pm_busy_tries:
+        text += f"; tried again at {s.pm_busy_tries} pumps since"
+    if s.pm_last_release:
+        text += "; releasing the previous PM session failed at " + ", ".join(s.pm_last_release)
     return text
 
 

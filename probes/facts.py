@@ -21,6 +21,7 @@ class ProcessFacts:
     engine_cuda_graphs: bool | None = None
     windows_in_process: int = 0  # traced windows closed (CUPTI finalized) in this process, over every attach
     pm_armed_before: bool = False  # a PM session was armed in this process already
+    pm_last_release: list = field(default_factory=list)  # the steps that failed releasing the last PM session
     gpu: dict = field(default_factory=dict)  # wire.GpuInfo by CUDA index, read at the first attach that found it
     model: object = None  # wire.ModelFacts from the engine (sent in every hello)
 

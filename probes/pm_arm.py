@@ -16,13 +16,13 @@ BUSY_TRIES = 5
 BUSY_WAIT_S = 0.25
 
 
-def arm_pm(settings: wire.Attach, status: dict, sleep=time.sleep):
+def arm_pm(settings: wire.Attach, status: dict, sleep=time.sleep, tries: int = BUSY_TRIES):
     """A running PmSampler for this attach, or None; `status` gets the pm fields (armed, or why not)."""
     from decodemon.probes import pm_inproc  # noqa: PLC0415 - numpy and cupti only when a monitor attaches
 
     status.update(pm_where="in_process", pm_interval_us=int(settings.pm_interval_us), pm_error="", pm_reason="",
-                  pm_holders=[])
-    for attempt in range(BUSY_TRIES):
+                  pm_holders=[], pm_last_release=list(PROCESS.pm_last_release))
+    for attempt in range(tries):
         try:
             pm = pm_inproc.PmSampler(cuda_device_index(), settings.pm_interval_us, pump_s=settings.pm_pump_s)
         except PermissionError:
@@ -30,7 +30,7 @@ def arm_pm(settings: wire.Attach, status: dict, sleep=time.sleep):
             return None
         except Exception as exc:
             if pm_config.is_hardware_busy(exc):
-                if attempt + 1 < BUSY_TRIES:
+                if attempt + 1 < tries:
                     sleep(BUSY_WAIT_S)
                     continue
                 status.update(pm="unavailable", pm_reason="hardware_busy", pm_error=_text(exc),
@@ -81,10 +81,24 @@ def pump_status(pm) -> dict:
     return out
 
 
-def pump_pm(session, status: dict, rearm=arm_pm) -> list:
-    """Decode and evaluate PM samples into frames; re-arm PM if a CUPTI finalize took the session down."""
+def release_pm(pm) -> None:
+    """Release a PM session for good (the attach's end); the steps that failed are kept for the next attach."""
+    PROCESS.pm_last_release = list(pm.close() or [])
+
+
+def pump_pm(session, status: dict, rearm=arm_pm, now=time.monotonic) -> list:
+    """Decode and evaluate PM samples into frames; re-arm PM if a CUPTI finalize took the session down. Counters
+    that were busy at the attach are tried again at each pump: a profiler, or this process's previous session,
+    may let them go a few seconds later."""
     pm = session.pm
     if pm is None:
+        if status.get("pm_reason") == "hardware_busy" and session.settings.pm and \
+                status.get("pm_where") == "in_process":
+            with held.GilPolite():
+                session.pm = rearm(session.settings, status, tries=1)
+            status["pm_busy_tries"] = int(status.get("pm_busy_tries", 0)) + 1
+            if session.pm is not None:
+                status["pm_armed_after_s"] = round(now() - session.started, 2)
         return []
     try:
         got = pm.samples(dense_spans=session.pm_spans)

@@ -19,7 +19,7 @@ from decodemon.probes.attach_loop import AttachLoop
 from decodemon.probes.device import Unavailable, cuda_device_index, cupti_version, gpu_info
 from decodemon.probes.eventlog import EventLog
 from decodemon.probes.facts import PROCESS
-from decodemon.probes.pm_arm import arm_pm
+from decodemon.probes.pm_arm import arm_pm, release_pm
 from decodemon.probes.session import ACTIVE, Closer, Session
 from decodemon.probes.wire import socket_dir, socket_path
 
@@ -250,7 +250,7 @@ class Agent:
             # before the decode thread's finalize: a PM session that a CUPTI finalize takes down cannot be
             # disabled cleanly, and its counters can stay held for the next attach (pm_config.release)
             pm, session.pm = session.pm, None
-            pm.close()
+            release_pm(pm)
         keep_hooks = False
         if session is not None:
             # The decode thread disarms at its next boundary (a safe point for CUPTI);

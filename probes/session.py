@@ -52,6 +52,7 @@ class Session:
 
     def __init__(self, settings: wire.Attach, tracer) -> None:
         self.settings = settings
+        self.started = time.monotonic()
         self.marks_t: list[int] = []
         self.marks_d: list[int] = []
         self.marks_c: list[tuple] = []  # (index into marks_t, calls, ns, bytes) for tokens with collectives

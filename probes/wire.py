@@ -274,6 +274,9 @@ class ProbeStatus(msgspec.Struct, frozen=True, tag="status"):
     # host, and "this process" when an earlier attach here armed PM (pm_config.counter_holders)
     pm_holders: list[str] = []
     pm_restarts: int = 0  # PM re-armed this attach after a CUPTI finalize took it down
+    pm_busy_tries: int = 0  # arms tried at later pumps after the counters were found busy at the attach
+    pm_armed_after_s: Union[float, None] = None  # such a late arm: seconds after the attach it succeeded
+    pm_last_release: list[str] = []  # the steps that failed releasing this process's previous PM session
     pm_restart_cause: str = ""  # the exception type of the last re-arm's cause
     pm_stride: int = 0  # every pm_stride-th sample evaluated (adapts to the pump's budget)
     pm_pumps: int = 0

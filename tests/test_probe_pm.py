@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 import types
+from pathlib import Path
 
 from decodemon.monitor import probe_status
 from decodemon.probes import pm_arm, pm_config, wire
@@ -124,6 +125,10 @@ def test_a_real_profiler_process_on_this_host_is_named(tmp_path):
     shutil.copy(shutil.which("sleep"), ncu)
     p = subprocess.Popen([str(ncu), "30"])
     try:
+        for _ in range(200):  # Popen returns before the child's exec has renamed it
+            if Path(f"/proc/{p.pid}/comm").read_text().strip() == "ncu":
+                break
+            time.sleep(0.01)
         assert f"ncu (pid {p.pid})" in pm_config.counter_holders(False)
     finally:
         p.kill()
@@ -218,3 +223,34 @@ def test_detach_releases_pm_before_the_decode_thread_finalizes_cupti():
         theirs.close()
         sess.ACTIVE.session = None
     assert order == ["pm release", "trace close", "trace flush", "trace finalize"]
+
+
+def test_counters_busy_at_the_attach_are_tried_again_at_each_pump_and_armed_when_they_free(monkeypatch):
+    tries = _sampler_busy_for(monkeypatch, pm_arm.BUSY_TRIES + 2)  # busy through the attach and two pumps
+    status: dict = {}
+    s = sess.Session(wire.Attach(), None)
+    s.pm = pm_arm.arm_pm(wire.Attach(), status, sleep=lambda _: None)
+    assert s.pm is None and status["pm_reason"] == "hardware_busy"
+    for pump in range(3):
+        assert pm_arm.pump_pm(s, status, now=lambda: s.started + 1.25 + pump) == []
+        assert (s.pm is not None) == (pump == 2)
+    assert len(tries) == pm_arm.BUSY_TRIES + 3
+    assert (status["pm"], status["pm_reason"], status["pm_busy_tries"], status["pm_armed_after_s"]) == \
+        ("armed", "", 3, 3.25)
+    words = probe_status.describe(wire.ProbeStatus(**status))["pm"]
+    assert "armed 3.2 s after the attach (the counters were busy until then)" in words
+    off = sess.Session(wire.Attach(pm=False), None)
+    assert pm_arm.pump_pm(off, {"pm_reason": "hardware_busy", "pm_where": "in_process"}) == [] and off.pm is None
+
+
+def test_a_release_that_failed_is_said_at_the_next_attach(monkeypatch):
+    monkeypatch.setattr(PROCESS, "pm_last_release", [])
+    pm_arm.release_pm(types.SimpleNamespace(close=lambda: ["disable: cuptiError: ERROR_INVALID_OPERATION"]))
+    _sampler_busy_for(monkeypatch, 10**6)
+    status: dict = {}
+    assert pm_arm.arm_pm(wire.Attach(), status, sleep=lambda _: None) is None
+    assert status["pm_last_release"] == ["disable: cuptiError: ERROR_INVALID_OPERATION"]
+    words = probe_status.describe(wire.ProbeStatus(**status))["pm"]
+    assert "releasing the previous PM session failed at disable: cuptiError: ERROR_INVALID_OPERATION" in words
+    pm_arm.release_pm(types.SimpleNamespace(close=lambda: []))
+    assert PROCESS.pm_last_release == []
