@@ -30,14 +30,30 @@ def _children(pid: int) -> list[int]:
     return sorted(out)
 
 
+# torch.distributed's env:// rendezvous: what a launcher (torchrun) or a rank 0 gives the ranks it starts
+RANK_ENV = (b"WORLD_SIZE=", b"RANK=", b"LOCAL_RANK=", b"MASTER_PORT=")
+
+
+def is_rank(pid: int) -> bool:
+    """Was `pid` started as a rank of a group: does its environment carry torch.distributed's rendezvous? The
+    other children of an engine that inherit the agent (torch.compile's compile workers, data loaders) do not,
+    and watched as ranks they would arm PM on the GPU against the engine itself."""
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return any(e.startswith(RANK_ENV) for e in env)
+
+
 def discover_ranks(pid: int) -> list[int]:
     """The pids of every rank with an agent, rank 0 first, given any rank's pid or the launcher's.
 
     The demo engine's rank 0 starts ranks 1..N-1 as its children; a launcher (torchrun, `decodemon run`)
-    starts all of them. Either way the group is a process and its children that have agent sockets.
+    starts all of them. Either way the group is a process and those of its children that have agent sockets
+    and were started as ranks (is_rank).
     """
     def agents(pids):
-        return [p for p in pids if wire.socket_path(p).exists()]
+        return [p for p in pids if wire.socket_path(p).exists() and is_rank(p)]
 
     for root in (pid, _ppid(pid)):
         kids = agents(_children(root)) if root else []

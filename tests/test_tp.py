@@ -148,3 +148,46 @@ def test_a_graphed_windows_collectives_price_the_same_without_its_launch_calls()
         kern.add(rx, f)
     assert n >= 2
     assert collectives_json(kern.snapshot())["us_per_call"] == collectives_json(full.snapshot())["us_per_call"]
+
+
+HELPER_CHILD = """
+import runpy, subprocess, sys
+# a helper process that inherits the agent, as torch.compile's compile workers do: not a rank
+helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+sys.argv = ["demo", "--tiny", "--device", "cpu", "--tokens", "0"]
+try:
+    runpy.run_module("decodemon.engine_adapter.demo", run_name="__main__")
+finally:
+    helper.kill()
+"""
+
+
+def test_a_child_that_inherits_the_agent_but_is_no_rank_is_not_watched_as_one(tmp_path):
+    from decodemon.probes.wire import socket_path
+
+    script = tmp_path / "engine_with_helper.py"
+    script.write_text(HELPER_CHILD)
+    proc = subprocess.Popen([sys.executable, "-m", "decodemon.monitor.cli", "run", "--", sys.executable,
+                             str(script)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        pid = None
+        for line in proc.stderr:
+            if "started pid" in line:
+                pid = int(line.split("started pid")[1].split(";")[0])
+            if "decoding" in line:
+                break
+        kids = []
+        for _ in range(200):
+            kids = [int(k) for k in subprocess.run(["pgrep", "-P", str(pid)], capture_output=True,
+                                                   text=True).stdout.split()]
+            if kids and all(socket_path(k).exists() for k in kids) and socket_path(pid).exists():
+                break
+            time.sleep(0.05)
+        assert kids and socket_path(kids[0]).exists()  # the helper has an agent, and an attach could reach it
+        r = cli("attach", pid, "--json", "--seconds", "1.5", timeout=60)
+        assert r.returncode == 0, r.stderr
+        got = json.loads(r.stdout)
+        assert "group" not in got and got["pid"] == pid and got["tokens"] > 0
+    finally:
+        proc.terminate()
+        proc.wait(30)
