@@ -278,15 +278,18 @@ def pairs_on(pid: int, log: Path, pairs: int, phase_s: float) -> dict:
     time.sleep(phase_s)
     t_end = time.time()
     times = logged_times(log)
-    ratios, floor = [], []
+    ratios, floor, each = [], [], []
     for k, (t0, t1, t2) in enumerate(phases):
         nxt = phases[k + 1][0] if k + 1 < len(phases) else t_end
         u = [rate(times, t0, t1)["ms_per_token"], rate(times, t2, nxt)["ms_per_token"]]
         a = rate(times, t1, t2)["ms_per_token"]
+        each.append({"unobserved_s": [round(t0, 2), round(t1, 2)], "attached_s": [round(t1, 2), round(t2, 2)],
+                     "ms_per_token": [u[0], a, u[1]]})
         if a and all(u):
             ratios.append(a / statistics.mean(u))
             floor.append(u[1] / u[0])
-    return {"pairs": len(ratios), "phase_s": phase_s, "overhead_pcts": [round(100 * (x - 1), 3) for x in ratios],
+    return {"pairs": len(ratios), "phase_s": phase_s, "phases": each, "log_span_s": [round(min(times), 2),
+            round(max(times), 2)] if times else None, "overhead_pcts": [round(100 * (x - 1), 3) for x in ratios],
             "median_overhead_pct": round(100 * (statistics.median(ratios) - 1), 3) if ratios else None,
             "noise_floor_pct": round(100 * statistics.pstdev(floor), 3) if len(floor) > 1 else None}
 

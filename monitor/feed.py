@@ -86,8 +86,9 @@ class Feed:
     pm: Ring = None  # rows: PM_COLS
     pm_window: Ring = None  # rows: PM_COLS, the samples evaluated only for traced windows' spans (not averaged)
     nvml: deque = field(default_factory=deque)  # (rx_ns, NvmlSamples)
-    counts: Ring = None  # rows: COUNT_COLS, a server's counters at each scrape (watched from outside)
-    steps_seen: int = 0  # steps the server's count moved since the first read
+    counts: Ring = None  # rows: COUNT_COLS, step counts at each read (a server's, or the agent's graph replays)
+    counts_source: str = ""  # whose (StepCounts.server: "llama.cpp", wire.GRAPH_REPLAYS)
+    steps_seen: float = 0.0  # steps the count moved since the first read
     _last_steps: float | None = None
     status: wire.ProbeStatus = field(default_factory=wire.ProbeStatus)  # the probe's status, frames merged
     state: dict = field(default_factory=dict)  # the status in words (probe_status.describe)
@@ -127,14 +128,15 @@ class Feed:
             self.nvml.append((rx_ns, frame))
             while len(self.nvml) > self.max_nvml:
                 self.nvml.popleft()
-        elif isinstance(frame, wire.ServerCounts):
+        elif isinstance(frame, wire.StepCounts):
             cols = [frame.t_ns.array(), frame.steps.array(), frame.tokens.array(), frame.busy.array(),
                     frame.ended.array()]
             n = min(len(c) for c in cols)
             self.counts.extend(np.vstack([np.full(n, rx_ns, np.float64), *(c[:n] for c in cols)]))
             steps = cols[1][:n][np.isfinite(cols[1][:n])]
+            self.counts_source = frame.server
             for v in steps:  # only ever up: a ring that wraps, or a server's count that starts again, takes nothing
-                self.steps_seen += int(max(v - self._last_steps, 0)) if self._last_steps is not None else 0
+                self.steps_seen += max(float(v) - self._last_steps, 0.0) if self._last_steps is not None else 0.0
                 self._last_steps = float(v)
         elif isinstance(frame, wire.ProbeStatus):
             self._take_status(frame, frame.dropped_records, frame.recent_errors)

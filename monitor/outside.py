@@ -2,7 +2,7 @@
 
 No agent can be loaded there, so the monitor makes the frames itself, as an agent would have sent them:
 
-    llama-server ──GET /slots──> ServerCounts (each read: decode steps, tokens, requests in progress) ─┐
+    llama-server ──GET /slots──> StepCounts (each read: decode steps, tokens, requests in progress) ─┐
     PM sidecar on the server's GPU (device-wide counters, NVML) ──────────── PmSamples, NvmlSamples ───┼─> Session
     /proc/PID (alive? the same process?) ──────────────────────────────────────────────────── Bye ────┘
 
@@ -262,7 +262,7 @@ def frames(pid: int, seconds: float | None = None, stop=None, settings: wire.Att
         cols = list(zip(*rows))
         rows.clear()
         f8 = lambda i: wire.Column.of([float(v) for v in cols[i]], "<f8")  # noqa: E731
-        return wire.ServerCounts(url=url, t_ns=wire.Column.of(list(cols[0])), steps=f8(1), tokens=f8(2),
+        return wire.StepCounts(url=url, t_ns=wire.Column.of(list(cols[0])), steps=f8(1), tokens=f8(2),
                                  busy=f8(3), ended=f8(4), server="llama.cpp")
 
     hello = _hello(pid, *_gpus_of(pid))

@@ -108,8 +108,8 @@ def _pm(s: wire.ProbeStatus) -> str:
         text += f"; armed {s.pm_armed_after_s:.1f} s after the attach (the counters were busy until then)"
     elif s.pm_reason == "hardware_busy" and s.pm_busy_tries:
         text += f"; tried again at {s.pm_busy_tries} pumps since"
-    if s.pm_last_release:
-        text += "; releasing the previous PM session failed at " + ", ".join(s.pm_last_release)
+    if s.pm_last_release and s.pm_reason == "hardware_busy":  # a likely cause; after a finalize it often fails
+        text += "; releasing the previous PM session failed at " + ", ".join(s.pm_last_release)  # harmlessly
     return text
 
 

@@ -81,7 +81,8 @@ class Snapshot:
     api_window_age_s: float | None = None  # how long before the snapshot it arrived (0: it is `window`)
     # which clock ms/token comes from: "mark_token" (the engine's marks, host time), "nvtx_range:NAME" (the closes
     # of the NVTX range the attach named), the GPU's own steps in the traced windows ("graph replays" or "kernel
-    # period") when the loop marks nothing or runs ahead of the GPU, or "server_metrics" (watched from outside)
+    # period") when the loop marks nothing or runs ahead of the GPU, "graph_replays" (the replays the agent counted
+    # in a loop that marks nothing and has no traced window), or "server_metrics" (watched from outside)
     token_clock: str = ""
     # bytes per token two ways: the DRAM counters' read + write bytes over counted tokens (no model facts needed)
     # and the model's weights plus the KV cache at depth (an adapter or report_model); the diagnosis uses the
@@ -209,9 +210,10 @@ class Session:
         stretched by tracing, the marks are not), else the GPU's steps in the windows timed by it (a loop that
         marks nothing, or marks in bursts because its host runs ahead)."""
         f = self.feed
-        if len(f.counts) and not len(f.marks):  # watched from outside: the server's own step count
+        if len(f.counts) and not len(f.marks):  # a step count: a server's own (watched from outside), or replays
             ts = counter_stats(f.counts_since(since))
-            return ts, ("server_metrics" if ts is not None else "")
+            clock = "graph_replays" if f.counts_source == wire.GRAPH_REPLAYS else "server_metrics"
+            return ts, (clock if ts is not None else "")
         marks = f.token_times_ns(since)
         if not len(marks):
             marks = f.token_times_ns()
@@ -325,7 +327,8 @@ class Session:
             pid=f.hello.pid if f.hello else 0,
             device=gpu.name if gpu else (f"unavailable ({f.hello.gpu_unavailable})" if f.hello else "?"),
             sm_count=gpu.sm_count if gpu else 0, cc=gpu.cc if gpu else "",
-            tokens_total=f.tokens_seen or f.steps_seen, tokens=ts, window=last, windows_seen=len(self.metrics), pm=pm_avg,
+            tokens_total=f.tokens_seen or int(f.steps_seen), tokens=ts, window=last, windows_seen=len(self.metrics),
+            pm=pm_avg,
             nvml=nv, model=f.hello.model if f.hello else None, depth=f.depth(), bytes_per_token=bpt,
             bandwidth_gbs=bw, bandwidth_source=bw_src, diagnosis=d, rolling=self.rolling, probe=dict(f.state),
             errors=tuple(f.errors), dropped_records=f.dropped_records, other_pids=others, rx_ns=rx, ended=f.bye,
@@ -335,7 +338,8 @@ class Session:
                               if inp.kernel_sum_ms_per_token is not None and inp.ms_per_token else None),
             inputs=inp, observer=self.observer_cost(ts), pm_check=self.pm_check(max(rx - SPAN_NS, 0)),
             token_clock=self._clock, bytes_per_token_measured=self._bytes[0], bytes_per_token_model=self._bytes[1],
-            throughput_tokens_per_s=counter_throughput(f.counts_since(max(rx - SPAN_NS, 0))) if len(f.counts) else None,
+            throughput_tokens_per_s=counter_throughput(f.counts_since(max(rx - SPAN_NS, 0)))
+            if len(f.counts) and f.counts_source != wire.GRAPH_REPLAYS else None,
         )
 
     def pm_check(self, since: int) -> PmWindowCheck | None:

@@ -50,6 +50,16 @@ def note_collective(ns: int, nbytes: int) -> None:
     s.coll[2] += nbytes
 
 
+def note_graph_replay(graph: int) -> None:
+    """One CUDA graph replay (engine_adapter/cuda_graphs.py), by the graph's id: the step clock of a loop that
+    marks no token. One global read when dormant."""
+    s = ACTIVE.session
+    if s is None or not hasattr(s, "replay_graphs"):
+        return
+    s.replays += 1
+    s.replay_graphs.add(graph)
+
+
 def mark_token(depth: int = 0) -> None:
     """The token clock: call once per decoded token, at the boundary. Costs one global read when dormant."""
     s = ACTIVE.session

@@ -93,6 +93,7 @@ class AttachLoop:
                 self._pump(now)
             if self.sched.due("marks", now):
                 self._ship_marks()
+                self._ship_replays()
                 self.sched.ran("marks", now)
             if self.sched.due("stats", now):
                 self._stats(now)
@@ -263,6 +264,20 @@ class AttachLoop:
         for f in frames:
             self.out += wire.pack(f)
         self.sched.ran("pm", now)
+
+    def _ship_replays(self) -> None:
+        """The CUDA graph replays since the last ship as a step count: replays over the distinct graphs replayed
+        (a step replays each of its graphs once). Sent while the loop marks no token."""
+        s = self.session
+        n, graphs = s.replays, len(s.replay_graphs)
+        s.replays, s.replay_graphs = 0, set()
+        if not n or self.shipped:
+            return
+        s.replay_steps += n / max(graphs, 1)
+        col = wire.Column.of
+        self.out += wire.pack(wire.StepCounts(url="", server=wire.GRAPH_REPLAYS, t_ns=col([time.perf_counter_ns()]),
+                                              steps=col([s.replay_steps], "<f8"), tokens=col([s.replay_steps], "<f8"),
+                                              busy=col([1.0], "<f8"), ended=col([0.0], "<f8")))
 
     def _ship_marks(self) -> None:
         s = self.session

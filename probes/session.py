@@ -83,6 +83,11 @@ class Session:
         # a named NVTX range as the token clock (engine_adapter/nvtx_ranges.py): its closes mark the tokens, and
         # the engine's own mark_token calls are ignored
         self.token_range = settings.token_range
+        # CUDA graph replays (engine_adapter/cuda_graphs.py): the step count of a loop that marks no token; the
+        # distinct graphs replayed since the last ship, to count a step that replays several once
+        self.replays = 0
+        self.replay_graphs: set[int] = set()
+        self.replay_steps = 0.0
 
     def release(self) -> None:
         """Close the wake-up socket pair (a wake() after it does nothing) and the switch counter's file."""

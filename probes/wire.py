@@ -305,9 +305,14 @@ class ProbeStatus(msgspec.Struct, frozen=True, tag="status"):
     dropped_records: int = 0
 
 
-class ServerCounts(msgspec.Struct, frozen=True, tag="counts"):
-    """A server's own counts, read by the monitor (llama-server's /slots): the token clock of a process watched
-    from outside (no agent in it). One row per read; float64 counts, the monitor's monotonic clock."""
+GRAPH_REPLAYS = "cuda graph replays"  # StepCounts.server when the agent counted the steps
+
+
+class StepCounts(msgspec.Struct, frozen=True, tag="counts"):
+    """Decode steps counted, one row per read: a server's own counts read by the monitor (llama-server's /slots,
+    the token clock of a process watched from outside), or the CUDA graph replays the agent counted in a process
+    that marks no token (server GRAPH_REPLAYS: a step is one replay of each graph a step replays). float64
+    counts; the reader's monotonic clock."""
 
     url: str
     t_ns: Column
@@ -373,7 +378,7 @@ class Detach(msgspec.Struct, frozen=True, tag="detach"):
     """Disarm the probe and close the connection."""
 
 
-Frame = Union[RecordingHeader, Hello, TokenMarks, KernelWindow, PmSamples, NvmlSamples, Stats, ProbeStatus, ServerCounts,
+Frame = Union[RecordingHeader, Hello, TokenMarks, KernelWindow, PmSamples, NvmlSamples, Stats, ProbeStatus, StepCounts,
               Bye]
 Control = Union[Attach, Detach]
 

@@ -237,7 +237,7 @@ def test_a_recording_of_llama_server_replays_its_token_clock(server, tmp_path):
     r = cli("record", proc.pid, "-o", out, "--seconds", 3)
     assert r.returncode == 0, r.stderr
     frames = [f for _, f in wire.read_recording(out)]
-    assert sum(isinstance(f, wire.ServerCounts) for f in frames) >= 8
+    assert sum(isinstance(f, wire.StepCounts) for f in frames) >= 8
     j = json.loads(cli("replay", out, "--json").stdout)
     assert j["token_clock"] == "server_metrics" and j["tokens_per_s"] > 0
 

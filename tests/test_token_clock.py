@@ -123,3 +123,68 @@ def test_a_window_too_short_to_hold_a_whole_step_gives_no_step_clock():
     assert gpu_step_stats([[5_000_000]], 50.0, 50.0) is None
     assert gpu_step_stats([[5_000_000, 5_000_000]], 50.0, 50.0) is None
     assert gpu_step_stats([[5_000_000, 5_000_000], [7_000_000, 11_000_000]], 99.0, None).ms_per_token == 4.0
+
+
+REPLAY_LOOP = """
+import json, sys, time
+import torch.cuda.graphs as g
+
+
+class StandIn:
+    # a CPU-only machine has no CUDA graph to replay: a class with CUDAGraph's replay method stands in for it
+    def replay(self):
+        time.sleep(0.002)  # as a replay's wait for the GPU, without the GIL
+
+
+g.CUDAGraph = StandIn
+attn, mlp = StandIn(), StandIn()  # a step replays two graphs, each once
+out = open(sys.argv[1], "w")
+print("decoding", file=sys.stderr, flush=True)
+while True:
+    attn.replay()
+    mlp.replay()
+    out.write(f"{time.time()}\\n")
+    out.flush()
+"""
+
+
+def test_cuda_graph_replays_are_the_step_clock_of_a_loop_that_marks_nothing(tmp_path):
+    """A loop with no token marks and no traced window (as torch.compile's reduce-overhead decode on a GPU) is
+    timed by its graph replays, counted by the adapter the agent installs at attach and removes at detach."""
+    import json
+    import subprocess
+    import sys
+    import time
+
+    from decodemon.probes.wire import socket_path
+    from tests.conftest import cli
+
+    script, log = tmp_path / "replays.py", tmp_path / "steps.txt"
+    script.write_text(REPLAY_LOOP)
+    proc = subprocess.Popen([sys.executable, "-m", "decodemon.monitor.cli", "run", "--", sys.executable, str(script),
+                             str(log)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        pid = None
+        for line in proc.stderr:
+            if "started pid" in line:
+                pid = int(line.split("started pid")[1].split(";")[0])
+            if "decoding" in line:
+                break
+        while not socket_path(pid).exists():
+            time.sleep(0.05)
+        t0 = time.time()
+        r = cli("attach", pid, "--json", "--seconds", "3", timeout=60)
+        t1 = time.time()
+        assert r.returncode == 0, r.stderr
+        got = json.loads(r.stdout)
+        own = [float(x) for x in log.read_text().split()]
+        own = [t for t in own if t0 + 0.5 < t < t1 - 0.5]
+        own_ms = 1e3 * (own[-1] - own[0]) / (len(own) - 1)
+        assert got["token_clock"] == "graph_replays"
+        assert got["ms_per_token"] == pytest.approx(own_ms, rel=0.1)  # a step is both replays, not one
+        assert got["tokens"] > 100 and got.get("throughput_tokens_per_s") is None
+        r = cli("attach", pid, "--json", "--seconds", "1", timeout=60)  # the adapter came out and goes in again
+        assert json.loads(r.stdout)["token_clock"] == "graph_replays"
+    finally:
+        proc.terminate()
+        proc.wait(30)

@@ -58,7 +58,8 @@ def still_measured(s) -> str:
     """What is measured without traced windows: the token clock, and PM and NVML where they run."""
     parts = []
     if s.tokens is not None:
-        clock = "the server's own step counter" if s.token_clock == "server_metrics" else "the engine's clock"
+        clock = {"server_metrics": "the server's own step counter",
+                 "graph_replays": "its CUDA graph replays"}.get(s.token_clock, "the engine's clock")
         parts.append(f"{s.tokens_total} tokens at {s.tokens.ms_per_token:.3f} ms/token ({clock})")
     else:
         parts.append("tokens and ms/token from the engine's clock, once it decodes")
