@@ -21,7 +21,7 @@ from decodemon.monitor.analysis.collectives import host_clock_times_collectives
 from decodemon.monitor.analysis.rates import (dram_bytes_per_s, gpu_step_stats, marks_in_bursts, step_bytes,
                                               traced_dram_ratio)
 from decodemon.monitor.analysis.tokens import (TokenStats, counter_intervals, counter_stats, counter_throughput,
-                                              token_stats)
+                                              replay_stats, token_stats)
 from decodemon.monitor.analysis.window import WindowMetrics, window_metrics
 from decodemon.monitor.feed import Feed
 from decodemon.monitor.rolling import Rolling, advance
@@ -211,9 +211,11 @@ class Session:
         marks nothing, or marks in bursts because its host runs ahead)."""
         f = self.feed
         if len(f.counts) and not len(f.marks):  # a step count: a server's own (watched from outside), or replays
+            if f.counts_source == wire.GRAPH_REPLAYS:
+                ts = replay_stats(f.counts_since(since))
+                return ts, ("graph_replays" if ts is not None else "")
             ts = counter_stats(f.counts_since(since))
-            clock = "graph_replays" if f.counts_source == wire.GRAPH_REPLAYS else "server_metrics"
-            return ts, (clock if ts is not None else "")
+            return ts, ("server_metrics" if ts is not None else "")
         marks = f.token_times_ns(since)
         if not len(marks):
             marks = f.token_times_ns()

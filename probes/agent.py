@@ -19,6 +19,7 @@ import atexit
 import os
 import sys
 import threading
+import time
 from pathlib import Path
 
 from decodemon.probes import wire
@@ -56,6 +57,8 @@ def note_graph_replay(graph: int) -> None:
     s = ACTIVE.session
     if s is None or not hasattr(s, "replay_graphs"):
         return
+    if not s.replays:
+        s.replay_t0 = time.perf_counter_ns()  # the first replay since the last ship: a point on the count's curve
     s.replays += 1
     s.replay_graphs.add(graph)
 

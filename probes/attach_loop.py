@@ -267,17 +267,19 @@ class AttachLoop:
 
     def _ship_replays(self) -> None:
         """The CUDA graph replays since the last ship as a step count: replays over the distinct graphs replayed
-        (a step replays each of its graphs once). Sent while the loop marks no token."""
+        (a step replays each of its graphs once). One row per ship with replays in it: the time of its first
+        replay and the steps counted before it, an exact point on the count's curve (monitor/analysis/tokens.py
+        reads a host that runs ahead in bursts by them). Sent while the loop marks no token."""
         s = self.session
-        n, graphs = s.replays, len(s.replay_graphs)
+        n, graphs, t0 = s.replays, len(s.replay_graphs), s.replay_t0
         s.replays, s.replay_graphs = 0, set()
         if not n or self.shipped:
             return
-        s.replay_steps += n / max(graphs, 1)
         col = wire.Column.of
-        self.out += wire.pack(wire.StepCounts(url="", server=wire.GRAPH_REPLAYS, t_ns=col([time.perf_counter_ns()]),
+        self.out += wire.pack(wire.StepCounts(url="", server=wire.GRAPH_REPLAYS, t_ns=col([t0]),
                                               steps=col([s.replay_steps], "<f8"), tokens=col([s.replay_steps], "<f8"),
                                               busy=col([1.0], "<f8"), ended=col([0.0], "<f8")))
+        s.replay_steps += n / max(graphs, 1)
 
     def _ship_marks(self) -> None:
         s = self.session

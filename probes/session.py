@@ -86,6 +86,7 @@ class Session:
         # CUDA graph replays (engine_adapter/cuda_graphs.py): the step count of a loop that marks no token; the
         # distinct graphs replayed since the last ship, to count a step that replays several once
         self.replays = 0
+        self.replay_t0 = 0
         self.replay_graphs: set[int] = set()
         self.replay_steps = 0.0
 

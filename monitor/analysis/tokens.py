@@ -70,3 +70,27 @@ def counter_throughput(c: dict) -> float | None:
     ok = counter_intervals(c)
     dt = np.diff(np.asarray(c["t_ns"], np.float64))[ok].sum() / 1e9
     return float(np.diff(np.asarray(c["tokens"], np.float64))[ok].sum() / dt) if dt > 0 else None
+
+
+REPLAY_PAUSE_NS = 400_000_000  # rows this far apart: the replays paused between them (a host that waited)
+
+
+def replay_stats(c: dict) -> TokenStats | None:
+    """The figures from the CUDA graph replays the agent counted (`c`: feed.COUNT_COLS columns; each row the time
+    of a ship's first replay and the steps counted before it). A host that runs ahead enqueues a burst of steps,
+    then waits for the GPU to finish them: the rows that follow a pause start a burst, where the GPU has caught
+    up, so ms a step is taken between them, over whole bursts. A loop that replays steadily has no pause, and
+    every row counts. p90 and p99 are over the intervals' own ms a step. None with fewer than 3 rows."""
+    t, st = np.asarray(c["t_ns"], np.float64), np.asarray(c["steps"], np.float64)
+    if len(t) < 3:
+        return None
+    after_pause = np.flatnonzero(np.diff(t) > REPLAY_PAUSE_NS) + 1
+    idx = after_pause if len(after_pause) >= 2 else np.arange(len(t))
+    dt, ds = np.diff(t[idx]) / 1e6, np.diff(st[idx])
+    ok = (dt > 0) & (ds > 0)
+    if not ok.any():
+        return None
+    per = dt[ok] / ds[ok]
+    ms = float(dt[ok].sum() / ds[ok].sum())
+    return TokenStats(tokens=int(ds[ok].sum()), ms_per_token=ms, ms_per_token_p90=float(np.percentile(per, 90)),
+                      ms_per_token_p99=float(np.percentile(per, 99)), tokens_per_s=1e3 / ms)
