@@ -31,6 +31,7 @@ LOOPS = ROOT / "benchmarks" / "loops"
 PY = sys.executable
 DM = [PY, "-m", "decodemon.monitor.cli"]
 PROBE: list[str] = []  # --probe KEY=VALUE arguments given to every record and attach (main's --probe)
+ATTACH_S = 2.0  # each re-attach's seconds (--attach-s)
 INJECTED_IDLE_S = 3.0  # seconds between the injection and the first attach
 AFTER_S = 15.0  # seconds the loop runs detached at the end, against as many before the injection
 PLAIN_WARM_S = 20.0  # a loop started with plain python decodes this long before the injection (its first
@@ -201,7 +202,7 @@ def watch(case: str, out: Path, tiny: bool, record_s: float, attaches: int, cost
         rec_span = (t0, t1)
         res["attaches"] = []
         for _ in range(attaches):
-            j, err = cli_json("attach", pid, "--seconds", 2, *PROBE)
+            j, err = cli_json("attach", pid, "--seconds", ATTACH_S, *PROBE)
             res["attaches"].append({k: (j or {}).get(k) for k in (
                 "verdict", "ceiling", "ms_per_token", "launches_per_token", "tokens", "token_clock", "gpu_busy_pct",
                 "bytes_per_token_measured", "errors")} | {"pm": ((j or {}).get("probe") or {}).get("pm"),
@@ -280,8 +281,8 @@ def pairs_on(pid: int, log: Path, pairs: int, phase_s: float) -> dict:
     times = logged_times(log)
     ratios, floor, each = [], [], []
     for k, (t0, t1, t2) in enumerate(phases):
-        nxt = phases[k + 1][0] if k + 1 < len(phases) else t_end
-        u = [rate(times, t0, t1)["ms_per_token"], rate(times, t2, nxt)["ms_per_token"]]
+        after = phases[k + 1][:2] if k + 1 < len(phases) else (t2, t_end)  # the next pair's unobserved phase
+        u = [rate(times, t0, t1)["ms_per_token"], rate(times, *after)["ms_per_token"]]
         a = rate(times, t1, t2)["ms_per_token"]
         each.append({"unobserved_s": [round(t0, 2), round(t1, 2)], "attached_s": [round(t1, 2), round(t2, 2)],
                      "ms_per_token": [u[0], a, u[1]]})
@@ -301,6 +302,7 @@ def main() -> int:
                                        "demo_graph_marks,demo_graph_nomarks")
     ap.add_argument("--record-s", type=float, default=8.0)
     ap.add_argument("--attaches", type=int, default=5)
+    ap.add_argument("--attach-s", type=float, default=ATTACH_S, help="seconds of each re-attach")
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--profile-only", action="store_true")
     ap.add_argument("--cost", default="", help="a case to price with interleaved phases after its attaches")
@@ -311,6 +313,7 @@ def main() -> int:
                     help="a probe setting for every record and attach (repeatable)")
     a = ap.parse_args()
     PROBE.extend(x for kv in a.probe for x in ("--probe", kv))
+    globals()["ATTACH_S"] = a.attach_s
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     tiny = a.tiny or not Path("/dev/nvidia0").exists()

@@ -73,6 +73,7 @@ def counter_throughput(c: dict) -> float | None:
 
 
 REPLAY_PAUSE_NS = 400_000_000  # rows this far apart: the replays paused between them (a host that waited)
+REPLAY_STEADY_ROWS = 8  # with one pause, this many rows are a steady loop that paused once, fewer a short span
 
 
 def replay_stats(c: dict) -> TokenStats | None:
@@ -85,6 +86,8 @@ def replay_stats(c: dict) -> TokenStats | None:
     if len(t) < 3:
         return None
     after_pause = np.flatnonzero(np.diff(t) > REPLAY_PAUSE_NS) + 1
+    if len(after_pause) == 1 and len(t) < REPLAY_STEADY_ROWS:
+        return None  # one burst's start seen, not two: no whole burst to time yet
     idx = after_pause if len(after_pause) >= 2 else np.arange(len(t))
     dt, ds = np.diff(t[idx]) / 1e6, np.diff(st[idx])
     ok = (dt > 0) & (ds > 0)
