@@ -11,7 +11,7 @@ import re
 
 import msgspec
 
-from decodemon.probes import wire
+from decodemon.probes import policy, wire
 
 PM_FIRST_SESSION_NOTE = ("first PM session in this process: on an H200 it left a graphed loop ~13% faster for the "
                          "rest of the process (clocks unchanged, +16 W) after ~0.3 s of slow tokens; compare "
@@ -116,15 +116,15 @@ def _pm(s: wire.ProbeStatus) -> str:
 def _windows(s: wire.ProbeStatus, out: dict) -> None:
     if s.windows_in_process:
         out["cupti_windows"] = (f"{s.windows_in_process} in this process (they keep up to "
-                                f"~{s.windows_in_process * wire.CUPTI_KB_PER_WINDOW / 1024:.0f} MB)")
+                                f"~{s.windows_in_process * policy.CUPTI_KB_PER_WINDOW / 1024:.0f} MB)")
     if s.window_budget_state == "spent":
         out["window_budget"] = (f"{s.windows_in_process} windows in this process: no more traced windows (their "
                                 "memory is capped); PM and the token clock go on")
     elif s.window_budget_state == "rationed":
-        out["window_budget"] = (f"{s.window_budget} windows reached: one window every {wire.BUDGET_PERIOD_S:g} s "
+        out["window_budget"] = (f"{s.window_budget} windows reached: one window every {policy.BUDGET_PERIOD_S:g} s "
                                 f"from now on (memory ≤ ~"
-                                f"{wire.CUPTI_KB_PER_WINDOW * 3600 / wire.BUDGET_PERIOD_S / 1024:.0f} MB/hour, none "
-                                f"after {wire.BUDGET_CAP * s.window_budget} windows)")
+                                f"{policy.CUPTI_KB_PER_WINDOW * 3600 / policy.BUDGET_PERIOD_S / 1024:.0f} MB/hour, none "
+                                f"after {policy.BUDGET_CAP * s.window_budget} windows)")
     if s.window_clock == "time":
         out["window_clock"] = f"time ({_CLOCK_REASONS.get(s.window_clock_reason, s.window_clock_reason)})"
     elif s.window_clock == "tokens":

@@ -81,8 +81,9 @@ class Snapshot:
     api_window_age_s: float | None = None  # how long before the snapshot it arrived (0: it is `window`)
     # which clock ms/token comes from: "mark_token" (the engine's marks, host time), "nvtx_range:NAME" (the closes
     # of the NVTX range the attach named), the GPU's own steps in the traced windows ("graph replays" or "kernel
-    # period") when the loop marks nothing or runs ahead of the GPU, "graph_replays" (the replays the agent counted
-    # in a loop that marks nothing and has no traced window), or "server_metrics" (watched from outside)
+    # period") when the loop marks nothing or runs ahead of the GPU, "replay_count" (the CUDA graph replays the
+    # agent counted, in a loop that marks nothing and has no traced window), or "server_metrics" (watched from
+    # outside)
     token_clock: str = ""
     # bytes per token two ways: the DRAM counters' read + write bytes over counted tokens (no model facts needed)
     # and the model's weights plus the KV cache at depth (an adapter or report_model); the diagnosis uses the
@@ -213,7 +214,7 @@ class Session:
         if len(f.counts) and not len(f.marks):  # a step count: a server's own (watched from outside), or replays
             if f.counts_source == wire.GRAPH_REPLAYS:
                 ts = replay_stats(f.counts_since(since))
-                return ts, ("graph_replays" if ts is not None else "")
+                return ts, ("replay_count" if ts is not None else "")
             ts = counter_stats(f.counts_since(since))
             return ts, ("server_metrics" if ts is not None else "")
         marks = f.token_times_ns(since)

@@ -12,6 +12,11 @@ from __future__ import annotations
 from decodemon.probes import wire
 
 # no token marked for this long (since the attach or the last mark): windows open by time
+BUDGET_PERIOD_S = 60.0
+BUDGET_CAP = 4  # and after BUDGET_CAP x window_budget windows in a process, no more (PM and the token clock go on)
+# H200, libcupti 13.4.92: 86-96 KB per CUPTI init/finalize cycle, ~280 KB per window with PM re-armed after each
+CUPTI_KB_PER_WINDOW = 280
+
 NO_MARKS_S = 2.0
 # ... but at an attach's start a loop that marks tokens marks one within a token, so the first verdict need not
 # wait 2 s: with no mark this long after the attach, the first window opens by time
@@ -62,7 +67,7 @@ def window_due(st: wire.Attach, now: float, next_window: float, since_s: float, 
     if budget == "spent":
         return False  # the process's memory has an absolute ceiling; PM sampling and the token clock go on
     if budget == "rationed":
-        return since_s >= max(wire.BUDGET_PERIOD_S, st.window_period_s)
+        return since_s >= max(BUDGET_PERIOD_S, st.window_period_s)
     return tokens_since >= st.window_min_tokens or since_s + slack_s >= max(st.window_max_s, st.window_period_s)
 
 
@@ -79,7 +84,7 @@ def cap_lead_s(tick_s: float, since_s: float, tokens_since: int) -> float:
 def budget_state(windows_in_process: int, window_budget: int) -> str:
     """"open" until the process has had `window_budget` windows, then "rationed" (one every BUDGET_PERIOD_S),
     then "spent" after BUDGET_CAP times the budget (more than a day at the defaults): no more windows."""
-    if windows_in_process >= wire.BUDGET_CAP * window_budget:
+    if windows_in_process >= BUDGET_CAP * window_budget:
         return "spent"
     if windows_in_process >= window_budget:
         return "rationed"

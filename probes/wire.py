@@ -32,21 +32,6 @@ _REC = struct.Struct("<IQ")  # payload length, receive time (ns since recording 
 MAX_FRAME_BYTES = 64 * 1024 * 1024
 
 
-def socket_dir():
-    """Per-user directory for agent sockets: $XDG_RUNTIME_DIR/decodemon or /tmp/decodemon-<uid>."""
-    from pathlib import Path
-
-    xdg = os.environ.get("XDG_RUNTIME_DIR")
-    if xdg and os.path.isdir(xdg):
-        return Path(xdg) / "decodemon"
-    return Path(f"/tmp/decodemon-{os.getuid()}")
-
-
-def socket_path(pid: int):
-    """Where the agent of process `pid` listens."""
-    return socket_dir() / f"{pid}.sock"
-
-
 class WireError(ValueError):
     """A frame, stream or recording that cannot be read; the message is one line for the user."""
 
@@ -298,7 +283,7 @@ class ProbeStatus(msgspec.Struct, frozen=True, tag="status"):
     agent_cpu_ms_per_s: Union[float, None] = None  # the agent thread's own CPU, libcupti's calls included
     windows_in_process: int = 0  # traced windows closed (CUPTI finalized) in this process, over every attach
     window_budget: int = 0  # Attach.window_budget
-    window_budget_state: str = ""  # "open", "rationed" (one window every BUDGET_PERIOD_S) or "spent"
+    window_budget_state: str = ""  # "open", "rationed" (one window every policy.BUDGET_PERIOD_S) or "spent"
     windows: int = 0  # windows sent in this attach
     errors: int = 0  # errors noted in this attach
     recent_errors: list[str] = []  # the last few, as raised
@@ -339,7 +324,8 @@ class Attach(msgspec.Struct, frozen=True, tag="attach"):
     # longer than window_max_s
     window_min_tokens: int = 250
     window_max_s: float = 5.0
-    # each window leaves ~90-280 KB in the process for good (H200): past this many, one every BUDGET_PERIOD_S
+    # each window leaves ~90-280 KB in the process for good (H200): past this many, one every
+    # policy.BUDGET_PERIOD_S
     window_budget: int = 500
     pm_interval_us: int = 2000
     nvml_hz: float = 4.0
@@ -366,12 +352,6 @@ class Attach(msgspec.Struct, frozen=True, tag="attach"):
     # a named NVTX range as the token clock: each close of a range of this name, pushed from Python through
     # torch.cuda.nvtx or the nvtx package, marks a token, and the engine's own marks are ignored ("": marks)
     token_range: str = ""
-
-
-BUDGET_PERIOD_S = 60.0
-BUDGET_CAP = 4  # and after BUDGET_CAP x window_budget windows in a process, no more (PM and the token clock go on)
-# H200, libcupti 13.4.92: 86-96 KB per CUPTI init/finalize cycle, ~280 KB per window with PM re-armed after each
-CUPTI_KB_PER_WINDOW = 280
 
 
 class Detach(msgspec.Struct, frozen=True, tag="detach"):
@@ -408,34 +388,8 @@ def decode_control(payload: bytes) -> Control:
         raise WireError(f"malformed control message: {exc}") from None
 
 
-def pack(obj) -> bytes:
-    """One frame with its 4-byte length prefix, ready for a socket."""
-    payload = encode(obj)
-    return _LEN.pack(len(payload)) + payload
-
-
-class StreamReader:
-    """Incremental reader of length-prefixed payloads from a byte stream."""
-
-    def __init__(self, max_frame: int = MAX_FRAME_BYTES) -> None:
-        self._buf = bytearray()
-        self._max = max_frame
-
-    def feed(self, data: bytes) -> list[bytes]:
-        """Add bytes; return every complete payload now available."""
-        self._buf += data
-        out = []
-        while len(self._buf) >= 4:
-            (n,) = _LEN.unpack_from(self._buf)
-            if n > self._max:
-                raise WireError(f"frame of {n} bytes exceeds the {self._max}-byte limit")
-            if len(self._buf) < 4 + n:
-                break
-            out.append(bytes(self._buf[4 : 4 + n]))
-            del self._buf[: 4 + n]
-        return out
-
-
 # a recording is the same frames in a file (probes/wire_file.py); its names are the wire's
 from decodemon.probes.wire_file import (RecordingWriter, load_recording, read_recording,  # noqa: E402,F401
                                         recording_bytes)
+# the socket a live attach reads, and its length-prefixed framing (probes/wire_socket.py)
+from decodemon.probes.wire_socket import StreamReader, pack, socket_dir, socket_path  # noqa: E402,F401

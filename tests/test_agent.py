@@ -393,8 +393,8 @@ def test_window_budget_caps_cuptis_memory_per_hour_once_spent():
     assert due(st, now=4.0, next_window=4.0, since_s=4.0, tokens_since=1000, windows_so_far=2)
     assert not due(st, now=4.0, next_window=4.0, since_s=4.0, tokens_since=1000, windows_so_far=3)
     assert not due(st, now=59.0, next_window=4.0, since_s=59.0, tokens_since=10**6, windows_so_far=3)
-    assert due(st, now=60.0, next_window=4.0, since_s=wire.BUDGET_PERIOD_S, tokens_since=0, windows_so_far=3)
-    cap = wire.BUDGET_CAP * 3  # an absolute ceiling: no window at all after it
+    assert due(st, now=60.0, next_window=4.0, since_s=policy.BUDGET_PERIOD_S, tokens_since=0, windows_so_far=3)
+    cap = policy.BUDGET_CAP * 3  # an absolute ceiling: no window at all after it
     assert due(st, now=60.0, next_window=4.0, since_s=60.0, tokens_since=0, windows_so_far=cap - 1)
     assert not due(st, now=10**6, next_window=4.0, since_s=10**6, tokens_since=10**9, windows_so_far=cap)
 

@@ -52,7 +52,7 @@ def test_marks_in_bursts_mean_the_host_runs_ahead_and_windows_open_by_time():
 def test_the_budget_rations_then_stops_windows():
     assert policy.budget_state(0, 500) == "open"
     assert policy.budget_state(500, 500) == "rationed"
-    assert policy.budget_state(wire.BUDGET_CAP * 500, 500) == "spent"
+    assert policy.budget_state(policy.BUDGET_CAP * 500, 500) == "spent"
 
 
 def test_the_guard_token_follows_graphs_seen_and_what_the_engine_said():

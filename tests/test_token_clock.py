@@ -196,12 +196,12 @@ def test_cuda_graph_replays_are_the_step_clock_of_a_loop_that_marks_nothing(tmp_
         own = [float(x) for x in log.read_text().split()]
         own = [t for t in own if t0 + 0.5 < t < t1 - 0.5]
         own_ms = 1e3 * (own[-1] - own[0]) / (len(own) - 1)
-        assert got["token_clock"] == "graph_replays"
+        assert got["token_clock"] == "replay_count"
         # a step is both replays, not one; a burst's steps take the GPU's time, not the enqueue's
         assert got["ms_per_token"] == pytest.approx(own_ms, rel=0.05), (got["ms_per_token"], own_ms)
         assert got["tokens"] > 100 and got.get("throughput_tokens_per_s") is None
         r = cli("attach", pid, "--json", "--seconds", "3", timeout=60)  # the adapter came out and goes in again
-        assert json.loads(r.stdout)["token_clock"] == "graph_replays"
+        assert json.loads(r.stdout)["token_clock"] == "replay_count"
     finally:
         proc.terminate()
         proc.wait(30)

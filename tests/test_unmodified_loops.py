@@ -130,3 +130,19 @@ def test_the_compiled_8b_summary_reads_its_step_bytes_and_bandwidth_off_the_trac
     assert j["token_clock"] == "graph replays" and abs(j["ms_per_token"] / 5.715 - 1) < 0.03
     assert abs(j["bytes_per_token_measured"] / weights - 1) < 0.10
     assert j["ceiling"] == "bandwidth" and j["candidates"]["bandwidth"]["state"] == "binding"
+
+
+def test_the_compiled_8b_loop_is_timed_by_its_graph_replays_with_no_window_at_all():
+    """The same compiled 8B loop recorded for 8 s under `decodemon run` (H200, 2026-12-01 21:15 UTC, tree of
+    3046e97). A process that replays CUDA graphs and marks nothing gets no traced window, so its clock is the
+    replays the adapter counted: the host enqueues ~200 steps in a burst, then waits for the GPU, and the rate is
+    read between the bursts' starts. The loop's own clock read 5.700 ms/token over the recorded seconds."""
+    j = replay(DATA / "h200_compiled_llama8b_replays.dmon").as_json()
+    frames = [f for _, f in wire.read_recording(DATA / "h200_compiled_llama8b_replays.dmon")]
+    assert not any(isinstance(f, (wire.KernelWindow, wire.TokenMarks)) for f in frames)
+    weights = 2 * (32 * (2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336) + 128256 * 4096)
+    assert j["token_clock"] == "replay_count" and abs(j["ms_per_token"] / 5.700 - 1) < 0.03
+    assert j["tokens"] >= 800 and j["launches_per_token"] is None  # no window: no launch count, and none made up
+    assert abs(j["bytes_per_token_measured"] / weights - 1) < 0.10
+    assert j["ceiling"] == "bandwidth" and j["candidates"]["bandwidth"]["state"] == "binding"
+    assert j["candidates"]["bandwidth"]["value"] == pytest.approx(1.74, abs=0.03)

@@ -59,7 +59,7 @@ def still_measured(s) -> str:
     parts = []
     if s.tokens is not None:
         clock = {"server_metrics": "the server's own step counter",
-                 "graph_replays": "its CUDA graph replays"}.get(s.token_clock, "the engine's clock")
+                 "replay_count": "its CUDA graph replays"}.get(s.token_clock, "the engine's clock")
         parts.append(f"{s.tokens_total} tokens at {s.tokens.ms_per_token:.3f} ms/token ({clock})")
     else:
         parts.append("tokens and ms/token from the engine's clock, once it decodes")
