@@ -221,11 +221,26 @@ def _launch(i: Inputs, floor: float | None) -> tuple[Candidate, float | None]:
     return Candidate(per, "µs/kernel", thr, state, detail), per
 
 
+def _occupancy_by_counters(i: Inputs, thr: str) -> Candidate:
+    """No grid dims (no traced window): OCCUPANCY priced by PM's SM active against GPU busy alone."""
+    if i.sm_active_pct is None or not i.gpu_busy_pct:
+        return Candidate(None, "% kernel time in small grids", thr, UNKNOWN, "needs a traced window (grid dims)")
+    ratio = i.sm_active_pct / i.gpu_busy_pct
+    detail = (f"SM active {i.sm_active_pct:.0f}% vs GPU busy {i.gpu_busy_pct:.0f}% (PM counters; no traced window, "
+              "so no grid dims)")
+    if i.gpu_busy_pct < 50:
+        state = UNKNOWN
+        detail += "; the GPU is idle most of the step, so grids are not yet what binds"
+    else:
+        state = BINDING if ratio < 0.5 else RULED_OUT if ratio >= 0.8 else UNKNOWN
+    return Candidate(100 * ratio, "% SM active of GPU busy", thr, state, detail)
+
+
 def _occupancy(i: Inputs) -> Candidate:
     thr = (f"GPU busy ≥50% with ≥{OCCUPANCY_SMALL_SHARE_PCT:g}% of kernel time in grids under 25% of the SMs, "
            "or SM active < half of GPU busy")
     if i.small_grid_share_pct is None:
-        return Candidate(None, "% kernel time in small grids", thr, UNKNOWN, "needs a traced window (grid dims)")
+        return _occupancy_by_counters(i, thr)
     ratio = None
     if i.sm_active_pct is not None and i.gpu_busy_pct:
         ratio = i.sm_active_pct / i.gpu_busy_pct

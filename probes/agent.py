@@ -85,9 +85,19 @@ def start() -> Path | None:
         return _agent.path
 
 
+# processes an engine starts that inherit `decodemon run`'s environment but decode nothing: no agent in them (an
+# attach or the exporter would arm PM in them against the engine)
+HELPERS = ("_inductor/compile_worker/", "torch._inductor.compile_worker")  # torch.compile's compile workers
+
+
+def is_helper(argv: list[str]) -> bool:
+    """Is this command line one of the HELPERS?"""
+    return any(h in a.replace(os.sep, "/") for a in argv[:3] for h in HELPERS)
+
+
 def start_from_env() -> None:
-    """Start the agent if DECODEMON_AGENT=1 (set by `decodemon run`)."""
-    if os.environ.get("DECODEMON_AGENT") == "1":
+    """Start the agent if DECODEMON_AGENT=1 (set by `decodemon run`), unless this process is a helper."""
+    if os.environ.get("DECODEMON_AGENT") == "1" and not is_helper(list(getattr(sys, "orig_argv", sys.argv))):
         start()
 
 

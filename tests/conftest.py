@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 import sys
 from pathlib import Path
 
@@ -37,6 +38,27 @@ def sleeper():
     yield p
     p.kill()
     p.wait()
+
+
+def run_script(script, *args) -> tuple[subprocess.Popen, int]:
+    """`decodemon run -- python SCRIPT ARGS`: the process and the script's pid, once it has said "decoding" on
+    stderr and its agent listens."""
+    from decodemon.probes.wire import socket_path
+
+    proc = subprocess.Popen([sys.executable, "-m", "decodemon.monitor.cli", "run", "--", sys.executable, str(script),
+                             *map(str, args)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    pid = None
+    for line in proc.stderr:
+        if "started pid" in line:
+            pid = int(line.split("started pid")[1].split(";")[0])
+        if "decoding" in line:
+            break
+    assert pid is not None, "the script did not start"
+    for _ in range(400):
+        if socket_path(pid).exists():
+            break
+        time.sleep(0.05)
+    return proc, pid
 
 
 class Engine:

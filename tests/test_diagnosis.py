@@ -184,3 +184,17 @@ def test_watched_from_outside_a_busy_gpu_resolves_by_the_counters():
     d = dx.diagnose(dx.Inputs(**busy))
     assert d.candidates["launch"].state == dx.RULED_OUT and d.ceiling == "kernels"  # busy, nothing says why
     assert dx.diagnose(dx.Inputs(ms_per_token=7.7, gpu_busy_pct=65.0, untraced=True)).ceiling == "unknown"  # 35% idle: undecided
+
+
+def test_occupancy_has_a_number_from_the_counters_when_no_window_gives_grids():
+    """The graphed demo engine with its marks off (H200: SM active 21% of a 95%-busy GPU, no traced window): the
+    OCCUPANCY candidate is priced by SM active over GPU busy, so the verdict comes with its number."""
+    d = dx.diagnose(dx.Inputs(ms_per_token=3.97, gpu_busy_pct=95.0, sm_active_pct=21.0, untraced=True))
+    occ = d.candidates["occupancy"]
+    assert occ.state == dx.BINDING and occ.value == pytest.approx(22.1, abs=0.1) and "no grid dims" in occ.detail
+    assert d.ceiling == "occupancy"
+    full = dx.diagnose(dx.Inputs(ms_per_token=3.97, gpu_busy_pct=95.0, sm_active_pct=90.0, untraced=True))
+    assert full.candidates["occupancy"].state == dx.RULED_OUT
+    idle = dx.diagnose(dx.Inputs(ms_per_token=12.0, gpu_busy_pct=14.0, sm_active_pct=3.0))
+    assert idle.candidates["occupancy"].state == dx.UNKNOWN  # an idle GPU: grids are not yet what binds
+    assert dx.diagnose(dx.Inputs(ms_per_token=3.97)).candidates["occupancy"].value is None  # nothing to price it

@@ -168,26 +168,14 @@ def test_cuda_graph_replays_are_the_step_clock_of_a_loop_that_marks_nothing(tmp_
     """A loop with no token marks and no traced window (as torch.compile's reduce-overhead decode on a GPU) is
     timed by its graph replays, counted by the adapter the agent installs at attach and removes at detach."""
     import json
-    import subprocess
-    import sys
     import time
 
-    from decodemon.probes.wire import socket_path
-    from tests.conftest import cli
+    from tests.conftest import cli, run_script
 
     script, log = tmp_path / "replays.py", tmp_path / "steps.txt"
     script.write_text(REPLAY_LOOP)
-    proc = subprocess.Popen([sys.executable, "-m", "decodemon.monitor.cli", "run", "--", sys.executable, str(script),
-                             str(log), mode], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc, pid = run_script(script, log, mode)
     try:
-        pid = None
-        for line in proc.stderr:
-            if "started pid" in line:
-                pid = int(line.split("started pid")[1].split(";")[0])
-            if "decoding" in line:
-                break
-        while not socket_path(pid).exists():
-            time.sleep(0.05)
         t0 = time.time()
         r = cli("attach", pid, "--json", "--seconds", "6", timeout=60)
         t1 = time.time()

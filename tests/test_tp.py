@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from decodemon.engine_adapter.model import SHAPES, DecodeModel
-from tests.conftest import Engine, assert_one_line_error, cli
+from tests.conftest import Engine, assert_one_line_error, cli, run_script
 
 
 def run_demo(*args):
@@ -167,15 +167,8 @@ def test_a_child_that_inherits_the_agent_but_is_no_rank_is_not_watched_as_one(tm
 
     script = tmp_path / "engine_with_helper.py"
     script.write_text(HELPER_CHILD)
-    proc = subprocess.Popen([sys.executable, "-m", "decodemon.monitor.cli", "run", "--", sys.executable,
-                             str(script)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc, pid = run_script(script)
     try:
-        pid = None
-        for line in proc.stderr:
-            if "started pid" in line:
-                pid = int(line.split("started pid")[1].split(";")[0])
-            if "decoding" in line:
-                break
         kids = []
         for _ in range(200):
             kids = [int(k) for k in subprocess.run(["pgrep", "-P", str(pid)], capture_output=True,
@@ -191,3 +184,20 @@ def test_a_child_that_inherits_the_agent_but_is_no_rank_is_not_watched_as_one(tm
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def test_torch_compiles_compile_workers_get_no_agent(tmp_path):
+    """A process started as torch.compile starts its compile workers (`python .../torch/_inductor/compile_worker/
+    __main__.py --workers=N ...`) under `decodemon run`'s environment loads no agent; the engine itself does."""
+    worker = tmp_path / "torch" / "_inductor" / "compile_worker" / "__main__.py"
+    worker.parent.mkdir(parents=True)
+    worker.write_text("from decodemon.probes import agent\nprint(agent._agent is None)\n")
+    r = subprocess.run([sys.executable, "-m", "decodemon.monitor.cli", "run", "--", sys.executable, str(worker),
+                        "--workers=2"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["True"]
+    engine = tmp_path / "engine.py"
+    engine.write_text(worker.read_text())
+    r = subprocess.run([sys.executable, "-m", "decodemon.monitor.cli", "run", "--", sys.executable, str(engine)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.stdout.split() == ["False"]
