@@ -250,7 +250,7 @@ class DecodemonApp(App):
             except OSError as exc:
                 self.notify(f"cannot write {path}: {exc.strerror or exc}", severity="error")
                 return
-            written.append(f"{p.label}: {path}")
+            written.append(f"{path} (of {p.label})")
         self.notify("wrote " + "; ".join(written))
 
 

@@ -24,9 +24,11 @@ class RecordingPlayer:
         self.end_ns = self.frames[-1][0] if self.frames else 0
         self.paused = False
         self._lock = threading.Lock()
+        self._previous = None  # a loop's finished pass: shown until the new pass has a traced window
         self._reset()
 
-    def _reset(self) -> None:
+    def _reset(self, looped: bool = False) -> None:
+        self._previous = self.session if looped else None
         self.session = Session(label=self.label)
         self._i = 0
         self.clock_ns = 0
@@ -52,13 +54,17 @@ class RecordingPlayer:
                 return
             t = self.clock_ns + int(dt_s * self.speed * 1e9)
             if t > self.end_ns and self.loop:
-                self._reset()
+                self._reset(looped=True)
                 t = 0
             self._advance_to(min(t, self.end_ns))
 
     def snapshot(self):
-        """The session's snapshot at the current clock."""
+        """The session's snapshot at the current clock; while a loop's new pass has no traced window yet, the
+        last pass's end (a looping screen does not blank between passes)."""
         with self._lock:
+            if self._previous is not None and not self.session.metrics:
+                return self._previous.snapshot(at_rx_ns=self.end_ns)
+            self._previous = None
             return self.session.snapshot(at_rx_ns=self.clock_ns)
 
     def status(self) -> str:

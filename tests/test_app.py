@@ -160,8 +160,8 @@ async def _files(tmp_path):
         out = tmp_path / "out"
         assert "LAUNCH" in (out / "DIAGNOSIS-eager-H200.md").read_text()
         assert "OCCUPANCY" in (out / "DIAGNOSIS-graph-H200.md").read_text()
-        assert said[-1] == (f"wrote eager (H200): {out / 'DIAGNOSIS-eager-H200.md'}; "
-                            f"graph (H200): {out / 'DIAGNOSIS-graph-H200.md'}", "information")
+        assert said[-1] == (f"wrote {out / 'DIAGNOSIS-eager-H200.md'} (of eager (H200)); "
+                            f"{out / 'DIAGNOSIS-graph-H200.md'} (of graph (H200))", "information")
 
         await pilot.press("s")
         (svg,) = out.glob("*.svg")
@@ -419,3 +419,19 @@ def test_a_replay_at_its_end_says_so():
     assert p.status().endswith("end of recording")
     p.seek(0)
     assert "end of recording" not in p.status()
+
+
+def test_a_looping_replay_keeps_its_last_pass_on_screen_until_the_next_pass_has_a_window():
+    p = RecordingPlayer(str(REC["graph"]), "graph", loop=True)
+    p.seek(p.end_ns)
+    last = p.snapshot()
+    assert last.diagnosis.ceiling == "occupancy"
+    p.tick(0.5)  # past the end: the recording starts again, and its first window is seconds in
+    assert p.clock_ns < 1e9 and not p.session.metrics
+    shown = p.snapshot()
+    assert shown.diagnosis.ceiling == "occupancy" and shown.tokens is not None
+    for _ in range(200):  # on, until the new pass has its own window
+        p.tick(0.1)
+        if p.session.metrics:
+            break
+    assert p.session.metrics and p.snapshot().rx_ns <= p.clock_ns

@@ -220,3 +220,19 @@ def test_replay_of_ranks_from_two_different_runs_is_refused():
     assert_one_line_error(r)
     assert "not ranks of one tensor-parallel group" in r.stderr
     assert cli("replay", "--json", DATA / "h200_tp2_eager_rank0.dmon", DATA / "h200_tp2_eager_rank1.dmon").returncode == 0
+
+
+def test_a_loop_with_no_marks_and_no_gpu_is_told_what_would_give_it_a_clock(tmp_path):
+    from tests.conftest import run_script
+
+    script = tmp_path / "quiet.py"
+    script.write_text("import sys, time\nprint('decoding', file=sys.stderr, flush=True)\ntime.sleep(60)\n")
+    proc, pid = run_script(script)
+    try:
+        r = cli("attach", pid, "--json", "--seconds", "1")
+        assert r.returncode == 3
+        assert "mark_token() or --token-range NAME gives it a clock" in r.stderr
+        assert "Traceback" not in r.stderr and proc.poll() is None  # told, and the target unharmed
+    finally:
+        proc.kill()
+        proc.wait(30)

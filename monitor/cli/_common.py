@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 
 from decodemon.probes import wire
@@ -19,6 +20,8 @@ class Parser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one line pointing at this parser's own help."""
 
     def error(self, message):
+        # "argument --seconds: --seconds must be ..." says the name twice: once is enough
+        message = re.sub(r"^argument (\S+?)(?:/\S+)?: (\1 )", r"\2", message)
         raise UsageError(f"{self.prog}: {message} (see `{self.prog} --help`)")
 
 

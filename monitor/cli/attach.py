@@ -66,8 +66,13 @@ def attach_json(pid: int, settings, seconds: float) -> int:
     sess = collect(pid, settings, seconds)
     snap = sess.snapshot()
     if snap.tokens is None and snap.ended:
-        idle = (" (llama-server had no request generating long enough to time its steps)"
-                if snap.probe.get("token_clock") == "server_metrics" else "")
+        if snap.probe.get("token_clock") == "server_metrics":
+            idle = " (llama-server had no request generating long enough to time its steps)"
+        elif not snap.sm_count:  # no GPU in it: no window can find the steps either
+            idle = (" (it marked no token and has no GPU to find its steps on: an engine adapter, mark_token() or "
+                    "--token-range NAME gives it a clock)")
+        else:
+            idle = ""
         print(f"decodemon attach: {snap.ended} before any tokens were measured{idle}", file=sys.stderr)
         print_json(summary_json(snap))
         return 3

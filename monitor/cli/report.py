@@ -82,7 +82,8 @@ def run(a) -> int:
     md = _with_ledger(a, sess, summary_json(snap), diagnosis_markdown(snap))
     if a.output:
         write_text_whole(a.output, md)
-        print(f"decodemon report: wrote {a.output} ({snap.diagnosis.ceiling.upper()})", file=sys.stderr)
+        if a.output != "-":
+            print(f"decodemon report: wrote {a.output} ({snap.diagnosis.ceiling.upper()})", file=sys.stderr)
     elif not a.json:
         print(md)
     return 0
