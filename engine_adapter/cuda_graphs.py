@@ -20,7 +20,10 @@ _state: dict = {}
 
 def _wrap(original):
     def replay(self, *args, **kwargs):
-        agent.note_graph_replay(id(self))
+        try:
+            agent.note_graph_replay(id(self))
+        except Exception:  # never into the engine's replay (an interpreter shutting down, say)
+            pass
         return original(self, *args, **kwargs)
 
     replay.__wrapped__ = original
@@ -46,8 +49,9 @@ def install(graph_class=None) -> str | None:
 def uninstall() -> None:
     """Put the original back."""
     cls = _state.pop("cls", None)
-    if cls is not None:
-        cls.replay = _state.pop("original")
+    original = _state.pop("original", None)
+    if cls is not None and getattr(cls.__dict__.get("replay"), "__wrapped__", None) is original:
+        cls.replay = original  # ours is still the one in place: put the original back (else leave theirs be)
 
 
 def installed() -> bool:

@@ -221,8 +221,9 @@ def _launch(i: Inputs, floor: float | None) -> tuple[Candidate, float | None]:
     return Candidate(per, "µs/kernel", thr, state, detail), per
 
 
-def _occupancy_by_counters(i: Inputs, thr: str) -> Candidate:
-    """No grid dims (no traced window): OCCUPANCY priced by PM's SM active against GPU busy alone."""
+def _occupancy_by_counters(i: Inputs, thr: str, bw_ratio: float | None = None) -> Candidate:
+    """No grid dims (no traced window): OCCUPANCY priced by PM's SM active against GPU busy alone. Weaker than
+    grids (gaps inside a graph count as busy), so it does not bind where the token is near its bandwidth floor."""
     if i.sm_active_pct is None or not i.gpu_busy_pct:
         return Candidate(None, "% kernel time in small grids", thr, UNKNOWN, "needs a traced window (grid dims)")
     ratio = i.sm_active_pct / i.gpu_busy_pct
@@ -233,14 +234,17 @@ def _occupancy_by_counters(i: Inputs, thr: str) -> Candidate:
         detail += "; the GPU is idle most of the step, so grids are not yet what binds"
     else:
         state = BINDING if ratio < 0.5 else RULED_OUT if ratio >= 0.8 else UNKNOWN
+        if state == BINDING and bw_ratio is not None and bw_ratio <= BANDWIDTH_NEAR_RATIO:
+            state = UNKNOWN
+            detail += f"; the token is {bw_ratio:.2g}× its bandwidth floor, which the counters alone do not rule out"
     return Candidate(100 * ratio, "% SM active of GPU busy", thr, state, detail)
 
 
-def _occupancy(i: Inputs) -> Candidate:
+def _occupancy(i: Inputs, bw_ratio: float | None = None) -> Candidate:
     thr = (f"GPU busy ≥50% with ≥{OCCUPANCY_SMALL_SHARE_PCT:g}% of kernel time in grids under 25% of the SMs, "
            "or SM active < half of GPU busy")
     if i.small_grid_share_pct is None:
-        return _occupancy_by_counters(i, thr)
+        return _occupancy_by_counters(i, thr, bw_ratio)
     ratio = None
     if i.sm_active_pct is not None and i.gpu_busy_pct:
         ratio = i.sm_active_pct / i.gpu_busy_pct
@@ -269,7 +273,7 @@ def diagnose(i: Inputs, speedup: float | None = None, n: int | None = None) -> D
     bw, floor = _bandwidth(i)
     comm, comm_ms = _comm(i)
     launch, per_launch = _launch(i, floor)
-    occ = _occupancy(i)
+    occ = _occupancy(i, bw.value)
     cands = {"bandwidth": bw, "comm": comm, "launch": launch, "occupancy": occ}
     ceiling = next((k for k in ORDER if cands[k].state == BINDING), None)
     if ceiling is None:

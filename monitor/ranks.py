@@ -35,14 +35,22 @@ RANK_ENV = (b"WORLD_SIZE=", b"RANK=", b"LOCAL_RANK=", b"MASTER_PORT=")
 
 
 def is_rank(pid: int) -> bool:
-    """Was `pid` started as a rank of a group: does its environment carry torch.distributed's rendezvous? The
-    other children of an engine that inherit the agent (torch.compile's compile workers, data loaders) do not,
-    and watched as ranks they would arm PM on the GPU against the engine itself."""
+    """Is `pid` a rank of a group: started with torch.distributed's rendezvous in its environment (torchrun, a
+    rank 0 that starts the others), or driving a GPU itself (libcuda loaded: ranks that set their rendezvous in
+    code, or join by tcp://, as torch.multiprocessing.spawn workers and vLLM's do)? The other children of an
+    engine that inherit the agent (data loaders, tokenizer workers) are neither, and watched as ranks they would
+    arm PM on the GPU against the engine itself."""
     try:
         env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     except OSError:
         return False
-    return any(e.startswith(RANK_ENV) for e in env)
+    if any(e.startswith(RANK_ENV) for e in env):
+        return True
+    try:
+        with open(f"/proc/{pid}/maps", "rb") as f:
+            return any(b"/libcuda.so" in line for line in f)
+    except OSError:
+        return False
 
 
 def discover_ranks(pid: int) -> list[int]:

@@ -82,8 +82,8 @@ class Snapshot:
     # which clock ms/token comes from: "mark_token" (the engine's marks, host time), "nvtx_range:NAME" (the closes
     # of the NVTX range the attach named), the GPU's own steps in the traced windows ("graph replays" or "kernel
     # period") when the loop marks nothing or runs ahead of the GPU, "replay_count" (the CUDA graph replays the
-    # agent counted, in a loop that marks nothing and has no traced window), or "server_metrics" (watched from
-    # outside)
+    # agent counted in a loop that marks nothing: preferred to a window's steps, since it spans the attach and a
+    # window a few steps), or "server_metrics" (watched from outside)
     token_clock: str = ""
     # bytes per token two ways: the DRAM counters' read + write bytes over counted tokens (no model facts needed)
     # and the model's weights plus the KV cache at depth (an adapter or report_model); the diagnosis uses the
@@ -213,7 +213,7 @@ class Session:
         f = self.feed
         if len(f.counts) and not len(f.marks):  # a step count: a server's own (watched from outside), or replays
             if f.counts_source == wire.GRAPH_REPLAYS:
-                ts = replay_stats(f.counts_since(since))
+                ts = replay_stats(f.counts_since(since), pm_busy)
                 return ts, ("replay_count" if ts is not None else "")
             ts = counter_stats(f.counts_since(since))
             return ts, ("server_metrics" if ts is not None else "")

@@ -55,12 +55,12 @@ def note_graph_replay(graph: int) -> None:
     """One CUDA graph replay (engine_adapter/cuda_graphs.py), by the graph's id: the step clock of a loop that
     marks no token. One global read when dormant."""
     s = ACTIVE.session
-    if s is None or not hasattr(s, "replay_graphs"):
+    log = getattr(s, "replay_log", None)
+    if log is None:
         return
-    if not s.replays:
+    if not log:
         s.replay_t0 = time.perf_counter_ns()  # the first replay since the last ship: a point on the count's curve
-    s.replays += 1
-    s.replay_graphs.add(graph)
+    log.append(graph)
 
 
 def mark_token(depth: int = 0) -> None:
@@ -87,12 +87,13 @@ def start() -> Path | None:
 
 # processes an engine starts that inherit `decodemon run`'s environment but decode nothing: no agent in them (an
 # attach or the exporter would arm PM in them against the engine)
-HELPERS = ("_inductor/compile_worker/", "torch._inductor.compile_worker")  # torch.compile's compile workers
+HELPERS = ("_inductor/compile_worker/", "torch._inductor.compile_worker",  # torch.compile's compile workers
+           "/torchrun", "torch.distributed.run", "torch.distributed.launch")  # torchrun: it starts the ranks
 
 
 def is_helper(argv: list[str]) -> bool:
     """Is this command line one of the HELPERS?"""
-    return any(h in a.replace(os.sep, "/") for a in argv[:3] for h in HELPERS)
+    return any(h in a.replace(os.sep, "/") or a == h.strip("/") for a in argv[:3] for h in HELPERS)
 
 
 def start_from_env() -> None:

@@ -266,20 +266,22 @@ class AttachLoop:
         self.sched.ran("pm", now)
 
     def _ship_replays(self) -> None:
-        """The CUDA graph replays since the last ship as a step count: replays over the distinct graphs replayed
-        (a step replays each of its graphs once). One row per ship with replays in it: the time of its first
-        replay and the steps counted before it, an exact point on the count's curve (monitor/analysis/tokens.py
-        reads a host that runs ahead in bursts by them). Sent while the loop marks no token."""
+        """The CUDA graph replays since the last ship as a step count: replays over the graphs a step replays
+        (policy.replays_per_step). One row per ship with replays in it: the time of its first replay and the
+        steps counted before it, an exact point on the count's curve (monitor/analysis/tokens.py reads a host
+        that runs ahead in bursts by them). Sent while the loop marks no token."""
         s = self.session
-        n, graphs, t0 = s.replays, len(s.replay_graphs), s.replay_t0
-        s.replays, s.replay_graphs = 0, set()
+        t0 = s.replay_t0
+        log, s.replay_log = s.replay_log, []  # the decode thread appends to whichever list it finds
+        n = len(log)
         if not n or self.shipped:
             return
+        graphs = policy.replays_per_step(log)
         col = wire.Column.of
         self.out += wire.pack(wire.StepCounts(url="", server=wire.GRAPH_REPLAYS, t_ns=col([t0]),
                                               steps=col([s.replay_steps], "<f8"), tokens=col([s.replay_steps], "<f8"),
                                               busy=col([1.0], "<f8"), ended=col([0.0], "<f8")))
-        s.replay_steps += n / max(graphs, 1)
+        s.replay_steps += n / graphs
 
     def _ship_marks(self) -> None:
         s = self.session

@@ -14,6 +14,9 @@ from decodemon.probes.facts import PROCESS
 # process can find the counters still held for a moment while the previous attach's PM sampler is released.
 BUSY_TRIES = 5
 BUSY_WAIT_S = 0.25
+# then at pumps, further and further apart (a profiler may hold them for hours): this many tries at most
+LATE_TRIES = 40
+LATE_WAIT_MAX_S = 60.0
 
 
 def arm_pm(settings: wire.Attach, status: dict, sleep=time.sleep, tries: int = BUSY_TRIES):
@@ -92,13 +95,16 @@ def pump_pm(session, status: dict, rearm=arm_pm, now=time.monotonic) -> list:
     may let them go a few seconds later."""
     pm = session.pm
     if pm is None:
-        if status.get("pm_reason") == "hardware_busy" and session.settings.pm and \
-                status.get("pm_where") == "in_process":
+        t = now()
+        tries = int(status.get("pm_busy_tries", 0))
+        if status.get("pm_reason") == "hardware_busy" and session.settings.pm and tries < LATE_TRIES and \
+                status.get("pm_where") == "in_process" and t >= getattr(session, "pm_next_try", 0.0):
             with held.GilPolite():
                 session.pm = rearm(session.settings, status, tries=1)
-            status["pm_busy_tries"] = int(status.get("pm_busy_tries", 0)) + 1
+            status["pm_busy_tries"] = tries + 1
+            session.pm_next_try = t + min(2.0 ** tries, LATE_WAIT_MAX_S)  # 1, 2, 4 ... 60 s apart
             if session.pm is not None:
-                status["pm_armed_after_s"] = round(now() - session.started, 2)
+                status["pm_armed_after_s"] = round(t - session.started, 2)
         return []
     try:
         got = pm.samples(dense_spans=session.pm_spans)
@@ -109,7 +115,7 @@ def pump_pm(session, status: dict, rearm=arm_pm, now=time.monotonic) -> list:
         status.update(pump_status(pm))
         return pm_frames(getattr(pm, "metrics", pm_config.PM_METRICS), *got) if got is not None else []
     except Exception as exc:
-        pm.close()
+        release_pm(pm)
         session.pm = None
         with held.GilPolite():
             session.pm = rearm(session.settings, status)

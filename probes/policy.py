@@ -192,3 +192,21 @@ def torch_graph_pools_in_use(modules=None) -> bool:
     except Exception:
         return True
     return any(tuple(seg.get("segment_pool_id", (0, 0))) != (0, 0) for seg in segments)
+
+
+REPLAY_PERIODS = 8  # the most graphs one step is read to replay
+REPLAY_MATCH = 0.8  # of replays equal to the replay one period later
+
+
+def replays_per_step(graphs: list[int]) -> int:
+    """How many replays make one step, from the order graphs were replayed in: the shortest period the sequence
+    follows. A step that replays graphs A and B reads 2 (A B A B), a draft graph four times and a verify graph
+    once 5; one graph per step, or one graph per batch-size bucket that changes every few steps (A A A B B B),
+    reads 1. Nothing periodic: 1."""
+    graphs = graphs[:512]  # plenty to find a period in, and bounded work on a fast loop's tick
+    n = len(graphs)
+    for p in range(1, min(REPLAY_PERIODS, n // 2) + 1):
+        same = sum(graphs[i] == graphs[i + p] for i in range(n - p))
+        if same >= REPLAY_MATCH * (n - p):
+            return p
+    return 1

@@ -74,6 +74,7 @@ class Session:
         self.done = threading.Event()
         self.errors: list[str] = []
         self.pm = None
+        self.pm_next_try = 0.0  # counters busy at the attach: when a pump may try to arm them again (pm_arm)
         # traced windows' spans (CUPTI ns) whose PM samples the next pump evaluates in full: the monitor reads
         # the counters over exactly the traced tokens beside the window's kernel records (an accuracy check)
         self.pm_spans: list[tuple[int, int]] = []
@@ -83,11 +84,11 @@ class Session:
         # a named NVTX range as the token clock (engine_adapter/nvtx_ranges.py): its closes mark the tokens, and
         # the engine's own mark_token calls are ignored
         self.token_range = settings.token_range
-        # CUDA graph replays (engine_adapter/cuda_graphs.py): the step count of a loop that marks no token; the
-        # distinct graphs replayed since the last ship, to count a step that replays several once
-        self.replays = 0
+        # CUDA graph replays (engine_adapter/cuda_graphs.py): the step count of a loop that marks no token. The
+        # graphs replayed since the last ship, in order (the agent swaps in a new list to take them), and when
+        # the first of them was
+        self.replay_log: list[int] = []
         self.replay_t0 = 0
-        self.replay_graphs: set[int] = set()
         self.replay_steps = 0.0
 
     def release(self) -> None:

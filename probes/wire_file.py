@@ -104,8 +104,10 @@ def read_recording(path) -> Iterator[tuple[int, Frame]]:
                 payload = gz.read(n)
                 if len(payload) < n:
                     raise EOFError
-            except (EOFError, OSError, zlib.error, gzip.BadGzipFile):
-                raise Truncated(f"{path} is truncated or corrupt after the last whole frame", count) from None
+            except EOFError:  # the stream ends inside a frame: cut short
+                raise Truncated(f"{path} is truncated after the last whole frame", count) from None
+            except (OSError, zlib.error, gzip.BadGzipFile):  # bytes that are not what was written
+                raise WireError(f"{path} is corrupt after the last whole frame") from None
             frame = decode_frame(payload)
             if first:
                 if not isinstance(frame, RecordingHeader):

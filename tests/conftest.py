@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
 import sys
 from pathlib import Path
@@ -54,6 +55,7 @@ def run_script(script, *args) -> tuple[subprocess.Popen, int]:
         if "decoding" in line:
             break
     assert pid is not None, "the script did not start"
+    threading.Thread(target=proc.stderr.read, daemon=True).start()  # a full pipe would stop the script
     for _ in range(400):
         if socket_path(pid).exists():
             break

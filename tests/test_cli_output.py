@@ -178,4 +178,8 @@ def test_dash_as_the_output_is_standard_output_not_a_file_named_dash(tmp_path, v
     assert not (tmp_path / "-").exists()
     r = cli("record", "1", "-o", "-", cwd=tmp_path)
     assert_one_line_error(r)
-    assert not (tmp_path / "-").exists()
+    assert "cannot record to -: not a regular file" in r.stderr and not (tmp_path / "-").exists()
+    if verb == "report":  # two things on one stdout would be neither
+        r = cli("report", REC["graph"], "--json", "-o", "-", cwd=tmp_path)
+        assert_one_line_error(r)
+        assert "--json and -o -" in r.stderr

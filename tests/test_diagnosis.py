@@ -198,3 +198,7 @@ def test_occupancy_has_a_number_from_the_counters_when_no_window_gives_grids():
     idle = dx.diagnose(dx.Inputs(ms_per_token=12.0, gpu_busy_pct=14.0, sm_active_pct=3.0))
     assert idle.candidates["occupancy"].state == dx.UNKNOWN  # an idle GPU: grids are not yet what binds
     assert dx.diagnose(dx.Inputs(ms_per_token=3.97)).candidates["occupancy"].value is None  # nothing to price it
+    # near the bandwidth floor the counters' ratio alone does not bind (gaps inside a graph count as busy)
+    near = dx.diagnose(dx.Inputs(ms_per_token=10.0, gpu_busy_pct=90.0, sm_active_pct=40.0, untraced=True,
+                                 bytes_per_token=16e9, bandwidth_gbs=4000.0))
+    assert near.candidates["occupancy"].state == dx.UNKNOWN and near.ceiling == "bandwidth"

@@ -231,14 +231,14 @@ def test_counters_busy_at_the_attach_are_tried_again_at_each_pump_and_armed_when
     s = sess.Session(wire.Attach(), None)
     s.pm = pm_arm.arm_pm(wire.Attach(), status, sleep=lambda _: None)
     assert s.pm is None and status["pm_reason"] == "hardware_busy"
-    for pump in range(3):
-        assert pm_arm.pump_pm(s, status, now=lambda: s.started + 1.25 + pump) == []
-        assert (s.pm is not None) == (pump == 2)
+    for pump, at in enumerate([1.0, 1.5, 2.0, 3.0, 4.0]):  # tried 1 s, then 2 s apart: not at 1.5 or 3.0
+        assert pm_arm.pump_pm(s, status, now=lambda: s.started + at) == []
+        assert (s.pm is not None) == (pump == 4)
     assert len(tries) == pm_arm.BUSY_TRIES + 3
     assert (status["pm"], status["pm_reason"], status["pm_busy_tries"], status["pm_armed_after_s"]) == \
-        ("armed", "", 3, 3.25)
+        ("armed", "", 3, 4.0)
     words = probe_status.describe(wire.ProbeStatus(**status))["pm"]
-    assert "armed 3.2 s after the attach (the counters were busy until then)" in words
+    assert "armed 4.0 s after the attach (the counters were busy until then)" in words
     off = sess.Session(wire.Attach(pm=False), None)
     assert pm_arm.pump_pm(off, {"pm_reason": "hardware_busy", "pm_where": "in_process"}) == [] and off.pm is None
 

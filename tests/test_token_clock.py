@@ -193,3 +193,59 @@ def test_cuda_graph_replays_are_the_step_clock_of_a_loop_that_marks_nothing(tmp_
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def _rows(times_s, steps):
+    return {"t_ns": np.asarray(times_s, np.float64) * 1e9, "steps": np.asarray(steps, np.float64)}
+
+
+def test_replays_read_whole_bursts_where_the_host_waits_for_the_gpu_and_skip_an_idle_host():
+    from decodemon.monitor.analysis.tokens import replay_stats
+
+    step = 0.0056
+    # steady replays, a ship every 0.25 s; the host idle for 2 s between two generate() calls; steady again
+    t = [0.25 * k for k in range(6)] + [3.25 + 0.25 * k for k in range(6)]
+    s = [0.25 * k / step for k in range(6)] + [(1.5 + 0.25 * k) / step for k in range(6)]
+    for busy in (30.0, None):  # PM says the GPU idled; without PM, runs of six rows are no bursts
+        assert replay_stats(_rows(t, s), busy).ms_per_token == pytest.approx(5.6)
+    # a host that enqueues 500 steps in 1 s (four ships), then waits 1.8 s for the GPU, which stays busy
+    t = [2.8 * b + 0.25 * k for b in range(3) for k in range(4)]
+    s = [500 * b + 125 * k for b in range(3) for k in range(4)]
+    assert replay_stats(_rows(t, s), 99.0).ms_per_token == pytest.approx(5.6)
+    assert replay_stats(_rows(t[:6], s[:6]), 99.0) is None  # one burst's start seen: nothing whole to time
+
+
+def test_the_replays_a_step_makes_are_read_off_their_order():
+    from decodemon.probes.policy import replays_per_step
+
+    assert replays_per_step([7] * 40) == 1
+    assert replays_per_step([1, 2] * 20) == 2  # attention and MLP graphs, once each a step
+    assert replays_per_step([3, 3, 3, 3, 9] * 8) == 5  # a draft graph four times, the verify graph once
+    assert replays_per_step([1] * 10 + [2] * 10 + [3] * 10) == 1  # a graph per batch-size bucket
+    assert replays_per_step([5, 1] + [1, 2] * 20) == 2  # a one-off prefill graph does not hide the period
+
+
+def test_the_replay_adapter_counts_only_while_attached_and_leaves_a_later_wrapper_in_place(monkeypatch):
+    from decodemon.engine_adapter import cuda_graphs
+    from decodemon.probes import session as sess
+    from decodemon.probes import wire as w
+
+    class Graph:
+        def replay(self):
+            return "replayed"
+
+    original = Graph.__dict__["replay"]
+    assert cuda_graphs.install(Graph) == "CUDA graph replays" and cuda_graphs.install(Graph) is None
+    g = Graph()
+    assert g.replay() == "replayed"  # dormant: nothing counted, nothing raised
+    s = sess.Session(w.Attach(), None)
+    monkeypatch.setattr(sess.ACTIVE, "session", s)
+    g.replay(), g.replay()
+    assert s.replay_log == [id(g), id(g)] and s.replay_t0 > 0
+    cuda_graphs.uninstall()
+    assert Graph.__dict__["replay"] is original and not cuda_graphs.installed()
+    cuda_graphs.install(Graph)
+    theirs = lambda self: "theirs"  # noqa: E731 - someone wrapped replay after us
+    Graph.replay = theirs
+    cuda_graphs.uninstall()
+    assert Graph.__dict__["replay"] is theirs

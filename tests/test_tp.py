@@ -186,10 +186,12 @@ def test_a_child_that_inherits_the_agent_but_is_no_rank_is_not_watched_as_one(tm
         proc.wait(30)
 
 
-def test_torch_compiles_compile_workers_get_no_agent(tmp_path):
+@pytest.mark.parametrize("helper", ["torch/_inductor/compile_worker/__main__.py", "bin/torchrun"])
+def test_helpers_an_engine_starts_get_no_agent(tmp_path, helper):
     """A process started as torch.compile starts its compile workers (`python .../torch/_inductor/compile_worker/
-    __main__.py --workers=N ...`) under `decodemon run`'s environment loads no agent; the engine itself does."""
-    worker = tmp_path / "torch" / "_inductor" / "compile_worker" / "__main__.py"
+    __main__.py --workers=N ...`), or torchrun, which starts the ranks, loads no agent under `decodemon run`'s
+    environment (watched, they would arm PM against the engine); the engine itself does."""
+    worker = tmp_path / helper
     worker.parent.mkdir(parents=True)
     worker.write_text("from decodemon.probes import agent\nprint(agent._agent is None)\n")
     r = subprocess.run([sys.executable, "-m", "decodemon.monitor.cli", "run", "--", sys.executable, str(worker),

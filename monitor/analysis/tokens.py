@@ -72,26 +72,36 @@ def counter_throughput(c: dict) -> float | None:
     return float(np.diff(np.asarray(c["tokens"], np.float64))[ok].sum() / dt) if dt > 0 else None
 
 
-REPLAY_PAUSE_NS = 400_000_000  # rows this far apart: the replays paused between them (a host that waited)
-REPLAY_STEADY_ROWS = 8  # with one pause, this many rows are a steady loop that paused once, fewer a short span
+REPLAY_PAUSE_NS = 400_000_000  # rows this far apart: the replays paused between them
+HOST_AHEAD_BUSY_PCT = 90.0  # a GPU this busy never waits for its host: the host's pauses are waits for the GPU
 
 
-def replay_stats(c: dict) -> TokenStats | None:
+def replay_stats(c: dict, gpu_busy_pct: float | None = None) -> TokenStats | None:
     """The figures from the CUDA graph replays the agent counted (`c`: feed.COUNT_COLS columns; each row the time
-    of a ship's first replay and the steps counted before it). A host that runs ahead enqueues a burst of steps,
-    then waits for the GPU to finish them: the rows that follow a pause start a burst, where the GPU has caught
-    up, so ms a step is taken between them, over whole bursts. A loop that replays steadily has no pause, and
-    every row counts. p90 and p99 are over the intervals' own ms a step. None with fewer than 3 rows."""
+    of a ship's first replay and the steps counted before it). Where the replays pause, either the host ran
+    ahead and waits for the GPU to finish a burst (the GPU stays busy, HOST_AHEAD_BUSY_PCT), and ms a step is
+    taken between the rows that follow a pause, over whole bursts; or the host itself is idle (between
+    `generate()` calls, say), and only the intervals between rows with no pause count. Without PM, runs of one
+    or two rows between pauses read as bursts. p90 and p99 are over the intervals' own ms a step. None with
+    fewer than 3 rows, or nothing whole to time."""
     t, st = np.asarray(c["t_ns"], np.float64), np.asarray(c["steps"], np.float64)
     if len(t) < 3:
         return None
-    after_pause = np.flatnonzero(np.diff(t) > REPLAY_PAUSE_NS) + 1
-    if len(after_pause) == 1 and len(t) < REPLAY_STEADY_ROWS:
-        return None  # one burst's start seen, not two: no whole burst to time yet
-    idx = after_pause if len(after_pause) >= 2 else np.arange(len(t))
-    dt, ds = np.diff(t[idx]) / 1e6, np.diff(st[idx])
+    gap = np.diff(t) > REPLAY_PAUSE_NS
+    if gap.any():
+        runs = np.diff(np.flatnonzero(np.concatenate([[True], gap, [True]])))  # rows between pauses
+        ahead = gpu_busy_pct >= HOST_AHEAD_BUSY_PCT if gpu_busy_pct is not None else np.median(runs) <= 2
+        if ahead:
+            idx = np.flatnonzero(gap) + 1  # the rows that start a burst: the GPU has caught up there
+            if len(idx) < 2:
+                return None  # one burst's start seen, not two: no whole burst to time yet
+            dt, ds = np.diff(t[idx]) / 1e6, np.diff(st[idx])
+        else:
+            dt, ds = (np.diff(t) / 1e6)[~gap], np.diff(st)[~gap]
+    else:
+        dt, ds = np.diff(t) / 1e6, np.diff(st)
     ok = (dt > 0) & (ds > 0)
-    if not ok.any():
+    if ok.sum() < (1 if gap.any() else 2):
         return None
     per = dt[ok] / ds[ok]
     ms = float(dt[ok].sum() / ds[ok].sum())

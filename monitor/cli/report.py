@@ -66,6 +66,9 @@ def run(a) -> int:
     from decodemon.monitor.render import diagnosis_markdown, summary_json
     from decodemon.monitor.sources import check_output, collect, source_of, write_text_whole
 
+    if a.json and a.output == "-":
+        raise UsageError("decodemon report: --json and -o - would both print to standard output: give -o FILE, "
+                         "or leave -o out (see `decodemon report --help`)")
     if a.output is not None:
         from decodemon.monitor import ledger
 
