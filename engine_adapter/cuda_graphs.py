@@ -2,11 +2,11 @@
 hand-captured graphs), watched with no line of decodemon in the engine.
 
 At attach the adapter wraps `torch.cuda.CUDAGraph.replay`, which torch.compile's CUDA-graph trees and
-`torch.cuda.graph` users call once per replay from Python, and counts each replay by its graph (one attribute
-read and a set insert on the decode thread). A step replays each of its graphs once, so the agent ships replays
-over distinct graphs as the step count (probes/attach_loop.py), four times a second; the monitor reads ms a
-step as a rate over those counts. The count is the host's: a loop that enqueues replays ahead of the GPU is
-still held to the GPU's pace over a rate's span, since its queue is bounded. At detach the original is put back.
+`torch.cuda.graph` users call once per replay from Python, and notes each replay's graph (one attribute read
+and a list append on the decode thread). The agent ships the replays over the replays one step makes (read off
+their order) as the step count (probes/attach_loop.py), four times a second; the monitor reads ms a step as a
+rate over those counts. The count is the host's: a loop that enqueues replays ahead of the GPU is still held to
+the GPU's pace over whole bursts, since its queue is bounded. At detach the original is put back.
 """
 
 from __future__ import annotations
