@@ -92,7 +92,8 @@ def test_nothing_known_is_unknown_and_exits_as_nothing_measured():
 @pytest.mark.parametrize("args", [["--ms-per-token", "0"], ["--ms-per-token", "-1"], ["--ms-per-token", "nan"],
                                   ["--ms-per-token", "1e30"], ["--n", "8"], ["--speedup", "2", "--n", "1"],
                                   ["--launches-per-token", "abc"], ["--us-per-collective", "3"],
-                                  ["--ms-per-token", "4", "--kernel-ms-per-token", "9"]])
+                                  ["--ms-per-token", "4", "--kernel-ms-per-token", "9"],
+                                  ["--ms-per-token", "10", "--bytes-per-token", "1e9"], ["--bandwidth-gbs", "4000"]])
 def test_bad_numbers_are_one_line(args):
     assert_one_line_error(cli("diagnose", *args))
 

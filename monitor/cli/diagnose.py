@@ -41,6 +41,9 @@ def run(a) -> int:
     if a.us_per_collective is not None and a.collectives_per_token is None:
         raise UsageError("decodemon diagnose: --us-per-collective needs --collectives-per-token "
                          "(see `decodemon diagnose --help`)")
+    if (a.bytes_per_token is None) != (a.bandwidth_gbs is None):
+        raise UsageError("decodemon diagnose: --bytes-per-token and --bandwidth-gbs go together: the floor is one "
+                         "over the other (see `decodemon diagnose --help`)")
     if a.kernel_ms_per_token is not None and a.ms_per_token is not None and a.kernel_ms_per_token > a.ms_per_token * 1.05:
         raise UsageError("decodemon diagnose: --kernel-ms-per-token is more than the step (--ms-per-token); the "
                          "kernels of one token cannot take longer than the token")
