@@ -53,10 +53,12 @@ class Loop:
 
     The loop prints into a file, never a pipe: a pipe the test does not read while a CLI call runs fills in ~7 s
     and then stops the loop in `print`, a stall of the harness's making that the gap checks would blame on the
-    attach."""
+    attach. The file is in memory (/dev/shm) where there is one: on disk, a write can wait for the kernel's
+    writeback of other dirty pages (a CI machine that has just installed torch has plenty), another such stall."""
 
     def __init__(self, argv: list[str], **kw):
-        fd, name = tempfile.mkstemp(prefix="loop-", suffix=".out", dir=kw.get("cwd"))
+        shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else kw.get("cwd")
+        fd, name = tempfile.mkstemp(prefix="loop-", suffix=".out", dir=shm)
         self._out = open(fd, "wb")
         self._read = open(name, "rb")
         os.unlink(name)

@@ -203,3 +203,27 @@ def test_helpers_an_engine_starts_get_no_agent(tmp_path, helper):
     r = subprocess.run([sys.executable, "-m", "decodemon.monitor.cli", "run", "--", sys.executable, str(engine)],
                        capture_output=True, text=True, timeout=60)
     assert r.stdout.split() == ["False"]
+
+
+def test_a_child_that_drives_a_gpu_is_a_rank_though_its_rendezvous_was_set_in_code(tmp_path):
+    """Ranks started by torch.multiprocessing.spawn, or joining by tcp://, carry no rendezvous in their
+    environment; a rank has the CUDA driver mapped, a data loader or tokenizer worker does not. (No GPU here: a
+    file of the driver's name, mapped as the loader maps it, stands in for libcuda.)"""
+    from decodemon.monitor.ranks import is_rank
+
+    lib = tmp_path / "libcuda.so.1"
+    lib.write_bytes(b"\0" * 4096)
+    code = ("import mmap, sys, time\nf = open(sys.argv[1], 'rb')\nm = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)"
+            "\nprint('mapped', flush=True)\ntime.sleep(60)\n")
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith(("WORLD_SIZE", "RANK", "LOCAL_RANK",
+                                                                                   "MASTER_PORT"))}
+    gpu = subprocess.Popen([sys.executable, "-c", code, str(lib)], stdout=subprocess.PIPE, text=True, env=env)
+    plain = subprocess.Popen([sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"],
+                             stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert gpu.stdout.readline().strip() == "mapped" and plain.stdout.readline().strip() == "up"
+        assert is_rank(gpu.pid) and not is_rank(plain.pid)
+    finally:
+        for p in (gpu, plain):
+            p.kill()
+            p.wait()
