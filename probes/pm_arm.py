@@ -15,8 +15,8 @@ from decodemon.probes.facts import PROCESS
 BUSY_TRIES = 5
 BUSY_WAIT_S = 0.25
 # then at pumps, further and further apart (a profiler may hold them for hours): this many tries at most
-LATE_TRIES = 40
-LATE_WAIT_MAX_S = 60.0
+PUMP_ARM_TRIES = 40
+PUMP_ARM_WAIT_MAX_S = 60.0
 
 
 def arm_pm(settings: wire.Attach, status: dict, sleep=time.sleep, tries: int = BUSY_TRIES):
@@ -97,12 +97,12 @@ def pump_pm(session, status: dict, rearm=arm_pm, now=time.monotonic) -> list:
     if pm is None:
         t = now()
         tries = int(status.get("pm_busy_tries", 0))
-        if status.get("pm_reason") == "hardware_busy" and session.settings.pm and tries < LATE_TRIES and \
+        if status.get("pm_reason") == "hardware_busy" and session.settings.pm and tries < PUMP_ARM_TRIES and \
                 status.get("pm_where") == "in_process" and t >= getattr(session, "pm_next_try", 0.0):
             with held.GilPolite():
                 session.pm = rearm(session.settings, status, tries=1)
             status["pm_busy_tries"] = tries + 1
-            session.pm_next_try = t + min(2.0 ** tries, LATE_WAIT_MAX_S)  # 1, 2, 4 ... 60 s apart
+            session.pm_next_try = t + min(2.0 ** tries, PUMP_ARM_WAIT_MAX_S)  # 1, 2, 4 ... 60 s apart
             if session.pm is not None:
                 status["pm_armed_after_s"] = round(t - session.started, 2)
         return []

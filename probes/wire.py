@@ -260,7 +260,7 @@ class ProbeStatus(msgspec.Struct, frozen=True, tag="status"):
     pm_holders: list[str] = []
     pm_restarts: int = 0  # PM re-armed this attach after a CUPTI finalize took it down
     pm_busy_tries: int = 0  # arms tried at later pumps after the counters were found busy at the attach
-    pm_armed_after_s: Union[float, None] = None  # such a late arm: seconds after the attach it succeeded
+    pm_armed_after_s: Union[float, None] = None  # an arm made at a pump: seconds after the attach
     pm_last_release: list[str] = []  # the steps that failed releasing this process's previous PM session
     pm_restart_cause: str = ""  # the exception type of the last re-arm's cause
     pm_stride: int = 0  # every pm_stride-th sample evaluated (adapts to the pump's budget)
