@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from decodemon.probes import wire
 
-# no token marked for this long (since the attach or the last mark): windows open by time
+# past Attach.window_budget windows in a process, one window every BUDGET_PERIOD_S
 BUDGET_PERIOD_S = 60.0
 BUDGET_CAP = 4  # and after BUDGET_CAP x window_budget windows in a process, no more (PM and the token clock go on)
 # H200, libcupti 13.4.92: 86-96 KB per CUPTI init/finalize cycle, ~280 KB per window with PM re-armed after each
 CUPTI_KB_PER_WINDOW = 280
 
+# no token marked for this long (since the attach or the last mark): windows open by time
 NO_MARKS_S = 2.0
 # ... but at an attach's start a loop that marks tokens marks one within a token, so the first verdict need not
 # wait 2 s: with no mark this long after the attach, the first window opens by time

@@ -35,6 +35,15 @@ def token_stats(t_ns: np.ndarray) -> TokenStats | None:
                       ms_per_token_p99=float(np.percentile(d, 99)), tokens_per_s=1e3 / float(np.mean(d)))
 
 
+def interval_stats(dt_ms: np.ndarray, steps: np.ndarray) -> TokenStats:
+    """The figures over intervals of a counted clock: ms/token is their time over their steps; p90 and p99 are
+    over each interval's own ms a step."""
+    per = dt_ms / steps
+    ms = float(dt_ms.sum() / steps.sum())
+    return TokenStats(tokens=int(steps.sum()), ms_per_token=ms, ms_per_token_p90=float(np.percentile(per, 90)),
+                      ms_per_token_p99=float(np.percentile(per, 99)), tokens_per_s=1e3 / ms)
+
+
 def counter_intervals(c: dict) -> np.ndarray:
     """Which intervals between a server's successive reads (`c`: feed.COUNT_COLS columns) the clock counts: steps
     made, requests in progress at both reads and none ended in between (an ended request's last steps were never
@@ -56,10 +65,7 @@ def counter_stats(c: dict) -> TokenStats | None:
     dt, ds = np.diff(np.asarray(c["t_ns"], np.float64)) / 1e6, np.diff(np.asarray(c["steps"], np.float64))
     if ok.sum() < 2 or ds[ok].sum() <= 0:
         return None
-    per = dt[ok] / ds[ok]
-    ms = float(dt[ok].sum() / ds[ok].sum())
-    return TokenStats(tokens=int(ds[ok].sum()), ms_per_token=ms, ms_per_token_p90=float(np.percentile(per, 90)),
-                      ms_per_token_p99=float(np.percentile(per, 99)), tokens_per_s=1e3 / ms)
+    return interval_stats(dt[ok], ds[ok])
 
 
 def counter_throughput(c: dict) -> float | None:
@@ -103,7 +109,4 @@ def replay_stats(c: dict, gpu_busy_pct: float | None = None) -> TokenStats | Non
     ok = (dt > 0) & (ds > 0)
     if ok.sum() < (1 if gap.any() else 2):
         return None
-    per = dt[ok] / ds[ok]
-    ms = float(dt[ok].sum() / ds[ok].sum())
-    return TokenStats(tokens=int(ds[ok].sum()), ms_per_token=ms, ms_per_token_p90=float(np.percentile(per, 90)),
-                      ms_per_token_p99=float(np.percentile(per, 99)), tokens_per_s=1e3 / ms)
+    return interval_stats(dt[ok], ds[ok])
