@@ -15,7 +15,21 @@ TIMEOUT_S = 30.0
 
 
 def measured_copy_gbs(gpu) -> float | None:
-    """GB/s (read + write) for a `wire.GpuInfo`, or None when it cannot be measured here."""
+    """GB/s (read + write) for a `wire.GpuInfo` from the cache, or None when it was never measured here.
+
+    Never measured at an attach: copies on the GPU the watched loop runs on would slow the loop (a first attach's
+    one-token stall) and read low beside it (a busy loop's 60% of the peak). `decodemon run` measures before its
+    program starts, while the GPU is still idle (measure_copy_gbs)."""
+    if gpu is None or not gpu.uuid:
+        return None
+    from decodemon.probes.copy_bandwidth import cached_gbs
+
+    return cached_gbs(gpu.uuid, gpu.driver_version or "?")
+
+
+def measure_copy_gbs(gpu) -> float | None:
+    """Measure (or read from the cache) the copy bandwidth of `gpu` in a process of its own: only where nothing
+    decodes on it yet."""
     if gpu is None or not gpu.uuid:
         return None
     cmd = [sys.executable, "-m", "decodemon.probes.copy_bandwidth", "--device", str(gpu.index), "--uuid", gpu.uuid,
@@ -25,6 +39,29 @@ def measured_copy_gbs(gpu) -> float | None:
         return float(json.loads(r.stdout)["copy_gbs"]) if r.returncode == 0 else None
     except (OSError, ValueError, KeyError, TypeError, subprocess.TimeoutExpired):
         return None
+
+
+def measure_before_start() -> float | None:
+    """`decodemon run`'s first step on a GPU machine: the copy bandwidth of the device its program will use,
+    measured (or read from the cache) now, while nothing of the program runs on it yet. None without a GPU."""
+    from pathlib import Path
+
+    if not Path("/dev/nvidia0").exists():
+        return None
+    try:
+        import pynvml
+
+        from decodemon.probes.device import cuda_device_index, nvml_index
+        from decodemon.probes.wire import GpuInfo
+
+        pynvml.nvmlInit()
+        idx = cuda_device_index()
+        h = pynvml.nvmlDeviceGetHandleByIndex(nvml_index(idx))
+        gpu = GpuInfo(index=idx, name="", sm_count=0, mem_bandwidth_gbs=0.0, uuid=str(pynvml.nvmlDeviceGetUUID(h)),
+                      driver_version=str(pynvml.nvmlSystemGetDriverVersion()))
+    except Exception:  # no NVML here: the attach prices the floor on NVML's peak, and says so
+        return None
+    return measure_copy_gbs(gpu)
 
 
 def header_note(copy_gbs: float | None) -> str:

@@ -79,14 +79,23 @@ def live_frames(pid: int, settings: wire.Attach | None = None, seconds: float | 
     deadline = None if seconds is None else time.monotonic() + seconds
     reader = wire.StreamReader()
     detached = None  # when the detach was sent
+    settings = settings or wire.Attach()
+    sidecar = None  # the device-wide counters' process (monitor/sidecar.py), started once the hello names the GPU
     try:
-        sock.sendall(wire.pack(settings or wire.Attach()))
+        sock.sendall(wire.pack(settings))
         sock.settimeout(0.1)
         while True:
             if detached is None and ((deadline is not None and time.monotonic() >= deadline) or (stop and stop())):
                 sock.sendall(wire.pack(wire.Detach()))
                 detached = time.monotonic()
                 sock.settimeout(0.5)
+            if sidecar is not None:
+                for payload, frame in sidecar.take():
+                    yield time.monotonic_ns() - t0, payload, frame
+                if sidecar.ended:
+                    sidecar.close()
+                    lost, sidecar = _sidecar_lost(sidecar.pm), None
+                    yield time.monotonic_ns() - t0, b"", lost
             try:
                 data = sock.recv(1 << 20)
             except socket.timeout:
@@ -103,13 +112,57 @@ def live_frames(pid: int, settings: wire.Attach | None = None, seconds: float | 
             rx = time.monotonic_ns() - t0
             for payload in reader.feed(data):
                 frame = wire.decode_frame(payload)
+                if isinstance(frame, wire.Hello) and frame.gpu is not None and not frame.gpu.mem_bandwidth_gbs:
+                    frame, payload = _with_nvml_facts(frame)
                 yield rx, payload, frame
                 if isinstance(frame, wire.Bye):
                     return
+                if isinstance(frame, wire.Hello) and sidecar is None and detached is None:
+                    sidecar, status = _start_sidecar(frame, pid, settings)
+                    if status is not None:
+                        yield rx, wire.encode(status), status
     except (ConnectionResetError, BrokenPipeError):
         yield time.monotonic_ns() - t0, b"", wire.Bye(reason=f"pid {pid} went away")
     finally:
         sock.close()
+        if sidecar is not None:
+            sidecar.close()
+
+
+def _with_nvml_facts(hello: wire.Hello) -> tuple[wire.Hello, bytes]:
+    """The agent's hello with the NVML facts of its GPU, read here (the target loads no NVML), re-encoded."""
+    import msgspec
+
+    from decodemon.probes.device import nvml_facts
+
+    hello = msgspec.structs.replace(hello, gpu=nvml_facts(hello.gpu))
+    return hello, wire.encode(hello)
+
+
+def _sidecar_lost(pm: bool) -> wire.ProbeStatus:
+    """What a sidecar that exited took with it: NVML, and PM where it read PM."""
+    if pm:
+        from decodemon.monitor.sidecar import LOST
+
+        return LOST
+    return wire.ProbeStatus(nvml="lost", nvml_reason="sidecar_exited")
+
+
+def _start_sidecar(hello: wire.Hello, pid: int, settings: wire.Attach):
+    """The device-wide counters' sidecar for an agent's hello (None where there is no GPU): NVML always, PM too
+    unless the agent arms it itself (counters="in_process") or PM is off; and the status to add, or None."""
+    if hello.gpu is None:
+        return None, None
+    from decodemon.monitor.sidecar import Sidecar
+
+    pm_here = settings.pm and settings.counters != "in_process"
+    try:
+        side = Sidecar(hello.gpu, pid, settings, pm=pm_here)
+    except OSError as exc:
+        return None, wire.ProbeStatus(nvml="unavailable", nvml_reason="error", nvml_error=f"sidecar: {exc}",
+                                      **({} if not pm_here else dict(pm="unavailable", pm_reason="error",
+                                                                       pm_error=f"sidecar: {exc}")))
+    return side, (wire.ProbeStatus(pm="off") if not settings.pm else None)
 
 
 def recording_frames(path) -> Iterator[tuple[int, bytes, object]]:

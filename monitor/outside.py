@@ -20,9 +20,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
-import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -30,6 +27,7 @@ from pathlib import Path
 from typing import Iterator
 
 from decodemon.monitor.client import SourceError
+from decodemon.monitor.sidecar import LOST, Sidecar
 from decodemon.probes import wire
 
 READ_S = 0.05  # an interval in which a request ends is left out of the clock: short ones lose little of it
@@ -174,48 +172,6 @@ def _gpus_of(pid: int) -> tuple[int | None, str]:
     return None, f"pid {pid} has no compute context on any of the {n} GPUs NVML lists (a CPU build?)"
 
 
-class _Sidecar:
-    """The PM and NVML sidecar, started by the monitor itself on the server's GPU; its frames arrive here."""
-
-    def __init__(self, device: int, target: int, settings: wire.Attach) -> None:
-        self.frames: list[tuple[bytes, object]] = []
-        self._lock = threading.Lock()
-        self.ended = False
-        argv = [sys.executable, "-m", "decodemon.probes.sidecar", "--device", str(device), "--target-pid", str(target),
-                "--pm-interval-us", str(settings.pm_interval_us), "--nvml-hz", str(settings.nvml_hz or 4.0)]
-        env = {**os.environ, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}  # CUDA's device numbers as NVML's
-        env.pop("CUDA_VISIBLE_DEVICES", None)
-        self.proc = subprocess.Popen(argv + ([] if settings.pm else ["--no-pm"]), stdin=subprocess.PIPE, env=env,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        threading.Thread(target=self._read, daemon=True, name="dm-outside-sidecar").start()
-
-    def _read(self) -> None:
-        reader = wire.StreamReader()
-        try:
-            while data := self.proc.stdout.read1(1 << 16):
-                for payload in reader.feed(data):
-                    with self._lock:
-                        self.frames.append((payload, wire.decode_frame(payload)))
-        except (OSError, ValueError):
-            pass
-        self.ended = True
-
-    def take(self) -> list[tuple[bytes, object]]:
-        """The frames that arrived since the last take."""
-        with self._lock:
-            out, self.frames = self.frames, []
-        return out
-
-    def close(self) -> None:
-        """Close its lifeline; it exits (killed, and reaped, if it does not)."""
-        try:
-            self.proc.stdin.close()
-            self.proc.wait(timeout=3)
-        except (OSError, subprocess.TimeoutExpired):
-            self.proc.kill()
-            self.proc.wait()
-
-
 def _hello(pid: int, nvml: int | None, why: str) -> wire.Hello:
     gpu = None
     if nvml is not None:
@@ -269,7 +225,7 @@ def frames(pid: int, seconds: float | None = None, stop=None, settings: wire.Att
     yield out(hello)
     yield out(_status(hello, settings.pm))
     read(first)
-    sidecar = _Sidecar(hello.gpu.index, pid, settings) if hello.gpu else None
+    sidecar = Sidecar(hello.gpu, pid, settings) if hello.gpu else None
     sent = time.monotonic()
     try:
         while True:
@@ -292,8 +248,7 @@ def frames(pid: int, seconds: float | None = None, stop=None, settings: wire.Att
                 yield time.monotonic_ns() - t0, payload, frame
             if sidecar and sidecar.ended:
                 sidecar = None
-                yield out(wire.ProbeStatus(pm="lost", pm_reason="sidecar_exited", nvml="lost",
-                                           nvml_reason="sidecar_exited"))
+                yield out(LOST)
             if rows:
                 yield out(counts())
             if done:

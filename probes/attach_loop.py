@@ -1,6 +1,5 @@
 """The agent thread's loop for one attach: wake at ticks, run the periodic tasks that are due, send what they made.
 
-    tick (Attach.agent_tick_s)   relay the NVML sidecar's frames (already framed: not decoded)
     on a closed window           collect its records into a KernelWindow (woken at once by the decode thread)
     window (window_period_s)     ask the decode thread for a token window, or trace a window by time here
     pm (pm_pump_s)               decode and evaluate PM samples (after any window in progress is collected)
@@ -8,13 +7,13 @@
     stats (1 s)                  the probe's status (wire.ProbeStatus)
 
 Every system call the agent thread makes gives up the GIL and takes it back, and a take-back from a decode thread
-running Python makes that thread wait: so a tick makes as few calls as it can (one read of the sidecar's pipe, one
-send on a socket left non-blocking, both keeping the GIL: held.py), and the loop sleeps between ticks.
+running Python makes that thread wait: so a tick makes as few calls as it can (one send on a socket left
+non-blocking, keeping the GIL: held.py), and the loop sleeps between ticks. NVML and, by default, PM are not read
+here at all: the monitor's sidecar reads them (monitor/sidecar.py).
 """
 
 from __future__ import annotations
 
-import os
 import selectors
 import time
 from collections import deque
@@ -28,6 +27,7 @@ from decodemon.probes.schedule import Schedule
 from decodemon.probes.session import foreign_profiler_active
 
 MARKS_PERIOD_S = 0.25
+FIRST_WINDOW_LEAD_TOKENS = 2  # tokens between the process's first CUPTI start-up (agent thread) and its window
 STATS_PERIOD_S = 1.0
 
 
@@ -40,7 +40,7 @@ def collect_pause() -> None:
 class AttachLoop:
     """One attach's loop on the agent thread; `run()` returns why it ended."""
 
-    def __init__(self, conn, reader, session, sidecar, status: dict, ev=None, hello_frame=None) -> None:
+    def __init__(self, conn, reader, session, status: dict, ev=None, hello_frame=None) -> None:
         st = session.settings
         self.conn, self.reader, self.session, self.status, self.ev = conn, reader, session, status, ev
         self.settings = st
@@ -49,10 +49,6 @@ class AttachLoop:
         conn.setblocking(False)
         self.sel.register(conn, selectors.EVENT_READ, "monitor")
         self.sel.register(session.wake_r, selectors.EVENT_READ, "wake")
-        self.side_fd = None
-        if sidecar is not None:  # read at the ticks, not a wake-up of its own: its frames wait in the pipe
-            self.side_fd = sidecar.stdout.fileno()
-            os.set_blocking(self.side_fd, False)
         now = self.t_start = self.next_tick = time.monotonic()
         self.sched = Schedule(slack_s=self.tick / 2)
         self.sched.add("marks", MARKS_PERIOD_S, now + MARKS_PERIOD_S)
@@ -84,7 +80,6 @@ class AttachLoop:
                 continue  # the monitor's message, read; the rest waits for the tick
             if on_tick:
                 self.next_tick = max(self.next_tick + self.tick, now + self.tick / 2)
-                self._relay_sidecar()
             self._note_marks(now)
             if self.session.tracer is not None and self.session.window_ready.is_set():
                 self._collect_token_window(now)
@@ -133,18 +128,6 @@ class AttachLoop:
         if n > self.marks_seen:
             self.marks_seen, self.last_mark_at = n, now
 
-    def _relay_sidecar(self) -> None:
-        if self.side_fd is None:
-            return
-        chunk = held.read_available(self.side_fd)
-        if chunk is None:
-            self.side_fd = None
-            self.status.update(nvml="lost", nvml_reason="sidecar_exited")
-            if self.status.get("pm_where") == "sidecar":
-                self.status.update(pm="lost", pm_reason="sidecar_exited")
-        else:
-            self.out += chunk  # already framed by the sidecar: relayed without decoding
-
     # -- windows --------------------------------------------------------------
     def _window_idle(self) -> bool:
         s = self.session
@@ -180,6 +163,8 @@ class AttachLoop:
         # with a prepare lead, CUPTI starts here, in this thread, and the window opens that many tokens later;
         # without one (the default) the opening boundary starts it, in the traced token
         lead = st.prepare_lead_tokens
+        if PROCESS.windows_in_process == 0 and st.prepare_first_window:
+            lead = max(lead, FIRST_WINDOW_LEAD_TOKENS)
         prep_ns = s.prepare_window() if lead > 0 else 0
         if self.ev is not None:
             self.ev.add("prepare", prep_ns)

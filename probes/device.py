@@ -44,8 +44,38 @@ def _libcuda():
         raise Unavailable(f"CUDA driver is not found ({exc})") from None
 
 
-def gpu_info(cuda_index: int | None = None) -> GpuInfo:
-    """Name, SM count, compute capability and peak memory bandwidth of one device."""
+def _uuid(cu, dev) -> str:
+    """The device's UUID as NVML writes it ("GPU-8-4-4-4-12 hex"), from the CUDA driver ('' if it will not say)."""
+    raw = ctypes.create_string_buffer(16)
+    fn = getattr(cu, "cuDeviceGetUuid_v2", None) or getattr(cu, "cuDeviceGetUuid", None)
+    if fn is None or fn(raw, dev) != 0:
+        return ""
+    h = raw.raw.hex()
+    return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def nvml_facts(gpu: GpuInfo) -> GpuInfo:
+    """`gpu` with what NVML adds (peak memory bandwidth, driver version), found by its UUID: read in the monitor's
+    process, so the target never loads NVML. `gpu` as it was where NVML cannot say."""
+    if gpu.mem_bandwidth_gbs or not gpu.uuid:
+        return gpu
+    try:
+        import msgspec
+        import pynvml
+
+        pynvml.nvmlInit()
+        h = pynvml.nvmlDeviceGetHandleByUUID(gpu.uuid)
+        bus_bits = pynvml.nvmlDeviceGetMemoryBusWidth(h)
+        mem_mhz = pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_MEM)
+        return msgspec.structs.replace(gpu, mem_bandwidth_gbs=round(bus_bits / 8 * mem_mhz * 1e6 * 2 / 1e9, 1),
+                                       driver_version=str(pynvml.nvmlSystemGetDriverVersion()))
+    except Exception:  # NVML missing or refused: bandwidth stays unknown (0)
+        return gpu
+
+
+def gpu_info(cuda_index: int | None = None, nvml: bool = True) -> GpuInfo:
+    """Name, SM count, compute capability and peak memory bandwidth of one device (`nvml=False`: the CUDA
+    driver's facts only, bandwidth and driver version left for `nvml_facts` to add elsewhere)."""
     idx = cuda_device_index() if cuda_index is None else cuda_index
     cu = _libcuda()
     rc = cu.cuInit(0)
@@ -66,8 +96,10 @@ def gpu_info(cuda_index: int | None = None) -> GpuInfo:
     cu.cuDriverGetVersion(ctypes.byref(drv))
     mem = ctypes.c_size_t()
     cu.cuDeviceTotalMem_v2(ctypes.byref(mem), dev)
-    bw, driver, uuid = 0.0, "", ""
+    bw, driver, uuid = 0.0, "", _uuid(cu, dev)
     try:
+        if not nvml:
+            raise Unavailable("NVML is read outside this process")
         import pynvml
 
         pynvml.nvmlInit()
@@ -76,7 +108,7 @@ def gpu_info(cuda_index: int | None = None) -> GpuInfo:
         mem_mhz = pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_MEM)
         bw = bus_bits / 8 * mem_mhz * 1e6 * 2 / 1e9
         driver = pynvml.nvmlSystemGetDriverVersion()
-        uuid = pynvml.nvmlDeviceGetUUID(h)
+        uuid = str(pynvml.nvmlDeviceGetUUID(h)) or uuid
     except Exception:  # NVML missing or refused: bandwidth stays unknown (0)
         pass
     return GpuInfo(

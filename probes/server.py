@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import socket
 import struct
-import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -54,14 +53,16 @@ def clean_stale_sockets(d: Path | None = None) -> list[int]:
     return gone
 
 
-def hello(settings: dict) -> wire.Hello:
-    """The agent's first frame: the process, the device (read once per process and device) and the model."""
+def hello(settings: dict, nvml: bool = False) -> wire.Hello:
+    """The agent's first frame: the process, the device (read once per process and device) and the model. The
+    device's NVML facts (peak bandwidth, driver version) are the monitor's to add (device.nvml_facts), unless
+    `nvml`: this process then loads NVML itself."""
     gpu, why = None, ""
     try:
-        # the device's facts do not change, and reading them (cuInit, the device queries, pynvml's import and
-        # nvmlInit) would otherwise be agent-thread work at every attach's start
+        # the device's facts do not change, and reading them (cuInit, the device queries) would otherwise be
+        # agent-thread work at every attach's start
         idx = cuda_device_index()
-        gpu = PROCESS.gpu.get(idx) or PROCESS.gpu.setdefault(idx, gpu_info(idx))
+        gpu = PROCESS.gpu.get((idx, nvml)) or PROCESS.gpu.setdefault((idx, nvml), gpu_info(idx, nvml=nvml))
     except Unavailable as exc:
         why = str(exc)
     except Exception as exc:
@@ -145,7 +146,7 @@ class Agent:
 
     def serve(self, conn: socket.socket) -> None:
         """One attach, from the monitor's Attach to our Bye."""
-        res: dict = {"session": None, "sidecar": None}
+        res: dict = {"session": None}
         reason = "detached"
         held.name_this_thread("dm-session")  # the attach's thread: ticks, pumps, window collects
         try:
@@ -165,21 +166,22 @@ class Agent:
             conn.sendall(wire.pack(wire.ProbeStatus(**status)))
             ev = EventLog.from_env()
             try:
-                reason = AttachLoop(conn, reader, res["session"], res["sidecar"], status, ev,
-                                    hello_frame=res.get("hello")).run()
+                reason = AttachLoop(conn, reader, res["session"], status, ev, hello_frame=res.get("hello")).run()
             finally:
                 if ev is not None:
                     ev.write()
         except (OSError, wire.WireError) as exc:
             reason = f"connection lost ({type(exc).__name__})"
         finally:
-            self.tear_down(conn, res["session"], res["sidecar"], reason)
+            self.tear_down(conn, res["session"], reason)
 
     def set_up(self, conn: socket.socket, settings: wire.Attach, res: dict) -> dict:
-        """Hello, tracer, PM and sidecar for one attach, then arm the session; the status fields to send first."""
+        """Hello, tracer and (counters="in_process") PM for one attach, then arm the session; the status fields
+        to send first."""
         hooks.attach()  # engine adapters first: the model facts they report travel in the hello
         h = hello({k: float(getattr(settings, k)) for k in
-                   ("window_period_s", "window_tokens", "pm_interval_us", "nvml_hz")})
+                   ("window_period_s", "window_tokens", "pm_interval_us", "nvml_hz")},
+                  nvml=settings.counters == "in_process")
         conn.sendall(wire.pack(h))
         res["hello"] = h
         held.ENABLED = settings.hold_gil  # before the loop's first call (an A/B run's attaches set it both ways)
@@ -193,16 +195,12 @@ class Agent:
         else:
             status["gpu"] = "ok"
             tracer = self._arm_trace(settings, status)
-            pm_mode = os.environ.get("DECODEMON_PM", "inproc")
-            if not settings.pm:
-                status["pm"] = "off"
-            elif pm_mode == "inproc":
-                pm = arm_pm(settings, status)
-            elif pm_mode == "sidecar":
-                status["pm_where"] = "sidecar"  # the sidecar's own status says armed or why not
-            else:
-                status.update(pm="off", pm_reason="env", pm_error=f"DECODEMON_PM={pm_mode}")
-            res["sidecar"] = self._start_sidecar(settings, status, pm_mode)
+            # NVML, and PM too with counters="monitor", are read by the monitor's sidecar (monitor/sidecar.py):
+            # this process starts no child. PM is armed here only where a second process cannot arm it
+            if settings.counters == "in_process":
+                pm = arm_pm(settings, status) if settings.pm else None
+                if not settings.pm:
+                    status["pm"] = "off"
         session = res["session"] = Session(settings, tracer)
         session.pm = pm
         with ACTIVE.lock:
@@ -227,25 +225,9 @@ class Agent:
                       window_period_s=float(settings.window_period_s))
         return tracer
 
-    @staticmethod
-    def _start_sidecar(settings: wire.Attach, status: dict, pm_mode: str):
-        cmd = [sys.executable, "-m", "decodemon.probes.sidecar", "--device", str(cuda_device_index()),
-               "--pm-interval-us", str(settings.pm_interval_us), "--nvml-hz", str(settings.nvml_hz)]
-        if not settings.pm or pm_mode != "sidecar":
-            cmd.append("--no-pm")
-        env = {k: v for k, v in os.environ.items() if k != "DECODEMON_AGENT"}
-        try:
-            return subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                    close_fds=True, env=env)
-        except OSError as exc:
-            status.update(nvml="unavailable", nvml_reason="error", nvml_error=f"sidecar: {exc}")
-            if pm_mode == "sidecar":
-                status.update(pm="unavailable", pm_reason="error", pm_error=f"sidecar: {exc}")
-            return None
-
-    def tear_down(self, conn: socket.socket, session, sidecar, reason: str) -> None:
-        """Disarm: PM released first, then CUPTI left at the decode thread's next boundary, the sidecar stopped,
-        and the monitor told why."""
+    def tear_down(self, conn: socket.socket, session, reason: str) -> None:
+        """Disarm: PM released first, then CUPTI left at the decode thread's next boundary, and the monitor told
+        why."""
         if session is not None and session.pm is not None:
             # before the decode thread's finalize: a PM session that a CUPTI finalize takes down cannot be
             # disabled cleanly, and its counters can stay held for the next attach (pm_config.release)
@@ -266,12 +248,6 @@ class Agent:
             session.release()
         if not keep_hooks:
             hooks.detach()  # the engine's own functions back, before the monitor hears the attach is over
-        if sidecar is not None:
-            try:
-                sidecar.stdin.close()
-                sidecar.wait(timeout=3)
-            except Exception:
-                sidecar.kill()
         held.send_all(conn, wire.pack(wire.Bye(reason=reason)), 1.0)  # the socket may be non-blocking by now
         conn.close()
         self.busy_with = None

@@ -121,11 +121,17 @@ class Session:
         of a 20 s attach ran over 1.1x the unobserved p99 (an initialised CUPTI makes untraced graphed tokens
         ~8-12% slower). Not while torch.profiler records (its CUPTI session would end with ours), nor while an
         earlier attach's tracer waits for the next boundary to finalize CUPTI (that finalize would undo this
-        start-up). A prepare that fails leaves the start-up to open()."""
+        start-up). A prepare that fails leaves the start-up to open().
+
+        The process's first window is always prepared here (`Attach.prepare_first_window`): CUPTI's first start-up
+        in a process loads libcupti and instruments the CUDA context, ~0.5 s on an H200, which at an opening
+        boundary is one token half a second long."""
         tr, ns = self.tracer, 0
         prepare = getattr(tr, "prepare", None)
-        if prepare is not None and self.pending_detach is None \
-                and not guard_for_window(getattr(tr, "needs_guard", True)) and not foreign_profiler_active():
+        first = PROCESS.windows_in_process == 0 and not PROCESS.graph_kernels_seen and \
+            self.settings.prepare_first_window
+        if prepare is not None and self.pending_detach is None and not foreign_profiler_active() \
+                and (first or not guard_for_window(getattr(tr, "needs_guard", True))):
             try:
                 ns = prepare()
             except Exception as exc:

@@ -1,12 +1,12 @@
-"""Device-wide counters from a second process: CUPTI PM sampling and NVML telemetry.
+"""Device-wide counters from a process of decodemon's own: CUPTI PM sampling and NVML telemetry.
 
-PM counters and NVML cover the whole GPU, so reading them does not have to
-happen in the decode process at all (measured on an H200: a sampler in
-another process read a decode loop's counters). The agent starts this
-sidecar on attach and relays its stdout, already framed, to the monitor; the
-sidecar exits when its stdin closes, so it never outlives the agent.
+PM counters and NVML cover the whole GPU, so reading them does not have to happen in the decode process at all
+(measured on an H200: a sampler in another process read a decode loop's counters). The monitor starts this
+sidecar when it attaches (monitor/sidecar.py) and reads its stdout, already framed; the sidecar exits when its
+stdin closes, so it never outlives the watch. Nothing here runs in the target: its GIL, its CUPTI and its
+interpreter are left to the loop.
 
-    python -m decodemon.probes.sidecar --device 0 --pm-interval-us 2000 --nvml-hz 4
+    python -m decodemon.probes.sidecar --device 0 --uuid GPU-... --pm-interval-us 2000 --nvml-hz 4
 """
 
 from __future__ import annotations
@@ -52,9 +52,13 @@ def _pm_loop(out: _Out, device: int, interval_us: int, period_s: float, stop: th
         out.send(ProbeStatus(pm="unavailable", pm_reason="not_importable", pm_error=str(exc), pm_where="sidecar"))
         return
     coll, how, tried = None, "", []
-    for how in ("as is", "own CUDA context", "torch context"):
+    # the device's primary context made current first: a PM session armed in a process with no context failed
+    # on an H200 (ERROR_UNKNOWN), and every later try then failed too (ERROR_INVALID_PARAMETER)
+    for how in ("primary context", "as is", "own CUDA context", "torch context"):
         try:
-            if how == "own CUDA context":
+            if how == "primary context":
+                _primary_context(device)
+            elif how == "own CUDA context":
                 _make_context(device)
             elif how == "torch context":
                 import torch  # noqa: PLC0415 - last resort, only where the target has torch anyway
@@ -63,8 +67,7 @@ def _pm_loop(out: _Out, device: int, interval_us: int, period_s: float, stop: th
                 torch.empty(1, device="cuda")
             coll = pm_sampling.Collector(device)
             coll.enable()
-            coll.configure(metrics=PM_METRICS, hardware_buffer_size=256 * 1024 * 1024,
-                           sampling_interval=interval_us * 1000)
+            _configure(coll, interval_us)
             coll.start()
             break
         except PermissionError:
@@ -81,7 +84,8 @@ def _pm_loop(out: _Out, device: int, interval_us: int, period_s: float, stop: th
     if coll is None:
         out.send(ProbeStatus(pm="unavailable", pm_reason="error", pm_error="; ".join(tried), pm_where="sidecar"))
         return
-    out.send(ProbeStatus(pm="armed", pm_where="sidecar", pm_interval_us=interval_us))
+    out.send(ProbeStatus(pm="armed", pm_where="sidecar", pm_interval_us=interval_us,
+                         pm_dram_bytes="dram__bytes_read.sum" in (getattr(coll, "_metrics", None) or [])))
     overflows = 0
     try:
         while not stop.wait(period_s):
@@ -108,6 +112,37 @@ def _pm_loop(out: _Out, device: int, interval_us: int, period_s: float, stop: th
             coll.disable()
 
 
+def _configure(coll, interval_us: int) -> None:
+    """PM_METRICS with the DRAM bytes read and written (bytes per token with no model facts), or without them on
+    a chip that refuses them."""
+    from decodemon.probes.pm_config import hw_buffer_bytes, metric_sets, refused_dram_bytes  # noqa: PLC0415
+
+    sets = metric_sets(getattr(coll, "_chip_name", None))
+    for k, metrics in enumerate(sets):
+        try:
+            coll.configure(metrics=metrics, hardware_buffer_size=hw_buffer_bytes(interval_us),
+                           sampling_interval=interval_us * 1000)
+            return
+        except Exception:
+            if k + 1 == len(sets):
+                raise
+            refused_dram_bytes(getattr(coll, "_chip_name", None))
+
+
+def _primary_context(device: int) -> None:
+    """Retain the device's primary context (the one the CUDA runtime and torch use) and make it current."""
+    import ctypes
+
+    cu = ctypes.CDLL("libcuda.so.1")
+    rc = cu.cuInit(0)
+    dev, ctx = ctypes.c_int(), ctypes.c_void_p()
+    rc = rc or cu.cuDeviceGet(ctypes.byref(dev), device)
+    rc = rc or cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev)
+    rc = rc or cu.cuCtxSetCurrent(ctx)
+    if rc != 0:
+        raise RuntimeError(f"the primary context failed (CUDA error {rc})")
+
+
 def _make_context(device: int) -> None:
     """Create and make current a CUDA context of our own (PM sampling may need one in this process)."""
     import ctypes
@@ -122,12 +157,12 @@ def _make_context(device: int) -> None:
         raise RuntimeError(f"cuCtxCreate failed ({rc})")
 
 
-def _nvml_loop(out: _Out, device: int, hz: float, stop: threading.Event, target: int = 0) -> None:
+def _nvml_loop(out: _Out, device: int, hz: float, stop: threading.Event, target: int = 0, uuid: str = "") -> None:
     try:
         import pynvml
 
         pynvml.nvmlInit()
-        h = pynvml.nvmlDeviceGetHandleByIndex(nvml_index(device))
+        h = pynvml.nvmlDeviceGetHandleByUUID(uuid) if uuid else pynvml.nvmlDeviceGetHandleByIndex(nvml_index(device))
     except Exception as exc:
         out.send(ProbeStatus(nvml="unavailable", nvml_reason="error", nvml_error=str(exc)))
         return
@@ -178,10 +213,15 @@ def main(argv=None) -> int:
     ap.add_argument("--nvml-hz", type=float, default=4.0)
     ap.add_argument("--no-pm", action="store_true")
     ap.add_argument("--target-pid", type=int, default=0, help="the watched process, when it is not the parent")
+    ap.add_argument("--uuid", default="", help="the GPU by its UUID (then --device is ignored)")
     a = ap.parse_args(argv)
+    if a.uuid:  # CUDA numbers only this device, whatever the target's own CUDA_VISIBLE_DEVICES said
+        os.environ["CUDA_VISIBLE_DEVICES"] = a.uuid
+        a.device = 0
     out = _Out()
     stop = threading.Event()
-    threads = [threading.Thread(target=_nvml_loop, args=(out, a.device, a.nvml_hz, stop, a.target_pid), daemon=True)]
+    threads = [threading.Thread(target=_nvml_loop, args=(out, a.device, a.nvml_hz, stop, a.target_pid, a.uuid),
+                                daemon=True)]
     if not a.no_pm:
         threads.append(threading.Thread(target=_pm_loop,
                                         args=(out, a.device, a.pm_interval_us, a.pm_period_s, stop), daemon=True))

@@ -337,6 +337,9 @@ class Attach(msgspec.Struct, frozen=True, tag="attach"):
     # tokens between CUPTI's start-up on the agent thread and the window's opening boundary (0: the opening
     # boundary starts it, in the traced token, already the slowest); eager windows only
     prepare_lead_tokens: int = 0
+    # the process's first window has its CUPTI start-up (libcupti loaded, the context instrumented) made on the
+    # agent thread before it opens, whatever prepare_lead_tokens says
+    prepare_first_window: bool = True
     # runtime-API records in one window of every N (windows 1, 1+N, ...), the others kernels, copies and memsets
     # only; 1: every window, 0: none (a kernels-only eager window's traced token was 2-16 ms cheaper on an H200)
     api_every: int = 4
@@ -352,6 +355,10 @@ class Attach(msgspec.Struct, frozen=True, tag="attach"):
     # a named NVTX range as the token clock: each close of a range of this name, pushed from Python through
     # torch.cuda.nvtx or the nvtx package, marks a token, and the engine's own marks are ignored ("": marks)
     token_range: str = ""
+    # where PM sampling runs: "in_process", in the agent thread (on an H200, driver 580, PM would not arm from a
+    # second process: ERROR_UNKNOWN, then ERROR_INVALID_PARAMETER), or "monitor", in the sidecar the monitor
+    # starts, where nothing of it runs in the target. NVML is always read by that sidecar
+    counters: str = "in_process"
 
 
 class Detach(msgspec.Struct, frozen=True, tag="detach"):

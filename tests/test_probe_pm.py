@@ -216,7 +216,7 @@ def test_detach_releases_pm_before_the_decode_thread_finalizes_cupti():
     th.start()
     mine, theirs = socket.socketpair()
     try:
-        Agent.tear_down(object.__new__(Agent), mine, s, None, "detached")
+        Agent.tear_down(object.__new__(Agent), mine, s, "detached")
     finally:
         stop.set()
         th.join()

@@ -1,12 +1,16 @@
-"""A `torch.compile(mode="reduce-overhead")` decode-one-token loop that never syncs per token (the shape of
-transformers' "static cache + torch.compile" recipe and of gpt-fast), random weights: no decodemon in it.
+"""gpt-fast's decode loop: `decode_one_token` under `torch.compile(mode="reduce-overhead")` that never syncs per
+token (the shape of transformers' "static cache + torch.compile" recipe), or eager (`--eager`), random weights.
 
-    python benchmarks/loops/compiled_decode.py --shape llama-8b [--log tokens.jsonl]
+    python benchmarks/loops/compiled_decode.py --shape llama-8b [--log tokens.jsonl] [--marks]
+    python benchmarks/loops/compiled_decode.py --shape qwen3-0.6b --eager [--marks]
     python benchmarks/loops/compiled_decode.py --shape tiny --device cpu --batches 2
 
-The host enqueues `--batch` tokens, then waits for the GPU once: it runs ~100 ms ahead of the GPU, as fast
-engines do. The log gets each batch's tokens at the moment the GPU finished them (evenly spread over the batch:
-the loop's own wall-clock rate). `--profile-steps N` prints torch.profiler's kernels and kernel time per step.
+Compiled, the host enqueues `--batch` tokens, then waits for the GPU once: it runs ~100 ms ahead of the GPU, as
+fast engines do, and the log gets each batch's tokens at the moment the GPU finished them (evenly spread over
+the batch: the loop's own wall-clock rate). Eager, the host is the slower side and each token is logged when its
+step returns. `--marks` passes decodemon's `mark_token` as the per-token callback, as gpt-fast's
+`generate(callback=...)` would: the only decodemon line, and one that marks at enqueue time. `--profile-steps N`
+prints torch.profiler's kernels and kernel time per step.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=200, help="tokens enqueued between two waits for the GPU")
     ap.add_argument("--max-len", type=int, default=1024)
     ap.add_argument("--batches", type=int, default=0, help="0: until SIGTERM")
+    ap.add_argument("--eager", action="store_true", help="no torch.compile: the host-bound eager loop")
+    ap.add_argument("--marks", action="store_true", help="decodemon's mark_token as the per-token callback")
     add_loop_options(ap)
     a = ap.parse_args()
     import torch
@@ -44,9 +50,12 @@ def main() -> int:
     token = torch.zeros(1, 1, dtype=torch.long, device=device)
     with torch.no_grad():  # one eager step first: the static cache makes its tensors outside any CUDA graph
         decode_one_token(token, pos)
-    step = torch.compile(decode_one_token, mode="reduce-overhead", fullgraph=True) if device != "cpu" \
-        else decode_one_token
-    compiled = device != "cpu"
+    compiled = device != "cpu" and not a.eager
+    step = torch.compile(decode_one_token, mode="reduce-overhead", fullgraph=True) if compiled else decode_one_token
+    callback = None
+    if a.marks:
+        from decodemon.engine_adapter import mark_token as callback
+    each = [] if not compiled else None  # eager: each token's time as its step returns
 
     def run(n):
         nonlocal token
@@ -61,12 +70,18 @@ def main() -> int:
                 token = step(token.clone(), pos)
                 pos.add_(1)
                 pos_host[0] += 1
+                if callback is not None:
+                    callback(pos_host[0])
+                if each is not None:
+                    each.append(time.time())
 
     pos_host = [0]
     for _ in range(3):  # compile, record, replay
         run(4)
     if device.startswith("cuda"):
         torch.cuda.synchronize()
+    if each is not None:
+        each.clear()
     if a.profile_steps:
         run(2 * a.profile_steps)
         print(profile_kernels(run, a.profile_steps, a.profile_out), flush=True)
@@ -79,7 +94,11 @@ def main() -> int:
         if device.startswith("cuda"):
             torch.cuda.synchronize()
         t1 = time.time()
-        log.times.extend(t0 + (t1 - t0) * (k + 1) / a.batch for k in range(a.batch))
+        if each is not None:
+            log.times.extend(each)
+            each.clear()
+        else:
+            log.times.extend(t0 + (t1 - t0) * (k + 1) / a.batch for k in range(a.batch))
         log.flush()
         done += 1
     return 0

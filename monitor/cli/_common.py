@@ -149,7 +149,10 @@ PROBE_WORDS = {
     "hold_gil": "the agent's short calls keep the GIL (false gives it up in each)",
     "time_window_s": "how long a window opened by time stays open (loops that mark no token)",
     "token_range": "an NVTX range name as the token clock (as --token-range)",
+    "prepare_first_window": "CUPTI's first start-up in a process made on the agent thread, off the loop",
+    "counters": "where PM and NVML are read: monitor (a sidecar of the monitor's) or in_process",
 }
+PROBE_CHOICES = {"counters": ("in_process", "monitor")}  # the fields that take one of a few words
 TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
 def probe_fields() -> dict:
@@ -170,6 +173,10 @@ def probe_value(key: str, text: str, name: str | None = None):
         return low in TRUE
     if default is None and text.strip().lower() == "none":
         return None
+    if key in PROBE_CHOICES:
+        if text.strip() not in PROBE_CHOICES[key]:
+            raise argparse.ArgumentTypeError(f"{name} is one of {', '.join(PROBE_CHOICES[key])}, not {text!r}")
+        return text.strip()
     if typ is str or isinstance(default, str):
         if not text.strip() or len(text) > 256 or not text.isprintable():
             raise argparse.ArgumentTypeError(f"{name} takes a name of 1 to 256 printable characters, not {text!r}")
@@ -184,6 +191,8 @@ def probe_help() -> str:
     for key, (default, typ) in probe_fields().items():
         if typ is bool or isinstance(default, bool):
             takes = "true|false"
+        elif key in PROBE_CHOICES:
+            takes = "|".join(PROBE_CHOICES[key])
         elif typ is str or isinstance(default, str):
             takes = "a name"
         else:

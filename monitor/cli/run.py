@@ -45,6 +45,9 @@ def run(a) -> int:
         from decodemon.monitor.sources import check_output
 
         check_output(a.pid_file)  # before the command starts, not after
+    from decodemon.monitor.bandwidth import measure_before_start
+
+    measure_before_start()  # the floor's copy bandwidth, while the GPU is still idle (an attach never measures)
     try:
         proc = subprocess.Popen(cmd, env=agent_env())
     except OSError as exc:

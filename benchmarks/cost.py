@@ -1,0 +1,274 @@
+"""What watching costs a decode loop, read on the loop's own clock: the first attach's after-effect, and
+interleaved unobserved / attached phases with an A/A control in the same process.
+
+    python benchmarks/cost.py OUTDIR [--engines hf_eager,manual,gptfast_eager,compiled,demo_eager,demo_graph]
+                              [--pairs 6] [--phase-s 4] [--before-s 30] [--after-s 30] [--probe KEY=VALUE]
+
+Each engine is started with plain python (no agent) and, once it decodes, watched as a new user would:
+
+    before (unobserved) | first attach (`decodemon attach PID --json`, which loads the agent) | after (unobserved)
+    then `--pairs` times:  U | A (attached) | U | C (A/A control: nothing attached, read as if it were)
+
+The first attach's after-effect is the median token of the `--after-s` after the detach against the `--before-s`
+before the attach, and its slowest token against that median. Each A phase is held against the mean of the U
+phases on either side, and so is each C phase: the C ratios are the run's noise floor. Medians and p99 are over
+single tokens (a generation's first token, its prefill, is left out). The agent's own CPU a second
+(`agent_cpu_ms_per_s`) is each attach's. Everything lands in OUTDIR/cost.json, with a table on stdout.
+On a machine with no GPU the engines run their tiny CPU shapes: the structure, not the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from unmodified import DM, LOOPS, PY, cli_json, stop, thread_cpu  # noqa: E402
+
+ENGINES = ("hf_eager", "manual", "gptfast_eager", "compiled", "demo_eager", "demo_graph")
+
+
+def engine_argv(engine: str, tiny: bool, log: Path) -> list[str]:
+    """The engine's command line (plain python, no decodemon in its start)."""
+    dev = ["--device", "cpu"] if tiny else []
+    shape = ["--shape", "tiny"] if tiny else []
+    if engine == "hf_eager":
+        return [PY, str(LOOPS / "hf_generate.py"), *(shape or ["--shape", "qwen3-0.6b"]), "--log", str(log), *dev]
+    if engine == "manual":
+        return [PY, str(LOOPS / "manual_decode.py"), *(shape or ["--shape", "qwen3-0.6b"]), "--log", str(log), *dev]
+    if engine == "gptfast_eager":
+        return [PY, str(LOOPS / "compiled_decode.py"), "--eager", "--marks", *(shape or ["--shape", "qwen3-0.6b"]),
+                "--log", str(log), *dev, *(["--batch", "20", "--max-len", "64"] if tiny else ["--batch", "50"])]
+    if engine == "compiled":
+        return [PY, str(LOOPS / "compiled_decode.py"), *(shape or ["--shape", "llama-8b"]), "--log", str(log), *dev,
+                *(["--batch", "20", "--max-len", "64"] if tiny else [])]
+    if engine in ("demo_eager", "demo_graph"):
+        return [PY, "-m", "decodemon.engine_adapter.demo", "--mode", engine.split("_")[1], "--tokens", "0",
+                "--times-file", str(log), *(["--tiny", "--device", "cpu"] if tiny else [])]
+    raise ValueError(f"no engine {engine!r}; one of {', '.join(ENGINES)}")
+
+
+def token_times(log: Path) -> list[list[float]]:
+    """The loop's own token times (unix s), one list per generation (the demo's times file: one list)."""
+    if not log.exists():
+        return []
+    text = log.read_text()
+    if text.startswith("{") and "end_unix_s" in text[:64]:
+        return [json.loads(text)["end_unix_s"]]
+    out = []
+    for line in text.splitlines():
+        try:
+            out.append(list(json.loads(line)["t"]))
+        except (ValueError, KeyError):
+            pass
+    return out
+
+
+def intervals(gens: list[list[float]], t0: float, t1: float) -> list[float]:
+    """Each token's time (ms) that ended in [t0, t1], within one generation (its first token, the prefill, out)."""
+    out = []
+    for g in gens:
+        out.extend(1e3 * (b - a) for a, b in zip(g, g[1:]) if t0 <= b <= t1)
+    return out
+
+
+def p99(xs: list[float]) -> float | None:
+    return sorted(xs)[min(len(xs) - 1, int(0.99 * len(xs)))] if xs else None
+
+
+def med(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+def start(argv: list[str], log: Path, out: Path, name: str, warm_s: float) -> subprocess.Popen:
+    """Start the engine with plain python; return once it has decoded for `warm_s` (its log exists)."""
+    sink = open(out / f"{name}.engine.log", "w")
+    proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    t0 = time.time()
+    demo = "decodemon.engine_adapter.demo" in argv
+    while time.time() - t0 < 900:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{name} exited with {proc.returncode}: {(out / f'{name}.engine.log').read_text()[-1500:]}")
+        ready = "decoding" in (out / f"{name}.engine.log").read_text() if demo else (log.exists() and log.stat().st_size)
+        if ready:
+            time.sleep(warm_s)
+            return proc
+        time.sleep(0.5)
+    raise RuntimeError(f"{name} did not decode within 900 s")
+
+
+def attach(pid: int, seconds: float, probe: list[str]) -> dict:
+    """One `decodemon attach PID --json --seconds S`: when it ran, and what it said of the loop and of itself."""
+    t0 = time.time()
+    j, err = cli_json("attach", pid, "--seconds", seconds, *probe, timeout=seconds + 120)
+    t1 = time.time()
+    p = (j or {}).get("probe") or {}
+    keep = ("verdict", "ms_per_token", "tokens", "token_clock", "launches_per_token", "bytes_per_token_measured",
+            "gpu_busy_pct")
+    try:
+        cpu = float(p.get("agent_cpu_ms_per_s"))
+    except (TypeError, ValueError):
+        cpu = None
+    return {"t": [t0, t1], "error": err if j is None else "", **{k: (j or {}).get(k) for k in keep},
+            "agent_cpu_ms_per_s": cpu, "pm": p.get("pm"), "trace": p.get("trace"),
+            "observer_cost": (j or {}).get("observer_cost")}
+
+
+def first_attach(pid: int, before_s: float, first_s: float, after_s: float, probe: list[str]) -> dict:
+    """Unobserved, the first attach, unobserved again: the spans, the attach's summary and the target's threads'
+    CPU over the after span."""
+    tb = time.time()
+    time.sleep(before_s)
+    a = attach(pid, first_s, probe)
+    ta = time.time()
+    cpu0 = thread_cpu(pid)
+    time.sleep(after_s)
+    cpu1 = thread_cpu(pid)
+    return {"before": [tb, a["t"][0]], "attach": a, "after": [ta, time.time()],
+            "after_thread_cpu_s": {k: round(v - cpu0.get(k, 0.0), 3) for k, v in cpu1.items()
+                                   if v - cpu0.get(k, 0.0) > 0.01}}
+
+
+def pairs(pid: int, n: int, phase_s: float, probe: list[str]) -> list[dict]:
+    """`n` times: U, A, U, C. Each phase's span; A's attach summary."""
+    out = []
+    for _ in range(n):
+        u0 = time.time()
+        time.sleep(phase_s)
+        a = attach(pid, phase_s, probe)
+        u1 = time.time()
+        time.sleep(phase_s)
+        c0 = time.time()
+        time.sleep(phase_s)
+        out.append({"u": [u0, a["t"][0]], "a": a, "u2": [u1, c0], "c": [c0, time.time()]})
+    return out
+
+
+def judge(gens: list[list[float]], fa: dict, ps: list[dict], tail: list[float]) -> dict:
+    """The figures: the first attach's after-effect, then the cost and the A/A floor over the pairs."""
+    res: dict = {}
+    if fa:
+        before = intervals(gens, *fa["before"])
+        during = intervals(gens, *fa["attach"]["t"]) + intervals(gens, *fa["after"])
+        after = intervals(gens, *fa["after"])
+        m = med(before)
+        res["first"] = {"before_median_ms": m, "after_median_ms": med(after),
+                        "after_change_pct": 100 * (med(after) / m - 1) if (m and after) else None,
+                        "slowest_ms": max(during) if during else None,
+                        "slowest_over_median": max(during) / m if (m and during) else None,
+                        "tokens_before": len(before), "tokens_after": len(after)}
+    us = [p["u"] for p in ps] + [p["u2"] for p in ps] + ([tail] if tail else [])
+    cost, aa, p99a, p99u = [], [], [], []
+    for k, p in enumerate(ps):
+        nxt = ps[k + 1]["u"] if k + 1 < len(ps) else tail
+        ua = [med(intervals(gens, *p["u"])), med(intervals(gens, *p["u2"]))]
+        uc = [med(intervals(gens, *p["u2"])), med(intervals(gens, *nxt)) if nxt else None]
+        a, c = med(intervals(gens, *p["a"]["t"])), med(intervals(gens, *p["c"]))
+        if a and all(ua):
+            cost.append(a / statistics.mean(ua))
+        if c and all(uc):
+            aa.append(c / statistics.mean(uc))
+        p99a.extend(intervals(gens, *p["a"]["t"]))
+    for u in us:
+        p99u.extend(intervals(gens, *u))
+    cpu = [p["a"]["agent_cpu_ms_per_s"] for p in ps if p["a"]["agent_cpu_ms_per_s"] is not None]
+    res["cost"] = {
+        "n": len(cost), "cost_pcts": [round(100 * (x - 1), 2) for x in cost],
+        "aa_pcts": [round(100 * (x - 1), 2) for x in aa],
+        "median_cost_pct": round(100 * (med(cost) - 1), 2) if cost else None,
+        "median_aa_pct": round(100 * (med(aa) - 1), 2) if aa else None,
+        # the floor: how far an A/A phase strays from its neighbours, typically (the A/A ratios' spread)
+        "aa_floor_pct": round(100 * statistics.pstdev(aa), 2) if len(aa) > 1 else None,
+        "p99_attached_over_unobserved": (p99(p99a) / p99(p99u)) if (p99a and p99u) else None,
+        "agent_cpu_ms_per_s_median": med(cpu)}
+    return res
+
+
+def run_engine(engine: str, out: Path, tiny: bool, a) -> dict:
+    """Start one engine, measure it, stop it."""
+    name = engine + (f"_{a.tag}" if a.tag else "")
+    log = out / f"{name}.tokens"
+    log.unlink(missing_ok=True)
+    argv = engine_argv(engine, tiny, log)
+    proc = start(argv, log, out, name, a.warm_s)
+    res: dict = {"engine": engine, "tag": a.tag, "argv": argv[1:], "pid": proc.pid, "probe": a.probe}
+    try:
+        fa = first_attach(proc.pid, a.before_s, a.first_s, a.after_s, PROBE) if a.before_s or a.after_s else {}
+        ps = pairs(proc.pid, a.pairs, a.phase_s, PROBE)
+        t_tail = time.time()
+        time.sleep(a.phase_s)
+        tail = [t_tail, time.time()]
+        res.update(first_attach=fa, pairs=ps)
+    finally:
+        stop(proc)
+    res["alive_at_end"] = proc.returncode in (0, -15, None)
+    res.update(judge(token_times(log), res.get("first_attach") or {}, res.get("pairs") or [], tail))
+    return res
+
+
+PROBE: list[str] = []
+
+
+def table(results: list[dict]) -> str:
+    """One line per engine."""
+    rows = ["engine | first attach: slowest/median, after vs before | attached: median cost, A/A median, A/A floor,"
+            " p99 ratio | agent CPU ms/s | pairs"]
+    for r in results:
+        if "error" in r:
+            rows.append(f"{r['engine']} | error: {r['error'][-300:]}")
+            continue
+        f, p = r.get("first") or {}, r.get("cost") or {}
+
+        def g(x, fmt="{:+.2f}%"):
+            return "-" if x is None else fmt.format(x)
+        rows.append(f"{r['engine']}{'/' + r['tag'] if r['tag'] else ''} | {g(f.get('slowest_over_median'), '{:.2f}x')}, "
+                    f"{g(f.get('after_change_pct'))} | {g(p.get('median_cost_pct'))}, {g(p.get('median_aa_pct'))}, "
+                    f"±{g(p.get('aa_floor_pct'), '{:.2f}%')}, {g(p.get('p99_attached_over_unobserved'), '{:.3f}x')} | "
+                    f"{g(p.get('agent_cpu_ms_per_s_median'), '{:.1f}')} | {p.get('n')}")
+    return "\n".join(rows)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out")
+    ap.add_argument("--engines", default=",".join(ENGINES))
+    ap.add_argument("--pairs", type=int, default=6)
+    ap.add_argument("--phase-s", type=float, default=4.0)
+    ap.add_argument("--before-s", type=float, default=30.0)
+    ap.add_argument("--first-s", type=float, default=3.0, help="seconds of the first attach")
+    ap.add_argument("--after-s", type=float, default=30.0)
+    ap.add_argument("--warm-s", type=float, default=10.0, help="seconds the engine decodes before anything")
+    ap.add_argument("--tag", default="", help="a name for this variant (with --probe)")
+    ap.add_argument("--probe", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--tiny", action="store_true", help="the tiny CPU shapes (default with no GPU)")
+    a = ap.parse_args()
+    PROBE.extend(x for kv in a.probe for x in (["--probe", kv] if "=" in kv else [kv]))
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    tiny = a.tiny or not Path("/dev/nvidia0").exists()
+    path = out / "cost.json"
+    summary = json.loads(path.read_text()) if path.exists() else {"runs": []}
+    summary.setdefault("runs", [])
+    for engine in a.engines.split(","):
+        try:
+            r = run_engine(engine, out, tiny, a)
+        except (RuntimeError, OSError, subprocess.TimeoutExpired, ValueError) as exc:
+            r = {"engine": engine, "tag": a.tag, "error": str(exc)}
+        r["utc"] = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
+        r["tiny"] = tiny
+        summary["runs"].append(r)
+        path.write_text(json.dumps(summary, indent=1))
+        print(table([r]), flush=True)
+    print(table(summary["runs"]), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""The device-wide counters are read by a process of the monitor's own, not by the target: once an agent's hello
+names a GPU, the monitor starts the sidecar (NVML always, PM with counters=monitor) and its frames join the
+agent's in one stream. Run against a stand-in agent that says it has a GPU; on this machine the sidecar finds no
+driver and says so, which is the frame the test looks for."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+
+import pytest
+
+from decodemon.monitor import client
+from decodemon.probes import wire
+from decodemon.probes.server import ensure_dir
+
+
+@pytest.fixture
+def stand_in_agent():
+    """An agent socket for this process that sends a hello with a GPU, then a Bye when detached; the Attach it
+    got."""
+    ensure_dir(wire.socket_dir())
+    path = wire.socket_path(os.getpid())
+    path.unlink(missing_ok=True)
+    srv = socket.socket(socket.AF_UNIX)
+    srv.bind(str(path))
+    srv.listen(1)
+    got: list = []
+
+    def serve():
+        c, _ = srv.accept()
+        r = wire.StreamReader()
+        gpu = wire.GpuInfo(index=0, name="NVIDIA H200", sm_count=132, mem_bandwidth_gbs=4800.0, uuid="GPU-0")
+        sent = False
+        while True:
+            d = c.recv(4096)
+            if not d:
+                break
+            for p in r.feed(d):
+                msg = wire.decode_control(p)
+                if isinstance(msg, wire.Attach) and not sent:
+                    got.append(msg)
+                    c.sendall(wire.pack(wire.Hello(wire_version=wire.WIRE_VERSION, pid=os.getpid(), argv=[],
+                                                   python="", hostname="", gpu=gpu)))
+                    sent = True
+                if isinstance(msg, wire.Detach):
+                    c.sendall(wire.pack(wire.Bye(reason="detached")))
+                    c.close()
+                    return
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    yield got
+    srv.close()
+    path.unlink(missing_ok=True)
+
+
+def _statuses(settings: wire.Attach) -> list[wire.ProbeStatus]:
+    frames = [f for _, _, f in client.live_frames(os.getpid(), settings, seconds=4.0)]
+    assert isinstance(frames[0], wire.Hello) and isinstance(frames[-1], wire.Bye)
+    return [f for f in frames if isinstance(f, wire.ProbeStatus)]
+
+
+def test_nvml_is_read_by_the_monitors_sidecar_and_pm_stays_with_the_agent_by_default(stand_in_agent):
+    st = _statuses(wire.Attach())
+    assert stand_in_agent[0].counters == "in_process"
+    assert any(s.nvml == "unavailable" and s.nvml_error for s in st)  # the sidecar's word: no NVML here
+    assert not any(s.pm_where == "sidecar" for s in st)  # PM was left to the agent
+
+
+def test_counters_monitor_moves_pm_into_the_sidecar(stand_in_agent):
+    st = _statuses(wire.Attach(counters="monitor"))
+    assert stand_in_agent[0].counters == "monitor"
+    pm = [s for s in st if s.pm]
+    assert pm and pm[-1].pm_where == "sidecar" and pm[-1].pm == "unavailable" and "CUDA driver" in pm[-1].pm_error
+
+
+def test_counters_off_says_pm_off(stand_in_agent):
+    st = _statuses(wire.Attach(counters="monitor", pm=False))
+    assert any(s.pm == "off" for s in st) and not any(s.pm_where == "sidecar" for s in st)
