@@ -33,19 +33,24 @@ def check_pid(pid: int, inject: bool = True) -> Path | None:
     proc = Path(f"/proc/{pid}")
     if not proc.exists():
         raise SourceError(f"no process with pid {pid}")
-    try:
-        owner = proc.stat().st_uid
-    except OSError:
-        owner = os.getuid()
-    if owner != os.getuid():
-        raise SourceError(f"pid {pid} belongs to uid {owner}; decodemon attaches only to your own processes")
+    from decodemon.monitor import agent_socket
+
+    owner = agent_socket.target_uid(pid)
+    if owner is None:
+        raise SourceError(f"no process with pid {pid}")
+    if owner != os.getuid() and os.geteuid() != 0:
+        raise SourceError(f"pid {pid} belongs to uid {owner}; decodemon attaches only to your own processes "
+                          "(or, as root, to any)")
     from decodemon.monitor import outside
 
     if outside.is_llama_server(pid):
         outside.endpoint_of(pid)  # its /slots is the token clock: say now if it has none
         return None
-    path = wire.socket_path(pid)
-    if not path.exists():
+    path = agent_socket.find(pid)
+    if path is None:
+        why = agent_socket.refusal(pid)
+        if why is not None:  # something sits where this user's agent would listen, and it is not the agent's
+            raise SourceError(f"pid {pid}: refusing its socket directory ({why})")
         if not inject:
             raise SourceError(f"pid {pid} has no decodemon agent listening; {HOW_TO_ATTACH}")
         from decodemon.monitor.inject import InjectError, inject as load_agent
@@ -69,11 +74,13 @@ def live_frames(pid: int, settings: wire.Attach | None = None, seconds: float | 
 
         yield from outside.frames(pid, seconds, stop, settings)
         return
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    from decodemon.monitor import agent_socket
+
     try:
-        sock.connect(str(path))
+        sock = agent_socket.connect(pid, path)
+    except agent_socket.Refused as exc:
+        raise SourceError(str(exc)) from None
     except OSError as exc:
-        sock.close()
         raise SourceError(f"cannot connect to the agent of pid {pid}: {exc.strerror or exc}") from None
     t0 = time.monotonic_ns()
     deadline = None if seconds is None else time.monotonic() + seconds
@@ -82,11 +89,15 @@ def live_frames(pid: int, settings: wire.Attach | None = None, seconds: float | 
     settings = settings or wire.Attach()
     sidecar = None  # the device-wide counters' process (monitor/sidecar.py), started once the hello names the GPU
     try:
-        sock.sendall(wire.pack(settings))
+        sock.sendall(wire.pack(settings))  # under connect's timeout
         sock.settimeout(0.1)
         while True:
             if detached is None and ((deadline is not None and time.monotonic() >= deadline) or (stop and stop())):
-                sock.sendall(wire.pack(wire.Detach()))
+                sock.settimeout(2.0)
+                try:
+                    sock.sendall(wire.pack(wire.Detach()))
+                except socket.timeout:
+                    pass
                 detached = time.monotonic()
                 sock.settimeout(0.5)
             if sidecar is not None:

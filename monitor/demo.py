@@ -19,7 +19,7 @@ import time
 from importlib import resources
 
 from decodemon.monitor.cli import UsageError
-from decodemon.probes.wire import socket_path
+from decodemon.monitor import agent_socket
 
 RECORDINGS = ("h200_eager.dmon", "h200_graph.dmon")
 
@@ -61,7 +61,7 @@ def spawn_engine(args: list[str], stdout=subprocess.DEVNULL, timeout_s: float = 
         if "started pid" in line:
             pid = int(line.split("started pid")[1].split(";")[0])
         if "decoding" in line and pid:
-            while not socket_path(pid).exists() and time.monotonic() - t0 < timeout_s:
+            while agent_socket.find(pid) is None and time.monotonic() - t0 < timeout_s:
                 time.sleep(0.05)
             return proc, pid
     proc.kill()

@@ -197,7 +197,7 @@ def attachable_pids(directory: Path | None = None) -> list[int]:
     d = Path(directory) if directory is not None else wire.socket_dir()
     pids = []
     for sock in sorted(d.glob("*.sock")) if d.is_dir() else ():
-        if sock.stem.isdigit() and Path(f"/proc/{sock.stem}").exists():
+        if sock.stem.isascii() and sock.stem.isdigit() and Path(f"/proc/{sock.stem}").exists():
             try:
                 if Path(f"/proc/{sock.stem}").stat().st_uid == os.getuid():
                     pids.append(int(sock.stem))

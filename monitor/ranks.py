@@ -9,9 +9,9 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
+from decodemon.monitor import agent_socket
 from decodemon.monitor.diagnosis import diagnose, serial_fraction
 from decodemon.monitor.render.json import collectives_json
-from decodemon.probes import wire
 
 
 def _ppid(pid: int) -> int:
@@ -61,11 +61,11 @@ def discover_ranks(pid: int) -> list[int]:
     and were started as ranks (is_rank).
     """
     def agents(pids):
-        return [p for p in pids if wire.socket_path(p).exists() and is_rank(p)]
+        return [p for p in pids if agent_socket.find(p) is not None and is_rank(p)]
 
     for root in (pid, _ppid(pid)):
         kids = agents(_children(root)) if root else []
-        if root and wire.socket_path(root).exists() and kids:
+        if root and agent_socket.find(root) is not None and kids:
             return [root] + kids  # a rank 0 with its ranks
         if len(kids) > 1 and (root == pid or pid in kids):
             return kids  # a launcher's ranks

@@ -23,7 +23,7 @@ from pathlib import Path
 from decodemon.monitor.analysis.depth import session_depth_bands
 from decodemon.monitor.diagnosis import BANDWIDTH_RULED_OUT_RATIO
 from decodemon.probes import wire
-from decodemon.probes.wire import socket_path
+from decodemon.monitor import agent_socket
 
 PLACEHOLDER = "{depth}"
 FLAT_GROWTH = 1.15  # ms/token growing less than this from the shallowest to the deepest depth reads as flat
@@ -68,7 +68,7 @@ def _wait_for_agent(proc: subprocess.Popen, timeout_s: float) -> str | None:
     """None once the agent's socket is up, else why not."""
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout_s:
-        if socket_path(proc.pid).exists():
+        if agent_socket.find(proc.pid) is not None:
             return None
         if proc.poll() is not None:
             return f"the command exited ({proc.returncode}) before its agent started"

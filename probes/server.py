@@ -6,8 +6,10 @@ is served on a thread of its own, one monitor at a time; anyone else is refused 
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
+import stat
 import struct
 import sys
 import threading
@@ -23,33 +25,63 @@ from decodemon.probes.session import ACTIVE, Closer, Session
 from decodemon.probes.wire import socket_dir, socket_path
 
 
-def ensure_dir(d: Path) -> None:
-    """Make the socket directory ours and private (0700), or refuse one that belongs to someone else."""
-    d.mkdir(mode=0o700, parents=True, exist_ok=True)
-    st = d.stat()
+def open_own_dir(d: Path) -> int:
+    """An fd on directory `d`, which must be a real directory (not a link) owned by this uid; PermissionError with
+    one line otherwise. Nothing here follows a link: a directory someone else planted is never written through."""
+    try:
+        fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise PermissionError(f"{d} is a link or not a directory; remove it, or set XDG_RUNTIME_DIR to a "
+                                  "directory of your own") from None
+        raise
+    st = os.fstat(fd)
     if st.st_uid != os.getuid():
-        raise PermissionError(f"{d} belongs to uid {st.st_uid}, not to us")
-    if st.st_mode & 0o077:
-        os.chmod(d, 0o700)
+        os.close(fd)
+        raise PermissionError(f"{d} belongs to uid {st.st_uid}, not to uid {os.getuid()}; remove it, or set "
+                              "XDG_RUNTIME_DIR to a directory of your own")
+    return fd
+
+
+def ensure_dir(d: Path) -> None:
+    """Make the socket directory ours and private (0700), or refuse one that is a link or belongs to someone else.
+    Its mode is set through the fd of the directory checked, never through a path."""
+    try:
+        os.mkdir(d, 0o700)
+    except FileExistsError:
+        pass
+    fd = open_own_dir(d)
+    try:
+        if os.fstat(fd).st_mode & 0o077:
+            os.fchmod(fd, 0o700)
+    finally:
+        os.close(fd)
 
 
 def clean_stale_sockets(d: Path | None = None) -> list[int]:
-    """Remove sockets whose process is gone; return their pids."""
+    """Remove sockets whose process is gone; return their pids. Only in a directory of ours (open_own_dir), by
+    name under its fd: a link planted in place of the directory or of a socket is never followed."""
     d = d or socket_dir()
-    gone = []
-    if not d.is_dir():
+    gone: list[int] = []
+    try:
+        fd = open_own_dir(d)
+    except OSError:
         return gone
-    for p in d.glob("*.sock"):
-        try:
-            pid = int(p.stem)
-        except ValueError:
-            continue
-        if not Path(f"/proc/{pid}").exists():
-            try:
-                p.unlink()
-                gone.append(pid)
-            except OSError:
-                pass
+    try:
+        for name in os.listdir(fd):
+            stem, dot, ext = name.rpartition(".")
+            if ext != "sock" or not stem.isascii() or not stem.isdigit():
+                continue
+            pid = int(stem)
+            if not Path(f"/proc/{pid}").exists():
+                try:
+                    if stat.S_ISSOCK(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
+                        os.unlink(name, dir_fd=fd)
+                        gone.append(pid)
+                except OSError:
+                    pass
+    finally:
+        os.close(fd)
     return gone
 
 
@@ -78,8 +110,8 @@ class Agent:
     """The listening socket and its accept thread; `serve` runs one attach."""
 
     def __init__(self) -> None:
-        clean_stale_sockets()
         ensure_dir(socket_dir())
+        clean_stale_sockets()
         self.path = socket_path(os.getpid())
         try:
             self.path.unlink()
@@ -126,7 +158,7 @@ class Agent:
     def _admit(self, conn: socket.socket) -> None:
         cred = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
         peer_pid, peer_uid, _ = struct.unpack("3i", cred)
-        if peer_uid != os.getuid():
+        if peer_uid not in (os.getuid(), 0):  # this process's user, or root (who may watch any process)
             conn.close()
             return
         if self.busy_with is not None:
@@ -180,8 +212,7 @@ class Agent:
         to send first."""
         hooks.attach()  # engine adapters first: the model facts they report travel in the hello
         h = hello({k: float(getattr(settings, k)) for k in
-                   ("window_period_s", "window_tokens", "pm_interval_us", "nvml_hz")},
-                  nvml=settings.counters == "in_process")
+                   ("window_period_s", "window_tokens", "pm_interval_us", "nvml_hz")})
         conn.sendall(wire.pack(h))
         res["hello"] = h
         held.ENABLED = settings.hold_gil  # before the loop's first call (an A/B run's attaches set it both ways)

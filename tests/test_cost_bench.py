@@ -17,7 +17,7 @@ pytest.importorskip("transformers")
 
 def test_the_cost_benchmark_reads_first_attach_pairs_and_aa_on_the_loops_own_clock(tmp_path):
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "cost.py"), str(tmp_path), "--engines", "manual",
-                        "--pairs", "2", "--phase-s", "1.5", "--before-s", "3", "--after-s", "3", "--warm-s", "1",
+                        "--pairs", "2", "--phase-s", "2.5", "--before-s", "3", "--after-s", "3", "--warm-s", "1",
                         "--tiny"], capture_output=True, text=True, timeout=400)
     assert r.returncode == 0, r.stderr[-2000:]
     run = json.loads((tmp_path / "cost.json").read_text())["runs"][0]

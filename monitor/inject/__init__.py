@@ -33,11 +33,21 @@ _note_at = {note_at!r}  # where the monitor looks for why the agent did not star
 
 
 def _note(text):
+    """Written only into a real directory of this uid, as a new file, never through a link."""
     if _note_at:
         try:
             import os as _os
-            _os.makedirs(_os.path.dirname(_note_at), mode=0o700, exist_ok=True)
-            with open(_note_at, "w") as _f:
+            import stat as _stat
+            _d = _os.path.dirname(_note_at)
+            try:
+                _os.mkdir(_d, 0o700)
+            except FileExistsError:
+                pass
+            _st = _os.lstat(_d)
+            if not _stat.S_ISDIR(_st.st_mode) or _st.st_uid != _os.getuid():
+                return
+            _fd = _os.open(_note_at, _os.O_WRONLY | _os.O_CREAT | _os.O_EXCL | _os.O_NOFOLLOW, 0o600)
+            with _os.fdopen(_fd, "w") as _f:
                 _f.write(text)
         except OSError:
             pass
@@ -242,16 +252,16 @@ def queue_source(pid: int, source: str) -> dict:
 
 
 def _wait_for_socket(pid: int, timeout_s: float) -> Path:
-    sock, note = socket_path(pid), note_path(pid)
+    from decodemon.monitor import agent_socket
+
+    note, uid = note_path(pid), agent_socket.target_uid(pid)
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout_s:  # the target runs the bootstrap at its next safe point
-        if sock.exists():
+        sock = agent_socket.find(pid)
+        if sock is not None:
             return sock
-        if note.exists():
-            try:
-                why = note.read_text().strip().splitlines()[0][:300]
-            except (OSError, IndexError):
-                why = "no reason given"
+        why = agent_socket.read_note(note, uid)
+        if why is not None:
             note.unlink(missing_ok=True)
             raise InjectError(f"the agent did not start in pid {pid}: {why}", install_hint(pid, why))
         try:
@@ -265,8 +275,10 @@ def _wait_for_socket(pid: int, timeout_s: float) -> Path:
 
 def inject(pid: int, timeout_s: float = 5.0) -> Path:
     """Load the agent into `pid`; return its socket path or raise InjectError. A running agent is reused."""
-    sock = socket_path(pid)
-    if sock.exists():
+    from decodemon.monitor import agent_socket
+
+    sock = agent_socket.find(pid)
+    if sock is not None:
         return sock
     t = examine(pid)
     script = None

@@ -1,0 +1,179 @@
+"""Finding a process's agent socket, and connecting to it only when the agent of that process answers.
+
+The agent listens on a Unix socket in a directory of its own uid (probes/server.py). The monitor does not trust a
+path it computed from its own environment: the target may run with another XDG_RUNTIME_DIR, under another uid
+(root may watch any process), and a local user may have planted a directory, a link or a listening socket where
+the monitor would look. So:
+
+- the socket is the one the target itself holds: a listening Unix socket named `<pid>.sock` in
+  /proc/PID/net/unix whose inode is among /proc/PID/fd's sockets, in a real directory (not a link) owned by the
+  target's uid and closed to others;
+- after `connect()`, SO_PEERCRED must name that pid and uid, or the connection is refused in one line;
+- every socket operation has a timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+import struct
+from pathlib import Path
+
+from decodemon.probes import wire
+
+CONNECT_TIMEOUT_S = 5.0
+
+
+class Refused(RuntimeError):
+    """A socket that is not the target's agent's; str() is one line."""
+
+
+def target_uid(pid: int) -> int | None:
+    """The real uid of `pid` (/proc/PID/status), or None when it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("Uid:"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _held_socket_inodes(pid: int) -> set[int] | None:
+    """The inodes of the sockets `pid` holds open (None when its fds cannot be read)."""
+    out: set[int] = set()
+    try:
+        names = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return None
+    for n in names:
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{n}")
+        except OSError:
+            continue
+        if link.startswith("socket:[") and link.endswith("]"):
+            try:
+                out.add(int(link[8:-1]))
+            except ValueError:
+                pass
+    return out
+
+
+def _listening_paths(pid: int) -> dict[int, str]:
+    """inode -> path of the listening Unix sockets named `<pid>.sock` in the target's network namespace."""
+    out: dict[int, str] = {}
+    try:
+        lines = Path(f"/proc/{pid}/net/unix").read_text().splitlines()[1:]
+    except OSError:
+        return out
+    for line in lines:
+        parts = line.split(None, 7)
+        # Num RefCount Protocol Flags Type St Inode Path; Flags 00010000 is __SO_ACCEPTCON (listening)
+        if len(parts) < 8 or not parts[7].endswith(f"/{pid}.sock") or not int(parts[3], 16) & 0x10000:
+            continue
+        try:
+            out[int(parts[6])] = parts[7]
+        except ValueError:
+            pass
+    return out
+
+
+def _dir_problem(d: Path, uid: int) -> str | None:
+    try:
+        st = os.lstat(d)
+    except OSError as exc:
+        return f"{d}: {exc.strerror}"
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        return f"{d} is a link or not a directory"
+    if st.st_uid != uid:
+        return f"{d} belongs to uid {st.st_uid}, not to the target's uid {uid}"
+    if st.st_mode & 0o077:
+        return f"{d} is open to other users (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
+def _sock_problem(path: Path, uid: int) -> str | None:
+    try:
+        sst = os.lstat(path)
+    except OSError as exc:
+        return f"{path}: {exc.strerror}"
+    if not stat.S_ISSOCK(sst.st_mode) or sst.st_uid != uid:
+        return f"{path} is not a socket of uid {uid}"
+    return None
+
+
+def safe_dir(path: Path, uid: int) -> str | None:
+    """Why socket `path` is not the agent's (its directory a link, not a directory, another uid's or open to
+    others; the socket itself not a socket of `uid`), or None when it is."""
+    return _dir_problem(path.parent, uid) or _sock_problem(path, uid)
+
+
+def find(pid: int) -> Path | None:
+    """The agent socket `pid` listens on, or None when it has none. Found from the target's own open sockets where
+    its fds can be read, else at this user's own socket path; either way in a directory of the target's uid."""
+    uid = target_uid(pid)
+    if uid is None:
+        return None
+    held = _held_socket_inodes(pid)
+    if held is not None:
+        paths = [p for ino, p in _listening_paths(pid).items() if ino in held]
+        candidates = [Path(p) for p in paths]
+    else:
+        candidates = [wire.socket_path(pid)] if wire.socket_path(pid).exists() else []
+    for c in candidates:
+        if safe_dir(c, uid) is None:
+            return c
+    return None
+
+
+def refusal(pid: int) -> str | None:
+    """Why what sits where this user's agent of `pid` would listen is refused (a planted directory, link or
+    socket), or None when nothing is there or it is fine. Only for a target of this uid: another uid's agent
+    listens in its own directory."""
+    uid = target_uid(pid)
+    if uid is None or uid != os.getuid():
+        return None
+    p = wire.socket_path(pid)
+    if not os.path.lexists(p.parent):
+        return None
+    return _dir_problem(p.parent, uid) or (_sock_problem(p, uid) if os.path.lexists(p) else None)
+
+
+def check_peer(sock: socket.socket, pid: int, uid: int | None) -> None:
+    """Refuse (Refused) a connection whose other end is not process `pid` of uid `uid`."""
+    cred = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    peer_pid, peer_uid, _ = struct.unpack("3i", cred)
+    if peer_pid != pid or (uid is not None and peer_uid != uid):
+        raise Refused(f"the socket for pid {pid} is answered by pid {peer_pid} (uid {peer_uid}), not by pid {pid}"
+                      f"{'' if uid is None else f' (uid {uid})'}; refusing it")
+
+
+def connect(pid: int, path: Path, timeout_s: float = CONNECT_TIMEOUT_S) -> socket.socket:
+    """A connected socket to `pid`'s agent at `path`, its peer checked; OSError or Refused otherwise."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout_s)
+        sock.connect(str(path))
+        check_peer(sock, pid, target_uid(pid))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def read_note(path: Path, uid: int | None) -> str | None:
+    """The first line of an agent's failure note at `path`: only a regular file of the target's uid, opened without
+    following a link (a planted link to another file is not read). None when there is none."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or (uid is not None and st.st_uid != uid):
+            return None
+        text = os.read(fd, 4096).decode(errors="replace")
+    finally:
+        os.close(fd)
+    return (text.strip().splitlines() or ["no reason given"])[0][:300]
