@@ -23,6 +23,7 @@ import hashlib
 import json
 import math
 import os
+import stat
 import time
 from pathlib import Path
 
@@ -113,9 +114,13 @@ def check_writable(path) -> None:
     p = Path(path)
     existed = p.exists()
     try:
-        os.close(os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
+        fd = os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o644)
     except OSError as exc:
         raise LedgerError(f"cannot write the ledger {path}: {exc.strerror or exc}") from None
+    try:
+        _regular(fd, path)
+    finally:
+        os.close(fd)
     if not existed:
         p.unlink(missing_ok=True)
 
@@ -125,10 +130,11 @@ def append(path, entry: dict) -> None:
     line = json.dumps(entry, ensure_ascii=False, default=str, separators=(",", ":")) + "\n"
     p = Path(path)
     try:
-        fd = os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o644)
     except OSError as exc:
         raise LedgerError(f"cannot write the ledger {path}: {exc.strerror or exc}") from None
     try:
+        _regular(fd, path)
         if os.fstat(fd).st_size and not _ends_with_newline(p):
             line = "\n" + line  # a torn last line stays a line of its own; ours does not merge into it
         data = line.encode()
@@ -154,10 +160,7 @@ def read(path) -> tuple[list[dict], list[str]]:
         return [], []
     if p.is_dir():
         raise LedgerError(f"the ledger {path} is a directory (give a file with --ledger)")
-    try:
-        raw = p.read_bytes()
-    except OSError as exc:
-        raise LedgerError(f"cannot read the ledger {path}: {exc.strerror or exc}") from None
+    raw = _read_bounded(p, path)
     entries, problems = [], []
     for n, line in enumerate(raw.split(b"\n"), 1):
         if not line.strip():
@@ -186,6 +189,33 @@ def read(path) -> tuple[list[dict], list[str]]:
 
 
 MAX_PROBLEM_LINES = 5  # a ledger's skipped lines said one by one up to this many, then counted
+MAX_LEDGER_BYTES = 64 << 20  # a ledger is a line a prediction or grade: far under this; past it, refused
+
+
+def _regular(fd: int, path) -> None:
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        raise LedgerError(f"the ledger {path} is not a regular file (give a file with --ledger)")
+
+
+def _read_bounded(p: Path, path) -> bytes:
+    """The ledger's bytes: a regular file only (not /dev/zero, a FIFO or a terminal), at most MAX_LEDGER_BYTES."""
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise LedgerError(f"cannot read the ledger {path}: {exc.strerror or exc}") from None
+    try:
+        _regular(fd, path)
+        if os.fstat(fd).st_size > MAX_LEDGER_BYTES:
+            raise LedgerError(f"the ledger {path} is over {MAX_LEDGER_BYTES >> 20} MB: not a decodemon ledger")
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            raw = fh.read(MAX_LEDGER_BYTES + 1)
+    except OSError as exc:
+        raise LedgerError(f"cannot read the ledger {path}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    if len(raw) > MAX_LEDGER_BYTES:
+        raise LedgerError(f"the ledger {path} is over {MAX_LEDGER_BYTES >> 20} MB: not a decodemon ledger")
+    return raw
 
 
 # --- predict and grade ---------------------------------------------------------------------------------------

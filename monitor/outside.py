@@ -92,7 +92,7 @@ def endpoint_of(pid: int) -> tuple[str, str]:
     key = (_option(argv, "--api-key") or env.get("LLAMA_API_KEY") or "").split(",")[0]
     if host.endswith(".sock"):
         raise SourceError(f"pid {pid} serves on the Unix socket {host}; decodemon reads it over TCP only")
-    if not port.isdigit():
+    if not (port.isascii() and port.isdigit()):
         raise SourceError(f"pid {pid}: llama-server's --port {port!r} is not a port decodemon can read")
     host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
     return f"http://{'[' + host + ']' if ':' in host else host}:{port}{prefix}/slots", key
@@ -264,7 +264,7 @@ def servers() -> list[int]:
     processes with an agent)."""
     out = []
     for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
+        if not (d.name.isascii() and d.name.isdigit()):
             continue
         try:
             if d.stat().st_uid != os.getuid() or not is_llama_server(int(d.name)):

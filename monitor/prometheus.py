@@ -170,12 +170,27 @@ class Watch:
             self.latest = sess.snapshot()
 
 
+MIN_SCAN_S = 0.1
+IDLE_CONNECTION_S = 10.0
+
+
 def parse_address(text: str) -> tuple[str, int]:
     """HOST:PORT (or :PORT for every interface, [v6]:PORT) into (host, port); ArgumentTypeError otherwise."""
     host, sep, port = str(text).rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        raise argparse.ArgumentTypeError(f"give the address as HOST:PORT (e.g. 127.0.0.1:9464), not {text!r}")
-    return (host.strip("[]") or "0.0.0.0"), int(port)
+    bad = argparse.ArgumentTypeError(f"give the address as HOST:PORT (e.g. 127.0.0.1:9464, [::1]:9464), not {text!r}")
+    if not sep or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
+        raise bad
+    if host.startswith("[") or host.endswith("]") or ":" in host:  # IPv6 only in brackets, both of them
+        if not (host.startswith("[") and host.endswith("]")) or host.count("[") != 1 or host.count("]") != 1:
+            raise bad
+        import ipaddress
+
+        try:
+            ipaddress.IPv6Address(host[1:-1])
+        except ValueError:
+            raise bad from None
+        host = host[1:-1]
+    return (host or "0.0.0.0"), int(port)
 
 
 def start_server(collector: SnapshotCollector, host: str, port: int):
@@ -189,6 +204,8 @@ def start_server(collector: SnapshotCollector, host: str, port: int):
         server, _thread = start_http_server(port, addr=host, registry=registry)
     except OSError as exc:
         raise SourceError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    # a connection that sends nothing is closed after this long, not kept with a thread for ever
+    server.RequestHandlerClass.timeout = IDLE_CONNECTION_S
     return server
 
 
@@ -320,7 +337,7 @@ def add_prometheus_option(p) -> None:
 def run(args) -> int:
     """`decodemon exporter`: serve until Ctrl-C."""
     host, port = args.listen
-    if not 0 < args.scan <= 3600:
-        print(f"decodemon exporter: --scan must be in (0, 3600], got {args.scan:g}", file=sys.stderr)
+    if not MIN_SCAN_S <= args.scan <= 3600:  # a scan is a look through /proc: never a busy loop
+        print(f"decodemon exporter: --scan must be in [{MIN_SCAN_S:g}, 3600], got {args.scan:g}", file=sys.stderr)
         return 2
     return run_exporter(host, port, scan_every_s=args.scan)

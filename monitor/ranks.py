@@ -25,7 +25,7 @@ def _ppid(pid: int) -> int:
 def _children(pid: int) -> list[int]:
     out = []
     for d in os.listdir("/proc"):
-        if d.isdigit() and _ppid(int(d)) == pid:
+        if d.isascii() and d.isdigit() and _ppid(int(d)) == pid:
             out.append(int(d))
     return sorted(out)
 

@@ -31,7 +31,7 @@ class NothingMeasured(SourceError):
 def source_of(spec) -> tuple[str, object]:
     """("pid", int) for digits, ("file", path) for an existing path; SourceError otherwise."""
     spec = str(spec)
-    if spec.isdigit() or (spec.startswith("-") and spec[1:].isdigit()):
+    if spec.isascii() and (spec.isdigit() or (spec.startswith("-") and spec[1:].isdigit())):
         return ("pid", int(spec))
     if not Path(spec).exists():
         raise SourceError(f"{spec}: no such recording file")
@@ -60,7 +60,7 @@ def _own_descriptor(text: str) -> int | None:
     if text in _STREAMS:
         return _STREAMS.index(text) + 1
     for prefix in ("/dev/fd/", "/proc/self/fd/", f"/proc/{os.getpid()}/fd/"):
-        if text.startswith(prefix) and text[len(prefix):].isdigit():
+        if text.startswith(prefix) and text[len(prefix):].isascii() and text[len(prefix):].isdigit():
             return int(text[len(prefix):])
     return None
 
@@ -115,10 +115,35 @@ def check_recording_output(path) -> Path:
     return p
 
 
-def _temp_beside(path: Path) -> Path:
-    """A new hidden file in `path`'s directory (so the final rename stays on one filesystem)."""
+def _clean_stale_parts(path: Path) -> None:
+    """Remove the hidden partial files an earlier writer of `path` left when it was killed (SIGKILL gives it no
+    chance): ours, regular, and named for a writer pid that is gone."""
+    d = path.parent if str(path.parent) else Path(".")
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", prefix=f".{path.name}.",
+        names = os.listdir(d)
+    except OSError:
+        return
+    head = f".{path.name}."
+    for n in names:
+        if not (n.startswith(head) and n.endswith(".part")):
+            continue
+        pid = n[len(head):].split(".", 1)[0]
+        if not (pid.isascii() and pid.isdigit()) or Path(f"/proc/{pid}").exists():
+            continue
+        try:
+            st = os.lstat(d / n)
+            if stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid():
+                os.unlink(d / n)
+        except OSError:
+            pass
+
+
+def _temp_beside(path: Path) -> Path:
+    """A new hidden file in `path`'s directory (so the final rename stays on one filesystem), named for this
+    process, so that a later writer can tell a killed writer's leftovers (_clean_stale_parts)."""
+    _clean_stale_parts(path)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", prefix=f".{path.name}.{os.getpid()}.",
                                    suffix=".part")
     except OSError as exc:
         raise SourceError(f"cannot write {path}: {exc.strerror or exc}") from None
@@ -315,6 +340,8 @@ def collect_many(specs, settings, seconds, collect_one=None) -> list:
             out[i] = collect_one(spec, st, seconds)
         except (SourceError, wire.WireError) as exc:
             out[i] = exc
+        except Exception as exc:  # noqa: BLE001 - a recording that decodes but holds nonsense: the verb's one line
+            out[i] = SourceError(f"{spec}: cannot be read ({type(exc).__name__}: {exc})"[:300])
 
     threads = [threading.Thread(target=one, args=(i, s, st)) for i, (s, st) in enumerate(zip(specs, each))]
     for t in threads:

@@ -2,11 +2,12 @@
 
 The agent lives in the decode process, dormant until a monitor attaches. Dormant means: one daemon thread blocked
 in `accept()` on a Unix socket in a per-user 0700 directory (server.py), CUPTI not loaded, and `mark_token()`
-returning after one global read. On attach the agent starts the NVML sidecar, relays its frames, ships token
-marks four times a second and, every `window_period_s`, traces a window (attach_loop.py; when, policy.py): whole
+returning after one global read. On attach the agent ships token marks four times a second and, every
+`window_period_s`, traces a window (attach_loop.py; when, policy.py): whole
 tokens opened and closed at the decode thread's boundaries (session.py), or, for a loop that marks no tokens or
 whose host runs ahead of the GPU, a stretch of time traced by the agent thread. PM sampling runs in the agent
-thread (pm_arm.py, pm_inproc.py). On detach, or when the monitor vanishes, it disarms; the next token boundary
+thread (pm_arm.py, pm_inproc.py) unless the monitor's sidecar reads it (`Attach.counters`); NVML is always the
+monitor's sidecar's. On detach, or when the monitor vanishes, it disarms; the next token boundary
 finalizes CUPTI if a window was open.
 
 The decode thread only ever runs `mark_token()`. Everything else happens in the agent thread, the sidecar

@@ -193,6 +193,10 @@ class Agent:
             first = wire.decode_control(msgs[0])
             if not isinstance(first, wire.Attach):
                 return
+            why = wire.attach_problem(first)
+            if why is not None:  # nothing armed: the loop runs on as it was
+                reason = f"refused: {why}"
+                return
             with held.GilPolite():
                 status = self.set_up(conn, first, res)
             conn.sendall(wire.pack(wire.ProbeStatus(**status)))

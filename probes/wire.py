@@ -361,6 +361,41 @@ class Attach(msgspec.Struct, frozen=True, tag="attach"):
     counters: str = "in_process"
 
 
+# each Attach field's bounds: (lo, hi, whole number, lo allowed); the CLI refuses out-of-range settings with these,
+# and the agent refuses an Attach frame that breaks them (another client of the socket may send anything)
+ATTACH_BOUNDS = {
+    "window_period_s": (0, 3600, False, False), "window_tokens": (1, 64, True, True),
+    "window_min_tokens": (0, 10**9, True, True), "window_max_s": (0, 3600, False, False),
+    "window_budget": (1, 10**9, True, True), "pm_interval_us": (100, 1_000_000, True, True),
+    "nvml_hz": (0, 100, False, True), "first_window_s": (0, 3600, False, True),
+    "prepare_lead_tokens": (0, 64, True, True), "api_every": (0, 10**6, True, True),
+    "agent_tick_s": (0.01, 1.0, False, True), "pm_pump_s": (0.1, 10, False, True),
+    "time_window_s": (0.01, 5.0, False, True),
+}
+ATTACH_CHOICES = {"counters": ("in_process", "monitor")}  # the fields that take one of a few words
+
+
+def attach_problem(a: "Attach") -> str | None:
+    """Why an Attach frame cannot be served (a field out of its bounds, not finite, a word not among its
+    choices, a name too long), or None."""
+    import math
+
+    for key, (lo, hi, whole, lo_ok) in ATTACH_BOUNDS.items():
+        v = getattr(a, key)
+        if v is None and key == "first_window_s":
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            return f"{key}={v!r} is not a finite number"
+        if v > hi or v < lo or (v == lo and not lo_ok) or (whole and v != int(v)):
+            return f"{key}={v!r} is outside [{lo}, {hi}]"
+    for key, words in ATTACH_CHOICES.items():
+        if getattr(a, key) not in words:
+            return f"{key}={getattr(a, key)!r} is not one of {', '.join(words)}"
+    if len(a.token_range) > 256 or not a.token_range.isprintable():
+        return "token_range is not a name of at most 256 printable characters"
+    return None
+
+
 class Detach(msgspec.Struct, frozen=True, tag="detach"):
     """Disarm the probe and close the connection."""
 

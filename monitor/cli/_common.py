@@ -37,6 +37,8 @@ def bounded(name, lo=0.0, hi=float("inf"), integer=False, allow_zero=False):
     closed = lo != 0 or allow_zero
 
     def conv(s):
+        if not str(s).isascii():  # int() and float() read other scripts' digits ('١٢٣' is 123): refused
+            raise argparse.ArgumentTypeError(f"{name} must be written in ASCII digits, not {s!r}")
         try:
             v = int(s) if integer else float(s)
         except ValueError:
@@ -50,9 +52,20 @@ def bounded(name, lo=0.0, hi=float("inf"), integer=False, allow_zero=False):
     return conv
 
 
+def finite(obj):
+    """`obj` with every non-finite float (inf, nan) as None: JSON has no Infinity or NaN."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite(v) for v in obj]
+    return obj
+
+
 def print_json(obj) -> None:
-    """Print `obj` as indented JSON on stdout."""
-    print(json.dumps(obj, indent=2, default=str, ensure_ascii=False))
+    """Print `obj` as indented JSON on stdout (strict JSON: a non-finite number is null)."""
+    print(json.dumps(finite(obj), indent=2, default=str, ensure_ascii=False, allow_nan=False))
 
 
 def fail(verb: str, message: str, code: int = 2) -> int:
@@ -119,17 +132,7 @@ def add_refresh(p) -> None:
 
 # --- the probe's settings --------------------------------------------------------------------------------------
 
-# each wire.Attach field's bounds: (lo, hi, whole number, lo allowed); a field not named here takes any finite
-# value of its type
-PROBE_BOUNDS = {
-    "window_period_s": (0, 3600, False, False), "window_tokens": (1, 64, True, True),
-    "window_min_tokens": (0, 10**9, True, True), "window_max_s": (0, 3600, False, False),
-    "window_budget": (1, 10**9, True, True), "pm_interval_us": (100, 1_000_000, True, True),
-    "nvml_hz": (0, 100, False, False), "first_window_s": (0, 3600, False, True),
-    "prepare_lead_tokens": (0, 64, True, True), "api_every": (0, 10**6, True, True),
-    "agent_tick_s": (0.01, 1.0, False, True), "pm_pump_s": (0.1, 10, False, True),
-    "time_window_s": (0.01, 5.0, False, True),
-}
+PROBE_BOUNDS = wire.ATTACH_BOUNDS  # each field's bounds, shared with the agent's check of every Attach frame
 # what each setting does, for `--probe help` (the field comments in wire.Attach say more)
 PROBE_WORDS = {
     "window_period_s": "seconds between traced (CUPTI) windows",
@@ -152,7 +155,7 @@ PROBE_WORDS = {
     "prepare_first_window": "CUPTI's first start-up in a process made on the agent thread, off the loop",
     "counters": "where PM and NVML are read: monitor (a sidecar of the monitor's) or in_process",
 }
-PROBE_CHOICES = {"counters": ("in_process", "monitor")}  # the fields that take one of a few words
+PROBE_CHOICES = wire.ATTACH_CHOICES
 TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
 def probe_fields() -> dict:

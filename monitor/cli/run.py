@@ -35,6 +35,16 @@ def agent_env() -> dict:
     return env
 
 
+def _stop(proc) -> None:
+    """End a child the wrapper cannot account for: SIGTERM, then SIGKILL after 3 s."""
+    proc.terminate()
+    try:
+        proc.wait(3)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def run(a) -> int:
     """Start the command, wait for it, and return its exit status."""
     cmd = a.cmd[1:] if a.cmd and a.cmd[0] == "--" else a.cmd
@@ -45,6 +55,8 @@ def run(a) -> int:
         from decodemon.monitor.sources import check_output
 
         check_output(a.pid_file)  # before the command starts, not after
+        if os.path.exists(a.pid_file) and not os.path.isfile(a.pid_file):  # a FIFO would block, a device eat it
+            raise UsageError(f"decodemon run: --pid-file {a.pid_file} is not a regular file (give a file name)")
     from decodemon.monitor.bandwidth import measure_before_start
 
     measure_before_start()  # the floor's copy bandwidth, while the GPU is still idle (an attach never measures)
@@ -56,7 +68,12 @@ def run(a) -> int:
     if a.pid_file is not None:
         from decodemon.monitor.sources import write_text_whole
 
-        write_text_whole(a.pid_file, f"{proc.pid}\n")
+        try:
+            write_text_whole(a.pid_file, f"{proc.pid}\n")
+        except Exception as exc:  # no pid file, no watched child: stop it rather than leave it unwatched
+            _stop(proc)
+            raise UsageError(f"decodemon run: cannot write --pid-file {a.pid_file} ({exc}); "
+                             f"pid {proc.pid} stopped") from None
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(sig, lambda s, _f: proc.send_signal(s))  # the wrapper passes signals on, never dies first
     while True:

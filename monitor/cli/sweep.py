@@ -106,10 +106,13 @@ def run(a) -> int:
         print("\n".join(plots.sweep_lines(sweep.series_of(result["points"]))))
         print()
         print(result["divergence"])
-    if out is not None:  # a replay only reads its directory; -o says where to write (its recordings too)
+    measured = any(p.get("ms_per_token") for p in result["points"])
+    if out is not None and measured:  # a replay only reads its directory; -o says where to write (its recordings too)
         written = sweep.write_outputs(result, out, copy_from=a.replay)
         print(f"decodemon sweep: wrote {', '.join(str(p) for p in written)}", file=sys.stderr)
-    return 0 if any(p.get("ms_per_token") for p in result["points"]) else 3
+    elif out is not None:
+        print(f"decodemon sweep: no depth was measured; nothing written to {out}", file=sys.stderr)
+    return 0 if measured else 3
 
 
 def _progress(pt: dict) -> None:
