@@ -330,7 +330,7 @@ class Session:
             pid=f.hello.pid if f.hello else 0,
             device=gpu.name if gpu else (f"unavailable ({f.hello.gpu_unavailable})" if f.hello else "?"),
             sm_count=gpu.sm_count if gpu else 0, cc=gpu.cc if gpu else "",
-            tokens_total=f.tokens_seen or int(f.steps_seen), tokens=ts, window=last, windows_seen=len(self.metrics),
+            tokens_total=f.tokens_seen or int(f.steps_seen) or sum(st.steps for st in self.steps.values()), tokens=ts, window=last, windows_seen=len(self.metrics),
             pm=pm_avg,
             nvml=nv, model=f.hello.model if f.hello else None, depth=f.depth(), bytes_per_token=bpt,
             bandwidth_gbs=bw, bandwidth_source=bw_src, diagnosis=d, rolling=self.rolling, probe=dict(f.state),

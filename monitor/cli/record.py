@@ -22,6 +22,14 @@ def add(sub) -> None:
     p.set_defaults(fn=run)
 
 
+def counted(snap) -> str:
+    """The count behind the rate, named with its clock: "412 tokens (mark_token)", "96 GPU steps (kernel
+    period)"."""
+    clock = snap.token_clock or "no clock"
+    unit = "tokens" if clock == "mark_token" or clock.startswith("nvtx_range") else "steps"
+    return f"{snap.tokens_total} {unit} ({clock})"
+
+
 def run(a) -> int:
     """Record, then say what was written."""
     from decodemon.monitor.sources import check_recording_output, collect_pid
@@ -29,7 +37,7 @@ def run(a) -> int:
     pid = resolve_pid(a)
     check_recording_output(a.output)  # before attaching: a bad path costs the target nothing
     snap = collect_pid(pid, attach_settings(a), a.seconds, record_to=a.output).snapshot()
-    print(f"decodemon record: {snap.tokens_total} tokens, {snap.windows_seen} traced windows written to {a.output}",
+    print(f"decodemon record: {counted(snap)}, {snap.windows_seen} traced windows written to {a.output}",
           file=sys.stderr)
     if a.json:
         from decodemon.monitor.render import summary_json
