@@ -26,7 +26,7 @@ class Summary:
     """What one watched source came to: the verdict and the figures behind it."""
 
     source: str
-    verdict: str  # the rolling verdict: bandwidth, occupancy, launch, comm, kernels or unknown
+    verdict: str  # the ceiling its candidates support now: bandwidth, occupancy, launch, comm, kernels or unknown
     ceiling: str  # the latest traced window's ceiling
     ms_per_token: float | None
     tokens_per_s: float | None

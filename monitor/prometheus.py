@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from decodemon.monitor.client import SourceError, live_frames
+from decodemon.monitor.rolling import headline
 from decodemon.probes import wire
 
 LABELS = ("pid", "engine", "gpu")
@@ -100,7 +101,7 @@ def metric_families(targets: Iterable[tuple[dict, object]]) -> list:
             if c.value is not None:
                 ceiling.add_metric(lv + [c_name, c.unit], float(c.value))
         for v_name in VERDICTS:
-            verdict.add_metric(lv + [v_name], 1.0 if snap.rolling.ceiling == v_name else 0.0)
+            verdict.add_metric(lv + [v_name], 1.0 if headline(snap.diagnosis, snap.rolling)[0] == v_name else 0.0)
         if snap.model is not None:
             info.add_metric(lv + [snap.model.name, snap.model.dtype, str(snap.model.tp_degree)], 1.0)
     return out + [tokens, ceiling, verdict, info]

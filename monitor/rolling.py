@@ -55,3 +55,15 @@ def advance(r: Rolling, ceiling: str, at: str, figures: dict) -> Rolling:
         return replace(r, ceiling=ceiling, pending="", streak=0, figures=figs, history=r.history + (ch,),
                        changed_at=at, pending_figures=())
     return replace(r, pending=ceiling, streak=streak, pending_figures=pending_figs)
+
+
+def headline(diagnosis, r: Rolling) -> tuple[str, str]:
+    """The verdict to show, and the pending change in words ('' when none): the ceiling the candidates support now
+    (never one over four unknown candidates), with the rolling verdict, where it still says another, as pending."""
+    ceiling = diagnosis.ceiling
+    if all(c.state == "unknown" for c in diagnosis.candidates.values()) and ceiling != "kernels":
+        ceiling = "unknown"
+    if r.ceiling in ("unknown", ceiling) or ceiling == "unknown":
+        return ceiling, ""
+    won = r.streak if r.pending == ceiling else 0
+    return ceiling, f"{r.ceiling.upper()} → {ceiling.upper()}? {won} of {r.hold} windows"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from decodemon.monitor.rolling import headline
+
 if TYPE_CHECKING:
     from decodemon.monitor.analysis.window import WindowMetrics
     from decodemon.monitor.session import Snapshot
@@ -134,7 +136,8 @@ def summary_json(s: Snapshot, kernels: int = 15) -> dict:
         "kernels": kernel_rows_json(w, s.sm_count, kernels),
     }
     out.update(s.diagnosis.as_json())
-    out["verdict"] = s.rolling.ceiling
+    out["verdict"], pending = headline(s.diagnosis, s.rolling)
+    out["verdict_pending"] = pending or None
     out["history"] = [c.text() for c in s.rolling.history]
     if s.ended:
         out["ended"] = s.ended

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from decodemon.monitor.diagnosis import ORDER
+from decodemon.monitor.rolling import headline
 from decodemon.monitor.widgets import tcss
 from decodemon.monitor.widgets.panel import Panel
 from decodemon.monitor.widgets.probe_words import latest_error, still_measured, tracing_unavailable
@@ -24,11 +25,11 @@ class VerdictPanel(Panel):
         d, r = s.diagnosis, s.rolling
         self.border_title = "verdict"
         t = Text()
-        ceiling = r.ceiling if r.ceiling != "unknown" else d.ceiling
+        ceiling, pending = headline(d, r)
         t.append(f"  {ceiling.upper()}  ", style=CEILING_STYLE.get(ceiling, "bold"))
         untraceable = tracing_unavailable(s) if s.window is None else None
-        if r.pending:
-            t.append(f"  uncertain: {r.pending.upper()} in {r.streak}/{r.hold} windows", style="yellow")
+        if pending:
+            t.append(f"  pending: {pending}", style="yellow")
         elif s.ended:
             t.append("  stale: the source ended", style="yellow")
         elif untraceable:
