@@ -134,12 +134,20 @@ def _bandwidth_from_dram(i: Inputs, thr: str) -> Candidate:
                      f"runs at {ratio:.3g}× its floor (no token count needed)")
 
 
+def _needs(*figures: tuple[str, object]) -> str:
+    """'needs A and B': the figures a candidate is missing, only those not given."""
+    missing = [name for name, v in figures if v is None]
+    return "needs " + " and ".join(missing) if missing else "needs a figure above zero"
+
+
 def _bandwidth(i: Inputs) -> tuple[Candidate, float | None]:
     thr = f"≤{BANDWIDTH_BINDING_RATIO:g}× floor binds, ≥{BANDWIDTH_RULED_OUT_RATIO:g}× ruled out"
     if not (i.ms_per_token and i.bytes_per_token and i.bandwidth_gbs):
         if i.dram_gbs and i.bandwidth_gbs:
             return _bandwidth_from_dram(i, thr), None
-        return Candidate(None, "× floor", thr, UNKNOWN, "needs bytes/token and bandwidth"), None
+        return Candidate(None, "× floor", thr, UNKNOWN, _needs(("ms/token", i.ms_per_token),
+                                                              ("bytes/token", i.bytes_per_token),
+                                                              ("bandwidth", i.bandwidth_gbs))), None
     floor = bandwidth_floor_ms(i.bytes_per_token, i.bandwidth_gbs)
     ratio = i.ms_per_token / floor
     state = BINDING if ratio <= BANDWIDTH_BINDING_RATIO else RULED_OUT if ratio >= BANDWIDTH_RULED_OUT_RATIO else UNKNOWN
@@ -153,7 +161,9 @@ def _bandwidth(i: Inputs) -> tuple[Candidate, float | None]:
 def _comm(i: Inputs) -> tuple[Candidate, float | None]:
     thr = f"<{COMM_RULED_OUT_PCT:g}% of the step ruled out"
     if i.collectives_per_token is None or i.ms_per_token is None:
-        return Candidate(None, "% of step", thr, UNKNOWN, "needs collectives/token and µs/call"), None
+        return Candidate(None, "% of step", thr, UNKNOWN, _needs(("ms/token", i.ms_per_token),
+                                                                ("collectives/token", i.collectives_per_token),
+                                                                ("µs/call", i.us_per_collective))), None
     if i.collectives_per_token == 0:
         why = "one rank (TP=1): nothing to reduce" if i.ranks == 1 else "no collective kernel in the traced windows"
         return Candidate(0.0, "% of step", thr, RULED_OUT, why), 0.0
@@ -190,7 +200,8 @@ def _launch(i: Inputs, floor: float | None) -> tuple[Candidate, float | None]:
     if _priced_by_idle(i):
         return _host_idle(i), None
     if not (i.ms_per_token and i.launches_per_token):
-        return Candidate(None, "µs/launch", "<10 µs available per kernel binds", UNKNOWN, "needs ms/token and launches/token"), None
+        return Candidate(None, "µs/launch", "<10 µs available per kernel binds", UNKNOWN,
+                         _needs(("ms/token", i.ms_per_token), ("launches/token", i.launches_per_token))), None
     n = i.launches_per_token
     if i.kernel_sum_ms_per_token is not None:
         idle = max(i.ms_per_token - i.kernel_sum_ms_per_token, 0.0)

@@ -203,3 +203,23 @@ def test_occupancy_has_a_number_from_the_counters_when_no_window_gives_grids():
     near = dx.diagnose(dx.Inputs(ms_per_token=10.0, gpu_busy_pct=90.0, sm_active_pct=40.0, untraced=True,
                                  bytes_per_token=16e9, bandwidth_gbs=4000.0))
     assert near.candidates["occupancy"].state == dx.UNKNOWN and near.ceiling == "bandwidth"
+
+
+def test_diagnose_refuses_the_physically_impossible_and_its_words_follow_what_was_given():
+    """1,190 GB/s achieved on a 380 GB/s card and COMM at 540% of the step are refused in one line; a lone
+    --ms-per-token prices nothing (exit 3, as no figure at all does) and LAUNCH asks only for what is missing."""
+    import subprocess
+    import sys
+
+    def dm(*args):
+        return subprocess.run([sys.executable, "-m", "decodemon.monitor.cli", "diagnose", *args],
+                              capture_output=True, text=True, timeout=60)
+
+    r = dm("--ms-per-token", "1", "--bytes-per-token", "1.19e9", "--bandwidth-gbs", "380")
+    assert r.returncode == 2 and "more than the device's 380 GB/s" in r.stderr and len(r.stderr.splitlines()) == 1
+    r = dm("--ms-per-token", "1", "--collectives-per-token", "54", "--us-per-collective", "100")
+    assert r.returncode == 2 and "540% of the 1 ms step" in r.stderr
+    r = dm("--ms-per-token", "7.8")
+    assert r.returncode == 3 and "needs launches/token" in r.stdout and "needs ms/token" not in r.stdout
+    assert dm().returncode == 3
+    assert dm("--ms-per-token", "7.8", "--launches-per-token", "900").returncode == 0

@@ -47,6 +47,18 @@ def run(a) -> int:
     if a.kernel_ms_per_token is not None and a.ms_per_token is not None and a.kernel_ms_per_token > a.ms_per_token * 1.05:
         raise UsageError("decodemon diagnose: --kernel-ms-per-token is more than the step (--ms-per-token); the "
                          "kernels of one token cannot take longer than the token")
+    if a.bytes_per_token is not None and a.ms_per_token is not None:
+        achieved = a.bytes_per_token / (a.ms_per_token * 1e-3) / 1e9
+        if achieved > a.bandwidth_gbs * 1.05:  # a token cannot move its bytes faster than the memory can
+            raise UsageError(f"decodemon diagnose: {a.bytes_per_token:.4g} bytes in {a.ms_per_token:g} ms is "
+                             f"{achieved:.4g} GB/s, more than the device's {a.bandwidth_gbs:g} GB/s: one of "
+                             "--bytes-per-token, --ms-per-token and --bandwidth-gbs is wrong")
+    if a.us_per_collective is not None and a.ms_per_token is not None:
+        share = 100 * a.collectives_per_token * a.us_per_collective / (a.ms_per_token * 1e3)
+        if share > 100:  # the collectives of one token cannot take longer than the token
+            raise UsageError(f"decodemon diagnose: {a.collectives_per_token:g} collectives × "
+                             f"{a.us_per_collective:g} µs is {share:.0f}% of the {a.ms_per_token:g} ms step: over "
+                             "100%, so --collectives-per-token, --us-per-collective or --ms-per-token is wrong")
     if a.n is not None and a.n < 2:
         raise UsageError("decodemon diagnose: --n must be at least 2 for a serial fraction")
     inp = dx.Inputs(ms_per_token=a.ms_per_token, launches_per_token=a.launches_per_token,
@@ -58,6 +70,5 @@ def run(a) -> int:
         print_json(d.as_json())
     else:
         print(diagnose_text(d))
-    given = [a.ms_per_token, a.launches_per_token, a.kernel_ms_per_token, a.bytes_per_token, a.bandwidth_gbs,
-             a.collectives_per_token, a.us_per_collective, a.speedup]
-    return 0 if any(v is not None for v in given) else 3  # no figure given: nothing was measured
+    priced = any(c.value is not None for c in d.candidates.values()) or a.speedup is not None
+    return 0 if priced else 3  # no candidate priced: nothing the figures given could measure
