@@ -62,7 +62,10 @@ def test_stale_socket_of_dead_pid_is_removed(tmp_path):
     d = wire.socket_dir()
     d.mkdir(mode=0o700, parents=True, exist_ok=True)
     stale = d / "999999.sock"
-    stale.write_text("")
+    stale.unlink(missing_ok=True)
+    dead = socket.socket(socket.AF_UNIX)
+    dead.bind(str(stale))  # a socket left by a process that is gone
+    dead.close()
     e = Engine()
     try:
         assert not stale.exists()

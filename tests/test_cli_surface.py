@@ -144,3 +144,46 @@ def test_scaling_in_reverse_order_says_which_goes_first():
     assert "fewer ranks" in r.stderr and f"decodemon scaling {one} {many}" in r.stderr
     assert "give --n" not in r.stderr
     assert cli("scaling", one, many, "--json").returncode == 0
+
+
+def test_every_verb_that_takes_a_pid_takes_it_as_py_spy_spells_it(tmp_path):
+    """`--pid PID` in place of a source on report, export, compare, predict and grade, as on attach and record;
+    a pid given both ways, or too few sources, is one line."""
+    import subprocess
+    import sys
+
+    def dm(*args):
+        return subprocess.run([sys.executable, "-m", "decodemon.monitor.cli", *map(str, args)], capture_output=True,
+                              text=True, timeout=60)
+
+    gone = 4194304  # no process has Linux's largest pid here
+    for args in (["report", "--pid", gone], ["export", "--pid", gone, "-o", tmp_path / "t.json"],
+                 ["predict", "--pid", gone, "--change", "x", "--expect", "-10%"],
+                 ["compare", "--pid", gone, "--pid", gone, "--json"]):
+        r = dm(*args)
+        assert r.returncode == 2 and f"no process with pid {gone}" in r.stderr, (args, r.stderr)
+    r = dm("grade", "--pid", gone, "--ledger", tmp_path / "none.jsonl")  # parsed: the ledger is asked first
+    assert r.returncode == 3 and "no open prediction" in r.stderr, r.stderr
+    r = dm("compare", "--pid", gone)
+    assert r.returncode == 2 and "give A and B" in r.stderr and len(r.stderr.splitlines()) == 1
+
+
+def test_record_names_its_file_when_not_told(tmp_path):
+    import os
+    import subprocess
+    import sys
+    import time
+
+    loop = ("import time\nfrom decodemon.probes import agent\nagent.start()\nwhile True:\n"
+            "    agent.mark_token(0); time.sleep(0.002)\n")
+    proc = subprocess.Popen([sys.executable, "-c", loop])
+    try:
+        time.sleep(1.0)
+        r = subprocess.run([sys.executable, "-m", "decodemon.monitor.cli", "record", str(proc.pid), "--seconds", "1.5"],
+                           capture_output=True, text=True, timeout=60, cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        made = [n for n in os.listdir(tmp_path) if n.startswith(f"decodemon-{proc.pid}-") and n.endswith(".dmon")]
+        assert len(made) == 1 and made[0] in r.stderr and "tokens (mark_token)" in r.stderr, (made, r.stderr)
+    finally:
+        proc.kill()
+        proc.wait()

@@ -19,7 +19,7 @@ _lean.start()  # before numpy's first import (client -> wire): a light start bes
 
 from decodemon.monitor.cli import (allreduce, attach, compare, demo, diagnose, export, exporter,  # noqa: E402
                                    grade, predict, record, replay, report, run, scaling, sweep)
-from decodemon.monitor.cli._common import Parser, UsageError, resolve_pid  # noqa: E402
+from decodemon.monitor.cli._common import Parser, UsageError, resolve_pid, resolve_sources  # noqa: E402
 from decodemon.monitor.cli._common import attach_settings as _attach_settings  # noqa: E402
 from decodemon.monitor.client import SourceError  # noqa: E402
 from decodemon.monitor.sources import VERSION, NothingMeasured, collect  # noqa: E402
@@ -91,6 +91,8 @@ def main(argv=None) -> int:
         if a is None:
             return 2
         verb = f"decodemon {a.command}"
+        if getattr(a, "source_names", None):
+            resolve_sources(a)
         return a.fn(a)
     except UsageError as exc:
         print(str(exc), file=sys.stderr)

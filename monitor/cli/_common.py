@@ -117,6 +117,28 @@ def resolve_pid(a) -> int:
     return pos if pos is not None else opt
 
 
+def add_source(p, names=("source",), what: str = "a pid or a .dmon recording") -> None:
+    """Positional sources (`report 123`, `compare A B`), each also spelled `--pid PID` as py-spy does."""
+    for n in names:
+        p.add_argument(n, metavar=n.upper(), nargs="?", help=what)
+    p.add_argument("--pid", dest="pid_opt", type=PID, action="append", metavar="PID",
+                   help="a pid in place of a source, as py-spy spells it" + (" (repeatable)" if len(names) > 1 else ""))
+    p.set_defaults(source_names=tuple(names))
+
+
+def resolve_sources(a) -> None:
+    """Fill the sources from the positionals and each `--pid`, in that order; UsageError when too few or many."""
+    names = a.source_names
+    given = [getattr(a, n) for n in names if getattr(a, n) is not None] + [str(x) for x in (a.pid_opt or [])]
+    if len(given) != len(names):
+        prog = f"decodemon {a.command}"
+        want = " and ".join(n.upper() for n in names)
+        raise UsageError(f"{prog}: give {want} (a pid or a recording each; --pid PID for a pid), "
+                         f"not {len(given)} (see `{prog} --help`)")
+    for n, v in zip(names, given):
+        setattr(a, n, v)
+
+
 def add_seconds(p, default, what: str) -> None:
     """`--seconds S`, also spelled `--duration S`."""
     p.add_argument("--seconds", "--duration", dest="seconds", type=bounded("--seconds", 0, 86400), default=default,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from decodemon.monitor.cli._common import (add_probe, add_refresh, add_seconds, attach_settings, bounded,
+from decodemon.monitor.cli._common import (add_probe, add_refresh, add_seconds, add_source, attach_settings, bounded,
                                            need_terminal, print_json, without_tokens)
 
 JSON_SECONDS = 10.0
@@ -15,8 +15,7 @@ def add(sub) -> None:
     """Register the verb."""
     p = sub.add_parser("compare", help="two sources side by side (pids or recordings)",
                        description="Two runs side by side: before and after a change, eager and graphed.")
-    p.add_argument("a", metavar="A", help="a pid or a .dmon recording")
-    p.add_argument("b", metavar="B", help="a pid or a .dmon recording")
+    add_source(p, ("a", "b"))
     p.add_argument("--json", action="store_true", help="print both summaries and the ratios B/A")
     add_seconds(p, None, f"pids: seconds to watch (app: until q; --json: {JSON_SECONDS:g})")
     p.add_argument("--speed", type=bounded("--speed", 0, 1000), default=1.0, help="recordings: playback speed")

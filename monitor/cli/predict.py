@@ -10,13 +10,13 @@ import re
 import sys
 
 from decodemon.monitor import ledger
-from decodemon.monitor.cli._common import (UsageError, add_probe, add_seconds, attach_settings, bounded,
+from decodemon.monitor.cli._common import (UsageError, add_probe, add_seconds, add_source, attach_settings, bounded,
                                            print_json)
 
 
 def add_source_opts(p, json_help: str = "print the sealed entry as JSON") -> None:
     """SOURCE, --ledger, --label, --json and --seconds: what predict and grade share."""
-    p.add_argument("source", metavar="SOURCE", help="a pid or a .dmon recording")
+    add_source(p)
     p.add_argument("--ledger", default=ledger.DEFAULT_PATH, metavar="PATH",
                    help=f"the ledger file (default ./{ledger.DEFAULT_PATH})")
     p.add_argument("--label", metavar="NAME",

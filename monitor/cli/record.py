@@ -15,7 +15,8 @@ def add(sub) -> None:
                        description="Attach to a decode loop for --seconds and write a recording that `decodemon "
                                    "replay` plays back. A record that measured no token leaves no file.")
     add_pid(p)
-    p.add_argument("-o", "--output", required=True, metavar="FILE", help="the recording to write (.dmon)")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="the recording to write (.dmon; default decodemon-PID-YYYYmmdd-HHMMSS.dmon here)")
     add_seconds(p, 20.0, "seconds to record (default 20; Ctrl-C stops early and keeps the file)")
     p.add_argument("--json", action="store_true", help="also print the recording's JSON summary")
     add_probe(p)
@@ -35,6 +36,10 @@ def run(a) -> int:
     from decodemon.monitor.sources import check_recording_output, collect_pid
 
     pid = resolve_pid(a)
+    if a.output is None:  # py-spy's habit: a name made of what and when
+        import time
+
+        a.output = f"decodemon-{pid}-{time.strftime('%Y%m%d-%H%M%S')}.dmon"
     check_recording_output(a.output)  # before attaching: a bad path costs the target nothing
     snap = collect_pid(pid, attach_settings(a), a.seconds, record_to=a.output).snapshot()
     print(f"decodemon record: {counted(snap)}, {snap.windows_seen} traced windows written to {a.output}",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from decodemon.monitor.cli._common import (UsageError, add_probe, add_seconds, attach_settings, print_json,
+from decodemon.monitor.cli._common import (UsageError, add_probe, add_seconds, add_source, attach_settings, print_json,
                                             without_tokens)
 
 
@@ -13,7 +13,7 @@ def add(sub) -> None:
     p = sub.add_parser("report", help="write DIAGNOSIS.md for a pid or a recording",
                        description="The binding ceiling, a number per candidate, the predicted win and how to "
                                    "prove it wrong, as Markdown.")
-    p.add_argument("source", metavar="SOURCE", help="a pid or a .dmon recording")
+    add_source(p)
     p.add_argument("-o", "--output", metavar="FILE", help="write the Markdown here instead of stdout")
     p.add_argument("--json", action="store_true", help="print the JSON summary (with -o, the file is written too)")
     add_seconds(p, 10.0, "a pid: seconds to watch (default 10)")

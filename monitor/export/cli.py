@@ -35,7 +35,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     """Add the `export` verb to a `decodemon` subparsers action; return its parser."""
     p = subparsers.add_parser("export", help=HELP, description=HELP + ". Chrome's Trace Event Format (JSON) "
                               "in PyTorch Kineto's flavour; a name ending in .gz is gzipped.")
-    p.add_argument("source", metavar="SOURCE", help="a .dmon recording, or the pid of a loop to attach to")
+    from decodemon.monitor.cli._common import add_source  # noqa: PLC0415 - the verbs' one spelling of a source
+
+    add_source(p, what="a .dmon recording, or the pid of a loop to attach to")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="the trace to write (.json or .json.gz)")
     p.add_argument("--window", type=_window, default=None, metavar="ID",
                    help="only the traced window with this id (default: every window kept)")
