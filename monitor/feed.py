@@ -80,7 +80,9 @@ class Feed:
     max_nvml: int = 4_000
     header: wire.RecordingHeader | None = None
     hello: wire.Hello | None = None
-    marks: Ring = None  # rows: engine time ns, rx ns, depth
+    marks: Ring = None  # rows: engine time ns, rx ns, depth, tokens (1, or a batched engine's step's sequences)
+    batched: bool = False  # the marks are a batched engine's steps
+    batch_tokens_seen: int = 0  # the tokens those marks stand for, since the start
     coll: deque = field(default_factory=deque)  # (rx_ns, tokens in frame, calls, host ns, bytes) per TokenMarks
     windows: deque = field(default_factory=deque)  # (rx_ns, KernelWindow)
     pm: Ring = None  # rows: PM_COLS
@@ -100,7 +102,7 @@ class Feed:
     bye: str | None = None
 
     def __post_init__(self) -> None:
-        self.marks = Ring(self.max_marks, 3, np.int64)
+        self.marks = Ring(self.max_marks, 4, np.int64)
         self.pm = Ring(self.max_pm, len(PM_COLS), np.float64)
         self.pm_window = Ring(4_000, len(PM_COLS), np.float64)
         self.counts = Ring(20_000, len(COUNT_COLS), np.float64)
@@ -111,8 +113,13 @@ class Feed:
         self.last_rx_ns = max(self.last_rx_ns, rx_ns)
         if isinstance(frame, wire.TokenMarks):
             t, d = frame.t_ns.array().astype(np.int64), frame.depth.array().astype(np.int64)
-            n = min(len(t), len(d))
-            self.marks.extend(np.vstack([t[:n], np.full(n, rx_ns, np.int64), d[:n]]))
+            b = frame.batch.array().astype(np.int64) if frame.batch is not None else None
+            n = min(len(t), len(d), len(b) if b is not None else len(t))
+            if b is not None:
+                self.batched = True
+            self.marks.extend(np.vstack([t[:n], np.full(n, rx_ns, np.int64), d[:n],
+                                         b[:n] if b is not None else np.ones(n, np.int64)]))
+            self.batch_tokens_seen += int(b[:n].sum()) if b is not None else n
             if frame.coll_calls is not None:
                 self.coll.append((rx_ns, len(t), int(frame.coll_calls.array().sum()),
                                   int(frame.coll_ns.array().sum()), int(frame.coll_bytes.array().sum())))
@@ -183,6 +190,10 @@ class Feed:
         """COUNT_COLS of the scrapes received at or after `since_rx_ns`."""
         v = self.counts.since(0, since_rx_ns)
         return {k: v[i] for i, k in enumerate(COUNT_COLS)}
+
+    def batch_since(self, since_rx_ns: int = 0) -> np.ndarray:
+        """Tokens per mark received at or after `since_rx_ns` (1 each, unless the engine batches)."""
+        return self.marks.since(1, since_rx_ns)[3] if since_rx_ns else self.marks.view()[3]
 
     def depth(self) -> int:
         """Latest context depth reported by the token clock."""

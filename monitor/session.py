@@ -92,6 +92,9 @@ class Snapshot:
     bytes_per_token_model: float | None = None
     # watched from outside: every request's tokens a second (tokens_per_s is one sequence's, a step's rate)
     throughput_tokens_per_s: float | None = None
+    # a batched engine (its marks are steps): the median tokens a step made (its sequences), and the steps counted
+    tokens_per_step: float | None = None
+    steps_total: int | None = None
 
     @property
     def collective_us_priced(self) -> float | None:
@@ -104,6 +107,16 @@ class Snapshot:
 def _median(xs):
     xs = [x for x in xs if x is not None]
     return float(np.median(xs)) if xs else None
+
+
+def batch_figures(t_ns: np.ndarray, batch: np.ndarray) -> tuple[float | None, float | None]:
+    """A batched engine's steps (their times, and the tokens each made): the median tokens per step and the
+    tokens a second in all, over the steps after the first; (None, None) with fewer than three."""
+    if len(t_ns) < 3 or len(batch) != len(t_ns):
+        return None, None
+    span_s = (int(t_ns[-1]) - int(t_ns[0])) / 1e9
+    made = batch[1:]
+    return float(np.median(made)), (float(made.sum()) / span_s if span_s > 0 else None)
 
 
 class Session:
@@ -322,6 +335,8 @@ class Session:
                       "power_w": float(s.power_w.array()[-1]), "mem_used_bytes": int(s.mem_used_bytes.array()[-1]),
                       "gpu_util_pct": int(s.gpu_util_pct.array()[-1])}
         others = tuple(f.nvml[-1][1].other_pids) if f.nvml else ()
+        batch = batch_figures(f.token_times_ns(max(rx - SPAN_NS, 0)), f.batch_since(max(rx - SPAN_NS, 0))) \
+            if f.batched else (None, None)
         api_rx, api_w = next(((r, m) for r, m in reversed(self.metrics) if r <= rx and m.apis_traced), (None, None))
         return Snapshot(
             api_window=api_w, api_window_age_s=(rx - api_rx) / 1e9 if api_rx is not None else None,
@@ -330,7 +345,8 @@ class Session:
             pid=f.hello.pid if f.hello else 0,
             device=gpu.name if gpu else (f"unavailable ({f.hello.gpu_unavailable})" if f.hello else "?"),
             sm_count=gpu.sm_count if gpu else 0, cc=gpu.cc if gpu else "",
-            tokens_total=f.tokens_seen or int(f.steps_seen) or sum(st.steps for st in self.steps.values()), tokens=ts, window=last, windows_seen=len(self.metrics),
+            tokens_total=(f.batch_tokens_seen if f.batched else f.tokens_seen) or int(f.steps_seen)
+            or sum(st.steps for st in self.steps.values()), tokens=ts, window=last, windows_seen=len(self.metrics),
             pm=pm_avg,
             nvml=nv, model=f.hello.model if f.hello else None, depth=f.depth(), bytes_per_token=bpt,
             bandwidth_gbs=bw, bandwidth_source=bw_src, diagnosis=d, rolling=self.rolling, probe=dict(f.state),
@@ -341,8 +357,9 @@ class Session:
                               if inp.kernel_sum_ms_per_token is not None and inp.ms_per_token else None),
             inputs=inp, observer=self.observer_cost(ts), pm_check=self.pm_check(max(rx - SPAN_NS, 0)),
             token_clock=self._clock, bytes_per_token_measured=self._bytes[0], bytes_per_token_model=self._bytes[1],
-            throughput_tokens_per_s=counter_throughput(f.counts_since(max(rx - SPAN_NS, 0)))
+            throughput_tokens_per_s=batch[1] if f.batched else counter_throughput(f.counts_since(max(rx - SPAN_NS, 0)))
             if len(f.counts) and f.counts_source != wire.GRAPH_REPLAYS else None,
+            tokens_per_step=batch[0], steps_total=f.tokens_seen if f.batched else None,
         )
 
     def pm_check(self, since: int) -> PmWindowCheck | None:

@@ -72,6 +72,15 @@ def mark_token(depth: int = 0) -> None:
     s.on_token(depth)
 
 
+def mark_step(tokens: int, depth: int = 0) -> None:
+    """A batched engine's clock: call once per decode step, with the tokens it made (one per sequence in the
+    batch). Costs one global read when dormant."""
+    s = ACTIVE.session
+    if s is None or s.token_range:
+        return
+    s.on_token(depth, tokens)
+
+
 def start() -> Path | None:
     """Start the agent (idempotent); return its socket path, or None if it could not start."""
     global _agent

@@ -270,8 +270,8 @@ class AttachLoop:
 
     def _ship_marks(self) -> None:
         s = self.session
-        t, d, c = s.marks_t, s.marks_d, s.marks_c
-        s.marks_t, s.marks_d, s.marks_c = [], [], []
+        t, d, c, b = s.marks_t, s.marks_d, s.marks_c, s.marks_b
+        s.marks_t, s.marks_d, s.marks_c, s.marks_b = [], [], [], []
         self.shipped += len(t)
         if not t:
             return
@@ -283,6 +283,9 @@ class AttachLoop:
                 if i < len(t):
                     calls[i], ns[i], nb[i] = n_, t_, b_
             extra = dict(coll_calls=wire.Column.of(calls), coll_ns=wire.Column.of(ns), coll_bytes=wire.Column.of(nb))
+        b = (b + [1] * len(t))[: len(t)]  # a mark whose batch lands in the next swap counts one
+        if any(x != 1 for x in b):  # a batched engine's steps
+            extra["batch"] = wire.Column.of(b)
         self.out += wire.pack(wire.TokenMarks(t_ns=wire.Column.of(t), depth=wire.Column.of(d[: len(t)]), **extra))
 
     def _stats(self, now: float) -> None:

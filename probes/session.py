@@ -55,6 +55,7 @@ class Session:
         self.started = time.monotonic()
         self.marks_t: list[int] = []
         self.marks_d: list[int] = []
+        self.marks_b: list[int] = []  # tokens each mark stands for (a batched engine's step: its sequences)
         self.marks_c: list[tuple] = []  # (index into marks_t, calls, ns, bytes) for tokens with collectives
         self.pending_detach = None
         self.skipped_windows = 0
@@ -160,8 +161,9 @@ class Session:
         if self.token_range and name == self.token_range:
             self.on_token(0)
 
-    def on_token(self, depth: int) -> None:
-        """The decode thread's token boundary: note the mark, and open, mark or close a window asked for."""
+    def on_token(self, depth: int, batch: int = 1) -> None:
+        """The decode thread's token boundary (a batched engine's step, `batch` tokens): note the mark, and open,
+        mark or close a window asked for."""
         if self.closing:
             self.finish()
             return
@@ -172,6 +174,7 @@ class Session:
             self.decode_tid = threading.get_native_id()  # the thread that marks tokens: the decode thread
         self.marks_t.append(time.perf_counter_ns())
         self.marks_d.append(depth)
+        self.marks_b.append(batch)
         c = self.coll
         if c[0]:
             self.marks_c.append((len(self.marks_t) - 1, c[0], c[1], c[2]))

@@ -143,6 +143,8 @@ class TokenMarks(msgspec.Struct, frozen=True, tag="tokens"):
     coll_calls: Union[Column, None] = None
     coll_ns: Union[Column, None] = None
     coll_bytes: Union[Column, None] = None
+    # a batched engine's marks are steps: the tokens each step made, one per sequence in it (None: one each)
+    batch: Union[Column, None] = None
 
 
 class KernelWindow(msgspec.Struct, frozen=True, tag="window"):

@@ -136,6 +136,9 @@ def summary_json(s: Snapshot, kernels: int = 15) -> dict:
         "kernels": kernel_rows_json(w, s.sm_count, kernels),
     }
     out.update(s.diagnosis.as_json())
+    if s.tokens_per_step is not None:  # a batched engine: ms/token is a step's, each sequence's latency
+        out["tokens_per_step"] = s.tokens_per_step
+        out["steps"] = s.steps_total
     out["verdict"], pending = headline(s.diagnosis, s.rolling)
     out["verdict_pending"] = pending or None
     out["history"] = [c.text() for c in s.rolling.history]
