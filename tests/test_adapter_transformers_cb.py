@@ -1,0 +1,51 @@
+"""transformers' continuous batching, the real package on CPU (a tiny random Qwen3, 4 requests kept in flight, a
+paged cache, the engine's background thread), attached by pid with no line of decodemon in the engine: the step is
+the unit, its tokens are the requests in flight, and the total tokens/s is the engine's own count's."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers")
+pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parents[1]
+DM = [sys.executable, "-m", "decodemon.monitor.cli"]
+IN_FLIGHT = 4
+
+
+def _engine_tokens(log: Path, t0: float, t1: float) -> int:
+    return sum(1 for line in log.read_text().splitlines() for t in json.loads(line)["t"] if t0 <= t <= t1)
+
+
+def test_continuous_batching_is_read_per_step_with_its_batch_and_total_rate(tmp_path):
+    log = tmp_path / "cb.jsonl"
+    proc = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "loops" / "hf_cb.py"), "--shape", "tiny",
+                             "--device", "cpu", "--in-flight", str(IN_FLIGHT), "--new-tokens", "48",
+                             "--num-blocks", "64", "--log", str(log)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.STDOUT)
+    try:
+        t_end = time.monotonic() + 240
+        while not (log.exists() and len(log.read_text().splitlines()) >= IN_FLIGHT):
+            assert proc.poll() is None and time.monotonic() < t_end, "the engine did not decode"
+            time.sleep(0.5)
+        t0 = time.time()
+        r = subprocess.run([*DM, "attach", str(proc.pid), "--json", "--seconds", "6"], capture_output=True, text=True,
+                           timeout=180)
+        t1 = time.time()
+        assert r.returncode == 0, r.stderr
+        j = json.loads(r.stdout)
+        assert j["token_clock"] == "mark_token" and j["tokens_per_step"] == IN_FLIGHT, j
+        assert j["steps"] and j["tokens"] >= j["steps"]
+        time.sleep(8)  # requests running at the detach finish and log their tokens
+        own = _engine_tokens(log, t1 - 5, t1) / 5.0  # the engine's tokens a second, over the span the summary reads
+        assert own > 0 and abs(j["throughput_tokens_per_s"] / own - 1) < 0.15, (j["throughput_tokens_per_s"], own)
+    finally:
+        proc.terminate()
+        proc.wait(30)
