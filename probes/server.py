@@ -106,6 +106,9 @@ def hello(settings: dict, nvml: bool = False) -> wire.Hello:
     )
 
 
+_BUSY_ANSWERS = threading.BoundedSemaphore(8)  # "busy" answers in flight at once
+
+
 class Agent:
     """The listening socket and its accept thread; `serve` runs one attach."""
 
@@ -162,19 +165,35 @@ class Agent:
             conn.close()
             return
         if self.busy_with is not None:
-            # read the newcomer's attach first, so closing does not reset the connection under our answer
+            # answered on a thread of its own: a newcomer that sends nothing never holds up the accept loop; past
+            # BUSY_ANSWERS at once (a flood), closed unanswered
+            if not _BUSY_ANSWERS.acquire(blocking=False):
+                conn.close()
+                return
+            threading.Thread(target=self._say_busy, args=(conn, self.busy_with), name="decodemon-busy",
+                             daemon=True).start()
+            return
+        self.busy_with = peer_pid
+        threading.Thread(target=self.serve, args=(conn,), name="decodemon-session", daemon=True).start()
+
+    @staticmethod
+    def _say_busy(conn: socket.socket, busy_with: int) -> None:
+        """Tell a second monitor who is attached (its attach read first, so closing does not reset the connection
+        under the answer)."""
+        try:
             conn.settimeout(1.0)
             try:
                 conn.recv(4096)
             except OSError:
                 pass
             conn.sendall(wire.pack(wire.Bye(
-                reason=f"busy: monitor pid {self.busy_with} is attached; one monitor at a time")))
+                reason=f"busy: monitor pid {busy_with} is attached; one monitor at a time")))
             conn.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+        finally:
             conn.close()
-            return
-        self.busy_with = peer_pid
-        threading.Thread(target=self.serve, args=(conn,), name="decodemon-session", daemon=True).start()
+            _BUSY_ANSWERS.release()
 
     def serve(self, conn: socket.socket) -> None:
         """One attach, from the monitor's Attach to our Bye."""

@@ -224,3 +224,34 @@ def test_a_killed_writers_hidden_part_is_removed_by_the_next_write(tmp_path):
     mine.write_bytes(b"being written")
     write_bytes_whole(target, b"whole")
     assert not stale.exists() and mine.exists() and target.read_bytes() == b"whole"
+
+
+def test_connections_that_never_speak_do_not_lock_a_monitor_out(tmp_path):
+    """200 connections held open on an agent's socket: the agent answers each on a bounded pool, never holding up
+    its accept loop, and a monitor's own attach still gets an answer (served or `busy`) in bounded time."""
+    xdg = tmp_path / "run"
+    xdg.mkdir(mode=0o700)
+    proc = subprocess.Popen([sys.executable, "-c", LOOP], env={**os.environ, "XDG_RUNTIME_DIR": str(xdg)})
+    held = []
+    try:
+        t0 = time.monotonic()
+        while (path := agent_socket.find(proc.pid)) is None and time.monotonic() - t0 < 30:
+            time.sleep(0.05)
+        for _ in range(200):
+            s = socket.socket(socket.AF_UNIX)
+            s.settimeout(2)
+            try:
+                s.connect(str(path))
+            except OSError:
+                s.close()
+                continue
+            held.append(s)
+        t0 = time.monotonic()
+        r = cli("attach", proc.pid, "--json", "--seconds", "1", timeout=60)
+        assert time.monotonic() - t0 < 20 and "Traceback" not in r.stderr, r.stderr
+        assert r.returncode in (0, 2, 3)
+    finally:
+        for s in held:
+            s.close()
+        proc.kill()
+        proc.wait()

@@ -68,6 +68,8 @@ def attach_json(pid: int, settings, seconds: float) -> int:
     if snap.tokens is None and snap.ended:
         if snap.probe.get("token_clock") == "server_metrics":
             idle = " (llama-server had no request generating long enough to time its steps)"
+        elif not snap.pid:  # refused (busy) or gone before its hello: nothing is known of its clock
+            idle = ""
         elif not snap.sm_count:  # no GPU in it: no window can find the steps either
             idle = (" (it marked no token and has no GPU to find its steps on: an engine adapter, mark_token() or "
                     "--token-range NAME gives it a clock)")
