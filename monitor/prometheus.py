@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable
 
+import msgspec
+
 from decodemon.monitor.client import SourceError, live_frames
 from decodemon.monitor.rolling import headline
 from decodemon.probes import wire
@@ -260,7 +262,9 @@ class Exporter:
 
     def __init__(self, settings: wire.Attach | None = None, directory: Path | None = None,
                  only: Callable[[int], bool] | None = None) -> None:
-        self.settings, self.directory, self.only = settings, directory, only
+        # the exporter yields: a user's attach to a process it watches is served, and it watches again after
+        self.settings = msgspec.structs.replace(settings or wire.Attach(), yields=True)
+        self.directory, self.only = directory, only
         self.watches: dict[int, Watch] = {}
         self._ended_at: dict[int, float] = {}
         self._lock = threading.Lock()

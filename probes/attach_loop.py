@@ -65,12 +65,15 @@ class AttachLoop:
         self.skipped_seen = self.windows_seen = 0
         self.open_after: int | None = None  # token count at which a prepared window is asked for
         self.hello = hello_frame
+        self.step_aside = ""  # set from another thread: end the attach with this reason
         self.model_sent = hello_frame.model if hello_frame is not None else None
 
     # -- the loop -------------------------------------------------------------
     def run(self) -> str:
         """Serve the attach until the monitor detaches or goes away; the reason."""
         while True:
+            if self.step_aside:  # a monitor that does not yield asked for the agent (server.Agent._claim)
+                return self.step_aside
             woken, reason = self._wait()
             if reason is not None:
                 return reason

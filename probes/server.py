@@ -13,6 +13,7 @@ import stat
 import struct
 import sys
 import threading
+import time
 from pathlib import Path
 
 from decodemon.probes import hooks, held, wire
@@ -106,7 +107,7 @@ def hello(settings: dict, nvml: bool = False) -> wire.Hello:
     )
 
 
-_BUSY_ANSWERS = threading.BoundedSemaphore(8)  # "busy" answers in flight at once
+_PENDING = threading.BoundedSemaphore(8)  # connections whose Attach is still being read, at once
 
 
 class Agent:
@@ -129,6 +130,9 @@ class Agent:
         os.chmod(self.path, 0o600)
         self.sock.listen(4)
         self.busy_with: int | None = None
+        self.yields = False  # the attached monitor steps aside for one that does not (Attach.yields)
+        self.loop: AttachLoop | None = None
+        self._claim_lock = threading.Lock()
         self.thread = threading.Thread(target=self._accept_loop, name="decodemon-agent", daemon=True)
         self.thread.start()
 
@@ -164,42 +168,46 @@ class Agent:
         if peer_uid not in (os.getuid(), 0):  # this process's user, or root (who may watch any process)
             conn.close()
             return
-        if self.busy_with is not None:
-            # answered on a thread of its own: a newcomer that sends nothing never holds up the accept loop; past
-            # BUSY_ANSWERS at once (a flood), closed unanswered
-            if not _BUSY_ANSWERS.acquire(blocking=False):
-                conn.close()
-                return
-            threading.Thread(target=self._say_busy, args=(conn, self.busy_with), name="decodemon-busy",
-                             daemon=True).start()
+        # each newcomer is read on a thread of its own, so one that sends nothing never holds up the accept loop;
+        # past PENDING at once (a flood), closed unanswered
+        if not _PENDING.acquire(blocking=False):
+            conn.close()
             return
-        self.busy_with = peer_pid
-        threading.Thread(target=self.serve, args=(conn,), name="decodemon-session", daemon=True).start()
+        threading.Thread(target=self.serve, args=(conn, peer_pid), name="decodemon-session", daemon=True).start()
+
+    def _claim(self, peer_pid: int, settings: wire.Attach) -> bool:
+        """Make `peer_pid` the attached monitor. A monitor that yields (the exporter) steps aside for one that
+        does not: its loop ends with a Bye that says so, and the newcomer is served once it has left (≤ 3 s)."""
+        with self._claim_lock:
+            if self.busy_with is None:
+                self.busy_with, self.yields = peer_pid, settings.yields
+                return True
+            if not self.yields or settings.yields:
+                return False
+            if self.loop is not None:
+                self.loop.step_aside = f"stepped aside for monitor pid {peer_pid}"
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline:
+            with self._claim_lock:
+                if self.busy_with is None:
+                    self.busy_with, self.yields = peer_pid, settings.yields
+                    return True
+            time.sleep(0.02)
+        return False
 
     @staticmethod
-    def _say_busy(conn: socket.socket, busy_with: int) -> None:
-        """Tell a second monitor who is attached (its attach read first, so closing does not reset the connection
-        under the answer)."""
+    def _bye(conn: socket.socket, reason: str) -> None:
+        """Say why, and close (for a monitor that was never served)."""
         try:
-            conn.settimeout(1.0)
-            try:
-                conn.recv(4096)
-            except OSError:
-                pass
-            conn.sendall(wire.pack(wire.Bye(
-                reason=f"busy: monitor pid {busy_with} is attached; one monitor at a time")))
+            conn.sendall(wire.pack(wire.Bye(reason=reason)))
             conn.shutdown(socket.SHUT_WR)
         except OSError:
             pass
         finally:
             conn.close()
-            _BUSY_ANSWERS.release()
 
-    def serve(self, conn: socket.socket) -> None:
+    def serve(self, conn: socket.socket, peer_pid: int = 0) -> None:
         """One attach, from the monitor's Attach to our Bye."""
-        res: dict = {"session": None}
-        reason = "detached"
-        held.name_this_thread("dm-session")  # the attach's thread: ticks, pumps, window collects
         try:
             conn.settimeout(5.0)
             reader = wire.StreamReader(max_frame=64 * 1024)
@@ -207,27 +215,46 @@ class Agent:
             while not msgs:
                 data = conn.recv(4096)
                 if not data:
+                    conn.close()
                     return
                 msgs = reader.feed(data)
             first = wire.decode_control(msgs[0])
-            if not isinstance(first, wire.Attach):
-                return
-            why = wire.attach_problem(first)
-            if why is not None:  # nothing armed: the loop runs on as it was
-                reason = f"refused: {why}"
-                return
+        except (OSError, wire.WireError):
+            conn.close()
+            return
+        finally:
+            _PENDING.release()
+        if not isinstance(first, wire.Attach):
+            conn.close()
+            return
+        why = wire.attach_problem(first)
+        if why is not None:  # nothing armed: the loop runs on as it was
+            self._bye(conn, f"refused: {why}")
+            return
+        if not self._claim(peer_pid, first):
+            self._bye(conn, f"busy: monitor pid {self.busy_with} is attached; one monitor at a time")
+            return
+        self._serve_claimed(conn, reader, first)
+
+    def _serve_claimed(self, conn: socket.socket, reader, first: wire.Attach) -> None:
+        res: dict = {"session": None}
+        reason = "detached"
+        held.name_this_thread("dm-session")  # the attach's thread: ticks, pumps, window collects
+        try:
             with held.GilPolite():
                 status = self.set_up(conn, first, res)
             conn.sendall(wire.pack(wire.ProbeStatus(**status)))
             ev = EventLog.from_env()
             try:
-                reason = AttachLoop(conn, reader, res["session"], status, ev, hello_frame=res.get("hello")).run()
+                self.loop = AttachLoop(conn, reader, res["session"], status, ev, hello_frame=res.get("hello"))
+                reason = self.loop.run()
             finally:
                 if ev is not None:
                     ev.write()
         except (OSError, wire.WireError) as exc:
             reason = f"connection lost ({type(exc).__name__})"
         finally:
+            self.loop = None
             self.tear_down(conn, res["session"], reason)
 
     def set_up(self, conn: socket.socket, settings: wire.Attach, res: dict) -> dict:

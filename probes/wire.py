@@ -361,6 +361,9 @@ class Attach(msgspec.Struct, frozen=True, tag="attach"):
     # second process: ERROR_UNKNOWN, then ERROR_INVALID_PARAMETER), or "monitor", in the sidecar the monitor
     # starts, where nothing of it runs in the target. NVML is always read by that sidecar
     counters: str = "in_process"
+    # this monitor steps aside for one that does not yield (the exporter does: a user's attach is never "busy"
+    # because of it)
+    yields: bool = False
 
 
 # each Attach field's bounds: (lo, hi, whole number, lo allowed); the CLI refuses out-of-range settings with these,

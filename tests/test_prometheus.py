@@ -8,6 +8,7 @@ import json
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.parse
@@ -165,3 +166,28 @@ def test_serve_pid_without_an_agent_is_one_line(capsys):
     assert prom.serve_pid(2**22 + 1, "127.0.0.1", _free_port()) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no process with pid" in err[0]
+
+
+def test_an_attach_beside_the_exporter_is_served_and_metrics_keep_serving(engine):
+    """The exporter yields: a user's attach to a loop it watches is never `busy`; the exporter's watch steps aside
+    (its Bye says for whom) while /metrics keeps answering, and it watches the loop again afterwards."""
+    port = _free_port()
+    exporter = prom.Exporter(only=lambda p: p == engine.pid)
+    server = prom.start_server(prom.SnapshotCollector(exporter.targets), "127.0.0.1", port)
+    try:
+        exporter.scan()
+        t_end = time.monotonic() + 30
+        while not exporter.targets() and time.monotonic() < t_end:
+            time.sleep(0.2)
+        assert exporter.targets(), "the exporter never watched the engine"
+        r = subprocess.run([sys.executable, "-m", "decodemon.monitor.cli", "attach", str(engine.pid), "--json",
+                            "--seconds", "2"], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0 and "busy" not in r.stderr, r.stderr
+        assert json.loads(r.stdout)["tokens"] > 0
+        watch = next(iter(exporter.watches.values()))
+        assert watch.ended.startswith("stepped aside for monitor pid"), watch.ended
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+            assert resp.status == 200
+    finally:
+        exporter.stop()
+        server.shutdown()
