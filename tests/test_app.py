@@ -29,6 +29,17 @@ def test_main_screen_eager_80x24_snapshot(snap_compare):
     assert snap_compare(make_app(["eager"]), terminal_size=(80, 24))
 
 
+def test_help_defines_every_column_and_scrolls_at_80x24_snapshot(snap_compare):
+    assert snap_compare(make_app(["eager"]), press=["question_mark"], terminal_size=(80, 24))
+
+
+def test_the_help_names_every_kernel_column():
+    from decodemon.monitor.widgets.help_screen import HELP
+
+    for col in ("calls/tok", "µs mean", "share", "grid vs SMs", "occ"):
+        assert col in HELP
+
+
 def test_keys(tmp_path):
     asyncio.run(_keys(tmp_path))
 

@@ -3,27 +3,40 @@
 from __future__ import annotations
 
 from textual.app import ComposeResult
+from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
 HELP = """\
 decodemon keys
 
-  space   freeze the display (live) / pause (replay)
-  ← →     seek 5 s back / forward (replay), whichever panel has focus
-  [ ]     slower / faster (replay)
-  + -     zoom the timeline in / out
-  k       cycle the kernel sort (time, time × idle SMs, calls)
-  tab     move focus between panels (the focused one has a double border)
-  z       maximize the focused panel, named with its source (escape restores)
-  s       export the screen as SVG, named after the sources shown
-  d       write DIAGNOSIS-<source>.md for each source
-  ?       this help
-  q       quit
+  space  freeze the display (live) / pause (replay)
+  ← →    seek 5 s back / forward (replay), whichever panel has focus
+  [ ]    slower / faster (replay)
+  + -    zoom the timeline in / out
+  k      cycle the kernel sort (time, time × idle SMs, calls)
+  tab    move focus between panels (the focused one: a double border)
+  z      maximize the focused panel, named with its source (escape:
+         back)
+  s      export the screen as SVG, named after the sources shown
+  d      write DIAGNOSIS-<source>.md for each source
+  ?      this help (↑ ↓ scroll it)
+  q      quit
 
-GPU busy, SM active and DRAM % come from PM counters, which cover the whole
-GPU: when two engines share one GPU they are device-wide. Launches, kernel
-times, grids and gaps come from traced windows and belong to one process.
+hot kernels, column by column:
+  kernel       its name (in full where the panel is wide enough)
+  calls/tok    launches of it per token
+  µs mean      its mean duration
+  share        its part of the traced window's kernel time
+  grid vs SMs  thread blocks against the GPU's SMs (red: under a quarter
+               of the SMs get a block, yellow: under all of them)
+  occ          theoretical occupancy: the warps an SM can hold at its
+               block size, registers and shared memory, of the most
+
+GPU busy, SM active and DRAM % come from PM counters, which cover the
+whole GPU: when two engines share one GPU they are device-wide.
+Launches, kernel times, grids and gaps come from traced windows and
+belong to one process.
 """
 
 
@@ -34,5 +47,6 @@ class HelpScreen(ModalScreen):
     BINDINGS = [("escape,q,question_mark", "app.pop_screen", "close")]
 
     def compose(self) -> ComposeResult:
-        """The help text in a box."""
-        yield Static(HELP)
+        """The help text in a box that scrolls where the terminal is short (80×24)."""
+        with VerticalScroll():
+            yield Static(HELP)

@@ -24,6 +24,25 @@ def next_sort(sort: str) -> str:
     return keys[(keys.index(sort) + 1) % len(keys)]
 
 
+OTHER_COLUMNS = 52  # what the five columns beside the name take, with their padding
+MIN_NAME = 30
+
+
+def kernel_name_width(panel_width: int) -> int:
+    """Characters the kernel column can have in a panel this wide (at least MIN_NAME)."""
+    return max(MIN_NAME, panel_width - OTHER_COLUMNS)
+
+
+def kernel_label(short: str, full: str, width: int) -> str:
+    """The kernel's name in `width` characters: the full name when it fits (kernels that share a short name,
+    three `native::elementwise_kernel`s, are then told apart), else the short one, cut with an ellipsis."""
+    if len(full) <= width:
+        return full
+    if len(short) <= width:
+        return short
+    return short[: width - 1] + "…"
+
+
 class KernelsPanel(SourceNamed, DataTable):
     """Table of the latest traced window's kernels; the app's `k` cycles `sort`."""
 
@@ -50,6 +69,12 @@ class KernelsPanel(SourceNamed, DataTable):
         if self._last is not None:
             self.show(self._last)
 
+    def on_resize(self, event) -> None:
+        """A wider or narrower panel (maximised, or the terminal resized) shows more or less of each name."""
+        self._shown = None
+        if self._last is not None:
+            self.show(self._last)
+
     def show(self, s) -> None:
         """Draw one snapshot."""
         self._last = s
@@ -62,9 +87,10 @@ class KernelsPanel(SourceNamed, DataTable):
         if w is None:
             return
         sms = max(s.sm_count, 1)
+        width = kernel_name_width(self.size.width)
         for r in sorted(w.kernels, key=SORTS[self.sort][0])[:12]:
             frac = min(r.grid_blocks, sms) / sms
             style = "red" if r.grid_coverage_pct < 25 else "yellow" if r.grid_coverage_pct < 100 else "green"
             grid = Text(f"{r.grid_blocks:>4}/{sms} {bar(frac, 6)}", style=style)
-            self.add_row(r.short_name[:30], f"{r.calls_per_token:.0f}", f"{r.us_mean:.1f}", f"{r.share_pct:.0f}%",
+            self.add_row(kernel_label(r.short_name, r.name, width), f"{r.calls_per_token:.0f}", f"{r.us_mean:.1f}", f"{r.share_pct:.0f}%",
                          grid, f"{r.occupancy_pct:.0f}%")
