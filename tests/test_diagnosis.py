@@ -8,7 +8,7 @@ import pytest
 
 from decodemon.monitor import diagnosis as dx
 from decodemon.monitor.rolling import Rolling, advance
-from tests.conftest import assert_one_line_error, cli
+from tests.conftest import DATA, assert_one_line_error, cli
 
 
 def diagnose(*args):
@@ -223,3 +223,15 @@ def test_diagnose_refuses_the_physically_impossible_and_its_words_follow_what_wa
     assert r.returncode == 3 and "needs launches/token" in r.stdout and "needs ms/token" not in r.stdout
     assert dm().returncode == 3
     assert dm("--ms-per-token", "7.8", "--launches-per-token", "900").returncode == 0
+
+
+def test_two_sources_for_gpu_busy_that_disagree_are_flagged_with_the_likely_reason():
+    """PM says 54% busy, the static-cache generate() recording's traced window 13%: flagged, with why."""
+    from decodemon.monitor.analysis.agreement import busy_disagreement
+    from decodemon.monitor.render import summary_json
+    from decodemon.monitor.sources import collect_recording
+
+    j = summary_json(collect_recording(DATA / "h200_hf_generate_static.dmon").snapshot())
+    assert "4.3× apart" in j["busy_sources_disagree"] and "CUPTI's own cost" in j["busy_sources_disagree"]
+    assert busy_disagreement(50.0, 40.0) is None and busy_disagreement(None, 40.0) is None
+    assert "ahead of the GPU" in busy_disagreement(20.0, 90.0)

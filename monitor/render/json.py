@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from decodemon.monitor.analysis.agreement import busy_disagreement
 from decodemon.monitor.rolling import headline
 
 if TYPE_CHECKING:
@@ -76,6 +77,7 @@ def _busy_json(s: Snapshot) -> dict:
         "sm_active_pct": round(s.pm["sm_active_pct"], 1) if s.pm else None,
         "warps_active_pct": round(s.pm["warps_active_pct"], 1) if s.pm else None,
         "dram_pct": round(s.pm["dram_pct"], 1) if s.pm else None,
+        "busy_sources_disagree": busy_disagreement(s.pm["gpu_busy_pct"] if s.pm else None, s.kernel_share_pct),
     }
 
 

@@ -6,6 +6,7 @@ import numpy as np
 from rich.text import Text
 from textual.reactive import reactive
 
+from decodemon.monitor.analysis.agreement import busy_disagreement
 from decodemon.monitor.render.text import observer_parts
 from decodemon.monitor.widgets import tcss
 from decodemon.monitor.widgets.format import num
@@ -116,6 +117,9 @@ class TimelinePanel(Panel):
         t.append(f"\nGPU busy {num(s.gpu_busy_pct, '.0f')}% ({s.busy_source})")
         if s.kernel_share_pct is not None and s.pm:
             t.append(f" · kernels {s.kernel_share_pct:.0f}% of the step (traced)", style="dim")
+            apart = busy_disagreement(s.pm.get("gpu_busy_pct"), s.kernel_share_pct)
+            if apart:
+                t.append(f"\n⚠ {apart}", style="yellow")
         t.append("  ·  idle gaps: ")
         t.append(f"host launched late {100 * g['host_late'] / total:.0f}%", style="bold red")
         t.append(f" · short {100 * g['short'] / total:.0f}% · other {100 * g['other'] / total:.0f}%")
