@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
+import stat
 import zlib
 from typing import Iterator
 
@@ -79,10 +81,13 @@ def read_recording(path) -> Iterator[tuple[int, Frame]]:
     before the cut, then raises Truncated.
     """
     try:
-        raw = open(path, "rb")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO with no writer would block a plain open
     except OSError as exc:
         raise WireError(f"cannot open recording {path}: {exc.strerror}") from None
-    with raw:
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise WireError(f"{path} is not a decodemon recording (not a regular file)")
+    with os.fdopen(fd, "rb") as raw:
         gz = gzip.GzipFile(fileobj=raw, mode="rb")
         try:
             magic = gz.read(len(MAGIC))

@@ -204,6 +204,12 @@ def test_run_never_leaves_an_unwatched_child(tmp_path):
 
 
 def test_small_inputs_get_their_one_line(tmp_path):
+    fifo = tmp_path / "rec.fifo"
+    os.mkfifo(fifo)
+    for verb in (["replay", fifo, "--json"], ["report", fifo], ["compare", fifo, fifo, "--json"]):
+        r = cli(*verb, timeout=30)  # a FIFO with no writer never blocks a reader of recordings
+        one_line(r)
+        assert "not a regular file" in r.stderr
     one_line(cli("attach", "١٢٣", "--json"))
     one_line(cli("report", "²"))
     one_line(cli("exporter", "--scan", "1e-9"))
