@@ -7,6 +7,11 @@
 #   bash benchmarks/llama_cpp_build.sh strip llama_cpp_python-0.3.36.tar.gz .whl/llama_cpp_python-src.tar.gz
 #   bash benchmarks/llama_cpp_build.sh build .whl/llama_cpp_python-src.tar.gz OUTDIR [cpu|cuda]
 #   bash benchmarks/llama_cpp_build.sh server llama_cpp_python-0.3.36.tar.gz OUTDIR [cpu|cuda]
+#   bash benchmarks/llama_cpp_build.sh once llama_cpp_python-0.3.36.tar.gz OUTDIR
+#
+# `once` is the CPU build CI makes: one CMake build of llama.cpp's shared libraries and llama-server (OUTDIR/bin,
+# each finding the libraries beside it), and llama-cpp-python as a Python-only wheel (OUTDIR/wheels) that loads
+# those libraries (LLAMA_CPP_LIB_PATH=OUTDIR/bin): llama.cpp compiled once, not once for each.
 #
 # (`pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36` fetches the sdist.)
 set -euo pipefail
@@ -60,8 +65,28 @@ case "${1:-}" in
     mv "$out/llama-server.part" "$out/llama-server"
     echo "$out/llama-server"
     ;;
+  once)
+    src=$2 out=$3
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+    tar xzf "$src" -C "$tmp"
+    args=(-DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DLLAMA_BUILD_TESTS=OFF
+          -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON -DLLAMA_CURL=OFF
+          -DLLAMA_OPENSSL=OFF -DGGML_OPENMP=OFF -DBUILD_SHARED_LIBS=ON -DLLAMA_BUILD_UI=OFF
+          -DLLAMA_USE_PREBUILT_UI=OFF '-DCMAKE_BUILD_RPATH=$ORIGIN')
+    cmake -S "$tmp"/*/vendor/llama.cpp -B "$tmp/build" "${args[@]}" >/dev/null
+    cmake --build "$tmp/build" --target llama llama-server -j "${JOBS:-$(nproc)}" >/dev/null
+    mkdir -p "$out/bin.part" "$out/wheels"
+    cp -a "$tmp/build/bin/"*.so* "$tmp/build/bin/llama-server" "$out/bin.part/"
+    CMAKE_ARGS="-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF" python3 -m pip wheel -q --no-deps -w "$out/wheels" \
+      "$src" >/dev/null
+    rm -rf "$out/bin"
+    mv "$out/bin.part" "$out/bin"
+    ls "$out/bin" "$out/wheels"
+    ;;
   *)
-    echo "usage: $0 strip SDIST OUT.tar.gz | build SRC.tar.gz OUTDIR [cpu|cuda] | server SRC.tar.gz OUTDIR [cpu|cuda]" >&2
+    echo "usage: $0 strip SDIST OUT.tar.gz | build SRC.tar.gz OUTDIR [cpu|cuda] | server SRC.tar.gz OUTDIR [cpu|cuda]" \
+         "| once SDIST OUTDIR" >&2
     exit 2
     ;;
 esac

@@ -167,6 +167,8 @@ def _start_sidecar(hello: wire.Hello, pid: int, settings: wire.Attach):
     from decodemon.monitor.sidecar import Sidecar
 
     pm_here = settings.pm and settings.counters != "in_process"
+    if not pm_here and not settings.nvml_hz:  # nothing asked of it (a sweep's point: the token clock only)
+        return None, (wire.ProbeStatus(pm="off") if not settings.pm else None)
     try:
         side = Sidecar(hello.gpu, pid, settings, pm=pm_here)
     except OSError as exc:
