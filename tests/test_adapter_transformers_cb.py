@@ -28,7 +28,7 @@ def test_continuous_batching_is_read_per_step_with_its_batch_and_total_rate(tmp_
     log = tmp_path / "cb.jsonl"
     proc = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "loops" / "hf_cb.py"), "--shape", "tiny",
                              "--device", "cpu", "--in-flight", str(IN_FLIGHT), "--new-tokens", "48",
-                             "--num-blocks", "64", "--log", str(log)], stdout=subprocess.DEVNULL,
+                             "--num-blocks", "16", "--log", str(log)], stdout=subprocess.DEVNULL,
                             stderr=subprocess.STDOUT)
     try:
         t_end = time.monotonic() + 240
