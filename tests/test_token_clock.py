@@ -184,9 +184,14 @@ def test_cuda_graph_replays_are_the_step_clock_of_a_loop_that_marks_nothing(tmp_
         own = [float(x) for x in log.read_text().split()]
         own = [t for t in own if t0 + 0.5 < t < t1 - 0.5]
         own_ms = 1e3 * (own[-1] - own[0]) / (len(own) - 1)
+        half = len(own) // 2  # the loop's own rate in each half of the span: this machine's noise on it
+        halves = [1e3 * (o[-1] - o[0]) / (len(o) - 1) for o in (own[:half], own[half:])]
+        noise = abs(halves[0] - halves[1]) / own_ms
         assert got["token_clock"] == "replay_count"
-        # a step is both replays, not one; a burst's steps take the GPU's time, not the enqueue's
-        assert got["ms_per_token"] == pytest.approx(own_ms, rel=0.05), (got["ms_per_token"], own_ms)
+        # a step is both replays, not one; a burst's steps take the GPU's time, not the enqueue's (within 5%, or
+        # within twice the loop's own half-to-half spread where a busy machine moves it more)
+        assert got["ms_per_token"] == pytest.approx(own_ms, rel=max(0.05, 2 * noise)), \
+            (got["ms_per_token"], own_ms, halves)
         assert got["tokens"] > 100 and got.get("throughput_tokens_per_s") is None
         r = cli("attach", pid, "--json", "--seconds", "3", timeout=60)  # the adapter came out and goes in again
         assert json.loads(r.stdout)["token_clock"] == "replay_count"
