@@ -175,7 +175,8 @@ PROBE_WORDS = {
     "time_window_s": "how long a window opened by time stays open (loops that mark no token)",
     "token_range": "an NVTX range name as the token clock (as --token-range)",
     "prepare_first_window": "CUPTI's first start-up in a process made on the agent thread, off the loop",
-    "counters": "where PM and NVML are read: monitor (a sidecar of the monitor's) or in_process",
+    "counters": "where PM is read: in_process (the agent thread) or monitor (the monitor's sidecar)",
+    "yields": "this monitor steps aside for one that does not (the exporter's setting)",
 }
 PROBE_CHOICES = wire.ATTACH_CHOICES
 TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
