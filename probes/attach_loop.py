@@ -286,9 +286,8 @@ class AttachLoop:
                 if i < len(t):
                     calls[i], ns[i], nb[i] = n_, t_, b_
             extra = dict(coll_calls=wire.Column.of(calls), coll_ns=wire.Column.of(ns), coll_bytes=wire.Column.of(nb))
-        b = (b + [1] * len(t))[: len(t)]  # a mark whose batch lands in the next swap counts one
-        if any(x != 1 for x in b):  # a batched engine's steps
-            extra["batch"] = wire.Column.of(b)
+        if s.batched:  # a batched engine's steps; a mark whose batch lands in the next swap counts one
+            extra["batch"] = wire.Column.of((b + [1] * len(t))[: len(t)])
         self.out += wire.pack(wire.TokenMarks(t_ns=wire.Column.of(t), depth=wire.Column.of(d[: len(t)]), **extra))
 
     def _stats(self, now: float) -> None:
