@@ -67,6 +67,7 @@ def stop_engine(p):
 def live_cycle(mode):
     """Unobserved baseline, attach --json, record, three attach/detach cycles, unobserved again."""
     p, pid = start_engine(mode, ["--mode", mode])
+    pm_opts: list[str] = []  # --no-pm once an engine died with PM armed
     ev = []
     time.sleep(3)
     ev.append(("unobserved", time.time()))
@@ -77,15 +78,16 @@ def live_cycle(mode):
     summary[f"{mode}_attach"] = json.loads(r.stdout) if r.returncode == 0 else r.stderr
     if p.poll() is not None:  # the probe must never take the target down: record it, then go on without PM
         summary[f"{mode}_engine_died_with_pm"] = (LOGS / f"{mode}.engine.err").read_text()[-1500:]
-        print(f"!!! {mode} engine died while attached; retrying with DECODEMON_PM=off", flush=True)
-        os.environ["DECODEMON_PM"] = "off"
+        print(f"!!! {mode} engine died while attached; retrying with --no-pm", flush=True)
+        pm_opts = ["--no-pm"]
         p, pid = start_engine(mode + "_nopm", ["--mode", mode])
     time.sleep(2)
     ev.append(("record", time.time()))
-    sh(DM + ["record", str(pid), "-o", str(OUT / f"h200_{mode}.dmon"), "--seconds", "21"], f"{mode}.record")
+    sh(DM + ["record", str(pid), "-o", str(OUT / f"h200_{mode}.dmon"), "--seconds", "21", *pm_opts],
+       f"{mode}.record")
     for k in range(3):
         ev.append((f"cycle{k}_attached", time.time()))
-        sh(DM + ["attach", str(pid), "--json", "--seconds", "4"], f"{mode}.cycle{k}")
+        sh(DM + ["attach", str(pid), "--json", "--seconds", "4", *pm_opts], f"{mode}.cycle{k}")
         ev.append((f"cycle{k}_detached", time.time()))
         time.sleep(3)
     ev.append(("end", time.time()))

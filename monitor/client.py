@@ -105,7 +105,7 @@ def live_frames(pid: int, settings: wire.Attach | None = None, seconds: float | 
                     yield time.monotonic_ns() - t0, payload, frame
                 if sidecar.ended:
                     sidecar.close()
-                    lost, sidecar = _sidecar_lost(sidecar.pm), None
+                    lost, sidecar = sidecar.lost(), None
                     yield time.monotonic_ns() - t0, b"", lost
             try:
                 data = sock.recv(1 << 20)
@@ -148,15 +148,6 @@ def _with_nvml_facts(hello: wire.Hello) -> tuple[wire.Hello, bytes]:
 
     hello = msgspec.structs.replace(hello, gpu=nvml_facts(hello.gpu))
     return hello, wire.encode(hello)
-
-
-def _sidecar_lost(pm: bool) -> wire.ProbeStatus:
-    """What a sidecar that exited took with it: NVML, and PM where it read PM."""
-    if pm:
-        from decodemon.monitor.sidecar import LOST
-
-        return LOST
-    return wire.ProbeStatus(nvml="lost", nvml_reason="sidecar_exited")
 
 
 def _start_sidecar(hello: wire.Hello, pid: int, settings: wire.Attach):

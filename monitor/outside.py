@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Iterator
 
 from decodemon.monitor.client import SourceError
-from decodemon.monitor.sidecar import LOST, Sidecar
+from decodemon.monitor.sidecar import Sidecar
 from decodemon.probes import wire
 
 READ_S = 0.05  # an interval in which a request ends is left out of the clock: short ones lose little of it
@@ -247,8 +247,8 @@ def frames(pid: int, seconds: float | None = None, stop=None, settings: wire.Att
             for payload, frame in (sidecar.take() if sidecar else ()):
                 yield time.monotonic_ns() - t0, payload, frame
             if sidecar and sidecar.ended:
-                sidecar = None
-                yield out(LOST)
+                lost, sidecar = sidecar.lost(), None
+                yield out(lost)
             if rows:
                 yield out(counts())
             if done:

@@ -70,5 +70,7 @@ class Sidecar:
             self.proc.kill()
             self.proc.wait()
 
-
-LOST = wire.ProbeStatus(pm="lost", pm_reason="sidecar_exited", nvml="lost", nvml_reason="sidecar_exited")
+    def lost(self) -> wire.ProbeStatus:
+        """What this sidecar took with it when it exited: NVML, and PM where it read PM."""
+        pm = dict(pm="lost", pm_reason="sidecar_exited") if self.pm else {}
+        return wire.ProbeStatus(nvml="lost", nvml_reason="sidecar_exited", **pm)

@@ -286,8 +286,12 @@ class AttachLoop:
                 if i < len(t):
                     calls[i], ns[i], nb[i] = n_, t_, b_
             extra = dict(coll_calls=wire.Column.of(calls), coll_ns=wire.Column.of(ns), coll_bytes=wire.Column.of(nb))
-        if s.batched:  # a batched engine's steps; a mark whose batch lands in the next swap counts one
-            extra["batch"] = wire.Column.of((b + [1] * len(t))[: len(t)])
+        if b:  # a batched engine's steps: the tokens each made (a mark with none noted made one)
+            batch = [1] * len(t)
+            for i, n_ in b:
+                if i < len(t):
+                    batch[i] = n_
+            extra["batch"] = wire.Column.of(batch)
         self.out += wire.pack(wire.TokenMarks(t_ns=wire.Column.of(t), depth=wire.Column.of(d[: len(t)]), **extra))
 
     def _stats(self, now: float) -> None:

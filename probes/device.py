@@ -54,6 +54,13 @@ def _uuid(cu, dev) -> str:
     return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
+def _nvml_peak_and_driver(pynvml, h) -> tuple[float, str]:
+    """NVML's peak memory bandwidth (GB/s: bus width x max memory clock x 2) and driver version for handle `h`."""
+    bus_bits = pynvml.nvmlDeviceGetMemoryBusWidth(h)
+    mem_mhz = pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_MEM)
+    return bus_bits / 8 * mem_mhz * 1e6 * 2 / 1e9, str(pynvml.nvmlSystemGetDriverVersion())
+
+
 def nvml_facts(gpu: GpuInfo) -> GpuInfo:
     """`gpu` with what NVML adds (peak memory bandwidth, driver version), found by its UUID: read in the monitor's
     process, so the target never loads NVML. `gpu` as it was where NVML cannot say."""
@@ -64,11 +71,8 @@ def nvml_facts(gpu: GpuInfo) -> GpuInfo:
         import pynvml
 
         pynvml.nvmlInit()
-        h = pynvml.nvmlDeviceGetHandleByUUID(gpu.uuid)
-        bus_bits = pynvml.nvmlDeviceGetMemoryBusWidth(h)
-        mem_mhz = pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_MEM)
-        return msgspec.structs.replace(gpu, mem_bandwidth_gbs=round(bus_bits / 8 * mem_mhz * 1e6 * 2 / 1e9, 1),
-                                       driver_version=str(pynvml.nvmlSystemGetDriverVersion()))
+        bw, driver = _nvml_peak_and_driver(pynvml, pynvml.nvmlDeviceGetHandleByUUID(gpu.uuid))
+        return msgspec.structs.replace(gpu, mem_bandwidth_gbs=round(bw, 1), driver_version=driver)
     except Exception:  # NVML missing or refused: bandwidth stays unknown (0)
         return gpu
 
@@ -104,10 +108,7 @@ def gpu_info(cuda_index: int | None = None, nvml: bool = True) -> GpuInfo:
 
         pynvml.nvmlInit()
         h = pynvml.nvmlDeviceGetHandleByIndex(nvml_index(idx))
-        bus_bits = pynvml.nvmlDeviceGetMemoryBusWidth(h)
-        mem_mhz = pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_MEM)
-        bw = bus_bits / 8 * mem_mhz * 1e6 * 2 / 1e9
-        driver = pynvml.nvmlSystemGetDriverVersion()
+        bw, driver = _nvml_peak_and_driver(pynvml, h)
         uuid = str(pynvml.nvmlDeviceGetUUID(h)) or uuid
     except Exception:  # NVML missing or refused: bandwidth stays unknown (0)
         pass

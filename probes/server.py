@@ -178,22 +178,19 @@ class Agent:
     def _claim(self, peer_pid: int, settings: wire.Attach) -> bool:
         """Make `peer_pid` the attached monitor. A monitor that yields (the exporter) steps aside for one that
         does not: its loop ends with a Bye that says so, and the newcomer is served once it has left (≤ 3 s)."""
-        with self._claim_lock:
-            if self.busy_with is None:
-                self.busy_with, self.yields = peer_pid, settings.yields
-                return True
-            if not self.yields or settings.yields:
-                return False
-            if self.loop is not None:
-                self.loop.step_aside = f"stepped aside for monitor pid {peer_pid}"
         deadline = time.monotonic() + 3.0
-        while time.monotonic() < deadline:
+        while True:
             with self._claim_lock:
                 if self.busy_with is None:
                     self.busy_with, self.yields = peer_pid, settings.yields
                     return True
+                if not self.yields or settings.yields:
+                    return False
+                if self.loop is not None:
+                    self.loop.step_aside = f"stepped aside for monitor pid {peer_pid}"
+            if time.monotonic() >= deadline:
+                return False
             time.sleep(0.02)
-        return False
 
     @staticmethod
     def _bye(conn: socket.socket, reason: str) -> None:

@@ -55,8 +55,7 @@ class Session:
         self.started = time.monotonic()
         self.marks_t: list[int] = []
         self.marks_d: list[int] = []
-        self.marks_b: list[int] = []  # tokens each mark stands for (a batched engine's step: its sequences)
-        self.batched = False  # a mark stood for more than one token: the marks ship with their batch
+        self.marks_b: list[tuple] = []  # (index into marks_t, tokens) for marks that stand for more than one token
         self.marks_c: list[tuple] = []  # (index into marks_t, calls, ns, bytes) for tokens with collectives
         self.pending_detach = None
         self.skipped_windows = 0
@@ -175,9 +174,8 @@ class Session:
             self.decode_tid = threading.get_native_id()  # the thread that marks tokens: the decode thread
         self.marks_t.append(time.perf_counter_ns())
         self.marks_d.append(depth)
-        self.marks_b.append(batch)
-        if batch != 1:
-            self.batched = True
+        if batch != 1:  # a batched engine's step: kept as marks_c keeps collectives, only where it applies
+            self.marks_b.append((len(self.marks_t) - 1, batch))
         c = self.coll
         if c[0]:
             self.marks_c.append((len(self.marks_t) - 1, c[0], c[1], c[2]))

@@ -17,6 +17,7 @@ started at every attach, packs its columns from lists without numpy (its import 
 
 from __future__ import annotations
 
+import math
 import os
 import struct
 from typing import Iterator, Union
@@ -383,8 +384,6 @@ ATTACH_CHOICES = {"counters": ("in_process", "monitor")}  # the fields that take
 def attach_problem(a: "Attach") -> str | None:
     """Why an Attach frame cannot be served (a field out of its bounds, not finite, a word not among its
     choices, a name too long), or None."""
-    import math
-
     for key, (lo, hi, whole, lo_ok) in ATTACH_BOUNDS.items():
         v = getattr(a, key)
         if v is None and key == "first_window_s":
