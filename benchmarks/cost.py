@@ -89,8 +89,10 @@ def med(xs: list[float]) -> float | None:
 def start(argv: list[str], log: Path, out: Path, name: str, warm_s: float) -> subprocess.Popen:
     """Start the engine with plain python; return once it has decoded for `warm_s` (its log exists)."""
     sink = open(out / f"{name}.engine.log", "w")
+    # the agent's event log (probes/eventlog.py): what its thread did and when, to name what a slow token overlapped
     proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                            env={**os.environ, "PYTHONUNBUFFERED": "1",
+                                 "DECODEMON_AGENT_EVENTS": str(out / f"{name}.events")})
     t0 = time.time()
     demo = "decodemon.engine_adapter.demo" in argv
     while time.time() - t0 < 900:
@@ -151,7 +153,38 @@ def pairs(pid: int, n: int, phase_s: float, probe: list[str]) -> list[dict]:
     return out
 
 
-def judge(gens: list[list[float]], fa: dict, ps: list[dict], tail: list[float]) -> dict:
+def agent_events(out: Path, name: str) -> list[tuple[float, str, float]]:
+    """The agent's event log of every attach: (unix s the step ended, what, ms it took where the row says)."""
+    rows = []
+    for f in sorted(out.glob(f"{name}.events.*.json")):
+        try:
+            for r in json.loads(f.read_text()):
+                took = r[2] / 1e6 if len(r) > 2 and r[1] in TIMED_EVENTS else 0.0
+                rows.append((r[0] / 1e9, r[1], took))
+        except (ValueError, IndexError, TypeError):
+            pass
+    return sorted(rows)
+
+
+# event-log rows whose first value is the ns the step took (attach_loop.py, server.py)
+TIMED_EVENTS = ("hello", "tracer", "prepare", "collect", "pump", "arm")
+
+
+def slow_tokens(gens: list[list[float]], t0: float, t1: float, median_ms: float, events: list, over: float = 2.0,
+                keep: int = 12) -> list[dict]:
+    """The tokens ending in [t0, t1] slower than `over` x the median, slowest first, each with the agent steps
+    that ran while it did (a step's span is its end less the time it took)."""
+    out = []
+    for g in gens:
+        for a, b in zip(g, g[1:]):
+            if t0 <= b <= t1 and 1e3 * (b - a) > over * median_ms:
+                near = [f"{w} {took:.1f} ms" if took else w for (e, w, took) in events
+                        if e - took / 1e3 <= b and e >= a]
+                out.append({"at_s": round(b - t0, 3), "ms": round(1e3 * (b - a), 2), "agent": near[:6]})
+    return sorted(out, key=lambda r: -r["ms"])[:keep]
+
+
+def judge(gens: list[list[float]], fa: dict, ps: list[dict], tail: list[float], events: list | None = None) -> dict:
     """The figures: the first attach's after-effect, then the cost and the A/A floor over the pairs."""
     res: dict = {}
     if fa:
@@ -163,7 +196,9 @@ def judge(gens: list[list[float]], fa: dict, ps: list[dict], tail: list[float]) 
                         "after_change_pct": 100 * (med(after) / m - 1) if (m and after) else None,
                         "slowest_ms": max(during) if during else None,
                         "slowest_over_median": max(during) / m if (m and during) else None,
-                        "tokens_before": len(before), "tokens_after": len(after)}
+                        "tokens_before": len(before), "tokens_after": len(after),
+                        "slow_tokens": slow_tokens(gens, fa["attach"]["t"][0], fa["after"][1], m, events or [])
+                        if m else []}
     us = [p["u"] for p in ps] + [p["u2"] for p in ps] + ([tail] if tail else [])
     cost, aa, p99a, p99u = [], [], [], []
     for k, p in enumerate(ps):
@@ -209,7 +244,8 @@ def run_engine(engine: str, out: Path, tiny: bool, a) -> dict:
     finally:
         stop(proc)
     res["alive_at_end"] = proc.returncode in (0, -15, None)
-    res.update(judge(token_times(log), res.get("first_attach") or {}, res.get("pairs") or [], tail))
+    res.update(judge(token_times(log), res.get("first_attach") or {}, res.get("pairs") or [], tail,
+                     agent_events(out, name)))
     return res
 
 

@@ -238,10 +238,10 @@ class Agent:
         reason = "detached"
         held.name_this_thread("dm-session")  # the attach's thread: ticks, pumps, window collects
         try:
-            with held.GilPolite():
-                status = self.set_up(conn, first, res)
-            conn.sendall(wire.pack(wire.ProbeStatus(**status)))
             ev = EventLog.from_env()
+            with held.GilPolite():
+                status = self.set_up(conn, first, res, ev)
+            conn.sendall(wire.pack(wire.ProbeStatus(**status)))
             try:
                 self.loop = AttachLoop(conn, reader, res["session"], status, ev, hello_frame=res.get("hello"))
                 reason = self.loop.run()
@@ -254,14 +254,17 @@ class Agent:
             self.loop = None
             self.tear_down(conn, res["session"], reason)
 
-    def set_up(self, conn: socket.socket, settings: wire.Attach, res: dict) -> dict:
+    def set_up(self, conn: socket.socket, settings: wire.Attach, res: dict, ev=None) -> dict:
         """Hello, tracer and (counters="in_process") PM for one attach, then arm the session; the status fields
-        to send first."""
+        to send first. `ev` (the agent's event log, when one is kept) gets each step's ns."""
+        t0 = time.time_ns()
         hooks.attach()  # engine adapters first: the model facts they report travel in the hello
         h = hello({k: float(getattr(settings, k)) for k in
                    ("window_period_s", "window_tokens", "pm_interval_us", "nvml_hz")})
         conn.sendall(wire.pack(h))
         res["hello"] = h
+        if ev is not None:
+            ev.add("hello", time.time_ns() - t0)
         held.ENABLED = settings.hold_gil  # before the loop's first call (an A/B run's attaches set it both ways)
         status: dict = {"token_clock": "armed"}
         if settings.token_range:
@@ -272,7 +275,10 @@ class Agent:
                           pm="unavailable", pm_reason="no_gpu", nvml="unavailable", nvml_reason="no_gpu")
         else:
             status["gpu"] = "ok"
+            t0 = time.time_ns()
             tracer = self._arm_trace(settings, status)
+            if ev is not None:
+                ev.add("tracer", time.time_ns() - t0)
             # NVML, and PM too with counters="monitor", are read by the monitor's sidecar (monitor/sidecar.py):
             # this process starts no child. PM is armed here only where a second process cannot arm it
             if settings.counters == "in_process":
