@@ -167,7 +167,7 @@ def agent_events(out: Path, name: str) -> list[tuple[float, str, float]]:
 
 
 # event-log rows whose first value is the ns the step took (attach_loop.py, server.py)
-TIMED_EVENTS = ("hello", "tracer", "prepare", "collect", "pump", "arm")
+TIMED_EVENTS = ("hello", "preload", "tracer", "prepare", "collect", "pump", "arm")
 
 
 def slow_tokens(gens: list[list[float]], t0: float, t1: float, median_ms: float, events: list, over: float = 2.0,

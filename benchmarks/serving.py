@@ -1,7 +1,7 @@
 """A batched engine read against its own clock: transformers' continuous batching at several requests in flight,
 attached by pid as a new user would, and a recording of each for the tests to replay.
 
-    python benchmarks/serving.py OUTDIR [--in-flight 1,4,16] [--attaches 5] [--seconds 6] [--shape qwen3-0.6b]
+    python benchmarks/serving.py OUTDIR [--in-flight 1,4,16] [--attaches 5] [--seconds 6] [--new-tokens 64]
 
 For each in-flight count the engine (benchmarks/loops/hf_cb.py, plain python, no decodemon in it) is started and
 warmed, then `decodemon record PID` writes OUTDIR/h200_hf_cb_<n>.dmon (or cpu_...) and `decodemon attach PID
@@ -44,10 +44,12 @@ def engine_own(log: Path, t0: float, t1: float) -> dict:
             "tokens_per_s": count / (t1 - t0) if t1 > t0 else None, "tokens": count}
 
 
-def start(n: int, shape: str, tiny: bool, log: Path, out: Path, warm_s: float) -> subprocess.Popen:
+def start(n: int, a, tiny: bool, log: Path, out: Path) -> subprocess.Popen:
     """The engine at `n` requests in flight; returns once it decodes and has warmed."""
-    argv = [PY, str(LOOPS / "hf_cb.py"), "--shape", "tiny" if tiny else shape, "--in-flight", str(n),
-            "--log", str(log), *(["--device", "cpu", "--num-blocks", "16", "--new-tokens", "64"] if tiny else [])]
+    argv = [PY, str(LOOPS / "hf_cb.py"), "--shape", "tiny" if tiny else a.shape, "--in-flight", str(n),
+            "--new-tokens", str(a.new_tokens), "--log", str(log),
+            *(["--device", "cpu", "--num-blocks", "16"] if tiny else [])]
+    warm_s = a.warm_s
     sink = open(out / f"cb{n}.engine.log", "w")
     proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
     t0 = time.time()
@@ -77,7 +79,7 @@ def off(a, b) -> float | None:
 def run(n: int, a, out: Path, tiny: bool) -> dict:
     log = out / f"cb{n}.tokens"
     log.unlink(missing_ok=True)
-    proc = start(n, a.shape, tiny, log, out, a.warm_s)
+    proc = start(n, a, tiny, log, out)
     rows = []
     try:
         rec = out / f"{'cpu' if tiny else 'h200'}_hf_cb_{n}.dmon"
@@ -121,6 +123,8 @@ def main() -> int:
     ap.add_argument("--attaches", type=int, default=5)
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--shape", default="qwen3-0.6b", choices=["qwen3-0.6b", "llama-8b"])
+    ap.add_argument("--new-tokens", type=int, default=64,
+                    help="each request's tokens (its stamps are logged when it finishes: keep it short)")
     ap.add_argument("--warm-s", type=float, default=8.0)
     ap.add_argument("--tail-s", type=float, default=12.0, help="seconds after the last attach (requests finish)")
     ap.add_argument("--tiny", action="store_true", help="the tiny CPU shape (default with no GPU)")

@@ -31,10 +31,11 @@ FIRST_WINDOW_LEAD_TOKENS = 2  # tokens between the process's first CUPTI start-u
 STATS_PERIOD_S = 1.0
 
 
-def collect_pause() -> None:
-    """Between chunks of a window's records (agent thread): a 1 ms sleep lets the decode thread run Python, so the
-    field reading and packing of an eager window's ~3,500 records is spread over a few tokens, not one."""
-    time.sleep(0.001)
+# Between chunks of a window's records (agent thread): the field reading and packing of an eager window's ~3,500
+# records is spread over several tokens. A bare 1 ms sleep per 256-record chunk left the agent most of the GIL
+# while it collected (H200, eager transformers generate(): a 40 ms collect under 66 ms tokens, against 26); a
+# sleep of COLLECT_SLEEP_RATIO times each chunk's CPU leaves it no more than a fifth.
+COLLECT_SLEEP_RATIO = 4.0
 
 
 class AttachLoop:
@@ -214,7 +215,7 @@ class AttachLoop:
         try:
             t_col = time.time_ns()
             with held.GilPolite():
-                win = s.tracer.collect(self.window_id, guard_tokens, pause=collect_pause, clock=clock)
+                win = s.tracer.collect(self.window_id, guard_tokens, pause=held.Pacer(COLLECT_SLEEP_RATIO), clock=clock)
             # collect() set needs_guard from this window's records; once graphs were seen, always guard
             s.tracer.needs_guard = PROCESS.note_window_kernels(bool(s.tracer.needs_guard))
             self.window_id += 1

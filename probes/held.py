@@ -266,6 +266,23 @@ class SwitchCounter:
         self.fd, self.tid, self.last = None, None, None
 
 
+class Pacer:
+    """Called between chunks of the agent thread's Python work: sleeps `ratio` times the CPU this thread spent
+    since the last call (at least `min_s`), so the work takes no more than 1/(1 + ratio) of the GIL from a decode
+    thread that wants it all, however long each chunk turns out to be on the machine at hand."""
+
+    def __init__(self, ratio: float, min_s: float = 0.001, sleep=time.sleep) -> None:
+        self.ratio, self.min_s, self.sleep = ratio, min_s, sleep
+        self.since = time.thread_time()
+        self.slept_s = 0.0
+
+    def __call__(self) -> None:
+        dt = max(self.min_s, self.ratio * (time.thread_time() - self.since))
+        self.sleep(dt)
+        self.slept_s += dt
+        self.since = time.thread_time()
+
+
 class GilPolite:
     """Hand the GIL back quickly while the agent thread does a burst of Python work (imports, set-up, re-arm).
 

@@ -16,7 +16,7 @@ import threading
 import time
 from pathlib import Path
 
-from decodemon.probes import hooks, held, wire
+from decodemon.probes import held, hooks, preload, wire
 from decodemon.probes.attach_loop import AttachLoop
 from decodemon.probes.device import Unavailable, cuda_device_index, cupti_version, gpu_info
 from decodemon.probes.eventlog import EventLog
@@ -275,6 +275,12 @@ class Agent:
                           pm="unavailable", pm_reason="no_gpu", nvml="unavailable", nvml_reason="no_gpu")
         else:
             status["gpu"] = "ok"
+            pm_here = settings.pm and settings.counters == "in_process"
+            if (settings.trace or pm_here) and "cupti.cupti" not in sys.modules:  # the process's first attach
+                t0 = time.time_ns()
+                preload.preload_cupti(pm=pm_here)
+                if ev is not None:
+                    ev.add("preload", time.time_ns() - t0)
             t0 = time.time_ns()
             tracer = self._arm_trace(settings, status)
             if ev is not None:

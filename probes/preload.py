@@ -1,0 +1,124 @@
+"""cupti-python brought into a running process without stopping its decode thread (agent thread, first attach).
+
+On an H200 `from cupti import cupti` in an eager loop's process took 263-400 ms and made tokens of 118-231 ms
+against 4 ms: the import machinery and ctypes load each shared library (the package's Cython modules, 30 MB of
+them, and libcupti itself) while holding the GIL, and a decode thread that needs the GIL waits for every load
+in full. `libc.dlopen` called through a ctypes CDLL function gives the GIL up for the call (a spinning thread was
+never held off for more than 0.3 ms by a 160 ms load), and a library loaded once is only counted up by the next
+load of the same path. So the libraries are loaded here that way first, then the modules are imported with a sleep
+before each in proportion to the CPU the imports took since the last one, so the decode thread runs between them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+from decodemon.probes.held import Pacer
+
+SLEEP_RATIO = 1.0  # seconds slept before a module per second of CPU the imports took since the last one
+SLEEP_MIN_S = 0.001
+
+_dlopen = None
+
+
+def _libc_dlopen():
+    """libc's dlopen as a ctypes CDLL function (which releases the GIL for the call), or None."""
+    global _dlopen
+    if _dlopen is None:
+        try:
+            f = ctypes.CDLL(None).dlopen
+            f.argtypes, f.restype = [ctypes.c_char_p, ctypes.c_int], ctypes.c_void_p
+            _dlopen = f
+        except (OSError, AttributeError):
+            _dlopen = False
+    return _dlopen or None
+
+
+def load_without_gil(path: str | os.PathLike, mode: int = os.RTLD_NOW) -> bool:
+    """dlopen `path` with the GIL given up; True if it is loaded now."""
+    f = _libc_dlopen()
+    return bool(f and f(os.fsencode(path), mode))
+
+
+def cupti_package_libraries() -> list[Path]:
+    """The shared libraries of the cupti package (its Cython modules), or [] without it."""
+    try:
+        spec = importlib.util.find_spec("cupti")
+    except (ImportError, ValueError):
+        return []
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    out: list[Path] = []
+    for root in spec.submodule_search_locations:
+        out.extend(sorted(Path(root).rglob("*.so")))
+    return out
+
+
+def libcupti_path() -> str | None:
+    """Where cuda-pathfinder will load libcupti from (its own search, made without loading), or None."""
+    try:
+        from cuda.pathfinder._dynamic_libs.load_nvidia_dynamic_lib import (  # noqa: PLC0415
+            EARLY_FIND_STEPS, LIB_DESCRIPTORS, SearchContext, run_find_steps)
+
+        found = run_find_steps(SearchContext(LIB_DESCRIPTORS["cupti"]), EARLY_FIND_STEPS)
+    except Exception:  # another pathfinder: cupti-python will search on its own
+        return None
+    return getattr(found, "abs_path", None)
+
+
+def preload_cupti(pm: bool = False, sleep=time.sleep) -> dict[str, float]:
+    """Load libcupti (with the PM libraries beside it when `pm`) and the package's modules without holding the
+    GIL, then import the modules one at a time. Returns {step: ms}; never raises (the real import then does the
+    rest, as before)."""
+    spent: dict[str, float] = {}
+    t0 = time.perf_counter()
+    lib = libcupti_path()
+    if lib:
+        flags = os.RTLD_NOW | os.RTLD_GLOBAL  # as cuda-pathfinder loads it
+        load_without_gil(lib, flags)
+        if pm:
+            for sib in ("libnvperf_host.so", "libnvperf_target.so"):
+                p = Path(lib).with_name(sib)
+                if p.exists():
+                    load_without_gil(p, flags)
+    for so in cupti_package_libraries():
+        load_without_gil(so, os.RTLD_NOW)  # as the import system loads an extension module
+    spent["load"] = 1e3 * (time.perf_counter() - t0)
+    t1 = time.perf_counter()
+    try:
+        with PacedImports(sleep):
+            from cupti import cupti  # noqa: F401, PLC0415
+    except Exception:  # the caller's own import says why
+        pass
+    spent["import"] = 1e3 * (time.perf_counter() - t1)
+    return spent
+
+
+class PacedImports:
+    """While this thread imports, it sleeps before each module it is about to load, SLEEP_RATIO times the CPU it
+    spent since the last one (held.Pacer): a thread that needs the GIL waits for one module's load at a time and
+    has it between modules. A finder that finds nothing (it only delays)."""
+
+    def __init__(self, sleep=time.sleep) -> None:
+        self.ident = threading.get_ident()
+        self.pace = Pacer(SLEEP_RATIO, SLEEP_MIN_S, sleep)
+
+    def find_spec(self, name, path=None, target=None):
+        if threading.get_ident() == self.ident:
+            self.pace()
+        return None
+
+    def __enter__(self):
+        sys.meta_path.insert(0, self)
+        return self
+
+    def __exit__(self, *exc):
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        return False
