@@ -28,6 +28,17 @@ import numpy as np
 
 from decodemon.probes import wire
 
+MARK_BURSTS = "mark_bursts"  # the token clock over whole bursts of marks made ahead of the GPU (rates.burst_stats)
+
+# the clocks that are not the engine's own marks taken one by one, and why the figures come from them (one line)
+CLOCK_NOTES = {
+    MARK_BURSTS: "marks come in bursts (the host runs ahead of the GPU): ms/token is over whole bursts, from the "
+                 "first mark after each wait for the GPU",
+    "graph replays": "marks missing or made ahead of the GPU: ms/token is the GPU's own step in the traced windows",
+    "kernel period": "marks missing or made ahead of the GPU: ms/token is the GPU's own step in the traced windows",
+    "replay_count": "no marks: ms/token is the CUDA graph replays the agent counted",
+}
+
 MIN_PERIOD = 4  # kernels: shorter repeats are elementwise chains, not steps
 MATCH_SHARE = 0.9  # of kernels equal to the kernel one period later
 ANCHORS = 48  # the rarest names tried as period anchors
@@ -129,11 +140,32 @@ def gpu_steps(w: wire.KernelWindow) -> GpuSteps | None:
                     graph_launches_per_step=per_step)
 
 
+AHEAD_SHARE = 0.25  # under this share of a token window's kernel time inside its marks: the host marked ahead
+
+
+def marks_ahead(w: wire.KernelWindow, steps: GpuSteps) -> bool:
+    """Did the host mark this token window's tokens ahead of the GPU? Under AHEAD_SHARE of the kernel time it
+    traced ran between its analysed marks: the kernels launched in the window ran after it (an H200 8B graphed
+    loop whose launch queue was full: 7%; a loop that waits for each step: all of it, or half with a guard
+    token)."""
+    tb = np.asarray(w.token_bounds_ns.array(), dtype=np.int64)
+    k = w.kernels
+    if getattr(w, "clock", "tokens") != "tokens" or w.tokens < 1 or len(tb) <= w.tokens or "start" not in k:
+        return False
+    start, end = k["start"].array().astype(np.int64), k["end"].array().astype(np.int64)
+    ok = (start > 0) & (end > start)  # a record CUPTI could not complete has no times
+    total = float((end[ok] - start[ok]).sum())
+    if total <= 0:
+        return False
+    inside = np.clip(np.minimum(end[ok], tb[w.tokens]) - np.maximum(start[ok], tb[0]), 0, None).sum()
+    return float(inside) / total < AHEAD_SHARE
+
+
 def reclocked(w: wire.KernelWindow, steps: GpuSteps) -> wire.KernelWindow:
     """The window with its token bounds moved to the GPU's step boundaries, so every per-token analysis reads
-    whole GPU steps."""
+    whole GPU steps (and counts what ran in them: its clock becomes "time", as a window the agent timed)."""
     import msgspec
 
     bounds = np.asarray(steps.bounds_ns, dtype=np.int64)
-    return msgspec.structs.replace(w, tokens=steps.steps, guard_tokens=0,
+    return msgspec.structs.replace(w, tokens=steps.steps, guard_tokens=0, clock="time",
                                    token_bounds_ns=wire.Column.of(bounds))

@@ -13,6 +13,10 @@ from decodemon.probes import wire
 from tests.conftest import REC
 
 
+# the recordings of loops whose host marks tokens ahead of the GPU: transformers' static-cache generate() and the
+# compiled 8B loop that marks at enqueue
+HOST_AHEAD = ("h200_hf_generate_static", "h200_compiled_llama8b_marks_")
+
 def first_window(name):
     return next(f for _, f in wire.read_recording(REC[name]) if isinstance(f, wire.KernelWindow))
 
@@ -208,8 +212,8 @@ def test_launches_per_token_are_the_kernels_launched_in_the_traced_tokens(window
     553 a token, where only 130-143 ran inside the marks."""
     for stem, f, m in windows:
         s, _, _, _ = _analysed_kernels(f)
-        if stem == "h200_hf_generate_static":
-            assert len(s) / m.tokens < 150 and m.kernels_per_token == 553.0, stem
+        if stem.startswith(HOST_AHEAD):  # torch.profiler's 553 (generate) and 776 (the compiled 8B) a token
+            assert len(s) / m.tokens < 150 and m.kernels_per_token in (553.0, 776.0), stem
         else:
             assert m.kernels_per_token == len(s) / m.tokens, stem
 
@@ -258,7 +262,7 @@ def test_the_kernel_table_adds_up_to_the_kernel_time(windows):
         rows = m.kernels
         assert [r.us_per_token for r in rows] == sorted((r.us_per_token for r in rows), reverse=True), stem
         assert sum(r.us_per_token for r in rows) / 1e3 == pytest.approx(m.kernel_sum_ms_per_token, rel=1e-9), stem
-        if stem != "h200_hf_generate_static":  # there the table holds what ran in the marks, not all launched
+        if not stem.startswith(HOST_AHEAD):  # there the table holds what ran in the marks, not all launched
             assert sum(r.calls_per_token for r in rows) == pytest.approx(m.kernels_per_token), stem
         for r in rows:
             assert r.calls_per_token * r.us_mean == pytest.approx(r.us_per_token, rel=1e-9), (stem, r.name)
@@ -290,7 +294,7 @@ def test_collectives_are_the_nccl_kernels_of_the_tp2_ranks_and_none_elsewhere(wi
 
 def test_the_timeline_draws_the_last_token_cpu_over_gpu(windows):
     for stem, f, m in windows:
-        if stem == "h200_hf_generate_static":
+        if stem.startswith(HOST_AHEAD):
             continue  # beside its graph, transformers' static-cache step makes ~30 eager launch calls (sampling)
         t = m.timeline
         b = f.token_bounds_ns.array()

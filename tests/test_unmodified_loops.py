@@ -60,12 +60,19 @@ def test_generate_attached_by_injection_into_plain_python_reads_the_same():
     assert j["verdict"] == "launch" and j["launches_per_token"] == 1636 and j["token_clock"] == "mark_token"
 
 
-def test_static_cache_generate_replays_a_graph_a_token_and_the_host_between_replays_binds():
+def test_static_cache_generate_is_read_on_the_gpu_step_its_host_marks_ahead_of():
+    """transformers' static-cache generate() marks each token at enqueue: under a fifth of the kernel time its
+    window traced ran between its marks. Read on the GPU's own step, the kernel time a token is torch.profiler's
+    (2.06 against 1.90 ms), and the step's GPU busy agrees with PM's (55% against 54%): 45% of the step is
+    idle, in LAUNCH's undecided band, while half the SMs sit idle when the GPU is busy (OCCUPANCY)."""
     j = replay(DATA / "h200_hf_generate_static.dmon").as_json()
+    prof = profile("hf_generate_static")
     assert j["graph_launches_per_token"] == 1.0
-    assert j["launches_per_token"] == pytest.approx(profile("hf_generate_static")["kernels_per_step"], rel=0.01)
-    assert j["verdict"] == "launch" and j["gpu_busy_pct"] > 40
-    assert "between replays" in j["remedy"] and "capture" not in j["falsify"].lower()
+    assert j["launches_per_token"] == pytest.approx(prof["kernels_per_step"], rel=0.01)
+    assert j["kernel_sum_ms_per_token"] == pytest.approx(prof["kernel_ms_per_step"], rel=0.1)
+    assert j["kernel_share_of_step_pct"] == pytest.approx(j["pm_gpu_busy_pct"], abs=5)
+    assert j["busy_sources_disagree"] is None
+    assert j["candidates"]["launch"]["state"] == "unknown" and j["verdict"] == "occupancy"
     assert j["bytes_per_token_measured"] == pytest.approx(j["bytes_per_token_model"], rel=0.1)
 
 

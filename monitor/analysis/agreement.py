@@ -20,8 +20,8 @@ def busy_disagreement(pm_busy_pct: float | None, traced_share_pct: float | None)
     if hi / lo <= FLAG_RATIO:
         return None
     if pm_busy_pct > traced_share_pct:
-        why = ("the traced step is stretched by CUPTI's own cost, or another process keeps the GPU busy "
-               "(PM counts the whole device)")
+        why = ("the traced step is stretched by CUPTI's own cost, its marks were made ahead of the GPU (its kernels "
+               "ran after them), or another process keeps the GPU busy (PM counts the whole device)")
     else:
         why = "the traced step is cut short by marks made ahead of the GPU, or PM's samples missed the traced tokens"
     return (f"GPU busy {pm_busy_pct:.0f}% (PM) against kernels {traced_share_pct:.0f}% of the step (traced "

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from decodemon.monitor.analysis.agreement import busy_disagreement
 from decodemon.monitor.rolling import headline
+from decodemon.monitor.token_clock import CLOCK_NOTES
 
 if TYPE_CHECKING:
     from decodemon.monitor.analysis.window import WindowMetrics
@@ -106,6 +107,7 @@ def summary_json(s: Snapshot, kernels: int = 15) -> dict:
         "ms_per_token_p90": round(tk.ms_per_token_p90, 4) if tk else None,
         "tokens_per_s": round(tk.tokens_per_s, 2) if tk else None,
         "token_clock": s.token_clock or None,
+        "token_clock_note": CLOCK_NOTES.get(s.token_clock),
         "throughput_tokens_per_s": _r(s.throughput_tokens_per_s, 2),
         "launches_per_token": round(w.kernels_per_token, 1) if w else None,
         "graph_launches_per_token": round(w.graph_launches_per_token, 2) if w else None,
