@@ -2,9 +2,10 @@
 interleaved unobserved / attached phases with an A/A control in the same process.
 
     python benchmarks/cost.py OUTDIR [--engines hf_eager,manual,gptfast_eager,compiled,demo_eager,demo_graph]
-                              [--pairs 6] [--phase-s 4] [--before-s 30] [--after-s 30] [--probe KEY=VALUE]
+                              [--pairs 6] [--phase-s 4] [--before-s 30] [--after-s 30] [--probe KEY=VALUE] [--run]
 
-Each engine is started with plain python (no agent) and, once it decodes, watched as a new user would:
+Each engine is started with plain python (no agent; `--run`: as `decodemon run` starts it) and, once it decodes,
+watched as a new user would:
 
     before (unobserved) | first attach (`decodemon attach PID --json`, which loads the agent) | after (unobserved)
     then `--pairs` times:  U | A (attached) | U | C (A/A control: nothing attached, read as if it were)
@@ -86,13 +87,18 @@ def med(xs: list[float]) -> float | None:
     return statistics.median(xs) if xs else None
 
 
-def start(argv: list[str], log: Path, out: Path, name: str, warm_s: float) -> subprocess.Popen:
-    """Start the engine with plain python; return once it has decoded for `warm_s` (its log exists)."""
+def start(argv: list[str], log: Path, out: Path, name: str, warm_s: float, run: bool = False) -> subprocess.Popen:
+    """Start the engine with plain python, or as `decodemon run` starts it (`run`: the agent in it from the start);
+    return once it has decoded for `warm_s` (its log exists)."""
     sink = open(out / f"{name}.engine.log", "w")
+    env = dict(os.environ)
+    if run:
+        from decodemon.monitor.cli.run import agent_env
+
+        env = agent_env()
     # the agent's event log (probes/eventlog.py): what its thread did and when, to name what a slow token overlapped
     proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1",
-                                 "DECODEMON_AGENT_EVENTS": str(out / f"{name}.events")})
+                            env={**env, "PYTHONUNBUFFERED": "1", "DECODEMON_AGENT_EVENTS": str(out / f"{name}.events")})
     t0 = time.time()
     demo = "decodemon.engine_adapter.demo" in argv
     while time.time() - t0 < 900:
@@ -232,8 +238,8 @@ def run_engine(engine: str, out: Path, tiny: bool, a) -> dict:
     log = out / f"{name}.tokens"
     log.unlink(missing_ok=True)
     argv = engine_argv(engine, tiny, log)
-    proc = start(argv, log, out, name, a.warm_s)
-    res: dict = {"engine": engine, "tag": a.tag, "argv": argv[1:], "pid": proc.pid, "probe": a.probe}
+    proc = start(argv, log, out, name, a.warm_s, a.run)
+    res: dict = {"engine": engine, "tag": a.tag, "argv": argv[1:], "pid": proc.pid, "probe": a.probe, "run": a.run}
     try:
         fa = first_attach(proc.pid, a.before_s, a.first_s, a.after_s, PROBE) if a.before_s or a.after_s else {}
         ps = pairs(proc.pid, a.pairs, a.phase_s, PROBE)
@@ -283,6 +289,8 @@ def main() -> int:
     ap.add_argument("--warm-s", type=float, default=10.0, help="seconds the engine decodes before anything")
     ap.add_argument("--tag", default="", help="a name for this variant (with --probe)")
     ap.add_argument("--probe", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--run", action="store_true",
+                    help="start the engines as `decodemon run` does (the agent loaded from the start), not plain python")
     ap.add_argument("--tiny", action="store_true", help="the tiny CPU shapes (default with no GPU)")
     a = ap.parse_args()
     PROBE.extend(x for kv in a.probe for x in (["--probe", kv] if "=" in kv else [kv]))

@@ -11,6 +11,8 @@ warmed, then `decodemon record PID` writes OUTDIR/h200_hf_cb_<n>.dmon (or cpu_..
     tokens/step     the requests in flight (the engine keeps `n` in flight)
     total tokens/s  every request's tokens that the engine stamped in the span, over the span
 
+The span is the command's last `--seconds` before its summary (the load and connect come before the first mark).
+
 Everything lands in OUTDIR/serving.json, with a table on stdout. With no GPU the tiny CPU shape runs: the
 structure, not the figures.
 """
@@ -27,6 +29,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from unmodified import DM, LOOPS, PY, cli_json, stop  # noqa: E402
+
+
+SUMMARY_S = 0.3  # from the detach to the summary printed
 
 
 def engine_own(log: Path, t0: float, t1: float) -> dict:
@@ -94,7 +99,10 @@ def run(n: int, a, out: Path, tiny: bool) -> dict:
     finally:
         stop(proc)
     for r in rows:
-        own = engine_own(log, *r["t"])
+        # the seconds decodemon watched: the command's last `seconds` before its summary (its start, and an
+        # injection's load, come before the first mark)
+        t1 = r["t"][1] - SUMMARY_S
+        own = engine_own(log, max(r["t"][0], t1 - a.seconds), t1)
         r["own"] = own
         r["step_off_pct"] = off(r.get("ms_per_token"), own["step_ms"])
         r["tokens_per_s_off_pct"] = off(r.get("throughput_tokens_per_s"), own["tokens_per_s"])

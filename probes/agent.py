@@ -107,9 +107,14 @@ def is_helper(argv: list[str]) -> bool:
 
 
 def start_from_env() -> None:
-    """Start the agent if DECODEMON_AGENT=1 (set by `decodemon run`), unless this process is a helper."""
+    """Start the agent if DECODEMON_AGENT=1 (set by `decodemon run`), unless this process is a helper; then load
+    cupti-python in the background while the program starts (preload.py), so no attach loads it into a loop that
+    is already decoding (on an H200 that load made one 300 ms token of an eager loop's ~25 ms)."""
     if os.environ.get("DECODEMON_AGENT") == "1" and not is_helper(list(getattr(sys, "orig_argv", sys.argv))):
-        start()
+        if start() is not None and os.environ.get("DECODEMON_PRELOAD", "1") != "0":
+            from decodemon.probes.preload import preload_cupti  # noqa: PLC0415
+
+            threading.Thread(target=preload_cupti, kwargs={"pm": True}, name="dm-preload", daemon=True).start()
 
 
 def __getattr__(name: str):

@@ -161,9 +161,9 @@ class Session:
         if self.token_range and name == self.token_range:
             self.on_token(0)
 
-    def on_token(self, depth: int, batch: int = 1) -> None:
-        """The decode thread's token boundary (a batched engine's step, `batch` tokens): note the mark, and open,
-        mark or close a window asked for."""
+    def on_token(self, depth: int, batch: int | None = None) -> None:
+        """The decode thread's token boundary (a batched engine's step, `batch` tokens, from `mark_step`): note the
+        mark, and open, mark or close a window asked for."""
         if self.closing:
             self.finish()
             return
@@ -174,7 +174,7 @@ class Session:
             self.decode_tid = threading.get_native_id()  # the thread that marks tokens: the decode thread
         self.marks_t.append(time.perf_counter_ns())
         self.marks_d.append(depth)
-        if batch != 1:  # a batched engine's step: kept as marks_c keeps collectives, only where it applies
+        if batch is not None:  # a batched engine's step (a batch of one too): kept apart, as marks_c keeps collectives
             self.marks_b.append((len(self.marks_t) - 1, batch))
         c = self.coll
         if c[0]:
@@ -264,7 +264,7 @@ class Closer:
         if self.token_range and name == self.token_range:
             self.on_token(0)
 
-    def on_token(self, depth: int) -> None:
+    def on_token(self, depth: int, batch: int | None = None) -> None:
         """The boundary the stalled session waited for: finalize its tracer here, on the decode thread."""
         with ACTIVE.lock:
             if ACTIVE.session is self:

@@ -1564,3 +1564,22 @@ def test_the_agents_threads_carry_their_own_os_names():
         done.set()
         t2.join()
     assert got["ok"] is True and comm == "dm-agent" and main != "dm-agent"
+
+
+def test_a_batched_engines_step_is_kept_as_one_even_with_a_batch_of_one():
+    """mark_step(1) (a serving engine with one request in flight) is a batched engine's step: its batch travels,
+    so the monitor reads 1 token a step; mark_token's marks carry none. A session the agent gave up on takes the
+    step's boundary too, without raising into the engine's loop."""
+    s = sess.Session(wire.Attach(), None)
+    s.on_token(0)
+    s.on_token(5, 1)
+    s.on_token(6, 4)
+    assert s.marks_b == [(1, 1), (2, 4)] and len(s.marks_t) == 3
+    closer = sess.Closer(None)
+    with sess.ACTIVE.lock:
+        sess.ACTIVE.session = closer
+    try:
+        closer.on_token(0, 3)
+        assert sess.ACTIVE.session is None
+    finally:
+        sess.ACTIVE.session = None

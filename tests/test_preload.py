@@ -64,3 +64,24 @@ def test_preload_leaves_cupti_imported():
     assert out.stdout.split("]")[0] + "]" == "['import', 'load']"
     assert out.stdout.strip().endswith("True")
     assert preload.cupti_package_libraries()  # the package's Cython modules, found to be loaded first
+
+
+PROGRAM = ("import sys, threading, time\n"
+           "deadline = time.time() + 60\n"
+           "while any(t.name == 'dm-preload' for t in threading.enumerate()) and time.time() < deadline:\n"
+           "    time.sleep(0.1)\n"
+           "print('cupti.cupti' in sys.modules)\n")
+
+
+@pytest.mark.parametrize("preload", ["1", "0"])
+def test_decodemon_run_loads_cupti_while_the_program_starts(preload):
+    """Under `decodemon run` the agent loads cupti-python in a background thread at start (where it is
+    installed), so no attach loads it into a loop already decoding; DECODEMON_PRELOAD=0 leaves it out."""
+    import os
+
+    from tests.conftest import cli
+
+    r = cli("run", "--", sys.executable, "-c", PROGRAM, env={**os.environ, "DECODEMON_PRELOAD": preload}, timeout=120)
+    assert r.returncode == 0, r.stderr
+    has_cupti = importlib.util.find_spec("cupti") is not None
+    assert r.stdout.strip() == str(has_cupti and preload == "1")
