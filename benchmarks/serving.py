@@ -49,6 +49,19 @@ def engine_own(log: Path, t0: float, t1: float) -> dict:
             "tokens_per_s": count / (t1 - t0) if t1 > t0 else None, "tokens": count}
 
 
+def marks_span(rec: Path) -> tuple[float, float] | None:
+    """A recording's first and last token marks as unix s (each ship's arrival; the first less one ship period)."""
+    from decodemon.probes import wire
+
+    try:
+        frames = list(wire.read_recording(rec))
+    except (OSError, wire.WireError):
+        return None
+    t0 = next((f.created_unix_s for _, f in frames if isinstance(f, wire.RecordingHeader)), None)
+    rx = [r for r, f in frames if isinstance(f, wire.TokenMarks)]
+    return (t0 + rx[0] / 1e9 - 0.25, t0 + rx[-1] / 1e9) if (t0 is not None and rx) else None
+
+
 def start(n: int, a, tiny: bool, log: Path, out: Path) -> subprocess.Popen:
     """The engine at `n` requests in flight; returns once it decodes and has warmed."""
     argv = [PY, str(LOOPS / "hf_cb.py"), "--shape", "tiny" if tiny else a.shape, "--in-flight", str(n),
@@ -99,10 +112,11 @@ def run(n: int, a, out: Path, tiny: bool) -> dict:
     finally:
         stop(proc)
     for r in rows:
-        # the seconds decodemon watched: the command's last `seconds` before its summary (its start, and an
-        # injection's load, come before the first mark)
+        # the seconds decodemon watched: a recording's first to last mark; an attach's last `seconds` before its
+        # summary (its start, and an injection's load, come before the first mark)
         t1 = r["t"][1] - SUMMARY_S
-        own = engine_own(log, max(r["t"][0], t1 - a.seconds), t1)
+        span = marks_span(rec) if r["what"] == "record" else None
+        own = engine_own(log, *(span or (max(r["t"][0], t1 - a.seconds), t1)))
         r["own"] = own
         r["step_off_pct"] = off(r.get("ms_per_token"), own["step_ms"])
         r["tokens_per_s_off_pct"] = off(r.get("throughput_tokens_per_s"), own["tokens_per_s"])

@@ -4,7 +4,8 @@ with no line of decodemon in the engine.
 At attach the adapter wraps `prepare_batch_update` of the batch's input/output holders (the synchronous and the
 asynchronous one), which `ContinuousBatchProcessor.update_batch` calls once per decode step, in the engine's
 background thread, after the step's forward. The wrapper counts the requests that got a token in that step and
-marks the step with them (`agent.mark_step`): the step is the unit, a step's tokens are the batch it ran. Once, it
+marks the step with them (`agent.mark_step`): the step is the unit, a step's tokens are the batch it ran, and its
+depth the KV positions all of them read. Once, it
 reports the model's facts from the processor's model. At detach the originals are put back.
 """
 
@@ -23,11 +24,17 @@ def _wrap(original):
     def prepare_batch_update(self, *args, **kwargs):
         out = original(self, *args, **kwargs)
         try:
-            made = sum(1 for fs in out[0] if fs.has_new_token)
+            stepped = [fs for fs in out[0] if fs.has_new_token]
         except Exception:  # a shape this adapter does not know: the engine runs on unwatched
             return out
-        if made:
-            agent.mark_step(made)
+        if stepped:
+            # the step read every sequence's KV at its depth: their positions summed are the step's depth (the
+            # bandwidth floor a step is the weights once plus all of them)
+            try:
+                kv = sum(int(fs.state.position_offset) for fs in stepped)
+            except Exception:
+                kv = 0
+            agent.mark_step(len(stepped), kv)
         return out
 
     prepare_batch_update.__wrapped__ = original

@@ -103,7 +103,8 @@ class ModelFacts(msgspec.Struct, frozen=True):
     collective_backend: str = ""
 
     def bytes_per_token(self, depth: int) -> int:
-        """Bytes read to make one token at a context depth: weights plus the KV cache touched."""
+        """Bytes read to make one token at a context depth: weights plus the KV cache touched. For a batched
+        engine's step, `depth` is every sequence's positions summed: the weights once plus all of their KV."""
         return self.weight_bytes + self.kv_bytes_per_position * max(depth, 0)
 
 
