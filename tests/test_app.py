@@ -446,3 +446,34 @@ def test_a_looping_replay_keeps_its_last_pass_on_screen_until_the_next_pass_has_
         if p.session.metrics:
             break
     assert p.session.metrics and p.snapshot().rx_ns <= p.clock_ns
+
+
+def _serving_app(at=5.0):
+    from tests.conftest import DATA
+
+    return DecodemonApp([RecordingPlayer(str(DATA / "h200_hf_cb_16.dmon"), "transformers CB, 16 in flight (H200)")],
+                        start_at_s=at, paused=True, out_dir=".")
+
+
+def test_a_batched_engine_gets_the_serving_view_and_a_batch_one_loop_none():
+    asyncio.run(_serving())
+
+
+async def _serving():
+    from decodemon.monitor.widgets.serving import ServingPanel
+
+    app = _serving_app()
+    async with app.run_test(size=(120, 50)) as pilot:
+        await pilot.pause()
+        panel = app.query_one(ServingPanel)
+        text = panel._put_last.plain
+        assert panel.display and "batch 16 tokens/step" in text and "tok/s in all" in text
+        assert "per request: a token every" in text and "verdict on the step: LAUNCH" in text
+    app = make_app(["eager"])
+    async with app.run_test(size=(120, 50)) as pilot:
+        await pilot.pause()
+        assert not app.query_one(ServingPanel).display
+
+
+def test_the_serving_view_snapshot(snap_compare):
+    assert snap_compare(_serving_app(), terminal_size=(120, 50))

@@ -24,11 +24,12 @@ class HeaderPanel(Redraw, Static):
         t.append(f"{pid}  {model}\n")
         t.append(device_line(s) + "\n", style="dim")
         tk = s.tokens
-        t.append(f"{num(tk.ms_per_token if tk else None, '.3f')} ms/token", style="bold cyan")
-        t.append(f" median  {num(tk.tokens_per_s if tk else None, '.1f')} tok/s mean")
+        batched = s.tokens_per_step is not None  # a step is the unit: its rate is steps/s, tokens/s is the total's
+        unit = "step" if batched else "token"
+        t.append(f"{num(tk.ms_per_token if tk else None, '.3f')} ms/{unit}", style="bold cyan")
+        t.append(f" median  {num(tk.tokens_per_s if tk else None, '.1f')} {'steps' if batched else 'tok'}/s mean")
         if tk:  # both from one clock, named, with the count behind them
-            t.append(f" ({tk.tokens} {'steps' if s.tokens_per_step is not None else 'tokens'}, "
-                     f"{s.token_clock or 'no clock'})", style="dim")
+            t.append(f" ({tk.tokens} {'steps' if batched else 'tokens'}, {s.token_clock or 'no clock'})", style="dim")
         if s.tokens_per_step is not None:  # a batched engine: a step makes a token per sequence in it
             t.append(f"  {s.tokens_per_step:g} tokens/step  {num(s.throughput_tokens_per_s, '.1f')} tok/s in all")
         floor = s.diagnosis.bandwidth_floor_ms

@@ -10,15 +10,17 @@ from decodemon.monitor.widgets.header import HeaderPanel
 from decodemon.monitor.widgets.kernels import KernelsPanel
 from decodemon.monitor.widgets.launches import LaunchesPanel
 from decodemon.monitor.widgets.panel import SourceNamed
+from decodemon.monitor.widgets.serving import ServingPanel
 from decodemon.monitor.widgets.telemetry import TelemetryPanel
 from decodemon.monitor.widgets.timeline import TimelinePanel
 from decodemon.monitor.widgets.verdict import VerdictPanel
 
-PANELS = (HeaderPanel, VerdictPanel, TimelinePanel, LaunchesPanel, CollectivesPanel, KernelsPanel, TelemetryPanel)
+PANELS = (HeaderPanel, ServingPanel, VerdictPanel, TimelinePanel, LaunchesPanel, CollectivesPanel, KernelsPanel,
+          TelemetryPanel)
 
 
 class SourcePane(VerticalScroll):
-    """Header, verdict, timeline, launches, collectives, kernels and telemetry of one source.
+    """Header, serving (a batched engine's), verdict, timeline, launches, collectives, kernels and telemetry of one source.
 
     The pane itself takes no focus: `tab` moves between its panels, and `z` maximises the panel, not the column.
     """
@@ -34,6 +36,7 @@ class SourcePane(VerticalScroll):
     def compose(self):
         """The panels, top to bottom."""
         yield HeaderPanel()
+        yield ServingPanel()  # a batched engine's only
         yield VerdictPanel()
         yield TimelinePanel()
         with Horizontal():
