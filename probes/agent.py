@@ -114,7 +114,7 @@ def start_from_env() -> None:
         if start() is not None and os.environ.get("DECODEMON_PRELOAD", "1") != "0":
             from decodemon.probes.preload import preload_cupti  # noqa: PLC0415
 
-            threading.Thread(target=preload_cupti, kwargs={"pm": True}, name="dm-preload", daemon=True).start()
+            threading.Thread(target=preload_cupti, name="dm-preload", daemon=True).start()
 
 
 def __getattr__(name: str):

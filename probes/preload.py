@@ -1,18 +1,18 @@
 """cupti-python brought into a running process without stopping its decode thread (agent thread, first attach).
 
 On an H200 `from cupti import cupti` in an eager loop's process took 263-400 ms and made tokens of 118-231 ms
-against 4 ms: the import machinery and ctypes load each shared library (the package's Cython modules, 30 MB of
-them, and libcupti itself) while holding the GIL, and a decode thread that needs the GIL waits for every load
-in full. `libc.dlopen` called through a ctypes CDLL function gives the GIL up for the call (a spinning thread was
-never held off for more than 0.3 ms by a 160 ms load), and a library loaded once is only counted up by the next
-load of the same path. So the libraries are loaded here that way first, then the modules are imported with a sleep
-before each in proportion to the CPU the imports took since the last one, so the decode thread runs between them.
+against 4 ms: the import machinery loads each of the package's Cython modules (30 MB of them) while holding the
+GIL, and a decode thread that needs the GIL waits for every load in full. `libc.dlopen` called through a ctypes
+CDLL function gives the GIL up for the call (a spinning thread was never held off for more than 0.3 ms by a
+160 ms load), and a library loaded once is only counted up by the next load of the same path. So the modules'
+libraries are loaded here that way first, then the modules are imported with a sleep before each in proportion to
+the CPU the imports took since the last one, so the decode thread runs between them.
 
-Step by step on the H200 (an eager loop of 3.9 ms tokens, driver 580.159.04): libcupti and the PM libraries beside
-it loaded in 7, 120 and 78 ms without a slow token; the paced import (at a ratio of 1) took 0.5 s, with tokens of
-8-38 ms while it ran, the longest under cupti.cupti's own module set-up, which no pause can split. What cannot be
-made small is made elsewhere: `decodemon run` loads all of this while the program starts (agent.start_from_env),
-and a first attach to such a loop made no token slower than its first traced window's (2.2x the median).
+On the H200 (an eager loop of 3.9 ms tokens, driver 580.159.04) the import paced at a ratio of 1 took 0.5 s, with
+tokens of 8-38 ms while it ran, the longest under cupti.cupti's own module set-up, which no pause can split. What
+cannot be made small is made elsewhere: `decodemon run` loads all of this while the program starts
+(agent.start_from_env), and a first attach to such a loop made no token slower than its first traced window's
+(2.2x the median).
 """
 
 from __future__ import annotations
@@ -68,34 +68,16 @@ def cupti_package_libraries() -> list[Path]:
     return out
 
 
-def libcupti_path() -> str | None:
-    """Where cuda-pathfinder will load libcupti from (its own search, made without loading), or None."""
-    try:
-        from cuda.pathfinder._dynamic_libs.load_nvidia_dynamic_lib import (  # noqa: PLC0415
-            EARLY_FIND_STEPS, LIB_DESCRIPTORS, SearchContext, run_find_steps)
+def preload_cupti(sleep=time.sleep) -> dict[str, float]:
+    """Load the cupti package's modules without holding the GIL, then import them paced. Returns {step: ms};
+    never raises (the real import then does the rest, as before).
 
-        found = run_find_steps(SearchContext(LIB_DESCRIPTORS["cupti"]), EARLY_FIND_STEPS)
-    except Exception:  # another pathfinder: cupti-python will search on its own
-        return None
-    return getattr(found, "abs_path", None)
-
-
-def preload_cupti(pm: bool = False, sleep=time.sleep) -> dict[str, float]:
-    """Load libcupti (with the PM libraries beside it when `pm`) and the package's modules without holding the
-    GIL, then import the modules one at a time. Returns {step: ms}; never raises (the real import then does the
-    rest, as before)."""
+    libcupti and the PM libraries beside it are left to cupti-python to load, as it always has: loaded here first
+    (libc's dlopen, RTLD_NOW | RTLD_GLOBAL, from cuda-pathfinder's own path), PM no longer armed in the target on
+    the H200 (`ERROR_INVALID_PARAMETER` at the first attach, "could not load the nvperf* libraries" at the next),
+    and libcupti's own load took 7 ms."""
     spent: dict[str, float] = {}
     t0 = time.perf_counter()
-    with PacedImports(sleep):  # cuda-pathfinder's own modules, imported by the search (a 52 ms token unpaced)
-        lib = libcupti_path()
-    if lib:
-        flags = os.RTLD_NOW | os.RTLD_GLOBAL  # as cuda-pathfinder loads it
-        load_without_gil(lib, flags)
-        if pm:
-            for sib in ("libnvperf_host.so", "libnvperf_target.so"):
-                p = Path(lib).with_name(sib)
-                if p.exists():
-                    load_without_gil(p, flags)
     for so in cupti_package_libraries():
         load_without_gil(so, os.RTLD_NOW)  # as the import system loads an extension module
     spent["load"] = 1e3 * (time.perf_counter() - t0)

@@ -278,7 +278,7 @@ class Agent:
             pm_here = settings.pm and settings.counters == "in_process"
             if (settings.trace or pm_here) and "cupti.cupti" not in sys.modules:  # the process's first attach
                 t0 = time.time_ns()
-                preload.preload_cupti(pm=pm_here)
+                preload.preload_cupti()
                 if ev is not None:
                     ev.add("preload", time.time_ns() - t0)
             t0 = time.time_ns()

@@ -57,7 +57,7 @@ def test_paced_imports_pause_before_every_module_this_thread_loads():
 
 @pytest.mark.skipif(importlib.util.find_spec("cupti") is None, reason="cupti-python not installed")
 def test_preload_leaves_cupti_imported():
-    code = ("import sys\nfrom decodemon.probes import preload\nspent = preload.preload_cupti(pm=True)\n"
+    code = ("import sys\nfrom decodemon.probes import preload\nspent = preload.preload_cupti()\n"
             "print(sorted(spent), 'cupti.cupti' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
