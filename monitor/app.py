@@ -76,7 +76,7 @@ class DecodemonApp(App):
     BINDINGS = [
         Binding("q", "quit", "quit"),
         Binding("question_mark", "help", "help"),
-        Binding("space", "freeze", "freeze/pause"),
+        Binding("space", "freeze", "pause"),  # short words: the footer fits 80 columns
         # priority: a focused table or scroll view would take the arrows for its cursor, and seeking would stop
         Binding("left", "seek(-5)", "-5 s", show=False, priority=True),
         Binding("right", "seek(5)", "+5 s", show=False, priority=True),
@@ -85,9 +85,9 @@ class DecodemonApp(App):
         Binding("plus,equals_sign", "zoom(2)", "zoom in", show=False),
         Binding("minus", "zoom(0.5)", "zoom out", show=False),
         Binding("k", "sort_kernels", "sort"),
-        Binding("z", "maximize", "maximize"),
+        Binding("z", "maximize", "max"),
         Binding("s", "svg", "SVG"),
-        Binding("d", "diagnosis", "diagnosis"),
+        Binding("d", "diagnosis", "diag"),
     ]
 
     def __init__(self, players, start_at_s: float | None = None, paused: bool = False, out_dir: str = ".",

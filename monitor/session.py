@@ -319,7 +319,9 @@ class Session:
 
     def busy_source(self) -> str:
         """Where the GPU busy figure comes from."""
-        return "PM counters (device-wide)" if len(self.feed.pm) else "kernel time ÷ step (traced window)"
+        # without PM: the traced window's kernel time over the loop's own ms/token (the traced step is stretched by
+        # tracing), so the label names both
+        return "PM counters (device-wide)" if len(self.feed.pm) else "traced kernel time ÷ ms/token"
 
     def _diagnose(self, rx_ns: int):
         inp, ts, last, pm_avg, *_ = self._inputs(max(rx_ns - SPAN_NS, 0))
