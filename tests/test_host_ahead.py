@@ -30,7 +30,7 @@ def test_each_of_five_records_reads_the_loops_own_ms_per_token(name):
 
 def test_the_traced_window_is_read_on_whole_gpu_steps():
     """The one record whose window opened: its marks were 9.5 ms apart (a full launch queue paces the host), yet
-    7% of the kernel time it traced ran between them. Read on the GPU's step: torch.profiler's launches and
+    8% of the kernels it traced started between them. Read on the GPU's step: torch.profiler's launches and
     kernel time a step, the GPU 94% busy, and LAUNCH ruled out."""
     with_window = [n for n in RECORDS if replay(DATA / n).as_json()["windows"]]
     assert with_window == ["h200_compiled_llama8b_marks_4.dmon"]

@@ -61,8 +61,8 @@ def test_generate_attached_by_injection_into_plain_python_reads_the_same():
 
 
 def test_static_cache_generate_is_read_on_the_gpu_step_its_host_marks_ahead_of():
-    """transformers' static-cache generate() marks each token at enqueue: under a fifth of the kernel time its
-    window traced ran between its marks. Read on the GPU's own step, the kernel time a token is torch.profiler's
+    """transformers' static-cache generate() marks each token at enqueue: under a fifth of the kernels its window
+    traced started between its marks. Read on the GPU's own step, the kernel time a token is torch.profiler's
     (2.06 against 1.90 ms), and the step's GPU busy agrees with PM's (55% against 54%): 45% of the step is
     idle, in LAUNCH's undecided band, while half the SMs sit idle when the GPU is busy (OCCUPANCY)."""
     j = replay(DATA / "h200_hf_generate_static.dmon").as_json()
