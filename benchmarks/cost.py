@@ -90,15 +90,16 @@ def med(xs: list[float]) -> float | None:
 def start(argv: list[str], log: Path, out: Path, name: str, warm_s: float, run: bool = False) -> subprocess.Popen:
     """Start the engine with plain python, or as `decodemon run` starts it (`run`: the agent in it from the start);
     return once it has decoded for `warm_s` (its log exists)."""
-    sink = open(out / f"{name}.engine.log", "w")
     env = dict(os.environ)
     if run:
         from decodemon.monitor.cli.run import agent_env
 
         env = agent_env()
     # the agent's event log (probes/eventlog.py): what its thread did and when, to name what a slow token overlapped
-    proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
-                            env={**env, "PYTHONUNBUFFERED": "1", "DECODEMON_AGENT_EVENTS": str(out / f"{name}.events")})
+    with open(out / f"{name}.engine.log", "w") as sink:  # the child keeps its own copy of the descriptor
+        proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**env, "PYTHONUNBUFFERED": "1",
+                                     "DECODEMON_AGENT_EVENTS": str(out / f"{name}.events")})
     t0 = time.time()
     demo = "decodemon.engine_adapter.demo" in argv
     while time.time() - t0 < 900:
@@ -109,6 +110,7 @@ def start(argv: list[str], log: Path, out: Path, name: str, warm_s: float, run: 
             time.sleep(warm_s)
             return proc
         time.sleep(0.5)
+    stop(proc)  # never leave an engine holding the GPU behind
     raise RuntimeError(f"{name} did not decode within 900 s")
 
 

@@ -68,8 +68,8 @@ def start(n: int, a, tiny: bool, log: Path, out: Path) -> subprocess.Popen:
             "--new-tokens", str(a.new_tokens), "--log", str(log),
             *(["--device", "cpu", "--num-blocks", "16"] if tiny else [])]
     warm_s = a.warm_s
-    sink = open(out / f"cb{n}.engine.log", "w")
-    proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+    with open(out / f"cb{n}.engine.log", "w") as sink:  # the child keeps its own copy of the descriptor
+        proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
     t0 = time.time()
     while time.time() - t0 < 600:
         if proc.poll() is not None:
@@ -78,6 +78,7 @@ def start(n: int, a, tiny: bool, log: Path, out: Path) -> subprocess.Popen:
             time.sleep(warm_s)
             return proc
         time.sleep(0.5)
+    stop(proc)  # never leave an engine holding the GPU behind
     raise RuntimeError(f"cb{n} did not decode within 600 s")
 
 

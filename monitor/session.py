@@ -18,8 +18,8 @@ from decodemon.monitor.analysis.busy import PmWindowCheck, pm_window_check
 from decodemon.monitor.analysis.observer import observer_cost
 from decodemon.monitor.analysis.series import series
 from decodemon.monitor.analysis.collectives import host_clock_times_collectives
-from decodemon.monitor.analysis.rates import (burst_stats, dram_bytes_per_s, gpu_step_stats, marks_in_bursts,
-                                              step_bytes, traced_dram_ratio)
+from decodemon.monitor.analysis.rates import (burst_stats, dram_bytes_per_s, gpu_step_stats, marks_enqueued,
+                                              marks_in_bursts, step_bytes, traced_dram_ratio)
 from decodemon.monitor.analysis.tokens import (TokenStats, counter_intervals, counter_stats, counter_throughput,
                                               replay_stats, token_stats)
 from decodemon.monitor.analysis.window import WindowMetrics, window_metrics
@@ -155,8 +155,7 @@ class Session:
                 return  # nothing repeats in it: no step to read per token
             # opened by time, or between marks the host made ahead of the GPU (a slice of GPU work between two
             # enqueues is no step): its tokens are the GPU's whole steps
-            if steps is not None and (by_time or marks_ahead(frame, steps)
-                                      or marks_in_bursts(self.feed.token_times_ns())):
+            if steps is not None and (by_time or marks_ahead(frame, steps)):
                 self.steps[frame.window_id] = steps
                 w = reclocked(frame, steps)
             m = window_metrics(w, gpu.sm_count if gpu else 0, gpu.cc if gpu else "9.0")
@@ -243,7 +242,8 @@ class Session:
         marks_clock = f"nvtx_range:{rng}" if rng else "mark_token"
         if ts is not None and not marks_in_bursts(marks):
             return ts, marks_clock
-        if ts is not None:  # marks made ahead of the GPU: whole bursts of them span the attach, a window a few steps
+        if ts is not None and marks_enqueued(marks, pm_busy):
+            # marks made ahead of the GPU: whole bursts of them span the attach, a window a few steps
             bursts = burst_stats(marks) or burst_stats(f.token_times_ns())
             if bursts is not None:
                 return bursts, MARK_BURSTS

@@ -112,9 +112,10 @@ def start_from_env() -> None:
     is already decoding (on an H200 that load made one 300 ms token of an eager loop's ~25 ms)."""
     if os.environ.get("DECODEMON_AGENT") == "1" and not is_helper(list(getattr(sys, "orig_argv", sys.argv))):
         if start() is not None and os.environ.get("DECODEMON_PRELOAD", "1") != "0":
-            from decodemon.probes.preload import preload_cupti  # noqa: PLC0415
+            from decodemon.probes.preload import no_pause, preload_cupti  # noqa: PLC0415
 
-            threading.Thread(target=preload_cupti, name="dm-preload", daemon=True).start()
+            # unpaced: the program is starting, and its own imports would wait out the pauses (PacedImports)
+            threading.Thread(target=preload_cupti, kwargs={"sleep": no_pause}, name="dm-preload", daemon=True).start()
 
 
 def __getattr__(name: str):

@@ -68,6 +68,10 @@ def cupti_package_libraries() -> list[Path]:
     return out
 
 
+def no_pause(_s: float) -> None:
+    """The sleep of an unpaced preload (at a program's start, where its own imports would wait out the pauses)."""
+
+
 def preload_cupti(sleep=time.sleep) -> dict[str, float]:
     """Load the cupti package's modules without holding the GIL, then import them paced. Returns {step: ms};
     never raises (the real import then does the rest, as before).
@@ -78,8 +82,11 @@ def preload_cupti(sleep=time.sleep) -> dict[str, float]:
     and libcupti's own load took 7 ms."""
     spent: dict[str, float] = {}
     t0 = time.perf_counter()
-    for so in cupti_package_libraries():
-        load_without_gil(so, os.RTLD_NOW)  # as the import system loads an extension module
+    try:
+        for so in cupti_package_libraries():
+            load_without_gil(so, os.RTLD_NOW)  # as the import system loads an extension module
+    except Exception:  # an unreadable package folder: the import below loads them as usual
+        pass
     spent["load"] = 1e3 * (time.perf_counter() - t0)
     t1 = time.perf_counter()
     try:
@@ -94,7 +101,9 @@ def preload_cupti(sleep=time.sleep) -> dict[str, float]:
 class PacedImports:
     """While this thread imports, it sleeps before each module it is about to load, SLEEP_RATIO times the CPU it
     spent since the last one (held.Pacer): a thread that needs the GIL waits for one module's load at a time and
-    has it between modules. A finder that finds nothing (it only delays)."""
+    has it between modules. A finder that finds nothing (it only delays). The import system asks finders while
+    holding its global lock, so another thread's import waits out a pause too: paced only where a loop is already
+    decoding (its decode thread imports nothing by then), not at a program's start."""
 
     def __init__(self, sleep=time.sleep) -> None:
         self.ident = threading.get_ident()

@@ -49,3 +49,23 @@ def test_continuous_batching_is_read_per_step_with_its_batch_and_total_rate(tmp_
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def test_a_step_is_marked_with_its_requests_and_their_kv_positions_summed(monkeypatch):
+    """The wrapper around prepare_batch_update: the requests that got a token, and the KV positions all of them
+    read (the floor a step is the weights once plus every sequence's KV); requests without a token are left out."""
+    from types import SimpleNamespace as NS
+
+    from decodemon.engine_adapter import transformers_cb
+    from decodemon.probes import agent
+
+    seen = []
+    monkeypatch.setattr(agent, "mark_step", lambda tokens, depth=0: seen.append((tokens, depth)))
+    reqs = [NS(has_new_token=True, state=NS(position_offset=100)), NS(has_new_token=False, state=NS(position_offset=7)),
+            NS(has_new_token=True, state=NS(position_offset=40))]
+    wrapped = transformers_cb._wrap(lambda self: (reqs, [1, 2, 3], None))
+    assert wrapped(None) == (reqs, [1, 2, 3], None)  # the engine's own return, untouched
+    assert seen == [(2, 140)]
+    wrapped = transformers_cb._wrap(lambda self: ("not a list of requests", [], None))
+    wrapped(None)  # a shape the adapter does not know: no mark, no exception
+    assert seen == [(2, 140)]

@@ -226,14 +226,16 @@ def test_diagnose_refuses_the_physically_impossible_and_its_words_follow_what_wa
 
 
 def test_two_sources_for_gpu_busy_that_disagree_are_flagged_with_the_likely_reason():
-    """PM 54% busy against 13% of the step in kernels (what the static-cache generate() window read between
-    marks made ahead of the GPU): flagged, with why. Read on the GPU's step, the recording itself agrees."""
+    """PM's GPU busy and the traced kernels' share of the step 2× apart on a TP rank: flagged, with why. The
+    static-cache generate() window, read between marks made ahead of the GPU, was 4.3× apart; read on the GPU's
+    step it agrees."""
     from decodemon.monitor.analysis.agreement import busy_disagreement
     from decodemon.monitor.render import summary_json
     from decodemon.monitor.sources import collect_recording
 
-    why = busy_disagreement(54.3, 12.6)
-    assert "4.3× apart" in why
+    j = summary_json(collect_recording(DATA / "h200_tp2_eager_samewindow_rank0.dmon").snapshot())
+    # the TP rank's traced token waited for its peer inside the window: PM 42% against kernels 21% of the step
+    assert "2.0× apart" in j["busy_sources_disagree"] and "CUPTI's own cost" in j["busy_sources_disagree"]
     j = summary_json(collect_recording(DATA / "h200_hf_generate_static.dmon").snapshot())
     assert j["busy_sources_disagree"] is None
     assert busy_disagreement(50.0, 40.0) is None and busy_disagreement(None, 40.0) is None

@@ -25,7 +25,7 @@ def test_each_of_five_records_reads_the_loops_own_ms_per_token(name):
     assert j["token_clock"] == "mark_bursts"
     assert j["ms_per_token"] == pytest.approx(own, rel=0.05)  # marks one by one read 0.50-0.88 against 5.89
     assert j["tokens"] > 0 and j["token_clock_note"].startswith("marks come in bursts")
-    assert j["verdict"] != "launch"
+    assert j["candidates"]["launch"]["state"] != "binding"
 
 
 def test_the_traced_window_is_read_on_whole_gpu_steps():
@@ -55,3 +55,23 @@ def test_burst_starts_are_where_the_gpu_caught_up():
     assert ts.ms_per_token == pytest.approx(FACTS["own_ms_per_token"]["h200_compiled_llama8b_marks_3.dmon"], rel=0.02)
     steady = np.cumsum(np.full(100, 5_000_000, dtype=np.int64))
     assert burst_stats(steady) is None  # no pause: nothing to time by bursts
+
+
+def test_a_loop_that_idles_between_generations_is_not_read_as_running_ahead():
+    """A chat loop making 50 tokens 25 ms apart, then waiting 5 s for its user, marks in bursts too; its marks are
+    no enqueues (far over a millisecond apart), so its clock stays the marks one by one: 25 ms, not 125."""
+    from decodemon.monitor.analysis.rates import marks_enqueued
+    from decodemon.monitor.session import Session
+    from decodemon.probes import wire
+
+    t, now = [], 0
+    for _ in range(6):
+        for _ in range(50):
+            now += 25_000_000
+            t.append(now)
+        now += 5_000_000_000
+    s = Session()
+    s.add(1_000, wire.TokenMarks(t_ns=wire.Column.of(t), depth=wire.Column.of([0] * len(t))))
+    snap = s.snapshot()
+    assert snap.token_clock == "mark_token" and snap.tokens.ms_per_token == pytest.approx(25.0)
+    assert not marks_enqueued(t) and marks_enqueued(t, gpu_busy_pct=95.0)

@@ -213,7 +213,8 @@ def test_launches_per_token_are_the_kernels_launched_in_the_traced_tokens(window
     for stem, f, m in windows:
         s, _, _, _ = _analysed_kernels(f)
         if stem.startswith(HOST_AHEAD):  # torch.profiler's 553 (generate) and 776 (the compiled 8B) a token
-            assert len(s) / m.tokens < 150 and m.kernels_per_token in (553.0, 776.0), stem
+            assert len(s) / m.tokens < 150, stem
+            assert m.kernels_per_token == (553.0 if stem == "h200_hf_generate_static" else 776.0), stem
         else:
             assert m.kernels_per_token == len(s) / m.tokens, stem
 

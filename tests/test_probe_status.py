@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+from pathlib import Path
 
 import pytest
 
@@ -128,13 +129,19 @@ def test_every_committed_recording_reads_its_old_status_into_the_typed_one(path)
     assert feed.state["trace"] == f"armed (1 tokens every {s.window_period_s:g} s)"
 
 
+# the H200 recordings whose probe loaded the PM libraries before cupti-python did: PM did not arm in them
+# (`ERROR_INVALID_PARAMETER` at the process's first attach, "could not load the nvperf* libraries" at the next)
+PM_FAILED = ("h200_compiled_llama8b_marks_", "h200_hf_cb_")
+
+
 def test_the_recordings_made_with_the_typed_status_carry_it_and_no_old_frame():
     newer = [p for p in RECORDINGS if p not in V1_RECORDINGS]
     assert len(newer) >= 4 and len(V1_RECORDINGS) >= 18
     for path in newer:
         frames = [f for _, f in wire.read_recording(path)]
         assert not any(isinstance(f, wire.Stats) for f in frames), path
-        # PM armed, or said unavailable with the error that stopped it (the H200 recordings whose probe loaded the
-        # PM libraries before cupti-python did: `ERROR_INVALID_PARAMETER`)
-        assert any(isinstance(f, wire.ProbeStatus) and (f.pm == "armed" or (f.pm == "unavailable" and f.pm_error))
-                   for f in frames), path
+        if Path(path).name.startswith(PM_FAILED):  # said unavailable, with the error that stopped it
+            assert any(isinstance(f, wire.ProbeStatus) and f.pm == "unavailable" and
+                       ("INVALID_PARAMETER" in f.pm_error or "nvperf" in f.pm_error) for f in frames), path
+        else:
+            assert any(isinstance(f, wire.ProbeStatus) and f.pm == "armed" for f in frames), path

@@ -63,7 +63,7 @@ class Client(threading.Thread):
     def run(self) -> None:
         while not self.stop:
             body = json.dumps({"model": self.model, "prompt": f"w{self.k} w{self.k + 1} w{self.k + 2}",
-                               "max_tokens": 48, "stream": True}).encode()
+                               "max_tokens": 40 + 4 * self.k, "stream": True}).encode()  # out of step
             req = urllib.request.Request(self.url, body, {"content-type": "application/json"})
             try:
                 with urllib.request.urlopen(req, timeout=60) as r:
@@ -118,3 +118,4 @@ def test_transformers_serve_under_eight_clients_reads_the_tokens_they_received(t
             proc.wait(30)
         except subprocess.TimeoutExpired:
             proc.kill()
+        log.close()

@@ -27,7 +27,7 @@ def counted(snap) -> str:
     """The count behind the rate, named with its clock: "412 tokens (mark_token)", "96 GPU steps (kernel
     period)"."""
     clock = snap.token_clock or "no clock"
-    unit = "tokens" if clock == "mark_token" or clock.startswith("nvtx_range") else "steps"
+    unit = "tokens" if clock in ("mark_token", "mark_bursts") or clock.startswith("nvtx_range") else "steps"
     return f"{snap.tokens_total} {unit} ({clock})"
 
 
