@@ -195,6 +195,10 @@ class Feed:
         """Tokens per mark received at or after `since_rx_ns` (1 each, unless the engine batches)."""
         return self.marks.since(1, since_rx_ns)[3] if since_rx_ns else self.marks.view()[3]
 
+    def depths(self, since_rx_ns: int = 0) -> np.ndarray:
+        """The context depth at each token mark received at or after `since_rx_ns` (token_times_ns's order)."""
+        return self.marks.since(1, since_rx_ns)[2] if since_rx_ns else self.marks.view()[2]
+
     def depth(self) -> int:
         """Latest context depth reported by the token clock."""
         return int(self.marks.view()[2, -1]) if len(self.marks) else 0

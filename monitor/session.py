@@ -242,7 +242,9 @@ class Session:
         marks_clock = f"nvtx_range:{rng}" if rng else "mark_token"
         if ts is not None and not marks_in_bursts(marks):
             return ts, marks_clock
-        if ts is not None and marks_enqueued(marks, pm_busy):
+        gpu = f.hello.gpu if f.hello else None
+        if ts is not None and gpu is not None and marks_enqueued(marks, pm_busy, f.depths(since) if len(
+                f.token_times_ns(since)) else f.depths()):
             # marks made ahead of the GPU: whole bursts of them span the attach, a window a few steps
             bursts = burst_stats(marks) or burst_stats(f.token_times_ns())
             if bursts is not None:

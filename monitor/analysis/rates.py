@@ -28,14 +28,35 @@ BURST_PAUSE_RATIO = 10.0  # a pause between bursts: an interval over this many t
 
 
 ENQUEUE_MARK_MS = 1.0  # marks this close together are enqueues: no synced step of a real model is this short
-def marks_enqueued(t_ns, gpu_busy_pct: float | None = None) -> bool:
+def burst_starts(t_ns) -> np.ndarray:
+    """Indices of the marks that start a burst: the first after each pause, a pause being an interval over
+    BURST_PAUSE_RATIO x the median and over the geometric mean of the median and the longest (a host whose launch
+    queue is full enqueues at the GPU's own pace at a burst's end: an H200 8B loop marked its last ~20 steps
+    5.9 ms apart, 11x its 0.5 ms enqueues, against pauses of 0.5-1 s)."""
+    t = np.asarray(t_ns, dtype=np.int64)
+    d = np.diff(t)
+    pos = d[d > 0]
+    if len(t) < 4 or not len(pos):
+        return np.zeros(0, dtype=np.int64)
+    med = float(np.median(pos))
+    return np.flatnonzero(d > max(BURST_PAUSE_RATIO * med, float(np.sqrt(med * pos.max())))) + 1
+
+
+def marks_enqueued(t_ns, gpu_busy_pct: float | None = None, depth=None) -> bool:
     """Are marks in bursts the host's enqueues, ahead of the GPU, rather than tokens of a loop that idles between
-    generations (a chat loop waiting for its user also marks in bursts)? Its marks come under ENQUEUE_MARK_MS
-    apart (the median; an H200 8B loop: 0.50-0.88 ms against its 5.9 ms steps), or PM says the GPU never waited
-    for the host (HOST_AHEAD_BUSY_PCT)."""
+    generations (a chat loop waiting for its user, or a tiny CPU model between calls, also marks in bursts)? Not
+    where the context depth falls across most pauses (a new generation); else yes where PM says the GPU never
+    waited for the host (HOST_AHEAD_BUSY_PCT) or the marks come under ENQUEUE_MARK_MS apart (the median; an H200
+    8B loop: 0.50-0.88 ms against its 5.9 ms steps). The caller asks only of a process with a GPU."""
+    t = np.asarray(t_ns, dtype=np.int64)
+    if depth is not None and len(depth) == len(t) and np.any(depth):
+        starts = burst_starts(t)
+        dep = np.asarray(depth, dtype=np.int64)
+        if len(starts) and np.mean(dep[starts] < dep[starts - 1]) >= 0.5:
+            return False
     if gpu_busy_pct is not None and gpu_busy_pct >= HOST_AHEAD_BUSY_PCT:
         return True
-    d = np.diff(np.asarray(t_ns, dtype=np.int64))
+    d = np.diff(t)
     d = d[d > 0]
     return bool(len(d)) and float(np.median(d)) / 1e6 <= ENQUEUE_MARK_MS
 
@@ -47,17 +68,7 @@ def burst_stats(t_ns) -> TokenStats | None:
     the GPU's time for the burst's steps. p90 and p99 are over each burst's own ms a token. None with fewer
     than two pauses (no whole burst)."""
     t = np.asarray(t_ns, dtype=np.int64)
-    if len(t) < 4:
-        return None
-    d = np.diff(t)
-    pos = d[d > 0]
-    if not len(pos):
-        return None
-    # a pause: over BURST_PAUSE_RATIO x the median interval, and over the geometric mean of the median and the
-    # longest: a host whose launch queue is full enqueues at the GPU's own pace at a burst's end (an H200 8B loop
-    # marked its last ~20 steps 5.9 ms apart, 11x its 0.5 ms enqueues, against pauses of 0.5-1 s)
-    med = float(np.median(pos))
-    starts = np.flatnonzero(d > max(BURST_PAUSE_RATIO * med, float(np.sqrt(med * pos.max())))) + 1
+    starts = burst_starts(t)
     if len(starts) < 2:
         return None
     dt, ds = np.diff(t[starts]) / 1e6, np.diff(starts).astype(np.float64)
