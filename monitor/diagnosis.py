@@ -195,7 +195,22 @@ def _host_idle(i: Inputs) -> Candidate:
                      f"{i.gpu_busy_pct:.0f}%): the host's work between steps; launches per token need a traced window")
 
 
+GRAPH_BUSY_PCT = 90.0  # a replayed graph on a GPU this busy: the host's launches are not what the step waits for
+
+
 def _launch(i: Inputs, floor: float | None) -> tuple[Candidate, float | None]:
+    """LAUNCH priced by the idle the kernels leave; never binding on a replayed CUDA graph while the GPU is at least
+    GRAPH_BUSY_PCT busy (the host launches one graph a step, and the GPU does not wait for it)."""
+    c, per = _launch_priced(i, floor)
+    if (c.state == BINDING and (i.graph_launches_per_token or 0) >= 1 and i.gpu_busy_pct is not None
+            and i.gpu_busy_pct >= GRAPH_BUSY_PCT):
+        c = Candidate(c.value, c.unit, c.threshold, RULED_OUT,
+                      f"{c.detail}; ruled out: the step is a replayed CUDA graph and the GPU is "
+                      f"{i.gpu_busy_pct:.0f}% busy")
+    return c, per
+
+
+def _launch_priced(i: Inputs, floor: float | None) -> tuple[Candidate, float | None]:
     lo, hi = EAGER_LAUNCH_US
     if _priced_by_idle(i):
         return _host_idle(i), None

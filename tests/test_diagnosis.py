@@ -240,3 +240,13 @@ def test_two_sources_for_gpu_busy_that_disagree_are_flagged_with_the_likely_reas
     assert j["busy_sources_disagree"] is None
     assert busy_disagreement(50.0, 40.0) is None and busy_disagreement(None, 40.0) is None
     assert "ahead of the GPU" in busy_disagreement(20.0, 90.0)
+
+
+def test_launch_never_binds_on_a_replayed_graph_with_the_gpu_busy():
+    """The step a replayed CUDA graph, the GPU 94% busy: whatever the idle between launches works out to, the host
+    is not what the step waits for. The same numbers eager still bind."""
+    graphed = dx.diagnose(dx.Inputs(ms_per_token=5.9, launches_per_token=776, graph_launches_per_token=1.0,
+                                    gpu_busy_pct=94.0))
+    assert graphed.candidates["launch"].state == dx.RULED_OUT and "94% busy" in graphed.candidates["launch"].detail
+    eager = dx.diagnose(dx.Inputs(ms_per_token=5.9, launches_per_token=776, gpu_busy_pct=94.0))
+    assert eager.candidates["launch"].state == dx.BINDING
