@@ -350,6 +350,14 @@ class Session:
         batch = batch_figures(f.token_times_ns(max(rx - SPAN_NS, 0)), f.batch_since(max(rx - SPAN_NS, 0))) \
             if f.batched else (None, None)
         api_rx, api_w = next(((r, m) for r, m in reversed(self.metrics) if r <= rx and m.apis_traced), (None, None))
+        throughput = batch[1] if f.batched else counter_throughput(f.counts_since(max(rx - SPAN_NS, 0))) \
+            if len(f.counts) and f.counts_source != wire.GRAPH_REPLAYS else None
+        # a server's own counters (llama-server's slots): a step makes a token of every request in it, so its
+        # tokens a step are the total over one sequence's rate (the slots in use, -np N)
+        server = self._clock == "server_metrics"
+        per_step = batch[0]
+        if per_step is None and server and throughput and ts and ts.tokens_per_s:
+            per_step = round(throughput / ts.tokens_per_s, 2)
         return Snapshot(
             api_window=api_w, api_window_age_s=(rx - api_rx) / 1e9 if api_rx is not None else None,
             label=self.label or (f"pid {f.hello.pid}" if f.hello else "?"),
@@ -369,9 +377,8 @@ class Session:
                               if inp.kernel_sum_ms_per_token is not None and inp.ms_per_token else None),
             inputs=inp, observer=self.observer_cost(ts), pm_check=self.pm_check(max(rx - SPAN_NS, 0)),
             token_clock=self._clock, bytes_per_token_measured=self._bytes[0], bytes_per_token_model=self._bytes[1],
-            throughput_tokens_per_s=batch[1] if f.batched else counter_throughput(f.counts_since(max(rx - SPAN_NS, 0)))
-            if len(f.counts) and f.counts_source != wire.GRAPH_REPLAYS else None,
-            tokens_per_step=batch[0], steps_total=f.tokens_seen if f.batched else None,
+            throughput_tokens_per_s=throughput, tokens_per_step=per_step,
+            steps_total=f.tokens_seen if f.batched else (int(f.steps_seen) if server else None),
         )
 
     def pm_check(self, since: int) -> PmWindowCheck | None:

@@ -275,6 +275,8 @@ def test_two_requests_in_each_step_are_twice_the_throughput_of_one_sequences_rat
         ratio = j["throughput_tokens_per_s"] / j["tokens_per_s"]
         print(f"{j['tokens_per_s']} tok/s a sequence, {j['throughput_tokens_per_s']} in all: {ratio:.2f}x")
         assert 1.6 <= ratio <= 2.01
+        # the serving vocabulary: the slots in use as tokens a step, each slot's rate and the total
+        assert j["tokens_per_step"] == pytest.approx(ratio, abs=0.01) and j["steps"] > 0
     finally:
         s.close()
 
