@@ -233,9 +233,8 @@ class Session:
                 return ts, ("replay_count" if ts is not None else "")
             ts = counter_stats(f.counts_since(since))
             return ts, ("server_metrics" if ts is not None else "")
-        marks = f.token_times_ns(since)
-        if not len(marks):
-            marks = f.token_times_ns()
+        marked = since if len(f.token_times_ns(since)) else 0  # nothing marked in the span: all the marks kept
+        marks = f.token_times_ns(marked)
         ts = token_stats(marks)
         # the marks are the engine's mark_token calls, or the closes of the NVTX range the attach named
         rng = self.feed.status.token_range
@@ -243,8 +242,7 @@ class Session:
         if ts is not None and not marks_in_bursts(marks):
             return ts, marks_clock
         gpu = f.hello.gpu if f.hello else None
-        if ts is not None and gpu is not None and marks_enqueued(marks, pm_busy, f.depths(since) if len(
-                f.token_times_ns(since)) else f.depths()):
+        if ts is not None and gpu is not None and marks_enqueued(marks, pm_busy, f.depths(marked)):
             # marks made ahead of the GPU: whole bursts of them span the attach, a window a few steps
             bursts = burst_stats(marks) or burst_stats(f.token_times_ns())
             if bursts is not None:
