@@ -122,35 +122,39 @@ class StepCounter:
 
     def __init__(self) -> None:
         self.steps = self.tokens = 0
-        self._last: dict[int, tuple[int, int, int]] = {}  # slot id -> (task id, n_decoded, n_remain)
+        self._last: dict[int, tuple[int, int, int, bool]] = {}  # slot id -> (task, n_decoded, n_remain, working)
         self._recent = 0  # the largest slot's tokens in the last interval
 
     def read(self, slots: list[dict]) -> tuple[int, int, int, int]:
-        """Fold one read in; (steps, tokens, requests in progress, requests whose end was not seen).
+        """Fold one read in; (steps, tokens, requests in progress, requests that ended since the last read).
 
         A request that ends between two reads made tokens after the first: the slot's count is the next
         request's by the second. If the first read's `n_remain` (its budget left) is as few tokens as an
         interval makes, it ran to its budget and those are its last tokens; otherwise (an end-of-sequence, a stop
-        word) they are unknown, the steps under-counted, and the clock leaves that interval out."""
-        deltas, busy, unseen = [], 0, 0
+        word) they are unknown and the steps under-counted. Either way the interval also holds the reply and the
+        next request's prompt, which make no decode step, and the clock leaves it out (`counter_intervals`)."""
+        deltas, busy, ended = [], 0, 0
         for s in slots:
             nt = (s.get("next_token") or [{}])[0]
             task, n, left = s.get("id_task", -1), int(nt.get("n_decoded", 0) or 0), int(nt.get("n_remain", -1))
-            busy += bool(s.get("is_processing"))
+            working = bool(s.get("is_processing"))
+            busy += working
             prev = self._last.get(s["id"])
             if prev is not None:
                 if prev[0] == task and n >= prev[1]:
                     deltas.append(n - prev[1])
+                    ended += prev[3] and not working  # its last tokens came in this interval
                 elif prev[1] == 0 or 0 <= prev[2] <= 2 * self._recent + 16:
                     deltas.append(max(prev[2], 0) + n)  # ran to its budget: its last tokens, then the next's
+                    ended += 1
                 else:
                     deltas.append(n)
-                    unseen += 1
-            self._last[s["id"]] = (task, n, left)
+                    ended += 1
+            self._last[s["id"]] = (task, n, left, working)
         self._recent = max(deltas, default=0)
         self.steps += self._recent
         self.tokens += sum(deltas)
-        return self.steps, self.tokens, busy, unseen
+        return self.steps, self.tokens, busy, ended
 
 
 def _gpus_of(pid: int) -> tuple[int | None, str]:

@@ -308,7 +308,7 @@ class StepCounts(msgspec.Struct, frozen=True, tag="counts"):
     steps: Column  # decode steps so far: one per step, whatever the batch
     tokens: Column  # tokens generated so far, every request's
     busy: Column  # requests in progress at the read
-    ended: Column  # requests that ended since the previous read (their last steps were not seen)
+    ended: Column  # requests that ended since the previous read (the interval also holds a reply and a prompt)
     server: str = ""  # whose counts ("llama.cpp")
 
 

@@ -96,11 +96,12 @@ def test_steps_are_the_busiest_slots_count_and_tokens_every_slots():
     c = outside.StepCounter()
     assert c.read([_slot(0, 7, 10), _slot(1, 8, 3)]) == (0, 0, 2, 0)  # the first read only sets where counts stand
     assert c.read([_slot(0, 7, 40), _slot(1, 8, 33)]) == (30, 60, 2, 0)  # one step gave each request a token
-    # slot 0 began a new request: the old one's end was not seen (no budget), its interval marked
-    assert c.read([_slot(0, 9, 5), _slot(1, 8, 50, busy=False)]) == (47, 82, 1, 1)
-    # a request 4 tokens short of its budget ended: those 4, then 6 of the next
+    # slot 0 began a new request, slot 1 finished: two ends; the old request's last tokens unknown (no budget)
+    assert c.read([_slot(0, 9, 5), _slot(1, 8, 50, busy=False)]) == (47, 82, 1, 2)
+    # a request 4 tokens short of its budget ended: those 4, then 6 of the next, and the interval is an end's
     assert c.read([_slot(0, 9, 36, left=4), _slot(1, 8, 50, busy=False)]) == (78, 113, 1, 0)
-    assert c.read([_slot(0, 10, 6), _slot(1, 8, 50, busy=False)]) == (88, 123, 1, 0)
+    assert c.read([_slot(0, 10, 6), _slot(1, 8, 50, busy=False)]) == (88, 123, 1, 1)
+    assert c.read([_slot(0, 10, 20), _slot(1, 8, 50, busy=False)]) == (102, 137, 1, 0)  # decoding on: no end
 
 
 def _counts(t, steps, busy, ended=None):

@@ -46,10 +46,9 @@ def interval_stats(dt_ms: np.ndarray, steps: np.ndarray) -> TokenStats:
 
 def counter_intervals(c: dict) -> np.ndarray:
     """Which intervals between a server's successive reads (`c`: feed.COUNT_COLS columns) the clock counts: steps
-    made, requests in progress at both reads and none ended in between (an ended request's last steps were never
-    seen). A server between requests makes no token, and one that reads a prompt or sends a reply makes no step:
-    a rate over that time would be the client's or the prefill's, not the decode step's (llama-server's own
-    figures leave it out the same way)."""
+    made, requests in progress at both reads and none ended in between. A server between requests makes no token,
+    and one that reads a prompt or sends a reply makes no step: a rate over that time would be the client's or the
+    prefill's, not the decode step's (llama-server's own figures leave it out the same way)."""
     b, e = np.asarray(c["busy"], np.float64), np.asarray(c["ended"], np.float64)
     dt, ds = np.diff(np.asarray(c["t_ns"], np.float64)), np.diff(np.asarray(c["steps"], np.float64))
     return (b[:-1] > 0) & (b[1:] > 0) & (e[1:] == 0) & (dt > 0) & (ds > 0) & np.isfinite(ds)
