@@ -8,6 +8,11 @@
 #   bash benchmarks/llama_cpp_build.sh build .whl/llama_cpp_python-src.tar.gz OUTDIR [cpu|cuda]
 #   bash benchmarks/llama_cpp_build.sh server llama_cpp_python-0.3.36.tar.gz OUTDIR [cpu|cuda]
 #   bash benchmarks/llama_cpp_build.sh once llama_cpp_python-0.3.36.tar.gz OUTDIR
+#   bash benchmarks/llama_cpp_build.sh inject OUTDIR
+#
+# `inject` builds decodemon's CUPTI injection library (probes/cupti_inject/) into OUTDIR with the C compiler,
+# CUPTI's headers from the nvidia-cuda-cupti wheel and the CUDA toolkit's cuda.h: what `decodemon run --
+# llama-server ...` loads through CUDA_INJECTION64_PATH (it builds the same library on first use by itself).
 #
 # `once` is the CPU build CI makes: one CMake build of llama.cpp's shared libraries and llama-server (OUTDIR/bin,
 # each finding the libraries beside it), and llama-cpp-python as a Python-only wheel (OUTDIR/wheels) that loads
@@ -84,9 +89,13 @@ case "${1:-}" in
     mv "$out/bin.part" "$out/bin"
     ls "$out/bin" "$out/wheels"
     ;;
+  inject)
+    out=$2
+    python3 -c 'import sys; from decodemon.monitor.inject.cupti_lib import build; print(build(sys.argv[1]))' "$out"
+    ;;
   *)
     echo "usage: $0 strip SDIST OUT.tar.gz | build SRC.tar.gz OUTDIR [cpu|cuda] | server SRC.tar.gz OUTDIR [cpu|cuda]" \
-         "| once SDIST OUTDIR" >&2
+         "| once SDIST OUTDIR | inject OUTDIR" >&2
     exit 2
     ;;
 esac

@@ -12,7 +12,11 @@ adds a token to each request in it, so the steps between two reads are the large
 their sum: ms/token and tokens/s are per step, one sequence's rate (as llama-server's own per-request timings and
 `predicted_tokens_seconds` count), the bytes a step reads are what the bandwidth floor prices, and the server's
 throughput is reported beside them. What stays out of reach from outside is the traced window (launches, grids,
-gaps): it needs CUPTI inside the process from its start (`CUDA_INJECTION64_PATH`).
+gaps): it needs CUPTI inside the process from its start. A server started with `decodemon run -- llama-server ...`
+has decodemon's CUPTI injection library in it (CUDA_INJECTION64_PATH, probes/cupti_inject/), listening where an
+agent would; its windows by time come over that socket and go into the same stream (`NativeTrace`):
+
+    injection library in the server ──agent socket──> KernelWindow, ProbeStatus (trace) ──────────────> Session
 """
 
 from __future__ import annotations
@@ -198,6 +202,76 @@ def _status(hello: wire.Hello, pm: bool) -> wire.ProbeStatus:
     return wire.ProbeStatus(**common, gpu="ok", **({} if pm else {"pm": "off", "pm_reason": "settings"}))
 
 
+class NativeTrace:
+    """The traced windows of decodemon's CUPTI injection library in the server, when it has one: the Attach sent
+    at the start, its KernelWindow and ProbeStatus frames taken between the /slots reads (its Hello and Bye are
+    the outside watch's own to make), a Detach at the end. Its socket is found and its peer checked as an
+    agent's (monitor/agent_socket.py). Without the library, or when it refuses, `sock` is None and `why` says
+    why, for the status."""
+
+    def __init__(self, pid: int, settings: wire.Attach) -> None:
+        from decodemon.monitor import agent_socket
+
+        self.sock, self.why, self.ended = None, "", False
+        self.reader = wire.StreamReader()
+        path = agent_socket.find(pid)
+        if path is None:
+            return
+        try:
+            sock = agent_socket.connect(pid, path)
+            sock.sendall(wire.pack(settings))
+        except (OSError, agent_socket.Refused) as exc:
+            self.why = f"the CUPTI injection library's socket: {exc}"
+            return
+        sock.setblocking(False)
+        self.sock = sock
+
+    def take(self) -> list[tuple[bytes, object]]:
+        """What arrived since the last call: (payload, frame) of its windows and statuses."""
+        out: list[tuple[bytes, object]] = []
+        while self.sock is not None:
+            try:
+                data = self.sock.recv(1 << 20)
+            except BlockingIOError:
+                break
+            except OSError:
+                data = b""
+            if not data:
+                self.close(detach=False)
+                break
+            try:
+                payloads = self.reader.feed(data)
+            except wire.WireError as exc:
+                self.why = f"the CUPTI injection library: {exc}"
+                self.close(detach=False)
+                break
+            for payload in payloads:
+                try:
+                    frame = wire.decode_frame(payload)
+                except wire.WireError:
+                    continue
+                if isinstance(frame, (wire.KernelWindow, wire.ProbeStatus)):
+                    out.append((payload, frame))
+                elif isinstance(frame, wire.Bye):
+                    self.why = f"the CUPTI injection library: {frame.reason}"
+        return out
+
+    def close(self, detach: bool = True) -> None:
+        """Detach (the library goes back to waiting for a monitor) and close."""
+        sock, self.sock = self.sock, None
+        if sock is None:
+            return
+        try:
+            if detach:
+                sock.setblocking(True)
+                sock.settimeout(1.0)
+                sock.sendall(wire.pack(wire.Detach()))
+        except OSError:
+            pass
+        finally:
+            sock.close()
+
+
 def frames(pid: int, seconds: float | None = None, stop=None, settings: wire.Attach | None = None
            ) -> Iterator[tuple[int, bytes, object]]:
     """Watch llama-server `pid` from outside: yield (rx ns, payload, frame) as `client.live_frames` does, until
@@ -230,6 +304,10 @@ def frames(pid: int, seconds: float | None = None, stop=None, settings: wire.Att
     yield out(_status(hello, settings.pm))
     read(first)
     sidecar = Sidecar(hello.gpu, pid, settings) if hello.gpu else None
+    # the exporter (a monitor that yields) leaves the library to a user's attach: it serves one monitor at a time
+    native = NativeTrace(pid, settings) if settings.trace and not settings.yields else None
+    if native is not None and native.why:
+        yield out(wire.ProbeStatus(trace="failed", trace_reason="error", trace_error=native.why))
     sent = time.monotonic()
     try:
         while True:
@@ -250,6 +328,11 @@ def frames(pid: int, seconds: float | None = None, stop=None, settings: wire.Att
             sent = time.monotonic()
             for payload, frame in (sidecar.take() if sidecar else ()):
                 yield time.monotonic_ns() - t0, payload, frame
+            for payload, frame in (native.take() if native else ()):
+                yield time.monotonic_ns() - t0, payload, frame
+            if native is not None and native.sock is None and native.why:
+                yield out(wire.ProbeStatus(trace="failed", trace_reason="error", trace_error=native.why))
+                native = None
             if sidecar and sidecar.ended:
                 lost, sidecar = sidecar.lost(), None
                 yield out(lost)
@@ -261,6 +344,8 @@ def frames(pid: int, seconds: float | None = None, stop=None, settings: wire.Att
     finally:
         if sidecar:
             sidecar.close()
+        if native:
+            native.close()
 
 
 def servers() -> list[int]:

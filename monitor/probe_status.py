@@ -31,7 +31,7 @@ REASONS = {
 _PAUSED = ("torch.profiler is recording in the target: no window opens while it runs (its CUPTI session would end "
            "with ours)")
 _CLOCK_REASONS = {"no_marks": "no token marks for 2 s", "bursts": "token marks come in bursts: the host runs ahead "
-                  "of the GPU"}
+                  "of the GPU", "native": "a process with no Python: decodemon's CUPTI injection library traces by time"}
 # a word and the fields said with it: when a frame says the word, its reason and error come with it (even empty)
 _GROUPS = {"gpu": ("gpu_error",), "trace": ("trace_reason", "trace_error"), "pm": ("pm_reason", "pm_error", "pm_holders"),
            "nvml": ("nvml_reason", "nvml_error"), "window_clock": ("window_clock_reason",)}

@@ -9,6 +9,7 @@ llama-server."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -158,12 +159,12 @@ class Server:
     requests elsewhere
     than the server's own figures do would then read another rate."""
 
-    def __init__(self, gguf, slots: int = 1, clients: int = 1, n_predict: int = 400, prompt: str = "hello " * 250
-                 ) -> None:
+    def __init__(self, gguf, slots: int = 1, clients: int = 1, n_predict: int = 400, prompt: str = "hello " * 250,
+                 env: dict | None = None) -> None:
         port = _free_port()
         self.proc = subprocess.Popen([SERVER, "-m", str(gguf), "--port", str(port), "-c", str(4096 * slots),
                                       "-np", str(slots), "-t", "1", "--no-warmup"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
         self.base, self.pid = f"http://127.0.0.1:{port}", self.proc.pid
         self.done: list[tuple[float, float, int, float]] = []
         self._stop = threading.Event()
@@ -229,6 +230,31 @@ def test_llama_server_tokens_per_s_matches_its_own_metrics(server):
     assert j["tokens_per_s"] == pytest.approx(own, rel=0.03)
     assert "watched from outside" in j["probe"]["trace"]
     assert proc.poll() is None
+
+
+@needs_server
+def test_a_server_with_decodemons_cupti_library_has_its_trace_beside_its_own_clock(gguf, tmp_path):
+    """A real llama-server with the CUPTI injection library loaded (as `decodemon run` loads it; started at load
+    here, where no cuInit comes): the outside watch keeps the server's own clock and takes the library's trace
+    state over its socket (with no GPU, CUPTI's refusal), then detaches it, so the next attach is served too."""
+    from decodemon.monitor.inject import cupti_lib
+
+    try:
+        lib = cupti_lib.build(tmp_path)
+    except cupti_lib.BuildError as exc:
+        pytest.skip(str(exc))
+    s = Server(gguf, n_predict=100, env={**os.environ, "LD_PRELOAD": str(lib), "DECODEMON_CUPTI_START_AT_LOAD": "1"})
+    try:
+        assert wire.socket_path(s.pid).exists()
+        for _ in range(2):
+            r = cli("attach", s.pid, "--json", "--seconds", 2)
+            assert r.returncode == 0, r.stderr
+            j = json.loads(r.stdout)
+            assert j["token_clock"] == "server_metrics" and j["tokens"] > 10
+            assert j["probe"]["trace"].startswith("failed (cuptiActivityRegisterCallbacks: "), j["probe"]
+        assert s.proc.poll() is None
+    finally:
+        s.close()
 
 
 @needs_server

@@ -1,4 +1,5 @@
-"""`decodemon run -- CMD ...`: start a command with the probe agent loaded, and pass signals on to it."""
+"""`decodemon run -- CMD ...`: start a command with the probe agent loaded (the Python agent, or for a command with
+no Python, such as llama-server, the CUPTI injection library), and pass signals on to it."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from decodemon.monitor.cli._common import UsageError
 def add(sub) -> None:
     """Register the verb."""
     p = sub.add_parser("run", help="start a command with the probe agent loaded and print its pid",
-                       description="Start CMD with the decodemon agent loaded (dormant until an attach); the pid "
+                       description="Start CMD with the decodemon agent loaded (dormant until an attach; for a command "
+                                   "with no Python, such as llama-server, decodemon's CUPTI injection library, built "
+                                   "once with the C compiler); the pid "
                                    "goes to stderr and, with --pid-file, to a file.")
     p.add_argument("--pid-file", metavar="FILE", help="also write the pid here")
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...")
@@ -33,6 +36,47 @@ def agent_env() -> dict:
     env["DECODEMON_PKG_ROOT"] = str(Path(boot).resolve().parent.parent)  # for an interpreter without decodemon
     env["PYTHONPATH"] = boot + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
+
+
+def runs_python(cmd: list[str]) -> bool:
+    """Does CMD start a Python interpreter (directly, or a script whose #! line names one)? Those get the Python
+    agent; anything else (llama-server) the CUPTI injection library."""
+    import re
+    import shutil
+
+    exe = shutil.which(cmd[0]) or cmd[0]
+    if re.fullmatch(r"python[0-9.]*", os.path.basename(exe)) or os.path.basename(exe) in ("pytest", "torchrun"):
+        return True
+    try:
+        with open(exe, "rb") as f:
+            head = f.readline(256)
+    except OSError:
+        return False
+    return head.startswith(b"#!") and b"python" in head
+
+
+def native_env(env: dict, cmd: list[str]) -> dict:
+    """For a command with no Python: CUDA_INJECTION64_PATH set to decodemon's CUPTI injection library (built once,
+    monitor/inject/cupti_lib.py), so the CUDA driver loads it at cuInit and an attach gets traced windows.
+    DECODEMON_CUPTI_INJECT=0 leaves it out; a CUDA_INJECTION64_PATH already set is left as it is. A library that
+    cannot be built costs the windows only: one line says why, and the command starts all the same."""
+    import shutil
+
+    if env.get("DECODEMON_CUPTI_INJECT") == "0" or shutil.which(cmd[0]) is None:  # nothing to start: Popen says so
+        return env
+    if env.get("CUDA_INJECTION64_PATH"):
+        print(f"decodemon: CUDA_INJECTION64_PATH is already set ({env['CUDA_INJECTION64_PATH']}); no traced windows "
+              f"from decodemon in {cmd[0]}", file=sys.stderr)
+        return env
+    from decodemon.monitor.inject.cupti_lib import BuildError, build
+
+    try:
+        lib = build()
+    except (BuildError, OSError, subprocess.SubprocessError) as exc:
+        print(f"decodemon: no traced windows in {cmd[0]} ({exc}); its own counters are still watched",
+              file=sys.stderr)
+        return env
+    return {**env, "CUDA_INJECTION64_PATH": str(lib)}
 
 
 def _stop(proc) -> None:
@@ -61,7 +105,8 @@ def run(a) -> int:
 
     measure_before_start()  # the floor's copy bandwidth, while the GPU is still idle (an attach never measures)
     try:
-        proc = subprocess.Popen(cmd, env=agent_env())
+        env = agent_env()
+        proc = subprocess.Popen(cmd, env=env if runs_python(cmd) else native_env(env, cmd))
     except OSError as exc:
         raise UsageError(f"decodemon run: cannot start {cmd[0]}: {exc.strerror}") from None
     print(f"decodemon: started pid {proc.pid}; attach with `decodemon attach {proc.pid}`", file=sys.stderr, flush=True)

@@ -1,0 +1,841 @@
+/* decodemon's CUPTI injection library: traced windows inside a process with no Python (llama-server, any C++
+ * engine), over the same wire as the Python agent (probes/wire.py).
+ *
+ * `decodemon run -- llama-server ...` sets CUDA_INJECTION64_PATH to this library; the CUDA driver loads it at
+ * cuInit and calls InitializeInjection, which starts one thread and returns. That thread listens on the agent's
+ * socket (probes/wire_socket.socket_path: the per-user directory, 0700, the socket 0600, peers of this uid or
+ * root only) and serves one monitor at a time:
+ *
+ *   monitor -> Attach      this library reads window_period_s, time_window_s and trace, and checks their bounds
+ *   library -> Hello, ProbeStatus
+ *   library -> KernelWindow every window_period_s: CONCURRENT_KERNEL records over time_window_s (clock "time",
+ *              no runtime-API records, launches counted from the kernels' correlation ids), then a ProbeStatus
+ *   monitor -> Detach      library -> Bye, and the next monitor may connect
+ *
+ * Between windows no activity kind is enabled. CUPTI is never finalized here: the Python agent finalizes at a
+ * token boundary of the decode thread, and a C++ engine gives this thread no such point (a finalize from another
+ * thread while CUDA graphs replay ended a loop on an H200). The token clock of llama-server stays its own /slots
+ * counters, read by the monitor (monitor/outside.py), which forwards these windows beside them.
+ *
+ * Frames are msgpack, written here by hand: a tagged struct is a map whose first key is "type", a Column a
+ * two-element array [dtype, bin]. The encoder of a window is exported (decodemon_cupti_encode_window) so that CI,
+ * without a GPU, decodes what it writes with the monitor's own decoder.
+ */
+#define _GNU_SOURCE
+#include <cupti_activity.h>
+#include <cupti_version.h>
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#define WIRE_VERSION 2
+#define MAX_CONTROL_BYTES (64 * 1024)
+#define KCOLS 16
+#define BUF_BYTES (4u << 20)
+#define MAX_ROWS 2000000
+
+/* ---------------------------------------------------------------- msgpack writer */
+typedef struct {
+    uint8_t *p;
+    size_t n, cap;
+    int oom;
+} buf_t;
+
+static void b_need(buf_t *b, size_t k) {
+    if (b->oom || b->n + k <= b->cap) return;
+    size_t cap = b->cap ? b->cap : 4096;
+    while (cap < b->n + k) cap *= 2;
+    uint8_t *p = realloc(b->p, cap);
+    if (!p) { b->oom = 1; return; }
+    b->p = p;
+    b->cap = cap;
+}
+static void b_put(buf_t *b, const void *s, size_t k) {
+    b_need(b, k);
+    if (b->oom) return;
+    memcpy(b->p + b->n, s, k);
+    b->n += k;
+}
+static void b_u8(buf_t *b, uint8_t v) { b_put(b, &v, 1); }
+static void b_be(buf_t *b, uint64_t v, int bytes) {
+    uint8_t t[8];
+    for (int i = 0; i < bytes; i++) t[i] = (uint8_t)(v >> (8 * (bytes - 1 - i)));
+    b_put(b, t, (size_t)bytes);
+}
+static void mp_head(buf_t *b, uint8_t fix, uint8_t fixmax, uint8_t c16, uint8_t c32, uint32_t n) {
+    if (n <= fixmax) b_u8(b, (uint8_t)(fix | n));
+    else if (n <= 0xffff) { b_u8(b, c16); b_be(b, n, 2); }
+    else { b_u8(b, c32); b_be(b, n, 4); }
+}
+static void mp_map(buf_t *b, uint32_t n) { mp_head(b, 0x80, 15, 0xde, 0xdf, n); }
+static void mp_arr(buf_t *b, uint32_t n) { mp_head(b, 0x90, 15, 0xdc, 0xdd, n); }
+static void mp_strn(buf_t *b, const char *s, size_t n) {
+    if (n < 32) b_u8(b, (uint8_t)(0xa0 | n));
+    else if (n <= 0xff) { b_u8(b, 0xd9); b_u8(b, (uint8_t)n); }
+    else if (n <= 0xffff) { b_u8(b, 0xda); b_be(b, n, 2); }
+    else { b_u8(b, 0xdb); b_be(b, n, 4); }
+    b_put(b, s, n);
+}
+static void mp_str(buf_t *b, const char *s) { mp_strn(b, s, strlen(s)); }
+static void mp_int(buf_t *b, int64_t v) {
+    if (v >= 0 && v < 128) b_u8(b, (uint8_t)v);
+    else if (v < 0 && v >= -32) b_u8(b, (uint8_t)(int8_t)v);
+    else { b_u8(b, 0xd3); b_be(b, (uint64_t)v, 8); }
+}
+static void mp_f64(buf_t *b, double v) {
+    uint64_t u;
+    memcpy(&u, &v, 8);
+    b_u8(b, 0xcb);
+    b_be(b, u, 8);
+}
+static void mp_bool(buf_t *b, int v) { b_u8(b, v ? 0xc3 : 0xc2); }
+static void mp_bin(buf_t *b, const void *p, size_t n) {
+    if (n <= 0xff) { b_u8(b, 0xc4); b_u8(b, (uint8_t)n); }
+    else if (n <= 0xffff) { b_u8(b, 0xc5); b_be(b, n, 2); }
+    else { b_u8(b, 0xc6); b_be(b, n, 4); }
+    b_put(b, p, n);
+}
+/* a wire.Column of little-endian int64 (x86_64 and aarch64 are little-endian: the values go as they lie) */
+static void mp_col_i8(buf_t *b, const int64_t *v, size_t n) {
+    mp_arr(b, 2);
+    mp_str(b, "<i8");
+    mp_bin(b, v, n * sizeof(int64_t));
+}
+static void kv_str(buf_t *b, const char *k, const char *v) { mp_str(b, k); mp_str(b, v); }
+static void kv_int(buf_t *b, const char *k, int64_t v) { mp_str(b, k); mp_int(b, v); }
+
+/* ---------------------------------------------------------------- msgpack reader (the monitor's Attach) */
+typedef struct {
+    const uint8_t *p, *end;
+    int bad;
+} rd_t;
+
+enum { V_NIL, V_BOOL, V_INT, V_FLOAT, V_STR, V_OTHER };
+typedef struct {
+    int kind;
+    int64_t i;
+    double f;
+    const char *s;
+    uint32_t n;
+} val_t;
+
+static uint64_t rd_be(rd_t *r, int bytes) {
+    if (r->bad || r->end - r->p < bytes) { r->bad = 1; return 0; }
+    uint64_t v = 0;
+    for (int i = 0; i < bytes; i++) v = (v << 8) | r->p[i];
+    r->p += bytes;
+    return v;
+}
+static void rd_skip_bytes(rd_t *r, uint64_t n) {
+    if (r->bad || (uint64_t)(r->end - r->p) < n) { r->bad = 1; return; }
+    r->p += n;
+}
+static void rd_value(rd_t *r, val_t *v, int depth);
+static void rd_skip_n(rd_t *r, uint64_t n, int depth) {
+    val_t tmp;
+    for (uint64_t i = 0; i < n && !r->bad; i++) rd_value(r, &tmp, depth + 1);
+}
+static void rd_value(rd_t *r, val_t *v, int depth) {
+    memset(v, 0, sizeof *v);
+    v->kind = V_OTHER;
+    if (depth > 8) { r->bad = 1; return; }
+    uint8_t c = (uint8_t)rd_be(r, 1);
+    if (r->bad) return;
+    if (c <= 0x7f) { v->kind = V_INT; v->i = c; return; }
+    if (c >= 0xe0) { v->kind = V_INT; v->i = (int8_t)c; return; }
+    if ((c & 0xe0) == 0xa0 || c == 0xd9 || c == 0xda || c == 0xdb) {
+        uint64_t n = (c & 0xe0) == 0xa0 ? (c & 0x1f) : rd_be(r, c == 0xd9 ? 1 : c == 0xda ? 2 : 4);
+        v->kind = V_STR;
+        v->s = (const char *)r->p;
+        v->n = (uint32_t)n;
+        rd_skip_bytes(r, n);
+        return;
+    }
+    if ((c & 0xf0) == 0x80) { rd_skip_n(r, 2u * (c & 0x0f), depth); return; }
+    if ((c & 0xf0) == 0x90) { rd_skip_n(r, c & 0x0f, depth); return; }
+    switch (c) {
+    case 0xc0: v->kind = V_NIL; return;
+    case 0xc2: case 0xc3: v->kind = V_BOOL; v->i = c == 0xc3; return;
+    case 0xcc: v->kind = V_INT; v->i = (int64_t)rd_be(r, 1); return;
+    case 0xcd: v->kind = V_INT; v->i = (int64_t)rd_be(r, 2); return;
+    case 0xce: v->kind = V_INT; v->i = (int64_t)rd_be(r, 4); return;
+    case 0xcf: { uint64_t u = rd_be(r, 8); v->kind = V_INT; v->i = u > INT64_MAX ? INT64_MAX : (int64_t)u; return; }
+    case 0xd0: v->kind = V_INT; v->i = (int8_t)rd_be(r, 1); return;
+    case 0xd1: v->kind = V_INT; v->i = (int16_t)rd_be(r, 2); return;
+    case 0xd2: v->kind = V_INT; v->i = (int32_t)rd_be(r, 4); return;
+    case 0xd3: v->kind = V_INT; v->i = (int64_t)rd_be(r, 8); return;
+    case 0xca: { uint32_t u = (uint32_t)rd_be(r, 4); float f; memcpy(&f, &u, 4); v->kind = V_FLOAT; v->f = f; return; }
+    case 0xcb: { uint64_t u = rd_be(r, 8); memcpy(&v->f, &u, 8); v->kind = V_FLOAT; return; }
+    case 0xc4: rd_skip_bytes(r, rd_be(r, 1)); return;
+    case 0xc5: rd_skip_bytes(r, rd_be(r, 2)); return;
+    case 0xc6: rd_skip_bytes(r, rd_be(r, 4)); return;
+    case 0xdc: rd_skip_n(r, rd_be(r, 2), depth); return;
+    case 0xdd: rd_skip_n(r, rd_be(r, 4), depth); return;
+    case 0xde: rd_skip_n(r, 2 * rd_be(r, 2), depth); return;
+    case 0xdf: rd_skip_n(r, 2 * rd_be(r, 4), depth); return;
+    case 0xd4: rd_skip_bytes(r, 2); return;
+    case 0xd5: rd_skip_bytes(r, 3); return;
+    case 0xd6: rd_skip_bytes(r, 5); return;
+    case 0xd7: rd_skip_bytes(r, 9); return;
+    case 0xd8: rd_skip_bytes(r, 17); return;
+    case 0xc7: rd_skip_bytes(r, rd_be(r, 1) + 1); return;
+    case 0xc8: rd_skip_bytes(r, rd_be(r, 2) + 1); return;
+    case 0xc9: rd_skip_bytes(r, rd_be(r, 4) + 1); return;
+    default: r->bad = 1; return;
+    }
+}
+static int val_is(const val_t *v, const char *s) {
+    return v->kind == V_STR && v->n == strlen(s) && memcmp(v->s, s, v->n) == 0;
+}
+static int val_num(const val_t *v, double *out) {
+    if (v->kind == V_INT) { *out = (double)v->i; return 1; }
+    if (v->kind == V_FLOAT) { *out = v->f; return 1; }
+    return 0;
+}
+
+/* What this library takes from an Attach (the other fields are the Python agent's and are ignored here). */
+typedef struct {
+    double window_period_s, time_window_s;
+    int trace;
+} settings_t;
+
+enum { MSG_BAD = 0, MSG_ATTACH, MSG_DETACH };
+
+/* Parse one control payload: MSG_ATTACH (with *s filled and *why set if a field is out of its bounds, the
+ * bounds of wire.ATTACH_BOUNDS), MSG_DETACH, or MSG_BAD for anything else. */
+static int parse_control(const uint8_t *p, size_t n, settings_t *s, char *why, size_t why_n) {
+    rd_t r = {p, p + n, 0};
+    s->window_period_s = 4.0;
+    s->time_window_s = 0.25;
+    s->trace = 1;
+    why[0] = 0;
+    uint8_t c = (uint8_t)rd_be(&r, 1);
+    uint64_t pairs;
+    if ((c & 0xf0) == 0x80) pairs = c & 0x0f;
+    else if (c == 0xde) pairs = rd_be(&r, 2);
+    else if (c == 0xdf) pairs = rd_be(&r, 4);
+    else return MSG_BAD;
+    int kind = MSG_BAD;
+    for (uint64_t i = 0; i < pairs && !r.bad; i++) {
+        val_t k, v;
+        rd_value(&r, &k, 0);
+        rd_value(&r, &v, 0);
+        if (r.bad || k.kind != V_STR) return MSG_BAD;
+        double d;
+        if (val_is(&k, "type")) {
+            kind = val_is(&v, "attach") ? MSG_ATTACH : val_is(&v, "detach") ? MSG_DETACH : MSG_BAD;
+            if (kind == MSG_BAD) return MSG_BAD;
+        } else if (val_is(&k, "window_period_s")) {
+            if (!val_num(&v, &d)) return MSG_BAD;
+            s->window_period_s = d;
+        } else if (val_is(&k, "time_window_s")) {
+            if (!val_num(&v, &d)) return MSG_BAD;
+            s->time_window_s = d;
+        } else if (val_is(&k, "trace")) {
+            if (v.kind != V_BOOL) return MSG_BAD;
+            s->trace = (int)v.i;
+        }
+    }
+    if (r.bad || r.p != r.end) return MSG_BAD;
+    if (kind == MSG_ATTACH) {
+        if (!(s->window_period_s > 0 && s->window_period_s <= 3600))
+            snprintf(why, why_n, "window_period_s=%g is outside [0, 3600]", s->window_period_s);
+        else if (!(s->time_window_s >= 0.01 && s->time_window_s <= 5.0))
+            snprintf(why, why_n, "time_window_s=%g is outside [0.01, 5.0]", s->time_window_s);
+    }
+    return kind;
+}
+
+/* ---------------------------------------------------------------- a traced window's rows */
+typedef struct {
+    int64_t *rows; /* n x KCOLS: name index, start, end, grid xyz, block xyz, regs, smem static, smem dynamic,
+                      stream, graph id, graph node id, correlation (wire.KernelWindow's columns, in order) */
+    size_t n, cap;
+    char **names;
+    size_t n_names, cap_names;
+    size_t dropped;
+} window_t;
+
+static const char *KERNEL_COLS[KCOLS] = {"name", "start", "end", "grid_x", "grid_y", "grid_z", "block_x",
+                                         "block_y", "block_z", "regs", "smem_static", "smem_dynamic", "stream",
+                                         "graph_id", "graph_node_id", "correlation"};
+
+static int64_t name_index(window_t *w, const char *name) {
+    if (!name) name = "?";
+    for (size_t i = 0; i < w->n_names; i++)  /* a window holds tens of distinct kernels, not thousands */
+        if (strcmp(w->names[i], name) == 0) return (int64_t)i;
+    if (w->n_names == w->cap_names) {
+        size_t cap = w->cap_names ? 2 * w->cap_names : 64;
+        char **p = realloc(w->names, cap * sizeof *p);
+        if (!p) return -1;
+        w->names = p;
+        w->cap_names = cap;
+    }
+    char *copy = strdup(name);
+    if (!copy) return -1;
+    w->names[w->n_names] = copy;
+    return (int64_t)w->n_names++;
+}
+
+static int add_row(window_t *w, const int64_t *row) {
+    if (w->n >= MAX_ROWS) { w->dropped++; return 0; }
+    if (w->n == w->cap) {
+        size_t cap = w->cap ? 2 * w->cap : 4096;
+        int64_t *p = realloc(w->rows, cap * KCOLS * sizeof *p);
+        if (!p) { w->dropped++; return 0; }
+        w->rows = p;
+        w->cap = cap;
+    }
+    memcpy(w->rows + w->n * KCOLS, row, KCOLS * sizeof *row);
+    w->n++;
+    return 1;
+}
+
+static void window_clear(window_t *w) {
+    for (size_t i = 0; i < w->n_names; i++) free(w->names[i]);
+    w->n = w->n_names = w->dropped = 0;
+}
+
+/* One KernelWindow by time (wire.KernelWindow: tokens 0, token_bounds_ns [opened, closed], no guard token). */
+static void encode_window(buf_t *b, const window_t *w, int64_t window_id, int64_t t_open, int64_t t_close,
+                          int64_t host_ns) {
+    mp_map(b, 11);
+    kv_str(b, "type", "window");
+    kv_int(b, "window_id", window_id);
+    kv_int(b, "tokens", 0);
+    mp_str(b, "token_bounds_ns");
+    int64_t bounds[2] = {t_open, t_close};
+    mp_col_i8(b, bounds, 2);
+    mp_str(b, "names");
+    mp_arr(b, (uint32_t)w->n_names);
+    for (size_t i = 0; i < w->n_names; i++) mp_str(b, w->names[i]);
+    mp_str(b, "kernels");
+    mp_map(b, KCOLS);
+    int64_t *col = malloc((w->n ? w->n : 1) * sizeof *col);
+    if (!col) { b->oom = 1; return; }
+    for (int j = 0; j < KCOLS; j++) {
+        for (size_t i = 0; i < w->n; i++) col[i] = w->rows[i * KCOLS + j];
+        mp_str(b, KERNEL_COLS[j]);
+        mp_col_i8(b, col, w->n);
+    }
+    free(col);
+    kv_int(b, "dropped_records", (int64_t)w->dropped);
+    kv_int(b, "probe_host_ns", host_ns);
+    kv_int(b, "guard_tokens", 0);
+    mp_str(b, "apis_traced");
+    mp_bool(b, 0);
+    kv_str(b, "clock", "time");
+}
+
+/* For CI (no GPU): the window the rows `rows` (n x 16, as window_t's) and their kernels' `names` (the row's
+ * first column indexes them) make, as the payload the socket carries. The caller frees *out with
+ * decodemon_cupti_free. Returns 0, or -1 out of memory. */
+int decodemon_cupti_encode_window(const int64_t *rows, size_t n, const char *const *names, size_t n_names,
+                                  int64_t window_id, int64_t t_open, int64_t t_close, uint8_t **out,
+                                  size_t *out_n) {
+    window_t w = {0};
+    int64_t row[KCOLS];
+    for (size_t i = 0; i < n; i++) {
+        memcpy(row, rows + i * KCOLS, sizeof row);
+        int64_t k = row[0];
+        row[0] = name_index(&w, (k >= 0 && (size_t)k < n_names) ? names[k] : "?");
+        add_row(&w, row);
+    }
+    buf_t b = {0};
+    encode_window(&b, &w, window_id, t_open, t_close, 0);
+    window_clear(&w);
+    free(w.rows);
+    free(w.names);
+    if (b.oom) { free(b.p); return -1; }
+    *out = b.p;
+    *out_n = b.n;
+    return 0;
+}
+
+/* The control parser, for CI: 1 Attach (with its three settings), 2 Detach, 0 anything else; `why` gets the
+ * reason an Attach is refused ("" when it is not). */
+int decodemon_cupti_parse_control(const uint8_t *p, size_t n, double *window_period_s, double *time_window_s,
+                                  int *trace, char *why, size_t why_n) {
+    settings_t s;
+    int k = parse_control(p, n, &s, why, why_n);
+    *window_period_s = s.window_period_s;
+    *time_window_s = s.time_window_s;
+    *trace = s.trace;
+    return k;
+}
+
+void decodemon_cupti_free(void *p) { free(p); }
+
+/* ---------------------------------------------------------------- CUPTI */
+static pthread_mutex_t g_buf_lock = PTHREAD_MUTEX_INITIALIZER;
+typedef struct done_buf {
+    uint8_t *p;
+    size_t valid;
+    struct done_buf *next;
+} done_buf_t;
+static done_buf_t *g_done, **g_done_tail = &g_done;
+static size_t g_records_seen;
+
+static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) {
+    void *p = NULL;
+    if (posix_memalign(&p, 8, BUF_BYTES) != 0) p = NULL;
+    *buffer = p;
+    *size = p ? BUF_BYTES : 0;
+    *max_records = 0;
+}
+
+static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, size_t size, size_t valid) {
+    (void)ctx; (void)stream; (void)size;
+    done_buf_t *d = malloc(sizeof *d);
+    if (!d) { free(buffer); return; }
+    d->p = buffer;
+    d->valid = valid;
+    d->next = NULL;
+    pthread_mutex_lock(&g_buf_lock);
+    *g_done_tail = d;
+    g_done_tail = &d->next;
+    g_records_seen += valid;
+    pthread_mutex_unlock(&g_buf_lock);
+}
+
+static void take_records(window_t *w) {
+    pthread_mutex_lock(&g_buf_lock);
+    done_buf_t *d = g_done;
+    g_done = NULL;
+    g_done_tail = &g_done;
+    pthread_mutex_unlock(&g_buf_lock);
+    while (d) {
+        CUpti_Activity *rec = NULL;
+        while (cuptiActivityGetNextRecord(d->p, d->valid, &rec) == CUPTI_SUCCESS) {
+            if (rec->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && rec->kind != CUPTI_ACTIVITY_KIND_KERNEL)
+                continue;
+            const CUpti_ActivityKernel10 *k = (const CUpti_ActivityKernel10 *)rec;
+            int64_t row[KCOLS] = {name_index(w, k->name), (int64_t)k->start, (int64_t)k->end, k->gridX, k->gridY,
+                                  k->gridZ, k->blockX, k->blockY, k->blockZ, k->registersPerThread,
+                                  k->staticSharedMemory, k->dynamicSharedMemory, k->streamId, k->graphId,
+                                  (int64_t)k->graphNodeId, k->correlationId};
+            add_row(w, row);
+        }
+        done_buf_t *next = d->next;
+        free(d->p);
+        free(d);
+        d = next;
+    }
+}
+
+static const char *cupti_err(CUptiResult r) {
+    static __thread char line[96];
+    const char *s = NULL;
+    if (cuptiGetResultString(r, &s) != CUPTI_SUCCESS || !s) s = "CUPTI error";
+    snprintf(line, sizeof line, "%s (%d)", s, (int)r);
+    return line;
+}
+
+static int64_t mono_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+static void sleep_s(double s) {
+    struct timespec t = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&t, &t) != 0 && errno == EINTR) {}
+}
+
+typedef struct {
+    int ready;       /* callbacks registered */
+    char error[256]; /* why tracing is unavailable ("" when it is not) */
+    int64_t windows;
+} tracer_t;
+
+static tracer_t g_tr;
+
+static int tracer_ready(void) {
+    if (g_tr.ready) return 1;
+    if (g_tr.error[0]) return 0;
+    CUptiResult r = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
+    if (r != CUPTI_SUCCESS) {
+        snprintf(g_tr.error, sizeof g_tr.error, "cuptiActivityRegisterCallbacks: %s", cupti_err(r));
+        return 0;
+    }
+    g_tr.ready = 1;
+    return 1;
+}
+
+/* One window by time on this thread: kernels over `seconds`, then flushed until no record has come for 50 ms
+ * (at most 1 s: kernels enqueued before the close may still run). 0, or -1 with g_tr.error set. */
+static int trace_window(window_t *w, double seconds, int64_t *t_open, int64_t *t_close, int64_t *host_ns) {
+    uint64_t ts = 0;
+    int64_t h0 = mono_ns();
+    CUptiResult r = cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    if (r != CUPTI_SUCCESS) {
+        snprintf(g_tr.error, sizeof g_tr.error, "cuptiActivityEnable: %s", cupti_err(r));
+        return -1;
+    }
+    cuptiGetTimestamp(&ts);
+    *t_open = (int64_t)ts;
+    int64_t h1 = mono_ns();
+    sleep_s(seconds);
+    int64_t h2 = mono_ns();
+    cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    cuptiGetTimestamp(&ts);
+    *t_close = (int64_t)ts;
+    int64_t t0 = mono_ns(), last = t0;
+    size_t seen = (size_t)-1;
+    for (;;) {
+        cuptiActivityFlushAll(1);
+        pthread_mutex_lock(&g_buf_lock);
+        size_t now_seen = g_records_seen;
+        pthread_mutex_unlock(&g_buf_lock);
+        int64_t now = mono_ns();
+        if (now_seen != seen) { seen = now_seen; last = now; }
+        if (now - last >= 50000000LL || now - t0 >= 1000000000LL) break;
+        sleep_s(0.01);
+    }
+    take_records(w);
+    *host_ns = (h1 - h0) + (mono_ns() - h2);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- the socket */
+static int send_all(int fd, const uint8_t *p, size_t n) {
+    while (n) {
+        ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return -1;
+        p += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+static int send_frame(int fd, buf_t *b) {
+    if (b->oom) return -1;
+    uint8_t len[4] = {(uint8_t)b->n, (uint8_t)(b->n >> 8), (uint8_t)(b->n >> 16), (uint8_t)(b->n >> 24)};
+    int rc = send_all(fd, len, 4) || send_all(fd, b->p, b->n) ? -1 : 0;
+    b->n = 0;
+    return rc;
+}
+
+static int send_bye(int fd, buf_t *b, const char *reason) {
+    mp_map(b, 2);
+    kv_str(b, "type", "bye");
+    kv_str(b, "reason", reason);
+    return send_frame(fd, b);
+}
+
+static void cmdline(buf_t *b) {
+    char raw[8192];
+    size_t n = 0;
+    int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        ssize_t k;
+        while (n < sizeof raw && (k = read(fd, raw + n, sizeof raw - n)) > 0) n += (size_t)k;
+        close(fd);
+    }
+    uint32_t count = 0;
+    for (size_t i = 0; i < n; i++) count += raw[i] == 0;
+    mp_arr(b, count);
+    for (size_t i = 0, s = 0; i < n; i++)
+        if (raw[i] == 0) { mp_strn(b, raw + s, i - s); s = i + 1; }
+}
+
+/* The device's facts from the CUDA driver that loaded this library (its symbols, found at run time: nothing
+ * here links against libcuda), as wire.GpuInfo; device 0 of this process. Peak bandwidth and the driver's
+ * version are NVML's, which the monitor adds (probes/device.nvml_facts). 0, or -1 with `why` set. */
+typedef int (*cu_int_fn)(int *, int);
+typedef int (*cu_attr_fn)(int *, int, int);
+typedef int (*cu_name_fn)(char *, int, int);
+typedef int (*cu_mem_fn)(size_t *, int);
+typedef int (*cu_uuid_fn)(unsigned char *, int);
+
+static int gpu_facts(buf_t *b, char *why, size_t why_n) {
+    cu_int_fn get = (cu_int_fn)dlsym(RTLD_DEFAULT, "cuDeviceGet");
+    cu_attr_fn attr = (cu_attr_fn)dlsym(RTLD_DEFAULT, "cuDeviceGetAttribute");
+    cu_name_fn name_of = (cu_name_fn)dlsym(RTLD_DEFAULT, "cuDeviceGetName");
+    cu_mem_fn mem_of = (cu_mem_fn)dlsym(RTLD_DEFAULT, "cuDeviceTotalMem_v2");
+    cu_uuid_fn uuid_of = (cu_uuid_fn)dlsym(RTLD_DEFAULT, "cuDeviceGetUuid_v2");
+    int (*drv_of)(int *) = (int (*)(int *))dlsym(RTLD_DEFAULT, "cuDriverGetVersion");
+    int dev = 0, sms = 0, major = 0, minor = 0, drv = 0;
+    if (!get || !attr || !name_of) { snprintf(why, why_n, "no CUDA driver in this process"); return -1; }
+    int rc = get(&dev, 0);
+    if (rc != 0) { snprintf(why, why_n, "no CUDA device 0 (CUDA error %d)", rc); return -1; }
+    char name[256] = "";
+    size_t mem = 0;
+    unsigned char u[16] = {0};
+    char uuid[48] = "";
+    name_of(name, sizeof name, dev);
+    attr(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
+    attr(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
+    attr(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
+    if (mem_of) mem_of(&mem, dev);
+    if (drv_of) drv_of(&drv);
+    if (uuid_of && uuid_of(u, dev) == 0)
+        snprintf(uuid, sizeof uuid, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
+                 u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+    char cc[16];
+    snprintf(cc, sizeof cc, "%d.%d", major, minor);
+    mp_map(b, 8);
+    kv_int(b, "index", 0);
+    kv_str(b, "name", name);
+    kv_int(b, "sm_count", sms);
+    mp_str(b, "mem_bandwidth_gbs");
+    mp_f64(b, 0.0);
+    kv_int(b, "memory_total_bytes", (int64_t)mem);
+    kv_str(b, "uuid", uuid);
+    kv_str(b, "cc", cc);
+    kv_int(b, "cuda_driver_version", drv);
+    return 0;
+}
+
+static int send_hello(int fd, buf_t *b) {
+    char host[256] = "", why[128] = "";
+    gethostname(host, sizeof host - 1);
+    uint32_t v = 0;
+    char ver[32] = "";
+    if (cuptiGetVersion(&v) == CUPTI_SUCCESS) snprintf(ver, sizeof ver, "CUPTI API %u", v);
+    mp_map(b, 9);
+    kv_str(b, "type", "hello");
+    kv_int(b, "wire_version", WIRE_VERSION);
+    kv_int(b, "pid", getpid());
+    mp_str(b, "argv");
+    cmdline(b);
+    kv_str(b, "python", "");
+    kv_str(b, "hostname", host);
+    kv_str(b, "cupti_version", ver);
+    mp_str(b, "gpu");
+    size_t at = b->n;
+    if (gpu_facts(b, why, sizeof why) != 0) {
+        b->n = at;
+        b_u8(b, 0xc0); /* nil */
+    }
+    kv_str(b, "gpu_unavailable", why);
+    return send_frame(fd, b);
+}
+
+static int send_status(int fd, buf_t *b, const settings_t *s, int64_t windows, int64_t errors) {
+    int armed = s->trace && !g_tr.error[0];
+    mp_map(b, 9);
+    kv_str(b, "type", "status");
+    kv_str(b, "trace", !s->trace ? "off" : armed ? "armed" : "failed");
+    kv_str(b, "trace_reason", !s->trace ? "settings" : armed ? "" : "error");
+    kv_str(b, "trace_error", armed ? "" : g_tr.error);
+    mp_str(b, "window_period_s");
+    mp_f64(b, s->window_period_s);
+    kv_str(b, "window_clock", armed ? "time" : "");
+    kv_str(b, "window_clock_reason", armed ? "native" : "");
+    kv_int(b, "windows", windows);
+    kv_int(b, "errors", errors);
+    return send_frame(fd, b);
+}
+
+/* Read one length-prefixed payload into p (at most cap bytes), waiting up to timeout_ms for it to start;
+ * its length, 0 at end of stream or on a timeout, -1 on a frame too long or an error. */
+static ssize_t read_frame(int fd, uint8_t *p, size_t cap, int timeout_ms) {
+    struct pollfd pf = {fd, POLLIN, 0};
+    if (poll(&pf, 1, timeout_ms) <= 0) return 0;
+    uint8_t len[4];
+    size_t got = 0;
+    while (got < 4) {
+        ssize_t k = recv(fd, len + got, 4 - got, 0);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return got ? -1 : 0;
+        got += (size_t)k;
+    }
+    size_t n = (size_t)len[0] | (size_t)len[1] << 8 | (size_t)len[2] << 16 | (size_t)len[3] << 24;
+    if (n > cap) return -1;
+    for (got = 0; got < n;) {
+        ssize_t k = recv(fd, p + got, n - got, 0);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return -1;
+        got += (size_t)k;
+    }
+    return (ssize_t)n;
+}
+
+static char g_sock_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+
+/* The per-user socket directory (probes/wire_socket.socket_dir), made 0700 and checked to be a real directory
+ * of this uid (never followed through a link); its fd, or -1 with a line on stderr. */
+static int own_socket_dir(char *dir, size_t n) {
+    const char *xdg = getenv("XDG_RUNTIME_DIR");
+    struct stat st;
+    if (xdg && *xdg && stat(xdg, &st) == 0 && S_ISDIR(st.st_mode)) snprintf(dir, n, "%s/decodemon", xdg);
+    else snprintf(dir, n, "/tmp/decodemon-%u", (unsigned)getuid());
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST) return -1;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return -1;
+    if (fstat(fd, &st) != 0 || st.st_uid != getuid()) { close(fd); return -1; }
+    if (st.st_mode & 077) fchmod(fd, 0700);
+    return fd;
+}
+
+static void remove_socket(void) {
+    if (g_sock_path[0]) unlink(g_sock_path);
+}
+
+static int listen_socket(void) {
+    char dir[200];
+    int dfd = own_socket_dir(dir, sizeof dir);
+    if (dfd < 0) {
+        fprintf(stderr, "decodemon: no socket directory of this user's at %s; no traced windows\n", dir);
+        return -1;
+    }
+    char name[32];
+    snprintf(name, sizeof name, "%d.sock", (int)getpid());
+    struct stat st;
+    if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISSOCK(st.st_mode)) unlinkat(dfd, name, 0);
+    close(dfd);
+    struct sockaddr_un a = {0};
+    a.sun_family = AF_UNIX;
+    if ((size_t)snprintf(a.sun_path, sizeof a.sun_path, "%s/%s", dir, name) >= sizeof a.sun_path) return -1;
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    mode_t old = umask(0177);
+    int rc = bind(fd, (struct sockaddr *)&a, sizeof a);
+    umask(old);
+    if (rc != 0 || chmod(a.sun_path, 0600) != 0 || listen(fd, 4) != 0) {
+        fprintf(stderr, "decodemon: cannot listen on %s: %s; no traced windows\n", a.sun_path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    memcpy(g_sock_path, a.sun_path, sizeof g_sock_path);
+    atexit(remove_socket);
+    return fd;
+}
+
+static pid_t peer_pid(int fd, int *ok) {
+    struct ucred c;
+    socklen_t n = sizeof c;
+    *ok = 0;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &c, &n) != 0) return 0;
+    *ok = c.uid == getuid() || c.uid == 0; /* this process's user, or root (who may watch any process) */
+    return c.pid;
+}
+
+/* A second monitor while one is attached: told so, and closed. */
+static void refuse_busy(int lfd, pid_t holder, buf_t *b) {
+    int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+    if (fd < 0) return;
+    int ok;
+    peer_pid(fd, &ok);
+    if (ok) {
+        char why[96];
+        snprintf(why, sizeof why, "busy: monitor pid %d is attached; one monitor at a time", (int)holder);
+        send_bye(fd, b, why);
+    }
+    close(fd);
+}
+
+/* One attach, from the monitor's Attach to our Bye. */
+static void serve(int lfd, int fd, pid_t holder) {
+    static uint8_t msg[MAX_CONTROL_BYTES];
+    buf_t b = {0};
+    settings_t s;
+    char why[160];
+    struct timeval tv = {5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    ssize_t n = read_frame(fd, msg, sizeof msg, 5000);
+    if (n <= 0 || parse_control(msg, (size_t)n, &s, why, sizeof why) != MSG_ATTACH) goto out;
+    if (why[0]) {
+        char line[200];
+        snprintf(line, sizeof line, "refused: %s", why);
+        send_bye(fd, &b, line);
+        goto out;
+    }
+    if (s.trace) tracer_ready();
+    int64_t windows = 0, errors = 0;
+    if (send_hello(fd, &b) || send_status(fd, &b, &s, windows, errors)) goto out;
+    window_t w = {0};
+    int64_t next = mono_ns() + (int64_t)(0.5e9 < s.window_period_s * 1e9 ? 0.5e9 : s.window_period_s * 1e9);
+    const char *reason = "detached";
+    for (;;) {
+        int64_t wait_ns = next - mono_ns();
+        struct pollfd pf[2] = {{fd, POLLIN, 0}, {lfd, POLLIN, 0}};
+        int k = poll(pf, 2, wait_ns > 0 ? (int)(wait_ns / 1000000) + 1 : 0);
+        if (k > 0 && (pf[1].revents & POLLIN)) refuse_busy(lfd, holder, &b);
+        if (k > 0 && (pf[0].revents & (POLLIN | POLLHUP | POLLERR))) {
+            n = read_frame(fd, msg, sizeof msg, 0);
+            if (n <= 0) { reason = "monitor went away"; break; }
+            settings_t ignored;
+            if (parse_control(msg, (size_t)n, &ignored, why, sizeof why) == MSG_DETACH) break;
+            continue;
+        }
+        if (mono_ns() < next) continue;
+        next = mono_ns() + (int64_t)(s.window_period_s * 1e9);
+        if (!s.trace || !tracer_ready()) continue;
+        int64_t t_open, t_close, host_ns;
+        if (trace_window(&w, s.time_window_s, &t_open, &t_close, &host_ns) != 0) {
+            errors++;
+            if (send_status(fd, &b, &s, windows, errors)) { reason = "monitor went away"; break; }
+            continue;
+        }
+        encode_window(&b, &w, g_tr.windows++, t_open, t_close, host_ns);
+        window_clear(&w);
+        windows++;
+        if (send_frame(fd, &b) || send_status(fd, &b, &s, windows, errors)) { reason = "monitor went away"; break; }
+    }
+    send_bye(fd, &b, reason);
+    window_clear(&w);
+    free(w.rows);
+    free(w.names);
+out:
+    free(b.p);
+}
+
+static void *agent_main(void *arg) {
+    (void)arg;
+    int lfd = listen_socket();
+    if (lfd < 0) return NULL;
+    for (;;) {
+        int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED) continue;
+            return NULL;
+        }
+        int ok;
+        pid_t pid = peer_pid(fd, &ok);
+        if (ok) serve(lfd, fd, pid);
+        close(fd);
+    }
+}
+
+static void start_agent(void) {
+    pthread_t t;
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old); /* the engine's signals stay its own threads' */
+    if (pthread_create(&t, &a, agent_main, NULL) == 0) pthread_setname_np(t, "dm-agent");
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_attr_destroy(&a);
+}
+
+/* Called by the CUDA driver at cuInit (CUDA_INJECTION64_PATH): start the agent thread once, and return. */
+int InitializeInjection(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, start_agent);
+    return 1;
+}
+
+/* DECODEMON_CUPTI_START_AT_LOAD=1 starts the agent thread when the library is loaded (LD_PRELOAD), without
+ * waiting for cuInit: a process that never initialises CUDA (a CPU build, CI) still answers on the wire. */
+__attribute__((constructor)) static void start_at_load(void) {
+    const char *e = getenv("DECODEMON_CUPTI_START_AT_LOAD");
+    if (e && strcmp(e, "1") == 0) InitializeInjection();
+}
