@@ -10,7 +10,8 @@
 costs one global read. Nothing here imports torch until the demo engine runs.
 """
 
-from decodemon.probes.agent import mark_step, mark_token, start as start_agent
+from decodemon.probes.agent import mark_step, mark_token, note_first_tokens, start as start_agent
 from decodemon.engine_adapter.adapter import TokenClock, report_cuda_graphs, report_model
 
-__all__ = ["mark_step", "mark_token", "report_cuda_graphs", "report_model", "start_agent", "TokenClock"]
+__all__ = ["mark_step", "mark_token", "note_first_tokens", "report_cuda_graphs", "report_model", "start_agent",
+           "TokenClock"]

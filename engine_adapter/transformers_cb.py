@@ -5,13 +5,15 @@ At attach the adapter wraps `prepare_batch_update` of the batch's input/output h
 asynchronous one), which `ContinuousBatchProcessor.update_batch` calls once per decode step, in the engine's
 background thread, after the step's forward. The wrapper counts the requests that got a token in that step and
 marks the step with them (`agent.mark_step`): the step is the unit, a step's tokens are the batch it ran, and its
-depth the KV positions all of them read. Once, it
+depth the KV positions all of them read; a request with no token yet gets its first in that step, and its time to
+it from its arrival goes with the step (`agent.note_first_tokens`). Once, it
 reports the model's facts from the processor's model. At detach the originals are put back.
 """
 
 from __future__ import annotations
 
 import sys
+import time
 
 from decodemon.probes import agent
 
@@ -35,6 +37,15 @@ def _wrap(original):
             except Exception:
                 kv = 0
             agent.mark_step(len(stepped), kv)
+            # a request with no token yet gets its first in this step (update_batch adds it after this call): its
+            # time to first token, from its arrival (created_time, perf_counter's clock, as the engine stamps it)
+            try:
+                now = time.perf_counter()
+                first = [now - fs.state.created_time for fs in stepped if not fs.state.generated_tokens]
+            except Exception:
+                first = []
+            if first:
+                agent.note_first_tokens(first)
         return out
 
     prepare_batch_update.__wrapped__ = original

@@ -84,6 +84,8 @@ class Feed:
     batched: bool = False  # the marks are a batched engine's steps
     batch_tokens_seen: int = 0  # the tokens those marks stand for, since the start
     coll: deque = field(default_factory=deque)  # (rx_ns, tokens in frame, calls, host ns, bytes) per TokenMarks
+    # a batched engine's requests' times to their first token: (rx_ns, ms) per request, the newest 20,000
+    first_tokens: deque = field(default_factory=lambda: deque(maxlen=20_000))
     windows: deque = field(default_factory=deque)  # (rx_ns, KernelWindow)
     pm: Ring = None  # rows: PM_COLS
     pm_window: Ring = None  # rows: PM_COLS, the samples evaluated only for traced windows' spans (not averaged)
@@ -120,6 +122,8 @@ class Feed:
             self.marks.extend(np.vstack([t[:n], np.full(n, rx_ns, np.int64), d[:n],
                                          b[:n] if b is not None else np.ones(n, np.int64)]))
             self.batch_tokens_seen += int(b[:n].sum()) if b is not None else n
+            if frame.first_token_ns is not None:
+                self.first_tokens.extend((rx_ns, v / 1e6) for v in frame.first_token_ns.array().tolist())
             if frame.coll_calls is not None:
                 self.coll.append((rx_ns, len(t), int(frame.coll_calls.array().sum()),
                                   int(frame.coll_ns.array().sum()), int(frame.coll_bytes.array().sum())))
@@ -190,6 +194,10 @@ class Feed:
         """COUNT_COLS of the scrapes received at or after `since_rx_ns`."""
         v = self.counts.since(0, since_rx_ns)
         return {k: v[i] for i, k in enumerate(COUNT_COLS)}
+
+    def first_token_ms(self, since_rx_ns: int = 0) -> list[float]:
+        """Times to first token (ms) of the requests whose first token arrived at or after `since_rx_ns`."""
+        return [ms for rx, ms in self.first_tokens if rx >= since_rx_ns]
 
     def batch_since(self, since_rx_ns: int = 0) -> np.ndarray:
         """Tokens per mark received at or after `since_rx_ns` (1 each, unless the engine batches)."""

@@ -35,6 +35,14 @@ SPAN_NS = 5_000_000_000  # figures are taken over the last 5 s of the feed
 COPY_PLAUSIBLE = 0.6
 
 
+def first_token_figures(ms: list[float]) -> dict:
+    """Requests' times to first token as {"requests", "median_ms", "p90_ms"} (the two None without a request)."""
+    if not ms:
+        return {"requests": 0, "median_ms": None, "p90_ms": None}
+    return {"requests": len(ms), "median_ms": round(float(np.median(ms)), 2),
+            "p90_ms": round(float(np.percentile(ms, 90)), 2)}
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """Everything the monitor knows about a source at one moment; plain values."""
@@ -95,6 +103,9 @@ class Snapshot:
     # a batched engine (its marks are steps): the median tokens a step made (its sequences), and the steps counted
     tokens_per_step: float | None = None
     steps_total: int | None = None
+    # a batched engine whose adapter sees requests: the time to first token of those whose first token came in the
+    # span ({"requests", "median_ms", "p90_ms"}, requests 0 when none did; None when the adapter reports none)
+    first_token: dict | None = None
 
     @property
     def collective_us_priced(self) -> float | None:
@@ -377,6 +388,7 @@ class Session:
             token_clock=self._clock, bytes_per_token_measured=self._bytes[0], bytes_per_token_model=self._bytes[1],
             throughput_tokens_per_s=throughput, tokens_per_step=per_step,
             steps_total=f.tokens_seen if f.batched else (int(f.steps_seen) if server else None),
+            first_token=first_token_figures(f.first_token_ms(max(rx - SPAN_NS, 0))) if f.first_tokens else None,
         )
 
     def pm_check(self, since: int) -> PmWindowCheck | None:

@@ -81,6 +81,15 @@ def mark_step(tokens: int, depth: int = 0) -> None:
     s.on_token(depth, tokens)
 
 
+def note_first_tokens(waits_s: list[float]) -> None:
+    """A batched engine's requests that got their first token in the step just marked: each one's seconds from its
+    arrival to that token (time to first token). Costs one global read when dormant."""
+    s = ACTIVE.session
+    first = getattr(s, "first_tokens", None)
+    if first is not None:
+        first.extend(int(w * 1e9) for w in waits_s)
+
+
 def start() -> Path | None:
     """Start the agent (idempotent); return its socket path, or None if it could not start."""
     global _agent

@@ -274,8 +274,8 @@ class AttachLoop:
 
     def _ship_marks(self) -> None:
         s = self.session
-        t, d, c, b = s.marks_t, s.marks_d, s.marks_c, s.marks_b
-        s.marks_t, s.marks_d, s.marks_c, s.marks_b = [], [], [], []
+        t, d, c, b, ft = s.marks_t, s.marks_d, s.marks_c, s.marks_b, s.first_tokens
+        s.marks_t, s.marks_d, s.marks_c, s.marks_b, s.first_tokens = [], [], [], [], []
         self.shipped += len(t)
         if not t:
             return
@@ -293,6 +293,8 @@ class AttachLoop:
                 if i < len(t):
                     batch[i] = n_
             extra["batch"] = wire.Column.of(batch)
+        if ft:
+            extra["first_token_ns"] = wire.Column.of(ft)
         self.out += wire.pack(wire.TokenMarks(t_ns=wire.Column.of(t), depth=wire.Column.of(d[: len(t)]), **extra))
 
     def _stats(self, now: float) -> None:

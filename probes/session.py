@@ -57,6 +57,7 @@ class Session:
         self.marks_d: list[int] = []
         self.marks_b: list[tuple] = []  # (index into marks_t, tokens) for marks that stand for more than one token
         self.marks_c: list[tuple] = []  # (index into marks_t, calls, ns, bytes) for tokens with collectives
+        self.first_tokens: list[int] = []  # a batched engine's requests' times to their first token (ns)
         self.pending_detach = None
         self.skipped_windows = 0
         self.coll = [0, 0, 0]

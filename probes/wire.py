@@ -147,6 +147,9 @@ class TokenMarks(msgspec.Struct, frozen=True, tag="tokens"):
     coll_bytes: Union[Column, None] = None
     # a batched engine's marks are steps: the tokens each step made, one per sequence in it (None: one each)
     batch: Union[Column, None] = None
+    # a batched engine's requests whose first token came in these steps: each one's time to that token, from the
+    # request's arrival in the engine (ns; an adapter that sees requests gives them)
+    first_token_ns: Union[Column, None] = None
 
 
 class KernelWindow(msgspec.Struct, frozen=True, tag="window"):

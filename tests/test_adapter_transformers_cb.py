@@ -5,6 +5,7 @@ the unit, its tokens are the requests in flight, and the total tokens/s is the e
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -46,6 +47,14 @@ def test_continuous_batching_is_read_per_step_with_its_batch_and_total_rate(tmp_
         time.sleep(8)  # requests running at the detach finish and log their tokens
         own = _engine_tokens(log, t1 - 5, t1) / 5.0  # the engine's tokens a second, over the span the summary reads
         assert own > 0 and abs(j["throughput_tokens_per_s"] / own - 1) < 0.15, (j["throughput_tokens_per_s"], own)
+        # each request's time to first token, against the engine's own stamps for the requests whose first token
+        # came in that span
+        ttft = [ln["ttft_s"] * 1e3 for ln in map(json.loads, log.read_text().splitlines())
+                if "ttft_s" in ln and t1 - 5 <= ln["t"][0] <= t1]
+        ft = j["time_to_first_token"]
+        print(f"decodemon {ft}, the engine's own median {statistics.median(ttft) if ttft else None} ms over {len(ttft)}")
+        assert ttft and ft["requests"] >= 0.5 * len(ttft), (ft, len(ttft))
+        assert ft["median_ms"] == pytest.approx(statistics.median(ttft), rel=0.25), (ft, sorted(ttft))
     finally:
         proc.terminate()
         proc.wait(30)

@@ -249,3 +249,31 @@ def test_the_cuda_recipe_is_valid_bash():
     assert r.returncode == 0, r.stderr
     assert "inject" in subprocess.run(["bash", str(recipe)], capture_output=True, text=True).stderr  # its usage
 
+
+
+def test_a_monitor_that_stalls_mid_frame_is_dropped_and_the_next_served(loaded):
+    stalled = socket.socket(socket.AF_UNIX)
+    stalled.connect(str(wire.socket_path(loaded.pid)))
+    stalled.sendall(b"\x40\x00")  # half a length prefix, then nothing
+    time.sleep(0.2)  # taken from the backlog first
+    t0 = time.monotonic()
+    # the newcomer waits in the backlog until the library gives up on the stalled one (5 s), then is served
+    frames = [f for _, _, f in live_frames(loaded.pid, seconds=6.0)]
+    assert isinstance(frames[0], wire.Hello), frames[:3]
+    assert isinstance(frames[-1], wire.Bye) and frames[-1].reason == "detached" and time.monotonic() - t0 < 8
+    stalled.close()
+
+
+def test_an_argv_that_is_not_utf8_still_makes_a_hello(lib_path):
+    env = {**os.environ, "LD_PRELOAD": str(lib_path), "DECODEMON_CUPTI_START_AT_LOAD": "1"}
+    p = subprocess.Popen([b"bash", b"-c", b"sleep 120; :", b"caf\xe9\xff"], env=env)  # bash stays, argv as given
+    try:
+        t0 = time.monotonic()
+        while not wire.socket_path(p.pid).exists():
+            assert time.monotonic() - t0 < 10
+            time.sleep(0.05)
+        hello = next(f for _, _, f in live_frames(p.pid, seconds=0.2))
+        assert hello.argv == ["bash", "-c", "sleep 120; :", "caf??"]
+    finally:
+        p.kill()
+        p.wait()

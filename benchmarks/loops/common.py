@@ -60,10 +60,11 @@ class TokenLog:
         now = time.time()
         self.times.extend([now] * n)
 
-    def flush(self) -> None:
+    def flush(self, **extra) -> None:
+        """Append the batch's times (and `extra`, keys of the line beside "t")."""
         if self.path and self.times:
             with open(self.path, "a") as f:
-                f.write(json.dumps({"t": self.times}) + "\n")
+                f.write(json.dumps({"t": self.times, **extra}) + "\n")
         self.times = []
 
 

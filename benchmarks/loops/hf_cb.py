@@ -5,7 +5,7 @@ paged cache, kept at `--in-flight` requests of `--new-tokens` tokens each, rando
     python benchmarks/loops/hf_cb.py --shape tiny --device cpu --in-flight 4 --requests 12
 
 Every finished request's token times (unix s, from the engine's own `record_timestamps`) go to `--log`, one line
-a request: the engine's own count of the tokens it made.
+a request: the engine's own count of the tokens it made, and its time to first token (`ttft_s`).
 """
 
 from __future__ import annotations
@@ -59,8 +59,10 @@ def main() -> int:
             if out is None:
                 continue
             done += 1
-            log.times.extend(t + offset for t in (out.timestamps or []))
-            log.flush()
+            stamps = out.timestamps or []
+            log.times.extend(t + offset for t in stamps)
+            # the engine's own time to first token: its first token's stamp after the request's arrival
+            log.flush(**({"ttft_s": stamps[0] - out.created_time} if stamps else {}))
             if a.requests == 0 or added < a.requests:
                 add()
     finally:

@@ -143,6 +143,7 @@ def summary_json(s: Snapshot, kernels: int = 15) -> dict:
     if s.tokens_per_step is not None:  # a batched engine: ms/token is a step's, each sequence's latency
         out["tokens_per_step"] = s.tokens_per_step
         out["steps"] = s.steps_total
+        out["time_to_first_token"] = s.first_token
     out["verdict"], pending = headline(s.diagnosis, s.rolling)
     out["verdict_pending"] = pending or None
     out["history"] = [c.text() for c in s.rolling.history]

@@ -25,8 +25,15 @@ def serving_lines(s) -> Text:
     total = s.throughput_tokens_per_s
     t.append(f"{total:.1f} tok/s in all" if total is not None else "tok/s in all: -", style="bold")
     t.append(f" ({s.tokens_total} tokens)\n", style="dim")
-    t.append(f"per request: a token every {tk.ms_per_token:.2f} ms (the step), {tk.ms_per_token_p99:.2f} at p99; "
-             "time to first token not seen (the engine is watched by its steps, not its requests)\n")
+    t.append(f"per request: a token every {tk.ms_per_token:.2f} ms (the step), {tk.ms_per_token_p99:.2f} at p99; ")
+    ft = getattr(s, "first_token", None)
+    if ft and ft["requests"]:
+        t.append(f"first token after {ft['median_ms']:.1f} ms", style="bold")
+        t.append(f" (median of {ft['requests']} requests, p90 {ft['p90_ms']:.1f})\n", style="dim")
+    elif ft:
+        t.append("no request began in the last 5 s (time to first token: -)\n")
+    else:
+        t.append("time to first token not seen (the engine is watched by its steps, not its requests)\n")
     ceiling, pending = headline(s.diagnosis, s.rolling)
     t.append("verdict on the step: ")
     t.append(ceiling.upper(), style="bold")

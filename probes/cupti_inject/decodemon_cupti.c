@@ -37,6 +37,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -45,7 +46,16 @@
 #define MAX_CONTROL_BYTES (64 * 1024)
 #define KCOLS 16
 #define BUF_BYTES (4u << 20)
-#define MAX_ROWS 2000000
+#define MAX_BUFS 16           /* 64 MiB of CUPTI buffers at most; past it CUPTI counts the records it drops */
+#define MAX_ROWS 400000       /* 400k kernels x 128 B: a frame well under the monitor's 64 MiB limit */
+#define DRAIN_S 0.05          /* a window's records are taken this often while it is open */
+
+/* the kernel record of the CUPTI these headers come with (the library is linked against the same wheel's) */
+#if CUPTI_API_VERSION >= 130400
+typedef CUpti_ActivityKernel13 kernel_rec_t;
+#else
+typedef CUpti_ActivityKernel10 kernel_rec_t;
+#endif
 
 /* ---------------------------------------------------------------- msgpack writer */
 typedef struct {
@@ -90,6 +100,26 @@ static void mp_strn(buf_t *b, const char *s, size_t n) {
     b_put(b, s, n);
 }
 static void mp_str(buf_t *b, const char *s) { mp_strn(b, s, strlen(s)); }
+/* A string from outside this library (argv, a host name) as valid UTF-8: each byte that does not start a valid
+ * sequence becomes '?', so the monitor's decoder, which refuses invalid UTF-8, reads the frame. */
+static void mp_str_utf8(buf_t *b, const char *s, size_t n) {
+    char *t = malloc(n ? n : 1);
+    if (!t) { b->oom = 1; return; }
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        size_t k = u[i] < 0x80 ? 1 : (u[i] & 0xe0) == 0xc0 && u[i] >= 0xc2 ? 2 : (u[i] & 0xf0) == 0xe0 ? 3
+                 : (u[i] & 0xf8) == 0xf0 && u[i] <= 0xf4 ? 4 : 0;
+        int ok = k > 0 && i + k <= n;
+        for (size_t j = 1; ok && j < k; j++) ok = (u[i + j] & 0xc0) == 0x80;
+        if (ok && k == 3) ok = !(u[i] == 0xe0 && u[i + 1] < 0xa0) && !(u[i] == 0xed && u[i + 1] >= 0xa0);
+        if (ok && k == 4) ok = !(u[i] == 0xf0 && u[i + 1] < 0x90) && !(u[i] == 0xf4 && u[i + 1] >= 0x90);
+        if (!ok) { t[i] = '?'; i++; continue; }
+        memcpy(t + i, s + i, k);
+        i += k;
+    }
+    mp_strn(b, t, n);
+    free(t);
+}
 static void mp_int(buf_t *b, int64_t v) {
     if (v >= 0 && v < 128) b_u8(b, (uint8_t)v);
     else if (v < 0 && v >= -32) b_u8(b, (uint8_t)(int8_t)v);
@@ -388,10 +418,20 @@ typedef struct done_buf {
 } done_buf_t;
 static done_buf_t *g_done, **g_done_tail = &g_done;
 static size_t g_records_seen;
+static int g_bufs_out; /* buffers handed to CUPTI or queued, not yet freed */
 
 static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) {
     void *p = NULL;
-    if (posix_memalign(&p, 8, BUF_BYTES) != 0) p = NULL;
+    pthread_mutex_lock(&g_buf_lock);
+    int room = g_bufs_out < MAX_BUFS;
+    g_bufs_out += room;
+    pthread_mutex_unlock(&g_buf_lock);
+    if (room && posix_memalign(&p, 8, BUF_BYTES) != 0) {
+        p = NULL;
+        pthread_mutex_lock(&g_buf_lock);
+        g_bufs_out--;
+        pthread_mutex_unlock(&g_buf_lock);
+    }
     *buffer = p;
     *size = p ? BUF_BYTES : 0;
     *max_records = 0;
@@ -400,7 +440,13 @@ static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *ma
 static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, size_t size, size_t valid) {
     (void)ctx; (void)stream; (void)size;
     done_buf_t *d = malloc(sizeof *d);
-    if (!d) { free(buffer); return; }
+    if (!d) {
+        free(buffer);
+        pthread_mutex_lock(&g_buf_lock);
+        g_bufs_out--;
+        pthread_mutex_unlock(&g_buf_lock);
+        return;
+    }
     d->p = buffer;
     d->valid = valid;
     d->next = NULL;
@@ -422,7 +468,8 @@ static void take_records(window_t *w) {
         while (cuptiActivityGetNextRecord(d->p, d->valid, &rec) == CUPTI_SUCCESS) {
             if (rec->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && rec->kind != CUPTI_ACTIVITY_KIND_KERNEL)
                 continue;
-            const CUpti_ActivityKernel10 *k = (const CUpti_ActivityKernel10 *)rec;
+            const kernel_rec_t *k = (const kernel_rec_t *)rec;
+            if (k->start == 0 || k->end < k->start) { w->dropped++; continue; } /* incomplete: no times */
             int64_t row[KCOLS] = {name_index(w, k->name), (int64_t)k->start, (int64_t)k->end, k->gridX, k->gridY,
                                   k->gridZ, k->blockX, k->blockY, k->blockZ, k->registersPerThread,
                                   k->staticSharedMemory, k->dynamicSharedMemory, k->streamId, k->graphId,
@@ -432,6 +479,9 @@ static void take_records(window_t *w) {
         done_buf_t *next = d->next;
         free(d->p);
         free(d);
+        pthread_mutex_lock(&g_buf_lock);
+        g_bufs_out--;
+        pthread_mutex_unlock(&g_buf_lock);
         d = next;
     }
 }
@@ -457,7 +507,7 @@ static void sleep_s(double s) {
 
 typedef struct {
     int ready;       /* callbacks registered */
-    char error[256]; /* why tracing is unavailable ("" when it is not) */
+    char error[256]; /* why tracing is unavailable: CUPTI refused its callbacks, or the last window failed */
     int64_t windows;
 } tracer_t;
 
@@ -475,38 +525,57 @@ static int tracer_ready(void) {
     return 1;
 }
 
-/* One window by time on this thread: kernels over `seconds`, then flushed until no record has come for 50 ms
- * (at most 1 s: kernels enqueued before the close may still run). 0, or -1 with g_tr.error set. */
-static int trace_window(window_t *w, double seconds, int64_t *t_open, int64_t *t_close, int64_t *host_ns) {
+static size_t records_seen(void) {
+    pthread_mutex_lock(&g_buf_lock);
+    size_t n = g_records_seen;
+    pthread_mutex_unlock(&g_buf_lock);
+    return n;
+}
+
+/* One window by time on this thread: kernels over `seconds` (their records taken every DRAIN_S, so CUPTI's
+ * buffers go back as they fill), then flushed until no record has come for 50 ms (at most 1 s: kernels enqueued
+ * before the close may still run), completed records only, and last a forced flush, whose incomplete records
+ * are dropped. 0, or -1 with `err` set. */
+static int trace_window(window_t *w, double seconds, int64_t *t_open, int64_t *t_close, int64_t *host_ns,
+                        char *err, size_t err_n) {
     uint64_t ts = 0;
     int64_t h0 = mono_ns();
     CUptiResult r = cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
     if (r != CUPTI_SUCCESS) {
-        snprintf(g_tr.error, sizeof g_tr.error, "cuptiActivityEnable: %s", cupti_err(r));
+        snprintf(err, err_n, "cuptiActivityEnable: %s", cupti_err(r));
         return -1;
     }
     cuptiGetTimestamp(&ts);
     *t_open = (int64_t)ts;
-    int64_t h1 = mono_ns();
-    sleep_s(seconds);
-    int64_t h2 = mono_ns();
+    int64_t host = mono_ns() - h0, until = mono_ns() + (int64_t)(seconds * 1e9);
+    while (mono_ns() < until) {
+        int64_t left = until - mono_ns();
+        sleep_s(left < DRAIN_S * 1e9 ? (double)left / 1e9 : DRAIN_S);
+        int64_t d0 = mono_ns();
+        cuptiActivityFlushAll(0);
+        take_records(w);
+        host += mono_ns() - d0;
+    }
+    int64_t c0 = mono_ns();
     cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
     cuptiGetTimestamp(&ts);
     *t_close = (int64_t)ts;
     int64_t t0 = mono_ns(), last = t0;
     size_t seen = (size_t)-1;
     for (;;) {
-        cuptiActivityFlushAll(1);
-        pthread_mutex_lock(&g_buf_lock);
-        size_t now_seen = g_records_seen;
-        pthread_mutex_unlock(&g_buf_lock);
+        cuptiActivityFlushAll(0);
+        take_records(w);
+        size_t now_seen = records_seen();
         int64_t now = mono_ns();
         if (now_seen != seen) { seen = now_seen; last = now; }
         if (now - last >= 50000000LL || now - t0 >= 1000000000LL) break;
         sleep_s(0.01);
     }
+    cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
     take_records(w);
-    *host_ns = (h1 - h0) + (mono_ns() - h2);
+    size_t lost = 0;
+    if (cuptiActivityGetNumDroppedRecords(NULL, 0, &lost) == CUPTI_SUCCESS) w->dropped += lost;
+    *host_ns = host + (mono_ns() - c0);
     return 0;
 }
 
@@ -522,10 +591,24 @@ static int send_all(int fd, const uint8_t *p, size_t n) {
     return 0;
 }
 
+/* One frame behind its 4-byte little-endian length, in one sendmsg where the socket takes it whole (a reader
+ * gets the length and the payload together), the rest by send_all. */
 static int send_frame(int fd, buf_t *b) {
     if (b->oom) return -1;
     uint8_t len[4] = {(uint8_t)b->n, (uint8_t)(b->n >> 8), (uint8_t)(b->n >> 16), (uint8_t)(b->n >> 24)};
-    int rc = send_all(fd, len, 4) || send_all(fd, b->p, b->n) ? -1 : 0;
+    struct iovec iov[2] = {{len, 4}, {b->p, b->n}};
+    struct msghdr m = {0};
+    m.msg_iov = iov;
+    m.msg_iovlen = 2;
+    ssize_t k;
+    do k = sendmsg(fd, &m, MSG_NOSIGNAL); while (k < 0 && errno == EINTR);
+    int rc = -1;
+    if (k >= 0) {
+        size_t sent = (size_t)k;
+        rc = 0;
+        if (sent < 4) rc = send_all(fd, len + sent, 4 - sent) || send_all(fd, b->p, b->n) ? -1 : 0;
+        else if (sent < 4 + b->n) rc = send_all(fd, b->p + (sent - 4), b->n - (sent - 4));
+    }
     b->n = 0;
     return rc;
 }
@@ -550,7 +633,7 @@ static void cmdline(buf_t *b) {
     for (size_t i = 0; i < n; i++) count += raw[i] == 0;
     mp_arr(b, count);
     for (size_t i = 0, s = 0; i < n; i++)
-        if (raw[i] == 0) { mp_strn(b, raw + s, i - s); s = i + 1; }
+        if (raw[i] == 0) { mp_str_utf8(b, raw + s, i - s); s = i + 1; }
 }
 
 /* The device's facts from the CUDA driver that loaded this library (its symbols, found at run time: nothing
@@ -614,7 +697,8 @@ static int send_hello(int fd, buf_t *b) {
     mp_str(b, "argv");
     cmdline(b);
     kv_str(b, "python", "");
-    kv_str(b, "hostname", host);
+    mp_str(b, "hostname");
+    mp_str_utf8(b, host, strlen(host));
     kv_str(b, "cupti_version", ver);
     mp_str(b, "gpu");
     size_t at = b->n;
@@ -673,8 +757,10 @@ static char g_sock_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 static int own_socket_dir(char *dir, size_t n) {
     const char *xdg = getenv("XDG_RUNTIME_DIR");
     struct stat st;
-    if (xdg && *xdg && stat(xdg, &st) == 0 && S_ISDIR(st.st_mode)) snprintf(dir, n, "%s/decodemon", xdg);
-    else snprintf(dir, n, "/tmp/decodemon-%u", (unsigned)getuid());
+    int len;
+    if (xdg && *xdg && stat(xdg, &st) == 0 && S_ISDIR(st.st_mode)) len = snprintf(dir, n, "%s/decodemon", xdg);
+    else len = snprintf(dir, n, "/tmp/decodemon-%u", (unsigned)getuid());
+    if (len < 0 || (size_t)len >= n) return -1; /* a path too long for a socket's address */
     if (mkdir(dir, 0700) != 0 && errno != EEXIST) return -1;
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) return -1;
@@ -683,8 +769,10 @@ static int own_socket_dir(char *dir, size_t n) {
     return fd;
 }
 
+static pid_t g_sock_pid;
+
 static void remove_socket(void) {
-    if (g_sock_path[0]) unlink(g_sock_path);
+    if (g_sock_path[0] && getpid() == g_sock_pid) unlink(g_sock_path); /* not a forked child's exit */
 }
 
 static int listen_socket(void) {
@@ -704,15 +792,16 @@ static int listen_socket(void) {
     if ((size_t)snprintf(a.sun_path, sizeof a.sun_path, "%s/%s", dir, name) >= sizeof a.sun_path) return -1;
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) return -1;
-    mode_t old = umask(0177);
+    /* no umask here (it is the whole process's, and the engine's threads create files too): the directory is
+     * 0700 and this user's, so the socket is out of others' reach until it is made 0600 */
     int rc = bind(fd, (struct sockaddr *)&a, sizeof a);
-    umask(old);
     if (rc != 0 || chmod(a.sun_path, 0600) != 0 || listen(fd, 4) != 0) {
         fprintf(stderr, "decodemon: cannot listen on %s: %s; no traced windows\n", a.sun_path, strerror(errno));
         close(fd);
         return -1;
     }
     memcpy(g_sock_path, a.sun_path, sizeof g_sock_path);
+    g_sock_pid = getpid();
     atexit(remove_socket);
     return fd;
 }
@@ -733,6 +822,13 @@ static void refuse_busy(int lfd, pid_t holder, buf_t *b) {
     int ok;
     peer_pid(fd, &ok);
     if (ok) {
+        /* its Attach first (a monitor sends it on connecting; a Bye before it is read would meet a closed
+         * socket), waiting 200 ms at most: the attached monitor's windows must not wait on a newcomer */
+        static uint8_t drop[MAX_CONTROL_BYTES];
+        struct timeval tv = {0, 200000};
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+        read_frame(fd, drop, sizeof drop, 200);
         char why[96];
         snprintf(why, sizeof why, "busy: monitor pid %d is attached; one monitor at a time", (int)holder);
         send_bye(fd, b, why);
@@ -740,14 +836,26 @@ static void refuse_busy(int lfd, pid_t holder, buf_t *b) {
     close(fd);
 }
 
-/* One attach, from the monitor's Attach to our Bye. */
+static void window_release(window_t *w, buf_t *b) {
+    window_clear(w);
+    free(w->rows);
+    free(w->names);
+    memset(w, 0, sizeof *w);
+    free(b->p); /* a window's frame can be tens of MB: none of it is kept in the engine between windows */
+    memset(b, 0, sizeof *b);
+}
+
+/* One attach, from the monitor's Attach to our Bye (no Bye after a send that failed: the stream may end
+ * mid-frame, and a frame after it would be read as the rest of that one). */
 static void serve(int lfd, int fd, pid_t holder) {
     static uint8_t msg[MAX_CONTROL_BYTES];
     buf_t b = {0};
+    window_t w = {0};
     settings_t s;
     char why[160];
     struct timeval tv = {5, 0};
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv); /* a frame begun and never finished ends the attach */
     ssize_t n = read_frame(fd, msg, sizeof msg, 5000);
     if (n <= 0 || parse_control(msg, (size_t)n, &s, why, sizeof why) != MSG_ATTACH) goto out;
     if (why[0]) {
@@ -759,9 +867,9 @@ static void serve(int lfd, int fd, pid_t holder) {
     if (s.trace) tracer_ready();
     int64_t windows = 0, errors = 0;
     if (send_hello(fd, &b) || send_status(fd, &b, &s, windows, errors)) goto out;
-    window_t w = {0};
     int64_t next = mono_ns() + (int64_t)(0.5e9 < s.window_period_s * 1e9 ? 0.5e9 : s.window_period_s * 1e9);
     const char *reason = "detached";
+    int broken = 0;
     for (;;) {
         int64_t wait_ns = next - mono_ns();
         struct pollfd pf[2] = {{fd, POLLIN, 0}, {lfd, POLLIN, 0}};
@@ -775,29 +883,42 @@ static void serve(int lfd, int fd, pid_t holder) {
             continue;
         }
         if (mono_ns() < next) continue;
-        next = mono_ns() + (int64_t)(s.window_period_s * 1e9);
-        if (!s.trace || !tracer_ready()) continue;
+        if (!s.trace || !tracer_ready()) { next = mono_ns() + (int64_t)(s.window_period_s * 1e9); continue; }
         int64_t t_open, t_close, host_ns;
-        if (trace_window(&w, s.time_window_s, &t_open, &t_close, &host_ns) != 0) {
+        char err[sizeof g_tr.error];
+        int rc = trace_window(&w, s.time_window_s, &t_open, &t_close, &host_ns, err, sizeof err);
+        next = mono_ns() + (int64_t)(s.window_period_s * 1e9); /* the period runs from the window's end */
+        if (rc == 0) {
+            encode_window(&b, &w, g_tr.windows, t_open, t_close, host_ns);
+            if (b.oom) {
+                rc = -1;
+                snprintf(err, sizeof err, "out of memory packing a window of %zu kernels", w.n);
+                b.oom = 0;
+                b.n = 0;
+            }
+        }
+        if (rc != 0) {
+            memcpy(g_tr.error, err, sizeof g_tr.error);
             errors++;
-            if (send_status(fd, &b, &s, windows, errors)) { reason = "monitor went away"; break; }
+            window_release(&w, &b);
+            if (send_status(fd, &b, &s, windows, errors)) { reason = "monitor went away"; broken = 1; break; }
             continue;
         }
-        encode_window(&b, &w, g_tr.windows++, t_open, t_close, host_ns);
-        window_clear(&w);
+        g_tr.error[0] = 0;
+        g_tr.windows++;
         windows++;
-        if (send_frame(fd, &b) || send_status(fd, &b, &s, windows, errors)) { reason = "monitor went away"; break; }
+        if (send_frame(fd, &b)) { reason = "monitor went away"; broken = 1; break; }
+        window_release(&w, &b);
+        if (send_status(fd, &b, &s, windows, errors)) { reason = "monitor went away"; broken = 1; break; }
     }
-    send_bye(fd, &b, reason);
-    window_clear(&w);
-    free(w.rows);
-    free(w.names);
+    if (!broken) send_bye(fd, &b, reason);
 out:
-    free(b.p);
+    window_release(&w, &b);
 }
 
 static void *agent_main(void *arg) {
     (void)arg;
+    pthread_setname_np(pthread_self(), "dm-agent");
     int lfd = listen_socket();
     if (lfd < 0) return NULL;
     for (;;) {
@@ -821,7 +942,7 @@ static void start_agent(void) {
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old); /* the engine's signals stay its own threads' */
-    if (pthread_create(&t, &a, agent_main, NULL) == 0) pthread_setname_np(t, "dm-agent");
+    pthread_create(&t, &a, agent_main, NULL);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     pthread_attr_destroy(&a);
 }
