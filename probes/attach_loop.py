@@ -3,7 +3,7 @@
     on a closed window           collect its records into a KernelWindow (woken at once by the decode thread)
     window (window_period_s)     ask the decode thread for a token window, or trace a window by time here
     pm (pm_pump_s)               decode and evaluate PM samples (after any window in progress is collected)
-    marks (0.25 s)               ship the token marks
+    marks (agent_tick_s)         ship the token marks
     stats (1 s)                  the probe's status (wire.ProbeStatus)
 
 Every system call the agent thread makes gives up the GIL and takes it back, and a take-back from a decode thread
@@ -26,7 +26,6 @@ from decodemon.probes.pm_arm import pump_pm
 from decodemon.probes.schedule import Schedule
 from decodemon.probes.session import foreign_profiler_active
 
-MARKS_PERIOD_S = 0.25
 FIRST_WINDOW_LEAD_TOKENS = 2  # tokens between the process's first CUPTI start-up (agent thread) and its window
 STATS_PERIOD_S = 1.0
 
@@ -52,7 +51,7 @@ class AttachLoop:
         self.sel.register(session.wake_r, selectors.EVENT_READ, "wake")
         now = self.t_start = self.next_tick = time.monotonic()
         self.sched = Schedule(slack_s=self.tick / 2)
-        self.sched.add("marks", MARKS_PERIOD_S, now + MARKS_PERIOD_S)
+        self.sched.add("marks", st.agent_tick_s, now + st.agent_tick_s)  # at every tick the settings ask for
         self.sched.add("stats", STATS_PERIOD_S, now + STATS_PERIOD_S)
         self.sched.add("pm", st.pm_pump_s, now + min(0.5, st.pm_pump_s))  # the first pump half a second in
         self.sched.add("window", st.window_period_s, policy.first_window_at(st, now))
@@ -77,6 +76,12 @@ class AttachLoop:
                 return self.step_aside
             woken, reason = self._wait()
             if reason is not None:
+                if reason == "detached":  # the monitor still reads: the marks since the last tick go before the Bye
+                    self._ship_marks()
+                    self._ship_replays()
+                    if self.out:
+                        held.send_all(self.conn, self.out, 1.0)
+                        self.out.clear()
                 return reason
             now = time.monotonic()
             on_tick = now >= self.next_tick
@@ -85,15 +90,15 @@ class AttachLoop:
             if on_tick:
                 self.next_tick = max(self.next_tick + self.tick, now + self.tick / 2)
             self._note_marks(now)
+            if self.sched.due("marks", now):  # first: the window's clock reads the newest marks shipped
+                self._ship_marks()
+                self._ship_replays()
+                self.sched.ran("marks", now)
             if self.session.tracer is not None and self.session.window_ready.is_set():
                 self._collect_token_window(now)
             self._check_window(now)
             if self.sched.due("pm", now):
                 self._pump(now)
-            if self.sched.due("marks", now):
-                self._ship_marks()
-                self._ship_replays()
-                self.sched.ran("marks", now)
             if self.sched.due("stats", now):
                 self._stats(now)
                 self.sched.ran("stats", now)

@@ -350,8 +350,10 @@ class Attach(msgspec.Struct, frozen=True, tag="attach"):
     # runtime-API records in one window of every N (windows 1, 1+N, ...), the others kernels, copies and memsets
     # only; 1: every window, 0: none (a kernels-only eager window's traced token was 2-16 ms cheaper on an H200)
     api_every: int = 4
-    # seconds between the agent thread's wake-ups (each takes the GIL from a decode thread running Python)
-    agent_tick_s: float = 0.25
+    # seconds between the agent thread's wake-ups (each takes the GIL from a decode thread running Python, and costs
+    # the agent ~0.2-0.5 ms of CPU: on the CPU demo target, ~3,000 marks a second, a tick of 0.25 s read 1.9-2.3
+    # ms of agent CPU a second and one of 0.5 s 1.1-1.6)
+    agent_tick_s: float = 0.5
     # seconds between PM pumps; each pump's libcupti calls cost a decode thread running Python a few switches
     pm_pump_s: float = 1.0
     # the agent's short calls keep the GIL (probes/held.py); False gives it up in each, for A/B runs
