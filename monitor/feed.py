@@ -86,6 +86,8 @@ class Feed:
     coll: deque = field(default_factory=deque)  # (rx_ns, tokens in frame, calls, host ns, bytes) per TokenMarks
     # a batched engine's requests' times to their first token: (rx_ns, ms) per request, the newest 20,000
     first_tokens: deque = field(default_factory=lambda: deque(maxlen=20_000))
+    # the observer's steps that could slow a token: (start, end, step index into wire.OBSERVER_STEPS), marks' clock
+    observer: deque = field(default_factory=lambda: deque(maxlen=20_000))
     windows: deque = field(default_factory=deque)  # (rx_ns, KernelWindow)
     pm: Ring = None  # rows: PM_COLS
     pm_window: Ring = None  # rows: PM_COLS, the samples evaluated only for traced windows' spans (not averaged)
@@ -122,6 +124,9 @@ class Feed:
             self.marks.extend(np.vstack([t[:n], np.full(n, rx_ns, np.int64), d[:n],
                                          b[:n] if b is not None else np.ones(n, np.int64)]))
             self.batch_tokens_seen += int(b[:n].sum()) if b is not None else n
+            if frame.observer_ns is not None:
+                ob = frame.observer_ns.array().astype(np.int64)
+                self.observer.extend(map(tuple, ob[: len(ob) // 3 * 3].reshape(-1, 3).tolist()))
             if frame.first_token_ns is not None:
                 self.first_tokens.extend((rx_ns, v / 1e6) for v in frame.first_token_ns.array().tolist())
             if frame.coll_calls is not None:

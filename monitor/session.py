@@ -21,7 +21,7 @@ from decodemon.monitor.analysis.collectives import host_clock_times_collectives
 from decodemon.monitor.analysis.rates import (burst_stats, dram_bytes_per_s, gpu_step_stats, marks_enqueued,
                                               marks_in_bursts, step_bytes, traced_dram_ratio)
 from decodemon.monitor.analysis.tokens import (TokenStats, counter_intervals, counter_stats, counter_throughput,
-                                              replay_stats, token_stats)
+                                              observed_tokens, observer_slowed, replay_stats, token_stats)
 from decodemon.monitor.analysis.window import WindowMetrics, window_metrics
 from decodemon.monitor.feed import Feed
 from decodemon.monitor.rolling import Rolling, advance
@@ -143,6 +143,7 @@ class Session:
         self._clock = ""
         self._bytes: tuple = (None, None)
         self._step_bytes: float | None = None  # DRAM bytes a traced GPU step moved (windows timed by the GPU)
+        self._slowed: dict | None = None  # the span's tokens the observer's steps overlapped (analysis.tokens)
         self._pm_verdict_rx = -(10**18)
         # the device's copy bandwidth measured outside the target (probes/copy_bandwidth), when the source has it
         self.copy_gbs: float | None = None
@@ -246,7 +247,10 @@ class Session:
             return ts, ("server_metrics" if ts is not None else "")
         marked = since if len(f.token_times_ns(since)) else 0  # nothing marked in the span: all the marks kept
         marks = f.token_times_ns(marked)
-        ts = token_stats(marks)
+        # tokens the observer's own steps overlapped are not the loop's speed: left out, and billed to it
+        spans = [sp for sp in f.observer if sp[1] > marks[0] and sp[0] < marks[-1]] if len(marks) else []
+        self._slowed = observer_slowed(marks, spans, wire.OBSERVER_STEPS) if spans else None
+        ts = token_stats(marks, observed_tokens(marks, spans) if spans else None)
         # the marks are the engine's mark_token calls, or the closes of the NVTX range the attach named
         rng = self.feed.status.token_range
         marks_clock = f"nvtx_range:{rng}" if rng else "mark_token"
@@ -412,8 +416,13 @@ class Session:
                              traced_busy_pct=sum(c.traced_busy_pct * c.samples for c in checks) / n)
 
     def observer_cost(self, ts: TokenStats | None) -> dict | None:
-        """What the traced windows cost the decode thread (analysis/observer.py)."""
-        return observer_cost(self.metrics, self.feed.state, ts)
+        """What the traced windows cost the decode thread (analysis/observer.py), and the tokens the observer's
+        steps overlapped in the span (left out of the loop's figures)."""
+        cost = observer_cost(self.metrics, self.feed.state, ts)
+        if self._slowed is None:
+            return cost
+        s = self._slowed
+        return {**(cost or {}), "slowed_tokens": s["tokens"], "slowed_extra_ms": s["extra_ms"], "slowed_by": s["by"]}
 
     def series(self, rx: int, points: int = 60, step_ns: int = 500_000_000) -> dict:
         """Recent history in `step_ns` bins (analysis/series.py)."""

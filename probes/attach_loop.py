@@ -174,7 +174,10 @@ class AttachLoop:
         lead = st.prepare_lead_tokens
         if PROCESS.windows_in_process == 0 and st.prepare_first_window:
             lead = max(lead, FIRST_WINDOW_LEAD_TOKENS)
+        t0 = time.perf_counter_ns()
         prep_ns = s.prepare_window() if lead > 0 else 0
+        if prep_ns:
+            s.observer.append((t0, time.perf_counter_ns(), 1))
         if self.ev is not None:
             self.ev.add("prepare", prep_ns)
         self.open_after = self.tokens() + (lead if prep_ns else 0)
@@ -200,6 +203,7 @@ class AttachLoop:
             s.pending_detach = None
         tr = s.tracer
         s.timed_window = True
+        t0 = time.perf_counter_ns()
         try:
             tr.trace_for(policy.time_window_s(self.settings.time_window_s, self.recent_marks))
         except Exception as exc:
@@ -208,6 +212,7 @@ class AttachLoop:
             return
         finally:
             s.timed_window = False
+            s.observer.append((t0, time.perf_counter_ns(), 4))
         self._collect(now, guard_tokens=0, clock="time")
 
     def _collect_token_window(self, now: float) -> None:
@@ -217,6 +222,7 @@ class AttachLoop:
     def _collect(self, now: float, guard_tokens: int, clock: str) -> None:
         s = self.session
         PROCESS.windows_in_process += 1  # counted here, in the agent thread, not at the decode thread's boundary
+        t0 = time.perf_counter_ns()
         try:
             t_col = time.time_ns()
             with held.GilPolite():
@@ -235,6 +241,7 @@ class AttachLoop:
                             *(ln.get(k, -1) for k in ("open", "flush", "finalize")))
         except Exception as exc:
             s.errors.append(f"trace collect: {type(exc).__name__}: {exc}")
+        s.observer.append((t0, time.perf_counter_ns(), 2))
         # a finalize may have taken PM down: pump (and re-arm) soon, once the sample over the window's last token
         # has completed (2 ms at the default interval)
         self.sched.due_at("pm", now + max(0.01, 2e-6 * self.settings.pm_interval_us))
@@ -246,8 +253,10 @@ class AttachLoop:
         s = self.session
         if now < self.sched.next_at("pm") + 0.5 and (self.open_after is not None or s.window_in_progress()):
             return
-        t_pump = time.time_ns()
+        t_pump, t0 = time.time_ns(), time.perf_counter_ns()
         frames = pump_pm(s, self.status)
+        if s.pm is not None:  # PM in this process: its pump ran here
+            s.observer.append((t0, time.perf_counter_ns(), 3))
         if self.ev is not None and s.pm is not None:
             pm = s.pm
             if not getattr(pm, "logged", True):  # armed (or re-armed after a finalize) since the last pump
@@ -279,11 +288,11 @@ class AttachLoop:
 
     def _ship_marks(self) -> None:
         s = self.session
-        t, d, c, b, ft = s.marks_t, s.marks_d, s.marks_c, s.marks_b, s.first_tokens
-        s.marks_t, s.marks_d, s.marks_c, s.marks_b, s.first_tokens = [], [], [], [], []
-        self.shipped += len(t)
-        if not t:
+        if not s.marks_t:  # nothing to ship: what else is queued waits for the next marks
             return
+        t, d, c, b, ft, ob = s.marks_t, s.marks_d, s.marks_c, s.marks_b, s.first_tokens, s.observer
+        s.marks_t, s.marks_d, s.marks_c, s.marks_b, s.first_tokens, s.observer = [], [], [], [], [], []
+        self.shipped += len(t)
         self.recent_marks.extend(t)
         extra = {}
         if c:
@@ -300,10 +309,14 @@ class AttachLoop:
             extra["batch"] = wire.Column.of(batch)
         if ft:
             extra["first_token_ns"] = wire.Column.of(ft)
+        if ob:
+            extra["observer_ns"] = wire.Column.of([v for row in ob for v in row])
         self.out += wire.pack(wire.TokenMarks(t_ns=wire.Column.of(t), depth=wire.Column.of(d[: len(t)]), **extra))
 
     def _stats(self, now: float) -> None:
         s, st, status = self.session, self.settings, self.status
+        if len(s.observer) > 1000:  # a loop that marks nothing ships none of them: keep the newest
+            del s.observer[:-1000]
         waits = s.switches.per_s(s.decode_tid, now)
         if waits is not None:  # the decode thread's voluntary switches a second (held.SwitchCounter)
             status["decode_waits_per_s"] = round(waits, 1)

@@ -58,6 +58,9 @@ class Session:
         self.marks_b: list[tuple] = []  # (index into marks_t, tokens) for marks that stand for more than one token
         self.marks_c: list[tuple] = []  # (index into marks_t, calls, ns, bytes) for tokens with collectives
         self.first_tokens: list[int] = []  # a batched engine's requests' times to their first token (ns)
+        # the observer's steps in this attach: (start, end, wire.OBSERVER_STEPS index), perf_counter ns
+        self.observer: list[tuple[int, int, int]] = []
+        self._window_t0 = 0  # when the decode thread began opening the window in progress
         self.pending_detach = None
         self.skipped_windows = 0
         self.coll = [0, 0, 0]
@@ -204,6 +207,7 @@ class Session:
             tr.close()
             tr.flush()
             tr.detach()
+            self.observer.append((self._window_t0, time.perf_counter_ns(), 0))  # its tokens, traced: "window"
             self.window_ready.set()
             self.wake()
         else:
@@ -216,6 +220,7 @@ class Session:
             return
         self.guard = 1 if guard_for_window(getattr(tr, "needs_guard", True)) else 0
         self.tokens_left = self.settings.window_tokens + self.guard  # see wire.KernelWindow
+        self._window_t0 = time.perf_counter_ns()
         tr.open()
 
     def finish(self, at_boundary: bool = True) -> None:

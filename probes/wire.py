@@ -150,6 +150,14 @@ class TokenMarks(msgspec.Struct, frozen=True, tag="tokens"):
     # a batched engine's requests whose first token came in these steps: each one's time to that token, from the
     # request's arrival in the engine (ns; an adapter that sees requests gives them)
     first_token_ns: Union[Column, None] = None
+    # what the observer did meanwhile that could slow a token: rows of (start, end, step) flattened, start and end
+    # on the marks' clock (perf_counter ns), step an index into OBSERVER_STEPS
+    observer_ns: Union[Column, None] = None
+
+
+# the observer's steps that hold the decode thread or its GIL: a traced window on the decode thread (open to
+# close), and the agent thread's CUPTI start-up, window collect, PM pump and window by time
+OBSERVER_STEPS = ("window", "prepare", "collect", "pump", "time_window")
 
 
 class KernelWindow(msgspec.Struct, frozen=True, tag="window"):

@@ -7,6 +7,8 @@ which was not lent; everything here runs real processes on the CPU.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import time
 import sys
@@ -43,11 +45,27 @@ def test_tp_that_does_not_divide_the_heads_is_one_line():
     assert_one_line_error(r)
 
 
+def kill_ranks(e: Engine) -> None:
+    """Kill a TP engine (rank 0, under its `decodemon run` wrapper), its other ranks first: a TERM'd rank 0 waits
+    ~10 s on its collective's timeout for the rank that left. The wrapper then ends with its child."""
+    for pid in subprocess.run(["pgrep", "-P", str(e.pid)], capture_output=True, text=True).stdout.split():
+        os.kill(int(pid), signal.SIGKILL)
+    try:
+        os.kill(e.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    try:
+        e.proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        e.proc.kill()
+        e.proc.communicate()
+
+
 @pytest.fixture
 def tp2():
     e = Engine("--tp", "2")
     yield e
-    e.stop()
+    kill_ranks(e)
 
 
 def test_one_view_over_all_ranks_from_any_rank(tp2):
@@ -92,7 +110,7 @@ def test_serial_fraction_from_two_recordings(tmp_path):
             r = cli("record", e.pid, "-o", recs[tp], "--seconds", "2", timeout=60)
             assert r.returncode == 0, r.stderr
         finally:
-            e.stop()
+            kill_ranks(e)
     r = cli("scaling", recs[1], recs[2], "--json")
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)

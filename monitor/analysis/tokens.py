@@ -18,15 +18,47 @@ class TokenStats:
     tokens_per_s: float
 
 
-def token_stats(t_ns: np.ndarray) -> TokenStats | None:
+def observed_tokens(t_ns: np.ndarray, spans) -> np.ndarray:
+    """Which tokens (the intervals between consecutive boundaries `t_ns`, in order) overlap one of the observer's
+    steps `spans` ((start, end, step) rows on the same clock): one bool a token."""
+    t = np.asarray(t_ns, dtype=np.int64)
+    hit = np.zeros(max(len(t) - 1, 0), dtype=bool)
+    if len(t) < 2:
+        return hit
+    for a, b, _ in spans:
+        lo = int(np.searchsorted(t[1:], a, side="right"))  # the first token that ends after the step starts
+        hi = int(np.searchsorted(t[:-1], b, side="left"))  # the tokens that start before it ends
+        hit[lo:hi] = True
+    return hit
+
+
+def observer_slowed(t_ns: np.ndarray, spans, names: tuple[str, ...]) -> dict | None:
+    """The tokens the observer's steps overlapped: how many, the ms they took beyond the median of the others,
+    and which steps; None when none did (or too few others are left to read the loop by)."""
+    hit = observed_tokens(t_ns, spans)
+    if not hit.any() or (~hit).sum() < 2:
+        return None
+    d = np.diff(np.asarray(t_ns, dtype=np.int64)) / 1e6
+    med = float(np.median(d[~hit]))
+    t = np.asarray(t_ns, dtype=np.int64)
+    by = sorted({names[int(k)] if 0 <= int(k) < len(names) else str(k) for a, b, k in spans
+                 if np.any((t[1:] > a) & (t[:-1] < b))})
+    return {"tokens": int(hit.sum()), "extra_ms": round(float(np.clip(d[hit] - med, 0, None).sum()), 2), "by": by}
+
+
+def token_stats(t_ns: np.ndarray, observed: np.ndarray | None = None) -> TokenStats | None:
     """ms/token (median, p90, p99) and tokens/s from token boundaries; None with fewer than 3.
 
     Repeated boundaries (zero-length tokens) are dropped; tokens/s is over the mean token, so a slow token
-    lowers it where the median would not move.
+    lowers it where the median would not move. `observed` (a bool a token, `observed_tokens`) leaves out the
+    tokens the observer's own steps overlapped, while at least two others remain: the loop's speed is not the
+    observer's stall.
     """
     if len(t_ns) < 3:
         return None
     d = np.diff(np.asarray(t_ns, dtype=np.int64)) / 1e6
+    if observed is not None and len(observed) == len(d) and ((d > 0) & ~observed).sum() >= 2:
+        d = d[~observed]
     d = d[d > 0]
     if len(d) < 2:
         return None

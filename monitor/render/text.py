@@ -24,11 +24,22 @@ def diagnose_text(d: Diagnosis) -> str:
     return "\n".join(lines)
 
 
+def slowed_part(o: dict | None) -> str | None:
+    """The tokens the observer's steps overlapped, in words, or None."""
+    if not o or not o.get("slowed_tokens"):
+        return None
+    n = o["slowed_tokens"]
+    return (f"the observer overlapped {n} token{'s' if n != 1 else ''} ({', '.join(o['slowed_by'])}): "
+            f"+{o['slowed_extra_ms']:.1f} ms over the others' median, left out of the loop's figures")
+
+
 def observer_parts(o: dict | None) -> list[str]:
     """Session.observer_cost in words: ["watching: 21.5 ms probe + 46.4 ms tracing per window", ", one per 3.9 s =
-    1.8% of the loop"] (the second only with the time between windows; nothing without the probe's own time)."""
+    1.8% of the loop"] (the second only with the time between windows; nothing without the probe's own time),
+    then the tokens the observer's steps overlapped (slowed_part)."""
+    slowed = slowed_part(o)
     if not o or o.get("probe_ms_per_window") is None:
-        return []
+        return [slowed] if slowed else []
     parts = [f"watching: {o['probe_ms_per_window']:.1f} ms probe + {o['tracing_ms_per_window']:.1f} ms tracing "
              "per window"]
     if o.get("cupti_start_off_thread_ms"):
@@ -39,4 +50,6 @@ def observer_parts(o: dict | None) -> list[str]:
         parts.append(f"; the decode thread blocked {o['decode_waits_per_s']:.0f}×/s (waits for the GIL, its own too)")
     if o.get("agent_cpu_ms_per_s") is not None:
         parts.append(f"; the agent thread used {o['agent_cpu_ms_per_s']:.0f} ms of CPU a second")
+    if slowed:
+        parts.append(f"; {slowed}")
     return parts
