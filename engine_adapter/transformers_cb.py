@@ -41,7 +41,10 @@ def _wrap(original):
             # time to first token, from its arrival (created_time, perf_counter's clock, as the engine stamps it)
             try:
                 now = time.perf_counter()
-                first = [now - fs.state.created_time for fs in stepped if not fs.state.generated_tokens]
+                # a request the engine re-queued (evicted, or a child it could not fork) starts again with no
+                # token and its own created_time, but made its first token long before: not counted again
+                first = [now - fs.state.created_time for fs in stepped
+                         if not fs.state.generated_tokens and not getattr(fs.state, "_true_initial_tokens", 0)]
             except Exception:
                 first = []
             if first:

@@ -24,7 +24,7 @@ from decodemon.probes import held, policy, wire
 from decodemon.probes.facts import PROCESS
 from decodemon.probes.pm_arm import pump_pm
 from decodemon.probes.schedule import Schedule
-from decodemon.probes.session import foreign_profiler_active
+from decodemon.probes.session import foreign_profiler_active, take_front
 
 FIRST_WINDOW_LEAD_TOKENS = 2  # tokens between the process's first CUPTI start-up (agent thread) and its window
 STATS_PERIOD_S = 1.0
@@ -130,7 +130,7 @@ class AttachLoop:
 
     def tokens(self) -> int:
         """Token marks so far in this attach (shipped and queued)."""
-        return self.shipped + len(self.session.marks_t)
+        return self.shipped + len(self.session.marks)
 
     def _note_marks(self, now: float) -> None:
         n = self.tokens()
@@ -288,30 +288,26 @@ class AttachLoop:
 
     def _ship_marks(self) -> None:
         s = self.session
-        if not s.marks_t:  # nothing to ship: what else is queued waits for the next marks
+        rows = take_front(s.marks)
+        if not rows:  # nothing to ship: what else is queued waits for the next marks
             return
-        t, d, c, b, ft, ob = s.marks_t, s.marks_d, s.marks_c, s.marks_b, s.first_tokens, s.observer
-        s.marks_t, s.marks_d, s.marks_c, s.marks_b, s.first_tokens, s.observer = [], [], [], [], [], []
-        self.shipped += len(t)
+        ft, ob = take_front(s.first_tokens), take_front(s.observer)
+        self.shipped += len(rows)
+        t = [r[0] for r in rows]
         self.recent_marks.extend(t)
         extra = {}
-        if c:
-            calls, ns, nb = [0] * len(t), [0] * len(t), [0] * len(t)
-            for i, n_, t_, b_ in c:
-                if i < len(t):
-                    calls[i], ns[i], nb[i] = n_, t_, b_
-            extra = dict(coll_calls=wire.Column.of(calls), coll_ns=wire.Column.of(ns), coll_bytes=wire.Column.of(nb))
-        if b:  # a batched engine's steps: the tokens each made (a mark with none noted made one)
-            batch = [1] * len(t)
-            for i, n_ in b:
-                if i < len(t):
-                    batch[i] = n_
-            extra["batch"] = wire.Column.of(batch)
+        if any(r[3] is not None for r in rows):
+            calls, ns, nb = zip(*[r[3] or (0, 0, 0) for r in rows])
+            extra = dict(coll_calls=wire.Column.of(list(calls)), coll_ns=wire.Column.of(list(ns)),
+                         coll_bytes=wire.Column.of(list(nb)))
+        if any(r[2] is not None for r in rows):  # a batched engine's steps: the tokens each made (none noted: one)
+            extra["batch"] = wire.Column.of([1 if r[2] is None else r[2] for r in rows])
         if ft:
             extra["first_token_ns"] = wire.Column.of(ft)
         if ob:
             extra["observer_ns"] = wire.Column.of([v for row in ob for v in row])
-        self.out += wire.pack(wire.TokenMarks(t_ns=wire.Column.of(t), depth=wire.Column.of(d[: len(t)]), **extra))
+        self.out += wire.pack(wire.TokenMarks(t_ns=wire.Column.of(t), depth=wire.Column.of([r[1] for r in rows]),
+                                              **extra))
 
     def _stats(self, now: float) -> None:
         s, st, status = self.session, self.settings, self.status

@@ -16,6 +16,15 @@ from decodemon.probes import hooks, held, policy, wire
 from decodemon.probes.facts import PROCESS
 
 
+def take_front(q: list) -> list:
+    """The items of `q` there now, removed from it; items another thread appends meanwhile stay for next time
+    (two list operations, each atomic under the GIL, on a list that is never replaced)."""
+    n = len(q)
+    items = q[:n]
+    del q[:n]
+    return items
+
+
 class Active:
     """The session the decode thread's marks go to (None while dormant), swapped under `lock`."""
 
@@ -53,10 +62,11 @@ class Session:
     def __init__(self, settings: wire.Attach, tracer) -> None:
         self.settings = settings
         self.started = time.monotonic()
-        self.marks_t: list[int] = []
-        self.marks_d: list[int] = []
-        self.marks_b: list[tuple] = []  # (index into marks_t, tokens) for marks that stand for more than one token
-        self.marks_c: list[tuple] = []  # (index into marks_t, calls, ns, bytes) for tokens with collectives
+        # the marks not yet shipped, one row each: (perf_counter ns, depth, a batched engine's tokens in the step
+        # or None, (calls, ns, bytes) of the collectives since the last mark or None). The decode thread appends
+        # whole rows; the agent takes them from the front (take_front): a list is never swapped under a thread
+        # that is about to append to it, so no row is lost and no column goes out of line
+        self.marks: list[tuple] = []
         self.first_tokens: list[int] = []  # a batched engine's requests' times to their first token (ns)
         # the observer's steps in this attach: (start, end, wire.OBSERVER_STEPS index), perf_counter ns
         self.observer: list[tuple[int, int, int]] = []
@@ -176,14 +186,11 @@ class Session:
             detach_tracer(old, self.errors)
         if self.decode_tid is None:
             self.decode_tid = threading.get_native_id()  # the thread that marks tokens: the decode thread
-        self.marks_t.append(time.perf_counter_ns())
-        self.marks_d.append(depth)
-        if batch is not None:  # a batched engine's step (a batch of one too): kept apart, as marks_c keeps collectives
-            self.marks_b.append((len(self.marks_t) - 1, batch))
         c = self.coll
         if c[0]:
-            self.marks_c.append((len(self.marks_t) - 1, c[0], c[1], c[2]))
             self.coll = [0, 0, 0]
+        # a batched engine's step (a batch of one too) carries its tokens; mark_token's marks carry None
+        self.marks.append((time.perf_counter_ns(), depth, batch, (c[0], c[1], c[2]) if c[0] else None))
         tr = self.tracer
         if tr is None or self.timed_window or self.window_ready.is_set():
             return

@@ -78,3 +78,25 @@ def test_a_step_is_marked_with_its_requests_and_their_kv_positions_summed(monkey
     wrapped = transformers_cb._wrap(lambda self: ("not a list of requests", [], None))
     wrapped(None)  # a shape the adapter does not know: no mark, no exception
     assert seen == [(2, 140)]
+
+
+def test_a_requests_first_token_is_timed_from_its_arrival_and_a_requeued_one_not_again(monkeypatch):
+    """A request with no token yet gets its first in the step marked: its wait from created_time goes out beside the
+    step. One the engine re-queued (evicted, or a child it could not fork: `_true_initial_tokens` set) starts with
+    no token again and a new created_time; it made its first token long before and is not counted twice."""
+    import time as _time
+    from types import SimpleNamespace as NS
+
+    from decodemon.engine_adapter import transformers_cb
+    from decodemon.probes import agent
+
+    firsts = []
+    monkeypatch.setattr(agent, "mark_step", lambda tokens, depth=0: None)
+    monkeypatch.setattr(agent, "note_first_tokens", firsts.extend)
+    now = _time.perf_counter()
+    reqs = [NS(has_new_token=True, state=NS(position_offset=5, generated_tokens=[], created_time=now - 0.25)),
+            NS(has_new_token=True, state=NS(position_offset=9, generated_tokens=[7], created_time=now - 9.0)),
+            NS(has_new_token=True, state=NS(position_offset=30, generated_tokens=[], created_time=now - 0.01,
+                                            _true_initial_tokens=12))]
+    transformers_cb._wrap(lambda self: (reqs, [1, 2, 3], None))(None)
+    assert len(firsts) == 1 and 0.25 <= firsts[0] < 1.0

@@ -96,3 +96,33 @@ def test_the_agent_ships_its_window_and_collect_beside_the_marks_they_overlap(mo
     inside = marks[(marks >= win[0]) & (marks <= win[1])]
     assert len(inside) >= 1  # the traced token's closing mark falls in the window's span
     assert observed_tokens(marks, [tuple(win)]).sum() >= 1
+
+
+def test_steps_noted_while_no_token_came_wait_for_the_next_marks_and_a_detach_ships_the_last_marks():
+    from decodemon.probes import attach_loop
+
+    mine, theirs = socket.socketpair()
+    s = sess.Session(wire.Attach(trace=False, pm=False, agent_tick_s=1.0), None)
+    loop = attach_loop.AttachLoop(mine, wire.StreamReader(), s, {}, None)
+    s.observer.append((1, 2, 3))
+    loop._ship_marks()
+    assert not loop.out and s.observer == [(1, 2, 3)]  # nothing shipped, nothing dropped
+    s.on_token(4)
+    loop._ship_marks()
+    (frame,) = [wire.decode_frame(p) for p in wire.StreamReader().feed(bytes(loop.out))]
+    assert frame.observer_ns.array().tolist() == [1, 2, 3] and len(frame.t_ns.array()) == 1 and s.observer == []
+    mine.close()
+    theirs.close()
+    # a detach between two ticks: the marks since the last tick reach the monitor before the Bye
+    s = sess.Session(wire.Attach(trace=False, pm=False, agent_tick_s=1.0), None)
+    loop, result, got, theirs = _run_agent_loop(s)
+    time.sleep(0.1)
+    for _ in range(5):
+        s.on_token(1)
+    theirs.sendall(wire.pack(wire.Detach()))
+    loop.join(5)
+    assert result == ["detached"]
+    time.sleep(0.1)
+    marks = [f for f in (wire.decode_frame(p) for p in wire.StreamReader().feed(bytes(got)))
+             if isinstance(f, wire.TokenMarks)]
+    assert sum(len(f.t_ns.array()) for f in marks) == 5

@@ -18,31 +18,41 @@ class TokenStats:
     tokens_per_s: float
 
 
+def _overlaps(t: np.ndarray, spans) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For each of the observer's steps `spans` ((start, end, step) rows), the range [lo, hi) of the tokens between
+    the boundaries `t` that it overlaps (a token that only touches it is not in it); and the steps' kinds."""
+    sp = np.asarray(spans, dtype=np.int64).reshape(-1, 3)
+    lo = np.searchsorted(t[1:], sp[:, 0], side="right")  # the first token that ends after the step starts
+    hi = np.searchsorted(t[:-1], sp[:, 1], side="left")  # past the last token that starts before it ends
+    return lo, hi, sp[:, 2]
+
+
 def observed_tokens(t_ns: np.ndarray, spans) -> np.ndarray:
     """Which tokens (the intervals between consecutive boundaries `t_ns`, in order) overlap one of the observer's
     steps `spans` ((start, end, step) rows on the same clock): one bool a token."""
     t = np.asarray(t_ns, dtype=np.int64)
-    hit = np.zeros(max(len(t) - 1, 0), dtype=bool)
-    if len(t) < 2:
-        return hit
-    for a, b, _ in spans:
-        lo = int(np.searchsorted(t[1:], a, side="right"))  # the first token that ends after the step starts
-        hi = int(np.searchsorted(t[:-1], b, side="left"))  # the tokens that start before it ends
-        hit[lo:hi] = True
-    return hit
+    n = max(len(t) - 1, 0)
+    if n == 0 or not len(spans):
+        return np.zeros(n, dtype=bool)
+    lo, hi, _ = _overlaps(t, spans)
+    keep = hi > lo
+    edges = np.zeros(n + 1, dtype=np.int64)
+    np.add.at(edges, lo[keep], 1)
+    np.add.at(edges, hi[keep], -1)
+    return np.cumsum(edges[:-1]) > 0
 
 
 def observer_slowed(t_ns: np.ndarray, spans, names: tuple[str, ...]) -> dict | None:
     """The tokens the observer's steps overlapped: how many, the ms they took beyond the median of the others,
     and which steps; None when none did (or too few others are left to read the loop by)."""
-    hit = observed_tokens(t_ns, spans)
+    t = np.asarray(t_ns, dtype=np.int64)
+    hit = observed_tokens(t, spans)
     if not hit.any() or (~hit).sum() < 2:
         return None
-    d = np.diff(np.asarray(t_ns, dtype=np.int64)) / 1e6
+    d = np.diff(t) / 1e6
     med = float(np.median(d[~hit]))
-    t = np.asarray(t_ns, dtype=np.int64)
-    by = sorted({names[int(k)] if 0 <= int(k) < len(names) else str(k) for a, b, k in spans
-                 if np.any((t[1:] > a) & (t[:-1] < b))})
+    lo, hi, kind = _overlaps(t, spans)
+    by = sorted({names[int(k)] if 0 <= int(k) < len(names) else str(int(k)) for k in kind[hi > lo]})
     return {"tokens": int(hit.sum()), "extra_ms": round(float(np.clip(d[hit] - med, 0, None).sum()), 2), "by": by}
 
 
