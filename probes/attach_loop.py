@@ -24,7 +24,7 @@ from decodemon.probes import held, policy, wire
 from decodemon.probes.facts import PROCESS
 from decodemon.probes.pm_arm import pump_pm
 from decodemon.probes.schedule import Schedule
-from decodemon.probes.session import foreign_profiler_active, take_front
+from decodemon.probes.session import MARK_FIELDS, foreign_profiler_active, take_front
 
 FIRST_WINDOW_LEAD_TOKENS = 2  # tokens between the process's first CUPTI start-up (agent thread) and its window
 STATS_PERIOD_S = 1.0
@@ -130,7 +130,7 @@ class AttachLoop:
 
     def tokens(self) -> int:
         """Token marks so far in this attach (shipped and queued)."""
-        return self.shipped + len(self.session.marks)
+        return self.shipped + self.session.marks_queued
 
     def _note_marks(self, now: float) -> None:
         n = self.tokens()
@@ -288,26 +288,25 @@ class AttachLoop:
 
     def _ship_marks(self) -> None:
         s = self.session
-        rows = take_front(s.marks)
-        if not rows:  # nothing to ship: what else is queued waits for the next marks
+        flat = take_front(s.marks, MARK_FIELDS)
+        if not flat:  # nothing to ship: what else is queued waits for the next marks
             return
         ft, ob = take_front(s.first_tokens), take_front(s.observer)
-        self.shipped += len(rows)
-        t = [r[0] for r in rows]
-        self.recent_marks.extend(t)
+        t, d, b, c = (flat[k::MARK_FIELDS] for k in range(MARK_FIELDS))  # columns as strided slices, in C
+        n = len(t)
+        self.shipped += n
+        self.recent_marks.extend(t[-policy.BURST_MARKS:])
         extra = {}
-        if any(r[3] is not None for r in rows):
-            calls, ns, nb = zip(*[r[3] or (0, 0, 0) for r in rows])
-            extra = dict(coll_calls=wire.Column.of(list(calls)), coll_ns=wire.Column.of(list(ns)),
-                         coll_bytes=wire.Column.of(list(nb)))
-        if any(r[2] is not None for r in rows):  # a batched engine's steps: the tokens each made (none noted: one)
-            extra["batch"] = wire.Column.of([1 if r[2] is None else r[2] for r in rows])
+        if c.count(None) != n:
+            calls, ns, nb = zip(*[x or (0, 0, 0) for x in c])
+            extra = dict(coll_calls=wire.Column.of(calls), coll_ns=wire.Column.of(ns), coll_bytes=wire.Column.of(nb))
+        if b.count(None) != n:  # a batched engine's steps: the tokens each made (none noted: one)
+            extra["batch"] = wire.Column.of([1 if x is None else x for x in b])
         if ft:
             extra["first_token_ns"] = wire.Column.of(ft)
         if ob:
             extra["observer_ns"] = wire.Column.of([v for row in ob for v in row])
-        self.out += wire.pack(wire.TokenMarks(t_ns=wire.Column.of(t), depth=wire.Column.of([r[1] for r in rows]),
-                                              **extra))
+        self.out += wire.pack(wire.TokenMarks(t_ns=wire.Column.of(t), depth=wire.Column.of(d), **extra))
 
     def _stats(self, now: float) -> None:
         s, st, status = self.session, self.settings, self.status

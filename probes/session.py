@@ -16,10 +16,13 @@ from decodemon.probes import hooks, held, policy, wire
 from decodemon.probes.facts import PROCESS
 
 
-def take_front(q: list) -> list:
-    """The items of `q` there now, removed from it; items another thread appends meanwhile stay for next time
-    (two list operations, each atomic under the GIL, on a list that is never replaced)."""
-    n = len(q)
+MARK_FIELDS = 4  # values a mark adds to Session.marks
+
+
+def take_front(q: list, stride: int = 1) -> list:
+    """The items of `q` there now (a whole number of `stride`-item records), removed from it; what another thread
+    adds meanwhile stays for next time (list operations, each atomic under the GIL, on a list never replaced)."""
+    n = len(q) // stride * stride
     items = q[:n]
     del q[:n]
     return items
@@ -62,11 +65,12 @@ class Session:
     def __init__(self, settings: wire.Attach, tracer) -> None:
         self.settings = settings
         self.started = time.monotonic()
-        # the marks not yet shipped, one row each: (perf_counter ns, depth, a batched engine's tokens in the step
-        # or None, (calls, ns, bytes) of the collectives since the last mark or None). The decode thread appends
-        # whole rows; the agent takes them from the front (take_front): a list is never swapped under a thread
-        # that is about to append to it, so no row is lost and no column goes out of line
-        self.marks: list[tuple] = []
+        # the marks not yet shipped, MARK_FIELDS values each, flat: perf_counter ns, depth, a batched engine's
+        # tokens in the step or None, (calls, ns, bytes) of the collectives since the last mark or None. The
+        # decode thread extends it by a whole mark at once (one C call under the GIL); the agent takes whole marks
+        # from the front (take_front): the list is never swapped under a thread about to add to it, so no mark is
+        # lost and no column goes out of line, and its columns are strided slices (no per-mark Python)
+        self.marks: list = []
         self.first_tokens: list[int] = []  # a batched engine's requests' times to their first token (ns)
         # the observer's steps in this attach: (start, end, wire.OBSERVER_STEPS index), perf_counter ns
         self.observer: list[tuple[int, int, int]] = []
@@ -105,6 +109,11 @@ class Session:
         self.replay_log: list[int] = []
         self.replay_t0 = 0
         self.replay_steps = 0.0
+
+    @property
+    def marks_queued(self) -> int:
+        """Marks noted and not yet shipped."""
+        return len(self.marks) // MARK_FIELDS
 
     def release(self) -> None:
         """Close the wake-up socket pair (a wake() after it does nothing) and the switch counter's file."""
@@ -190,7 +199,7 @@ class Session:
         if c[0]:
             self.coll = [0, 0, 0]
         # a batched engine's step (a batch of one too) carries its tokens; mark_token's marks carry None
-        self.marks.append((time.perf_counter_ns(), depth, batch, (c[0], c[1], c[2]) if c[0] else None))
+        self.marks.extend((time.perf_counter_ns(), depth, batch, (c[0], c[1], c[2]) if c[0] else None))
         tr = self.tracer
         if tr is None or self.timed_window or self.window_ready.is_set():
             return

@@ -75,11 +75,11 @@ def test_ranges_closed_inside_a_window_travel_with_it_nested_levels_and_all(atta
 def test_a_named_range_is_the_token_clock_and_the_engines_own_marks_are_ignored(attached):
     s = attached(token_range="token")
     _decode(5)
-    assert len(s.marks) == 5  # one per "token" range, none from mark_token
+    assert s.marks_queued == 5  # one per "token" range, none from mark_token
     s2 = attached()
     nvtx_ranges.uninstall()
     _decode(3)
-    assert len(s2.marks) == 3  # unwrapped: the engine's marks again
+    assert s2.marks_queued == 3  # unwrapped: the engine's marks again
 
 
 def test_a_stalled_range_clocked_session_leaves_cupti_at_the_next_close_of_its_range(attached):
