@@ -25,13 +25,26 @@ _BUFFER_BYTES = 8 * 1024 * 1024
 _CHUNK = 256
 
 
+_I64_TOP = 1 << 63
+
+
+def _wrapped(part: list) -> list:
+    """Rows with a value past int64 (CUPTI's fields are uint64: four of five windows of a CUDA-graphed loop on an
+    H200 failed to collect with `OverflowError: Python int too large to convert to C long`), each such value as its
+    two's complement, as numpy's uint64-to-int64 view would have it: an id keeps its identity."""
+    return [tuple(v - (1 << 64) if v >= _I64_TOP else v for v in row) for row in part]
+
+
 def _rows(records: list, ncols: int, pause=None) -> np.ndarray:
     """Records (tuples) to an int64 array in chunks, so a thread waiting for the GIL gets it between chunks:
     one np.array() over two tokens' ~3,700 kernel records is a single 3-10 ms call that cannot be interrupted."""
     out = np.empty((len(records), ncols), dtype=np.int64)
     for i in range(0, len(records), _CHUNK):
         part = records[i:i + _CHUNK]
-        out[i:i + len(part)] = part
+        try:
+            out[i:i + len(part)] = part
+        except OverflowError:
+            out[i:i + len(part)] = _wrapped(part)
         if pause is not None:
             pause()
     return out

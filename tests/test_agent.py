@@ -374,6 +374,12 @@ def test_collect_packs_records_in_chunks_without_changing_them():
     recs = [(i, 10 * i, 10 * i + 7, 1, 1, 1) for i in range(1000)]  # more than three chunks
     assert (_rows(recs, 6) == np.array(recs)).all()
     assert _rows([], 16).shape == (0, 16)
+    # a uint64 field past int64 (a graph node id, say): its chunk still packs, that value as numpy's int64 view of
+    # it, every other value as it was (a memset's copy kind of -1 among them)
+    big = recs[:300] + [(5, 2**63 + 7, 2**64 - 1, -1, 0, 3)] + recs[300:]
+    out = _rows(big, 6)
+    assert out[300].tolist() == np.array([5, 2**63 + 7, 2**64 - 1], np.uint64).view(np.int64).tolist() + [-1, 0, 3]
+    assert (np.delete(out, 300, axis=0) == np.array(recs)).all()
 
 
 def test_agent_event_log_names_what_the_agent_thread_did(tmp_path, monkeypatch):

@@ -236,3 +236,10 @@ def test_a_loop_with_no_marks_and_no_gpu_is_told_what_would_give_it_a_clock(tmp_
     finally:
         proc.kill()
         proc.wait(30)
+
+
+def test_attach_of_a_missing_pid_says_so_before_asking_for_a_terminal():
+    r = subprocess.run([sys.executable, "-m", "decodemon.monitor.cli", "attach", "4000000"], capture_output=True,
+                       text=True, stdin=subprocess.DEVNULL, timeout=60)  # no terminal either
+    assert_one_line_error(r)
+    assert "no process with pid 4000000" in r.stderr

@@ -5,6 +5,7 @@ rank traced in its turn (`sources.staggered`)."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 from decodemon.monitor.cli._common import (add_pid, add_probe, add_refresh, add_seconds, attach_settings,
@@ -96,6 +97,10 @@ def run(a) -> int:
         return serve_pid(pid, *a.prometheus, settings=settings, seconds=a.seconds)
     if a.json:
         return attach_json(pid, settings, a.seconds or JSON_SECONDS)
+    if not os.path.exists(f"/proc/{pid}"):  # the missing pid first: it is the news, not the terminal
+        from decodemon.monitor.client import SourceError
+
+        raise SourceError(f"no process with pid {pid}")
     need_terminal("attach")
     from decodemon.monitor.app import run_app
     from decodemon.monitor.client import check_pid
