@@ -59,3 +59,16 @@ async def _headline(name: str) -> None:
 @pytest.mark.parametrize("name", sorted(SCREENS))
 def test_screen_snapshot(snap_compare, name, size):
     assert snap_compare(_app(name), terminal_size=size)
+
+
+def test_the_gaps_and_kernels_add_up_to_the_token_they_were_read_in():
+    """An eager window's gaps are read in its traced token, which tracing stretches past the loop's own token: --json
+    names that token beside them, so the parts add up to a whole it shows (they need not add up to ms/token)."""
+    import json
+
+    from tests.conftest import cli
+
+    j = json.loads(cli("replay", BUNDLED / "h200_eager.dmon", "--json").stdout)
+    parts = sum(j["gap_ms_per_token"].values()) + j["kernel_sum_ms_per_token"]
+    assert parts == pytest.approx(j["gap_traced_ms_per_token"], rel=0.01)
+    assert j["gap_traced_ms_per_token"] > j["ms_per_token"]

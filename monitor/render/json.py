@@ -119,6 +119,9 @@ def summary_json(s: Snapshot, kernels: int = 15) -> dict:
         **_busy_json(s),
         # the idle's causes and the launch calls from the latest window that traced its launch calls
         "gap_ms_per_token": {k: round(v, 4) for k, v in aw.gap_ms_per_token.items()} if aw else None,
+        # the traced token those gaps were read in: tracing stretches it past ms_per_token, so the gaps can sum to
+        # more than the untraced token
+        "gap_traced_ms_per_token": round(aw.traced_ms_per_token, 4) if aw else None,
         "launch_calls_traced_s_ago": _r(s.api_window_age_s, 1),
         "collectives": collectives_json(s),
         # NVTX ranges pushed from Python inside the latest window (engine_adapter/nvtx_ranges.py)
