@@ -182,8 +182,10 @@ def _import_torch(a: argparse.Namespace):
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before CUDA starts
     try:
         import torch
-    except ImportError:
-        _fail("torch is not installed: pip install 'decodemon[engine]'")
+    except ImportError as exc:
+        if getattr(exc, "name", None) == "torch":
+            _fail("torch is not installed: pip install 'decodemon[engine]'")
+        _fail(f"torch could not be imported: {exc}")
     if a.deterministic:
         torch.use_deterministic_algorithms(True, warn_only=True)
         torch.backends.cuda.enable_flash_sdp(False)

@@ -72,9 +72,14 @@ def no_pause(_s: float) -> None:
     """The sleep of an unpaced preload (at a program's start, where its own imports would wait out the pauses)."""
 
 
-def preload_cupti(sleep=time.sleep) -> dict[str, float]:
-    """Load the cupti package's modules without holding the GIL, then import them paced. Returns {step: ms};
-    never raises (the real import then does the rest, as before).
+def preload_cupti(sleep=time.sleep, imports: bool = True) -> dict[str, float]:
+    """Load the cupti package's modules without holding the GIL, then (`imports`) import them paced. Returns
+    {step: ms}; never raises (the real import then does the rest, as before).
+
+    Without `imports` only the libraries are loaded: what a program's start can have beside it. An import there
+    races the program's own (cupti-python imports numpy, as torch does): two threads importing one package at once
+    can hand one of them the package half set up (the import system's deadlock escape), and a `decodemon run` of
+    the CPU demo engine once failed its `import torch` so.
 
     libcupti and the PM libraries beside it are left to cupti-python to load, as it always has: loaded here first
     (libc's dlopen, RTLD_NOW | RTLD_GLOBAL, from cuda-pathfinder's own path), PM no longer armed in the target on
@@ -88,6 +93,8 @@ def preload_cupti(sleep=time.sleep) -> dict[str, float]:
     except Exception:  # an unreadable package folder: the import below loads them as usual
         pass
     spent["load"] = 1e3 * (time.perf_counter() - t0)
+    if not imports:
+        return spent
     t1 = time.perf_counter()
     try:
         with PacedImports(sleep):

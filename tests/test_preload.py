@@ -70,13 +70,15 @@ PROGRAM = ("import sys, threading, time\n"
            "deadline = time.time() + 60\n"
            "while any(t.name == 'dm-preload' for t in threading.enumerate()) and time.time() < deadline:\n"
            "    time.sleep(0.1)\n"
-           "print('cupti.cupti' in sys.modules)\n")
+           "maps = open('/proc/self/maps').read()\n"
+           "print('cupti.cupti' in sys.modules, '/cupti/_internal/cupti.cpython' in maps)\n")
 
 
 @pytest.mark.parametrize("preload", ["1", "0"])
-def test_decodemon_run_loads_cupti_while_the_program_starts(preload):
-    """Under `decodemon run` the agent loads cupti-python in a background thread at start (where it is
-    installed), so no attach loads it into a loop already decoding; DECODEMON_PRELOAD=0 leaves it out."""
+def test_decodemon_run_loads_cuptis_libraries_while_the_program_starts(preload):
+    """Under `decodemon run` the agent loads cupti-python's libraries in a background thread at start (where it is
+    installed), so no attach loads them into a loop already decoding; their import waits for the first attach, so
+    it never races the program's own imports; DECODEMON_PRELOAD=0 leaves it all out."""
     import os
 
     from tests.conftest import cli
@@ -84,4 +86,4 @@ def test_decodemon_run_loads_cupti_while_the_program_starts(preload):
     r = cli("run", "--", sys.executable, "-c", PROGRAM, env={**os.environ, "DECODEMON_PRELOAD": preload}, timeout=120)
     assert r.returncode == 0, r.stderr
     has_cupti = importlib.util.find_spec("cupti") is not None
-    assert r.stdout.strip() == str(has_cupti and preload == "1")
+    assert r.stdout.split() == ["False", str(has_cupti and preload == "1")]
