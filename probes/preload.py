@@ -77,9 +77,10 @@ def preload_cupti(sleep=time.sleep, imports: bool = True) -> dict[str, float]:
     {step: ms}; never raises (the real import then does the rest, as before).
 
     Without `imports` only the libraries are loaded: what a program's start can have beside it. An import there
-    races the program's own (cupti-python imports numpy, as torch does): two threads importing one package at once
-    can hand one of them the package half set up (the import system's deadlock escape), and a `decodemon run` of
-    the CPU demo engine once failed its `import torch` so.
+    runs beside the program's own (cupti-python imports numpy, as torch does), and two threads importing one
+    package at once can hand one of them the package half set up (the import system's deadlock escape): a CI run
+    in which it did saw the CPU demo engine's `import torch` fail once under `decodemon run` (27 tries since did
+    not reproduce it).
 
     libcupti and the PM libraries beside it are left to cupti-python to load, as it always has: loaded here first
     (libc's dlopen, RTLD_NOW | RTLD_GLOBAL, from cuda-pathfinder's own path), PM no longer armed in the target on
