@@ -25,14 +25,18 @@ class SourceError(RuntimeError):
     """A source that cannot be read; str() is one line for the user."""
 
 
+def require_process(pid: int) -> None:
+    """SourceError unless `pid` names a running process."""
+    if pid <= 0:
+        raise SourceError(f"{pid} is not a valid pid")
+    if not Path(f"/proc/{pid}").exists():
+        raise SourceError(f"no process with pid {pid}")
+
+
 def check_pid(pid: int, inject: bool = True) -> Path | None:
     """Return the agent socket of `pid` (loading the agent into a running CPython 3.10+ target if it has none),
     None for llama-server (watched from outside), or raise SourceError saying exactly what is wrong."""
-    if pid <= 0:
-        raise SourceError(f"{pid} is not a valid pid")
-    proc = Path(f"/proc/{pid}")
-    if not proc.exists():
-        raise SourceError(f"no process with pid {pid}")
+    require_process(pid)
     from decodemon.monitor import agent_socket
 
     owner = agent_socket.target_uid(pid)

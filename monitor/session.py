@@ -250,12 +250,13 @@ class Session:
         # tokens the observer's own steps overlapped are not the loop's speed: left out, and billed to it
         spans = [sp for sp in f.observer if sp[1] > marks[0] and sp[0] < marks[-1]] if len(marks) else []
         self._slowed = None
-        ts = token_stats(marks, observed_tokens(marks, spans) if spans else None)
+        hit = observed_tokens(marks, spans) if spans else None
+        ts = token_stats(marks, hit)
         # the marks are the engine's mark_token calls, or the closes of the NVTX range the attach named
         rng = self.feed.status.token_range
         marks_clock = f"nvtx_range:{rng}" if rng else "mark_token"
         if ts is not None and not marks_in_bursts(marks):
-            self._slowed = observer_slowed(marks, spans, wire.OBSERVER_STEPS) if spans else None
+            self._slowed = observer_slowed(marks, spans, wire.OBSERVER_STEPS, hit) if spans else None
             return ts, marks_clock
         gpu = f.hello.gpu if f.hello else None
         if ts is not None and gpu is not None and marks_enqueued(marks, pm_busy, f.depths(marked)):

@@ -77,8 +77,7 @@ class AttachLoop:
             woken, reason = self._wait()
             if reason is not None:
                 if reason == "detached":  # the monitor still reads: the marks since the last tick go before the Bye
-                    self._ship_marks()
-                    self._ship_replays()
+                    self._ship_steps()
                     if self.out:
                         held.send_all(self.conn, self.out, 1.0)
                         self.out.clear()
@@ -91,8 +90,7 @@ class AttachLoop:
                 self.next_tick = max(self.next_tick + self.tick, now + self.tick / 2)
             self._note_marks(now)
             if self.sched.due("marks", now):  # first: the window's clock reads the newest marks shipped
-                self._ship_marks()
-                self._ship_replays()
+                self._ship_steps()
                 self.sched.ran("marks", now)
             if self.session.tracer is not None and self.session.window_ready.is_set():
                 self._collect_token_window(now)
@@ -177,7 +175,7 @@ class AttachLoop:
         t0 = time.perf_counter_ns()
         prep_ns = s.prepare_window() if lead > 0 else 0
         if prep_ns:
-            s.observer.append((t0, time.perf_counter_ns(), 1))
+            s.note_step("prepare", t0)
         if self.ev is not None:
             self.ev.add("prepare", prep_ns)
         self.open_after = self.tokens() + (lead if prep_ns else 0)
@@ -212,7 +210,7 @@ class AttachLoop:
             return
         finally:
             s.timed_window = False
-            s.observer.append((t0, time.perf_counter_ns(), 4))
+            s.note_step("time_window", t0)
         self._collect(now, guard_tokens=0, clock="time")
 
     def _collect_token_window(self, now: float) -> None:
@@ -241,7 +239,7 @@ class AttachLoop:
                             *(ln.get(k, -1) for k in ("open", "flush", "finalize")))
         except Exception as exc:
             s.errors.append(f"trace collect: {type(exc).__name__}: {exc}")
-        s.observer.append((t0, time.perf_counter_ns(), 2))
+        s.note_step("collect", t0)
         # a finalize may have taken PM down: pump (and re-arm) soon, once the sample over the window's last token
         # has completed (2 ms at the default interval)
         self.sched.due_at("pm", now + max(0.01, 2e-6 * self.settings.pm_interval_us))
@@ -256,7 +254,7 @@ class AttachLoop:
         t_pump, t0 = time.time_ns(), time.perf_counter_ns()
         frames = pump_pm(s, self.status)
         if s.pm is not None:  # PM in this process: its pump ran here
-            s.observer.append((t0, time.perf_counter_ns(), 3))
+            s.note_step("pump", t0)
         if self.ev is not None and s.pm is not None:
             pm = s.pm
             if not getattr(pm, "logged", True):  # armed (or re-armed after a finalize) since the last pump
@@ -267,6 +265,11 @@ class AttachLoop:
         for f in frames:
             self.out += wire.pack(f)
         self.sched.ran("pm", now)
+
+    def _ship_steps(self) -> None:
+        """The token marks and CUDA graph replays since the last ship."""
+        self._ship_marks()
+        self._ship_replays()
 
     def _ship_replays(self) -> None:
         """The CUDA graph replays since the last ship as a step count: replays over the graphs a step replays

@@ -17,6 +17,7 @@ from decodemon.probes.facts import PROCESS
 
 
 MARK_FIELDS = 4  # values a mark adds to Session.marks
+_STEP_INDEX = {name: i for i, name in enumerate(wire.OBSERVER_STEPS)}
 
 
 def take_front(q: list, stride: int = 1) -> list:
@@ -110,6 +111,10 @@ class Session:
         self.replay_t0 = 0
         self.replay_steps = 0.0
 
+    def note_step(self, step: str, t0_ns: int) -> None:
+        """One of the observer's steps (wire.OBSERVER_STEPS) ran from `t0_ns` until now (perf_counter ns)."""
+        self.observer.append((t0_ns, time.perf_counter_ns(), _STEP_INDEX[step]))
+
     @property
     def marks_queued(self) -> int:
         """Marks noted and not yet shipped."""
@@ -195,11 +200,11 @@ class Session:
             detach_tracer(old, self.errors)
         if self.decode_tid is None:
             self.decode_tid = threading.get_native_id()  # the thread that marks tokens: the decode thread
-        c = self.coll
-        if c[0]:
-            self.coll = [0, 0, 0]
+        coll = None
+        if self.coll[0]:
+            coll, self.coll = tuple(self.coll), [0, 0, 0]
         # a batched engine's step (a batch of one too) carries its tokens; mark_token's marks carry None
-        self.marks.extend((time.perf_counter_ns(), depth, batch, (c[0], c[1], c[2]) if c[0] else None))
+        self.marks.extend((time.perf_counter_ns(), depth, batch, coll))
         tr = self.tracer
         if tr is None or self.timed_window or self.window_ready.is_set():
             return
@@ -223,7 +228,7 @@ class Session:
             tr.close()
             tr.flush()
             tr.detach()
-            self.observer.append((self._window_t0, time.perf_counter_ns(), 0))  # its tokens, traced: "window"
+            self.note_step("window", self._window_t0)  # its tokens, traced
             self.window_ready.set()
             self.wake()
         else:

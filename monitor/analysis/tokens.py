@@ -42,11 +42,12 @@ def observed_tokens(t_ns: np.ndarray, spans) -> np.ndarray:
     return np.cumsum(edges[:-1]) > 0
 
 
-def observer_slowed(t_ns: np.ndarray, spans, names: tuple[str, ...]) -> dict | None:
-    """The tokens the observer's steps overlapped: how many, the ms they took beyond the median of the others,
-    and which steps; None when none did (or too few others are left to read the loop by)."""
+def observer_slowed(t_ns: np.ndarray, spans, names: tuple[str, ...], hit: np.ndarray | None = None) -> dict | None:
+    """The tokens the observer's steps overlapped (`hit`, observed_tokens's answer, when the caller has it): how
+    many, the ms they took beyond the median of the others, and which steps; None when none did (or too few
+    others are left to read the loop by)."""
     t = np.asarray(t_ns, dtype=np.int64)
-    hit = observed_tokens(t, spans)
+    hit = observed_tokens(t, spans) if hit is None else hit
     if not hit.any() or (~hit).sum() < 2:
         return None
     d = np.diff(t) / 1e6

@@ -5,7 +5,6 @@ rank traced in its turn (`sources.staggered`)."""
 
 from __future__ import annotations
 
-import os
 import sys
 
 from decodemon.monitor.cli._common import (add_pid, add_probe, add_refresh, add_seconds, attach_settings,
@@ -97,13 +96,11 @@ def run(a) -> int:
         return serve_pid(pid, *a.prometheus, settings=settings, seconds=a.seconds)
     if a.json:
         return attach_json(pid, settings, a.seconds or JSON_SECONDS)
-    if not os.path.exists(f"/proc/{pid}"):  # the missing pid first: it is the news, not the terminal
-        from decodemon.monitor.client import SourceError
+    from decodemon.monitor.client import check_pid, require_process
 
-        raise SourceError(f"no process with pid {pid}")
+    require_process(pid)  # a missing pid first: it is the news, not the terminal
     need_terminal("attach")
     from decodemon.monitor.app import run_app
-    from decodemon.monitor.client import check_pid
     from decodemon.monitor.ranks import discover_ranks
 
     check_pid(pid)
