@@ -10,14 +10,11 @@ leaves no file behind, and a reader never sees a half-written target.
 
 from __future__ import annotations
 
-import os
-import stat
-import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 
+from decodemon.monitor import safe_write
 from decodemon.monitor.client import SourceError, live_frames, recording_frames
 from decodemon.probes import wire
 
@@ -38,153 +35,25 @@ def source_of(spec) -> tuple[str, object]:
     return ("file", spec)
 
 
-_STREAMS = ("/dev/stdout", "/dev/stderr")  # and /dev/fd/N, /proc/*/fd/N: an open descriptor of this process
-
-
-def writes_into(path) -> bool:
-    """Is `path` written into rather than replaced: a stream of this process (/dev/stdout, /dev/fd/N, whatever
-    they point at: a pipe, a terminal, a file the shell opened), a character device or a FIFO."""
-    text = str(path)
-    if text in _STREAMS or text.startswith("/dev/fd/") or (text.startswith("/proc/") and "/fd/" in text):
-        return True
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return False
-    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)
-
-
-def _own_descriptor(text: str) -> int | None:
-    """The descriptor number of /dev/stdout, /dev/stderr, /dev/fd/N or /proc/self/fd/N (this process's), else
-    None."""
-    if text in _STREAMS:
-        return _STREAMS.index(text) + 1
-    for prefix in ("/dev/fd/", "/proc/self/fd/", f"/proc/{os.getpid()}/fd/"):
-        if text.startswith(prefix) and text[len(prefix):].isascii() and text[len(prefix):].isdigit():
-            return int(text[len(prefix):])
-    return None
-
-
 def check_output(path, inputs=()) -> Path:
-    """The output path, or SourceError saying in one line why nothing can be written there.
-
-    "-" is standard output. A stream, a character device or a FIFO (writes_into) is written into, never
-    replaced; a symlink is followed (its target is written, the link stays); any other path that is not a
-    regular file (a block device, a socket, a symlink loop) is refused; an output that is one of the `inputs` is
-    refused (writing it would destroy what is being read)."""
-    if not str(path).strip():
-        raise SourceError("cannot write to an empty path: give a file name")
-    if str(path) == "-":  # the usual spelling of standard output
-        path = "/dev/stdout"
-    if writes_into(path):
-        if not os.access(path, os.W_OK):
-            raise SourceError(f"cannot write {path}: not writable")
-        return Path(path)  # written into (write_bytes_whole), never renamed over
-    p = Path(path)
-    if p.is_symlink():
-        p = Path(os.path.realpath(p))
-        if p.is_symlink() or (p.exists() and not p.is_file() and not p.is_dir()):
-            raise SourceError(f"cannot write {path}: a symlink to what is not a file")
-    for src in inputs:
-        try:
-            if src is not None and p.exists() and os.path.samefile(p, src):
-                raise SourceError(f"cannot write {path}: it is the input {src} (give another name)")
-        except OSError:
-            continue
-    parent = p.parent if str(p.parent) else Path(".")
-    if p.is_dir():
-        raise SourceError(f"cannot write {path}: it is a directory (give a file name)")
-    if p.exists() and not p.is_file():
-        raise SourceError(f"cannot write {path}: not a regular file, a character device or a FIFO")
-    if not parent.exists():
-        raise SourceError(f"cannot write {path}: no directory {parent}")
-    if not parent.is_dir():
-        raise SourceError(f"cannot write {path}: {parent} is not a directory")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise SourceError(f"cannot write {path}: {parent} is not writable")
-    _temp_beside(p).unlink()  # what access() cannot tell (root, read-only mounts, /proc): try it
-    return p
+    """The output path, or SourceError (safe_write.Refused) saying in one line why nothing can be written there:
+    a regular file of this user's or a new path, reached through no other user's link, or this process's own
+    stream ("-" is standard output); never a FIFO or a device; never one of the `inputs` (safe_write.check)."""
+    safe_write.check(path, inputs)
+    return Path("/dev/stdout" if str(path) == "-" else path)
 
 
 def check_recording_output(path) -> Path:
     """check_output for a recording, which is made whole and then moved into place: a regular file only."""
-    p = check_output(path)  # which refuses every other path that is not a regular file
-    if writes_into(p):
+    if safe_write.own_stream(path) is not None:
         raise SourceError(f"cannot record to {path}: not a regular file (a recording is made whole, then moved "
                           "into place)")
-    return p
-
-
-def _clean_stale_parts(path: Path) -> None:
-    """Remove the hidden partial files an earlier writer of `path` left when it was killed (SIGKILL gives it no
-    chance): ours, regular, and named for a writer pid that is gone."""
-    d = path.parent if str(path.parent) else Path(".")
-    try:
-        names = os.listdir(d)
-    except OSError:
-        return
-    head = f".{path.name}."
-    for n in names:
-        if not (n.startswith(head) and n.endswith(".part")):
-            continue
-        pid = n[len(head):].split(".", 1)[0]
-        if not (pid.isascii() and pid.isdigit()) or Path(f"/proc/{pid}").exists():
-            continue
-        try:
-            st = os.lstat(d / n)
-            if stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid():
-                os.unlink(d / n)
-        except OSError:
-            pass
-
-
-def _temp_beside(path: Path) -> Path:
-    """A new hidden file in `path`'s directory (so the final rename stays on one filesystem), named for this
-    process, so that a later writer can tell a killed writer's leftovers (_clean_stale_parts)."""
-    _clean_stale_parts(path)
-    try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", prefix=f".{path.name}.{os.getpid()}.",
-                                   suffix=".part")
-    except OSError as exc:
-        raise SourceError(f"cannot write {path}: {exc.strerror or exc}") from None
-    os.close(fd)
-    mask = os.umask(0)
-    os.umask(mask)
-    os.chmod(tmp, 0o666 & ~mask)  # mkstemp makes it 0600; what the user writes is read like any file they write
-    return Path(tmp)
+    return check_output(path)
 
 
 def write_bytes_whole(path, data: bytes) -> None:
-    """Write `data` to `path` through a temporary file beside it, so a failure (or an interrupt) leaves no
-    partial file; a device or FIFO (check_output) is written into directly."""
-    target = check_output(path)
-    if writes_into(target):
-        try:
-            fd = _own_descriptor(str(target))
-            if fd is not None:  # this process's open stream: written as it is (a shell's `>>` keeps appending)
-                if fd in (1, 2):
-                    (sys.stdout if fd == 1 else sys.stderr).flush()
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
-            else:
-                with open(target, "wb") as f:
-                    f.write(data)
-        except BrokenPipeError:
-            raise  # a reader that closed the pipe (`| head`): as for any stdout
-        except OSError as exc:
-            raise SourceError(f"cannot write {path}: {exc.strerror or exc}") from None
-        return
-    tmp = _temp_beside(target)
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, target)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise SourceError(f"cannot write {path}: {exc.strerror or exc}") from None
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    """Write `data` to `path` whole (safe_write.write_whole): a failure (or an interrupt) leaves no partial file."""
+    safe_write.write_whole(path, data)
 
 
 def write_text_whole(path, text: str) -> None:
@@ -207,7 +76,7 @@ class _Recorder:
         if isinstance(frame, wire.RecordingHeader):
             return
         if self.writer is None:
-            self.tmp = _temp_beside(self.target)
+            self.tmp = safe_write.temp_beside(self.target)
             header = wire.RecordingHeader(wire_version=wire.WIRE_VERSION, created_unix_s=time.time(),
                                           decodemon_version=VERSION, source=f"pid {self.pid}", note=self.note)
             try:
@@ -227,8 +96,11 @@ class _Recorder:
                 self.writer.close()
                 self.writer = None
             if self.tmp is not None:
-                os.replace(self.tmp, self.target)
+                safe_write.commit(self.tmp, self.target)
                 self.tmp = None
+        except SourceError:
+            self.discard()
+            raise
         except OSError as exc:
             self.discard()
             raise SourceError(f"cannot write {self.target}: {exc.strerror or exc}") from None
