@@ -51,6 +51,12 @@ def check_pid(pid: int, inject: bool = True) -> Path | None:
         outside.endpoint_of(pid)  # its /slots is the token clock: say now if it has none
         return None
     path = agent_socket.find(pid)
+    if path is None and not _looks_python(pid):
+        gpu, no_gpu = outside.gpu_of(pid)
+        if gpu is not None:
+            return None  # a CUDA program with no Python: the device-wide view, watched from outside
+        if not inject:
+            raise SourceError(f"pid {pid} is not a Python process and {no_gpu}: nothing of it to watch")
     if path is None:
         why = agent_socket.refusal(pid)
         if why is not None:  # something sits where this user's agent would listen, and it is not the agent's
@@ -62,16 +68,32 @@ def check_pid(pid: int, inject: bool = True) -> Path | None:
         try:
             return load_agent(pid)
         except InjectError as exc:
+            if not _looks_python(pid):
+                exc = f"{exc}, and {outside.gpu_of(pid)[1]}"
             raise SourceError(f"pid {pid} has no decodemon agent listening and it cannot be loaded ({exc}); "
-                              f"{exc.fix or HOW_TO_ATTACH}") from None
+                              f"{getattr(exc, 'fix', '') or HOW_TO_ATTACH}") from None
     return path
+
+
+def _looks_python(pid: int) -> bool:
+    """The process runs a CPython (its executable's name, or a libpython mapped); unreadable counts as Python (the
+    loader then says what it cannot read)."""
+    from decodemon.monitor.inject import elf
+
+    try:
+        exe = os.readlink(f"/proc/{pid}/exe").removesuffix(" (deleted)")
+        if "python" in Path(exe).name:
+            return True
+        return any(elf.LIBPYTHON.search(Path(m.path).name) for m in elf.read_maps(pid))
+    except OSError:
+        return True
 
 
 def live_frames(pid: int, settings: wire.Attach | None = None, seconds: float | None = None,
                 stop=None) -> Iterator[tuple[int, bytes, object]]:
     """Attach to `pid`, yield frames until `seconds` pass, `stop()` is true, or the target ends; then detach.
 
-    llama-server, which has no Python for an agent, is watched from outside (monitor/outside.py)."""
+    llama-server, and any CUDA program with no Python, are watched from outside (monitor/outside.py)."""
     path = check_pid(pid)
     if path is None:
         from decodemon.monitor import outside

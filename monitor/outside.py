@@ -1,4 +1,4 @@
-"""Watching a decode process with no Python in it (llama-server) from outside.
+"""Watching a decode process with no Python in it (llama-server, or any CUDA program) from outside.
 
 No agent can be loaded there, so the monitor makes the frames itself, as an agent would have sent them:
 
@@ -17,6 +17,10 @@ has decodemon's CUPTI injection library in it (CUDA_INJECTION64_PATH, probes/cup
 agent would; its windows by time come over that socket and go into the same stream (`NativeTrace`):
 
     injection library in the server ──agent socket──> KernelWindow, ProbeStatus (trace) ──────────────> Session
+
+Any other CUDA program with no Python (a C++ engine, a benchmark) has no token clock to read from outside: it gets
+the device-wide view alone (GPU busy, SM active, DRAM bytes a second from PM, NVML), the same sidecar on the GPU
+its compute context is on.
 """
 
 from __future__ import annotations
@@ -194,8 +198,13 @@ def _hello(pid: int, nvml: int | None, why: str) -> wire.Hello:
                       hostname=socket.gethostname(), gpu=gpu, gpu_unavailable="" if gpu else why)
 
 
-def _status(hello: wire.Hello, pm: bool) -> wire.ProbeStatus:
-    common = dict(token_clock="server_metrics", trace="unavailable", trace_reason="no_python")
+def gpu_of(pid: int) -> tuple[int | None, str]:
+    """The NVML index of the GPU `pid` has a compute context on, or None and why (public: the attach's check)."""
+    return _gpus_of(pid)
+
+
+def _status(hello: wire.Hello, pm: bool, server: bool = True) -> wire.ProbeStatus:
+    common = dict(token_clock="server_metrics" if server else "none", trace="unavailable", trace_reason="no_python")
     if hello.gpu is None:
         return wire.ProbeStatus(**common, gpu="unavailable", gpu_error=hello.gpu_unavailable, pm="unavailable",
                                 pm_reason="no_gpu", nvml="unavailable", nvml_reason="no_gpu")
@@ -277,10 +286,11 @@ def frames(pid: int, seconds: float | None = None, stop=None, settings: wire.Att
     """Watch llama-server `pid` from outside: yield (rx ns, payload, frame) as `client.live_frames` does, until
     `seconds` pass, `stop()` is true, or the process ends."""
     settings = settings or wire.Attach()
-    url, key = endpoint_of(pid)
+    server = is_llama_server(pid)  # else a CUDA program with no clock to read: the device-wide view alone
+    url, key = endpoint_of(pid) if server else ("", "")
     born = _start_time(pid)
     counter = StepCounter()
-    first = read_slots(url, key)
+    first = read_slots(url, key) if server else None
     t0 = time.monotonic_ns()
     deadline = None if seconds is None else time.monotonic() + seconds
 
@@ -301,8 +311,9 @@ def frames(pid: int, seconds: float | None = None, stop=None, settings: wire.Att
 
     hello = _hello(pid, *_gpus_of(pid))
     yield out(hello)
-    yield out(_status(hello, settings.pm))
-    read(first)
+    yield out(_status(hello, settings.pm, server))
+    if server:
+        read(first)
     sidecar = Sidecar(hello.gpu, pid, settings) if hello.gpu else None
     # the exporter (a monitor that yields) leaves the library to a user's attach: it serves one monitor at a time
     native = NativeTrace(pid, settings) if settings.trace and not settings.yields else None
@@ -318,7 +329,8 @@ def frames(pid: int, seconds: float | None = None, stop=None, settings: wire.Att
                 yield out(wire.Bye(reason=f"pid {pid} went away"))
                 return
             try:
-                read(read_slots(url, key))
+                if server:
+                    read(read_slots(url, key))
             except SourceError as exc:
                 if _start_time(pid) == born:
                     yield out(wire.ProbeStatus(recent_errors=[str(exc)], errors=1))

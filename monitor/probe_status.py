@@ -25,6 +25,7 @@ REASONS = {
     "foreign_profiler": "torch.profiler is recording in the target",
     "sidecar_exited": "sidecar exited",
     "not_importable": "cupti-python not importable",
+    "libcupti": "no libcupti that PM sampling works with",
     "no_python": ("watched from outside: no Python in the process for an agent; a traced window needs CUPTI loaded "
                   "at its start (CUDA_INJECTION64_PATH)"),
 }
@@ -33,7 +34,8 @@ _PAUSED = ("torch.profiler is recording in the target: no window opens while it 
 _CLOCK_REASONS = {"no_marks": "no token marks for 2 s", "bursts": "token marks come in bursts: the host runs ahead "
                   "of the GPU", "native": "a process with no Python: decodemon's CUPTI injection library traces by time"}
 # a word and the fields said with it: when a frame says the word, its reason and error come with it (even empty)
-_GROUPS = {"gpu": ("gpu_error",), "trace": ("trace_reason", "trace_error"), "pm": ("pm_reason", "pm_error", "pm_holders"),
+_GROUPS = {"gpu": ("gpu_error",), "trace": ("trace_reason", "trace_error"),
+           "pm": ("pm_reason", "pm_error", "pm_holders", "pm_lib"),
            "nvml": ("nvml_reason", "nvml_error"), "window_clock": ("window_clock_reason",)}
 _DEFAULTS = {f: getattr(wire.ProbeStatus(), f) for f in wire.ProbeStatus.__struct_fields__}
 
@@ -98,6 +100,8 @@ def _pm(s: wire.ProbeStatus) -> str:
         bits = [b for b in (where, f"{s.pm_interval_us} us interval" if s.pm_interval_us else "",
                             "DRAM bytes" if s.pm_dram_bytes else "") if b]
         detail = ", ".join(bits)
+    if s.pm_lib:
+        detail = (detail + "; " if detail else "") + f"libcupti {s.pm_lib}"
     if s.pm_reason == "hardware_busy":
         detail = ("held by " + ", ".join(s.pm_holders)) if s.pm_holders else "no counter-taking profiler seen on "\
             "this host (one in another container, or a driver still releasing them)"

@@ -46,10 +46,18 @@ class _Out:
 
 
 def _pm_loop(out: _Out, device: int, interval_us: int, period_s: float, stop: threading.Event) -> None:
+    from decodemon.probes import cupti_lib  # noqa: PLC0415
+
+    lib, why = cupti_lib.load_newest()  # before cupti-python (or torch) can map another libcupti of the same soname
+    lib_text = lib.describe() if lib else ""
+    if why:
+        out.send(ProbeStatus(pm="unavailable", pm_reason="libcupti", pm_error=why, pm_where="sidecar", pm_lib=lib_text))
+        return
     try:
         from cupti import pm_sampling
     except Exception as exc:
-        out.send(ProbeStatus(pm="unavailable", pm_reason="not_importable", pm_error=str(exc), pm_where="sidecar"))
+        out.send(ProbeStatus(pm="unavailable", pm_reason="not_importable", pm_error=str(exc), pm_where="sidecar",
+                             pm_lib=lib_text))
         return
     coll, how, tried = None, "", []
     # the device's primary context made current first: a PM session armed in a process with no context failed
@@ -81,10 +89,12 @@ def _pm_loop(out: _Out, device: int, interval_us: int, period_s: float, stop: th
                 except Exception:
                     pass
             coll = None
+    mixed = cupti_lib.check()
     if coll is None:
-        out.send(ProbeStatus(pm="unavailable", pm_reason="error", pm_error="; ".join(tried), pm_where="sidecar"))
+        out.send(ProbeStatus(pm="unavailable", pm_reason="error", pm_where="sidecar", pm_lib=lib_text,
+                             pm_error="; ".join(tried + ([mixed] if mixed else []))))
         return
-    out.send(ProbeStatus(pm="armed", pm_where="sidecar", pm_interval_us=interval_us,
+    out.send(ProbeStatus(pm="armed", pm_where="sidecar", pm_interval_us=interval_us, pm_lib=lib_text,
                          pm_dram_bytes="dram__bytes_read.sum" in (getattr(coll, "_metrics", None) or [])))
     overflows = 0
     try:

@@ -267,6 +267,7 @@ class ProbeStatus(msgspec.Struct, frozen=True, tag="status"):
     pm_reason: str = ""
     pm_error: str = ""
     pm_where: str = ""  # "in_process" or "sidecar"
+    pm_lib: str = ""  # the libcupti the sampler loaded: its path and its nvidia-cuda-cupti version
     pm_interval_us: int = 0
     pm_dram_bytes: bool = False  # dram__bytes_read.sum / dram__bytes_write.sum are among the sampled metrics
     pm_first_session: bool = False  # the first PM session of this process (it has a lasting effect on clocks)
@@ -372,10 +373,10 @@ class Attach(msgspec.Struct, frozen=True, tag="attach"):
     # a named NVTX range as the token clock: each close of a range of this name, pushed from Python through
     # torch.cuda.nvtx or the nvtx package, marks a token, and the engine's own marks are ignored ("": marks)
     token_range: str = ""
-    # where PM sampling runs: "in_process", in the agent thread (on an H200, driver 580, PM would not arm from a
-    # second process: ERROR_UNKNOWN, then ERROR_INVALID_PARAMETER), or "monitor", in the sidecar the monitor
-    # starts, where nothing of it runs in the target. NVML is always read by that sidecar
-    counters: str = "in_process"
+    # where PM sampling runs: "monitor", in the sidecar the monitor starts, where nothing of it runs in the target
+    # (it loads the newest nvidia-cuda-cupti's libcupti first: probes/cupti_lib.py), or "in_process", in the agent
+    # thread, which costs the loop's interpreter the pumps. NVML is always read by that sidecar
+    counters: str = "monitor"
     # this monitor steps aside for one that does not yield (the exporter does: a user's attach is never "busy"
     # because of it)
     yields: bool = False

@@ -9,7 +9,7 @@ import sys
 
 from decodemon.monitor.cli._common import (add_pid, add_probe, add_refresh, add_seconds, attach_settings,
                                            need_terminal, print_json, resolve_pid)
-from decodemon.monitor.sources import collect, collect_many, staggered
+from decodemon.monitor.sources import collect, collect_many, device_only, staggered
 
 JSON_SECONDS = 10.0
 
@@ -65,6 +65,15 @@ def attach_json(pid: int, settings, seconds: float) -> int:
         return 0 if snaps else 3  # no rank answered: nothing was measured
     sess = collect(pid, settings, seconds)
     snap = sess.snapshot()
+    if device_only(snap) and snap.tokens is None:
+        if not snap.pm:
+            why = snap.probe.get("pm") or "no PM sample arrived"
+            print(f"decodemon attach: pid {pid} has no clock decodemon can read, and its GPU's counters gave "
+                  f"nothing: pm {why}", file=sys.stderr)
+            print_json(summary_json(snap))
+            return 3
+        print_json(summary_json(snap))
+        return 0
     if snap.tokens is None and snap.ended:
         if snap.probe.get("token_clock") == "server_metrics":
             idle = " (llama-server had no request generating long enough to time its steps)"

@@ -78,6 +78,8 @@ def _busy_json(s: Snapshot) -> dict:
         "sm_active_pct": round(s.pm["sm_active_pct"], 1) if s.pm else None,
         "warps_active_pct": round(s.pm["warps_active_pct"], 1) if s.pm else None,
         "dram_pct": round(s.pm["dram_pct"], 1) if s.pm else None,
+        # DRAM bytes read + written a second over the span's PM samples (device-wide)
+        "dram_gbs": _r(s.inputs.dram_gbs, 1) if s.inputs is not None else None,
         "busy_sources_disagree": busy_disagreement(s.pm["gpu_busy_pct"] if s.pm else None, s.kernel_share_pct),
     }
 
