@@ -23,6 +23,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import stat
 import time
 from pathlib import Path
@@ -69,9 +70,14 @@ def loop_label(argv, fallback: str) -> str:
     return fallback
 
 
+_EXPECT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?(?:%|ms)?")
+
+
 def parse_expect(text: str) -> tuple[str, float]:
     """`-60%` or `-60` → ("pct", -60.0); `3.9ms` → ("ms", 3.9) (the ms/token expected after the change)."""
     s = str(text).strip().replace("−", "-").replace(" ", "")
+    if not _EXPECT.fullmatch(s):  # float() also reads '1_0' and other scripts' digits
+        s = ""
     try:
         if s.endswith("ms"):
             v = float(s[:-2])
@@ -108,34 +114,39 @@ def now_iso(now: float | None = None) -> str:
 
 # --- the file ------------------------------------------------------------------------------------------------
 
+def _refused(exc, path) -> LedgerError:
+    """A safe_write refusal as the ledger's one line."""
+    return LedgerError(f"cannot write the ledger {path}: {str(exc).split(': ', 1)[-1]}")
+
+
+def _open_append(path) -> tuple[int, bool]:
+    """safe_write.open_append, its refusals as LedgerError: no other user's link followed, a regular file only."""
+    from decodemon.monitor import safe_write
+
+    try:
+        return safe_write.open_append(path)
+    except safe_write.Refused as exc:
+        raise _refused(exc, path) from None
+
+
 def check_writable(path) -> None:
     """LedgerError in one line if an entry could not be appended to `path`: asked before anything is measured.
     A ledger that does not exist yet is not left behind by the check."""
-    p = Path(path)
-    existed = p.exists()
-    try:
-        fd = os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o644)
-    except OSError as exc:
-        raise LedgerError(f"cannot write the ledger {path}: {exc.strerror or exc}") from None
-    try:
-        _regular(fd, path)
-    finally:
-        os.close(fd)
-    if not existed:
-        p.unlink(missing_ok=True)
+    from decodemon.monitor import safe_write
+
+    fd, made = _open_append(path)
+    os.close(fd)
+    if made:
+        safe_write.remove_new(path)
 
 
 def append(path, entry: dict) -> None:
     """Append one sealed entry as one line: a single write under O_APPEND, then fsync."""
     line = json.dumps(entry, ensure_ascii=False, default=str, separators=(",", ":")) + "\n"
-    p = Path(path)
+    fd, _ = _open_append(path)
     try:
-        fd = os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o644)
-    except OSError as exc:
-        raise LedgerError(f"cannot write the ledger {path}: {exc.strerror or exc}") from None
-    try:
-        _regular(fd, path)
-        if os.fstat(fd).st_size and not _ends_with_newline(p):
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
             line = "\n" + line  # a torn last line stays a line of its own; ours does not merge into it
         data = line.encode()
         if os.write(fd, data) != len(data):
@@ -147,20 +158,11 @@ def append(path, entry: dict) -> None:
         os.close(fd)
 
 
-def _ends_with_newline(p: Path) -> bool:
-    with open(p, "rb") as fh:
-        fh.seek(-1, os.SEEK_END)
-        return fh.read(1) == b"\n"
-
-
 def read(path) -> tuple[list[dict], list[str]]:
     """The ledger's entries in file order, and one line for each line that is not one (kept in the file)."""
-    p = Path(path)
-    if not p.exists():
+    raw = _read_bounded(path)
+    if raw is None:
         return [], []
-    if p.is_dir():
-        raise LedgerError(f"the ledger {path} is a directory (give a file with --ledger)")
-    raw = _read_bounded(p, path)
     entries, problems = [], []
     for n, line in enumerate(raw.split(b"\n"), 1):
         if not line.strip():
@@ -197,13 +199,22 @@ def _regular(fd: int, path) -> None:
         raise LedgerError(f"the ledger {path} is not a regular file (give a file with --ledger)")
 
 
-def _read_bounded(p: Path, path) -> bytes:
-    """The ledger's bytes: a regular file only (not /dev/zero, a FIFO or a terminal), at most MAX_LEDGER_BYTES."""
+def _read_bounded(path) -> bytes | None:
+    """The ledger's bytes (None when there is none): a regular file only (not /dev/zero, a FIFO or a terminal),
+    reached through no other user's link, at most MAX_LEDGER_BYTES."""
+    from decodemon.monitor import safe_write
+
     try:
-        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
+        fd = safe_write.open_read(path)
+    except FileNotFoundError:
+        return None
+    except safe_write.Refused as exc:
+        raise _refused(exc, path) from None
     except OSError as exc:
         raise LedgerError(f"cannot read the ledger {path}: {exc.strerror or exc}") from None
     try:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise LedgerError(f"the ledger {path} is a directory (give a file with --ledger)")
         _regular(fd, path)
         if os.fstat(fd).st_size > MAX_LEDGER_BYTES:
             raise LedgerError(f"the ledger {path} is over {MAX_LEDGER_BYTES >> 20} MB: not a decodemon ledger")
@@ -329,6 +340,8 @@ def _ms(x) -> str:
 
 def ledger_markdown(entries: list[dict], source: str | None = None, current: dict | None = None) -> str:
     """The ledger as a Markdown section for DIAGNOSIS.md: each prediction, its grade, and what is stale."""
+    from decodemon.monitor.safe_text import markdown as md
+
     stale = stale_reasons(entries, current)
     rows = [(i, e) for i, e in enumerate(entries) if source is None or e["source"] == source]
     grades = {e["prediction"]: (i, e) for i, e in rows if e["kind"] == "grade"}
@@ -345,10 +358,13 @@ def ledger_markdown(entries: list[dict], source: str | None = None, current: dic
         gi, g = grades.get(pred_id(p), (None, None))
         measured = f"{g['measured_pct']:+.1f}% ({_ms(p['state']['ms_per_token'])} → {_ms(g['state']['ms_per_token'])} ms)" \
             if g else "open"
-        lines.append(f"| {p['at']} | {p['source']} | {p['ceiling'].upper()} ({_ms(p['state']['ms_per_token'])} ms) "
-                     f"| {p['change']} | {p['expect_pct']:+.0f}% ± {p['tolerance_pct']:g} | {measured} "
-                     f"| {g['grade'] if g else '—'} | {g['new_ceiling'].upper() if g else '—'} | {pred_id(p)} |")
-    notes = [f"- {entries[i]['kind']} {entries[i]['at']} ({entries[i]['source']}) is stale: {why}"
+        # every text of an entry is the file's (a loop's argv, what a user typed): escaped for the table
+        lines.append(f"| {md(p['at'])} | {md(p['source'])} | {md(str(p['ceiling']).upper())} "
+                     f"({_ms(p['state']['ms_per_token'])} ms) | {md(p['change'])} "
+                     f"| {p['expect_pct']:+.0f}% ± {p['tolerance_pct']:g} | {measured} "
+                     f"| {md(g['grade']) if g else '—'} | {md(str(g['new_ceiling']).upper()) if g else '—'} "
+                     f"| {md(pred_id(p))} |")
+    notes = [f"- {md(entries[i]['kind'])} {md(entries[i]['at'])} ({md(entries[i]['source'])}) is stale: {md(why)}"
              for i, why in sorted(stale.items()) if source is None or entries[i]["source"] == source]
     if notes:
         lines += ["", "Stale (measured before the last significant change; re-measure before relying on it):", *notes]

@@ -134,8 +134,8 @@ def _existing(dfd: int, name: str, shown: str, replace: bool) -> os.stat_result 
     if stat.S_ISDIR(st.st_mode):
         raise Refused(f"cannot write {shown}: it is a directory (give a file name)")
     if not stat.S_ISREG(st.st_mode):
-        raise Refused(f"cannot write {shown}: not a regular file ({_kind(st.st_mode)}); give a regular file, - for "
-                      "standard output, or a new path")
+        raise Refused(f"cannot write {shown}: not a regular file ({_kind(st.st_mode)}); give a regular file or a new "
+                      "path")
     if replace and st.st_uid != os.geteuid():
         raise Refused(f"cannot write {shown}: it belongs to uid {st.st_uid}, not to this user, so it is not replaced "
                       "(give a new path, or remove it first)")
@@ -301,14 +301,14 @@ def commit(tmp: Path, path) -> None:
 
 
 def open_append(path) -> tuple[int, bool]:
-    """A descriptor for appending to regular file `path` (made if new), opened in its real directory without
+    """A descriptor for appending to (and reading) regular file `path` (made if new), opened in its real directory without
     following a link, and whether it was made now; Refused in one line for a stream, a device, a FIFO, another
     user's link on the way, or a file with more than one name."""
     out = _Output(path, stream_ok=False)
     dfd = out.open_dir()
     try:
         existed = _existing(dfd, out.real.name, out.shown, replace=False) is not None
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
         try:
             fd = os.open(out.real.name, flags, 0o644, dir_fd=dfd)
         except OSError as exc:
