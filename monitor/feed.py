@@ -13,6 +13,7 @@ import numpy as np
 
 from decodemon.monitor import probe_status
 from decodemon.probes import wire
+from decodemon.probes.wire_check import frame_problem
 
 
 class Ring:
@@ -104,6 +105,9 @@ class Feed:
     frames: int = 0
     last_rx_ns: int = 0
     bye: str | None = None
+    # frames left out because they hold what no probe writes (wire_check.frame_problem), and the first few reasons
+    rejected: int = 0
+    rejected_why: list = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.marks = Ring(self.max_marks, 4, np.int64)
@@ -111,24 +115,41 @@ class Feed:
         self.pm_window = Ring(4_000, len(PM_COLS), np.float64)
         self.counts = Ring(20_000, len(COUNT_COLS), np.float64)
 
-    def add(self, rx_ns: int, frame) -> None:
-        """Take one frame."""
+    def problem(self, frame) -> str | None:
+        """Why `frame` cannot be taken: a value no probe writes, or marks that run back before those taken."""
+        why = frame_problem(frame)
+        if why is None and isinstance(frame, wire.TokenMarks) and len(self.marks) and len(frame.t_ns.data):
+            first, last = int(frame.t_ns.array()[0]), int(self.marks.view()[0, -1])
+            if first < last:  # perf_counter_ns, one clock for the whole process
+                why = f"t_ns runs backwards from the marks before it (by {last - first} ns)"
+        return why
+
+    def add(self, rx_ns: int, frame) -> bool:
+        """Take one frame; False (and the frame counted in `rejected`) when it holds what no probe writes."""
+        why = self.problem(frame)
+        if why is not None:
+            self.rejected += 1
+            tag = getattr(getattr(frame, "__struct_config__", None), "tag", None) or type(frame).__name__
+            text = f"{tag}: {why}"
+            if text not in self.rejected_why and len(self.rejected_why) < 5:
+                self.rejected_why.append(text)
+            return False
         self.frames += 1
         self.last_rx_ns = max(self.last_rx_ns, rx_ns)
         if isinstance(frame, wire.TokenMarks):
             t, d = frame.t_ns.array().astype(np.int64), frame.depth.array().astype(np.int64)
             b = frame.batch.array().astype(np.int64) if frame.batch is not None else None
-            n = min(len(t), len(d), len(b) if b is not None else len(t))
+            n = len(t)
             if b is not None:
                 self.batched = True
-            self.marks.extend(np.vstack([t[:n], np.full(n, rx_ns, np.int64), d[:n],
-                                         b[:n] if b is not None else np.ones(n, np.int64)]))
-            self.batch_tokens_seen += int(b[:n].sum()) if b is not None else n
-            if frame.observer_ns is not None:
-                ob = frame.observer_ns.array().astype(np.int64)
-                self.observer.extend(map(tuple, ob[: len(ob) // 3 * 3].reshape(-1, 3).tolist()))
+            self.marks.extend(np.vstack([t, np.full(n, rx_ns, np.int64), d, b if b is not None else np.ones(n, np.int64)]))
+            self.batch_tokens_seen += int(b.sum()) if b is not None else n
+            if frame.observer_ns is not None:  # only the rows the deque keeps are made into tuples
+                ob = frame.observer_ns.array().astype(np.int64)[-3 * self.observer.maxlen:]
+                self.observer.extend(map(tuple, ob.reshape(-1, 3).tolist()))
             if frame.first_token_ns is not None:
-                self.first_tokens.extend((rx_ns, v / 1e6) for v in frame.first_token_ns.array().tolist())
+                ft = frame.first_token_ns.array()[-self.first_tokens.maxlen:]
+                self.first_tokens.extend((rx_ns, v / 1e6) for v in ft.tolist())
             if frame.coll_calls is not None:
                 self.coll.append((rx_ns, len(t), int(frame.coll_calls.array().sum()),
                                   int(frame.coll_ns.array().sum()), int(frame.coll_bytes.array().sum())))
@@ -149,11 +170,12 @@ class Feed:
                     frame.ended.array()]
             n = min(len(c) for c in cols)
             self.counts.extend(np.vstack([np.full(n, rx_ns, np.float64), *(c[:n] for c in cols)]))
-            steps = cols[1][:n][np.isfinite(cols[1][:n])]
+            steps = cols[1][:n]
             self.counts_source = frame.server
-            for v in steps:  # only ever up: a ring that wraps, or a server's count that starts again, takes nothing
-                self.steps_seen += max(float(v) - self._last_steps, 0.0) if self._last_steps is not None else 0.0
-                self._last_steps = float(v)
+            if len(steps):  # only ever up: a ring that wraps, or a server's count that starts again, takes nothing
+                prev = np.concatenate([[steps[0] if self._last_steps is None else self._last_steps], steps[:-1]])
+                self.steps_seen += float(np.clip(steps - prev, 0.0, None).sum())
+                self._last_steps = float(steps[-1])
         elif isinstance(frame, wire.ProbeStatus):
             self._take_status(frame, frame.dropped_records, frame.recent_errors)
         elif isinstance(frame, wire.Stats):  # wire version 1: a dict of words, read into a ProbeStatus
@@ -166,6 +188,7 @@ class Feed:
             self.header = frame
         elif isinstance(frame, wire.Bye):
             self.bye = frame.reason
+        return True
 
     def _take_status(self, status: wire.ProbeStatus, dropped: int, errors) -> None:
         self.status = probe_status.merge(self.status, status)

@@ -11,8 +11,9 @@ import stat
 import zlib
 from typing import Iterator
 
-from decodemon.probes.wire import (_REC, MAGIC, MAX_FRAME_BYTES, WIRE_VERSION, Frame, RecordingHeader, WireError,
-                                   decode_frame, encode)
+from decodemon.probes.wire import (_REC, MAGIC, MAX_FRAME_BYTES, WIRE_VERSION, Frame, KernelWindow, PmSamples,
+                                   RecordingHeader, WireError, decode_frame, encode)
+from decodemon.probes.wire_check import frame_problem
 
 class Truncated(WireError):
     """The file ends inside a frame (its writer was killed, or the disk filled): every frame before the cut was
@@ -73,20 +74,49 @@ class RecordingWriter:
             self._gz = None
 
 
+# What a recording of S bytes may hold. Its frames, decompressed, take at most ROOM_PER_BYTE x S + ROOM_BYTES (the
+# bundled H200 recordings take 3-22x their size: deflate itself could give 1,032x, so a few MB of zeros could claim
+# GBs); at most FRAMES_BASE + S / BYTES_PER_FRAME frames (the bundled ones spend 210-2,700 bytes a frame), of which
+# at most HEAVY_BASE + S / BYTES_PER_HEAVY are traced windows or PM samples, each of which moves the verdict (the
+# bundled ones: one per 1,200 bytes or more). A file past these is refused before its frames are read, which keeps
+# a replay of a 10 MB file to a few seconds whatever it claims.
+ROOM_PER_BYTE = 32
+ROOM_BYTES = 1 << 20
+BYTES_PER_FRAME = 64
+FRAMES_BASE = 1024
+BYTES_PER_HEAVY = 512
+HEAVY_BASE = 64
+# receive times are ns since the recording began: past this (about 3 years) no recording ran
+MAX_RX_NS = 10**17
+
+
+class Refused(WireError):
+    """A recording that claims more than a file of its size holds, or whose header or receive times are impossible;
+    the frames before the refusal were yielded."""
+
+
 def read_recording(path) -> Iterator[tuple[int, Frame]]:
     """Yield (receive ns, frame) from a `.dmon` file; the header frame comes first.
 
     Raises WireError with a one-line reason for a missing, foreign, corrupt,
-    truncated or too-new file. A truncated file yields every whole frame
-    before the cut, then raises Truncated.
+    truncated or too-new file, and Refused for one that claims more frames or
+    bytes than a file of its size holds (the limits above), a second header, a
+    header with an impossible value, or receive times that run backwards. A
+    truncated file yields every whole frame before the cut, then raises Truncated.
+    Frames are checked for shape only here: the impossible values inside them
+    (wire_check.frame_problem) are the feed's to leave out and report.
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO with no writer would block a plain open
     except OSError as exc:
         raise WireError(f"cannot open recording {path}: {exc.strerror}") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
         os.close(fd)
         raise WireError(f"{path} is not a decodemon recording (not a regular file)")
+    room = ROOM_PER_BYTE * st.st_size + ROOM_BYTES
+    max_frames = FRAMES_BASE + st.st_size // BYTES_PER_FRAME
+    max_heavy = HEAVY_BASE + st.st_size // BYTES_PER_HEAVY
     with os.fdopen(fd, "rb") as raw:
         gz = gzip.GzipFile(fileobj=raw, mode="rb")
         try:
@@ -95,7 +125,9 @@ def read_recording(path) -> Iterator[tuple[int, Frame]]:
             raise WireError(f"{path} is not a decodemon recording (not gzip data)") from None
         if magic != MAGIC:
             raise WireError(f"{path} is not a decodemon recording (bad magic)")
-        first, count = True, 0
+        count = heavy = 0
+        taken = len(MAGIC)
+        last_rx = 0
         while True:
             try:
                 head = gz.read(_REC.size)
@@ -104,8 +136,15 @@ def read_recording(path) -> Iterator[tuple[int, Frame]]:
                 if len(head) < _REC.size:
                     raise EOFError
                 n, rx_ns = _REC.unpack(head)
+                taken += _REC.size + n
                 if n > MAX_FRAME_BYTES:
                     raise WireError(f"{path} is corrupt: a frame claims {n} bytes")
+                if taken > room:  # before the frame's bytes are asked for
+                    raise Refused(f"{path} is refused: frame {count + 1} claims {n} bytes, past what a "
+                                  f"{st.st_size}-byte recording holds ({ROOM_PER_BYTE}x its size)")
+                if count >= max_frames:
+                    raise Refused(f"{path} is refused: it holds more than {max_frames} frames, more than a "
+                                  f"{st.st_size}-byte recording holds")
                 payload = gz.read(n)
                 if len(payload) < n:
                     raise EOFError
@@ -114,7 +153,7 @@ def read_recording(path) -> Iterator[tuple[int, Frame]]:
             except (OSError, zlib.error, gzip.BadGzipFile):  # bytes that are not what was written
                 raise WireError(f"{path} is corrupt after the last whole frame") from None
             frame = decode_frame(payload)
-            if first:
+            if count == 0:
                 if not isinstance(frame, RecordingHeader):
                     raise WireError(f"{path} has no recording header")
                 if frame.wire_version > WIRE_VERSION:
@@ -122,7 +161,21 @@ def read_recording(path) -> Iterator[tuple[int, Frame]]:
                         f"{path} uses wire version {frame.wire_version}; this decodemon reads "
                         f"versions up to {WIRE_VERSION}: upgrade decodemon to read it"
                     )
-                first = False
+                why = frame_problem(frame)
+                if why:
+                    raise Refused(f"{path} is refused: its header's {why}")
+            elif isinstance(frame, RecordingHeader):
+                raise Refused(f"{path} is refused: frame {count + 1} is a second recording header (two recordings "
+                              "joined, or a damaged one)")
+            if rx_ns < last_rx or rx_ns > MAX_RX_NS:
+                raise Refused(f"{path} is refused: frame {count + 1}'s receive time "
+                              + (f"runs backwards ({rx_ns} ns after {last_rx})" if rx_ns < last_rx else
+                                 f"is {rx_ns} ns, past any recording's length"))
+            last_rx = rx_ns
+            heavy += isinstance(frame, (KernelWindow, PmSamples))
+            if heavy > max_heavy:
+                raise Refused(f"{path} is refused: it holds more than {max_heavy} traced windows and PM samples, "
+                              f"more than a {st.st_size}-byte recording holds")
             count += 1
             yield rx_ns, frame
 

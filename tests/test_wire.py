@@ -113,7 +113,7 @@ def test_newer_wire_version_refused_older_loaded(tmp_path):
     with pytest.raises(wire.WireError, match="upgrade decodemon"):
         list(wire.read_recording(newer))
     older = tmp_path / "older.dmon"
-    older.write_bytes(wire.recording_bytes([(1, wire.Bye(reason="x"))], header(0)))
+    older.write_bytes(wire.recording_bytes([(1, wire.Bye(reason="x"))], header(1)))
     assert isinstance(wire.load_recording(older)[-1][1], wire.Bye)
 
 
