@@ -106,6 +106,10 @@ class Snapshot:
     # a batched engine whose adapter sees requests: the time to first token of those whose first token came in the
     # span ({"requests", "median_ms", "p90_ms"}, requests 0 when none did; None when the adapter reports none)
     first_token: dict | None = None
+    # frames left out because they hold what no probe writes (NaN, negative counts, time running backwards), and
+    # the first few reasons: figures read without them are flagged, never passed off as the whole source's
+    rejected_frames: int = 0
+    rejected_why: tuple[str, ...] = ()
 
     @property
     def collective_us_priced(self) -> float | None:
@@ -150,7 +154,8 @@ class Session:
 
     def add(self, rx_ns: int, frame) -> None:
         """Take one frame; a traced window also advances the rolling verdict."""
-        self.feed.add(rx_ns, frame)
+        if not self.feed.add(rx_ns, frame):
+            return  # it holds what no probe writes: left out, and counted (Snapshot.rejected_frames)
         if isinstance(frame, wire.RecordingHeader):
             if self._origin is None:
                 self._origin = frame.created_unix_s
@@ -395,6 +400,7 @@ class Session:
             throughput_tokens_per_s=throughput, tokens_per_step=per_step,
             steps_total=f.tokens_seen if f.batched else (int(f.steps_seen) if server else None),
             first_token=first_token_figures(f.first_token_ms(max(rx - SPAN_NS, 0))) if f.first_tokens else None,
+            rejected_frames=f.rejected, rejected_why=tuple(f.rejected_why),
         )
 
     def pm_check(self, since: int) -> PmWindowCheck | None:

@@ -142,6 +142,9 @@ def summary_json(s: Snapshot, kernels: int = 15) -> dict:
         "observer_cost": s.observer,
         "dropped_records": s.dropped_records,
         "errors": list(s.errors),
+        # frames left out as impossible (NaN, negative counts, time running backwards), with the first few reasons
+        "rejected_frames": s.rejected_frames,
+        "rejected_why": list(s.rejected_why),
         "kernels": kernel_rows_json(w, s.sm_count, kernels),
     }
     out.update(s.diagnosis.as_json())

@@ -7,6 +7,7 @@ import time
 from typing import TYPE_CHECKING
 
 from decodemon.monitor.diagnosis import ORDER
+from decodemon.monitor.render.text import rejected_text
 
 if TYPE_CHECKING:
     from decodemon.monitor.session import Snapshot
@@ -49,6 +50,8 @@ def diagnosis_markdown(s: Snapshot) -> str:
     ]
     if s.ended:
         out += [f"The source ended: {s.ended}. What follows is what arrived before.", ""]
+    if s.rejected_frames:
+        out += [f"{rejected_text(s)}: the figures below are read without them.", ""]
     out += [f"## Binding ceiling: **{d.ceiling.upper()}**", ""]
     r = s.rolling
     if r.ceiling not in ("unknown", d.ceiling):

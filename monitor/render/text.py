@@ -53,3 +53,10 @@ def observer_parts(o: dict | None) -> list[str]:
     if slowed:
         parts.append(f"; {slowed}")
     return parts
+
+
+def rejected_text(s) -> str:
+    """The frames a source sent that were left out as impossible (Snapshot.rejected_frames), in words."""
+    n, why = s.rejected_frames, s.rejected_why
+    more = f"; {len(why) - 1} other reason{'s' if len(why) > 2 else ''}" if len(why) > 1 else ""
+    return f"{n} frame{'s' if n != 1 else ''} left out as impossible ({why[0] if why else '?'}{more})"

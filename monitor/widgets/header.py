@@ -7,6 +7,7 @@ from textual.widgets import Static
 
 from decodemon.monitor.widgets import tcss
 from decodemon.monitor.widgets.format import Redraw, num
+from decodemon.monitor.render.text import rejected_text
 from decodemon.monitor.widgets.probe_words import device_line
 
 
@@ -38,6 +39,8 @@ class HeaderPanel(Redraw, Static):
             t.append(f"{tk.ms_per_token / floor:.1f}× floor", style="bold yellow")
         if s.ended:
             t.append(f"\n■ {s.ended} (last data kept)", style="bold red")
+        if s.rejected_frames:
+            t.append(f"\n■ {rejected_text(s)}", style="bold red")
         elif s.other_pids:
             t.append(f"\nGPU shared with pid {', '.join(map(str, s.other_pids))}: PM figures are device-wide",
                      style="yellow")
