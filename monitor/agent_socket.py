@@ -7,7 +7,9 @@ the monitor would look. So:
 
 - the socket is the one the target itself holds: a listening Unix socket named `<pid>.sock` in
   /proc/PID/net/unix whose inode is among /proc/PID/fd's sockets, in a real directory (not a link) owned by the
-  target's uid and closed to others;
+  target's uid and closed to others. An agent binds it under the fd of its checked directory
+  (/proc/self/fd/N/<pid>.sock, probes/wire_socket.socket_home), so it is reached through the target's own fd,
+  /proc/PID/fd/N, wherever that directory is (a private one when the usual one was refused);
 - after `connect()`, SO_PEERCRED must name that pid and uid, or the connection is refused in one line;
 - every socket operation has a timeout.
 """
@@ -79,9 +81,29 @@ def _listening_paths(pid: int) -> dict[int, str]:
     return out
 
 
-def _dir_problem(d: Path, uid: int) -> str | None:
+def _held_dir(pid: int, path: str) -> Path | None:
+    """A socket bound under /proc/self/fd/N/NAME: its path where its directory is now (N's link), when that is
+    the very socket the target's fd N holds, else through the target's own fd, /proc/PID/fd/N/NAME."""
+    rest = path.removeprefix("/proc/self/fd/")
+    n, sep, name = rest.partition("/")
+    if rest == path or not sep or not n.isascii() or not n.isdigit() or "/" in name:
+        return None
+    held = Path(f"/proc/{pid}/fd/{n}") / name
     try:
-        st = os.lstat(d)
+        shown = Path(os.readlink(held.parent)) / name
+        a, b = os.lstat(shown), os.stat(held)
+        if (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino):
+            return shown
+    except (OSError, ValueError):
+        pass
+    return held
+
+
+def _dir_problem(d: Path, uid: int) -> str | None:
+    # /proc/PID/fd/N is the target's own open directory: followed (it cannot be swapped), every other link refused
+    held_fd = d.parent.name == "fd" and d.parent.parent.parent == Path("/proc")
+    try:
+        st = os.stat(d) if held_fd else os.lstat(d)
     except OSError as exc:
         return f"{d}: {exc.strerror}"
     if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
@@ -118,26 +140,13 @@ def find(pid: int) -> Path | None:
     held = _held_socket_inodes(pid)
     if held is not None:
         paths = [p for ino, p in _listening_paths(pid).items() if ino in held]
-        candidates = [Path(p) for p in paths]
+        candidates = [_held_dir(pid, p) if p.startswith("/proc/self/fd/") else Path(p) for p in paths]
     else:
         candidates = [wire.socket_path(pid)] if wire.socket_path(pid).exists() else []
     for c in candidates:
-        if safe_dir(c, uid) is None:
+        if c is not None and safe_dir(c, uid) is None:
             return c
     return None
-
-
-def refusal(pid: int) -> str | None:
-    """Why what sits where this user's agent of `pid` would listen is refused (a planted directory, link or
-    socket), or None when nothing is there or it is fine. Only for a target of this uid: another uid's agent
-    listens in its own directory."""
-    uid = target_uid(pid)
-    if uid is None or uid != os.getuid():
-        return None
-    p = wire.socket_path(pid)
-    if not os.path.lexists(p.parent):
-        return None
-    return _dir_problem(p.parent, uid) or (_sock_problem(p, uid) if os.path.lexists(p) else None)
 
 
 def check_peer(sock: socket.socket, pid: int, uid: int | None) -> None:

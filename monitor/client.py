@@ -58,9 +58,8 @@ def check_pid(pid: int, inject: bool = True) -> Path | None:
         if not inject:
             raise SourceError(f"pid {pid} is not a Python process and {no_gpu}: nothing of it to watch")
     if path is None:
-        why = agent_socket.refusal(pid)
-        if why is not None:  # something sits where this user's agent would listen, and it is not the agent's
-            raise SourceError(f"pid {pid}: refusing its socket directory ({why})")
+        # whatever sits where this user's agent would listen, an agent loaded now listens in a directory of its
+        # own (probes/wire_socket.socket_home) and is found by the socket it holds
         if not inject:
             raise SourceError(f"pid {pid} has no decodemon agent listening; {HOW_TO_ATTACH}")
         from decodemon.monitor.inject import InjectError, inject as load_agent
@@ -89,12 +88,23 @@ def _looks_python(pid: int) -> bool:
         return True
 
 
+def _closed(pid: int, answered: bool) -> str:
+    """Why a connection to `pid`'s agent ended without a Bye: the process went away, or (while it lives) its
+    agent closed the connection, before or after answering."""
+    if not Path(f"/proc/{pid}").exists():
+        return f"pid {pid} went away"
+    if not answered:
+        return f"the agent of pid {pid} closed the connection without answering (pid {pid} still runs)"
+    return f"the agent of pid {pid} closed the connection (pid {pid} still runs)"
+
+
 def live_frames(pid: int, settings: wire.Attach | None = None, seconds: float | None = None,
-                stop=None) -> Iterator[tuple[int, bytes, object]]:
+                stop=None, inject: bool = True) -> Iterator[tuple[int, bytes, object]]:
     """Attach to `pid`, yield frames until `seconds` pass, `stop()` is true, or the target ends; then detach.
+    `inject`: load the agent into a Python target that has none (else SourceError says it has none).
 
     llama-server, and any CUDA program with no Python, are watched from outside (monitor/outside.py)."""
-    path = check_pid(pid)
+    path = check_pid(pid, inject=inject)
     if path is None:
         from decodemon.monitor import outside
 
@@ -114,6 +124,7 @@ def live_frames(pid: int, settings: wire.Attach | None = None, seconds: float | 
     detached = None  # when the detach was sent
     settings = settings or wire.Attach()
     sidecar = None  # the device-wide counters' process (monitor/sidecar.py), started once the hello names the GPU
+    answered = False
     try:
         sock.sendall(wire.pack(settings))  # under connect's timeout
         sock.settimeout(0.1)
@@ -144,10 +155,11 @@ def live_frames(pid: int, settings: wire.Attach | None = None, seconds: float | 
                 continue
             if not data:
                 if detached is None:
-                    yield time.monotonic_ns() - t0, b"", wire.Bye(reason=f"pid {pid} went away")
+                    yield time.monotonic_ns() - t0, b"", wire.Bye(reason=_closed(pid, answered))
                 return
             rx = time.monotonic_ns() - t0
             for payload in reader.feed(data):
+                answered = True
                 frame = wire.decode_frame(payload)
                 if isinstance(frame, wire.Hello) and frame.gpu is not None and not frame.gpu.mem_bandwidth_gbs:
                     frame, payload = _with_nvml_facts(frame)
@@ -159,7 +171,7 @@ def live_frames(pid: int, settings: wire.Attach | None = None, seconds: float | 
                     if status is not None:
                         yield rx, wire.encode(status), status
     except (ConnectionResetError, BrokenPipeError):
-        yield time.monotonic_ns() - t0, b"", wire.Bye(reason=f"pid {pid} went away")
+        yield time.monotonic_ns() - t0, b"", wire.Bye(reason=_closed(pid, answered))
     finally:
         sock.close()
         if sidecar is not None:

@@ -14,15 +14,19 @@ touches neither the agent's socket nor the analysis.
 Names follow the exporter conventions: base units (`_seconds`, `_bytes`, `_ratio` for a fraction of 1) and the
 labels pid, engine (the engine's program) and gpu (the device's index; absent without a GPU).
 
-An agent serves one monitor at a time: while the exporter watches a process, `decodemon attach` to it is told the
-agent is busy. A process is attachable when its agent's socket is in `wire.socket_dir()` (`<pid>.sock`), or when
-it is a llama-server serving /slots (watched from outside: monitor/outside.py).
+An agent serves one monitor at a time: the exporter yields, so `decodemon attach` to a process it watches is
+served and the exporter watches again after. It watches only what it is told to: this user's processes whose
+agent already listens (the process holds a listening `<pid>.sock`: monitor/agent_socket.find), each proven at its
+attach by the agent's Hello (the same pid) and the process's start time (the same process as the one found, not
+a pid reused since); llama-servers serving /slots (watched from outside: monitor/outside.py); and the pids named
+on its command line. It loads an agent into none of them unless told to (`--inject`, named pids only).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import threading
 import time
@@ -124,11 +128,24 @@ class SnapshotCollector:
         return []
 
 
-class Watch:
-    """One pid attached on a thread of its own; `latest` is its newest Snapshot (None before the first)."""
+def start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (/proc/PID/stat), or None when it is gone: a pid with
+    another start time is another process."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+        return int(text[text.rindex(")") + 2:].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
 
-    def __init__(self, pid: int, settings: wire.Attach | None = None, every_s: float = SNAPSHOT_EVERY_S) -> None:
-        self.pid, self.settings, self.every_s = pid, settings, every_s
+
+class Watch:
+    """One pid attached on a thread of its own; `latest` is its newest Snapshot (None before the first).
+    `inject`: load an agent into it if it has none (otherwise only an agent already there is watched)."""
+
+    def __init__(self, pid: int, settings: wire.Attach | None = None, every_s: float = SNAPSHOT_EVERY_S,
+                 inject: bool = False) -> None:
+        self.pid, self.settings, self.every_s, self.inject = pid, settings, every_s, inject
+        self.started = start_time(pid)  # the process found: its Hello must come from it
         self.latest = None
         self.labels = target_labels(None, pid)
         self.ended: str | None = None  # why the attach ended (None while it runs)
@@ -157,10 +174,15 @@ class Watch:
         sess = Session(label=f"pid {self.pid}")
         last = 0.0
         try:
-            for rx, _payload, frame in live_frames(self.pid, self.settings, None, stop=self._stop.is_set):
-                sess.add(rx, frame)
+            for rx, _payload, frame in live_frames(self.pid, self.settings, None, stop=self._stop.is_set,
+                                                   inject=self.inject):
                 if isinstance(frame, wire.Hello):
+                    why = self.not_the_process(frame)
+                    if why is not None:
+                        self.ended = why
+                        return
                     self.labels = target_labels(frame, self.pid)
+                sess.add(rx, frame)
                 now = time.monotonic()
                 if now - last >= self.every_s or isinstance(frame, wire.KernelWindow):
                     self.latest, last = sess.snapshot(), now
@@ -171,6 +193,15 @@ class Watch:
             self.ended = f"{type(exc).__name__}: {exc}"
         if sess.feed.tokens_seen or sess.feed.steps_seen:
             self.latest = sess.snapshot()
+
+    def not_the_process(self, hello: wire.Hello) -> str | None:
+        """Why `hello` is not from the process this watch was started on (another pid, or the pid reused by a
+        process started since), or None when it is."""
+        if hello.pid != self.pid:
+            return f"the agent at pid {self.pid}'s socket says it is pid {hello.pid}"
+        if self.started is None or start_time(self.pid) != self.started:
+            return f"pid {self.pid} is not the process found (it ended, or its pid was reused)"
+        return None
 
 
 MIN_SCAN_S = 0.1
@@ -209,20 +240,54 @@ def start_server(collector: SnapshotCollector, host: str, port: int):
         raise SourceError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     # a connection that sends nothing is closed after this long, not kept with a thread for ever
     server.RequestHandlerClass.timeout = IDLE_CONNECTION_S
+    server.handle_error = _request_failed
     return server
 
 
-def attachable_pids(directory: Path | None = None) -> list[int]:
-    """The pids of this user's live processes with an agent socket in `directory` (default wire.socket_dir())."""
+def _request_failed(request, client_address) -> None:
+    """A request that ended in an error: an idle or dropped connection closes quietly (a slow client is not news),
+    anything else is one line, never a traceback."""
+    exc = sys.exc_info()[1]
+    if isinstance(exc, (TimeoutError, ConnectionError)):
+        return
+    who = client_address[0] if isinstance(client_address, tuple) and client_address else "a client"
+    print(f"decodemon exporter: a request from {who} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+
+
+_SOCK_NAME = re.compile(r"/([0-9]{1,7})\.sock$")
+
+
+def _named_sockets(directory: Path | None) -> set[int]:
+    """The pids that `<pid>.sock` names: in `directory`, or (None) in this user's socket directory and among the
+    listening Unix sockets of this network namespace (an agent in a private directory is found there)."""
     d = Path(directory) if directory is not None else wire.socket_dir()
+    try:
+        names = os.listdir(d)
+    except OSError:
+        names = []
+    out = {int(m.group(1)) for n in names if (m := _SOCK_NAME.search("/" + n))}
+    if directory is None:
+        try:
+            lines = Path("/proc/self/net/unix").read_text().splitlines()[1:]
+        except OSError:
+            lines = []
+        for line in lines:
+            parts = line.split(None, 7)
+            if len(parts) == 8 and int(parts[3], 16) & 0x10000 and (m := _SOCK_NAME.search(parts[7])):
+                out.add(int(m.group(1)))
+    return out
+
+
+def attachable_pids(directory: Path | None = None) -> list[int]:
+    """This user's processes whose own agent listens (each holds its listening `<pid>.sock`), named in
+    `directory` (default: this user's socket directory and this host's listening sockets). A socket left by a
+    process that is gone, or by one whose pid another process has since, names no attachable process."""
+    from decodemon.monitor import agent_socket
+
     pids = []
-    for sock in sorted(d.glob("*.sock")) if d.is_dir() else ():
-        if sock.stem.isascii() and sock.stem.isdigit() and Path(f"/proc/{sock.stem}").exists():
-            try:
-                if Path(f"/proc/{sock.stem}").stat().st_uid == os.getuid():
-                    pids.append(int(sock.stem))
-            except OSError:
-                continue
+    for pid in sorted(_named_sockets(directory)):
+        if agent_socket.target_uid(pid) == os.getuid() and agent_socket.find(pid) is not None:
+            pids.append(pid)
     return pids
 
 
@@ -258,13 +323,16 @@ def serve_pid(pid: int, host: str, port: int, settings: wire.Attach | None = Non
 
 
 class Exporter:
-    """Every attachable process on the host, each under a Watch; `scan()` starts new ones and drops ended ones."""
+    """Every attachable process on the host, and the `pids` named, each under a Watch; `scan()` starts new ones
+    and drops ended ones. An agent is loaded only into a named pid, and only with `inject`."""
 
     def __init__(self, settings: wire.Attach | None = None, directory: Path | None = None,
-                 only: Callable[[int], bool] | None = None) -> None:
+                 only: Callable[[int], bool] | None = None, pids: Iterable[int] = (), inject: bool = False) -> None:
         # the exporter yields: a user's attach to a process it watches is served, and it watches again after
         self.settings = msgspec.structs.replace(settings or wire.Attach(), yields=True)
         self.directory, self.only = directory, only
+        self.named, self.inject = tuple(pids), inject
+        self.scans = 0
         self.watches: dict[int, Watch] = {}
         self._ended_at: dict[int, float] = {}
         self._lock = threading.Lock()
@@ -274,15 +342,18 @@ class Exporter:
         now = time.monotonic()
         from decodemon.monitor.outside import servers
 
-        live = [p for p in attachable_pids(self.directory) + servers() if self.only is None or self.only(p)]
+        named = [p for p in self.named if Path(f"/proc/{p}").exists()]
+        found = [p for p in attachable_pids(self.directory) + servers() if self.only is None or self.only(p)]
         with self._lock:
             for pid, w in list(self.watches.items()):
                 if not w.running:
                     del self.watches[pid]
                     self._ended_at[pid] = now
-            for pid in live:
+            for pid in dict.fromkeys(named + found):
                 if pid not in self.watches and now - self._ended_at.get(pid, -RETRY_AFTER_S) >= RETRY_AFTER_S:
-                    self.watches[pid] = Watch(pid, self.settings).start()
+                    inject = self.inject and pid in self.named
+                    self.watches[pid] = Watch(pid, self.settings, inject=inject).start()
+            self.scans += 1
 
     def targets(self) -> list[tuple[dict, object]]:
         """(labels, latest Snapshot) of every watched process that has one."""
@@ -329,6 +400,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="where to serve /metrics (default 127.0.0.1:9464; :PORT for every interface)")
     p.add_argument("--scan", type=float, default=SCAN_EVERY_S, metavar="S",
                    help=f"seconds between looks for new processes (default {SCAN_EVERY_S:g})")
+    p.add_argument("pids", nargs="*", type=int, metavar="PID",
+                   help="also watch these processes (besides every process whose agent already listens)")
+    p.add_argument("--inject", action="store_true",
+                   help="load the agent into a PID named here that has none (never into any other process)")
     p.set_defaults(run=run)
     return p
 
@@ -345,4 +420,16 @@ def run(args) -> int:
     if not MIN_SCAN_S <= args.scan <= 3600:  # a scan is a look through /proc: never a busy loop
         print(f"decodemon exporter: --scan must be in [{MIN_SCAN_S:g}, 3600], got {args.scan:g}", file=sys.stderr)
         return 2
-    return run_exporter(host, port, scan_every_s=args.scan)
+    from decodemon.monitor.client import require_process
+
+    for pid in args.pids:
+        try:
+            require_process(pid)
+        except SourceError as exc:
+            print(f"decodemon exporter: {exc}", file=sys.stderr)
+            return 2
+    if args.inject and not args.pids:
+        print("decodemon exporter: --inject loads the agent only into the PIDs named; name them "
+              "(decodemon exporter PID ... --inject)", file=sys.stderr)
+        return 2
+    return run_exporter(host, port, scan_every_s=args.scan, exporter=Exporter(pids=args.pids, inject=args.inject))

@@ -1,20 +1,22 @@
 """The agent's socket server and the attach lifecycle: accept, check the peer, hello, arm, serve, disarm.
 
-One daemon thread blocks in `accept()` on a Unix socket in a per-user 0700 directory. A monitor of the same uid
-is served on a thread of its own, one monitor at a time; anyone else is refused or told who is attached.
+The socket lives in a per-user 0700 directory held by fd (probes/wire_socket.socket_home). One daemon thread,
+the door, accepts and reads each newcomer's Attach without blocking on any of them: a connection that has not
+sent its Attach whole within HANDSHAKE_S is dropped (told so), and past MAX_PENDING at once the oldest is. The
+monitor slot is apart from that queue: a whole Attach is served on a thread of its own, one monitor at a time;
+anyone else is refused or told who is attached.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import selectors
 import socket
-import stat
 import struct
 import sys
 import threading
 import time
-from pathlib import Path
 
 from decodemon.probes import held, hooks, preload, wire
 from decodemon.probes.attach_loop import AttachLoop
@@ -23,69 +25,11 @@ from decodemon.probes.eventlog import EventLog
 from decodemon.probes.facts import PROCESS
 from decodemon.probes.pm_arm import arm_pm, release_pm
 from decodemon.probes.session import ACTIVE, Closer, Session
-from decodemon.probes.wire import socket_dir, socket_path
+from decodemon.probes.wire_socket import (  # noqa: F401 - ensure_dir, clean_stale_sockets: the agent's API
+    clean_stale_sockets, ensure_dir, open_own_dir, socket_home)
 
-
-def open_own_dir(d: Path) -> int:
-    """An fd on directory `d`, which must be a real directory (not a link) owned by this uid; PermissionError with
-    one line otherwise. Nothing here follows a link: a directory someone else planted is never written through."""
-    try:
-        fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise PermissionError(f"{d} is a link or not a directory; remove it, or set XDG_RUNTIME_DIR to a "
-                                  "directory of your own") from None
-        raise
-    st = os.fstat(fd)
-    if st.st_uid != os.getuid():
-        os.close(fd)
-        raise PermissionError(f"{d} belongs to uid {st.st_uid}, not to uid {os.getuid()}; remove it, or set "
-                              "XDG_RUNTIME_DIR to a directory of your own")
-    return fd
-
-
-def ensure_dir(d: Path) -> None:
-    """Make the socket directory ours and private (0700), or refuse one that is a link or belongs to someone else.
-    Its mode is set through the fd of the directory checked, never through a path."""
-    try:
-        os.mkdir(d, 0o700)
-    except FileExistsError:
-        pass
-    fd = open_own_dir(d)
-    try:
-        if os.fstat(fd).st_mode & 0o077:
-            os.fchmod(fd, 0o700)
-    finally:
-        os.close(fd)
-
-
-def clean_stale_sockets(d: Path | None = None) -> list[int]:
-    """Remove sockets whose process is gone; return their pids. Only in a directory of ours (open_own_dir), by
-    name under its fd: a link planted in place of the directory or of a socket is never followed."""
-    d = d or socket_dir()
-    gone: list[int] = []
-    try:
-        fd = open_own_dir(d)
-    except OSError:
-        return gone
-    try:
-        for name in os.listdir(fd):
-            stem, dot, ext = name.rpartition(".")
-            if ext != "sock" or not stem.isascii() or not stem.isdigit():
-                continue
-            pid = int(stem)
-            if not Path(f"/proc/{pid}").exists():
-                try:
-                    if stat.S_ISSOCK(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
-                        os.unlink(name, dir_fd=fd)
-                        gone.append(pid)
-                except OSError:
-                    pass
-    finally:
-        os.close(fd)
-    return gone
-
-
+HANDSHAKE_S = 2.0  # a newcomer's whole Attach within this, or it is dropped (a monitor sends it on connecting)
+MAX_PENDING = 64  # newcomers still sending their Attach, at once; past it the oldest is dropped
 def hello(settings: dict, nvml: bool = False) -> wire.Hello:
     """The agent's first frame: the process, the device (read once per process and device) and the model. The
     device's NVML facts (peak bandwidth, driver version) are the monitor's to add (device.nvml_facts), unless
@@ -107,33 +51,29 @@ def hello(settings: dict, nvml: bool = False) -> wire.Hello:
     )
 
 
-_PENDING = threading.BoundedSemaphore(8)  # connections whose Attach is still being read, at once
+class _Newcomer:
+    """A connection whose Attach is still being read by the door."""
+
+    __slots__ = ("conn", "peer_pid", "reader", "deadline")
+
+    def __init__(self, conn: socket.socket, peer_pid: int) -> None:
+        self.conn, self.peer_pid = conn, peer_pid
+        self.reader = wire.StreamReader(max_frame=64 * 1024)
+        self.deadline = time.monotonic() + HANDSHAKE_S
 
 
 class Agent:
-    """The listening socket and its accept thread; `serve` runs one attach."""
+    """The listening socket and its door thread; `serve` runs one attach."""
 
     def __init__(self) -> None:
-        ensure_dir(socket_dir())
-        clean_stale_sockets()
-        self.path = socket_path(os.getpid())
-        try:
-            self.path.unlink()
-        except FileNotFoundError:
-            pass
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old = os.umask(0o177)
-        try:
-            self.sock.bind(str(self.path))
-        finally:
-            os.umask(old)
-        os.chmod(self.path, 0o600)
-        self.sock.listen(4)
+        self.home = socket_home()
+        self.sock, self.path = self.home.sock, self.home.path
         self.busy_with: int | None = None
         self.yields = False  # the attached monitor steps aside for one that does not (Attach.yields)
         self.loop: AttachLoop | None = None
         self._claim_lock = threading.Lock()
-        self.thread = threading.Thread(target=self._accept_loop, name="decodemon-agent", daemon=True)
+        self._claimers = threading.BoundedSemaphore(2)  # newcomers waiting for a yielding monitor to step aside
+        self.thread = threading.Thread(target=self._door, name="decodemon-agent", daemon=True)
         self.thread.start()
 
     def shutdown(self) -> None:
@@ -142,38 +82,139 @@ class Agent:
         ACTIVE.session = None
         if s is not None:
             s.closing = True
-        try:
-            self.sock.close()
-        finally:
-            try:
-                self.path.unlink()
-            except OSError:
-                pass
+        self.home.close()
 
-    def _accept_loop(self) -> None:
+    def _door(self) -> None:
+        """Accept newcomers and read their Attach, none of them able to hold up the others or the slot."""
         held.name_this_thread("dm-agent")
+        sel = selectors.DefaultSelector()
+        pending: dict[int, _Newcomer] = {}  # by fd, oldest first
+        try:
+            self.sock.setblocking(False)
+            sel.register(self.sock, selectors.EVENT_READ)
+        except (OSError, ValueError):
+            return
+        try:
+            while True:
+                now = time.monotonic()
+                for fd, n in list(pending.items()):
+                    if n.deadline <= now:
+                        self._drop(sel, pending, fd, f"dropped: no whole Attach within {HANDSHAKE_S:g} s")
+                wait = min((n.deadline for n in pending.values()), default=now + 60.0) - now
+                try:
+                    events = sel.select(max(wait, 0.0))
+                except (OSError, ValueError):
+                    return
+                for key, _ in events:
+                    if key.fileobj is self.sock:
+                        if not self._accept_all(sel, pending):
+                            return
+                    else:
+                        self._read(sel, pending, key.fd)
+        finally:
+            for fd in list(pending):
+                self._drop(sel, pending, fd, None)
+            sel.close()
+
+    def _accept_all(self, sel, pending: dict[int, _Newcomer]) -> bool:
+        """Take every connection waiting; False once the listening socket is closed."""
         while True:
             try:
                 conn, _ = self.sock.accept()
-            except OSError:
-                return
+            except BlockingIOError:
+                return True
+            except InterruptedError:
+                continue
+            except OSError as exc:
+                return exc.errno in (errno.ECONNABORTED, errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
             try:
-                self._admit(conn)
+                cred = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+                peer_pid, peer_uid, _ = struct.unpack("3i", cred)
+                conn.setblocking(False)
             except OSError:
                 conn.close()
+                continue
+            if peer_uid not in (os.getuid(), 0):  # this process's user, or root (who may watch any process)
+                conn.close()
+                continue
+            if len(pending) >= MAX_PENDING:  # a flood: the oldest goes, so a monitor that just came is read
+                self._drop(sel, pending, next(iter(pending)), "dropped: too many connections at once")
+            fd = conn.fileno()
+            pending[fd] = _Newcomer(conn, peer_pid)
+            sel.register(conn, selectors.EVENT_READ)
+            self._read(sel, pending, fd)  # a monitor's Attach is usually there already
 
-    def _admit(self, conn: socket.socket) -> None:
-        cred = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-        peer_pid, peer_uid, _ = struct.unpack("3i", cred)
-        if peer_uid not in (os.getuid(), 0):  # this process's user, or root (who may watch any process)
-            conn.close()
+    def _read(self, sel, pending: dict[int, _Newcomer], fd: int) -> None:
+        n = pending.get(fd)
+        if n is None:
             return
-        # each newcomer is read on a thread of its own, so one that sends nothing never holds up the accept loop;
-        # past PENDING at once (a flood), closed unanswered
-        if not _PENDING.acquire(blocking=False):
-            conn.close()
+        try:
+            data = n.conn.recv(65536)
+        except (BlockingIOError, InterruptedError):
             return
-        threading.Thread(target=self.serve, args=(conn, peer_pid), name="decodemon-session", daemon=True).start()
+        except OSError:
+            data = b""
+        try:
+            msgs = n.reader.feed(data) if data else None
+        except wire.WireError as exc:
+            self._drop(sel, pending, fd, f"refused: {exc}")
+            return
+        if msgs is None:  # it left before a whole Attach
+            self._drop(sel, pending, fd, None)
+            return
+        if not msgs:
+            return
+        sel.unregister(n.conn)
+        del pending[fd]
+        try:
+            first = wire.decode_control(msgs[0])
+        except wire.WireError:
+            n.conn.close()
+            return
+        self._admit(n, first)
+
+    @staticmethod
+    def _drop(sel, pending: dict[int, _Newcomer], fd: int, reason: str | None) -> None:
+        n = pending.pop(fd)
+        try:
+            sel.unregister(n.conn)
+        except (KeyError, ValueError):
+            pass
+        if reason is not None:
+            Agent._bye(n.conn, reason)
+        else:
+            n.conn.close()
+
+    def _admit(self, n: _Newcomer, first) -> None:
+        """A whole first frame: refused, told the slot is taken, or served on a thread of its own."""
+        if not isinstance(first, wire.Attach):
+            n.conn.close()
+            return
+        why = wire.attach_problem(first)
+        if why is not None:  # nothing armed: the loop runs on as it was
+            self._bye(n.conn, f"refused: {why}")
+            return
+        with self._claim_lock:
+            free = self.busy_with is None
+            if free:
+                self.busy_with, self.yields = n.peer_pid, first.yields
+            waits = not free and self.yields and not first.yields
+            holder = self.busy_with
+        if waits and not self._claimers.acquire(blocking=False):
+            waits = False
+        if not free and not waits:
+            self._bye(n.conn, f"busy: monitor pid {holder} is attached; one monitor at a time")
+            return
+        try:
+            n.conn.setblocking(True)
+            n.conn.settimeout(5.0)
+        except OSError:
+            n.conn.close()
+            if free:
+                self.busy_with = None
+            return
+        threading.Thread(target=self.serve, args=(n.conn, n.peer_pid, n.reader, first, not free),
+                         name="decodemon-session", daemon=True).start()
 
     def _claim(self, peer_pid: int, settings: wire.Attach) -> bool:
         """Make `peer_pid` the attached monitor. A monitor that yields (the exporter) steps aside for one that
@@ -194,8 +235,10 @@ class Agent:
 
     @staticmethod
     def _bye(conn: socket.socket, reason: str) -> None:
-        """Say why, and close (for a monitor that was never served)."""
+        """Say why, and close (for a monitor that was never served). Never waits long on a peer that reads
+        nothing: a Bye fits in the socket's buffer, and a full one is closed unanswered."""
         try:
+            conn.settimeout(0.2)
             conn.sendall(wire.pack(wire.Bye(reason=reason)))
             conn.shutdown(socket.SHUT_WR)
         except OSError:
@@ -203,34 +246,17 @@ class Agent:
         finally:
             conn.close()
 
-    def serve(self, conn: socket.socket, peer_pid: int = 0) -> None:
-        """One attach, from the monitor's Attach to our Bye."""
-        try:
-            conn.settimeout(5.0)
-            reader = wire.StreamReader(max_frame=64 * 1024)
-            msgs: list = []
-            while not msgs:
-                data = conn.recv(4096)
-                if not data:
-                    conn.close()
-                    return
-                msgs = reader.feed(data)
-            first = wire.decode_control(msgs[0])
-        except (OSError, wire.WireError):
-            conn.close()
-            return
-        finally:
-            _PENDING.release()
-        if not isinstance(first, wire.Attach):
-            conn.close()
-            return
-        why = wire.attach_problem(first)
-        if why is not None:  # nothing armed: the loop runs on as it was
-            self._bye(conn, f"refused: {why}")
-            return
-        if not self._claim(peer_pid, first):
-            self._bye(conn, f"busy: monitor pid {self.busy_with} is attached; one monitor at a time")
-            return
+    def serve(self, conn: socket.socket, peer_pid: int, reader, first: wire.Attach, claim: bool = False) -> None:
+        """One attach, from the monitor's Attach (read by the door) to our Bye; `claim`: the slot is to be
+        waited for (a yielding monitor is stepping aside)."""
+        if claim:
+            try:
+                claimed = self._claim(peer_pid, first)
+            finally:
+                self._claimers.release()
+            if not claimed:
+                self._bye(conn, f"busy: monitor pid {self.busy_with} is attached; one monitor at a time")
+                return
         self._serve_claimed(conn, reader, first)
 
     def _serve_claimed(self, conn: socket.socket, reader, first: wire.Attach) -> None:

@@ -1,26 +1,220 @@
 """The live attach's transport: the per-user socket each agent listens on, and frames behind a 4-byte length
-(probes/wire.py holds the frames themselves)."""
+(probes/wire.py holds the frames themselves).
+
+The socket's directory is made, checked and used through its fd (`socket_home`): the socket is bound under
+/proc/self/fd/N of the checked directory and its mode set by name under N, so no path can be swapped between a
+check and a use. A directory that is refused (a link, another uid's) gets a private one of the process's own
+beside it; the monitor finds the socket from /proc/PID/net/unix either way (monitor/agent_socket.py).
+"""
 
 from __future__ import annotations
 
+import errno
 import os
+import secrets
+import socket
+import stat
+from pathlib import Path
 
 from decodemon.probes.wire import _LEN, MAX_FRAME_BYTES, WireError, encode
 
 
-def socket_dir():
-    """Per-user directory for agent sockets: $XDG_RUNTIME_DIR/decodemon or /tmp/decodemon-<uid>."""
-    from pathlib import Path
+BACKLOG = 64
 
+
+def socket_dir() -> Path:
+    """Per-user directory for agent sockets: $XDG_RUNTIME_DIR/decodemon or /tmp/decodemon-<uid>."""
     xdg = os.environ.get("XDG_RUNTIME_DIR")
     if xdg and os.path.isdir(xdg):
         return Path(xdg) / "decodemon"
     return Path(f"/tmp/decodemon-{os.getuid()}")
 
 
-def socket_path(pid: int):
+def socket_path(pid: int) -> Path:
     """Where the agent of process `pid` listens."""
     return socket_dir() / f"{pid}.sock"
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _checked_dir_fd(name: str, parent_fd: int, shown: Path) -> int:
+    """An fd on directory `name` under `parent_fd`, which must be a real directory (not a link) owned by this uid,
+    made 0700 through the fd; PermissionError with one line otherwise. Nothing here follows a link."""
+    try:
+        fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise PermissionError(f"{shown} is a link or not a directory; remove it, or set XDG_RUNTIME_DIR to a "
+                                  "directory of your own") from None
+        raise
+    st = os.fstat(fd)
+    if st.st_uid != os.getuid():
+        os.close(fd)
+        raise PermissionError(f"{shown} belongs to uid {st.st_uid}, not to uid {os.getuid()}; remove it, or set "
+                              "XDG_RUNTIME_DIR to a directory of your own")
+    if st.st_mode & 0o077:
+        os.fchmod(fd, 0o700)
+    return fd
+
+
+def open_own_dir(d: Path, make: bool = False) -> int:
+    """An fd on directory `d` (made 0700 first when `make`), checked through its parent's fd: a real directory of
+    this uid, closed to others; PermissionError with one line otherwise."""
+    d = Path(d)
+    pfd = os.open(d.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        if make:
+            try:
+                os.mkdir(d.name, 0o700, dir_fd=pfd)
+            except FileExistsError:
+                pass
+        return _checked_dir_fd(d.name, pfd, d)
+    finally:
+        os.close(pfd)
+
+
+def ensure_dir(d: Path) -> None:
+    """Make the socket directory ours and private (0700), or refuse one that is a link or belongs to someone else.
+    Made, checked and set through fds, never through a path."""
+    os.close(open_own_dir(d, make=True))
+
+
+def _is_stale(dir_fd: int, name: str) -> bool:
+    """Provably stale: a socket at `name` that nothing listens on (connect refused). A live agent's, and one whose
+    queue is full, are not."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.setblocking(False)
+    try:
+        probe.connect(f"/proc/self/fd/{dir_fd}/{name}")
+    except ConnectionRefusedError:
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return False
+
+
+def _clean_stale(dir_fd: int) -> list[int]:
+    gone: list[int] = []
+    for name in os.listdir(dir_fd):
+        stem, _, ext = name.rpartition(".")
+        if ext != "sock" or not stem.isascii() or not stem.isdigit():
+            continue
+        try:
+            if stat.S_ISSOCK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode) and _is_stale(dir_fd, name):
+                os.unlink(name, dir_fd=dir_fd)
+                gone.append(int(stem))
+        except OSError:
+            pass
+    return gone
+
+
+def clean_stale_sockets(d: Path | None = None) -> list[int]:
+    """Remove the sockets nothing listens on; return their pids. A socket of a live process that another holds
+    (a reused pid) goes, a listening one stays whatever its name says. Only in a directory of ours
+    (open_own_dir), by name under its fd: a link planted in place of the directory or of a socket is never
+    followed."""
+    try:
+        fd = open_own_dir(d or socket_dir())
+    except OSError:
+        return []
+    try:
+        return _clean_stale(fd)
+    finally:
+        os.close(fd)
+
+
+class SocketHome:
+    """The agent's listening socket and the directory it lives in, held by fd for the agent's life (the monitor
+    reaches the socket through /proc/PID/fd/N, wherever the directory has been moved to)."""
+
+    def __init__(self, sock: socket.socket, dir_fd: int, directory: Path, name: str,
+                 private_parent_fd: int | None = None) -> None:
+        self.sock, self.dir_fd, self.directory, self.name = sock, dir_fd, directory, name
+        self._private_parent_fd = private_parent_fd  # set when the directory is this process's own, made here
+
+    @property
+    def path(self) -> Path:
+        """Where the socket was made (the directory may have been moved since; the fd has not)."""
+        return self.directory / self.name
+
+    def close(self) -> None:
+        """Close the socket and remove it (and a private directory), by name under the directory's fd."""
+        self.sock.close()
+        try:
+            if stat.S_ISSOCK(os.stat(self.name, dir_fd=self.dir_fd, follow_symlinks=False).st_mode):
+                os.unlink(self.name, dir_fd=self.dir_fd)
+        except OSError:
+            pass
+        pfd, self._private_parent_fd = self._private_parent_fd, None
+        if pfd is not None:
+            try:  # only the very directory made here (same inode), and only once empty
+                st, mine = os.stat(self.directory.name, dir_fd=pfd, follow_symlinks=False), os.fstat(self.dir_fd)
+                if (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino):
+                    os.rmdir(self.directory.name, dir_fd=pfd)
+            except OSError:
+                pass
+            os.close(pfd)
+        os.close(self.dir_fd)
+
+
+def _private_dir(d: Path) -> tuple[int, Path, int]:
+    """A directory of this process's own beside `d` (`d`-XXXXXXXX, 0700), for when `d` is refused: (its fd, its
+    path, its parent's fd)."""
+    pfd = os.open(d.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for _ in range(16):
+            name = f"{d.name}-{secrets.token_hex(4)}"
+            try:
+                os.mkdir(name, 0o700, dir_fd=pfd)
+            except FileExistsError:
+                continue
+            try:
+                return _checked_dir_fd(name, pfd, d.parent / name), d.parent / name, pfd
+            except PermissionError:  # swapped for another's between the mkdir and the open: try another name
+                continue
+    except BaseException:
+        os.close(pfd)
+        raise
+    os.close(pfd)
+    raise PermissionError(f"no private socket directory could be made beside {d}")
+
+
+def socket_home(d: Path | None = None, pid: int | None = None) -> SocketHome:
+    """Listen on `<pid>.sock` (this process's by default) in the per-user directory `d` (socket_dir() by
+    default), or, when `d` is refused, in a private directory beside it. Every step goes through the checked
+    directory's fd: bound under /proc/self/fd/N, its mode set by name under N."""
+    d = Path(d or socket_dir())
+    name = f"{os.getpid() if pid is None else pid}.sock"
+    private_parent = None
+    try:
+        dfd = open_own_dir(d, make=True)
+        directory = d
+    except PermissionError:
+        dfd, directory, private_parent = _private_dir(d)
+    sock = None
+    try:
+        _clean_stale(dfd)
+        try:
+            os.unlink(name, dir_fd=dfd)  # ours, or a stale one of this pid
+        except FileNotFoundError:
+            pass
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.bind(f"/proc/self/fd/{dfd}/{name}")
+        # by name in a 0700 directory of ours, which no one else can write: the name is the socket just bound
+        os.chmod(name, 0o600, dir_fd=dfd)
+        sock.listen(BACKLOG)
+    except BaseException:
+        if sock is not None:
+            sock.close()
+        os.close(dfd)
+        if private_parent is not None:
+            os.close(private_parent)
+        raise
+    return SocketHome(sock, dfd, directory, name, private_parent)
+
 
 
 def pack(obj) -> bytes:

@@ -2,9 +2,9 @@
  * engine), over the same wire as the Python agent (probes/wire.py).
  *
  * `decodemon run -- llama-server ...` sets CUDA_INJECTION64_PATH to this library; the CUDA driver loads it at
- * cuInit and calls InitializeInjection, which starts one thread and returns. That thread listens on the agent's
- * socket (probes/wire_socket.socket_path: the per-user directory, 0700, the socket 0600, peers of this uid or
- * root only) and serves one monitor at a time:
+ * cuInit and calls InitializeInjection, which starts one thread and returns. That thread, the door, listens on
+ * the agent's socket (probes/wire_socket.socket_home: the per-user directory, 0700, held by fd; the socket 0600;
+ * peers of this uid or root only) and reads each newcomer's Attach; a second thread serves one monitor at a time:
  *
  *   monitor -> Attach      this library reads window_period_s, time_window_s and trace, and checks their bounds
  *   library -> Hello, ProbeStatus
@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -750,33 +751,75 @@ static ssize_t read_frame(int fd, uint8_t *p, size_t cap, int timeout_ms) {
     return (ssize_t)n;
 }
 
-static char g_sock_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+/* ---------------------------------------------------------------- the socket's home */
+/* The socket lives in the per-user directory (probes/wire_socket.socket_dir), made, checked and used through its
+ * fd: the directory opened under its parent's fd without following a link and checked to be this uid's, its mode
+ * set by fchmod, the socket bound under /proc/self/fd/N of it and its mode set by name under N. No path can be
+ * swapped between a check and a use. A directory that is refused (a link, another uid's) gets a private one of
+ * this process's beside it (`<dir>-XXXXXXXX`); the monitor finds the socket from /proc/PID/net/unix either way,
+ * through this process's own fd N, which stays open for the library's life. */
+static int g_dir_fd = -1;
+static char g_sock_name[32];
+static pid_t g_sock_pid;
 
-/* The per-user socket directory (probes/wire_socket.socket_dir), made 0700 and checked to be a real directory
- * of this uid (never followed through a link); its fd, or -1 with a line on stderr. */
-static int own_socket_dir(char *dir, size_t n) {
-    const char *xdg = getenv("XDG_RUNTIME_DIR");
-    struct stat st;
-    int len;
-    if (xdg && *xdg && stat(xdg, &st) == 0 && S_ISDIR(st.st_mode)) len = snprintf(dir, n, "%s/decodemon", xdg);
-    else len = snprintf(dir, n, "/tmp/decodemon-%u", (unsigned)getuid());
-    if (len < 0 || (size_t)len >= n) return -1; /* a path too long for a socket's address */
-    if (mkdir(dir, 0700) != 0 && errno != EEXIST) return -1;
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+/* The directory `name` under `pfd`: a real directory of this uid (never followed through a link), made 0700
+ * through its fd; its fd, or -1. */
+static int checked_dir(int pfd, const char *name) {
+    int fd = openat(pfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) return -1;
-    if (fstat(fd, &st) != 0 || st.st_uid != getuid()) { close(fd); return -1; }
-    if (st.st_mode & 077) fchmod(fd, 0700);
+    struct stat st;
+    if (fstat(fd, &st) != 0 || st.st_uid != getuid() || ((st.st_mode & 077) && fchmod(fd, 0700) != 0)) {
+        close(fd);
+        return -1;
+    }
     return fd;
 }
 
-static pid_t g_sock_pid;
-
-static void remove_socket(void) {
-    if (g_sock_path[0] && getpid() == g_sock_pid) unlink(g_sock_path); /* not a forked child's exit */
+/* The socket directory's fd (the per-user one, or a private one beside it when that is refused), its path in
+ * `dir` for messages; -1 with `dir` naming what was refused. */
+static int own_socket_dir(char *dir, size_t n) {
+    const char *xdg = getenv("XDG_RUNTIME_DIR");
+    struct stat st;
+    const char *parent = "/tmp";
+    char base[64];
+    if (xdg && *xdg && stat(xdg, &st) == 0 && S_ISDIR(st.st_mode)) {
+        parent = xdg;
+        snprintf(base, sizeof base, "decodemon");
+    } else {
+        snprintf(base, sizeof base, "decodemon-%u", (unsigned)getuid());
+    }
+    int len = snprintf(dir, n, "%s/%s", parent, base);
+    if (len < 0 || (size_t)len >= n) return -1;
+    int pfd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (pfd < 0) return -1;
+    if (mkdirat(pfd, base, 0700) != 0 && errno != EEXIST) { close(pfd); return -1; }
+    int fd = checked_dir(pfd, base);
+    for (int i = 0; fd < 0 && i < 16; i++) { /* refused: a private directory of this process's own */
+        unsigned char r[4];
+        if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) break;
+        char priv[96];
+        snprintf(priv, sizeof priv, "%s-%02x%02x%02x%02x", base, r[0], r[1], r[2], r[3]);
+        if (mkdirat(pfd, priv, 0700) != 0) continue;
+        fd = checked_dir(pfd, priv); /* swapped for another's since the mkdir: refused, and another name tried */
+        if (fd >= 0) snprintf(dir, n, "%s/%s", parent, priv);
+    }
+    close(pfd);
+    return fd;
 }
 
+static void remove_socket(void) {
+    struct stat st;
+    if (g_dir_fd < 0 || getpid() != g_sock_pid) return; /* not a forked child's exit */
+    if (fstatat(g_dir_fd, g_sock_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISSOCK(st.st_mode))
+        unlinkat(g_dir_fd, g_sock_name, 0);
+}
+
+static void register_exit(void) { atexit(remove_socket); }
+
+/* Make the socket's home and listen there: the listening fd, or -1 with a line on stderr. */
 static int listen_socket(void) {
-    char dir[200];
+    static pthread_once_t at_exit = PTHREAD_ONCE_INIT;
+    char dir[200] = "";
     int dfd = own_socket_dir(dir, sizeof dir);
     if (dfd < 0) {
         fprintf(stderr, "decodemon: no socket directory of this user's at %s; no traced windows\n", dir);
@@ -786,25 +829,30 @@ static int listen_socket(void) {
     snprintf(name, sizeof name, "%d.sock", (int)getpid());
     struct stat st;
     if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISSOCK(st.st_mode)) unlinkat(dfd, name, 0);
-    close(dfd);
     struct sockaddr_un a = {0};
     a.sun_family = AF_UNIX;
-    if ((size_t)snprintf(a.sun_path, sizeof a.sun_path, "%s/%s", dir, name) >= sizeof a.sun_path) return -1;
+    snprintf(a.sun_path, sizeof a.sun_path, "/proc/self/fd/%d/%s", dfd, name);
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return -1;
     /* no umask here (it is the whole process's, and the engine's threads create files too): the directory is
-     * 0700 and this user's, so the socket is out of others' reach until it is made 0600 */
-    int rc = bind(fd, (struct sockaddr *)&a, sizeof a);
-    if (rc != 0 || chmod(a.sun_path, 0600) != 0 || listen(fd, 4) != 0) {
-        fprintf(stderr, "decodemon: cannot listen on %s: %s; no traced windows\n", a.sun_path, strerror(errno));
-        close(fd);
+     * 0700 and this user's, so the socket is out of others' reach until it is made 0600, by name under the
+     * directory's fd (only this uid writes there) */
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || fchmodat(dfd, name, 0600, 0) != 0 ||
+        listen(fd, 64) != 0) {
+        fprintf(stderr, "decodemon: cannot listen in %s: %s; no traced windows\n", dir, strerror(errno));
+        if (fd >= 0) close(fd);
+        close(dfd);
         return -1;
     }
-    memcpy(g_sock_path, a.sun_path, sizeof g_sock_path);
+    if (g_dir_fd >= 0) close(g_dir_fd);
+    g_dir_fd = dfd;
+    memcpy(g_sock_name, name, sizeof g_sock_name);
     g_sock_pid = getpid();
-    atexit(remove_socket);
+    pthread_once(&at_exit, register_exit);
     return fd;
 }
+
+/* For tests: the socket's home made and listened on, as the agent thread does at its start; the listening fd. */
+int decodemon_cupti_listen(void) { return listen_socket(); }
 
 static pid_t peer_pid(int fd, int *ok) {
     struct ucred c;
@@ -813,27 +861,6 @@ static pid_t peer_pid(int fd, int *ok) {
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &c, &n) != 0) return 0;
     *ok = c.uid == getuid() || c.uid == 0; /* this process's user, or root (who may watch any process) */
     return c.pid;
-}
-
-/* A second monitor while one is attached: told so, and closed. */
-static void refuse_busy(int lfd, pid_t holder, buf_t *b) {
-    int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-    if (fd < 0) return;
-    int ok;
-    peer_pid(fd, &ok);
-    if (ok) {
-        /* its Attach first (a monitor sends it on connecting; a Bye before it is read would meet a closed
-         * socket), waiting 200 ms at most: the attached monitor's windows must not wait on a newcomer */
-        static uint8_t drop[MAX_CONTROL_BYTES];
-        struct timeval tv = {0, 200000};
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-        read_frame(fd, drop, sizeof drop, 200);
-        char why[96];
-        snprintf(why, sizeof why, "busy: monitor pid %d is attached; one monitor at a time", (int)holder);
-        send_bye(fd, b, why);
-    }
-    close(fd);
 }
 
 static void window_release(window_t *w, buf_t *b) {
@@ -845,25 +872,18 @@ static void window_release(window_t *w, buf_t *b) {
     memset(b, 0, sizeof *b);
 }
 
-/* One attach, from the monitor's Attach to our Bye (no Bye after a send that failed: the stream may end
- * mid-frame, and a frame after it would be read as the rest of that one). */
-static void serve(int lfd, int fd, pid_t holder) {
+/* One attach, from the monitor's Attach (read by the door) to our Bye (no Bye after a send that failed: the
+ * stream may end mid-frame, and a frame after it would be read as the rest of that one). */
+static void serve(int fd, const settings_t *sp) {
     static uint8_t msg[MAX_CONTROL_BYTES];
     buf_t b = {0};
     window_t w = {0};
-    settings_t s;
+    settings_t s = *sp;
     char why[160];
+    ssize_t n;
     struct timeval tv = {5, 0};
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv); /* a frame begun and never finished ends the attach */
-    ssize_t n = read_frame(fd, msg, sizeof msg, 5000);
-    if (n <= 0 || parse_control(msg, (size_t)n, &s, why, sizeof why) != MSG_ATTACH) goto out;
-    if (why[0]) {
-        char line[200];
-        snprintf(line, sizeof line, "refused: %s", why);
-        send_bye(fd, &b, line);
-        goto out;
-    }
     if (s.trace) tracer_ready();
     int64_t windows = 0, errors = 0;
     if (send_hello(fd, &b) || send_status(fd, &b, &s, windows, errors)) goto out;
@@ -872,9 +892,8 @@ static void serve(int lfd, int fd, pid_t holder) {
     int broken = 0;
     for (;;) {
         int64_t wait_ns = next - mono_ns();
-        struct pollfd pf[2] = {{fd, POLLIN, 0}, {lfd, POLLIN, 0}};
-        int k = poll(pf, 2, wait_ns > 0 ? (int)(wait_ns / 1000000) + 1 : 0);
-        if (k > 0 && (pf[1].revents & POLLIN)) refuse_busy(lfd, holder, &b);
+        struct pollfd pf[1] = {{fd, POLLIN, 0}};
+        int k = poll(pf, 1, wait_ns > 0 ? (int)(wait_ns / 1000000) + 1 : 0);
         if (k > 0 && (pf[0].revents & (POLLIN | POLLHUP | POLLERR))) {
             n = read_frame(fd, msg, sizeof msg, 0);
             if (n <= 0) { reason = "monitor went away"; break; }
@@ -916,22 +935,173 @@ out:
     window_release(&w, &b);
 }
 
+/* ---------------------------------------------------------------- the door and the monitor slot */
+/* The door thread accepts newcomers and reads each one's Attach without blocking on any of them: a connection
+ * that has not sent its Attach whole within HANDSHAKE_MS is dropped (told so), and past MAX_PENDING at once the
+ * oldest is. A whole Attach goes to the monitor slot, which the serving thread takes; a second monitor while one
+ * is attached is told who is, by the door, so the attached monitor's windows never wait on a newcomer. */
+#define HANDSHAKE_MS 2000
+#define MAX_PENDING 64
+
+typedef struct {
+    int fd;
+    pid_t pid;
+    int64_t deadline;
+    uint8_t len[4];
+    uint32_t got, n;   /* bytes read, and the payload's length once the prefix is whole */
+    uint8_t *payload;
+} newcomer_t;
+
+static pthread_mutex_t g_slot_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_slot_cv = PTHREAD_COND_INITIALIZER;
+static int g_slot_fd = -1;   /* a monitor handed to the serving thread and not yet taken */
+static pid_t g_holder;       /* the monitor in the slot (handed over or served), 0 when none */
+static settings_t g_slot_settings;
+
+static void say_and_close(int fd, buf_t *b, const char *reason) {
+    if (reason) send_bye(fd, b, reason); /* the socket is non-blocking: a Bye that does not fit is not sent */
+    shutdown(fd, SHUT_WR);
+    close(fd);
+}
+
+static void drop(newcomer_t *p, int i, int *np, buf_t *b, const char *reason) {
+    say_and_close(p[i].fd, b, reason);
+    free(p[i].payload);
+    memmove(p + i, p + i + 1, (size_t)(*np - i - 1) * sizeof *p);
+    (*np)--;
+}
+
+/* A whole Attach: refused, told the slot is taken, or handed to the serving thread. */
+static void admit(newcomer_t *c, buf_t *b) {
+    settings_t s;
+    char why[160];
+    if (parse_control(c->payload, c->n, &s, why, sizeof why) != MSG_ATTACH) { say_and_close(c->fd, b, NULL); return; }
+    if (why[0]) {
+        char line[200];
+        snprintf(line, sizeof line, "refused: %s", why);
+        say_and_close(c->fd, b, line);
+        return;
+    }
+    pthread_mutex_lock(&g_slot_mu);
+    pid_t holder = g_holder;
+    if (!holder) {
+        g_holder = c->pid;
+        g_slot_fd = c->fd;
+        g_slot_settings = s;
+        pthread_cond_signal(&g_slot_cv);
+    }
+    pthread_mutex_unlock(&g_slot_mu);
+    if (holder) {
+        snprintf(why, sizeof why, "busy: monitor pid %d is attached; one monitor at a time", (int)holder);
+        say_and_close(c->fd, b, why);
+    }
+}
+
+/* Read what newcomer i has sent; 1 when it is done with (admitted, refused or gone), else 0. */
+static int read_newcomer(newcomer_t *c, buf_t *b) {
+    for (;;) {
+        ssize_t k;
+        if (c->got < 4) k = recv(c->fd, c->len + c->got, 4 - c->got, MSG_DONTWAIT);
+        else k = recv(c->fd, c->payload + (c->got - 4), c->n - (c->got - 4), MSG_DONTWAIT);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+        if (k <= 0) { say_and_close(c->fd, b, NULL); return 1; }
+        c->got += (uint32_t)k;
+        if (c->got == 4) {
+            c->n = (uint32_t)c->len[0] | (uint32_t)c->len[1] << 8 | (uint32_t)c->len[2] << 16 |
+                   (uint32_t)c->len[3] << 24;
+            if (c->n > MAX_CONTROL_BYTES) {
+                say_and_close(c->fd, b, "refused: a first frame longer than an Attach");
+                return 1;
+            }
+            c->payload = malloc(c->n ? c->n : 1);
+            if (!c->payload) { say_and_close(c->fd, b, NULL); return 1; }
+        }
+        if (c->got >= 4 && c->got - 4 == c->n) { admit(c, b); return 1; }
+    }
+}
+
+static void *serve_slot(void *arg);
+
 static void *agent_main(void *arg) {
     (void)arg;
     pthread_setname_np(pthread_self(), "dm-agent");
     int lfd = listen_socket();
     if (lfd < 0) return NULL;
+    fcntl(lfd, F_SETFL, fcntl(lfd, F_GETFL) | O_NONBLOCK);
+    pthread_t t;
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    int started = pthread_create(&t, &a, serve_slot, NULL) == 0; /* signals stay blocked: this thread's mask */
+    pthread_attr_destroy(&a);
+    if (!started) { close(lfd); return NULL; }
+    static newcomer_t p[MAX_PENDING];
+    int np = 0;
+    buf_t b = {0};
     for (;;) {
-        int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-        if (fd < 0) {
-            if (errno == EINTR || errno == ECONNABORTED) continue;
-            return NULL;
+        int64_t now = mono_ns();
+        for (int i = 0; i < np;) {
+            if (p[i].deadline <= now) drop(p, i, &np, &b, "dropped: no whole Attach within 2 s");
+            else i++;
         }
-        int ok;
-        pid_t pid = peer_pid(fd, &ok);
-        if (ok) serve(lfd, fd, pid);
-        close(fd);
+        int wait_ms = -1;
+        for (int i = 0; i < np; i++) {
+            int ms = (int)((p[i].deadline - now) / 1000000) + 1;
+            if (wait_ms < 0 || ms < wait_ms) wait_ms = ms;
+        }
+        struct pollfd pf[MAX_PENDING + 1];
+        pf[0] = (struct pollfd){lfd, POLLIN, 0};
+        for (int i = 0; i < np; i++) pf[i + 1] = (struct pollfd){p[i].fd, POLLIN, 0};
+        int k = poll(pf, (nfds_t)np + 1, wait_ms);
+        if (k < 0 && errno != EINTR) break;
+        if (k <= 0) continue;
+        /* the newcomers first (their fds are pf[1..np]), from the last so that a drop leaves the rest in place */
+        for (int i = np - 1; i >= 0; i--)
+            if (pf[i + 1].revents && read_newcomer(&p[i], &b)) {
+                free(p[i].payload);
+                memmove(p + i, p + i + 1, (size_t)(np - i - 1) * sizeof *p);
+                np--;
+            }
+        if (!(pf[0].revents & POLLIN)) continue;
+        for (;;) {
+            int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+            if (fd < 0) {
+                if (errno == EINTR || errno == ECONNABORTED) continue;
+                break; /* EAGAIN: all taken; EMFILE and the like: tried again at the next wake */
+            }
+            int ok;
+            pid_t pid = peer_pid(fd, &ok);
+            if (!ok) { close(fd); continue; }
+            if (np == MAX_PENDING) drop(p, 0, &np, &b, "dropped: too many connections at once");
+            p[np] = (newcomer_t){fd, pid, mono_ns() + (int64_t)HANDSHAKE_MS * 1000000, {0}, 0, 0, NULL};
+            if (read_newcomer(&p[np], &b)) free(p[np].payload); /* a monitor's Attach is usually there already */
+            else np++;
+        }
     }
+    free(b.p);
+    return NULL;
+}
+
+/* The serving thread: one monitor at a time, as the door hands them over. */
+static void *serve_slot(void *arg) {
+    (void)arg;
+    pthread_setname_np(pthread_self(), "dm-serve");
+    for (;;) {
+        pthread_mutex_lock(&g_slot_mu);
+        while (g_slot_fd < 0) pthread_cond_wait(&g_slot_cv, &g_slot_mu);
+        int fd = g_slot_fd;
+        settings_t s = g_slot_settings;
+        g_slot_fd = -1;
+        pthread_mutex_unlock(&g_slot_mu);
+        fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+        serve(fd, &s);
+        close(fd);
+        pthread_mutex_lock(&g_slot_mu);
+        g_holder = 0;
+        pthread_mutex_unlock(&g_slot_mu);
+    }
+    return NULL;
 }
 
 static void start_agent(void) {
