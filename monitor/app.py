@@ -231,24 +231,27 @@ class DecodemonApp(App):
         """Save the screen as SVG, named after the sources on it, and say where."""
         name = f"decodemon-{'-vs-'.join(source_slugs(self._labels_shown()))}-{time.strftime('%Y%m%d-%H%M%S')}.svg"
         path = self.out_dir.absolute() / name
+        from decodemon.monitor.safe_write import Refused, write_text_whole
+
         try:
-            self.save_screenshot(filename=name, path=str(path.parent))
-        except OSError as exc:
-            self.notify(f"cannot write {path}: {exc.strerror or exc}", severity="error")
+            write_text_whole(path, self.export_screenshot())  # never through a link another user planted
+        except (Refused, OSError) as exc:
+            self.notify(str(exc), severity="error")
             return
         self.notify(f"saved {path}")
 
     def action_diagnosis(self) -> None:
         """Write DIAGNOSIS-<source>.md for each source, and say where."""
         from decodemon.monitor.render.markdown import diagnosis_markdown
+        from decodemon.monitor.safe_write import Refused, write_text_whole
 
         written = []
         for p, slug in zip(self.players, source_slugs(p.label for p in self.players)):
             path = self.out_dir.absolute() / f"DIAGNOSIS-{slug}.md"
             try:
-                path.write_text(diagnosis_markdown(p.snapshot()))
-            except OSError as exc:
-                self.notify(f"cannot write {path}: {exc.strerror or exc}", severity="error")
+                write_text_whole(path, diagnosis_markdown(p.snapshot()))  # never through another user's link
+            except (Refused, OSError) as exc:
+                self.notify(str(exc), severity="error")
                 return
             written.append(f"{path} (of {p.label})")
         self.notify("wrote " + "; ".join(written))

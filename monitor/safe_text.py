@@ -37,10 +37,12 @@ def markdown(text) -> str:
     return _MARKDOWN.sub(r"\\\1", visible(text))
 
 
-def markdown_code_cell(text) -> str:
-    """`text` as inline code in a Markdown table cell: visible(), fenced by more backticks than it holds, its
-    pipes escaped (GitHub's tables read `\\|` in code as a pipe)."""
-    body = visible(text).replace("|", "\\|")
+def markdown_code(text, cell: bool = False) -> str:
+    """`text` as inline code: visible(), fenced by more backticks than it holds; in a table `cell`, its pipes
+    escaped (GitHub's tables read `\\|` in code as a pipe)."""
+    body = visible(text)
+    if cell:
+        body = body.replace("|", "\\|")
     fence = "`" * (max((len(r) for r in re.findall("`+", body)), default=0) + 1)
     pad = " " if body.startswith("`") or body.endswith("`") else ""
     return f"{fence}{pad}{body}{pad}{fence}"

@@ -276,23 +276,28 @@ def _resource(a: dict, b: dict, flat: bool) -> str:
 def markdown(result: dict) -> str:
     """sweep.md: the commands, the table (depth, command, ms/token, launches, MB/token, ceiling and its number)
     and the sentence on the divergence."""
+    from decodemon.monitor.safe_text import markdown as md
+    from decodemon.monitor.safe_text import markdown_code, visible_lines
+
+    # the commands, their names and errors (a command's own stderr) are the user's or a replayed sweep.json's:
+    # escaped, so none of them can make a link, HTML or a new cell
     lines = ["# Depth sweep", ""]
     for name, cmd in result["commands"].items():
-        lines.append(f"- {name}: `{cmd}`")
+        lines.append(f"- {md(name)}: {markdown_code(cmd)}")
     lines += ["", f"Attached {result['seconds']:g} s at each depth; the figures are the last 5 s of each attach.", "",
               "| depth | command | ms/token | launches/token | MB/token | ceiling | its number |",
               "|---:|---|---:|---:|---:|---|---|"]
     for p in result["points"]:
         if p.get("error"):
-            lines.append(f"| {p['depth']:,} | {p['command']} | — | — | — | not measured | {p['error']} |")
+            lines.append(f"| {p['depth']:,} | {md(p['command'])} | — | — | — | not measured | {md(p['error'])} |")
             continue
-        num = (f"{p['ceiling_value']:.4g} {p['ceiling_unit']}" if p.get("ceiling_value") is not None else "—")
+        num = (f"{p['ceiling_value']:.4g} {md(p['ceiling_unit'])}" if p.get("ceiling_value") is not None else "—")
         mb = f"{p['bytes_per_token'] / 1e6:.4g}" if p.get("bytes_per_token") else "—"
         lp = f"{p['launches_per_token']:.0f}" if p.get("launches_per_token") else "—"
-        lines.append(f"| {p['depth']:,} | {p['command']} | {p['ms_per_token']:.4g} | {lp} | {mb} "
-                     f"| {p['verdict'].upper()} | {num} |")
+        lines.append(f"| {p['depth']:,} | {md(p['command'])} | {p['ms_per_token']:.4g} | {lp} | {mb} "
+                     f"| {md(str(p['verdict']).upper())} | {num} |")
     lines += ["", result["divergence"], ""]
-    return "\n".join(lines)
+    return visible_lines("\n".join(lines))
 
 
 OUTPUT_NAMES = ("sweep.json", "sweep.md", "sweep.svg", "sweep.png")
@@ -301,11 +306,9 @@ OUTPUT_NAMES = ("sweep.json", "sweep.md", "sweep.svg", "sweep.png")
 def write_outputs(result: dict, outdir, copy_from=None) -> list[Path]:
     """Write sweep.json, sweep.md, sweep.svg and sweep.png into `outdir` (and, for a replay, copy the recordings
     from `copy_from`, so the output rebuilds too); the paths written. Everything is made in memory first, and
-    each file is written whole (a temporary name, then renamed)."""
-    import shutil
-
+    each file is written whole (safe_write: a temporary name, then renamed; never through another user's link)."""
     from decodemon.monitor import plots
-    from decodemon.monitor.sources import write_bytes_whole, write_text_whole
+    from decodemon.monitor.safe_write import write_text_whole, write_whole
 
     d = Path(outdir)
     chart = plots.sweep_chart(series_of(result["points"]))
@@ -314,12 +317,12 @@ def write_outputs(result: dict, outdir, copy_from=None) -> list[Path]:
     out = [d / n for n in OUTPUT_NAMES]
     if copy_from is not None and Path(copy_from).resolve() != d.resolve():
         for p in result["points"]:
-            if p.get("recording"):
-                src = Path(copy_from) / p["recording"]
-                shutil.copyfile(src, d / f".{p['recording']}.part")
-                (d / f".{p['recording']}.part").replace(d / p["recording"])
-                out.append(d / p["recording"])
+            name = p.get("recording")
+            # a name from the replayed sweep.json: a plain file name of that folder, never a path out of it
+            if name and Path(name).name == name and not name.startswith(".") and name.endswith(".dmon"):
+                write_whole(d / name, (Path(copy_from) / name).read_bytes())
+                out.append(d / name)
     for path, text in zip(out[:3], texts):
         write_text_whole(path, text)
-    write_bytes_whole(out[3], png)
+    write_whole(out[3], png)
     return out

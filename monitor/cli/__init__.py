@@ -22,6 +22,7 @@ from decodemon.monitor.cli import (allreduce, attach, compare, demo, diagnose, e
 from decodemon.monitor.cli._common import Parser, UsageError, resolve_pid, resolve_sources  # noqa: E402
 from decodemon.monitor.cli._common import attach_settings as _attach_settings  # noqa: E402
 from decodemon.monitor.client import SourceError  # noqa: E402
+from decodemon.monitor.safe_text import visible, visible_lines  # noqa: E402
 from decodemon.monitor.sources import VERSION, NothingMeasured, collect  # noqa: E402
 from decodemon.probes import wire  # noqa: E402
 
@@ -77,6 +78,21 @@ def _terminate_as_interrupt(_signum, _frame) -> None:
         raise KeyboardInterrupt
 
 
+class _Visible:
+    """A text stream that shows control characters as escapes (safe_text.visible_lines), lines and tabs kept:
+    whichever line of a verb quotes a target or a recording on stderr, it reaches the terminal as text."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(visible_lines(text))
+        return len(text)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
 def main(argv=None) -> int:
     """Entry point of the `decodemon` command."""
     import signal
@@ -85,6 +101,17 @@ def main(argv=None) -> int:
         signal.signal(signal.SIGTERM, _terminate_as_interrupt)
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, _terminate_as_interrupt)
+    stderr = sys.stderr
+    if stderr is not None and not isinstance(stderr, _Visible):
+        sys.stderr = _Visible(stderr)
+    try:
+        return _main(argv)
+    finally:
+        if sys.stderr.__class__ is _Visible:
+            sys.stderr = stderr
+
+
+def _main(argv) -> int:
     verb = "decodemon"
     try:
         a = _parse(argv)
@@ -95,13 +122,13 @@ def main(argv=None) -> int:
             resolve_sources(a)
         return a.fn(a)
     except UsageError as exc:
-        print(str(exc), file=sys.stderr)
+        _say(str(exc))
         return 2
     except NothingMeasured as exc:
-        print(f"{verb}: {exc}", file=sys.stderr)
+        _say(f"{verb}: {exc}")
         return 3
     except (SourceError, wire.WireError) as exc:
-        print(f"{verb}: {exc}", file=sys.stderr)
+        _say(f"{verb}: {exc}")
         return 2
     except KeyboardInterrupt:
         return 130
@@ -110,11 +137,16 @@ def main(argv=None) -> int:
         return 0
     except OSError as exc:  # a file the checks above could not foresee (a disk that filled, a path that vanished)
         where = f" {exc.filename}" if exc.filename else ""
-        print(f"{verb}:{where} {exc.strerror or exc}", file=sys.stderr)
+        _say(f"{verb}:{where} {exc.strerror or exc}")
         return 2
     except Exception as exc:  # what no check foresaw, e.g. a recording whose frames decode but hold nonsense
         if os.environ.get("DECODEMON_DEBUG") == "1":
             raise
-        print(f"{verb}: {type(exc).__name__}: {str(exc)[:200]} (a damaged input? DECODEMON_DEBUG=1 shows where; "
-              "if the input is sound, this is a decodemon bug)", file=sys.stderr)
+        _say(f"{verb}: {type(exc).__name__}: {str(exc)[:200]} (a damaged input? DECODEMON_DEBUG=1 shows where; "
+             "if the input is sound, this is a decodemon bug)")
         return 1
+
+
+def _say(line: str) -> None:
+    """The verb's one line on stderr, a line break or escape sequence in what it quotes shown as an escape."""
+    print(visible(line), file=sys.stderr)

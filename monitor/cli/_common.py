@@ -9,6 +9,7 @@ import math
 import re
 import sys
 
+from decodemon.monitor.safe_text import visible
 from decodemon.probes import wire
 
 
@@ -32,18 +33,30 @@ def span(lo, hi, closed: bool = True) -> str:
     return f"{'[' if closed else '('}{n(lo)}, {n(hi)}]"
 
 
+# what a number on the command line is: ASCII digits, a sign, a point, an exponent (int() and float() also read
+# '1_000' and other scripts' digits, '١٢٣' as 123); inf and nan are read to be refused as not finite
+INTEGER = re.compile(r"[+-]?[0-9]+")
+DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[+-]?(?:inf|infinity|nan)",
+                     re.IGNORECASE)
+
+
+def number(name: str, s, integer: bool = False):
+    """`s` as an int (`integer`) or a float, written in ASCII digits; ArgumentTypeError with one line otherwise."""
+    text = str(s)
+    if not text.isascii():
+        raise argparse.ArgumentTypeError(f"{name} must be written in ASCII digits, not {visible(text)!r}")
+    if not (INTEGER if integer else DECIMAL).fullmatch(text):
+        kind = "a whole number" if integer else "a number"
+        raise argparse.ArgumentTypeError(f"{name} must be {kind} in digits 0-9, not {visible(text)!r}")
+    return int(text) if integer else float(text)
+
+
 def bounded(name, lo=0.0, hi=float("inf"), integer=False, allow_zero=False):
     """An argparse type: a finite number in (lo, hi], or [lo, hi] when lo is not 0 or `allow_zero`."""
     closed = lo != 0 or allow_zero
 
     def conv(s):
-        if not str(s).isascii():  # int() and float() read other scripts' digits ('١٢٣' is 123): refused
-            raise argparse.ArgumentTypeError(f"{name} must be written in ASCII digits, not {s!r}")
-        try:
-            v = int(s) if integer else float(s)
-        except ValueError:
-            kind = "a whole number" if integer else "a number"
-            raise argparse.ArgumentTypeError(f"{name} must be {kind}, not {s!r}") from None
+        v = number(name, s, integer)
         if isinstance(v, float) and not math.isfinite(v):
             raise argparse.ArgumentTypeError(f"{name} must be finite, not {s!r}")
         if not ((lo <= v <= hi) if closed else (lo < v <= hi)):
@@ -63,14 +76,31 @@ def finite(obj):
     return obj
 
 
+# what JSON's encoder leaves raw in a string (ensure_ascii=False): C1 controls (0x9b is CSI to a terminal), the line
+# separators and the bidi marks; written as \\uXXXX, so a string a target supplied prints as text
+_JSON_RAW = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+
+
+def json_text(obj, **kw) -> str:
+    """`obj` as strict JSON (a non-finite number is null) that is safe on a terminal."""
+    text = json.dumps(finite(obj), default=str, ensure_ascii=False, allow_nan=False, **kw)
+    return _JSON_RAW.sub(lambda m: f"\\u{ord(m.group(0)):04x}", text)
+
+
 def print_json(obj) -> None:
-    """Print `obj` as indented JSON on stdout (strict JSON: a non-finite number is null)."""
-    print(json.dumps(finite(obj), indent=2, default=str, ensure_ascii=False, allow_nan=False))
+    """Print `obj` as indented JSON on stdout (json_text)."""
+    print(json_text(obj, indent=2))
+
+
+def say(verb: str, message: str, file=None) -> None:
+    """One line for `decodemon VERB` (on stderr unless `file`), its control characters shown as escapes: what it
+    quotes of a target or a recording (a note, a reason, argv) reaches the terminal as text."""
+    print(visible(f"decodemon {verb}: {message}" if verb else message), file=file or sys.stderr)
 
 
 def fail(verb: str, message: str, code: int = 2) -> int:
-    """Print one line for `decodemon VERB` on stderr and return the exit code."""
-    print(f"decodemon {verb}: {message}", file=sys.stderr)
+    """Print one line for `decodemon VERB` on stderr (say) and return the exit code."""
+    say(verb, message)
     return code
 
 

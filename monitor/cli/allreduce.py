@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from decodemon.monitor.cli._common import bounded
+from decodemon.monitor.cli._common import UsageError, bounded
 
 
 def add(sub) -> None:
@@ -32,8 +32,26 @@ def add(sub) -> None:
     p.set_defaults(fn=run)
 
 
+ELEMENT_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+
+def _dtype_of(a) -> tuple[str, str]:
+    """The element type the benchmark will use, and why: --dtype, or its default for the device (bfloat16 on
+    CUDA, float32 on CPU; with no --device, CUDA where the machine has an NVIDIA device node)."""
+    if a.dtype:
+        return a.dtype, f"--dtype {a.dtype}"
+    device = a.device or ("cuda" if os.path.exists("/dev/nvidia0") else "cpu")
+    dtype = "bfloat16" if device == "cuda" else "float32"
+    return dtype, f"{dtype}, the default on {device.upper() if device == 'cpu' else 'CUDA'}; --dtype picks another"
+
+
 def run(a) -> int:
     """Run the benchmark in its own process (torch stays out of the monitor)."""
+    dtype, why = _dtype_of(a)
+    size = ELEMENT_BYTES[dtype]
+    if a.payload_bytes % size:  # the benchmark would round it down and time another payload than the one asked
+        raise UsageError(f"decodemon allreduce: --payload-bytes {a.payload_bytes} is not a whole number of "
+                         f"{size}-byte elements ({why}); give a multiple of {size}")
     cmd = [sys.executable, "-m", "decodemon.engine_adapter.collective_bench", "--payload-bytes",
            str(a.payload_bytes), "--tp", str(a.tp), "--iters", str(a.iters), "--calls", str(a.calls)]
     cmd += ["--device", a.device] if a.device else []

@@ -8,8 +8,9 @@ from __future__ import annotations
 import sys
 
 from decodemon.monitor import ledger
-from decodemon.monitor.cli._common import UsageError, print_json
+from decodemon.monitor.cli._common import UsageError, print_json, say
 from decodemon.monitor.cli.predict import add_source_opts, measure, read_ledger
+from decodemon.monitor.safe_text import visible_lines
 
 
 def add_parser(subparsers) -> None:
@@ -30,26 +31,24 @@ def run(a) -> int:
     try:
         entries = read_ledger(a.ledger)
         if not ledger.open_predictions(entries):
-            print(f"decodemon grade: no open prediction in {a.ledger} (`decodemon predict` writes one)",
-                  file=sys.stderr)
+            say("grade", f"no open prediction in {a.ledger} (`decodemon predict` writes one)")
             return 3
         ledger.check_writable(a.ledger)  # before the attach, not after it
         summary, label = measure(a)
         todo = ledger.open_predictions(entries, label)
         if not todo:
             labels = sorted({e["source"] for e in ledger.open_predictions(entries)})
-            print(f"decodemon grade: no open prediction for {label}; open ones are for {', '.join(labels)} "
-                  "(--label NAME picks one)", file=sys.stderr)
+            say("grade", f"no open prediction for {label}; open ones are for {', '.join(labels)} "
+                         "(--label NAME picks one)")
             return 3
         g = ledger.grade(todo[-1], summary)
         ledger.append(a.ledger, g)
     except ledger.LedgerError as exc:
         raise UsageError(f"decodemon grade: {exc}") from None
     # the sentence goes beside --json's document, not into it (as predict's does)
-    print(f"decodemon grade: {label}, prediction {g['prediction']}: {g['text']}",
-          file=sys.stderr if a.json else sys.stdout)
+    say("grade", f"{label}, prediction {g['prediction']}: {g['text']}", file=sys.stderr if a.json else sys.stdout)
     if a.json:
         print_json(g)
     if a.markdown:
-        print(ledger.ledger_markdown(entries + [g], label, {**g["state"], "source": label}))
+        print(visible_lines(ledger.ledger_markdown(entries + [g], label, {**g["state"], "source": label})))
     return 0

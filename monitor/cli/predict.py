@@ -6,12 +6,20 @@ from a coincidence."""
 
 from __future__ import annotations
 
+import argparse
 import re
-import sys
 
 from decodemon.monitor import ledger
 from decodemon.monitor.cli._common import (UsageError, add_probe, add_seconds, add_source, attach_settings, bounded,
-                                           print_json)
+                                           print_json, say)
+from decodemon.monitor.safe_text import visible
+
+
+def _label(text: str) -> str:
+    """A loop's name: 1 to 256 printable characters, not only spaces."""
+    if not text.strip() or len(text) > 256 or not text.isprintable():
+        raise argparse.ArgumentTypeError(f"--label takes a name of 1 to 256 printable characters, not {visible(text)!r}")
+    return text
 
 
 def add_source_opts(p, json_help: str = "print the sealed entry as JSON") -> None:
@@ -19,7 +27,7 @@ def add_source_opts(p, json_help: str = "print the sealed entry as JSON") -> Non
     add_source(p)
     p.add_argument("--ledger", default=ledger.DEFAULT_PATH, metavar="PATH",
                    help=f"the ledger file (default ./{ledger.DEFAULT_PATH})")
-    p.add_argument("--label", metavar="NAME",
+    p.add_argument("--label", metavar="NAME", type=_label,
                    help="what names this loop across runs (default: its script or -m module)")
     p.add_argument("--json", action="store_true", help=json_help)
     add_seconds(p, 10.0, "a pid: seconds to measure (default 10)")
@@ -43,7 +51,7 @@ def read_ledger(path) -> list[dict]:
     """The ledger's entries; each line that is not one is named on stderr (and left in the file)."""
     entries, problems = ledger.read(path)
     for line in problems:
-        print(f"decodemon: {line}", file=sys.stderr)
+        say("", f"decodemon: {line}")
     return entries
 
 
@@ -83,9 +91,9 @@ def run(a) -> int:
     except ledger.LedgerError as exc:
         raise UsageError(f"decodemon predict: {exc}") from None
     st = entry["state"]
-    print(f"decodemon predict: sealed {ledger.pred_id(entry)} for {label}: {entry['ceiling'].upper()} binds "
-          f"(measured {st['verdict'].upper()}, {st['ms_per_token']:.4g} ms/token); {a.change} → "
-          f"{entry['expect_pct']:+.1f}% ± {a.tolerance:g}; in {a.ledger}", file=sys.stderr)
+    say("predict", f"sealed {ledger.pred_id(entry)} for {label}: {entry['ceiling'].upper()} binds "
+                   f"(measured {st['verdict'].upper()}, {st['ms_per_token']:.4g} ms/token); {a.change} → "
+                   f"{entry['expect_pct']:+.1f}% ± {a.tolerance:g}; in {a.ledger}")
     if a.json:
         print_json(entry)
     return 0

@@ -4,9 +4,8 @@ The file appears only once the recording is whole and holds at least one token (
 
 from __future__ import annotations
 
-import sys
-
-from decodemon.monitor.cli._common import add_pid, add_probe, add_seconds, attach_settings, print_json, resolve_pid
+from decodemon.monitor.cli._common import (add_pid, add_probe, add_seconds, attach_settings, print_json, resolve_pid,
+                                           say)
 
 
 def add(sub) -> None:
@@ -42,8 +41,7 @@ def run(a) -> int:
         a.output = f"decodemon-{pid}-{time.strftime('%Y%m%d-%H%M%S')}.dmon"
     check_recording_output(a.output)  # before attaching: a bad path costs the target nothing
     snap = collect_pid(pid, attach_settings(a), a.seconds, record_to=a.output).snapshot()
-    print(f"decodemon record: {counted(snap)}, {snap.windows_seen} traced windows written to {a.output}",
-          file=sys.stderr)
+    say("record", f"{counted(snap)}, {snap.windows_seen} traced windows written to {a.output}")
     if a.json:
         from decodemon.monitor.render import summary_json
 

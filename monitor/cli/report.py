@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import sys
 
 from decodemon.monitor.cli._common import (UsageError, add_probe, add_seconds, add_source, attach_settings, print_json,
-                                            without_tokens)
+                                            say, without_tokens)
 
 
 def add(sub) -> None:
@@ -39,13 +38,13 @@ def grade_in_ledger(verb: str, ledger_path, sess, summary: dict, source: str):
         graded, problems = ledger.grade_open(path, summary, label)
     except ledger.LedgerError as exc:
         if verb == "attach":  # what was measured stands; the ledger is only not graded
-            print(f"decodemon {verb}: {exc}", file=sys.stderr)
+            say(verb, str(exc))
             return None
         raise UsageError(f"decodemon {verb}: {exc}") from None
     for line in problems:
-        print(f"decodemon {verb}: {line}", file=sys.stderr)
+        say(verb, line)
     if graded is not None:
-        print(f"decodemon {verb}: graded the open prediction in {path}: {graded.get('grade')}", file=sys.stderr)
+        say(verb, f"graded the open prediction in {path}: {graded.get('grade')}")
     return path, label
 
 
@@ -64,6 +63,7 @@ def _with_ledger(a, sess, summary: dict, md: str) -> str:
 def run(a) -> int:
     """Collect the source, then print or write its report."""
     from decodemon.monitor.render import diagnosis_markdown, summary_json
+    from decodemon.monitor.safe_text import visible_lines
     from decodemon.monitor.sources import check_output, collect, source_of, write_text_whole
 
     if a.json and a.output == "-":
@@ -86,7 +86,7 @@ def run(a) -> int:
     if a.output:
         write_text_whole(a.output, md)
         if a.output != "-":
-            print(f"decodemon report: wrote {a.output} ({snap.diagnosis.ceiling.upper()})", file=sys.stderr)
+            say("report", f"wrote {a.output} ({snap.diagnosis.ceiling.upper()})")
     elif not a.json:
-        print(md)
+        print(visible_lines(md))
     return 0

@@ -98,9 +98,7 @@ def run(a) -> int:
     if a.pid_file is not None:
         from decodemon.monitor.sources import check_output
 
-        check_output(a.pid_file)  # before the command starts, not after
-        if os.path.exists(a.pid_file) and not os.path.isfile(a.pid_file):  # a FIFO would block, a device eat it
-            raise UsageError(f"decodemon run: --pid-file {a.pid_file} is not a regular file (give a file name)")
+        check_output(a.pid_file)  # before the command starts, not after: no FIFO or device, no other user's link
     from decodemon.monitor.bandwidth import measure_before_start
 
     measure_before_start()  # the floor's copy bandwidth, while the GPU is still idle (an attach never measures)

@@ -6,11 +6,11 @@ writes sweep.json, sweep.md, sweep.svg, sweep.png and one recording per run (`--
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from decodemon.monitor.cli._common import (UsageError, add_probe, add_seconds, attach_settings, bounded,
-                                           print_json)
+from decodemon.monitor.cli._common import (INTEGER, UsageError, add_probe, add_seconds, attach_settings, bounded,
+                                           print_json, say)
+from decodemon.monitor.safe_text import visible, visible_lines
 
 
 DEFAULT_DEPTHS = (64, 512, 2048, 8192)
@@ -18,10 +18,11 @@ DEFAULT_DEPTHS = (64, 512, 2048, 8192)
 
 def depth_list(text: str) -> list[int]:
     """'64,512,2048' → [64, 512, 2048]; each a whole number ≥ 1."""
-    try:
-        out = [int(x) for x in text.replace(" ", "").split(",") if x]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--depths takes whole numbers separated by commas, not {text!r}") from None
+    parts = [x for x in text.replace(" ", "").split(",") if x]
+    if not all(INTEGER.fullmatch(x) for x in parts):  # int() also reads '1_000' and other scripts' digits
+        raise argparse.ArgumentTypeError(f"--depths takes whole numbers in digits 0-9 separated by commas, not "
+                                         f"{visible(text)!r}")
+    out = [int(x) for x in parts]
     if not out or min(out) < 1:
         raise argparse.ArgumentTypeError(f"--depths takes depths of at least 1, not {text!r}")
     return out
@@ -52,19 +53,15 @@ add = add_parser
 
 
 def _outdir(path) -> Path:
+    """The output folder, made if new (safe_write.make_dir: through no other user's link)."""
+    from decodemon.monitor import safe_write
+
     if not str(path).strip():
         raise UsageError("decodemon sweep: -o is empty: give a directory")
-    d = Path(path)
-    if d.exists() and not d.is_dir():
-        raise UsageError(f"decodemon sweep: -o {path} is a file; give a directory")
-    if not d.exists():
-        if not d.parent.is_dir():
-            raise UsageError(f"decodemon sweep: cannot make {path}: no directory {d.parent}")
-        try:
-            d.mkdir()
-        except OSError as exc:
-            raise UsageError(f"decodemon sweep: cannot make {path}: {exc.strerror or exc}") from None
-    return d
+    try:
+        return safe_write.make_dir(path)
+    except safe_write.Refused as exc:
+        raise UsageError(f"decodemon sweep: {exc}") from None
 
 
 def run(a) -> int:
@@ -85,9 +82,13 @@ def run(a) -> int:
     out = None
     if a.output is not None:  # checked before a sweep runs (minutes) or a replay reads: a path it cannot write is one line now
         out = _outdir(a.output)
+        from decodemon.monitor import safe_write
+
         for name in sweep.OUTPUT_NAMES:
-            if (out / name).is_dir():
-                raise UsageError(f"decodemon sweep: cannot write {out / name}: it is a directory")
+            try:
+                safe_write.check(out / name)
+            except safe_write.Refused as exc:
+                raise UsageError(f"decodemon sweep: {exc}") from None
     try:
         if a.replay:
             result = sweep.replay(a.replay)
@@ -101,23 +102,23 @@ def run(a) -> int:
         print_json(result)
     else:
         md = sweep.markdown(result).splitlines()
-        print("\n".join(line for line in md if line.startswith("|")))
+        print(visible_lines("\n".join(line for line in md if line.startswith("|"))))
         print()
-        print("\n".join(plots.sweep_lines(sweep.series_of(result["points"]))))
+        print(visible_lines("\n".join(plots.sweep_lines(sweep.series_of(result["points"])))))
         print()
-        print(result["divergence"])
+        print(visible_lines(result["divergence"]))
     measured = any(p.get("ms_per_token") for p in result["points"])
     if out is not None and measured:  # a replay only reads its directory; -o says where to write (its recordings too)
         written = sweep.write_outputs(result, out, copy_from=a.replay)
-        print(f"decodemon sweep: wrote {', '.join(str(p) for p in written)}", file=sys.stderr)
+        say("sweep", f"wrote {', '.join(str(p) for p in written)}")
     elif out is not None:
-        print(f"decodemon sweep: no depth was measured; nothing written to {out}", file=sys.stderr)
+        say("sweep", f"no depth was measured; nothing written to {out}")
     return 0 if measured else 3
 
 
 def _progress(pt: dict) -> None:
-    if pt.get("error"):
-        print(f"decodemon sweep: {pt['command']} at depth {pt['depth']}: {pt['error']}", file=sys.stderr)
+    if pt.get("error"):  # the error quotes the command's own stderr: say() shows its escapes as text
+        say("sweep", f"{pt['command']} at depth {pt['depth']}: {pt['error']}")
     else:
-        print(f"decodemon sweep: {pt['command']} at depth {pt['depth']}: {pt['ms_per_token']:.4g} ms/token, "
-              f"{pt['verdict'].upper()}", file=sys.stderr)
+        say("sweep", f"{pt['command']} at depth {pt['depth']}: {pt['ms_per_token']:.4g} ms/token, "
+                     f"{pt['verdict'].upper()}")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from decodemon.probes import wire
 
@@ -12,23 +11,15 @@ LIVE_SECONDS = 10.0
 
 
 def _seconds(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--seconds must be a number, not {text!r}") from None
-    if not 0 < v <= 86400:
-        raise argparse.ArgumentTypeError(f"--seconds must be in (0, 86400], got {text}")
-    return v
+    from decodemon.monitor.cli._common import bounded
+
+    return bounded("--seconds", 0, 86400)(text)
 
 
 def _window(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--window must be a window id (a whole number), not {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"--window must be 0 or more, got {text}")
-    return v
+    from decodemon.monitor.cli._common import bounded
+
+    return bounded("--window", 0, 2**63 - 1, integer=True)(text)
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -55,6 +46,7 @@ def live_settings() -> wire.Attach:
 def run(args) -> int:
     """Read the source, write its trace to `args.output`. A bad source or output (SourceError, 2) and a source
     with nothing to export (NothingToExport, 3) are `decodemon`'s to report, as for every verb."""
+    from decodemon.monitor.cli._common import say
     from decodemon.monitor.export.trace import export, write_trace
     from decodemon.monitor.sources import check_output
 
@@ -63,6 +55,6 @@ def run(args) -> int:
     path = write_trace(trace, args.output)
     n = sum(1 for e in trace["traceEvents"] if e.get("cat") == "kernel")
     nw = len(trace["decodemon"]["windows"])
-    print(f"decodemon export: wrote {path}: {nw} traced window{'s' if nw != 1 else ''}, {n} kernels "
-          f"(open it in https://ui.perfetto.dev or chrome://tracing)", file=sys.stderr)  # as record and report do
+    say("export", f"wrote {path}: {nw} traced window{'s' if nw != 1 else ''}, {n} kernels "
+                  "(open it in https://ui.perfetto.dev or chrome://tracing)")  # as record and report do
     return 0

@@ -7,6 +7,8 @@ import time
 from typing import TYPE_CHECKING
 
 from decodemon.monitor.diagnosis import ORDER
+from decodemon.monitor.safe_text import markdown as md
+from decodemon.monitor.safe_text import markdown_code, visible_lines
 from decodemon.monitor.render.text import rejected_text
 
 if TYPE_CHECKING:
@@ -39,17 +41,19 @@ def _figures(s: Snapshot) -> list[str]:
 
 
 def diagnosis_markdown(s: Snapshot) -> str:
-    """DIAGNOSIS.md for one snapshot: binding ceiling, a number per candidate, predicted win, falsification."""
+    """DIAGNOSIS.md for one snapshot: binding ceiling, a number per candidate, predicted win, falsification.
+    What the target or the recording supplied (the source's name, the GPU's, the reason it ended, kernel names)
+    is escaped: it can make no link, HTML or table cell, and sends no escape sequence to a terminal."""
     d, w = s.diagnosis, s.window
     out = [
         "# DIAGNOSIS",
         "",
-        f"Source: {s.label} · device: {s.device}{f' ({s.sm_count} SMs)' if s.sm_count else ''} · written "
+        f"Source: {md(s.label)} · device: {md(s.device)}{f' ({s.sm_count} SMs)' if s.sm_count else ''} · written "
         f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())} by decodemon",
         "",
     ]
     if s.ended:
-        out += [f"The source ended: {s.ended}. What follows is what arrived before.", ""]
+        out += [f"The source ended: {md(s.ended)}. What follows is what arrived before.", ""]
     if s.rejected_frames:
         out += [f"{rejected_text(s)}: the figures below are read without them.", ""]
     out += [f"## Binding ceiling: **{d.ceiling.upper()}**", ""]
@@ -63,13 +67,13 @@ def diagnosis_markdown(s: Snapshot) -> str:
     for k in ORDER:
         c = d.candidates[k]
         v = "?" if c.value is None else f"{c.value:.4g} {c.unit}"
-        out.append(f"| {k.upper()} | {c.state} | {v} | {c.threshold} | {c.detail} |")
+        out.append(f"| {k.upper()} | {c.state} | {v} | {c.threshold} | {md(c.detail)} |")  # it names kernels
     if w and w.kernels:
         out += ["", "## Kernels that leave the most SMs idle (grid vs SMs)", "",
                 "| kernel | calls/token | µs/token | idle-SM µs/token | grid | SM coverage | occupancy |",
                 "|---|---|---|---|---|---|---|"]
         for r in sorted(w.kernels, key=lambda r: -r.idle_sm_us_per_token)[:5]:
-            out.append(f"| `{r.short_name}` | {r.calls_per_token:.1f} | {r.us_per_token:.0f} "
+            out.append(f"| {markdown_code(r.short_name, cell=True)} | {r.calls_per_token:.1f} | {r.us_per_token:.0f} "
                        f"| {r.idle_sm_us_per_token:.0f} | {r.grid_blocks}/{s.sm_count} "
                        f"| {r.grid_coverage_pct:.0f}% | {r.occupancy_pct:.0f}% |")
     out += ["", "## First change and predicted win", "", f"- remedy: {d.remedy}", f"- prediction: {d.predicted_win}",
@@ -77,4 +81,4 @@ def diagnosis_markdown(s: Snapshot) -> str:
     hist = [c.text() for c in s.rolling.history]
     if hist:
         out += ["## Verdict history (a diagnosis has a shelf life)", ""] + [f"- {h}" for h in hist] + [""]
-    return "\n".join(out)
+    return visible_lines("\n".join(out))  # and no control character anywhere else either
