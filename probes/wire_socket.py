@@ -16,7 +16,6 @@ import socket
 import stat
 from pathlib import Path
 
-from decodemon.probes.wire import _LEN, MAX_FRAME_BYTES, WireError, encode
 
 
 BACKLOG = 64
@@ -226,9 +225,9 @@ def pack(obj) -> bytes:
 class StreamReader:
     """Incremental reader of length-prefixed payloads from a byte stream."""
 
-    def __init__(self, max_frame: int = MAX_FRAME_BYTES) -> None:
+    def __init__(self, max_frame: int | None = None) -> None:
         self._buf = bytearray()
-        self._max = max_frame
+        self._max = MAX_FRAME_BYTES if max_frame is None else max_frame
 
     def feed(self, data: bytes) -> list[bytes]:
         """Add bytes; return every complete payload now available."""
@@ -243,3 +242,7 @@ class StreamReader:
             out.append(bytes(self._buf[4 : 4 + n]))
             del self._buf[: 4 + n]
         return out
+
+
+# the frames themselves; imported last, so that either module may be imported first
+from decodemon.probes.wire import _LEN, MAX_FRAME_BYTES, WireError, encode  # noqa: E402
