@@ -430,3 +430,27 @@ def test_the_real_cli_says_one_line_or_flags_it(altered, kind):
         assert flagged(json.loads(r.stdout)), r.stdout[-500:]
     else:
         assert r.returncode in (2, 3) and len(r.stderr.strip().splitlines()) == 1, (r.returncode, r.stderr)
+
+
+def test_the_app_says_what_it_left_out(tmp_path):
+    """Played in the app, a recording with an impossible frame says in its header how many frames it left out and
+    why."""
+    import asyncio
+
+    from decodemon.monitor.app import DecodemonApp
+    from decodemon.monitor.player import RecordingPlayer
+    from decodemon.monitor.widgets.header import HeaderPanel
+
+    recs = _records(DATA / "h200_hf_cb_4.dmon")
+    path = tmp_path / "nan.dmon"
+    path.write_bytes(nan_column(random.Random(SEED), recs))
+
+    async def header_text() -> str:
+        app = DecodemonApp([RecordingPlayer(str(path), "nan")], start_at_s=recs[-1][0] / 1e9, paused=True,
+                           out_dir=str(tmp_path))
+        async with app.run_test(size=(160, 50)) as pilot:
+            await pilot.pause()
+            return str(app.query_one(HeaderPanel).render())
+
+    text = asyncio.run(header_text())
+    assert "1 frame left out as impossible (" in text and "NaN" in text, text

@@ -5,9 +5,9 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
+from decodemon.monitor.render.text import rejected_text
 from decodemon.monitor.widgets import tcss
 from decodemon.monitor.widgets.format import Redraw, num
-from decodemon.monitor.render.text import rejected_text
 from decodemon.monitor.widgets.probe_words import device_line
 
 
