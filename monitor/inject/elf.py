@@ -15,7 +15,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-SHT_SYMTAB, SHT_DYNSYM, PT_LOAD = 2, 11, 1
+SHT_SYMTAB, SHT_DYNSYM, PT_LOAD, PF_X = 2, 11, 1, 1
 _SYM = struct.Struct("<IBBHQQ")  # st_name, st_info, st_other, st_shndx, st_value, st_size
 _SHDR = struct.Struct("<IIQQQQIIQQ")
 _PHDR = struct.Struct("<IIQQQQQQ")
@@ -158,24 +158,36 @@ def find_interpreter(pid: int, names: list[str]) -> Interpreter | None:
     return None
 
 
-def find_bytes(pid: int, maps: list[Mapping], pattern: bytes, path_hint: str = "libc") -> int | None:
-    """A run-time address of `pattern` in an executable mapping (those whose file name holds `path_hint` first)."""
-    execs = [m for m in maps if "x" in m.perms and m.path and not m.path.startswith("[")]
-    execs.sort(key=lambda m: path_hint not in os.path.basename(m.path))
-    try:
-        mem = os.open(f"/proc/{pid}/mem", os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        for m in execs:
-            for lo in range(m.start, m.end, 1 << 20):
-                try:
-                    chunk = os.pread(mem, min((1 << 20) + len(pattern) - 1, m.end - lo), lo)
-                except OSError:
+def _exec_segment_ends(path: str) -> list[int]:
+    """File offsets just past each executable PT_LOAD segment's bytes in the file."""
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+            raise ElfError("not a 64-bit little-endian ELF file")
+        phoff, = struct.unpack_from("<Q", data, 0x20)
+        phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
+        ends = []
+        for i in range(phnum):
+            p_type, flags, p_offset, _vaddr, _paddr, filesz, memsz, _align = _PHDR.unpack_from(data, phoff + i * phentsize)
+            if p_type == PT_LOAD and flags & PF_X and filesz and filesz == memsz:
+                ends.append(p_offset + filesz)
+    return ends
+
+
+def code_cave(pid: int, maps: list[Mapping], nbytes: int) -> int | None:
+    """A 16-byte aligned run-time address of `nbytes` that are mapped executable and never executed: the tail of the
+    last page of an executable segment, past its end. Files in the order they are mapped; None if none has room."""
+    page = mmap.PAGESIZE
+    for path in dict.fromkeys(m.path for m in maps if "x" in m.perms and m.path.startswith("/")):
+        try:
+            ends = _exec_segment_ends(_readable(pid, path))
+        except (OSError, ElfError, ValueError, struct.error):
+            continue
+        for end in ends:
+            for m in maps:  # the executable mapping of this file that holds the segment's last byte
+                if m.path == path and "x" in m.perms and m.offset < end <= m.offset + (m.end - m.start):
+                    start = (m.start + end - m.offset + 15) & ~15
+                    page_end = (start + page - 1) & ~(page - 1) if start % page else start
+                    if page_end <= m.end and page_end - start >= nbytes:
+                        return start
                     break
-                i = chunk.find(pattern)
-                if i >= 0:
-                    return lo + i
-    finally:
-        os.close(mem)
     return None

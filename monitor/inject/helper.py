@@ -1,8 +1,9 @@
 """The short-lived process that does the ptrace work: `python -m decodemon.monitor.inject.helper PID < SOURCE`.
 
 It runs in a session of its own, so a monitor killed or interrupted in the middle of an injection does not take the
-tracer with it: the helper always puts the thread back and detaches. It prints one JSON line: what it did and for
-how long the target's thread was stopped.
+tracer with it. The helper itself may die at any point (an OOM kill, a container stop): the target's thread runs
+on either untouched or in code that needs no tracer (trampoline.py), so it is never left with a patched register
+or a breakpoint. It prints one JSON line: what it did and for how long the target's thread was held.
 
 What runs in the target is `Py_AddPendingCall(PyRun_SimpleString, source)`, called on its main thread while it
 is stopped. The call only queues the source; the interpreter runs it later, on its main thread between two
@@ -11,8 +12,8 @@ the main thread handles pending calls; from 3.12 the legacy API queues to the ma
 interpreter). Calling `PyGILState_Ensure` + `PyRun_SimpleString` on the stopped thread instead would run Python
 wherever that thread happened to stop (in the allocator, halfway through a dict update) and keep it stopped for
 the whole run of the source. `Py_AddPendingCall` takes only the pending-call lock, which a thread holds for a few
-instructions while it pushes or pops one entry; if that lock were ever busy the call is abandoned after a bound
-and the thread put back untouched. `PyRun_SimpleString(const char *)` has the shape of a pending-call function
+instructions while it pushes or pops one entry; if the call has not returned within a bound the helper lets the
+thread go and says so: the thread finishes the call on its own. `PyRun_SimpleString(const char *)` has the shape of a pending-call function
 `int (*)(void *)`; the source it runs never raises (an error return without an exception would surface as a
 SystemError in the target).
 """
@@ -25,11 +26,10 @@ import signal
 import sys
 import time
 
-from decodemon.monitor.inject import elf
+from decodemon.monitor.inject import elf, trampoline
 from decodemon.monitor.inject.ptrace import PtraceError, Tracee
 
 API = ["Py_AddPendingCall", "PyRun_SimpleString"]
-SYSCALL_INSN = b"\x0f\x05"
 CALL_WAIT_S = 0.5
 
 
@@ -38,20 +38,34 @@ def queue_source(pid: int, source: bytes) -> dict:
     interp = elf.find_interpreter(pid, API)
     if interp is None:
         return {"ok": False, "why": "symbols", "error": "no CPython API symbols (Py_AddPendingCall) found"}
-    gadget = elf.find_bytes(pid, elf.read_maps(pid), SYSCALL_INSN)
-    if gadget is None:
-        return {"ok": False, "why": "gadget", "error": "no syscall instruction found in the target's code"}
-    payload = source + b"\0"
-    nbytes = (len(payload) + 4095) & ~4095
+    cave = elf.code_cave(pid, elf.read_maps(pid), trampoline.SIZE)
+    if cave is None:
+        return {"ok": False, "why": "cave", "error": "no unused room in the target's executable mappings"}
+    page = interp.addresses["PyRun_SimpleString"].to_bytes(8, "little") + source + b"\0"
+    nbytes = (8 + len(page) + 4095) & ~4095
     mem = os.open(f"/proc/{pid}/mem", os.O_RDWR)
     try:
         t0 = time.monotonic_ns()
         tracee = Tracee(pid, wait_s=CALL_WAIT_S)
         with tracee:
-            addr = tracee.mmap_rw(gadget, nbytes)
-            os.pwrite(mem, payload, addr)
-            rc = tracee.call(interp.addresses["Py_AddPendingCall"], interp.addresses["PyRun_SimpleString"], addr,
-                             mem_fd=mem)
+            r = tracee.saved
+            if cave <= r.rip < cave + trampoline.SIZE:
+                return {"ok": False, "why": "busy", "error": "the main thread is still in an earlier injection's "
+                        "code; it was left running"}
+            resume_rip, resume_rax = trampoline.resume_point(r.rip, r.rax, r.orig_rax)
+            os.pwrite(mem, trampoline.build(resume_rip, resume_rax, nbytes), cave)
+            tracee.redirect(cave + trampoline.ENTRY)  # from here on the thread needs nothing from this process
+            deadline = time.monotonic() + CALL_WAIT_S
+            mapped = tracee.until_syscall(lambda g: g.rip == cave + trampoline.MAPPED and
+                                          trampoline.signed(g.rax) != -trampoline.ENOSYS, deadline)
+            addr = trampoline.signed(mapped.rax)
+            if addr < 0:
+                raise PtraceError(-addr, f"mmap in the target failed: {os.strerror(-addr)}")
+            os.pwrite(mem, page, addr + 8)
+            os.pwrite(mem, interp.addresses["Py_AddPendingCall"].to_bytes(8, "little"), addr)  # the go-ahead
+            done = tracee.until_syscall(lambda g: g.rip == cave + trampoline.REPORTED and
+                                        g.orig_rax == trampoline.SYS_GETPID, deadline)
+            rc = trampoline.signed(done.rdi)
         t1 = time.monotonic_ns()
     finally:
         os.close(mem)

@@ -1,0 +1,281 @@
+"""The ptrace helper can die at any point of an injection (an OOM kill, a Ctrl-C, a container stop): its target runs
+on unharmed, and a later injection into it works.
+
+Fresh targets, in parallel lanes: a busy loop (the GIL held, no system calls) and two loops that sleep in system
+calls the kernel restarts after a ptrace stop (clock_nanosleep by time.sleep, and a relative nanosleep by usleep,
+which restarts through restart_syscall and would return EINTR if that went wrong). Each loop checks its own
+arithmetic and ticks a counter in a shared page. Their helpers are SIGKILLed either just before the k-th of the
+calls by which a helper changes anything in a target (a ptrace request or a write to its memory), k running over
+every such call of an injection, or at a random instant after the target shows a tracer. Afterwards each target
+must be alive, untraced and ticking, and then take a whole injection whose source runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from decodemon.monitor.inject import helper, trampoline
+from tests.conftest import assert_one_line_error, cli
+
+TICK = r'''
+import mmap, sys
+_f = open(sys.argv[1], "r+b")
+_m = mmap.mmap(_f.fileno(), 8)
+def tick(i):
+    _m[:8] = i.to_bytes(8, "little")
+'''
+
+TARGETS = {
+    "busy": TICK + r'''
+i = 0
+while True:
+    i += 1
+    assert sum(range(3000)) == 4498500 and sum(k * 0.5 for k in range(64)) == 1008.0
+    tick(i)
+''',
+    "sleep": TICK + r'''
+import time
+i = 0
+while True:
+    i += 1
+    time.sleep(0.0003)
+    assert sum(k * 0.25 for k in range(32)) == 124.0
+    tick(i)
+''',
+    "usleep": TICK + r'''
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+i = 0
+while True:
+    i += 1
+    assert libc.usleep(300) == 0, ctypes.get_errno()
+    tick(i)
+''',
+}
+
+# The helper, its calls that reach the target counted: it SIGKILLs itself just before call number argv[2] (a
+# SIGKILL to oneself takes effect before the call returns), and says how many there were if it lives.
+KILLED_AT_CALL = r'''
+import os, signal, sys
+from decodemon.monitor.inject import helper, ptrace
+calls, kill_at = [0], int(sys.argv[2])
+def counted(f):
+    def call(*a, **kw):
+        calls[0] += 1
+        if calls[0] == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return f(*a, **kw)
+    return call
+ptrace.ptrace = counted(ptrace.ptrace)
+os.pwrite = counted(os.pwrite)
+rc = helper.main(sys.argv[1:2])
+print("calls", calls[0], file=sys.stderr)
+sys.exit(rc)
+'''
+
+HELPER = [sys.executable, "-m", "decodemon.monitor.inject.helper"]
+PAUSE_SOURCE = b"pass\n"  # what a killed helper may have queued: nothing the test has to wait for
+
+
+def _shm_dir() -> str:
+    return "/dev/shm" if os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
+
+
+class Target:
+    """A fresh loop of one kind with its counter page."""
+
+    def __init__(self, kind: str, workdir: Path):
+        fd, self.counter = tempfile.mkstemp(prefix="tick-", dir=_shm_dir())
+        os.write(fd, bytes(8))
+        self._fd = fd
+        self.kind = kind
+        self.proc = subprocess.Popen([sys.executable, "-S", "-c", TARGETS[kind], self.counter], cwd=workdir,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.pid = self.proc.pid
+        self.wait_ticks(1)
+
+    def ticks(self) -> int:
+        return int.from_bytes(os.pread(self._fd, 8, 0), "little")
+
+    def wait_ticks(self, more: int, timeout_s: float = 30.0) -> None:
+        """Until the loop has ticked `more` times; fails at once if it ended."""
+        goal, t0 = self.ticks() + more, time.monotonic()
+        while self.ticks() < goal:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"{self.kind} target ended ({self.proc.returncode}): "
+                                     f"{self.proc.stderr.read().decode(errors='replace')[-300:]}")
+            assert time.monotonic() - t0 < timeout_s, f"{self.kind} target made no progress in {timeout_s:g} s"
+            time.sleep(0.002)
+
+    def tracer(self) -> int:
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("TracerPid:"):
+                return int(line.split()[1])
+        return 0
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        self.proc.stderr.close()
+        os.close(self._fd)
+        os.unlink(self.counter)
+
+
+def _kill_at_call(pid: int, k: int) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", KILLED_AT_CALL, str(pid), str(k)], input=PAUSE_SOURCE,
+                          capture_output=True, timeout=60)
+
+
+def _kill_at_instant(t: Target, delay_s: float) -> int:
+    """Start a helper on `t`, SIGKILL it `delay_s` after the target shows a tracer; its return code."""
+    h = subprocess.Popen(HELPER + [str(t.pid)], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    h.stdin.write(PAUSE_SOURCE)
+    h.stdin.close()
+    t0 = time.monotonic()
+    while h.poll() is None and t.tracer() == 0 and time.monotonic() - t0 < 30:
+        pass
+    until = time.perf_counter() + delay_s
+    while time.perf_counter() < until:
+        pass
+    h.kill()
+    return h.wait()
+
+
+def _calls_in_an_injection(workdir: Path) -> int:
+    """How many calls reach the target in a whole injection (the fewest over one target of each kind)."""
+    counts = []
+    for kind in TARGETS:
+        t = Target(kind, workdir)
+        try:
+            r = _kill_at_call(t.pid, 0)
+            assert r.returncode == 0, r.stderr
+            counts.append(int(r.stderr.decode().split("calls")[-1]))
+        finally:
+            t.close()
+    return min(counts)
+
+
+def test_killing_the_helper_at_any_point_leaves_every_target_running_and_attachable(tmp_path):
+    calls = _calls_in_an_injection(tmp_path)
+    assert calls >= 8  # seize, interrupt, the registers read, the code written, the one register write, ...
+    kinds = list(TARGETS)
+    # every call of an injection, for each kind of target, twice over; then instants spread over an injection
+    plan = [(kinds[i % 3], "call", 1 + (i // 3) % calls) for i in range(6 * calls)]
+    rnd = random.Random(20261202)
+    plan += [(kinds[i % 3], "instant", rnd.uniform(0, 0.002)) for i in range(max(0, 210 - len(plan)))]
+    rnd.shuffle(plan)
+    outcome: dict[str, list] = {"killed": [], "finished": [], "harmed": [], "reinjected": []}
+    lock = threading.Lock()
+
+    def lane(jobs):
+        for kind, how, at in jobs:
+            t = None
+            try:
+                t = Target(kind, tmp_path)
+                if how == "call":
+                    rc = _kill_at_call(t.pid, at).returncode
+                else:
+                    rc = _kill_at_instant(t, at)
+                with lock:
+                    outcome["killed" if rc == -signal.SIGKILL else "finished"].append((kind, how, at))
+                t.wait_ticks(20)
+                assert t.tracer() == 0
+                marker = tmp_path / f"ran-{t.pid}"
+                report = helper.queue_source(t.pid, f"open({str(marker)!r}, 'w').close()\n".encode())
+                assert report["ok"], report
+                t0 = time.monotonic()
+                while not marker.exists():
+                    assert time.monotonic() - t0 < 30, "the later injection's source never ran"
+                    time.sleep(0.002)
+                t.wait_ticks(20)
+                with lock:
+                    outcome["reinjected"].append(kind)
+            except AssertionError as exc:
+                with lock:
+                    outcome["harmed"].append((kind, how, at, str(exc)))
+            finally:
+                if t is not None:
+                    t.close()
+
+    lanes = [threading.Thread(target=lane, args=(plan[i::4],)) for i in range(4)]
+    t0 = time.monotonic()
+    for th in lanes:
+        th.start()
+    for th in lanes:
+        th.join(timeout=300)
+    print(f"{len(plan)} targets ({calls} calls an injection) in {time.monotonic() - t0:.1f} s: "
+          f"{len(outcome['killed'])} helpers killed mid-way, {len(outcome['finished'])} finished first, "
+          f"{len(outcome['harmed'])} targets harmed, {len(outcome['reinjected'])} injected again")
+    assert not any(th.is_alive() for th in lanes)
+    assert outcome["harmed"] == []
+    assert len(outcome["reinjected"]) == len(plan) >= 200
+    killed_at = {at for _, how, at in outcome["killed"] if how == "call"}
+    assert killed_at == set(range(1, calls + 1))  # a kill before every one of the helper's calls
+
+
+def test_the_monitor_says_in_one_line_that_its_helper_was_killed_and_a_retry_attaches(tmp_path):
+    loop = ("import time\nfrom decodemon.engine_adapter import mark_token\n"
+            "while True:\n    mark_token()\n    time.sleep(0.001)\n")
+    target = subprocess.Popen([sys.executable, "-c", loop])
+    try:
+        mon = subprocess.Popen([sys.executable, "-m", "decodemon.monitor.cli", "attach", str(target.pid), "--json",
+                                "--seconds", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        t0, helper_pid = time.monotonic(), None
+        while helper_pid is None:
+            assert mon.poll() is None and time.monotonic() - t0 < 30
+            helper_pid = _child_helper(mon.pid)
+        os.kill(helper_pid, signal.SIGKILL)
+        out, err = mon.communicate(timeout=60)
+        assert mon.returncode != 0 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+        assert "helper was killed" in err and f"pid {target.pid} runs on" in err, err
+        assert target.poll() is None
+        r = cli("attach", target.pid, "--json", "--seconds", 1)
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["tokens"] > 0
+    finally:
+        target.kill()
+        target.wait()
+
+
+def _child_helper(parent: int) -> int | None:
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                cmd = (d / "cmdline").read_bytes()
+                stat = (d / "stat").read_text()
+            except OSError:
+                continue
+            if b"decodemon.monitor.inject.helper" in cmd and int(stat.rsplit(")", 1)[1].split()[1]) == parent:
+                return int(d.name)
+    return None
+
+
+@pytest.mark.skipif(not shutil.which("as") or not shutil.which("objcopy"), reason="needs binutils (as, objcopy)")
+def test_the_trampolines_bytes_are_its_assembly(tmp_path):
+    (tmp_path / "t.s").write_text(trampoline.assembly())
+    subprocess.run(["as", "--64", "-o", str(tmp_path / "t.o"), str(tmp_path / "t.s")], check=True)
+    subprocess.run(["objcopy", "-O", "binary", "-j", ".text", str(tmp_path / "t.o"), str(tmp_path / "t.bin")],
+                   check=True)
+    assert (tmp_path / "t.bin").read_bytes() == trampoline.CODE
+
+
+def test_a_thread_stopped_in_a_restartable_system_call_resumes_as_the_kernel_would():
+    rip, nr = 0x7F0000001234, 202
+    assert trampoline.resume_point(rip, -512 & (2**64 - 1), nr) == (rip - 2, nr)  # ERESTARTSYS
+    assert trampoline.resume_point(rip, -514 & (2**64 - 1), nr) == (rip - 2, nr)  # ERESTARTNOHAND
+    assert trampoline.resume_point(rip, -516 & (2**64 - 1), 35) == (rip - 2, 219)  # a restart block
+    assert trampoline.resume_point(rip, -4 & (2**64 - 1), nr) == (rip, -4 & (2**64 - 1))  # EINTR: returned
+    assert trampoline.resume_point(rip, -512 & (2**64 - 1), 2**64 - 1) == (rip, -512 & (2**64 - 1))  # not a call
