@@ -126,7 +126,12 @@ class Agent:
             except InterruptedError:
                 continue
             except OSError as exc:
-                return exc.errno in (errno.ECONNABORTED, errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+                if exc.errno == errno.ECONNABORTED:
+                    continue
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    time.sleep(0.1)  # out of fds or memory: the queue waits, rather than a busy loop on it
+                    return True
+                return False
             try:
                 cred = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
                 peer_pid, peer_uid, _ = struct.unpack("3i", cred)

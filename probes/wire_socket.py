@@ -133,6 +133,7 @@ class SocketHome:
                  private_parent_fd: int | None = None) -> None:
         self.sock, self.dir_fd, self.directory, self.name = sock, dir_fd, directory, name
         self._private_parent_fd = private_parent_fd  # set when the directory is this process's own, made here
+        self._pid = os.getpid()  # a forked child closes its copy and leaves the socket to its parent
 
     @property
     def path(self) -> Path:
@@ -140,23 +141,30 @@ class SocketHome:
         return self.directory / self.name
 
     def close(self) -> None:
-        """Close the socket and remove it (and a private directory), by name under the directory's fd."""
+        """Close the socket and remove it (and a private directory), by name under the directory's fd; once."""
+        if self.dir_fd < 0:
+            return
         self.sock.close()
+        dfd, pfd = self.dir_fd, self._private_parent_fd
+        self.dir_fd, self._private_parent_fd = -1, None
         try:
-            if stat.S_ISSOCK(os.stat(self.name, dir_fd=self.dir_fd, follow_symlinks=False).st_mode):
-                os.unlink(self.name, dir_fd=self.dir_fd)
-        except OSError:
-            pass
-        pfd, self._private_parent_fd = self._private_parent_fd, None
-        if pfd is not None:
-            try:  # only the very directory made here (same inode), and only once empty
-                st, mine = os.stat(self.directory.name, dir_fd=pfd, follow_symlinks=False), os.fstat(self.dir_fd)
+            if os.getpid() == self._pid:
+                self._remove(dfd, pfd)
+        finally:
+            os.close(dfd)
+            if pfd is not None:
+                os.close(pfd)
+
+    def _remove(self, dfd: int, pfd: int | None) -> None:
+        try:
+            if stat.S_ISSOCK(os.stat(self.name, dir_fd=dfd, follow_symlinks=False).st_mode):
+                os.unlink(self.name, dir_fd=dfd)
+            if pfd is not None:  # only the very directory made here (same inode), and only once empty
+                st, mine = os.stat(self.directory.name, dir_fd=pfd, follow_symlinks=False), os.fstat(dfd)
                 if (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino):
                     os.rmdir(self.directory.name, dir_fd=pfd)
-            except OSError:
-                pass
-            os.close(pfd)
-        os.close(self.dir_fd)
+        except OSError:
+            pass
 
 
 def _private_dir(d: Path) -> tuple[int, Path, int]:
@@ -170,6 +178,9 @@ def _private_dir(d: Path) -> tuple[int, Path, int]:
                 os.mkdir(name, 0o700, dir_fd=pfd)
             except FileExistsError:
                 continue
+            except OSError as exc:
+                raise PermissionError(f"{d} is refused and no directory can be made beside it "
+                                      f"({exc.strerror})") from None
             try:
                 return _checked_dir_fd(name, pfd, d.parent / name), d.parent / name, pfd
             except PermissionError:  # swapped for another's between the mkdir and the open: try another name

@@ -1068,7 +1068,9 @@ static void *agent_main(void *arg) {
             int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
             if (fd < 0) {
                 if (errno == EINTR || errno == ECONNABORTED) continue;
-                break; /* EAGAIN: all taken; EMFILE and the like: tried again at the next wake */
+                /* EAGAIN: all taken; out of fds or memory: the queue waits, rather than a busy loop on it */
+                if (errno != EAGAIN && errno != EWOULDBLOCK) usleep(100000);
+                break;
             }
             int ok;
             pid_t pid = peer_pid(fd, &ok);
