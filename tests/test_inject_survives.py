@@ -96,12 +96,13 @@ def _shm_dir() -> str:
 class Target:
     """A fresh loop of one kind with its counter page."""
 
-    def __init__(self, kind: str, workdir: Path):
+    def __init__(self, kind: str, workdir: Path, *args: str):
         fd, self.counter = tempfile.mkstemp(prefix="tick-", dir=_shm_dir())
         os.write(fd, bytes(8))
         self._fd = fd
         self.kind = kind
-        self.proc = subprocess.Popen([sys.executable, "-S", "-c", TARGETS[kind], self.counter], cwd=workdir,
+        self.proc = subprocess.Popen([sys.executable, "-S", "-c", TARGETS[kind], self.counter, *args],
+                                     cwd=workdir,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self.pid = self.proc.pid
         self.wait_ticks(1)
@@ -279,3 +280,75 @@ def test_a_thread_stopped_in_a_restartable_system_call_resumes_as_the_kernel_wou
     assert trampoline.resume_point(rip, -516 & (2**64 - 1), 35) == (rip - 2, 219)  # a restart block
     assert trampoline.resume_point(rip, -4 & (2**64 - 1), nr) == (rip, -4 & (2**64 - 1))  # EINTR: returned
     assert trampoline.resume_point(rip, -512 & (2**64 - 1), 2**64 - 1) == (rip, -512 & (2**64 - 1))  # not a call
+
+
+# A restartable sequence the main thread sits in until the kernel aborts it (at a preemption); the abort handler
+# returns 1. glibc registers the thread's struct rseq and exports where it lies (__rseq_offset, from 2.35).
+RSEQ_SPIN = r'''
+        .text
+        .globl  spin
+        .type   spin, @function
+spin:
+        movq    __rseq_offset@GOTPCREL(%rip), %rax
+        movq    (%rax), %rax
+        leaq    cs_desc(%rip), %rcx
+        movq    %rcx, %fs:8(%rax)       # arm the sequence: struct rseq's rseq_cs
+cs_start:
+        jmp     cs_start
+cs_end:
+        .long   0x53053053              # glibc's RSEQ_SIG on x86, just before the abort handler
+cs_abort:
+        movl    $1, %eax
+        ret
+        .data
+        .balign 32
+cs_desc:
+        .long   0, 0
+        .quad   cs_start, cs_end - cs_start, cs_abort
+        .section .note.GNU-stack,"",@progbits
+'''
+
+RSEQ_TARGET = TICK + r'''
+import ctypes, os, threading, time
+os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+lib = ctypes.CDLL(sys.argv[2])
+def preempt():  # a wake-up a millisecond on the same CPU preempts the spin: the kernel aborts the sequence
+    while True:
+        time.sleep(0.001)
+threading.Thread(target=preempt, daemon=True).start()
+i = 0
+while True:
+    i += lib.spin()
+    tick(i)
+'''
+
+
+def test_a_thread_inside_a_restartable_sequence_is_let_go_untouched(tmp_path):
+    """Resumed at the trampoline, a thread stopped inside an rseq critical section would return into it with the
+    sequence disarmed (the kernel clears rseq_cs on finding the ip outside it) and spin there for ever. The helper
+    lets such a stop go untouched and stops the thread again; the kernel aborts the sequence as after any
+    preemption, and the loop goes on."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("needs a C compiler")
+    (tmp_path / "spin.S").write_text(RSEQ_SPIN)
+    built = subprocess.run([cc, "-shared", "-fPIC", "-o", str(tmp_path / "libspin.so"), str(tmp_path / "spin.S")],
+                           capture_output=True, text=True)
+    if built.returncode != 0:
+        pytest.skip(f"no glibc rseq to build on: {built.stderr.strip()[-200:]}")
+    TARGETS["rseq"] = RSEQ_TARGET
+    try:
+        t = Target("rseq", tmp_path, str(tmp_path / "libspin.so"))
+    finally:
+        del TARGETS["rseq"]
+    try:
+        t.wait_ticks(50)
+        outcomes = []
+        for i in range(10):
+            report = helper.queue_source(t.pid, PAUSE_SOURCE)
+            assert report["ok"] or report["why"] == "busy", report
+            outcomes.append(report["why"] or "queued")
+            t.wait_ticks(50, timeout_s=10)
+        print("injections into a thread spinning in an rseq critical section:", outcomes)
+    finally:
+        t.close()

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import struct
 import sys
 import time
 
@@ -31,6 +32,45 @@ from decodemon.monitor.inject.ptrace import PtraceError, Tracee
 
 API = ["Py_AddPendingCall", "PyRun_SimpleString"]
 CALL_WAIT_S = 0.5
+TRIES, RETRY_PAUSE_S = 20, 0.001  # stops that find the thread inside a restartable sequence, let go untouched
+
+
+def in_rseq_critical_section(mem: int, rseq_area: int, rip: int) -> bool:
+    """Whether `rip` lies in the restartable sequence armed in the thread's struct rseq (its rseq_cs at offset 8).
+
+    Such a sequence must be aborted by the kernel if the thread is preempted in it; resumed at our code instead, it
+    would not be, and would commit to per-CPU data of a CPU it has left. Unreadable counts as inside."""
+    if not rseq_area:
+        return False
+    try:
+        cs = int.from_bytes(os.pread(mem, 8, rseq_area + 8), "little")
+        if not cs:
+            return False
+        _version, _flags, start_ip, post_commit_offset, _abort_ip = struct.unpack("<IIQQQ", os.pread(mem, 32, cs))
+    except (OSError, struct.error):
+        return True
+    return start_ip <= rip < start_ip + post_commit_offset
+
+
+def _queue_once(tracee: Tracee, mem: int, cave: int, page: bytes, nbytes: int, add_pending_call: int) -> int | None:
+    """One injection into the stopped thread: Py_AddPendingCall's result, or None if it was let go untouched."""
+    r = tracee.saved
+    if cave <= r.rip < cave + trampoline.SIZE or in_rseq_critical_section(mem, tracee.rseq_area(), r.rip):
+        return None
+    resume_rip, resume_rax = trampoline.resume_point(r.rip, r.rax, r.orig_rax)
+    os.pwrite(mem, trampoline.build(resume_rip, resume_rax, nbytes), cave)
+    tracee.redirect(cave + trampoline.ENTRY)  # from here on the thread needs nothing from this process
+    deadline = time.monotonic() + CALL_WAIT_S
+    mapped = tracee.until_syscall(lambda g: g.rip == cave + trampoline.MAPPED and
+                                  trampoline.signed(g.rax) != -trampoline.ENOSYS, deadline)
+    addr = trampoline.signed(mapped.rax)
+    if addr < 0:
+        raise PtraceError(-addr, f"mmap in the target failed: {os.strerror(-addr)}")
+    os.pwrite(mem, page, addr + 8)
+    os.pwrite(mem, add_pending_call.to_bytes(8, "little"), addr)  # written last: the go-ahead
+    done = tracee.until_syscall(lambda g: g.rip == cave + trampoline.REPORTED and
+                                g.orig_rax == trampoline.SYS_GETPID, deadline)
+    return trampoline.signed(done.rdi)
 
 
 def queue_source(pid: int, source: bytes) -> dict:
@@ -46,27 +86,17 @@ def queue_source(pid: int, source: bytes) -> dict:
     mem = os.open(f"/proc/{pid}/mem", os.O_RDWR)
     try:
         t0 = time.monotonic_ns()
-        tracee = Tracee(pid, wait_s=CALL_WAIT_S)
-        with tracee:
-            r = tracee.saved
-            if cave <= r.rip < cave + trampoline.SIZE:
-                return {"ok": False, "why": "busy", "error": "the main thread is still in an earlier injection's "
-                        "code; it was left running"}
-            resume_rip, resume_rax = trampoline.resume_point(r.rip, r.rax, r.orig_rax)
-            os.pwrite(mem, trampoline.build(resume_rip, resume_rax, nbytes), cave)
-            tracee.redirect(cave + trampoline.ENTRY)  # from here on the thread needs nothing from this process
-            deadline = time.monotonic() + CALL_WAIT_S
-            mapped = tracee.until_syscall(lambda g: g.rip == cave + trampoline.MAPPED and
-                                          trampoline.signed(g.rax) != -trampoline.ENOSYS, deadline)
-            addr = trampoline.signed(mapped.rax)
-            if addr < 0:
-                raise PtraceError(-addr, f"mmap in the target failed: {os.strerror(-addr)}")
-            os.pwrite(mem, page, addr + 8)
-            os.pwrite(mem, interp.addresses["Py_AddPendingCall"].to_bytes(8, "little"), addr)  # the go-ahead
-            done = tracee.until_syscall(lambda g: g.rip == cave + trampoline.REPORTED and
-                                        g.orig_rax == trampoline.SYS_GETPID, deadline)
-            rc = trampoline.signed(done.rdi)
-        t1 = time.monotonic_ns()
+        for _ in range(TRIES):
+            tracee = Tracee(pid, wait_s=CALL_WAIT_S)
+            with tracee:
+                rc = _queue_once(tracee, mem, cave, page, nbytes, interp.addresses["Py_AddPendingCall"])
+            t1 = time.monotonic_ns()
+            if rc is not None:
+                break
+            time.sleep(RETRY_PAUSE_S)
+        else:
+            return {"ok": False, "why": "busy", "error": f"the main thread was in a restartable sequence or an "
+                    f"earlier injection's code at each of {TRIES} stops; it was left running"}
     finally:
         os.close(mem)
     return {"ok": rc == 0, "why": "" if rc == 0 else "queue", "error": "" if rc == 0 else "pending-call queue full",

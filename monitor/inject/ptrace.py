@@ -16,7 +16,7 @@ import signal
 import time
 
 PTRACE_SYSCALL, PTRACE_GETREGS, PTRACE_SETREGS, PTRACE_DETACH = 24, 12, 13, 17
-PTRACE_SEIZE, PTRACE_INTERRUPT = 0x4206, 0x4207
+PTRACE_SEIZE, PTRACE_INTERRUPT, PTRACE_GET_RSEQ_CONFIGURATION = 0x4206, 0x4207, 0x420F
 PTRACE_O_TRACESYSGOOD, PTRACE_EVENT_STOP, WALL = 1, 128, 0x40000000
 SYSCALL_STOP = signal.SIGTRAP | 0x80
 STOP_SIGNALS = {signal.SIGSTOP, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU}
@@ -87,12 +87,12 @@ class Tracee:
         self._detach()
 
     def _detach(self) -> None:
-        first = self.held_signals[0] if self.held_signals else 0
+        later = self.held_signals[1:]
         try:
-            ptrace(PTRACE_DETACH, self.tid, None, first)
-        except PtraceError:
-            pass  # not in a stop (a timed-out watch): the thread runs on; a dying tracer detaches it
-        for sig in self.held_signals[1:]:
+            ptrace(PTRACE_DETACH, self.tid, None, self.held_signals[0] if self.held_signals else 0)
+        except PtraceError:  # not in a stop (a timed-out watch): the thread runs on; our exit detaches it
+            later = self.held_signals
+        for sig in later:
             try:
                 os.kill(self.tid, sig)
             except OSError:
@@ -121,6 +121,15 @@ class Tracee:
                 sig = 0
             ptrace(PTRACE_SYSCALL, self.tid, None, sig)
         return status
+
+    def rseq_area(self) -> int:
+        """The address of the thread's registered struct rseq; 0 if none or the kernel cannot say (before 5.13)."""
+        conf = (ctypes.c_uint64 * 3)()
+        try:
+            ptrace(PTRACE_GET_RSEQ_CONFIGURATION, self.tid, ctypes.sizeof(conf), ctypes.addressof(conf))
+        except PtraceError:
+            return 0
+        return conf[0]
 
     def regs(self) -> Regs:
         """The thread's general registers."""
