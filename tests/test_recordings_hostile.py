@@ -162,15 +162,22 @@ def negative_scalar(rng, recs):
                         lambda r, old: -r.choice([1, 2, 1000, 2**40]) * (1.5 if isinstance(old, float) else 1))
 
 
-_NOT_NONNEG = {("values", None), ("memcpys", "copy_kind")}  # PM's raw values; CUPTI's copy kind is -1 at times
+_DIMS = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
+
+
+def _never_negative(frame, name, key) -> bool:
+    """A column whose values cannot be negative: not PM's raw values, and of CUPTI's records (uint64 packed as
+    their int64 view) only the kernels' 32-bit dimensions and the probe's own name indices."""
+    if name in ("kernels", "apis", "memcpys", "syncs"):
+        return name == "kernels" and key in _DIMS + ("name",)
+    return name != "values"
 
 
 def negative_column(rng, recs):
     def change(r, a):
         a[r.randrange(len(a))] = -r.choice([1, 7, 2**40])
         return wire.Column(a.dtype.str, a.tobytes())
-    return _alter_column(rng, recs, lambda f, n, k: (n, k) not in _NOT_NONNEG and (n, None) not in _NOT_NONNEG,
-                         change)
+    return _alter_column(rng, recs, _never_negative, change)
 
 
 def huge_scalar(rng, recs):
@@ -181,7 +188,7 @@ def huge_scalar(rng, recs):
 
 # the columns with a ceiling, and a value past it
 _HUGE = {("depth", None): 2**41, ("batch", None): 2**25, ("first_token_ns", None): 3 * 86_400 * 10**9,
-         ("gpu_util_pct", None): 101, **{("kernels", d): 2**32 for d in ("grid_x", "grid_y", "grid_z", "block_x")}}
+         ("gpu_util_pct", None): 101, **{("kernels", d): 2**32 for d in _DIMS}}
 
 
 def huge_column(rng, recs):
