@@ -20,6 +20,7 @@ import os
 import socket
 import stat
 import struct
+import time
 from pathlib import Path
 
 from decodemon.probes import wire
@@ -159,11 +160,24 @@ def check_peer(sock: socket.socket, pid: int, uid: int | None) -> None:
 
 
 def connect(pid: int, path: Path, timeout_s: float = CONNECT_TIMEOUT_S) -> socket.socket:
-    """A connected socket to `pid`'s agent at `path`, its peer checked; OSError or Refused otherwise."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    """A connected socket to `pid`'s agent at `path`, its peer checked; OSError or Refused otherwise. A queue
+    that is full for now (a Unix socket says EAGAIN at once, it does not wait) is tried again until `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(timeout_s)
+            sock.connect(str(path))
+            break
+        except BlockingIOError:
+            sock.close()
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"the agent's queue stayed full for {timeout_s:g} s") from None
+            time.sleep(0.01)
+        except BaseException:
+            sock.close()
+            raise
     try:
-        sock.settimeout(timeout_s)
-        sock.connect(str(path))
         check_peer(sock, pid, target_uid(pid))
     except BaseException:
         sock.close()

@@ -369,6 +369,6 @@ class Agent:
             session.release()
         if not keep_hooks:
             hooks.detach()  # the engine's own functions back, before the monitor hears the attach is over
+        self.busy_with = None  # free before the Bye: a monitor that attaches again once it hears it is served
         held.send_all(conn, wire.pack(wire.Bye(reason=reason)), 1.0)  # the socket may be non-blocking by now
         conn.close()
-        self.busy_with = None

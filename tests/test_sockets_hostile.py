@@ -266,14 +266,21 @@ class Neighbour:
             t.start()
 
     def _connect(self) -> socket.socket | None:
-        s = socket.socket(socket.AF_UNIX)
-        s.settimeout(2)
-        try:
-            s.connect(self.path)
-        except OSError:
-            s.close()
-            return None
-        return s
+        """A connection, tried again while the agent's queue is full (for 2 s at most)."""
+        t_end = time.monotonic() + 2
+        while time.monotonic() < t_end:
+            s = socket.socket(socket.AF_UNIX)
+            s.settimeout(2)
+            try:
+                s.connect(self.path)
+                return s
+            except BlockingIOError:
+                s.close()
+                time.sleep(0.005)
+            except OSError:
+                s.close()
+                return None
+        return None
 
     def _read_bye(self, s: socket.socket) -> None:
         try:
@@ -314,6 +321,7 @@ def attach_under_siege(pid: int, path: Path) -> None:
     """8 trickling and 200 idle connections on the agent's socket: a monitor's attach is served within 5 s, its
     detach answered, and everything the agent told the neighbour names its true cause."""
     jam = Neighbour(path, idle=200, slow=8)
+    assert len(jam.idle) == 200
     try:
         time.sleep(0.5)  # the trickles under way
         t0 = time.monotonic()

@@ -872,6 +872,21 @@ static void window_release(window_t *w, buf_t *b) {
     memset(b, 0, sizeof *b);
 }
 
+static pthread_mutex_t g_slot_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_slot_cv = PTHREAD_COND_INITIALIZER;
+static int g_slot_fd = -1;   /* a monitor handed to the serving thread and not yet taken */
+static pid_t g_holder;       /* the monitor in the slot (handed over or served), 0 when none */
+static settings_t g_slot_settings;
+
+/* The slot free again, before the monitor hears its Bye: one that attaches again once it has is served. */
+static void release_slot(int *released) {
+    if (*released) return;
+    pthread_mutex_lock(&g_slot_mu);
+    g_holder = 0;
+    pthread_mutex_unlock(&g_slot_mu);
+    *released = 1;
+}
+
 /* One attach, from the monitor's Attach (read by the door) to our Bye (no Bye after a send that failed: the
  * stream may end mid-frame, and a frame after it would be read as the rest of that one). */
 static void serve(int fd, const settings_t *sp) {
@@ -881,6 +896,7 @@ static void serve(int fd, const settings_t *sp) {
     settings_t s = *sp;
     char why[160];
     ssize_t n;
+    int released = 0;
     struct timeval tv = {5, 0};
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv); /* a frame begun and never finished ends the attach */
@@ -930,8 +946,10 @@ static void serve(int fd, const settings_t *sp) {
         window_release(&w, &b);
         if (send_status(fd, &b, &s, windows, errors)) { reason = "monitor went away"; broken = 1; break; }
     }
+    release_slot(&released);
     if (!broken) send_bye(fd, &b, reason);
 out:
+    release_slot(&released);
     window_release(&w, &b);
 }
 
@@ -951,12 +969,6 @@ typedef struct {
     uint32_t got, n;   /* bytes read, and the payload's length once the prefix is whole */
     uint8_t *payload;
 } newcomer_t;
-
-static pthread_mutex_t g_slot_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t g_slot_cv = PTHREAD_COND_INITIALIZER;
-static int g_slot_fd = -1;   /* a monitor handed to the serving thread and not yet taken */
-static pid_t g_holder;       /* the monitor in the slot (handed over or served), 0 when none */
-static settings_t g_slot_settings;
 
 static void say_and_close(int fd, buf_t *b, const char *reason) {
     if (reason) send_bye(fd, b, reason); /* the socket is non-blocking: a Bye that does not fit is not sent */
@@ -1097,11 +1109,8 @@ static void *serve_slot(void *arg) {
         g_slot_fd = -1;
         pthread_mutex_unlock(&g_slot_mu);
         fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-        serve(fd, &s);
+        serve(fd, &s); /* frees the slot before its Bye */
         close(fd);
-        pthread_mutex_lock(&g_slot_mu);
-        g_holder = 0;
-        pthread_mutex_unlock(&g_slot_mu);
     }
     return NULL;
 }
