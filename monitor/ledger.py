@@ -114,9 +114,9 @@ def now_iso(now: float | None = None) -> str:
 
 # --- the file ------------------------------------------------------------------------------------------------
 
-def _refused(exc, path) -> LedgerError:
+def _refused(exc, path, doing: str = "write") -> LedgerError:
     """A safe_write refusal as the ledger's one line."""
-    return LedgerError(f"cannot write the ledger {path}: {str(exc).split(': ', 1)[-1]}")
+    return LedgerError(f"cannot {doing} the ledger {path}: {str(exc).split(': ', 1)[-1]}")
 
 
 def _open_append(path) -> tuple[int, bool]:
@@ -209,7 +209,7 @@ def _read_bounded(path) -> bytes | None:
     except FileNotFoundError:
         return None
     except safe_write.Refused as exc:
-        raise _refused(exc, path) from None
+        raise _refused(exc, path, "read") from None
     except OSError as exc:
         raise LedgerError(f"cannot read the ledger {path}: {exc.strerror or exc}") from None
     try:

@@ -15,6 +15,7 @@ import errno
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -23,6 +24,7 @@ from pathlib import Path
 
 from decodemon.monitor.inject import access, elf
 from decodemon.monitor.inject.remote_exec import disabled_reason, remote_exec, remove
+from decodemon.monitor.safe_text import visible
 from decodemon.probes.wire import socket_path
 
 BOOTSTRAP = '''\
@@ -158,15 +160,77 @@ def note_path(pid: int) -> Path:
     return socket_path(pid).with_suffix(".failed")
 
 
+def _note_dir(pid: int, uid: int | None) -> int | None:
+    """A descriptor of the note's directory when it is a real directory (not a link) of the target's uid that no
+    other user can write; None otherwise: a note is read and removed only there, by name under that descriptor."""
+    if uid is None:
+        return None
+    try:
+        dfd = os.open(note_path(pid).parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    st = os.fstat(dfd)
+    if st.st_uid != uid or st.st_mode & 0o022:
+        os.close(dfd)
+        return None
+    return dfd
+
+
+def _remove_note(pid: int, uid: int | None) -> None:
+    """Remove a note an earlier attempt left (only in _note_dir; unlinking a name never follows a link)."""
+    dfd = _note_dir(pid, uid)
+    if dfd is None:
+        return
+    try:
+        os.unlink(note_path(pid).name, dir_fd=dfd)
+    except OSError:
+        pass
+    finally:
+        os.close(dfd)
+
+
+def take_note(pid: int, uid: int | None) -> str | None:
+    """The first line of the agent's failure note, escaped for a terminal (the target wrote it), and the note
+    removed; None when there is none. Read only in _note_dir, a regular file of the target's uid opened without
+    following a link."""
+    dfd = _note_dir(pid, uid)
+    if dfd is None:
+        return None
+    name = note_path(pid).name
+    try:
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+        except OSError:
+            return None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != uid:
+                return None
+            text = os.read(fd, 4096).decode(errors="replace")
+        finally:
+            os.close(fd)
+        try:
+            os.unlink(name, dir_fd=dfd)
+        except OSError:
+            pass
+    finally:
+        os.close(dfd)
+    return visible((text.strip().splitlines() or ["no reason given"])[0][:300])
+
+
 def bootstrap_source(pid: int | None = None) -> str:
     """The bootstrap the target executes: our install location on sys.path, then start the agent (with `pid`, a
     failure is written where `_wait_for_socket` reads it)."""
     import decodemon.probes.wire as w
+    from decodemon.monitor import agent_socket
 
     pkg_root = Path(w.__file__).resolve().parent.parent  # the folder that holds `probes` (or decodemon/)
     paths = sorted({str(pkg_root.parent), str(pkg_root)})
+    # a note only where this user's own sockets live, and only from a target of this uid: another uid's target
+    # would make (and own) this user's socket directory by writing it
+    mine = pid is not None and agent_socket.target_uid(pid) == os.geteuid()
     return BOOTSTRAP.format(paths=paths, pkg_root=str(pkg_root), pause_s=IMPORT_PAUSE_S, ratio=IMPORT_SLEEP_RATIO,
-                            note_at=str(note_path(pid)) if pid is not None else "",
+                            note_at=str(note_path(pid)) if mine else "",
                             duty_pct=round(100 / (1 + IMPORT_SLEEP_RATIO)))
 
 
@@ -258,15 +322,14 @@ def queue_source(pid: int, source: str) -> dict:
 def _wait_for_socket(pid: int, timeout_s: float) -> Path:
     from decodemon.monitor import agent_socket
 
-    note, uid = note_path(pid), agent_socket.target_uid(pid)
+    uid = agent_socket.target_uid(pid)
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout_s:  # the target runs the bootstrap at its next safe point
         sock = agent_socket.find(pid)
         if sock is not None:
             return sock
-        why = agent_socket.read_note(note, uid)
+        why = take_note(pid, uid)
         if why is not None:
-            note.unlink(missing_ok=True)
             raise InjectError(f"the agent did not start in pid {pid}: {why}", install_hint(pid, why))
         try:
             os.kill(pid, 0)
@@ -293,7 +356,9 @@ def inject(pid: int, timeout_s: float = 5.0) -> Path:
         if reason:
             raise InjectError(reason)
     else:
-        note_path(pid).unlink(missing_ok=True)  # a note from an earlier attempt is not this one's
+        from decodemon.monitor.agent_socket import target_uid
+
+        _remove_note(pid, target_uid(pid))  # a note from an earlier attempt is not this one's
         result = queue_source(pid, pending_call_source(pid=pid))
         if not result.get("ok"):
             raise InjectError(_describe_failure(pid, result))
