@@ -22,12 +22,14 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from decodemon.monitor.inject import helper, trampoline
-from tests.conftest import assert_one_line_error, cli
+from tests.conftest import cli
+from tests.test_inject_versions import _python
 
 TICK = r'''
 import mmap, sys
@@ -96,12 +98,12 @@ def _shm_dir() -> str:
 class Target:
     """A fresh loop of one kind with its counter page."""
 
-    def __init__(self, kind: str, workdir: Path, *args: str):
+    def __init__(self, kind: str, workdir: Path, *args: str, python: str = sys.executable):
         fd, self.counter = tempfile.mkstemp(prefix="tick-", dir=_shm_dir())
         os.write(fd, bytes(8))
         self._fd = fd
         self.kind = kind
-        self.proc = subprocess.Popen([sys.executable, "-S", "-c", TARGETS[kind], self.counter, *args],
+        self.proc = subprocess.Popen([python, "-S", "-c", TARGETS[kind], self.counter, *args],
                                      cwd=workdir,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self.pid = self.proc.pid
@@ -173,19 +175,21 @@ def test_killing_the_helper_at_any_point_leaves_every_target_running_and_attacha
     calls = _calls_in_an_injection(tmp_path)
     assert calls >= 8  # seize, interrupt, the registers read, the code written, the one register write, ...
     kinds = list(TARGETS)
+    pythons = [sys.executable] + [p for p in map(_python, (10, 12, 13)) if p]  # the other CPythons found here
     # every call of an injection, for each kind of target, twice over; then instants spread over an injection
     plan = [(kinds[i % 3], "call", 1 + (i // 3) % calls) for i in range(6 * calls)]
     rnd = random.Random(20261202)
     plan += [(kinds[i % 3], "instant", rnd.uniform(0, 0.002)) for i in range(max(0, 210 - len(plan)))]
     rnd.shuffle(plan)
+    plan = [(kind, how, at, pythons[i % len(pythons)]) for i, (kind, how, at) in enumerate(plan)]
     outcome: dict[str, list] = {"killed": [], "finished": [], "harmed": [], "reinjected": []}
     lock = threading.Lock()
 
     def lane(jobs):
-        for kind, how, at in jobs:
+        for kind, how, at, python in jobs:
             t = None
             try:
-                t = Target(kind, tmp_path)
+                t = Target(kind, tmp_path, python=python)
                 if how == "call":
                     rc = _kill_at_call(t.pid, at).returncode
                 else:
@@ -203,10 +207,10 @@ def test_killing_the_helper_at_any_point_leaves_every_target_running_and_attacha
                     time.sleep(0.002)
                 t.wait_ticks(20)
                 with lock:
-                    outcome["reinjected"].append(kind)
+                    outcome["reinjected"].append(python)
             except AssertionError as exc:
                 with lock:
-                    outcome["harmed"].append((kind, how, at, str(exc)))
+                    outcome["harmed"].append((kind, how, at, python, str(exc)))
             finally:
                 if t is not None:
                     t.close()
@@ -219,7 +223,8 @@ def test_killing_the_helper_at_any_point_leaves_every_target_running_and_attacha
         th.join(timeout=300)
     print(f"{len(plan)} targets ({calls} calls an injection) in {time.monotonic() - t0:.1f} s: "
           f"{len(outcome['killed'])} helpers killed mid-way, {len(outcome['finished'])} finished first, "
-          f"{len(outcome['harmed'])} targets harmed, {len(outcome['reinjected'])} injected again")
+          f"{len(outcome['harmed'])} targets harmed, {len(outcome['reinjected'])} injected again "
+          f"({', '.join(f'{Path(os.path.realpath(p)).name}: {n}' for p, n in Counter(outcome['reinjected']).items())})")
     assert not any(th.is_alive() for th in lanes)
     assert outcome["harmed"] == []
     assert len(outcome["reinjected"]) == len(plan) >= 200
