@@ -166,3 +166,20 @@ def test_a_commands_own_stderr_in_a_sweep_reaches_the_terminal_escaped(tmp_path)
     assert "at depth 1" in r.stderr
     shown_as_text(r.stderr)
     assert not any(c in r.stdout for c in RAW)
+
+
+# command-line input: numbers in ASCII digits 0-9 only (int() and float() also read '1_000' and other scripts'
+# digits), a loop's name that is a name, a payload of whole elements
+@pytest.mark.parametrize("args, words", [
+    (["attach", "1_000", "--json"], "digits 0-9"),
+    (["report", REC["eager"], "--seconds", "١٠"], "ASCII digits"),
+    (["sweep", "python x.py {depth}", "--depths", "64,1_024"], "digits 0-9"),
+    (["export", REC["eager"], "-o", "t.json", "--window", "٣"], "ASCII digits"),
+    (["predict", REC["eager"], "--change", "x", "--expect=-1_0%", "--ledger", "L"], "--expect takes"),
+    (["predict", REC["eager"], "--change", "x", "--expect", "-10%", "--label", "", "--ledger", "L"], "--label"),
+    (["allreduce", "--payload-bytes", "3", "--dtype", "bfloat16"], "whole number of 2-byte elements"),
+])
+def test_command_line_input_is_refused_in_one_line(args, words, tmp_path):
+    r = cli(*args, cwd=tmp_path)
+    assert_one_line_error(r)
+    assert words in r.stderr and os.listdir(tmp_path) == []
