@@ -55,16 +55,17 @@ def _sections(data) -> list[tuple]:
     return [_SHDR.unpack_from(data, shoff + i * shentsize) for i in range(shnum)]
 
 
-def _loads(data) -> list[tuple[int, int, int]]:
-    """(p_vaddr, p_memsz, p_offset) of each PT_LOAD segment."""
+def _load_headers(data) -> list[tuple]:
+    """The PT_LOAD program headers: (p_type, p_flags, p_offset, p_vaddr, p_paddr, p_filesz, p_memsz, p_align)."""
     phoff, = struct.unpack_from("<Q", data, 0x20)
     phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
-    segs = []
-    for i in range(phnum):
-        p_type, _flags, p_offset, p_vaddr, _paddr, _filesz, p_memsz, _align = _PHDR.unpack_from(data, phoff + i * phentsize)
-        if p_type == PT_LOAD:
-            segs.append((p_vaddr, p_memsz, p_offset))
-    return segs
+    headers = (_PHDR.unpack_from(data, phoff + i * phentsize) for i in range(phnum))
+    return [h for h in headers if h[0] == PT_LOAD]
+
+
+def _loads(data) -> list[tuple[int, int, int]]:
+    """(p_vaddr, p_memsz, p_offset) of each PT_LOAD segment."""
+    return [(vaddr, memsz, offset) for _t, _f, offset, vaddr, _p, _fs, memsz, _a in _load_headers(data)]
 
 
 def _lookup(data, secs, kind: int, wanted: set[str]) -> dict[str, int]:
@@ -163,14 +164,8 @@ def _exec_segment_ends(path: str) -> list[int]:
     with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
         if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
             raise ElfError("not a 64-bit little-endian ELF file")
-        phoff, = struct.unpack_from("<Q", data, 0x20)
-        phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
-        ends = []
-        for i in range(phnum):
-            p_type, flags, p_offset, _vaddr, _paddr, filesz, memsz, _align = _PHDR.unpack_from(data, phoff + i * phentsize)
-            if p_type == PT_LOAD and flags & PF_X and filesz and filesz == memsz:
-                ends.append(p_offset + filesz)
-    return ends
+        return [offset + filesz for _t, flags, offset, _v, _p, filesz, memsz, _a in _load_headers(data)
+                if flags & PF_X and filesz and filesz == memsz]
 
 
 def code_cave(pid: int, maps: list[Mapping], nbytes: int) -> int | None:

@@ -5,17 +5,17 @@ tracer with it. The helper itself may die at any point (an OOM kill, a container
 on either untouched or in code that needs no tracer (trampoline.py), so it is never left with a patched register
 or a breakpoint. It prints one JSON line: what it did and for how long the target's thread was held.
 
-What runs in the target is `Py_AddPendingCall(PyRun_SimpleString, source)`, called on its main thread while it
-is stopped. The call only queues the source; the interpreter runs it later, on its main thread between two
-bytecodes with the GIL held, the same safe point at which it runs Python signal handlers (on 3.10 and 3.11 only
-the main thread handles pending calls; from 3.12 the legacy API queues to the main thread of the main
-interpreter). Calling `PyGILState_Ensure` + `PyRun_SimpleString` on the stopped thread instead would run Python
-wherever that thread happened to stop (in the allocator, halfway through a dict update) and keep it stopped for
-the whole run of the source. `Py_AddPendingCall` takes only the pending-call lock, which a thread holds for a few
+What runs in the target is `Py_AddPendingCall(PyRun_SimpleString, source)`, called on its main thread by the
+trampoline the thread was pointed at while stopped. The call only queues the source; the interpreter runs it later,
+on its main thread between two bytecodes with the GIL held, the same safe point at which it runs Python signal
+handlers (on 3.10 and 3.11 only the main thread handles pending calls; from 3.12 the legacy API queues to the main
+thread of the main interpreter). Calling `PyGILState_Ensure` + `PyRun_SimpleString` there instead would run Python
+wherever that thread happened to stop (in the allocator, halfway through a dict update) and hold it for the whole
+run of the source. `Py_AddPendingCall` takes only the pending-call lock, which a thread holds for a few
 instructions while it pushes or pops one entry; if the call has not returned within a bound the helper lets the
-thread go and says so: the thread finishes the call on its own. `PyRun_SimpleString(const char *)` has the shape of a pending-call function
-`int (*)(void *)`; the source it runs never raises (an error return without an exception would surface as a
-SystemError in the target).
+thread go and says so: the thread finishes the call on its own. `PyRun_SimpleString(const char *)` has the shape
+of a pending-call function `int (*)(void *)`; the source it runs never raises (an error return without an
+exception would surface as a SystemError in the target).
 """
 
 from __future__ import annotations
