@@ -191,8 +191,6 @@ def _nvml_problem(f: wire.NvmlSamples, c: _Cols) -> None:
     if not c.why and cols["gpu_util_pct"] is not None and len(cols["gpu_util_pct"]) \
             and cols["gpu_util_pct"].max() > 100:
         c.why = f"gpu_util_pct holds {cols['gpu_util_pct'].max()}"
-    if not c.why and any(p <= 0 for p in f.other_pids):
-        c.why = "other_pids holds a pid under 1"
 
 
 def _counts_problem(f: wire.StepCounts, c: _Cols) -> None:
