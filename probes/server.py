@@ -213,13 +213,14 @@ class Agent:
         try:
             n.conn.setblocking(True)
             n.conn.settimeout(5.0)
-        except OSError:
-            n.conn.close()
+            threading.Thread(target=self.serve, args=(n.conn, n.peer_pid, n.reader, first, not free),
+                             name="decodemon-session", daemon=True).start()
+        except (OSError, RuntimeError) as exc:  # no thread to be had: the slot is given back, and the monitor told
             if free:
                 self.busy_with = None
-            return
-        threading.Thread(target=self.serve, args=(n.conn, n.peer_pid, n.reader, first, not free),
-                         name="decodemon-session", daemon=True).start()
+            else:
+                self._claimers.release()
+            self._bye(n.conn, f"refused: the agent cannot serve a monitor now ({type(exc).__name__}: {exc})")
 
     def _claim(self, peer_pid: int, settings: wire.Attach) -> bool:
         """Make `peer_pid` the attached monitor. A monitor that yields (the exporter) steps aside for one that
