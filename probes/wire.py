@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import os
 import struct
-from typing import Iterator, Union
+from typing import Annotated, Iterator, Union
 
 import msgspec
 
@@ -68,6 +68,17 @@ class Column(msgspec.Struct, frozen=True, array_like=True):
             return np.frombuffer(self.data, dtype=np.dtype(self.dtype))
         except (TypeError, ValueError) as exc:
             raise WireError(f"bad column ({self.dtype}, {len(self.data)} bytes): {exc}") from None
+
+
+# a frame's lists and dicts hold at most MAX_ENTRIES entries, checked against the length msgpack declares before any
+# entry is decoded: a 64 MB frame of one-byte entries would otherwise become 64M Python objects (~1 s and 0.5 GB)
+MAX_ENTRIES = 1 << 20
+_MANY = msgspec.Meta(max_length=MAX_ENTRIES)
+_Strs = Annotated[list[str], _MANY]
+_Ints = Annotated[list[int], _MANY]
+_Columns = Annotated[dict[str, Column], _MANY]
+_Words = Annotated[dict[str, str], _MANY]
+_Numbers = Annotated[dict[str, float], _MANY]
 
 
 class GpuInfo(msgspec.Struct, frozen=True):
@@ -123,14 +134,14 @@ class Hello(msgspec.Struct, frozen=True, tag="hello"):
 
     wire_version: int
     pid: int
-    argv: list[str]
+    argv: _Strs
     python: str
     hostname: str
     gpu: Union[GpuInfo, None] = None
     gpu_unavailable: str = ""
     cupti_version: str = ""
     model: Union[ModelFacts, None] = None
-    settings: dict[str, float] = {}
+    settings: _Numbers = {}
 
 
 class TokenMarks(msgspec.Struct, frozen=True, tag="tokens"):
@@ -182,12 +193,12 @@ class KernelWindow(msgspec.Struct, frozen=True, tag="window"):
     window_id: int
     tokens: int
     token_bounds_ns: Column
-    names: list[str]
-    kernels: dict[str, Column]
-    api_names: dict[str, str] = {}
-    apis: dict[str, Column] = {}
-    memcpys: dict[str, Column] = {}
-    syncs: dict[str, Column] = {}
+    names: _Strs
+    kernels: _Columns
+    api_names: _Words = {}
+    apis: _Columns = {}
+    memcpys: _Columns = {}
+    syncs: _Columns = {}
     dropped_records: int = 0
     probe_host_ns: int = 0  # time the probe spent on the decode host thread for this window
     guard_tokens: int = 1  # traced after the analysed tokens and discarded (recordings before this field had 1)
@@ -198,8 +209,8 @@ class KernelWindow(msgspec.Struct, frozen=True, tag="window"):
     clock: str = "tokens"  # "tokens": opened and closed at token boundaries; "time": by the agent thread's clock
     # NVTX ranges pushed from Python that opened and closed inside the window (engine_adapter/nvtx_ranges.py):
     # columns name (index into nvtx_names), start, end (CUPTI ns), level (how many ranges were open around it)
-    nvtx_names: list[str] = []
-    nvtx: dict[str, Column] = {}
+    nvtx_names: _Strs = []
+    nvtx: _Columns = {}
 
     def analysed_span(self) -> tuple[int, int] | None:
         """(first, last) boundary of the analysed tokens in CUPTI's clock, the guard left out; None if there are none."""
@@ -210,7 +221,7 @@ class KernelWindow(msgspec.Struct, frozen=True, tag="window"):
 class PmSamples(msgspec.Struct, frozen=True, tag="pm"):
     """CUPTI PM sampling: device-wide hardware counters, one row per interval."""
 
-    metrics: list[str]
+    metrics: _Strs
     start_ns: Column
     end_ns: Column
     values: Column  # float64, rows x len(metrics), row-major
@@ -228,17 +239,17 @@ class NvmlSamples(msgspec.Struct, frozen=True, tag="nvml"):
     power_w: Column
     mem_used_bytes: Column
     gpu_util_pct: Column
-    other_pids: list[int] = []
+    other_pids: _Ints = []
 
 
 class Stats(msgspec.Struct, frozen=True, tag="stats"):
     """The probe's state in wire version 1: a dict of sentences and numbers-as-strings. Only read (recordings made
     before ProbeStatus); the monitor converts it (monitor/probe_status.py)."""
 
-    state: dict[str, str]
+    state: _Words
     dropped_records: int = 0
     windows: int = 0
-    errors: list[str] = []
+    errors: _Strs = []
 
 
 class ProbeStatus(msgspec.Struct, frozen=True, tag="status"):
@@ -273,11 +284,11 @@ class ProbeStatus(msgspec.Struct, frozen=True, tag="status"):
     pm_first_session: bool = False  # the first PM session of this process (it has a lasting effect on clocks)
     # with pm_reason "hardware_busy": what may hold the counters, as "name (pid N)" of the profilers running on this
     # host, and "this process" when an earlier attach here armed PM (pm_config.counter_holders)
-    pm_holders: list[str] = []
+    pm_holders: _Strs = []
     pm_restarts: int = 0  # PM re-armed this attach after a CUPTI finalize took it down
     pm_busy_tries: int = 0  # arms tried at later pumps after the counters were found busy at the attach
     pm_armed_after_s: Union[float, None] = None  # an arm made at a pump: seconds after the attach
-    pm_last_release: list[str] = []  # the steps that failed releasing this process's previous PM session
+    pm_last_release: _Strs = []  # the steps that failed releasing this process's previous PM session
     pm_restart_cause: str = ""  # the exception type of the last re-arm's cause
     pm_stride: int = 0  # every pm_stride-th sample evaluated (adapts to the pump's budget)
     pm_pumps: int = 0
@@ -302,7 +313,7 @@ class ProbeStatus(msgspec.Struct, frozen=True, tag="status"):
     window_budget_state: str = ""  # "open", "rationed" (one window every policy.BUDGET_PERIOD_S) or "spent"
     windows: int = 0  # windows sent in this attach
     errors: int = 0  # errors noted in this attach
-    recent_errors: list[str] = []  # the last few, as raised
+    recent_errors: _Strs = []  # the last few, as raised
     dropped_records: int = 0
 
 

@@ -363,13 +363,18 @@ def _replay_json(capsys, path: Path):
 
 
 def test_forty_zero_filled_64mb_frames_are_refused_in_seconds(tmp_path, capsys):
-    """2.6 MB of gzip that claims 2.5 GB: its frames are all zeros, or token marks of all-zero columns. The first
-    that overflows what a file of its size holds is refused before its bytes are read."""
+    """2.6 MB of gzip that claims 2.5 GB: its frames are all zeros, token marks of all-zero columns, or a hello of
+    64M empty strings. The first that overflows what a file of its size holds is refused before its bytes are read,
+    and a list longer than a frame may hold before its entries are made."""
     zeros = bytes(MAX_FRAME_BYTES)
     half = MAX_FRAME_BYTES // 2 - 64
     marks = wire.encode(wire.TokenMarks(t_ns=wire.Column("<i8", bytes(half)), depth=wire.Column("<i8", bytes(half))))
-    assert len(marks) <= MAX_FRAME_BYTES
-    for name, frame in (("zeros", zeros), ("marks", marks)):
+    # a hello whose argv declares 64M empty strings: refused on the count msgpack declares, before any is made
+    hello = wire.encode(wire.Hello(wire_version=wire.WIRE_VERSION, pid=1, argv=[], python="", hostname=""))
+    n = MAX_FRAME_BYTES - len(hello) - 8
+    hello = hello.replace(b"\xa4argv\x90", b"\xa4argv\xdd" + n.to_bytes(4, "big") + b"\xa0" * n, 1)
+    assert len(marks) <= MAX_FRAME_BYTES and len(hello) <= MAX_FRAME_BYTES
+    for name, frame in (("zeros", zeros), ("marks", marks), ("entries", hello)):
         path = tmp_path / f"{name}.dmon"
         size = _crafted(path, frame, 40, rx_step=0)
         assert size < 3_000_000
@@ -378,6 +383,8 @@ def test_forty_zero_filled_64mb_frames_are_refused_in_seconds(tmp_path, capsys):
         assert took <= READ_LIMIT_S, (name, took)
         if name == "marks":  # whole frames that decode: refused on the bytes they claim
             assert "past what a" in err and "refused" in err, err
+        if name == "entries":
+            assert f"length <= {wire.MAX_ENTRIES}" in err and "argv" in err, err
 
 
 def test_three_hundred_thousand_small_frames_are_refused_in_seconds(tmp_path, capsys):
