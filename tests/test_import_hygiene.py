@@ -58,9 +58,10 @@ def test_the_cli_parses_every_verb_without_textual():
 def test_monitor_uses_only_the_wire_from_probes():
     mods = loaded_after("decodemon.monitor.app")
     probes = {m for m in mods if m.startswith("decodemon.probes")}
-    # the wire: its frames (wire.py), its file (wire_file.py) and its socket framing (wire_socket.py)
-    assert probes <= {"decodemon.probes", "decodemon.probes.wire", "decodemon.probes.wire_file",
-                      "decodemon.probes.wire_socket"}, probes
+    # the wire: its frames (wire.py), their checks (wire_check.py), its file (wire_file.py) and its socket framing
+    # (wire_socket.py)
+    assert probes <= {"decodemon.probes", "decodemon.probes.wire", "decodemon.probes.wire_check",
+                      "decodemon.probes.wire_file", "decodemon.probes.wire_socket"}, probes
 
 
 def test_the_nvml_sidecar_starts_without_numpy():
