@@ -208,6 +208,9 @@ def wait_for_agent(proc: subprocess.Popen, timeout_s: float = 30) -> Path:
     return path
 
 
+UNTIL_EOF = "import sys; sys.stdin.read()"  # a process that ends normally (its exit handlers run) once told
+
+
 @needs_root
 def test_a_socket_directory_another_uid_owns_gets_a_private_one_the_monitor_finds(tmp_path, lib_path):
     xdg = tmp_path / "run"
@@ -216,9 +219,10 @@ def test_a_socket_directory_another_uid_owns_gets_a_private_one_the_monitor_find
     theirs.mkdir(mode=0o755)
     os.chown(theirs, OTHER, OTHER)
     env = {**os.environ, "XDG_RUNTIME_DIR": str(xdg)}
-    python = subprocess.Popen([sys.executable, "-c", LOOP], env=env)
-    native = subprocess.Popen(["sleep", "120"], env={**env, "LD_PRELOAD": str(lib_path),
-                                                     "DECODEMON_CUPTI_START_AT_LOAD": "1"})
+    python = subprocess.Popen([sys.executable, "-c", "from decodemon.probes import agent; agent.start(); " + UNTIL_EOF],
+                              stdin=subprocess.PIPE, env=env)
+    native = subprocess.Popen([sys.executable, "-c", UNTIL_EOF], stdin=subprocess.PIPE,
+                              env={**env, "LD_PRELOAD": str(lib_path), "DECODEMON_CUPTI_START_AT_LOAD": "1"})
     try:
         for proc in (python, native):
             path = wait_for_agent(proc)
@@ -228,6 +232,9 @@ def test_a_socket_directory_another_uid_owns_gets_a_private_one_the_monitor_find
             frames = [f for _, _, f in live_frames(proc.pid, seconds=0.3)]
             assert isinstance(frames[0], wire.Hello) and frames[0].pid == proc.pid
             assert isinstance(frames[-1], wire.Bye) and frames[-1].reason == "detached"
+            proc.stdin.close()
+            assert proc.wait(timeout=30) == 0
+        assert os.listdir(xdg) == ["decodemon"]  # each private directory removed at its process's exit
         assert os.listdir(theirs) == [] and os.stat(theirs).st_uid == OTHER  # theirs is left as it was
         assert stat.S_IMODE(os.stat(theirs).st_mode) == 0o755
     finally:

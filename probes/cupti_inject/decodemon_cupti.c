@@ -761,6 +761,8 @@ static ssize_t read_frame(int fd, uint8_t *p, size_t cap, int timeout_ms) {
 static int g_dir_fd = -1;
 static char g_sock_name[32];
 static pid_t g_sock_pid;
+static int g_priv_parent = -1; /* a private directory's parent, to remove it at exit (-1: the per-user one) */
+static char g_priv_name[96];
 
 /* The directory `name` under `pfd`: a real directory of this uid (never followed through a link), made 0700
  * through its fd; its fd, or -1. */
@@ -776,8 +778,9 @@ static int checked_dir(int pfd, const char *name) {
 }
 
 /* The socket directory's fd (the per-user one, or a private one beside it when that is refused), its path in
- * `dir` for messages; -1 with `dir` naming what was refused. */
-static int own_socket_dir(char *dir, size_t n) {
+ * `dir` for messages; -1 with `dir` naming what was refused. A private one's parent fd and name go to *priv
+ * and priv_name (else *priv is -1). */
+static int own_socket_dir(char *dir, size_t n, int *priv, char *priv_name, size_t priv_n) {
     const char *xdg = getenv("XDG_RUNTIME_DIR");
     struct stat st;
     const char *parent = "/tmp";
@@ -789,6 +792,7 @@ static int own_socket_dir(char *dir, size_t n) {
         snprintf(base, sizeof base, "decodemon-%u", (unsigned)getuid());
     }
     int len = snprintf(dir, n, "%s/%s", parent, base);
+    *priv = -1;
     if (len < 0 || (size_t)len >= n) return -1;
     int pfd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (pfd < 0) return -1;
@@ -797,14 +801,27 @@ static int own_socket_dir(char *dir, size_t n) {
     for (int i = 0; fd < 0 && i < 16; i++) { /* refused: a private directory of this process's own */
         unsigned char r[4];
         if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) break;
-        char priv[96];
-        snprintf(priv, sizeof priv, "%s-%02x%02x%02x%02x", base, r[0], r[1], r[2], r[3]);
-        if (mkdirat(pfd, priv, 0700) != 0) continue;
-        fd = checked_dir(pfd, priv); /* swapped for another's since the mkdir: refused, and another name tried */
-        if (fd >= 0) snprintf(dir, n, "%s/%s", parent, priv);
+        char name[96];
+        snprintf(name, sizeof name, "%s-%02x%02x%02x%02x", base, r[0], r[1], r[2], r[3]);
+        if (mkdirat(pfd, name, 0700) != 0) continue;
+        fd = checked_dir(pfd, name); /* swapped for another's since the mkdir: refused, and another name tried */
+        if (fd >= 0) {
+            snprintf(dir, n, "%s/%s", parent, name);
+            snprintf(priv_name, priv_n, "%s", name);
+            *priv = pfd;
+            return fd;
+        }
     }
     close(pfd);
     return fd;
+}
+
+/* A private directory removed: only the very one made here (the inode of `dfd`), and only once empty. */
+static void remove_private(int pfd, const char *name, int dfd) {
+    struct stat st, mine;
+    if (pfd >= 0 && fstat(dfd, &mine) == 0 && fstatat(pfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+        st.st_dev == mine.st_dev && st.st_ino == mine.st_ino)
+        unlinkat(pfd, name, AT_REMOVEDIR);
 }
 
 static void remove_socket(void) {
@@ -812,6 +829,7 @@ static void remove_socket(void) {
     if (g_dir_fd < 0 || getpid() != g_sock_pid) return; /* not a forked child's exit */
     if (fstatat(g_dir_fd, g_sock_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISSOCK(st.st_mode))
         unlinkat(g_dir_fd, g_sock_name, 0);
+    remove_private(g_priv_parent, g_priv_name, g_dir_fd);
 }
 
 static void register_exit(void) { atexit(remove_socket); }
@@ -819,8 +837,9 @@ static void register_exit(void) { atexit(remove_socket); }
 /* Make the socket's home and listen there: the listening fd, or -1 with a line on stderr. */
 static int listen_socket(void) {
     static pthread_once_t at_exit = PTHREAD_ONCE_INIT;
-    char dir[200] = "";
-    int dfd = own_socket_dir(dir, sizeof dir);
+    char dir[200] = "", priv_name[sizeof g_priv_name] = "";
+    int priv = -1;
+    int dfd = own_socket_dir(dir, sizeof dir, &priv, priv_name, sizeof priv_name);
     if (dfd < 0) {
         fprintf(stderr, "decodemon: no socket directory of this user's at %s; no traced windows\n", dir);
         return -1;
@@ -840,11 +859,16 @@ static int listen_socket(void) {
         listen(fd, 64) != 0) {
         fprintf(stderr, "decodemon: cannot listen in %s: %s; no traced windows\n", dir, strerror(errno));
         if (fd >= 0) close(fd);
+        remove_private(priv, priv_name, dfd);
         close(dfd);
+        if (priv >= 0) close(priv);
         return -1;
     }
     if (g_dir_fd >= 0) close(g_dir_fd);
+    if (g_priv_parent >= 0) close(g_priv_parent);
     g_dir_fd = dfd;
+    g_priv_parent = priv;
+    memcpy(g_priv_name, priv_name, sizeof g_priv_name);
     memcpy(g_sock_name, name, sizeof g_sock_name);
     g_sock_pid = getpid();
     pthread_once(&at_exit, register_exit);
