@@ -61,7 +61,7 @@ def _may_follow(link: os.stat_result, parent: os.stat_result) -> bool:
     return not shared and link.st_uid == parent.st_uid
 
 
-def real_path(path, shown: str | None = None) -> Path:
+def real_path(path, shown: str | None = None, doing: str = "write") -> Path:
     """`path` with every link in it resolved, each checked by _may_follow (Refused in one line otherwise); its
     last part need not exist yet."""
     shown = str(path) if shown is None else shown
@@ -82,19 +82,19 @@ def real_path(path, shown: str | None = None) -> Path:
             st = os.lstat(cand)
         except FileNotFoundError:
             if more:
-                raise Refused(f"cannot write {shown}: no directory {cand}") from None
+                raise Refused(f"cannot {doing} {shown}: no directory {cand}") from None
             return Path(cand)
         except OSError as exc:
-            raise Refused(f"cannot write {shown}: {cand}: {exc.strerror or exc}") from None
+            raise Refused(f"cannot {doing} {shown}: {cand}: {exc.strerror or exc}") from None
         if stat.S_ISLNK(st.st_mode):
             hops += 1
             if hops > MAX_LINKS:
-                raise Refused(f"cannot write {shown}: too many links on the way (a symlink loop?)")
+                raise Refused(f"cannot {doing} {shown}: too many links on the way (a symlink loop?)")
             parent = os.stat(cur)
             if not _may_follow(st, parent):
                 what = "it" if not more else cand
                 where = "a shared sticky directory" if parent.st_mode & stat.S_ISVTX else cur
-                raise Refused(f"cannot write {shown}: {what} is a link owned by uid {st.st_uid} (another user) in "
+                raise Refused(f"cannot {doing} {shown}: {what} is a link owned by uid {st.st_uid} (another user) in "
                               f"{where}; not followed (give the path it points to, if that is meant)")
             target = os.readlink(cand)
             todo.extend(target.split("/")[::-1])
@@ -102,20 +102,20 @@ def real_path(path, shown: str | None = None) -> Path:
                 cur = "/"
             continue
         if more and not stat.S_ISDIR(st.st_mode):
-            raise Refused(f"cannot write {shown}: {cand} is not a directory")
+            raise Refused(f"cannot {doing} {shown}: {cand} is not a directory")
         cur = cand
     return Path(cur)
 
 
-def _open_dir(d: Path, shown: str) -> int:
+def _open_dir(d: Path, shown: str, doing: str = "write") -> int:
     try:
         return os.open(d, _DIR_FLAGS)
     except FileNotFoundError:
-        raise Refused(f"cannot write {shown}: no directory {d}") from None
+        raise Refused(f"cannot {doing} {shown}: no directory {d}") from None
     except OSError as exc:
         if exc.errno in (errno.ENOTDIR, errno.ELOOP):  # ELOOP: it became a link since it was walked
-            raise Refused(f"cannot write {shown}: {d} is not a directory") from None
-        raise Refused(f"cannot write {shown}: {d}: {exc.strerror or exc}") from None
+            raise Refused(f"cannot {doing} {shown}: {d} is not a directory") from None
+        raise Refused(f"cannot {doing} {shown}: {d}: {exc.strerror or exc}") from None
 
 
 def _existing(dfd: int, name: str, shown: str, replace: bool) -> os.stat_result | None:
@@ -348,8 +348,13 @@ def remove_new(path) -> None:
 
 def open_read(path) -> int:
     """A descriptor for reading `path` (a ledger), reached through no other user's link and opened without
-    following one; the caller checks what it is. FileNotFoundError when there is none."""
-    real = real_path(path)
+    following one; the caller checks what it is. FileNotFoundError when there is none (nor its directory)."""
+    try:
+        real = real_path(path)
+    except Refused:
+        if not os.path.exists(path):  # nothing there to read: the writer's own check says what is wrong
+            raise FileNotFoundError(path) from None
+        raise
     dfd = _open_dir(real.parent, str(path))
     try:
         return os.open(real.name or ".", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
@@ -363,8 +368,8 @@ def make_dir(path) -> Path:
     shown = str(path)
     if not shown.strip():
         raise Refused("cannot write to an empty path: give a directory")
-    real = real_path(shown)
-    dfd = _open_dir(real.parent, shown)
+    real = real_path(shown, doing="make")
+    dfd = _open_dir(real.parent, shown, doing="make")
     try:
         try:
             st = os.stat(real.name, dir_fd=dfd, follow_symlinks=False) if real.name else os.fstat(dfd)

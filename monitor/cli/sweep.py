@@ -85,6 +85,8 @@ def run(a) -> int:
         from decodemon.monitor import safe_write
 
         for name in sweep.OUTPUT_NAMES:
+            if (out / name).is_dir() and not (out / name).is_symlink():
+                raise UsageError(f"decodemon sweep: cannot write {out / name}: it is a directory")
             try:
                 safe_write.check(out / name)
             except safe_write.Refused as exc:
