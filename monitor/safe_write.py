@@ -301,9 +301,9 @@ def commit(tmp: Path, path) -> None:
 
 
 def open_append(path) -> tuple[int, bool]:
-    """A descriptor for appending to (and reading) regular file `path` (made if new), opened in its real directory without
-    following a link, and whether it was made now; Refused in one line for a stream, a device, a FIFO, another
-    user's link on the way, or a file with more than one name."""
+    """A descriptor for appending to (and reading) regular file `path` (made if new), opened in its real directory
+    without following a link, and whether it was made now; Refused in one line for a stream, a device, a FIFO,
+    another user's link on the way, or a file with more than one name."""
     out = _Output(path, stream_ok=False)
     dfd = out.open_dir()
     try:

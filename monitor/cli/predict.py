@@ -18,7 +18,8 @@ from decodemon.monitor.safe_text import visible
 def _label(text: str) -> str:
     """A loop's name: 1 to 256 printable characters, not only spaces."""
     if not text.strip() or len(text) > 256 or not text.isprintable():
-        raise argparse.ArgumentTypeError(f"--label takes a name of 1 to 256 printable characters, not {visible(text)!r}")
+        raise argparse.ArgumentTypeError(f"--label takes a name of 1 to 256 printable characters, not "
+                                         f"{visible(text)!r}")
     return text
 
 

@@ -36,7 +36,8 @@ def _figures(s: Snapshot) -> list[str]:
                    f"the counter, {c.traced_busy_pct:.1f}% from the traced kernels")
     if d.bandwidth_floor_ms is not None:
         out.append(f"- bandwidth floor {d.bandwidth_floor_ms:.3f} ms/token "
-                   f"({(s.bytes_per_token or 0) / 1e9:.3f} GB/token at {s.bandwidth_gbs:.0f} GB/s, {s.bandwidth_source})")
+                   f"({(s.bytes_per_token or 0) / 1e9:.3f} GB/token at {s.bandwidth_gbs:.0f} GB/s, "
+                   f"{md(s.bandwidth_source)})")
     return out
 
 
@@ -74,7 +75,8 @@ def diagnosis_markdown(s: Snapshot) -> str:
                 "| kernel | calls/token | µs/token | idle-SM µs/token | grid | SM coverage | occupancy |",
                 "|---|---|---|---|---|---|---|"]
         for r in sorted(w.kernels, key=lambda r: -r.idle_sm_us_per_token)[:5]:
-            out.append(f"| {markdown_code(r.short_name, cell=True)} | {r.calls_per_token:.1f} | {r.us_per_token:.0f} "
+            out.append(f"| {markdown_code(r.short_name, cell=True)} | {r.calls_per_token:.1f} "
+                       f"| {r.us_per_token:.0f} "
                        f"| {r.idle_sm_us_per_token:.0f} | {r.grid_blocks}/{s.sm_count} "
                        f"| {r.grid_coverage_pct:.0f}% | {r.occupancy_pct:.0f}% |")
     out += ["", "## First change and predicted win", "", f"- remedy: {d.remedy}", f"- prediction: {d.predicted_win}",
