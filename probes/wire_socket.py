@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import errno
 import os
-import secrets
 import socket
 import stat
 from pathlib import Path
@@ -173,7 +172,7 @@ def _private_dir(d: Path) -> tuple[int, Path, int]:
     pfd = os.open(d.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         for _ in range(16):
-            name = f"{d.name}-{secrets.token_hex(4)}"
+            name = f"{d.name}-{os.urandom(4).hex()}"
             try:
                 os.mkdir(name, 0o700, dir_fd=pfd)
             except FileExistsError:
