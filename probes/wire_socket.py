@@ -15,8 +15,6 @@ import socket
 import stat
 from pathlib import Path
 
-
-
 BACKLOG = 64
 
 
@@ -29,7 +27,8 @@ def socket_dir() -> Path:
 
 
 def socket_path(pid: int) -> Path:
-    """Where the agent of process `pid` listens."""
+    """Where the agent of process `pid` listens, unless that directory was refused (then in a private one beside
+    it: socket_home; the monitor finds either from the process's own sockets)."""
     return socket_dir() / f"{pid}.sock"
 
 
@@ -110,10 +109,10 @@ def _clean_stale(dir_fd: int) -> list[int]:
 
 
 def clean_stale_sockets(d: Path | None = None) -> list[int]:
-    """Remove the sockets nothing listens on; return their pids. A socket of a live process that another holds
-    (a reused pid) goes, a listening one stays whatever its name says. Only in a directory of ours
-    (open_own_dir), by name under its fd: a link planted in place of the directory or of a socket is never
-    followed."""
+    """Remove the sockets nothing listens on; return their pids. One named for a live pid goes when nothing
+    listens on it (its agent killed, the pid since reused); one that listens stays, whatever its name says. Only
+    in a directory of ours (open_own_dir), by name under its fd: a link planted in place of the directory or of
+    a socket is never followed."""
     try:
         fd = open_own_dir(d or socket_dir())
     except OSError:
