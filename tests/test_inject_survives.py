@@ -244,7 +244,13 @@ def test_killing_the_helper_at_any_point_leaves_every_target_running_and_attacha
     assert killed_at == set(range(1, calls + 1))  # a kill before every one of the helper's calls
 
 
-LOOP = "import time\nfrom decodemon.engine_adapter import mark_token\nwhile True:\n    mark_token()\n    time.sleep(0.001)\n"
+LOOP = r'''
+import time
+from decodemon.engine_adapter import mark_token
+while True:
+    mark_token()
+    time.sleep(0.001)
+'''
 
 
 def _attach_with_its_helper_killed(pid: int) -> tuple[int, str] | None:
@@ -381,5 +387,72 @@ def test_a_thread_inside_a_restartable_sequence_is_let_go_untouched(tmp_path):
             outcomes.append(report["why"] or "queued")
             t.wait_ticks(50, timeout_s=10)
         print("injections into a thread spinning in an rseq critical section:", outcomes)
+    finally:
+        t.close()
+
+
+HELD_GPRS = ("rbx", "rbp", "r12", "r13", "r14", "r15", "rsi", "rdx", "rcx", "r8", "r9", "r10", "r11")
+
+
+def _register_holder_asm() -> str:
+    """`long hold(long rounds)`: known values in every general register but rax and rdi (scratch and the count),
+    xmm0-15, MXCSR (rounding toward zero) and the direction flag (set), all checked on every round; 0 after
+    `rounds` rounds, 1 at the first one found changed."""
+    saved = ("rbx", "rbp", "r12", "r13", "r14", "r15")
+    a = [".text", ".globl hold", ".type hold, @function", "hold:", *(f"push %{r}" for r in saved),
+         "sub $8, %rsp", "stmxcsr (%rsp)", "ldmxcsr mxcsr_held(%rip)",
+         *(f"movq gprs+{8 * k}(%rip), %{r}" for k, r in enumerate(HELD_GPRS)),
+         *(f"movdqu xmms+{16 * n}(%rip), %xmm{n}" for n in range(16)), "std", "round:"]
+    for k, r in enumerate(HELD_GPRS):
+        a += [f"cmpq gprs+{8 * k}(%rip), %{r}", "jne changed"]
+    for n in range(16):
+        a += [f"movq %xmm{n}, %rax", f"cmpq xmms+{16 * n}(%rip), %rax", "jne changed",
+              f"pextrq $1, %xmm{n}, %rax", f"cmpq xmms+{16 * n + 8}(%rip), %rax", "jne changed"]
+    a += ["pushfq", "popq %rax", "btq $10, %rax", "jnc changed",
+          "stmxcsr mxcsr_seen(%rip)", "movl mxcsr_seen(%rip), %eax", "cmpl mxcsr_held(%rip), %eax", "jne changed",
+          "decq %rdi", "jnz round", "xorl %eax, %eax", "jmp out", "changed:", "movl $1, %eax", "out:", "cld",
+          "ldmxcsr (%rsp)", "add $8, %rsp", *(f"pop %{r}" for r in reversed(saved)), "ret",
+          ".data", ".balign 16",
+          "gprs: .quad " + ", ".join(hex(0x0101010101010101 * (k + 17)) for k in range(len(HELD_GPRS))),
+          "xmms: .quad " + ", ".join(hex(0x0123456789ABCDEF * (n + 3) % 2**64) for n in range(32)),
+          "mxcsr_held: .long 0x7f80", "mxcsr_seen: .long 0", '.section .note.GNU-stack,"",@progbits']
+    return "\n".join(a) + "\n"
+
+
+HOLDER_TARGET = TICK + r'''
+import ctypes
+lib = ctypes.CDLL(sys.argv[2])
+lib.hold.restype, lib.hold.argtypes = ctypes.c_long, [ctypes.c_long]
+i = 0
+while True:
+    i += 1
+    assert lib.hold(20000) == 0, "a register, MXCSR, xmm or the direction flag changed under the loop"
+    tick(i)
+'''
+
+
+def test_a_threads_registers_flags_and_vector_state_are_as_they_were_wherever_the_helper_died(tmp_path):
+    """The main thread spins in code that holds known values in its registers and checks them on every round;
+    helpers killed before each of their calls, then whole injections, change none of them."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("needs a C compiler")
+    (tmp_path / "hold.S").write_text(_register_holder_asm())
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(tmp_path / "libhold.so"), str(tmp_path / "hold.S")],
+                   check=True)
+    t = Target("holder", tmp_path, str(tmp_path / "libhold.so"), source=HOLDER_TARGET)
+    try:
+        whole = _kill_at_call(t.pid, 0)  # a whole injection, its calls counted
+        assert whole.returncode == 0, whole.stderr
+        calls = int(whole.stderr.decode().split("calls")[-1])
+        t.wait_ticks(5)
+        killed = []
+        for k in range(1, calls + 1):
+            killed.append(_kill_at_call(t.pid, k).returncode == -signal.SIGKILL)
+            t.wait_ticks(5)
+        for _ in range(5):
+            assert helper.queue_source(t.pid, PAUSE_SOURCE)["ok"]
+            t.wait_ticks(5)
+        assert all(killed)
     finally:
         t.close()
