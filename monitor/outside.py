@@ -134,7 +134,7 @@ class StepCounter:
         self._recent = 0  # the largest slot's tokens in the last interval
 
     def read(self, slots: list[dict]) -> tuple[int, int, int, int]:
-        """Fold one read in; (steps, tokens, requests in progress, requests that ended since the last read).
+        """Fold one read in; (steps, tokens, requests decoding, requests that ended since the last read).
 
         A request that ends between two reads made tokens after the first: the slot's count is the next
         request's by the second. If the first read's `n_remain` (its budget left) is as few tokens as an
@@ -146,7 +146,7 @@ class StepCounter:
             nt = (s.get("next_token") or [{}])[0]
             task, n, left = s.get("id_task", -1), int(nt.get("n_decoded", 0) or 0), int(nt.get("n_remain", -1))
             working = bool(s.get("is_processing"))
-            busy += working
+            busy += working and n > 0  # decoding: a slot still reading its prompt has no token yet
             prev = self._last.get(s["id"])
             if prev is not None:
                 if prev[0] == task and n >= prev[1]:

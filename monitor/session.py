@@ -106,6 +106,8 @@ class Snapshot:
     # a batched engine whose adapter sees requests: the time to first token of those whose first token came in the
     # span ({"requests", "median_ms", "p90_ms"}, requests 0 when none did; None when the adapter reports none)
     first_token: dict | None = None
+    span_s: float | None = None  # the seconds the figures cover (the last SPAN_NS of the feed, or all of a shorter one)
+    span_end_unix_s: float | None = None  # when that span ends
     # frames left out because they hold what no probe writes (NaN, negative counts, time running backwards), and
     # the first few reasons: figures read without them are flagged, never passed off as the whole source's
     rejected_frames: int = 0
@@ -154,6 +156,8 @@ class Session:
 
     def add(self, rx_ns: int, frame) -> None:
         """Take one frame; a traced window also advances the rolling verdict."""
+        if self._origin is None and not isinstance(frame, wire.RecordingHeader):
+            self._origin = time.time() - rx_ns / 1e9  # a live feed: its clock starts at the attach, now less rx
         if not self.feed.add(rx_ns, frame):
             return  # it holds what no probe writes: left out, and counted (Snapshot.rejected_frames)
         if isinstance(frame, wire.RecordingHeader):
@@ -391,6 +395,7 @@ class Session:
             nvml=nv, model=f.hello.model if f.hello else None, depth=f.depth(), bytes_per_token=bpt,
             bandwidth_gbs=bw, bandwidth_source=bw_src, diagnosis=d, rolling=self.rolling, probe=dict(f.state),
             errors=tuple(f.errors), dropped_records=f.dropped_records, other_pids=others, rx_ns=rx, ended=f.bye,
+            span_s=min(rx, SPAN_NS) / 1e9, span_end_unix_s=self._origin + rx / 1e9 if self._origin is not None else None,
             series=self.series(rx), host_collectives=f.host_collectives(max(rx - SPAN_NS, 0)),
             host_clock_is_collective=host_clock_times_collectives(f.hello.model if f.hello else None, gpu),
             kernel_share_pct=(min(100.0, 100.0 * inp.kernel_sum_ms_per_token / inp.ms_per_token)

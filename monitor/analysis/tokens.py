@@ -80,21 +80,25 @@ def token_stats(t_ns: np.ndarray, observed: np.ndarray | None = None) -> TokenSt
 
 def interval_stats(dt_ms: np.ndarray, steps: np.ndarray) -> TokenStats:
     """The figures over intervals of a counted clock: ms/token is their time over their steps; p90 and p99 are
-    over each interval's own ms a step."""
-    per = dt_ms / steps
+    over each interval's own ms a step (an interval with no step joins the next one that has one)."""
+    ends = np.flatnonzero(steps > 0)
+    per = (np.diff(np.concatenate([[0.0], np.cumsum(dt_ms)[ends]]))
+           / np.diff(np.concatenate([[0.0], np.cumsum(steps)[ends]])))
     ms = float(dt_ms.sum() / steps.sum())
     return TokenStats(tokens=int(steps.sum()), ms_per_token=ms, ms_per_token_p90=float(np.percentile(per, 90)),
                       ms_per_token_p99=float(np.percentile(per, 99)), tokens_per_s=1e3 / ms)
 
 
 def counter_intervals(c: dict) -> np.ndarray:
-    """Which intervals between a server's successive reads (`c`: feed.COUNT_COLS columns) the clock counts: steps
-    made, requests in progress at both reads and none ended in between. A server between requests makes no token,
-    and one that reads a prompt or sends a reply makes no step: a rate over that time would be the client's or the
-    prefill's, not the decode step's (llama-server's own figures leave it out the same way)."""
+    """Which intervals between a server's successive reads (`c`: feed.COUNT_COLS columns) the clock counts: requests
+    decoding at both reads and none ended in between. A server between requests makes no token, and one that reads
+    a prompt (no token of it decoded yet) or sends a reply makes no step: a rate over that time would be the
+    client's or the prefill's, not the decode step's (llama-server's own figures leave it out the same way). An
+    interval with requests decoding at both reads and no step in it is counted: the step took longer than the
+    interval (a slow model, or a server that got no CPU), and leaving it out would read the server fast."""
     b, e = np.asarray(c["busy"], np.float64), np.asarray(c["ended"], np.float64)
     dt, ds = np.diff(np.asarray(c["t_ns"], np.float64)), np.diff(np.asarray(c["steps"], np.float64))
-    return (b[:-1] > 0) & (b[1:] > 0) & (e[1:] == 0) & (dt > 0) & (ds > 0) & np.isfinite(ds)
+    return (b[:-1] > 0) & (b[1:] > 0) & (e[1:] == 0) & (dt > 0) & (ds >= 0) & np.isfinite(ds)
 
 
 def counter_stats(c: dict) -> TokenStats | None:

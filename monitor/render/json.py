@@ -105,6 +105,9 @@ def summary_json(s: Snapshot, kernels: int = 15) -> dict:
         "tp_degree": s.model.tp_degree if s.model else None,
         "tp_rank": s.model.tp_rank if s.model else None,
         "tokens": s.tokens_total,
+        # the figures below are over the last span_s seconds of the feed, ending at span_end_unix_s
+        "span_s": _r(s.span_s, 3),
+        "span_end_unix_s": _r(s.span_end_unix_s, 3),
         "ms_per_token": round(tk.ms_per_token, 4) if tk else None,
         "ms_per_token_p90": round(tk.ms_per_token_p90, 4) if tk else None,
         "tokens_per_s": round(tk.tokens_per_s, 2) if tk else None,
