@@ -3,13 +3,12 @@
 Cheapest first: BANDWIDTH (arithmetic), COMM (collective share), LAUNCH (the
 launch bill), OCCUPANCY (grids against SMs). Every candidate gets a value, a
 unit, a threshold and a state; the verdict is the first that binds in that
-order. When none binds but the kernels fill the step, "the kernels are the
-cost" is resolved by the counters: near the bandwidth floor it is BANDWIDTH;
-far above it, with small grids or SM active far below GPU busy, OCCUPANCY.
-Only when neither bytes per token nor grids are known does the verdict stay
-"kernels" (the kernels fill the step, and nothing measured says why), and it
-says what to measure. Every verdict carries its remedy family and the one
-measurement that would prove it wrong.
+order (`verdict`, the one headline rule), else "unknown" with the one missing
+measurement named. When none binds but the kernels fill the step, "the
+kernels are the cost" is resolved by the counters into a candidate that binds,
+its reason in its detail: near the bandwidth floor BANDWIDTH; far above it,
+with small grids or SM active far below GPU busy, OCCUPANCY. Every verdict
+carries its remedy family and the one measurement that would prove it wrong.
 
 Pure: frozen values in, frozen values out.
 """
@@ -294,6 +293,12 @@ def _occupancy(i: Inputs, bw_ratio: float | None = None) -> Candidate:
     return Candidate(i.small_grid_share_pct, "% kernel time in small grids", thr, state, detail)
 
 
+def verdict(candidates: dict) -> str:
+    """The one headline rule: the first of ORDER whose candidate reads "binding", else "unknown". The app,
+    `--json`, `report`, `diagnose`, the exporter and the recordings all take their verdict from here."""
+    return next((k for k in ORDER if k in candidates and candidates[k].state == BINDING), "unknown")
+
+
 def diagnose(i: Inputs, speedup: float | None = None, n: int | None = None) -> Diagnosis:
     """Number every candidate, pick the binding ceiling, say how to fix it and how to prove it wrong."""
     bw, floor = _bandwidth(i)
@@ -301,40 +306,68 @@ def diagnose(i: Inputs, speedup: float | None = None, n: int | None = None) -> D
     launch, per_launch = _launch(i, floor)
     occ = _occupancy(i, bw.value)
     cands = {"bandwidth": bw, "comm": comm, "launch": launch, "occupancy": occ}
-    ceiling = next((k for k in ORDER if cands[k].state == BINDING), None)
-    if ceiling is None:
-        ceiling = _kernels_are_the_cost(i, bw, launch)
+    if verdict(cands) == "unknown":
+        cands = _kernels_are_the_cost(i, cands)
+    ceiling = verdict(cands)
     priced = tuple(k.upper() for k in ORDER if cands[k].value is not None)
-    remedy, falsify, win = _advice(ceiling, i, floor, comm_ms, launch, priced)
+    remedy, falsify, win = _advice(ceiling, i, floor, comm_ms, launch, priced, _missing(i, cands))
     sf = serial_fraction(speedup, n) if (speedup and n and n > 1) else None
     return Diagnosis(ceiling=ceiling, candidates=cands, us_per_launch=per_launch, bandwidth_floor_ms=floor,
                      remedy=remedy, falsify=falsify, predicted_win=win, serial_fraction=sf)
 
 
-def _kernels_are_the_cost(i: Inputs, bw: Candidate, launch: Candidate) -> str:
-    """No candidate binds outright: resolve "the kernels are the cost" into BANDWIDTH or OCCUPANCY if the
-    counters can, else "kernels" (they fill the step, nothing says why) or "unknown" (nothing fills it)."""
+def _kernels_fill_step(i: Inputs, launch: Candidate) -> bool:
+    """The kernels' sum is most of the step (or, with no trace, a launch's share of it is ruled out)."""
     fills = (i.kernel_sum_ms_per_token is not None and bool(i.ms_per_token)
              and i.kernel_sum_ms_per_token / i.ms_per_token >= KERNELS_FILL_STEP)
-    # numbers alone (no trace): far more time per launch than a launch costs means the kernels are the cost
-    numbers_only_slow = i.kernel_sum_ms_per_token is None and launch.state == RULED_OUT
-    if not (fills or numbers_only_slow):
-        return "unknown"
+    return fills or (i.kernel_sum_ms_per_token is None and launch.state == RULED_OUT)
+
+
+def _kernels_are_the_cost(i: Inputs, cands: dict) -> dict:
+    """No candidate binds outright but the kernels fill the step: "the kernels are the cost" resolved by the
+    counters, as a candidate that binds with the reason in its detail. Near the bandwidth floor (within
+    BANDWIDTH_NEAR_RATIO) BANDWIDTH binds; with a quarter of the kernel time in small grids, or SM active under half
+    of GPU busy, OCCUPANCY binds. Otherwise nothing binds, and the verdict stays "unknown" (`_missing` names what
+    would decide)."""
+    bw, occ = cands["bandwidth"], cands["occupancy"]
+    if not _kernels_fill_step(i, cands["launch"]):
+        return cands
     ratio = bw.value
     sm_ratio = (i.sm_active_pct / i.gpu_busy_pct) if (i.sm_active_pct is not None and i.gpu_busy_pct) else None
     leaning_occ = ((i.small_grid_share_pct is not None and i.small_grid_share_pct >= OCCUPANCY_LEANING_SHARE_PCT)
                    or (sm_ratio is not None and sm_ratio < 0.5))
+    fill = ("the kernels fill the step" if i.kernel_sum_ms_per_token is not None
+            else "a launch's share of the step is ruled out")
     if ratio is not None and ratio <= BANDWIDTH_NEAR_RATIO:
-        return "bandwidth"
-    if leaning_occ and (ratio is None or ratio < BANDWIDTH_RULED_OUT_RATIO * 10):
-        return "occupancy"
-    if ratio is not None and ratio < BANDWIDTH_RULED_OUT_RATIO:
-        return "bandwidth"
-    return "kernels"
+        why = f"binds: {fill} and the token is {ratio:.3g}× its floor (≤{BANDWIDTH_NEAR_RATIO:g}× with the kernels filling it)"
+        return {**cands, "bandwidth": Candidate(bw.value, bw.unit, bw.threshold, BINDING, f"{bw.detail}; {why}")}
+    if leaning_occ and occ.state != RULED_OUT and (ratio is None or ratio < BANDWIDTH_RULED_OUT_RATIO * 10):
+        lean = (f"{i.small_grid_share_pct:.0f}% of kernel time in small grids (≥{OCCUPANCY_LEANING_SHARE_PCT:g}%)"
+                if i.small_grid_share_pct is not None and i.small_grid_share_pct >= OCCUPANCY_LEANING_SHARE_PCT
+                else f"SM active {100 * sm_ratio:.0f}% of GPU busy (< 50%)")
+        why = f"binds: {fill}, {lean}" + (f", at {ratio:.3g}× the floor" if ratio is not None else "")
+        return {**cands, "occupancy": Candidate(occ.value, occ.unit, occ.threshold, BINDING,
+                                                f"{occ.detail}; {why}".lstrip("; "))}
+    return cands
+
+
+def _missing(i: Inputs, cands: dict) -> str:
+    """With no candidate binding: the one measurement that would decide, in words ("" when one binds)."""
+    if verdict(cands) != "unknown":
+        return ""
+    if i.ms_per_token is None:
+        return "a token clock (ms/token)"
+    if cands["bandwidth"].value is None:
+        return "bytes per token (PM's DRAM counters, or the model's facts)"
+    if _kernels_fill_step(i, cands["launch"]) and i.small_grid_share_pct is None:
+        return "the grids (a traced window)"
+    if i.launches_per_token is None and not i.untraced:
+        return "launches per token (a traced window)"
+    return ""
 
 
 def _advice(ceiling: str, i: Inputs, floor: float | None, comm_ms: float | None,
-            launch: Candidate, priced: tuple[str, ...] = ()) -> tuple[str, str, str]:
+            launch: Candidate, priced: tuple[str, ...] = (), missing: str = "") -> tuple[str, str, str]:
     ms = i.ms_per_token or 0.0
     if ceiling == "launch" and _priced_by_idle(i):
         busy_ms = ms * i.gpu_busy_pct / 100
@@ -384,14 +417,18 @@ def _advice(ceiling: str, i: Inputs, floor: float | None, comm_ms: float | None,
                 "it is bandwidth, if it barely moves the target is the call count; if the share of the step "
                 "is under 10% when measured alone, COMM was wrong.",
                 f"halving calls/token saves ~{c / 2:.3g} ms/token")
-    if ceiling == "kernels":
+    if missing and _kernels_fill_step(i, launch):
         top = i.top_kernel
         t = f" ({top[0]}, {top[1]:.0f} µs/token)" if top else ""
-        return ("the kernels are the cost, and nothing measured yet says whether bytes or grids bind: price the "
-                "floor (bytes per token from the DRAM counters or the model) and read the grids (a traced window)" + t,
-                "Price the floor: within 2× of bytes ÷ bandwidth it is BANDWIDTH; far above it with small grids "
-                "or SM active far below GPU busy, OCCUPANCY; if the kernels' sum is far below the step, LAUNCH.",
-                "n/a until bytes per token or the grids are known")
+        return (f"the kernels fill the step{t} and no ceiling binds at these numbers: measure {missing} to say "
+                "whether bytes or grids bind",
+                f"Measure {missing}: within {BANDWIDTH_NEAR_RATIO:g}× of bytes ÷ bandwidth it is BANDWIDTH; far "
+                "above it with small grids or SM active far below GPU busy, OCCUPANCY.",
+                f"n/a until {missing} is known")
+    if missing:
+        return (f"measure {missing}",
+                (f"Nothing binds at these numbers ({', '.join(priced)} priced, none past its threshold): {missing} "
+                 "decides, not a fix." if priced else f"n/a until {missing} is known"), "n/a")
     return ("measure more: " + ("the PM counters (GPU busy, DRAM): no window can be traced here"
                                 if i.untraced else "a traced window, or ms/token with launches/token and bytes/token"),
             (f"Nothing binds at these numbers ({', '.join(priced)} priced, none past its threshold): the next "

@@ -40,7 +40,7 @@ from decodemon.monitor.rolling import headline
 from decodemon.probes import wire
 
 LABELS = ("pid", "engine", "gpu")
-VERDICTS = ("bandwidth", "comm", "launch", "occupancy", "kernels", "unknown")
+VERDICTS = ("bandwidth", "comm", "launch", "occupancy", "unknown")
 SNAPSHOT_EVERY_S = 1.0
 SCAN_EVERY_S = 5.0
 RETRY_AFTER_S = 30.0  # a process whose agent was busy (another monitor) or failed is tried again after this

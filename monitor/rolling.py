@@ -58,11 +58,12 @@ def advance(r: Rolling, ceiling: str, at: str, figures: dict) -> Rolling:
 
 
 def headline(diagnosis, r: Rolling) -> tuple[str, str]:
-    """The verdict to show, and the pending change in words ('' when none): the ceiling the candidates support now
-    (never one over four unknown candidates), with the rolling verdict, where it still says another, as pending."""
-    ceiling = diagnosis.ceiling
-    if all(c.state == "unknown" for c in diagnosis.candidates.values()) and ceiling != "kernels":
-        ceiling = "unknown"
+    """The verdict to show, and the pending change in words ('' when none): the ceiling whose candidate binds now
+    (diagnosis.verdict: never one over a candidate that does not bind), with the rolling verdict, where it still
+    says another, as pending."""
+    from decodemon.monitor.diagnosis import verdict  # noqa: PLC0415 - the rule lives with the candidates
+
+    ceiling = verdict(diagnosis.candidates)
     if r.ceiling in ("unknown", ceiling) or ceiling == "unknown":
         return ceiling, ""
     won = r.streak if r.pending == ceiling else 0

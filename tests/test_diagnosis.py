@@ -29,7 +29,8 @@ def test_101_us_per_kernel_is_not_launch_the_kernels_are_slow():
     d = diagnose("--ms-per-token", 281.6, "--launches-per-token", 2790)
     assert d["us_per_launch"] == pytest.approx(101, abs=0.5)
     assert d["candidates"]["launch"]["state"] == "ruled_out"
-    assert d["ceiling"] == "kernels"
+    # the kernels are the cost, and with no bytes per token nothing says which ceiling: unknown, and what decides
+    assert d["ceiling"] == "unknown" and "bytes per token" in d["remedy"]
 
 
 def test_6_us_per_kernel_is_launch_bound():
@@ -79,7 +80,7 @@ def test_the_kernels_own_time_lets_launch_read_the_idle_as_a_recording_does():
     """The eager H200 recording's figures (report: LAUNCH, 19.87 µs/launch): without the kernels' time the gap over
     the floor is 21.8 µs a launch, more than an eager launch costs, so LAUNCH cannot be named; with it, it is."""
     figs = ["--ms-per-token", 40.9, "--launches-per-token", 1863, "--bytes-per-token", 1.242e9, "--bandwidth-gbs", 4128]
-    assert diagnose(*figs)["ceiling"] == "kernels"
+    assert diagnose(*figs)["ceiling"] == "unknown"  # 32.9x the floor: neither bandwidth nor grids bind
     d = diagnose(*figs, "--kernel-ms-per-token", 3.88)
     assert d["ceiling"] == "launch" and d["candidates"]["launch"]["value"] == pytest.approx(19.87, abs=0.01)
 
@@ -126,7 +127,8 @@ FULL = dict(ms_per_token=7.7, launches_per_token=2256, kernel_sum_ms_per_token=7
 def test_kernels_filling_the_step_near_the_floor_are_bandwidth():
     # 2.4x the floor: not binding by the 2x rule alone, but nothing else binds and the kernels fill the step
     d = dx.diagnose(dx.Inputs(**FULL, bytes_per_token=15e9, bandwidth_gbs=4700, small_grid_share_pct=10.0))
-    assert d.candidates["bandwidth"].state == dx.UNKNOWN and d.ceiling == "bandwidth"
+    assert d.candidates["bandwidth"].state == dx.BINDING and d.ceiling == "bandwidth"
+    assert "the kernels fill the step" in d.candidates["bandwidth"].detail  # why it binds past the 2x rule
 
 
 def test_kernels_filling_the_step_far_above_the_floor_with_small_grids_are_occupancy():
@@ -137,10 +139,22 @@ def test_kernels_filling_the_step_far_above_the_floor_with_small_grids_are_occup
     assert d.ceiling == "occupancy"
 
 
-def test_kernels_stays_only_when_nothing_measured_can_decide():
+def test_kernels_filling_the_step_with_nothing_to_decide_is_unknown_naming_the_measurement():
     d = dx.diagnose(dx.Inputs(**FULL))
-    assert d.ceiling == "kernels"
+    assert d.ceiling == "unknown" and not any(c.state == dx.BINDING for c in d.candidates.values())
     assert "bytes per token" in d.remedy and "BANDWIDTH" in d.falsify and "OCCUPANCY" in d.falsify
+
+
+def test_the_headline_is_always_a_binding_candidate_or_unknown():
+    """One rule (diagnosis.verdict): near the floor with the kernels filling the step, BANDWIDTH binds and says
+    why in its detail; between 3x and 10x with nothing leaning to grids, nothing binds."""
+    near = dx.diagnose(dx.Inputs(**FULL, bytes_per_token=3e9, bandwidth_gbs=1000.0))  # 7.7 ms / a 3 ms floor
+    bw = near.candidates["bandwidth"]
+    assert near.ceiling == "bandwidth" and bw.state == dx.BINDING and "kernels fill the step" in bw.detail
+    far = dx.diagnose(dx.Inputs(**FULL, bytes_per_token=4e9, bandwidth_gbs=4000.0))  # 7.7x the floor
+    assert far.ceiling == "unknown" and far.candidates["bandwidth"].state == dx.UNKNOWN
+    for d in (near, far):
+        assert d.ceiling == "unknown" or d.candidates[d.ceiling].state == dx.BINDING
 
 
 def test_launch_bound_between_graph_replays_does_not_say_capture_a_graph():
@@ -183,7 +197,7 @@ def test_watched_from_outside_a_busy_gpu_resolves_by_the_counters():
     assert dx.diagnose(dx.Inputs(**busy, dram_gbs=3900.0, bandwidth_gbs=4300.0)).ceiling == "bandwidth"
     assert dx.diagnose(dx.Inputs(**busy, sm_active_pct=38.0)).ceiling == "occupancy"  # SM active < half of busy
     d = dx.diagnose(dx.Inputs(**busy))
-    assert d.candidates["launch"].state == dx.RULED_OUT and d.ceiling == "kernels"  # busy, nothing says why
+    assert d.candidates["launch"].state == dx.RULED_OUT and d.ceiling == "unknown"  # busy, nothing says why
     assert dx.diagnose(dx.Inputs(ms_per_token=7.7, gpu_busy_pct=65.0, untraced=True)).ceiling == "unknown"  # 35% idle: undecided
 
 
