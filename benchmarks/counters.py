@@ -13,8 +13,9 @@ token log, or the C++ loop's printed rate) over the recorded seconds is the trut
 
 Cases: cuda_loop (8 GiB a step, built with nvcc), reduce1.5 and reduce8.6 (a CUDA graph reducing 1.5 or 8.6 GB a
 step, with `_marks`: decodemon's mark_token after each), kv262k (a Llama-1B-shaped step over 262,144 cached
-positions: 2.47 GB of weights and 8.59 GB of KV, graphed; `_marks` as above; `_profile`: torch.profiler's kernels
-and kernel time a step, no decodemon). Everything lands in OUTDIR/counters.json, with a table on stdout.
+positions: 2.47 GB of weights and 8.59 GB of KV, graphed, its attention as transformers runs it; `_mm`: as three
+kernels, the scores through DRAM; `_marks` as above; `_profile`: torch.profiler's kernels and kernel time a step, no
+decodemon). Everything lands in OUTDIR/counters.json, with a table on stdout.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ LOOPS = ROOT / "benchmarks" / "loops"
 PY = sys.executable
 DM = [PY, "-m", "decodemon.monitor.cli"]
 CASES = ("cuda_loop", "reduce1.5", "reduce1.5_marks", "reduce8.6", "reduce8.6_marks", "kv262k", "kv262k_marks",
-         "kv262k_profile")
+         "kv262k_profile", "kv262k_mm_marks")
 
 
 def case_argv(case: str, log: Path) -> list[str]:
@@ -47,6 +48,8 @@ def case_argv(case: str, log: Path) -> list[str]:
     kind, *rest = case.split("_")
     argv = [PY, str(LOOPS / "known_bytes.py"), "--log", str(log)]
     argv += ["--kv", "262144"] if kind == "kv262k" else ["--gb", kind.removeprefix("reduce")]
+    if "mm" in rest:
+        argv += ["--attn", "matmul"]
     if "marks" in rest:
         argv.append("--marks")
     if "profile" in rest:
@@ -128,12 +131,22 @@ def run_case(case: str, out: Path, attach_s: float, record_s: float, warm_s: flo
         sidecars = subprocess.run(["pgrep", "-f", "decodemon.probes.sidecar"], capture_output=True, text=True)
         res["sidecars_left"] = sidecars.stdout.split()
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(20)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            os.killpg(proc.pid, signal.SIGKILL)
+        _stop(proc)
     return res
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGTERM to the loop's process group, SIGKILL after 20 s; quiet if it already ended."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(20)
+    except ProcessLookupError:
+        pass
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def _figures(j: dict) -> dict:

@@ -40,9 +40,13 @@ def reduction_step(torch, device: str, gb: float):
     return step, x.nbytes + y.nbytes
 
 
-def kv_step(torch, device: str, positions: int):
-    """One decode step of LLAMA_1B over `positions` cached keys and values per layer. (step, bytes it must read:
-    the weights and the cache, once each)."""
+def kv_step(torch, device: str, positions: int, attn: str = "sdpa"):
+    """One decode step of LLAMA_1B over `positions` cached keys and values per layer. (step, bytes it must move:
+    the weights and the cache read once each, and with `attn="matmul"` the scores written and read back).
+
+    `attn="sdpa"`: attention as transformers' Llama runs it, scaled_dot_product_attention with the 32 query heads
+    grouped over the 8 KV heads (enable_gqa). `"matmul"`: scores = q·Kᵀ, softmax, ·V as three kernels, each
+    KV head's 4 query heads as its queries: every key and value read once, the scores through DRAM."""
     import torch.nn.functional as F
 
     c = LLAMA_1B
@@ -69,8 +73,12 @@ def kv_step(torch, device: str, positions: int):
         x = x0
         for L in layers:
             qkv = rms(x, L["n1"]) @ L["qkv"]
-            q = qkv[:, :nq * hd].view(1, nkv, nq // nkv, hd)  # each KV head's query heads as its queries
-            a = F.scaled_dot_product_attention(q, L["k"], L["v"])
+            if attn == "sdpa":
+                q = qkv[:, :nq * hd].view(1, nq, 1, hd)
+                a = F.scaled_dot_product_attention(q, L["k"], L["v"], enable_gqa=True)
+            else:
+                q = qkv[:, :nq * hd].view(1, nkv, nq // nkv, hd)  # each KV head's query heads as its queries
+                a = torch.softmax(q @ L["k"].transpose(-1, -2) * hd ** -0.5, dim=-1) @ L["v"]
             x = x + a.reshape(1, nq * hd) @ L["o"]
             gate, up = (rms(x, L["n2"]) @ L["up"]).chunk(2, dim=-1)
             x = x + (F.silu(gate) * up) @ L["down"]
@@ -79,13 +87,17 @@ def kv_step(torch, device: str, positions: int):
 
     weights = sum(t.nbytes for L in layers for k, t in L.items() if k not in ("k", "v")) + head.nbytes
     kv = sum(L["k"].nbytes + L["v"].nbytes for L in layers)
-    return step, weights + kv, {"weights_bytes": weights, "kv_bytes": kv}
+    # matmul: the scores (1, 8, 4, P) written by q·Kᵀ, read and written by softmax, read by ·V
+    scores = 4 * nq * positions * x0.element_size() * c["layers"] if attn == "matmul" else 0
+    return step, weights + kv + scores, {"weights_bytes": weights, "kv_bytes": kv, "scores_bytes": scores,
+                                         "attn": attn}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gb", type=float, default=1.5, help="GB a step reads (the reduction step)")
     ap.add_argument("--kv", type=int, default=0, help="a Llama-1B-shaped decode step over this many positions")
+    ap.add_argument("--attn", choices=["sdpa", "matmul"], default="sdpa", help="attention of the --kv step")
     ap.add_argument("--marks", action="store_true", help="decodemon's mark_token() after each step")
     ap.add_argument("--eager", action="store_true", help="launch the step's kernels each time (no CUDA graph)")
     ap.add_argument("--steps", type=int, default=0, help="0: until SIGTERM")
@@ -96,7 +108,7 @@ def main() -> int:
     device = pick_device(torch, a.device)
     parts: dict = {}
     if a.kv:
-        step, known, parts = kv_step(torch, device, a.kv)
+        step, known, parts = kv_step(torch, device, a.kv, a.attn)
     else:
         step, known = reduction_step(torch, device, a.gb)
     run = step
@@ -110,7 +122,7 @@ def main() -> int:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph), torch.no_grad():
             step()
-        run = graph.replay
+        run = lambda: graph.replay()  # noqa: E731 - looked up at each step, as an engine's own code does
     if a.profile_steps:  # torch.profiler's kernels and kernel time a step, then exit (no decodemon)
         from common import profile_kernels
 
