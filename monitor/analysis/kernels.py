@@ -72,6 +72,25 @@ class KernelRow:
     is_collective: bool
 
 
+def _group_medians(v: np.ndarray, idx: np.ndarray, firsts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """np.median of `v` over each value of `idx` (sorted; `firsts` and `counts` of np.unique over it), at once."""
+    s = v[np.lexsort((v, idx))].astype(np.float64)
+    return (s[firsts + (counts - 1) // 2] + s[firsts + counts // 2]) / 2
+
+
+def _group_modes(v: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """The most frequent value of `v` (the smallest of a tie, as np.bincount(...).argmax()) over each value of `idx`,
+    in the order of the sorted values of `idx`."""
+    o = np.lexsort((v, idx))
+    iv, vv = idx[o], v[o]
+    starts = np.flatnonzero(np.r_[True, (iv[1:] != iv[:-1]) | (vv[1:] != vv[:-1])])
+    runs = np.diff(np.r_[starts, len(o)])
+    ri, rv = iv[starts], vv[starts]
+    best = np.lexsort((rv, -runs, ri))  # per name: the longest run first, the smallest value on a tie
+    first = np.r_[True, ri[best][1:] != ri[best][:-1]]
+    return rv[best][first]
+
+
 def kernel_table(rec: TracedRecords, sm_count: int, cc: str = "9.0") -> tuple[KernelRow, ...]:
     """One row per kernel name over the analysed tokens, the most time per token first."""
     idx = rec.name_idx
@@ -85,16 +104,19 @@ def kernel_table(rec: TracedRecords, sm_count: int, cc: str = "9.0") -> tuple[Ke
     block = cols["block_x"] * cols["block_y"] * cols["block_z"]
     smem = cols["smem_static"] + cols["smem_dynamic"]
     rows = []
-    # each name's kernels as one slice of the kernels sorted by name: one sort, not a pass over all per name
+    # each name's kernels as one slice of the kernels sorted by name: one sort, not a pass over all per name; the
+    # medians and the grid's mode of every name at once (a numpy call per name and figure was most of a window)
     order = np.argsort(idx, kind="stable")
-    keys, firsts = np.unique(idx[order], return_index=True)
-    for k, lo, hi in zip(keys.tolist(), firsts.tolist(), [*firsts[1:].tolist(), len(order)]):
+    keys, firsts, counts = np.unique(idx[order], return_index=True, return_counts=True)
+    wide = np.maximum.reduceat(grid[order], firsts) >= 1 << 20
+    grids = np.where(wide, _group_medians(grid, idx, firsts, counts), _group_modes(grid, idx))
+    blocks, regs = _group_medians(block, idx, firsts, counts), _group_medians(cols["regs"], idx, firsts, counts)
+    smems = _group_medians(smem, idx, firsts, counts)
+    ends = [*firsts[1:].tolist(), len(order)]
+    for j, (k, lo, hi) in enumerate(zip(keys.tolist(), firsts.tolist(), ends)):
         m = order[lo:hi]
         d = dur[m]
-        g = int(np.bincount(grid[m]).argmax()) if grid[m].max() < 1 << 20 else int(np.median(grid[m]))
-        b = int(np.median(block[m]))
-        r = int(np.median(cols["regs"][m]))
-        sm_b = int(np.median(smem[m]))
+        g, b, r, sm_b = int(grids[j]), int(blocks[j]), int(regs[j]), int(smems[j])
         bps = blocks_per_sm(b, r, sm_b, lim)
         cov = min(g, sms) / sms
         tot_us = d.sum() / 1e3

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 
 def demangle_head(name: str) -> str:
     """The qualified name of an Itanium-mangled symbol, templates dropped (`_ZN2at6native6kernelI...` -> at::native::kernel)."""
@@ -28,6 +30,7 @@ def demangle_head(name: str) -> str:
     return "::".join("(anon)" if p.startswith("_GLOBAL__N") else p for p in parts)
 
 
+@lru_cache(maxsize=8192)  # every window names the same kernels again
 def short_kernel_name(name: str, width: int = 48) -> str:
     """A readable kernel name: demangled, templates and argument lists dropped, namespaces trimmed."""
     n = demangle_head(name)
