@@ -190,7 +190,7 @@ def test_killing_the_helper_at_any_point_leaves_every_target_running_and_attacha
     # every call of an injection, for each kind of target, twice over; then instants spread over an injection
     plan = [(kinds[i % 3], "call", 1 + (i // 3) % calls) for i in range(6 * calls)]
     rnd = random.Random(20261202)
-    plan += [(kinds[i % 3], "instant", rnd.uniform(0, 0.002)) for i in range(max(0, 210 - len(plan)))]
+    plan += [(kinds[i % 3], "instant", rnd.uniform(0, 0.002)) for i in range(max(0, 200 - len(plan)))]
     rnd.shuffle(plan)
     plan = [(kind, how, at, pythons[i % len(pythons)]) for i, (kind, how, at) in enumerate(plan)]
     outcome: dict[str, list] = {"killed": [], "finished": [], "harmed": [], "reinjected": []}
@@ -450,9 +450,41 @@ def test_a_threads_registers_flags_and_vector_state_are_as_they_were_wherever_th
         for k in range(1, calls + 1):
             killed.append(_kill_at_call(t.pid, k).returncode == -signal.SIGKILL)
             t.wait_ticks(5)
-        for _ in range(5):
+        for _ in range(3):
             assert helper.queue_source(t.pid, PAUSE_SOURCE)["ok"]
             t.wait_ticks(5)
         assert all(killed)
+    finally:
+        t.close()
+
+
+def test_code_goes_in_through_ptrace_where_proc_mem_will_not_write_it(tmp_path, monkeypatch):
+    """With proc_mem.force_override=never the kernel refuses /proc/PID/mem writes to a read-only mapping, even a
+    tracer's; the trampoline then goes in a word at a time through PTRACE_POKEDATA, the cave's other bytes kept."""
+    from decodemon.monitor.inject import elf
+
+    t = Target("sleep", tmp_path)
+    try:
+        cave = elf.code_cave(t.pid, elf.read_maps(t.pid), trampoline.SIZE)
+        real_pwrite, refused = os.pwrite, []
+
+        def pwrite(fd, data, offset):
+            if cave <= offset < cave + trampoline.SIZE:
+                refused.append(offset)
+                raise OSError(5, "Input/output error")
+            return real_pwrite(fd, data, offset)
+
+        monkeypatch.setattr(os, "pwrite", pwrite)
+        marker = tmp_path / "ran"
+        report = helper.queue_source(t.pid, f"open({str(marker)!r}, 'w').close()\n".encode())
+        assert report["ok"] and refused == [cave], (report, refused)
+        with open(f"/proc/{t.pid}/mem", "rb") as mem:
+            mem.seek(cave)
+            assert mem.read(trampoline.SIZE)[24:] == trampoline.CODE[24:]
+        t0 = time.monotonic()
+        while not marker.exists():
+            assert time.monotonic() - t0 < 30, "the source never ran"
+            time.sleep(0.002)
+        t.wait_ticks(20)
     finally:
         t.close()

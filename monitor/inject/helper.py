@@ -58,7 +58,11 @@ def _queue_once(tracee: Tracee, mem: int, cave: int, page: bytes, nbytes: int, a
     if cave <= r.rip < cave + trampoline.SIZE or in_rseq_critical_section(mem, tracee.rseq_area(), r.rip):
         return None
     resume_rip, resume_rax = trampoline.resume_point(r.rip, r.rax, r.orig_rax)
-    os.pwrite(mem, trampoline.build(resume_rip, resume_rax, nbytes), cave)
+    code = trampoline.build(resume_rip, resume_rax, nbytes)
+    try:
+        os.pwrite(mem, code, cave)
+    except OSError:  # /proc/PID/mem may not write a read-only mapping even for a tracer; ptrace itself may
+        tracee.poke(cave, code)
     tracee.redirect(cave + trampoline.ENTRY)  # from here on the thread needs nothing from this process
     deadline = time.monotonic() + CALL_WAIT_S
     mapped = tracee.until_syscall(lambda g: g.rip == cave + trampoline.MAPPED and

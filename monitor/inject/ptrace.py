@@ -15,6 +15,7 @@ import os
 import signal
 import time
 
+PTRACE_PEEKDATA, PTRACE_POKEDATA = 2, 5
 PTRACE_SYSCALL, PTRACE_GETREGS, PTRACE_SETREGS, PTRACE_DETACH = 24, 12, 13, 17
 PTRACE_SEIZE, PTRACE_INTERRUPT, PTRACE_GET_RSEQ_CONFIGURATION = 0x4206, 0x4207, 0x420F
 PTRACE_O_TRACESYSGOOD, PTRACE_EVENT_STOP, WALL = 1, 128, 0x40000000
@@ -136,6 +137,19 @@ class Tracee:
         r = Regs()
         ptrace(PTRACE_GETREGS, self.tid, None, ctypes.addressof(r))
         return r
+
+    def poke(self, addr: int, data: bytes) -> None:
+        """Write `data` at `addr` a word at a time (PTRACE_POKEDATA), the bytes around it in its words kept: for
+        memory the kernel will not let /proc/PID/mem write (proc_mem.force_override=never)."""
+        lo, hi = addr & ~7, (addr + len(data) + 7) & ~7
+        first, last = self._peek(lo), self._peek(hi - 8)
+        words = bytearray(first + bytes(hi - lo - 16) + last if hi - lo > 8 else first)
+        words[addr - lo:addr - lo + len(data)] = data
+        for at in range(lo, hi, 8):
+            ptrace(PTRACE_POKEDATA, self.tid, at, int.from_bytes(words[at - lo:at - lo + 8], "little"))
+
+    def _peek(self, addr: int) -> bytes:
+        return (ptrace(PTRACE_PEEKDATA, self.tid, addr) % 2**64).to_bytes(8, "little")  # libc returns the word
 
     def redirect(self, rip: int) -> None:
         """Resume the stopped thread at `rip` with every other register as it stopped, and no syscall restart:
