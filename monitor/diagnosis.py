@@ -355,6 +355,8 @@ def _missing(i: Inputs, cands: dict) -> str:
     """With no candidate binding: the one measurement that would decide, in words ("" when one binds)."""
     if verdict(cands) != "unknown":
         return ""
+    if i.untraced and i.gpu_busy_pct is None and i.dram_gbs is None:
+        return "the PM counters (GPU busy, DRAM; no window can be traced here)"
     if i.ms_per_token is None:
         return "a token clock (ms/token)"
     if cands["bandwidth"].value is None:
@@ -428,7 +430,7 @@ def _advice(ceiling: str, i: Inputs, floor: float | None, comm_ms: float | None,
     if missing:
         return (f"measure {missing}",
                 (f"Nothing binds at these numbers ({', '.join(priced)} priced, none past its threshold): {missing} "
-                 "decides, not a fix." if priced else f"n/a until {missing} is known"), "n/a")
+                 "decides, not a fix." if priced else "n/a until a candidate has a number"), "n/a")
     return ("measure more: " + ("the PM counters (GPU busy, DRAM): no window can be traced here"
                                 if i.untraced else "a traced window, or ms/token with launches/token and bytes/token"),
             (f"Nothing binds at these numbers ({', '.join(priced)} priced, none past its threshold): the next "
