@@ -31,7 +31,6 @@ import struct
 ERESTARTSYS, ERESTARTNOINTR, ERESTARTNOHAND, ERESTART_RESTARTBLOCK = 512, 513, 514, 516
 SYS_RESTART_SYSCALL, SYS_GETPID = 219, 39
 ENOSYS = 38
-SKIPPED, MAP_FAILED = -2, -1  # what rdi holds at the getpid when nothing was queued: the page was empty, or no page
 
 # (machine code in hex, its assembly in GNU as Intel syntax). Data first: the three words the helper fills in.
 LISTING: tuple[tuple[str, str], ...] = (
