@@ -394,7 +394,7 @@ def run_exporter(host: str, port: int, settings: wire.Attach | None = None, scan
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     """Add the `exporter` verb to a `decodemon` subparsers action; return its parser."""
-    doc = "serve Prometheus metrics of every attachable decode loop on this host"
+    doc = "serve Prometheus metrics of every decode loop on this host whose agent listens, and of the PIDs named"
     p = subparsers.add_parser("exporter", help=doc, description=doc + ".")
     p.add_argument("--listen", type=parse_address, default=("127.0.0.1", 9464), metavar="HOST:PORT",
                    help="where to serve /metrics (default 127.0.0.1:9464; :PORT for every interface)")

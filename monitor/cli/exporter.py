@@ -1,4 +1,5 @@
-"""`decodemon exporter [--listen HOST:PORT]`: Prometheus metrics of every attachable decode loop on this host."""
+"""`decodemon exporter [PID ...] [--listen HOST:PORT]`: Prometheus metrics of the decode loops on this host whose
+agent listens, and of the PIDs named."""
 
 from __future__ import annotations
 
