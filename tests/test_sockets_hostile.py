@@ -151,24 +151,26 @@ def race(shared_tmp: Path, setup: list[str], env: dict) -> tuple[dict, int, dict
     (xdg / "decodemon").mkdir(mode=0o700)
     child = subprocess.Popen([sys.executable, "-c", *setup], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                              env={**env, "XDG_RUNTIME_DIR": str(xdg)})
-    name = f"{child.pid}.sock"  # where the child's socket goes: planted in the neighbour's directory and root's
-    (victim_dir / name).write_text("root's, not a socket\n")
-    evil = xdg / "evil"
-    evil.mkdir(mode=0o755)
-    (evil / name).symlink_to(victim)
-    os.lchown(evil / name, OTHER, OTHER)
-    os.chown(evil, OTHER, OTHER)
-    (xdg / "evil_link").symlink_to(victim_dir)
-    os.lchown(xdg / "evil_link", OTHER, OTHER)
-    before = root_files(shared_tmp)
-    neighbour = subprocess.Popen([str(swapper), str(xdg)], stdout=subprocess.PIPE, text=True, user=OTHER,
-                                 group=OTHER)
+    neighbour, swaps = None, 0
     try:
+        name = f"{child.pid}.sock"  # where the child's socket goes: planted in the neighbour's directory and root's
+        (victim_dir / name).write_text("root's, not a socket\n")
+        evil = xdg / "evil"
+        evil.mkdir(mode=0o755)
+        (evil / name).symlink_to(victim)
+        os.lchown(evil / name, OTHER, OTHER)
+        os.chown(evil, OTHER, OTHER)
+        (xdg / "evil_link").symlink_to(victim_dir)
+        os.lchown(xdg / "evil_link", OTHER, OTHER)
+        before = root_files(shared_tmp)
+        neighbour = subprocess.Popen([str(swapper), str(xdg)], stdout=subprocess.PIPE, text=True, user=OTHER,
+                                     group=OTHER)
         assert neighbour.stdout.readline().strip() == "ready"
         out, _ = child.communicate("go\n", timeout=240)
     finally:
         (xdg / "stop").touch()
-        swaps = int(neighbour.communicate(timeout=30)[0].strip() or 0)
+        if neighbour is not None:
+            swaps = int(neighbour.communicate(timeout=30)[0].strip() or 0)
         if child.poll() is None:
             child.kill()
             child.wait()
