@@ -330,8 +330,8 @@ def attach_under_siege(pid: int, path: Path) -> None:
     """8 trickling and 200 idle connections on the agent's socket: a monitor's attach is served within 5 s, its
     detach answered, and everything the agent told the neighbour names its true cause."""
     jam = Neighbour(path, idle=200, slow=8)
-    assert len(jam.idle) == 200
     try:
+        assert len(jam.idle) == 200
         time.sleep(0.5)  # the trickles under way
         t0 = time.monotonic()
         frames, t_hello = [], None
