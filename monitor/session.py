@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from decodemon.monitor import diagnosis as dx
+from decodemon.monitor.analysis.agreement import dram_check
 from decodemon.monitor.analysis.busy import PmWindowCheck, pm_window_check
 from decodemon.monitor.analysis.observer import observer_cost
 from decodemon.monitor.analysis.series import series
@@ -106,6 +107,8 @@ class Snapshot:
     # a batched engine whose adapter sees requests: the time to first token of those whose first token came in the
     # span ({"requests", "median_ms", "p90_ms"}, requests 0 when none did; None when the adapter reports none)
     first_token: dict | None = None
+    # bytes per token × tokens/s against PM's DRAM share of the peak (analysis.agreement.dram_check)
+    dram_check: dict | None = None
     span_s: float | None = None  # the seconds the figures cover (the last SPAN_NS of the feed, or all of a shorter one)
     span_end_unix_s: float | None = None  # when that span ends
     # frames left out because they hold what no probe writes (NaN, negative counts, time running backwards), and
@@ -395,6 +398,8 @@ class Session:
             nvml=nv, model=f.hello.model if f.hello else None, depth=f.depth(), bytes_per_token=bpt,
             bandwidth_gbs=bw, bandwidth_source=bw_src, diagnosis=d, rolling=self.rolling, probe=dict(f.state),
             errors=tuple(f.errors), dropped_records=f.dropped_records, other_pids=others, rx_ns=rx, ended=f.bye,
+            dram_check=dram_check(self._bytes[0], ts.ms_per_token if ts else None,
+                                  pm_avg.get("dram_pct") if pm_avg else None, gpu.mem_bandwidth_gbs if gpu else None),
             span_s=min(rx, SPAN_NS) / 1e9, span_end_unix_s=self._origin + rx / 1e9 if self._origin is not None else None,
             series=self.series(rx), host_collectives=f.host_collectives(max(rx - SPAN_NS, 0)),
             host_clock_is_collective=host_clock_times_collectives(f.hello.model if f.hello else None, gpu),

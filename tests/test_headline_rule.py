@@ -28,3 +28,4 @@ def test_the_headline_of_every_recording_stands_over_a_binding_candidate(path):
 
 def test_recordings_were_found():
     assert len(RECORDINGS) >= 30
+

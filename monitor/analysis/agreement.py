@@ -26,3 +26,27 @@ def busy_disagreement(pm_busy_pct: float | None, traced_share_pct: float | None)
         why = "the traced step is cut short by marks made ahead of the GPU, or PM's samples missed the traced tokens"
     return (f"GPU busy {pm_busy_pct:.0f}% (PM) against kernels {traced_share_pct:.0f}% of the step (traced "
             f"window): {hi / lo:.1f}× apart; {why}")
+
+
+DRAM_CHECK_PCT = 10.0  # bytes per token × tokens a second against PM's DRAM share of the peak: apart by more is said
+
+
+def dram_check(bytes_per_token: float | None, ms_per_token: float | None, dram_pct: float | None,
+               peak_gbs: float | None) -> dict | None:
+    """Bytes per token times tokens a second against PM's DRAM throughput (a share of the device's peak, NVML's
+    figure, which is what PM's percentage is of): two counters and the token clock that should tell one rate.
+    None when any is missing; "apart" names a disagreement over DRAM_CHECK_PCT (bytes per token taken over other
+    GPU time than the steps it is divided by, say)."""
+    if not (bytes_per_token and ms_per_token and dram_pct and peak_gbs):
+        return None
+    by_tokens = bytes_per_token / (ms_per_token * 1e-3) / 1e9
+    by_pm = dram_pct / 100.0 * peak_gbs
+    off = 100.0 * (by_tokens / by_pm - 1.0)
+    out = {"bytes_x_tokens_per_s_gbs": round(by_tokens, 1), "pm_dram_pct_x_peak_gbs": round(by_pm, 1),
+           "off_pct": round(off, 1), "apart": None}
+    if abs(off) > DRAM_CHECK_PCT:
+        out["apart"] = (f"bytes per token × tokens/s is {by_tokens:.0f} GB/s, PM's DRAM {dram_pct:.0f}% of "
+                        f"{peak_gbs:.0f} GB/s is {by_pm:.0f}: {off:+.0f}%; either the steps the clock counts do not cover the seconds PM "
+                        "averages over (the GPU idle between bursts or generations), or bytes per token were taken "
+                        "over other GPU time than those steps")
+    return out

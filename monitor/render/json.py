@@ -136,6 +136,7 @@ def summary_json(s: Snapshot, kernels: int = 15) -> dict:
         "bytes_per_token_measured": round(s.bytes_per_token_measured) if s.bytes_per_token_measured else None,
         "bytes_per_token_model": round(s.bytes_per_token_model) if s.bytes_per_token_model else None,
         "bytes_per_token_note": bytes_note(s.bytes_per_token_measured, s.bytes_per_token_model),
+        "dram_check": s.dram_check,
         "bandwidth_gbs": s.bandwidth_gbs,
         "bandwidth_source": s.bandwidth_source,
         "windows": s.windows_seen,
