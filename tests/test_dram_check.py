@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from decodemon.monitor.render import summary_json
 from decodemon.monitor.sources import collect
+from tests.conftest import DATA
 
 
 def test_bytes_per_token_times_the_rate_is_held_against_pms_dram_share_on_real_recordings():
