@@ -76,18 +76,36 @@ class RecordingWriter:
 
 # What a recording of S bytes may hold. Its frames, decompressed, take at most ROOM_PER_BYTE x S + ROOM_BYTES (the
 # bundled H200 recordings take 3-22x their size: deflate itself could give 1,032x, so a few MB of zeros could claim
-# GBs); at most FRAMES_BASE + S / BYTES_PER_FRAME frames (the bundled ones spend 210-2,700 bytes a frame), of which
-# at most HEAVY_BASE + S / BYTES_PER_HEAVY are traced windows or PM samples, each of which moves the verdict (the
-# bundled ones: one per 1,200 bytes or more). A file past these is refused before its frames are read, which keeps
-# a replay of a 10 MB file to a few seconds whatever it claims.
+# GBs); at most FRAMES_BASE + S / BYTES_PER_FRAME frames (the bundled ones spend 210-2,700 bytes a frame); and the
+# analysis they ask for (frame_cost) at most COST_BASE + S / BYTES_PER_COST units (the bundled ones spend 245 bytes
+# or more a unit, a transformers generate() loop with a static cache the densest). A file past these is refused
+# before the frame that crosses them is read or analysed: on the 2-core CPU machine a crafted 10 MB file at the
+# limits takes about 2 s of the monitor's CPU, whatever it claims.
 ROOM_PER_BYTE = 32
 ROOM_BYTES = 1 << 20
-BYTES_PER_FRAME = 64
+BYTES_PER_FRAME = 128
 FRAMES_BASE = 1024
-BYTES_PER_HEAVY = 512
-HEAVY_BASE = 64
+BYTES_PER_COST = 256
+COST_BASE = 4096
 # receive times are ns since the recording began: past this (about 3 years) no recording ran
 MAX_RX_NS = 10**17
+
+
+def frame_cost(frame) -> int:
+    """The analysis `frame` asks of the monitor, in units of about 35 us of its CPU: a traced window 16 and one per
+    kernel name it uses (each moves the verdict; its kernel table takes a row per name), a PM frame 4 (one may move
+    the verdict of a loop with no window), any other frame none (the frame count bounds those)."""
+    if isinstance(frame, KernelWindow):
+        col = frame.kernels.get("name")
+        if col is None or not len(col.data):
+            return 16
+        import numpy as np
+
+        try:
+            return 16 + len(np.unique(col.array()))
+        except WireError:
+            return 16  # a column that is no array: the feed says so
+    return 4 if isinstance(frame, PmSamples) else 0
 
 
 class Refused(WireError):
@@ -116,7 +134,7 @@ def read_recording(path) -> Iterator[tuple[int, Frame]]:
         raise WireError(f"{path} is not a decodemon recording (not a regular file)")
     room = ROOM_PER_BYTE * st.st_size + ROOM_BYTES
     max_frames = FRAMES_BASE + st.st_size // BYTES_PER_FRAME
-    max_heavy = HEAVY_BASE + st.st_size // BYTES_PER_HEAVY
+    max_cost = COST_BASE + st.st_size // BYTES_PER_COST
     with os.fdopen(fd, "rb") as raw:
         gz = gzip.GzipFile(fileobj=raw, mode="rb")
         try:
@@ -125,7 +143,7 @@ def read_recording(path) -> Iterator[tuple[int, Frame]]:
             raise WireError(f"{path} is not a decodemon recording (not gzip data)") from None
         if magic != MAGIC:
             raise WireError(f"{path} is not a decodemon recording (bad magic)")
-        count = heavy = 0
+        count = cost = 0
         taken = len(MAGIC)
         last_rx = 0
         while True:
@@ -172,10 +190,11 @@ def read_recording(path) -> Iterator[tuple[int, Frame]]:
                               + (f"runs backwards ({rx_ns} ns after {last_rx})" if rx_ns < last_rx else
                                  f"is {rx_ns} ns, past any recording's length"))
             last_rx = rx_ns
-            heavy += isinstance(frame, (KernelWindow, PmSamples))
-            if heavy > max_heavy:
-                raise Refused(f"{path} is refused: it holds more than {max_heavy} traced windows and PM samples, "
-                              f"more than a {st.st_size}-byte recording holds")
+            cost += frame_cost(frame)
+            if cost > max_cost:
+                raise Refused(f"{path} is refused: its traced windows and PM samples ask more analysis than a "
+                              f"{st.st_size}-byte recording holds (frame {count + 1}: {cost} units of at most "
+                              f"{max_cost})")
             count += 1
             yield rx_ns, frame
 
