@@ -57,10 +57,10 @@ int main(int argc, char **argv) {
     printf("ready\n");
     fflush(stdout);
     while (time(NULL) < end && faccessat(d, "stop", F_OK, 0) != 0)
-        for (int i = 0; i < 16; i++) {
+        for (int i = 0; i < 4; i++) {
             swaps += renameat2(d, "decodemon", d, "evil", RENAME_EXCHANGE) == 0;
             swaps += renameat2(d, "decodemon", d, "evil_link", RENAME_EXCHANGE) == 0;
-            if (i == 15) usleep(20); /* the directory's lock left free a moment: the race, not a siege */
+            if (i == 3) usleep(100); /* the directory's lock left free a while: the race, not a siege */
         }
     printf("%ld\n", swaps);
     return 0;
