@@ -108,7 +108,11 @@ class Target:
                                      cwd=workdir,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self.pid = self.proc.pid
-        self.wait_ticks(1)
+        try:
+            self.wait_ticks(1)
+        except BaseException:
+            self.close()
+            raise
 
     def ticks(self) -> int:
         return int.from_bytes(os.pread(self._fd, 8, 0), "little")
