@@ -834,9 +834,14 @@ static void remove_socket(void) {
 
 static void register_exit(void) { atexit(remove_socket); }
 
-/* Make the socket's home and listen there: the listening fd, or -1 with a line on stderr. */
+/* Make the socket's home and listen there (a home made before is removed first): the listening fd, or -1 with a
+ * line on stderr. */
 static int listen_socket(void) {
     static pthread_once_t at_exit = PTHREAD_ONCE_INIT;
+    remove_socket();
+    if (g_dir_fd >= 0) close(g_dir_fd);
+    if (g_priv_parent >= 0) close(g_priv_parent);
+    g_dir_fd = g_priv_parent = -1;
     char dir[200] = "", priv_name[sizeof g_priv_name] = "";
     int priv = -1;
     int dfd = own_socket_dir(dir, sizeof dir, &priv, priv_name, sizeof priv_name);
@@ -864,8 +869,6 @@ static int listen_socket(void) {
         if (priv >= 0) close(priv);
         return -1;
     }
-    if (g_dir_fd >= 0) close(g_dir_fd);
-    if (g_priv_parent >= 0) close(g_priv_parent);
     g_dir_fd = dfd;
     g_priv_parent = priv;
     memcpy(g_priv_name, priv_name, sizeof g_priv_name);
