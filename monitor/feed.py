@@ -87,8 +87,10 @@ class Feed:
     coll: deque = field(default_factory=deque)  # (rx_ns, tokens in frame, calls, host ns, bytes) per TokenMarks
     # a batched engine's requests' times to their first token: (rx_ns, ms) per request, the newest 20,000
     first_tokens: deque = field(default_factory=lambda: deque(maxlen=20_000))
-    # the observer's steps that could slow a token: (start, end, step index into wire.OBSERVER_STEPS), marks' clock
-    observer: deque = field(default_factory=lambda: deque(maxlen=20_000))
+    # the observer's steps that could slow a token: (start, end, step index into wire.OBSERVER_STEPS), marks' clock;
+    # the newest 256 (a few minutes of a real attach's, where the figures need those of 5 s): every traced window
+    # reads them all, and 20,000 cost each window ~13 ms
+    observer: deque = field(default_factory=lambda: deque(maxlen=256))
     windows: deque = field(default_factory=deque)  # (rx_ns, KernelWindow)
     pm: Ring = None  # rows: PM_COLS
     pm_window: Ring = None  # rows: PM_COLS, the samples evaluated only for traced windows' spans (not averaged)

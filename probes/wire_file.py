@@ -9,10 +9,11 @@ import io
 import os
 import stat
 import zlib
+from collections import deque
 from typing import Iterator
 
 from decodemon.probes.wire import (_REC, MAGIC, MAX_FRAME_BYTES, WIRE_VERSION, Frame, KernelWindow, PmSamples,
-                                   RecordingHeader, WireError, decode_frame, encode)
+                                   RecordingHeader, TokenMarks, WireError, decode_frame, encode)
 from decodemon.probes.wire_check import frame_problem
 
 class Truncated(WireError):
@@ -91,21 +92,54 @@ COST_BASE = 4096
 MAX_RX_NS = 10**17
 
 
-def frame_cost(frame) -> int:
-    """The analysis `frame` asks of the monitor, in units of about 35 us of its CPU: a traced window 16 and one per
-    kernel name it uses (each moves the verdict; its kernel table takes a row per name), a PM frame 4 (one may move
-    the verdict of a loop with no window), any other frame none (the frame count bounds those)."""
+# a traced window is analysed over the token marks received in the 5 s before it, or over every mark kept when none
+# came in them (monitor/session.py's SPAN_NS, monitor/feed.py's ring of 200,000)
+SPAN_NS = 5_000_000_000
+MARKS_KEPT = 200_000
+MARKS_PER_COST = 4096
+
+
+def frame_cost(frame, marks_read: int = 0) -> int:
+    """The analysis `frame` asks of the monitor, in units of about 35 us of its CPU: a traced window 16, one per
+    kernel name it uses (each moves the verdict; its kernel table takes a row per name) and one per 4,096 of the
+    `marks_read` it is read beside; a PM frame 4 (one may move the verdict of a loop with no window); any other frame
+    none (the frame count bounds those)."""
     if isinstance(frame, KernelWindow):
+        cost = 16 + marks_read // MARKS_PER_COST
         col = frame.kernels.get("name")
         if col is None or not len(col.data):
-            return 16
+            return cost
         import numpy as np
 
         try:
-            return 16 + len(np.unique(col.array()))
+            return cost + len(np.unique(col.array()))
         except WireError:
-            return 16  # a column that is no array: the feed says so
+            return cost  # a column that is no array: the feed says so
     return 4 if isinstance(frame, PmSamples) else 0
+
+
+class _MarksRead:
+    """How many token marks a window received now is read beside (SPAN_NS, MARKS_KEPT)."""
+
+    def __init__(self) -> None:
+        self.recent: deque = deque()  # (rx ns, marks) of the token-mark frames of the last SPAN_NS
+        self.in_span = self.total = 0
+
+    def add(self, rx_ns: int, frame) -> None:
+        """Count a frame's marks."""
+        try:
+            n = len(frame.t_ns.array())
+        except WireError:
+            return
+        self.recent.append((rx_ns, n))
+        self.in_span += n
+        self.total += n
+
+    def at(self, rx_ns: int) -> int:
+        """The marks a window received at `rx_ns` (non-decreasing) is read beside."""
+        while self.recent and self.recent[0][0] < rx_ns - SPAN_NS:
+            self.in_span -= self.recent.popleft()[1]
+        return min(self.in_span or self.total, MARKS_KEPT)
 
 
 class Refused(WireError):
@@ -144,6 +178,7 @@ def read_recording(path) -> Iterator[tuple[int, Frame]]:
         if magic != MAGIC:
             raise WireError(f"{path} is not a decodemon recording (bad magic)")
         count = cost = 0
+        marks = _MarksRead()
         taken = len(MAGIC)
         last_rx = 0
         while True:
@@ -190,7 +225,9 @@ def read_recording(path) -> Iterator[tuple[int, Frame]]:
                               + (f"runs backwards ({rx_ns} ns after {last_rx})" if rx_ns < last_rx else
                                  f"is {rx_ns} ns, past any recording's length"))
             last_rx = rx_ns
-            cost += frame_cost(frame)
+            if isinstance(frame, TokenMarks):
+                marks.add(rx_ns, frame)
+            cost += frame_cost(frame, marks.at(rx_ns) if isinstance(frame, KernelWindow) else 0)
             if cost > max_cost:
                 raise Refused(f"{path} is refused: its traced windows and PM samples ask more analysis than a "
                               f"{st.st_size}-byte recording holds (frame {count + 1}: {cost} units of at most "
