@@ -97,15 +97,21 @@ MAX_RX_NS = 10**17
 SPAN_NS = 5_000_000_000
 MARKS_KEPT = 200_000
 MARKS_PER_COST = 4096
+# a window opened by time is read on the GPU's steps against every PM sample kept (20,000 regular and 4,000 of
+# windows' spans, monitor/feed.py): ~0.9 us a sample
+PM_KEPT = (20_000, 4_000)
+PM_SAMPLES_PER_COST = 40
 
 
-def frame_cost(frame, marks_read: int = 0) -> int:
+def frame_cost(frame, marks_read: int = 0, pm_kept: int = 0) -> int:
     """The analysis `frame` asks of the monitor, in units of about 35 us of its CPU: a traced window 16, one per
-    kernel name it uses (each moves the verdict; its kernel table takes a row per name) and one per 4,096 of the
-    `marks_read` it is read beside; a PM frame 4 (one may move the verdict of a loop with no window); any other frame
-    none (the frame count bounds those)."""
+    kernel name it uses (each moves the verdict; its kernel table takes a row per name), one per 4,096 of the
+    `marks_read` it is read beside and, opened by time, one per 40 of the `pm_kept` samples; a PM frame 4 (one may
+    move the verdict of a loop with no window); any other frame none (the frame count bounds those)."""
     if isinstance(frame, KernelWindow):
         cost = 16 + marks_read // MARKS_PER_COST
+        if frame.clock == "time":
+            cost += pm_kept // PM_SAMPLES_PER_COST
         col = frame.kernels.get("name")
         if col is None or not len(col.data):
             return cost
@@ -118,12 +124,25 @@ def frame_cost(frame, marks_read: int = 0) -> int:
     return 4 if isinstance(frame, PmSamples) else 0
 
 
-class _MarksRead:
-    """How many token marks a window received now is read beside (SPAN_NS, MARKS_KEPT)."""
+class _Read:
+    """What a window received now is read beside: the token marks (SPAN_NS, MARKS_KEPT) and the PM samples the
+    feed keeps (PM_KEPT)."""
 
     def __init__(self) -> None:
         self.recent: deque = deque()  # (rx ns, marks) of the token-mark frames of the last SPAN_NS
         self.in_span = self.total = 0
+        self.pm = [0, 0]  # PM samples read: regular, of windows' spans
+
+    def add_pm(self, frame) -> None:
+        """Count a PM frame's samples."""
+        try:
+            self.pm[bool(frame.window_span)] += len(frame.start_ns.array())
+        except WireError:
+            pass
+
+    def pm_kept(self) -> int:
+        """The PM samples the feed keeps now."""
+        return sum(min(n, cap) for n, cap in zip(self.pm, PM_KEPT))
 
     def add(self, rx_ns: int, frame) -> None:
         """Count a frame's marks."""
@@ -178,7 +197,7 @@ def read_recording(path) -> Iterator[tuple[int, Frame]]:
         if magic != MAGIC:
             raise WireError(f"{path} is not a decodemon recording (bad magic)")
         count = cost = 0
-        marks = _MarksRead()
+        seen = _Read()
         taken = len(MAGIC)
         last_rx = 0
         while True:
@@ -226,8 +245,11 @@ def read_recording(path) -> Iterator[tuple[int, Frame]]:
                                  f"is {rx_ns} ns, past any recording's length"))
             last_rx = rx_ns
             if isinstance(frame, TokenMarks):
-                marks.add(rx_ns, frame)
-            cost += frame_cost(frame, marks.at(rx_ns) if isinstance(frame, KernelWindow) else 0)
+                seen.add(rx_ns, frame)
+            elif isinstance(frame, PmSamples):
+                seen.add_pm(frame)
+            beside = (seen.at(rx_ns), seen.pm_kept()) if isinstance(frame, KernelWindow) else (0, 0)
+            cost += frame_cost(frame, *beside)
             if cost > max_cost:
                 raise Refused(f"{path} is refused: its traced windows and PM samples ask more analysis than a "
                               f"{st.st_size}-byte recording holds (frame {count + 1}: {cost} units of at most "
