@@ -101,15 +101,19 @@ MARKS_PER_COST = 4096
 # windows' spans, monitor/feed.py): ~0.9 us a sample
 PM_KEPT = (20_000, 4_000)
 PM_SAMPLES_PER_COST = 40
+# and against the engine's collectives of every token-mark frame kept (20,000): ~0.1 us a frame
+COLL_KEPT = 20_000
+COLL_PER_COST = 256
 
 
-def frame_cost(frame, marks_read: int = 0, pm_kept: int = 0) -> int:
+def frame_cost(frame, marks_read: int = 0, pm_kept: int = 0, coll_kept: int = 0) -> int:
     """The analysis `frame` asks of the monitor, in units of about 35 us of its CPU: a traced window 16, one per
     kernel name it uses (each moves the verdict; its kernel table takes a row per name), one per 4,096 of the
-    `marks_read` it is read beside and, opened by time, one per 40 of the `pm_kept` samples; a PM frame 4 (one may
-    move the verdict of a loop with no window); any other frame none (the frame count bounds those)."""
+    `marks_read` and per 256 of the `coll_kept` it is read beside and, opened by time, one per 40 of the `pm_kept`
+    samples; a PM frame 4 (one may move the verdict of a loop with no window); any other frame none (the frame count
+    bounds those)."""
     if isinstance(frame, KernelWindow):
-        cost = 16 + marks_read // MARKS_PER_COST
+        cost = 16 + marks_read // MARKS_PER_COST + min(coll_kept, COLL_KEPT) // COLL_PER_COST
         if frame.clock == "time":
             cost += pm_kept // PM_SAMPLES_PER_COST
         col = frame.kernels.get("name")
@@ -125,13 +129,14 @@ def frame_cost(frame, marks_read: int = 0, pm_kept: int = 0) -> int:
 
 
 class _Read:
-    """What a window received now is read beside: the token marks (SPAN_NS, MARKS_KEPT) and the PM samples the
-    feed keeps (PM_KEPT)."""
+    """What a window received now is read beside: the token marks (SPAN_NS, MARKS_KEPT), the PM samples the feed
+    keeps (PM_KEPT) and its collectives' rows (COLL_KEPT)."""
 
     def __init__(self) -> None:
         self.recent: deque = deque()  # (rx ns, marks) of the token-mark frames of the last SPAN_NS
         self.in_span = self.total = 0
         self.pm = [0, 0]  # PM samples read: regular, of windows' spans
+        self.coll = 0  # token-mark frames read that carry the engine's collectives
 
     def add_pm(self, frame) -> None:
         """Count a PM frame's samples."""
@@ -151,6 +156,7 @@ class _Read:
         except WireError:
             return
         self.recent.append((rx_ns, n))
+        self.coll += frame.coll_calls is not None
         self.in_span += n
         self.total += n
 
@@ -248,7 +254,7 @@ def read_recording(path) -> Iterator[tuple[int, Frame]]:
                 seen.add(rx_ns, frame)
             elif isinstance(frame, PmSamples):
                 seen.add_pm(frame)
-            beside = (seen.at(rx_ns), seen.pm_kept()) if isinstance(frame, KernelWindow) else (0, 0)
+            beside = (seen.at(rx_ns), seen.pm_kept(), seen.coll) if isinstance(frame, KernelWindow) else ()
             cost += frame_cost(frame, *beside)
             if cost > max_cost:
                 raise Refused(f"{path} is refused: its traced windows and PM samples ask more analysis than a "
