@@ -14,7 +14,6 @@ from typing import Iterator
 
 from decodemon.probes.wire import (_REC, MAGIC, MAX_FRAME_BYTES, WIRE_VERSION, Frame, KernelWindow, PmSamples,
                                    RecordingHeader, TokenMarks, WireError, decode_frame, encode)
-from decodemon.probes.wire_check import frame_problem
 
 class Truncated(WireError):
     """The file ends inside a frame (its writer was killed, or the disk filled): every frame before the cut was
@@ -183,6 +182,8 @@ def read_recording(path) -> Iterator[tuple[int, Frame]]:
     Frames are checked for shape only here: the impossible values inside them
     (wire_check.frame_problem) are the feed's to leave out and report.
     """
+    from decodemon.probes.wire_check import frame_problem  # here: wire_check imports the wire, which imports this
+
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO with no writer would block a plain open
     except OSError as exc:

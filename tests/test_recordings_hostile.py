@@ -468,3 +468,45 @@ def test_the_app_says_what_it_left_out(tmp_path):
 
     text = asyncio.run(header_text())
     assert "1 frame left out as impossible (" in text and "NaN" in text, text
+
+
+def _beside(path: Path, first: list, window: wire.KernelWindow, count: int) -> int:
+    """A recording of a real header, the frames `first`, then `count` copies of `window` (one gzip member of 100,
+    repeated); its size."""
+    head = _records(DATA / "h200_eager_nomarks.dmon")[:2]  # the header and the hello
+    rx = head[-1][0]
+    lead = _stream(head + [(rx, wire.encode(f)) for f in first])
+    block = b"".join(_REC.pack(len(p), rx + 10) + p
+                     for p in (wire.encode(msgspec.structs.replace(window, window_id=i)) for i in range(100)))
+    data = _gz(lead) + _gz(block) * (count // 100)
+    path.write_bytes(data)
+    return len(data)
+
+
+@pytest.mark.parametrize("beside", ["pm_samples", "marks"])
+def test_windows_beside_all_the_feed_keeps_are_refused_in_seconds(tmp_path, capsys, beside):
+    """A window is read against what the feed keeps: every PM sample (a window opened by time) and the span's token
+    marks. 20,000 samples or 200,000 marks in one frame, then windows of 500 kernels: refused once they ask more
+    analysis than the file's size allows (read whole, the PM case takes ~17 ms a window)."""
+    frames = [f for _, f in wire.read_recording(DATA / "h200_eager_nomarks.dmon")]
+    w = next(f for f in frames if isinstance(f, wire.KernelWindow) and f.clock == "time")
+    k = {c: v.array()[:500] for c, v in w.kernels.items()}
+    w = msgspec.structs.replace(w, kernels={c: wire.Column("<i8", v.tobytes()) for c, v in k.items()}, apis={},
+                                memcpys={}, syncs={},
+                                token_bounds_ns=wire.Column.of([int(k["start"].min()), int(k["end"].max())]))
+    if beside == "pm_samples":
+        pm = next(f for f in frames if isinstance(f, wire.PmSamples))
+        t0 = np.linspace(int(k["start"].min()), int(k["end"].max()), 20_000).astype(np.int64)
+        row = pm.values.array()[:len(pm.metrics)]
+        first = [msgspec.structs.replace(pm, start_ns=wire.Column("<i8", t0.tobytes()),
+                                         end_ns=wire.Column("<i8", (t0 + 1000).tobytes()),
+                                         values=wire.Column("<f8", np.tile(row, 20_000).tobytes()))]
+    else:
+        t = np.arange(200_000, dtype=np.int64) * 1_000_000 + 10**12
+        first = [wire.TokenMarks(t_ns=wire.Column("<i8", t.tobytes()), depth=wire.Column("<i8", t.tobytes()))]
+    path = tmp_path / f"{beside}.dmon"
+    _beside(path, first, w, 400)
+    rc, out, err, took = _replay_json(capsys, path)
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert "ask more analysis than" in err, err
+    assert took <= READ_LIMIT_S, took
