@@ -175,11 +175,11 @@ def read_recording(path) -> Iterator[tuple[int, Frame]]:
     """Yield (receive ns, frame) from a `.dmon` file; the header frame comes first.
 
     Raises WireError with a one-line reason for a missing, foreign, corrupt,
-    truncated or too-new file, and Refused for one that claims more frames or
-    bytes than a file of its size holds (the limits above), a second header, a
-    header with an impossible value, or receive times that run backwards. A
-    truncated file yields every whole frame before the cut, then raises Truncated.
-    Frames are checked for shape only here: the impossible values inside them
+    truncated or too-new file, and Refused for one that claims more frames,
+    bytes or analysis than a file of its size holds (the limits above), a second
+    header, a header with an impossible value, or receive times that run
+    backwards. A truncated file yields every whole frame before the cut, then
+    raises Truncated. The impossible values inside the other frames
     (wire_check.frame_problem) are the feed's to leave out and report.
     """
     from decodemon.probes.wire_check import frame_problem  # here: wire_check imports the wire, which imports this
