@@ -144,7 +144,8 @@ class Feed:
             n = len(t)
             if b is not None:
                 self.batched = True
-            self.marks.extend(np.vstack([t, np.full(n, rx_ns, np.int64), d, b if b is not None else np.ones(n, np.int64)]))
+            ones = np.ones(n, np.int64)
+            self.marks.extend(np.vstack([t, np.full(n, rx_ns, np.int64), d, b if b is not None else ones]))
             self.batch_tokens_seen += int(b.sum()) if b is not None else n
             if frame.observer_ns is not None:  # only the rows the deque keeps are made into tuples
                 ob = frame.observer_ns.array().astype(np.int64)[-3 * self.observer.maxlen:]

@@ -6,7 +6,6 @@ traceback; every impossible value is refused in one line or flagged in the summa
 from __future__ import annotations
 
 import gzip
-import io
 import json
 import math
 import random
