@@ -215,7 +215,7 @@ def frame_problem(frame) -> str | None:
             return f"pid is {frame.pid}"
         bad = next((k for k, v in frame.settings.items() if not math.isfinite(v)), None)
         if bad is not None:
-            return f"settings.{bad[:40]} is {frame.settings[bad]!r}"
+            return f"settings[{bad[:40]!r}] is {frame.settings[bad]!r}"
         m = frame.model
         if m is not None and (m.tp_degree < 1 or m.tp_rank >= m.tp_degree):
             return f"model rank {m.tp_rank} of a tensor-parallel degree of {m.tp_degree}"

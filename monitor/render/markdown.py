@@ -57,7 +57,7 @@ def diagnosis_markdown(s: Snapshot) -> str:
         out += [f"The source ended: {md(s.ended)}. What follows is what arrived before.", ""]
     if s.rejected_frames:
         them = "it" if s.rejected_frames == 1 else "them"
-        out += [f"{rejected_text(s)}: the figures below are read without {them}.", ""]
+        out += [f"{md(rejected_text(s))}: the figures below are read without {them}.", ""]
     out += [f"## Binding ceiling: **{d.ceiling.upper()}**", ""]
     r = s.rolling
     if r.ceiling not in ("unknown", d.ceiling):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from decodemon.monitor.diagnosis import ORDER, Diagnosis
+from decodemon.monitor.safe_text import visible
 
 
 def diagnose_text(d: Diagnosis) -> str:
@@ -59,4 +60,5 @@ def rejected_text(s) -> str:
     """The frames a source sent that were left out as impossible (Snapshot.rejected_frames), in words."""
     n, why = s.rejected_frames, s.rejected_why
     more = f"; {len(why) - 1} other reason{'s' if len(why) > 2 else ''}" if len(why) > 1 else ""
-    return f"{n} frame{'s' if n != 1 else ''} left out as impossible ({why[0] if why else '?'}{more})"
+    first = visible(why[0]) if why else "?"  # it may quote the recording (a field's name): shown, never obeyed
+    return f"{n} frame{'s' if n != 1 else ''} left out as impossible ({first}{more})"
