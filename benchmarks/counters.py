@@ -15,7 +15,9 @@ Cases: cuda_loop (8 GiB a step, built with nvcc), reduce1.5 and reduce8.6 (a CUD
 step, with `_marks`: decodemon's mark_token after each), kv262k (a Llama-1B-shaped step over 262,144 cached
 positions: 2.47 GB of weights and 8.59 GB of KV, graphed, its attention as transformers runs it; `_mm`: as three
 kernels, the scores through DRAM; `_marks` as above; `_profile`: torch.profiler's kernels and kernel time a step, no
-decodemon). Everything lands in OUTDIR/counters.json, with a table on stdout.
+decodemon), compiled8b_marks (gpt-fast's torch.compile reduce-overhead loop of a Llama-8B shape that marks at
+enqueue: five records of 5 s in a row; `_profile`: its torch.profiler count). Everything lands in
+OUTDIR/counters.json, with a table on stdout.
 """
 
 from __future__ import annotations
@@ -35,11 +37,15 @@ LOOPS = ROOT / "benchmarks" / "loops"
 PY = sys.executable
 DM = [PY, "-m", "decodemon.monitor.cli"]
 CASES = ("cuda_loop", "reduce1.5", "reduce1.5_marks", "reduce8.6", "reduce8.6_marks", "kv262k", "kv262k_marks",
-         "kv262k_profile", "kv262k_mm_marks")
+         "kv262k_profile", "kv262k_mm_marks", "compiled8b_marks", "compiled8b_profile")
 
 
 def case_argv(case: str, log: Path) -> list[str]:
     """The loop's command line: plain python or the plain binary, nothing of decodemon in its start."""
+    if case.startswith("compiled8b"):
+        extra = ["--profile-steps", "20", "--profile-out", str(log.with_suffix(".profile.json"))] \
+            if case.endswith("_profile") else []
+        return [PY, str(LOOPS / "compiled_decode.py"), "--shape", "llama-8b", "--marks", "--log", str(log), *extra]
     if case == "cuda_loop":
         exe = Path("/tmp/decodemon_cuda_loop")
         if not exe.exists():
@@ -106,8 +112,9 @@ def run_case(case: str, out: Path, attach_s: float, record_s: float, warm_s: flo
         proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True, text=True)
     try:
         t0 = time.time()
-        while not known_bytes(out_log, log):
-            if proc.poll() is not None or time.time() - t0 > 240:
+        while not (known_bytes(out_log, log) if not case.startswith("compiled8b") else
+                   (log.exists() and log.stat().st_size) or log.with_suffix(".profile.json").exists()):
+            if (proc.poll() is not None and not case.endswith("_profile")) or time.time() - t0 > 240:
                 res["error"] = f"exited {proc.returncode}: {out_log.read_text()[-600:]}"
                 return res
             time.sleep(0.5)
@@ -118,6 +125,16 @@ def run_case(case: str, out: Path, attach_s: float, record_s: float, warm_s: flo
             res["profile"] = json.loads(p.read_text()) if p.exists() else None
             return res
         time.sleep(warm_s)
+        if case.startswith("compiled8b"):  # five records in a row, each against the loop's own clock
+            res["records"] = []
+            for k in range(1, 6):
+                rec = out / f"{case}_{k}.dmon"
+                _, err, r0, r1 = dm("record", proc.pid, "-o", rec, "--seconds", 5)
+                j, err2, *_ = dm("replay", rec, "--json") if rec.exists() else (None, err, 0, 0)
+                time.sleep(1.0)
+                res["records"].append({"record": _figures(j) if j else {"error": err2 or err},
+                                       "own": own_figures(case, log, out_log, r0, r1)})
+            return res
         j, err, a0, a1 = dm("attach", proc.pid, "--json", "--seconds", attach_s)
         res["attach"] = _figures(j) if j else {"error": err}
         rec = out / f"{case}.dmon"
@@ -169,6 +186,14 @@ def table(results: list[dict]) -> str:
         rec, own, k = r.get("record") or {}, r.get("own") or {}, r.get("known") or {}
         if "profile" in r:
             lines.append(f"{r['case']} | profile {r['profile']}")
+            continue
+        for k, x in enumerate(r.get("records") or (), 1):
+            f, own = x["record"], x["own"]
+            lines.append(f"{r['case']} #{k} | own {own.get('ms_per_step', 0):.3f} ms | dm {f.get('ms_per_token')} ms "
+                         f"{f.get('token_clock')} | kernels {f.get('kernel_sum_ms_per_token')} ms, "
+                         f"{f.get('launches_per_token')} launches | bytes {f.get('bytes_per_token_measured')} | "
+                         f"{f.get('verdict')} {f.get('error') or ''}")
+        if r.get("records"):
             continue
         kb = k.get("known_bytes_per_step")
         mb = rec.get("bytes_per_token_measured")

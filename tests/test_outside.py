@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -220,43 +221,42 @@ def server(gguf):
 
 
 @needs_server
-def _own_rate_over(done, t0: float, t1: float) -> tuple[float, float]:
-    """llama-server's own rate over [t0, t1]: each request's tokens and generation milliseconds (its `timings`),
-    weighted by the share of its generation inside the span (its generation: the `predicted_ms` before its reply);
-    (tokens a second, the generation seconds inside the span)."""
-    tokens = ms = inside_s = 0.0
-    for _, end, n, gen_ms in done:
-        start = end - gen_ms / 1e3
-        w = max(0.0, min(end, t1) - max(start, t0)) / (gen_ms / 1e3) if gen_ms > 0 else 0.0
-        tokens, ms, inside_s = tokens + w * n, ms + w * gen_ms, inside_s + w * gen_ms / 1e3
-    return (tokens / ms * 1e3 if ms else 0.0), inside_s
-
-
-def test_llama_server_tokens_per_s_matches_its_own_metrics(server):
-    """The server's own rate (tokens over its generation milliseconds, as it reports them for each request), over
-    the same seconds the summary covers (`span_s` up to `span_end_unix_s`, each request weighted by its share of
-    them), against decodemon's reading of the server's step count. A busy machine slows the requests: the attach
-    is made again until the span held 3 s of generation."""
-    proc, done = server
-    for _ in range(4):
-        r = cli("attach", proc.pid, "--json", "--seconds", 6)
-        assert r.returncode == 0, r.stderr
-        j = json.loads(r.stdout)
-        t1 = j["span_end_unix_s"]
+def test_llama_server_tokens_per_s_matches_its_own_metrics(gguf, tmp_path):
+    """decodemon's reading of the server's step count against the server's own rate (tokens over its generation
+    milliseconds, as it reports them for each request), over the same requests: a recording is started, the
+    test sends requests one after another until they hold 2 s of generation (or 3 s have passed), then ends
+    the recording (Ctrl-C keeps it), so the summary's last 5 s hold those requests whole and nothing else that
+    generated. A busy machine slows the requests and both figures with them; it cannot put them apart."""
+    s = Server(gguf, clients=0)
+    try:
+        out, body = tmp_path / "rec" / "server.dmon", json.dumps(
+            {"prompt": "hello " * 250, "n_predict": 400, "ignore_eos": True, "temperature": 0}).encode()
+        out.parent.mkdir()
+        post = lambda: json.loads(urllib.request.urlopen(urllib.request.Request(  # noqa: E731
+            s.base + "/completion", data=body, headers={"Content-Type": "application/json"}), timeout=120).read())
+        post()  # the prompt into the server's cache: every request after it decodes at the same depth
+        rec = subprocess.Popen([sys.executable, "-m", "decodemon.monitor.cli", "record", str(s.pid), "-o", str(out)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 120
-        while not [d for d in done if d[1] >= t1]:  # the request running at the span's end has replied
-            assert time.monotonic() < deadline, "no request ended after the attach"
-            time.sleep(0.2)
-        own, inside_s = _own_rate_over(list(done), t1 - j["span_s"], t1)
-        if inside_s >= 3.0:
-            break
-    assert inside_s >= 3.0, (inside_s, done[-10:])
-    print(f"decodemon {j['tokens_per_s']} tok/s, llama-server's own {own:.1f} tok/s over {inside_s:.1f} s of "
-          f"generation in its {j['span_s']} s")
+        while not any(out.parent.iterdir()):  # its first frame written: the watch has read /slots
+            assert rec.poll() is None and time.monotonic() < deadline, rec.communicate()[1]
+            time.sleep(0.05)
+        done, t0 = [], time.monotonic()
+        while sum(d[1] for d in done) < 2000 and time.monotonic() - t0 < 3.0:
+            t = post()["timings"]
+            done.append((t["predicted_n"], t["predicted_ms"]))
+        time.sleep(0.3)  # a few reads with nothing generating: the last request's end is seen
+        rec.send_signal(signal.SIGINT)
+        _, err = rec.communicate(timeout=60)
+        assert out.exists(), err
+        j = json.loads(cli("replay", out, "--json").stdout)
+    finally:
+        s.close()
+    own = sum(n for n, _ in done) / sum(ms for _, ms in done) * 1e3
+    print(f"decodemon {j['tokens_per_s']} tok/s, llama-server's own {own:.1f} tok/s over {len(done)} requests")
     assert j["token_clock"] == "server_metrics" and j["tokens"] > 100
     assert j["tokens_per_s"] == pytest.approx(own, rel=0.03)
     assert "watched from outside" in j["probe"]["trace"]
-    assert proc.poll() is None
 
 
 @needs_server
