@@ -129,7 +129,7 @@ def _bandwidth_from_dram(i: Inputs, thr: str) -> Candidate:
     ratio = i.bandwidth_gbs / i.dram_gbs
     state = BINDING if ratio <= BANDWIDTH_BINDING_RATIO else RULED_OUT if ratio >= BANDWIDTH_RULED_OUT_RATIO else UNKNOWN
     return Candidate(ratio, "× floor", thr, state,
-                     f"DRAM moved {i.dram_gbs:.4g} GB/s of the {i.bandwidth_gbs:.4g} GB/s copy bandwidth: the token "
+                     f"DRAM moved {i.dram_gbs:.4g} GB/s of the device's {i.bandwidth_gbs:.4g} GB/s: the token "
                      f"runs at {ratio:.3g}× its floor (no token count needed)")
 
 
