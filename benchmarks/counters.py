@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LOOPS = ROOT / "benchmarks" / "loops"
 PY = sys.executable
 DM = [PY, "-m", "decodemon.monitor.cli"]
+RECORDS = 5  # records in a row of the compiled loop (--records)
 CASES = ("cuda_loop", "reduce1.5", "reduce1.5_marks", "reduce8.6", "reduce8.6_marks", "kv262k", "kv262k_marks",
          "kv262k_profile", "kv262k_mm_marks", "compiled8b_marks", "compiled8b_profile")
 
@@ -127,7 +128,7 @@ def run_case(case: str, out: Path, attach_s: float, record_s: float, warm_s: flo
         time.sleep(warm_s)
         if case.startswith("compiled8b"):  # five records in a row, each against the loop's own clock
             res["records"] = []
-            for k in range(1, 6):
+            for k in range(1, RECORDS + 1):
                 rec = out / f"{case}_{k}.dmon"
                 _, err, r0, r1 = dm("record", proc.pid, "-o", rec, "--seconds", 5)
                 j, err2, *_ = dm("replay", rec, "--json") if rec.exists() else (None, err, 0, 0)
@@ -216,7 +217,9 @@ def main() -> int:
     ap.add_argument("--attach-s", type=float, default=4.0)
     ap.add_argument("--record-s", type=float, default=6.0)
     ap.add_argument("--warm-s", type=float, default=3.0)
+    ap.add_argument("--records", type=int, default=RECORDS, help="records in a row of the compiled loop")
     a = ap.parse_args()
+    globals()["RECORDS"] = a.records
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     results = []

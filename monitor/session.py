@@ -31,6 +31,17 @@ from decodemon.probes import wire
 
 
 SPAN_NS = 5_000_000_000  # figures are taken over the last 5 s of the feed
+UNTIMED_MAX_SHARE = 0.1  # records without times past the guard token's share: the window is not analysed
+
+
+def untimed_share(w: wire.KernelWindow) -> float:
+    """The share of a window's kernel records CUPTI returned without times (start 0, or an end before the start):
+    kernels enqueued in the window that the GPU had not run when tracing stopped."""
+    k = w.kernels
+    if not k or "start" not in k or "end" not in k:
+        return 0.0
+    start, end = k["start"].array(), k["end"].array()
+    return float(np.mean((start <= 0) | (end < start))) if len(start) else 0.0
 # a copy that reads under this share of the NVML peak ran beside a loop that kept DRAM busy (an H200: 4,248 GB/s
 # alone, 2,217 beside a compiled Llama-8B decode, against 4,800 peak): not the device's bandwidth
 COPY_PLAUSIBLE = 0.6
@@ -171,6 +182,16 @@ class Session:
 
                 self.copy_gbs = from_note(frame.note)
         if isinstance(frame, wire.KernelWindow):
+            untimed = untimed_share(frame)
+            # the guard token's graph kernels may come back without times (wire.KernelWindow); more than its share
+            # means the analysed tokens' did too: its kernel time would read 0 and its steps nothing
+            guard = frame.guard_tokens / max(frame.tokens + frame.guard_tokens, 1)
+            if untimed > guard + UNTIMED_MAX_SHARE:
+                note = (f"window {frame.window_id}: CUPTI returned {100 * untimed:.0f}% of its kernel records "
+                        "without times (traced work the GPU had not run when tracing stopped); not counted")
+                if note not in self.feed.errors:
+                    self.feed.errors.append(note)
+                return
             gpu = self.feed.hello.gpu if self.feed.hello else None
             w = frame
             by_time = getattr(frame, "clock", "tokens") == "time"

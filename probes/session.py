@@ -55,6 +55,23 @@ def foreign_profiler_active() -> bool:
         return False
 
 
+_CUDA = []
+
+
+def device_synchronize() -> None:
+    """Wait, on this thread, for the work enqueued on its CUDA context (the driver's cuCtxSynchronize, through
+    ctypes: the GIL is given up for the wait); nothing where there is no driver or no context."""
+    if not _CUDA:
+        try:
+            import ctypes  # noqa: PLC0415
+
+            _CUDA.append(ctypes.CDLL("libcuda.so.1").cuCtxSynchronize)
+        except (OSError, AttributeError):
+            _CUDA.append(None)
+    if _CUDA[0] is not None:
+        _CUDA[0]()
+
+
 def guard_for_window(tracer_needs_guard: bool) -> bool:
     """policy.guard_for_window with what this process knows (decode thread, only when a window opens)."""
     return policy.guard_for_window(tracer_needs_guard, PROCESS.graph_kernels_seen, PROCESS.engine_cuda_graphs)
@@ -224,6 +241,12 @@ class Session:
     def _in_window(self, tr) -> None:
         self.tokens_left -= 1
         if self.tokens_left <= 0 or self.closing:
+            if self.guard:
+                # a process that replays graphs may enqueue ahead of the GPU: wait for the traced tokens' kernels
+                # to run before tracing stops, or CUPTI hands them back without times (an H200 compiled loop
+                # marking at enqueue: every record of a window at 0). The GPU stays busy meanwhile; the host only
+                # gives up its lead once a window
+                device_synchronize()
             # close, flush and detach at one boundary, all on this thread (see tracer.flush)
             tr.close()
             tr.flush()
