@@ -15,7 +15,8 @@ Names follow the exporter conventions: base units (`_seconds`, `_bytes`, `_ratio
 labels pid, engine (the engine's program) and gpu (the device's index; absent without a GPU).
 
 An agent serves one monitor at a time: the exporter yields, so `decodemon attach` to a process it watches is
-served and the exporter watches again after. It watches only what it is told to: this user's processes whose
+served and the exporter watches again as soon as it is free (asking twice a second); meanwhile its series hold their
+last values and `decodemon_tokens_total` goes on from where it was, never from 0. It watches only what it is told to: this user's processes whose
 agent already listens (the process holds a listening `<pid>.sock`: monitor/agent_socket.find), each proven at its
 attach by the agent's Hello (the same pid) and the process's start time (the same process as the one found, not
 a pid reused since); llama-servers serving /slots (watched from outside: monitor/outside.py); and the pids named
@@ -25,6 +26,7 @@ on its command line. It loads an agent into none of them unless told to (`--inje
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import re
 import sys
@@ -43,7 +45,8 @@ LABELS = ("pid", "engine", "gpu")
 VERDICTS = ("bandwidth", "comm", "launch", "occupancy", "unknown")
 SNAPSHOT_EVERY_S = 1.0
 SCAN_EVERY_S = 5.0
-RETRY_AFTER_S = 30.0  # a process whose agent was busy (another monitor) or failed is tried again after this
+RETRY_AFTER_S = 30.0  # a process whose watch failed is tried again after this
+REATTACH_EVERY_S = 0.5  # a watch lent to another monitor asks for the agent again this often until it is free
 
 
 def _ratio(pct):
@@ -93,7 +96,8 @@ def metric_families(targets: Iterable[tuple[dict, object]]) -> list:
             if v is not None:
                 fam.add_metric([labels[k] for k in LABELS], float(v))
         out.append(fam)
-    tokens = CounterMetricFamily("decodemon_tokens", "Tokens measured since the monitor attached.", labels=LABELS)
+    tokens = CounterMetricFamily("decodemon_tokens", "Tokens measured while watched (kept across another monitor's "
+                                 "attach, whose tokens it does not count).", labels=LABELS)
     ceiling = GaugeMetricFamily("decodemon_ceiling_value", "Each ceiling's number, in the unit its label names.",
                                 labels=LABELS + ("ceiling", "unit"))
     verdict = GaugeMetricFamily("decodemon_verdict", "1 for the binding ceiling (the rolling verdict), else 0.",
@@ -149,6 +153,9 @@ class Watch:
         self.latest = None
         self.labels = target_labels(None, pid)
         self.ended: str | None = None  # why the attach ended (None while it runs)
+        self.lent: str | None = None  # why another monitor holds the agent now (None while this watch holds it)
+        self.tokens_before = 0  # tokens counted in this watch's attaches before the current one
+        self.attaches = 0  # attaches that got the agent's hello
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"decodemon-watch-{pid}", daemon=True)
 
@@ -169,30 +176,61 @@ class Watch:
         return self._thread.is_alive()
 
     def _run(self) -> None:
+        """Attach; while the process lives and was only lent to another monitor, attach again once it is free."""
+        inject = self.inject
+        while not self._stop.is_set():
+            why = self._attach_once(inject)
+            inject = False  # the agent loaded at the first attach is there for the next
+            if why is None or not _lent(why) or self._stop.is_set():
+                break
+            self.lent, self.ended = why, None
+            if self._stop.wait(REATTACH_EVERY_S) or start_time(self.pid) != self.started:
+                break
+        if self.ended is None:
+            self.ended = "stopped"
+
+    def _attach_once(self, inject: bool) -> str | None:
+        """One attach, from connect to Bye; the Bye's reason (None: the process is not the one found). The latest
+        snapshot carries the tokens counted in the attaches before, and one of this attach replaces the one held
+        only once it has a token clock, so a series stays continuous across another monitor's attach."""
         from decodemon.monitor.session import Session
 
         sess = Session(label=f"pid {self.pid}")
+        before = self.tokens_before
         last = 0.0
         try:
             for rx, _payload, frame in live_frames(self.pid, self.settings, None, stop=self._stop.is_set,
-                                                   inject=self.inject):
+                                                   inject=inject):
                 if isinstance(frame, wire.Hello):
                     why = self.not_the_process(frame)
                     if why is not None:
                         self.ended = why
-                        return
+                        return None
                     self.labels = target_labels(frame, self.pid)
+                    self.attaches += 1
                 sess.add(rx, frame)
                 now = time.monotonic()
                 if now - last >= self.every_s or isinstance(frame, wire.KernelWindow):
-                    self.latest, last = sess.snapshot(), now
+                    self._publish(sess.snapshot(), before)
+                    last = now
             self.ended = sess.feed.bye or "detached"
         except (SourceError, wire.WireError, OSError) as exc:
             self.ended = str(exc)
         except Exception as exc:  # a frame the analysis cannot take ends this watch, not the exporter
             self.ended = f"{type(exc).__name__}: {exc}"
         if sess.feed.tokens_seen or sess.feed.steps_seen:
-            self.latest = sess.snapshot()
+            self._publish(sess.snapshot(), before)
+            self.tokens_before = before + sess.snapshot().tokens_total
+        return self.ended
+
+    def _publish(self, snap, tokens_before: int) -> None:
+        """Make `snap` the latest, its token count added to the attaches' before; one with no token clock yet
+        does not replace a snapshot held from an attach before."""
+        if self.latest is not None and tokens_before and snap.tokens is None:
+            return
+        if tokens_before:
+            snap = dataclasses.replace(snap, tokens_total=tokens_before + snap.tokens_total)
+        self.latest, self.lent = snap, None
 
     def not_the_process(self, hello: wire.Hello) -> str | None:
         """Why `hello` is not from the process this watch was started on (another pid, or the pid reused by a
@@ -202,6 +240,11 @@ class Watch:
         if self.started is None or start_time(self.pid) != self.started:
             return f"pid {self.pid} is not the process found (it ended, or its pid was reused)"
         return None
+
+
+def _lent(reason: str) -> bool:
+    """Whether an attach ended because another monitor has the agent (stepped aside for it, or found it busy)."""
+    return reason.startswith("busy:") or reason.startswith("stepped aside for monitor")
 
 
 MIN_SCAN_S = 0.1

@@ -168,26 +168,54 @@ def test_serve_pid_without_an_agent_is_one_line(capsys):
     assert len(err) == 1 and "no process with pid" in err[0]
 
 
-def test_an_attach_beside_the_exporter_is_served_and_metrics_keep_serving(engine):
-    """The exporter yields: a user's attach to a loop it watches is never `busy`; the exporter's watch steps aside
-    (its Bye says for whom) while /metrics keeps answering, and it watches the loop again afterwards."""
+def _engine_samples(port: int, pid: int) -> dict:
+    """The exporter's samples for `pid` in one scrape: name -> value (the verdict's ceiling label dropped)."""
+    text = _get(f"http://127.0.0.1:{port}/metrics", timeout=10)
+    return {s.name: s.value for fam in text_string_to_metric_families(text) for s in fam.samples
+            if s.labels.get("pid") == str(pid) and "ceiling" not in s.labels}
+
+
+def test_an_attach_beside_the_exporter_leaves_its_series_continuous(engine):
+    """The exporter yields: a user's attach to a loop it watches is served, never `busy`, and every scrape meanwhile
+    still has the loop's series (held at their last values); the exporter watches it again as soon as the user
+    detaches, and decodemon_tokens_total goes on from where it was, never from 0."""
     port = _free_port()
     exporter = prom.Exporter(only=lambda p: p == engine.pid)
     server = prom.start_server(prom.SnapshotCollector(exporter.targets), "127.0.0.1", port)
+    scrapes, done = [], threading.Event()
+
+    def scrape_every_200_ms():
+        while not done.wait(0.2):
+            scrapes.append(_engine_samples(port, engine.pid))
+
+    scraper = threading.Thread(target=scrape_every_200_ms, daemon=True)
     try:
         exporter.scan()
         t_end = time.monotonic() + 30
-        while not exporter.targets() and time.monotonic() < t_end:
+        while not any(snap.tokens for _labels, snap in exporter.targets()) and time.monotonic() < t_end:
             time.sleep(0.2)
-        assert exporter.targets(), "the exporter never watched the engine"
+        assert exporter.targets(), "the exporter never timed the engine's tokens"
+        watch = exporter.watches[engine.pid]
+        scraper.start()
+        t_end = time.monotonic() + 10
+        while len(scrapes) < 2 and time.monotonic() < t_end:
+            time.sleep(0.1)
+        before = scrapes[-1]["decodemon_tokens_total"]
         r = subprocess.run([sys.executable, "-m", "decodemon.monitor.cli", "attach", str(engine.pid), "--json",
                             "--seconds", "2"], capture_output=True, text=True, timeout=120)
         assert r.returncode == 0 and "busy" not in r.stderr, r.stderr
         assert json.loads(r.stdout)["tokens"] > 0
-        watch = next(iter(exporter.watches.values()))
-        assert watch.ended.startswith("stepped aside for monitor pid"), watch.ended
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
-            assert resp.status == 200
+        t_end = time.monotonic() + 30
+        while not (watch.attaches >= 2 and scrapes and scrapes[-1]["decodemon_tokens_total"] > before):
+            assert time.monotonic() < t_end, f"the exporter did not watch again: {watch.ended or watch.lent}"
+            time.sleep(0.1)
+        assert watch.running and watch.ended is None
+        done.set()
+        scraper.join(15)
+        totals = [s.get("decodemon_tokens_total") for s in scrapes]
+        assert all(s.get("decodemon_seconds_per_token") for s in scrapes), "a scrape without the loop's series"
+        assert None not in totals and totals == sorted(totals), totals
     finally:
+        done.set()
         exporter.stop()
         server.shutdown()
