@@ -135,6 +135,10 @@ def test_compare_json_has_both_summaries_and_the_ratios():
     ratio = d["b_over_a"]
     assert ratio["ms_per_token"] == pytest.approx(b["ms_per_token"] / a["ms_per_token"], rel=1e-3)
     assert ratio["launches_per_token"] == pytest.approx(b["launches_per_token"] / a["launches_per_token"], rel=1e-3)
+    # ms/token divides medians and tokens/s means: each ratio says which, and they are different figures here
+    assert set(d["b_over_a_of"]) == set(ratio)
+    assert "median" in d["b_over_a_of"]["ms_per_token"] and "mean" in d["b_over_a_of"]["tokens_per_s"]
+    assert ratio["tokens_per_s"] == pytest.approx(b["tokens_per_s"] / a["tokens_per_s"], rel=1e-3)
 
 
 def test_scaling_in_reverse_order_says_which_goes_first():

@@ -9,6 +9,13 @@ JSON_SECONDS = 10.0
 # the figures whose ratio B/A says what a change did
 RATIOS = ("ms_per_token", "tokens_per_s", "launches_per_token", "kernel_sum_ms_per_token", "gpu_busy_pct",
           "bytes_per_token")
+# what each ratio divides: the medians and the means of the tokens are different figures, so the JSON says which
+RATIO_OF = {"ms_per_token": "the median token's ms (a typical token)",
+            "tokens_per_s": "tokens per second over the mean token (the throughput; slow tokens count)",
+            "launches_per_token": "kernels per token in the latest traced window",
+            "kernel_sum_ms_per_token": "the kernels' summed ms per token in the latest traced window",
+            "gpu_busy_pct": "the share of time the GPU ran work",
+            "bytes_per_token": "bytes read per token"}
 
 
 def add(sub) -> None:
@@ -16,7 +23,8 @@ def add(sub) -> None:
     p = sub.add_parser("compare", help="two sources side by side (pids or recordings)",
                        description="Two runs side by side: before and after a change, eager and graphed.")
     add_source(p, ("a", "b"))
-    p.add_argument("--json", action="store_true", help="print both summaries and the ratios B/A")
+    p.add_argument("--json", action="store_true", help="print both summaries and the ratios B/A (ms/token: of the medians; "
+                                                      "tokens/s: of the means)")
     add_seconds(p, None, f"pids: seconds to watch (app: until q; --json: {JSON_SECONDS:g})")
     p.add_argument("--speed", type=bounded("--speed", 0, 1000), default=1.0, help="recordings: playback speed")
     p.add_argument("--at", type=bounded("--at", 0.0, 1e6, allow_zero=True), default=None, metavar="S",
@@ -39,7 +47,7 @@ def compare_json(snap_a, snap_b) -> dict:
 
     ja, jb = summary_json(snap_a), summary_json(snap_b)
     return {"a": ja, "b": jb, "b_over_a": {k: _ratio(jb.get(k), ja.get(k)) for k in RATIOS},
-            "verdicts": [ja.get("verdict"), jb.get("verdict")]}
+            "b_over_a_of": RATIO_OF, "verdicts": [ja.get("verdict"), jb.get("verdict")]}
 
 
 def collect_both(specs, settings, seconds) -> list:
