@@ -9,7 +9,11 @@ of the same loop, through `grade_open`) measures again and grades it:
                                  named with `then` binds now
     right number, other reason   the number held, but the ceiling moved in a way nobody predicted: a coincidence
                                  that is about to be generalised from
-    wrong                        the number did not hold
+    right number, reason unmeasured
+                                 the number held, but no ceiling was measured to bind before (UNKNOWN, and no
+                                 `then` named) or after (UNKNOWN, its own figure not lower): nothing says why
+    wrong                        the number did not hold; the grade says by how many points, and whether the
+                                 change went the predicted way (`how_wrong`)
 
 The file lives beside the user's project (`decodemon.ledger.jsonl`) and is only ever appended to: one `os.write`
 of one whole line under O_APPEND, then fsync, so two writers never interleave inside a line and a crash leaves at
@@ -32,6 +36,7 @@ DEFAULT_PATH = "decodemon.ledger.jsonl"
 FORMAT = "decodemon-ledger/1"
 CEILINGS = ("bandwidth", "comm", "launch", "occupancy", "kernels")
 RIGHT, OTHER, WRONG = "right number, right reason", "right number, other reason", "wrong"
+UNMEASURED = "right number, reason unmeasured"
 SIGNIFICANT_MS_CHANGE = 0.10  # ms/token moving more than this (or the verdict moving) makes older diagnoses stale
 RELIEVED_FRACTION = 0.10  # a ceiling's own figure falling by this much counts as relieving it
 DEFAULT_TOLERANCE_PCT = 10.0
@@ -255,13 +260,37 @@ def pred_id(entry: dict) -> str:
     return entry["hash"][:12]
 
 
-def _relieved(ceiling: str, before: dict, after: dict) -> bool:
-    """The ceiling stopped binding, or its own figure (× floor, µs/launch, % ...) fell by RELIEVED_FRACTION."""
-    if after.get("verdict") != ceiling:
-        return True
+def _fell(ceiling: str, before: dict, after: dict) -> bool:
+    """The ceiling's own figure (× floor, µs/launch, % ...) fell by RELIEVED_FRACTION."""
     a = (before.get("candidates") or {}).get(ceiling)
     b = (after.get("candidates") or {}).get(ceiling)
     return a is not None and b is not None and a > 0 and b <= a * (1 - RELIEVED_FRACTION)
+
+
+def _right_reason(pred: dict, before: dict, after: dict) -> bool | None:
+    """Whether the change acted as predicted: the `then` ceiling binds now, or the sealed ceiling was relieved
+    (it stopped binding, or its own figure fell). None when nothing measured can say: the sealed ceiling was
+    UNKNOWN with no `then`, or nothing binds now and no figure fell."""
+    now = after.get("verdict")
+    if pred.get("then"):
+        return True if now == pred["then"] else None if now == "unknown" else False
+    ceiling = pred["ceiling"]
+    if ceiling == "unknown":
+        return None
+    if now == "unknown":
+        return True if _fell(ceiling, before, after) else None
+    return now != ceiling or _fell(ceiling, before, after)
+
+
+def how_wrong(measured_pct: float, expect_pct: float) -> str:
+    """A missed number in words: the direction it went against the predicted one, and by how many points."""
+    miss = abs(measured_pct - expect_pct)
+    if expect_pct and measured_pct and (measured_pct > 0) == (expect_pct > 0):
+        further = "further" if abs(measured_pct) > abs(expect_pct) else "less far"
+        return f"the predicted direction, {miss:.1f} points {further} than predicted"
+    if not expect_pct:
+        return f"predicted no change; it moved {measured_pct:+.1f}%"
+    return f"the other direction from the prediction, {miss:.1f} points off"
 
 
 def grade(pred: dict, summary: dict, now: float | None = None) -> dict:
@@ -273,15 +302,17 @@ def grade(pred: dict, summary: dict, now: float | None = None) -> dict:
     measured = 100.0 * (ms1 - ms0) / ms0
     tol = float(pred.get("tolerance_pct", DEFAULT_TOLERANCE_PCT))
     number = abs(measured - pred["expect_pct"]) <= tol
-    reason = (after["verdict"] == pred["then"]) if pred.get("then") else _relieved(pred["ceiling"], before, after)
-    g = WRONG if not number else RIGHT if reason else OTHER
-    text = (f"{g}: ms/token {ms0:.4g} → {ms1:.4g} ({measured:+.1f}%, predicted {pred['expect_pct']:+.1f}% "
-            f"± {tol:g}); ceiling {before['verdict'].upper()} → {after['verdict'].upper()}")
+    reason = _right_reason(pred, before, after)
+    g = WRONG if not number else UNMEASURED if reason is None else RIGHT if reason else OTHER
+    missed = how_wrong(measured, pred["expect_pct"]) if g == WRONG else None
+    text = (f"{g}{f' ({missed})' if missed else ''}: ms/token {ms0:.4g} → {ms1:.4g} ({measured:+.1f}%, predicted "
+            f"{pred['expect_pct']:+.1f}% ± {tol:g}); ceiling {before['verdict'].upper()} → {after['verdict'].upper()}")
     if pred.get("then") and after["verdict"] != pred["then"]:
         text += f" (predicted {pred['then'].upper()})"
+    extra = {"how_wrong": missed} if missed else {}
     return seal({"kind": "grade", "at": now_iso(now), "source": pred["source"], "prediction": pred_id(pred),
-                 "grade": g, "measured_pct": round(measured, 3), "new_ceiling": after["verdict"], "text": text,
-                 "state": after})
+                 "grade": g, **extra, "measured_pct": round(measured, 3), "new_ceiling": after["verdict"],
+                 "text": text, "state": after})
 
 
 def open_predictions(entries: list[dict], source: str | None = None) -> list[dict]:
@@ -317,9 +348,13 @@ def significant_change(old: dict, new: dict) -> str | None:
 
 def stale_reasons(entries: list[dict], current: dict | None = None) -> dict[int, str]:
     """For each entry index whose sealed state predates a significant change of its source (a later entry, or
-    `current`, a state_of() measured now): why. A sealed serial fraction is named: it must be re-derived."""
+    `current`, a state_of() measured now): why. A graded prediction is never stale: its grade holds it against what
+    came after. A sealed serial fraction is named: it must be re-derived."""
+    graded = {e.get("prediction") for e in entries if e["kind"] == "grade"}
     out = {}
     for i, e in enumerate(entries):
+        if e["kind"] == "prediction" and pred_id(e) in graded:
+            continue
         later = [x["state"] for x in entries[i + 1:] if x["source"] == e["source"]]
         if current is not None and current.get("source", e["source"]) == e["source"]:
             later.append(current)
@@ -336,6 +371,11 @@ def stale_reasons(entries: list[dict], current: dict | None = None) -> dict[int,
 
 def _ms(x) -> str:
     return f"{x:.4g}" if isinstance(x, (int, float)) else "—"
+
+
+def grade_words(g: dict) -> str:
+    """A grade as said to a person: a missed number says how it missed."""
+    return f"{g['grade']} ({g['how_wrong']})" if g.get("how_wrong") else str(g["grade"])
 
 
 def ledger_markdown(entries: list[dict], source: str | None = None, current: dict | None = None) -> str:
@@ -362,7 +402,7 @@ def ledger_markdown(entries: list[dict], source: str | None = None, current: dic
         lines.append(f"| {md(p['at'])} | {md(p['source'])} | {md(str(p['ceiling']).upper())} "
                      f"({_ms(p['state']['ms_per_token'])} ms) | {md(p['change'])} "
                      f"| {p['expect_pct']:+.0f}% ± {p['tolerance_pct']:g} | {measured} "
-                     f"| {md(g['grade']) if g else '—'} | {md(str(g['new_ceiling']).upper()) if g else '—'} "
+                     f"| {md(grade_words(g)) if g else '—'} | {md(str(g['new_ceiling']).upper()) if g else '—'} "
                      f"| {md(pred_id(p))} |")
     notes = [f"- {md(entries[i]['kind'])} {md(entries[i]['at'])} ({md(entries[i]['source'])}) is stale: {md(why)}"
              for i, why in sorted(stale.items()) if source is None or entries[i]["source"] == source]

@@ -129,9 +129,55 @@ def test_the_ledger_as_a_markdown_section(eager, graph):
     md = ledger.ledger_markdown([p, ledger.grade(p, graph, now=60)])
     assert md.startswith("## Predictions and grades")
     row = next(ln for ln in md.splitlines() if "capture a graph" in ln)
-    assert "LAUNCH (20.4 ms)" in row and "-60% ± 10" in row and "-80.8%" in row and "| wrong | OCCUPANCY |" in row
-    assert "is stale: the verdict moved LAUNCH → OCCUPANCY" in md
+    assert "LAUNCH (20.4 ms)" in row and "-60% ± 10" in row and "-80.8%" in row
+    assert "| wrong (the predicted direction, 20.8 points further than predicted) | OCCUPANCY |" in row
+    assert "stale" not in md  # the prediction is graded: its grade holds it against what came after
     assert "No prediction is written down yet" in ledger.ledger_markdown([])
+
+
+def test_a_ceiling_unknown_before_and_after_grades_the_reason_unmeasured_not_other(eager):
+    unknown = {**eager, "verdict": "unknown", "ceiling": "unknown"}
+    faster = {**unknown, "ms_per_token": eager["ms_per_token"] * 0.8}
+    g = ledger.grade(ledger.prediction(unknown, "l", "fewer syncs", "-20%"), faster)
+    assert g["grade"] == ledger.UNMEASURED and "UNKNOWN → UNKNOWN" in g["text"]
+    # a named ceiling that stops binding with nothing binding after, its own figure unmoved: no reason measured
+    nothing_binds = {**eager, "ms_per_token": eager["ms_per_token"] * 0.8, "verdict": "unknown"}
+    assert ledger.grade(ledger.prediction(eager, "l", "x", "-20%", "launch"), nothing_binds)["grade"] == \
+        ledger.UNMEASURED
+
+
+@pytest.mark.parametrize("expect, words", [
+    ("-50%", "the predicted direction, 30.8 points further than predicted"),
+    ("-95%", "the predicted direction, 14.2 points less far than predicted"),
+    ("+20%", "the other direction from the prediction, 100.8 points off"),
+    ("0%", "predicted no change; it moved -80.8%"),
+])
+def test_a_missed_number_says_how_it_missed(eager, graph, expect, words):
+    g = ledger.grade(ledger.prediction(eager, "l", "capture a graph", expect, "launch"), graph)
+    assert g["grade"] == ledger.WRONG and g["how_wrong"] == words and f"wrong ({words})" in g["text"]
+
+
+def test_a_graded_prediction_is_not_stale_but_an_open_one_is(eager, graph):
+    graded = ledger.prediction(eager, "loop.py", "capture a graph", "-80%", "launch", now=0)
+    g = ledger.grade(graded, graph, now=60)
+    open_one = ledger.prediction(eager, "loop.py", "fewer syncs", "-10%", "launch", now=1)
+    later = ledger.prediction(graph, "loop.py", "widen the grids", "-10%", now=120)
+    stale = ledger.stale_reasons([graded, open_one, g, later])
+    assert list(stale) == [1] and "LAUNCH → OCCUPANCY" in stale[1]
+
+
+def test_report_finds_a_prediction_sealed_with_a_label_and_names_it_when_not_given(tmp_path, capsys):
+    path, out = tmp_path / "l.jsonl", tmp_path / "DIAGNOSIS.md"
+    assert main(["predict", REC["eager"], "--label", "my loop", "--change", "capture a graph", "--expect", "-80%",
+                 "--ledger", path]) == 0
+    assert main(["report", REC["graph"], "--ledger", path, "-o", out]) == 0
+    assert "open ones are for my loop (--label NAME picks one)" in capsys.readouterr().err
+    assert [e["kind"] for e in ledger.read(path)[0]] == ["prediction"]
+    assert main(["report", REC["graph"], "--ledger", path, "--label", "my loop", "-o", out]) == 0
+    assert "graded the open prediction" in capsys.readouterr().err
+    entries = ledger.read(path)[0]
+    assert [e["kind"] for e in entries] == ["prediction", "grade"] and entries[1]["source"] == "my loop"
+    assert "capture a graph" in out.read_text()
 
 
 @pytest.mark.parametrize("args, words", [

@@ -1,7 +1,8 @@
 """`decodemon grade SOURCE`: measure again and grade the latest open prediction of the same loop.
 
 The grade is "right number, right reason", "right number, other reason" (the ceiling moved in a way nobody
-predicted) or "wrong", with the new ceiling and the measured change (`decodemon.monitor.ledger`)."""
+predicted), "right number, reason unmeasured" (no ceiling measured to bind) or "wrong" (with how it missed), with
+the new ceiling and the measured change (`decodemon.monitor.ledger`)."""
 
 from __future__ import annotations
 

@@ -18,13 +18,24 @@ def add(sub) -> None:
     add_seconds(p, 10.0, "a pid: seconds to watch (default 10)")
     p.add_argument("--ledger", default=None, metavar="PATH",
                    help="the prediction ledger to grade and include (default ./decodemon.ledger.jsonl, if there)")
+    p.add_argument("--label", metavar="NAME", type=label_type,
+                   help="the loop's name in the ledger, as given to `predict --label` (default: its script or -m "
+                        "module)")
     add_probe(p)
     p.set_defaults(fn=run)
 
 
-def grade_in_ledger(verb: str, ledger_path, sess, summary: dict, source: str):
+def label_type(text: str) -> str:
+    """`--label`, checked as predict and grade check it."""
+    from decodemon.monitor.cli.predict import _label
+
+    return _label(text)
+
+
+def grade_in_ledger(verb: str, ledger_path, sess, summary: dict, source: str, label: str | None = None):
     """The next attach or report of a loop grades its open prediction in the ledger (if there is a ledger);
-    returns (the ledger's path, the loop's label), or None without a ledger."""
+    returns (the ledger's path, the loop's label), or None without a ledger. `label`: the loop's name as sealed
+    (`predict --label`); by default its script or -m module. Open predictions of other loops only are named."""
     from pathlib import Path
 
     from decodemon.monitor import ledger
@@ -33,7 +44,7 @@ def grade_in_ledger(verb: str, ledger_path, sess, summary: dict, source: str):
     if not path.exists():
         return None
     argv = sess.feed.hello.argv if sess.feed.hello else ()
-    label = ledger.loop_label(argv, source)
+    label = label or ledger.loop_label(argv, source)
     try:
         graded, problems = ledger.grade_open(path, summary, label)
     except ledger.LedgerError as exc:
@@ -44,7 +55,12 @@ def grade_in_ledger(verb: str, ledger_path, sess, summary: dict, source: str):
     for line in problems:
         say(verb, line)
     if graded is not None:
-        say(verb, f"graded the open prediction in {path}: {graded.get('grade')}")
+        say(verb, f"graded the open prediction in {path}: {ledger.grade_words(graded)}")
+    else:
+        others = sorted({e["source"] for e in ledger.open_predictions(ledger.read(path)[0])} - {label})
+        if others:
+            say(verb, f"no open prediction for {label} in {path}; open ones are for {', '.join(others)} "
+                      "(--label NAME picks one)")
     return path, label
 
 
@@ -52,7 +68,7 @@ def _with_ledger(a, sess, summary: dict, md: str) -> str:
     """Grade the loop's open prediction with what was just measured, and add the ledger to the report."""
     from decodemon.monitor import ledger
 
-    found = grade_in_ledger("report", a.ledger, sess, summary, str(a.source))
+    found = grade_in_ledger("report", a.ledger, sess, summary, str(a.source), a.label)
     if found is None:
         return md
     path, label = found
