@@ -88,6 +88,7 @@ class DecodemonApp(App):
         Binding("z", "maximize", "max"),
         Binding("s", "svg", "SVG"),
         Binding("d", "diagnosis", "diag"),
+        Binding("v", "why", "why"),
     ]
 
     def __init__(self, players, start_at_s: float | None = None, paused: bool = False, out_dir: str = ".",
@@ -220,6 +221,21 @@ class DecodemonApp(App):
             self.notify("tab to a panel first: z maximises the focused one")
             return
         self.screen.maximize(self.focused, container=False)
+
+    def action_why(self) -> None:
+        """Fill the screen with a verdict panel (the focused side's, else the first): each candidate's threshold and
+        inputs with their sources; again, or escape, to go back."""
+        from decodemon.monitor.widgets.verdict import VerdictPanel
+
+        shown = self.screen.maximized
+        if isinstance(shown, VerdictPanel):
+            self.screen.minimize()
+            return
+        pane = next((p for p in self.query(SourcePane) if self.focused is not None and self.focused in p.walk_children()),
+                    self.query(SourcePane).first())
+        panel = pane.query_one(VerdictPanel)
+        panel.focus()
+        self.screen.maximize(panel, container=False)
 
     def _labels_shown(self) -> list[str]:
         shown = self.screen.maximized

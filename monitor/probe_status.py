@@ -80,6 +80,18 @@ def pm_lost_of(pm) -> str | None:
     return pm_lost_words(pm.full_pumps, pm.overflows, pm.max_samples, pm.interval_us, getattr(pm, "pump_s", 1.0))
 
 
+# seconds after the first frame with PM armed and no sample before the screen says so
+PM_SILENT_AFTER_S = 3.0
+
+
+def pm_silent_words(pm: str, seconds: float, busy_source: str) -> str:
+    """PM armed with no sample after `seconds`: said, with what that leaves and where else PM can be sampled."""
+    where = "in the target's agent thread" if "in process" in pm else "in the sidecar"
+    other = "; --probe counters=monitor samples in the sidecar instead" if "in process" in pm else ""
+    return (f"PM sampling: armed {where}, but no sample in {seconds:.0f} s and no error or loss reported: GPU busy "
+            f"comes from {busy_source}; SM active and DRAM are not measured{other}")
+
+
 def _pm_cpu(s: wire.ProbeStatus) -> str | None:
     if s.pm_cpu_ms_per_pump is None or s.pm_pumps < 2:
         return None

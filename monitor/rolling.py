@@ -59,12 +59,13 @@ def advance(r: Rolling, ceiling: str, at: str, figures: dict) -> Rolling:
 
 def headline(diagnosis, r: Rolling) -> tuple[str, str]:
     """The verdict to show, and the pending change in words ('' when none): the ceiling whose candidate binds now
-    (diagnosis.verdict: never one over a candidate that does not bind), with the rolling verdict, where it still
-    says another, as pending."""
+    (diagnosis.verdict: never one over a candidate that does not bind), and, where the history still holds another,
+    that it binds now and how many windows in a row it has held toward being recorded."""
     from decodemon.monitor.diagnosis import verdict  # noqa: PLC0415 - the rule lives with the candidates
 
     ceiling = verdict(diagnosis.candidates)
     if r.ceiling in ("unknown", ceiling) or ceiling == "unknown":
         return ceiling, ""
     won = r.streak if r.pending == ceiling else 0
-    return ceiling, f"{r.ceiling.upper()} → {ceiling.upper()}? {won} of {r.hold} windows"
+    return ceiling, (f"binds now; the history keeps {r.ceiling.upper()}, its windows' verdict, until {ceiling.upper()} "
+                     f"wins {r.hold} windows in a row ({won} so far)")

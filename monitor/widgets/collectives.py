@@ -8,6 +8,7 @@ from rich.text import Text
 from decodemon.monitor.widgets import tcss
 from decodemon.monitor.widgets.panel import Panel
 from decodemon.monitor.widgets.probe_words import tracing_unavailable
+from decodemon.monitor.widgets.reasons import peer_wait
 
 
 class CollectivesPanel(Panel):
@@ -36,4 +37,7 @@ class CollectivesPanel(Panel):
             wait = w.collective_wait_ms_per_token
             if ms and wait > 0.01 * ms:
                 t.append(f"\n+{wait:.3f} ms/token waiting for a late peer", style="yellow")
+            if peer_wait(s):  # both ranks traced in the same tokens: the wait is the tracing's, said where it shows
+                t.append("\nranks traced in the same tokens run late by turns: the wait is not priced as COMM",
+                         style="yellow")
         self.put(t)

@@ -21,18 +21,43 @@ class GroupBar(Static):
 
         g = combine(snaps)
         self.group = g
-        t = Text()
-        t.append(f"TP={g['tp']}  ", style="bold")
-        last = g.get("last_to_arrive_rank")
-        ranks = {r["tp_rank"]: r for r in g["ranks"]}
-        if last is not None and last in ranks:
-            c = ranks[last]["collectives"]
-            t.append(f"all-reduce {num(g['collective_us_per_call'], '.1f')} µs/call "
-                     f"(kernel {num(c.get('kernel_us_per_call'), '.1f')} + launch gap "
-                     f"{num(c.get('launch_gap_us_per_call'), '.1f')}) × {num(c.get('calls_per_token'), '.0f')}/token"
-                     f" = {num(c.get('share_of_step_pct'), '.1f')}% of the step  ", style="bold")
-            t.append(f"the others wait for rank {last}  ")
-        else:
-            t.append("all-reduce: waiting for a traced window on two ranks  ", style="dim")
-        t.append("verdicts: " + ", ".join(f"rank {r['tp_rank']} {str(r['verdict']).upper()}" for r in g["ranks"]))
-        self.update(t)
+        self._parts = group_parts(g)
+        self.update(packed(self._parts, self.content_size.width))
+
+    def on_resize(self) -> None:
+        """Re-pack the parts for the new width."""
+        if getattr(self, "_parts", None):
+            self.update(packed(self._parts, self.content_size.width))
+
+
+def group_parts(g: dict) -> list[Text]:
+    """The bar's phrases: TP degree, the all-reduce's price, who the others wait for, every rank's verdict."""
+    parts = [Text(f"TP={g['tp']}", style="bold")]
+    last = g.get("last_to_arrive_rank")
+    ranks = {r["tp_rank"]: r for r in g["ranks"]}
+    if last is not None and last in ranks:
+        c = ranks[last]["collectives"]
+        parts.append(Text(f"all-reduce {num(g['collective_us_per_call'], '.1f')} µs/call "
+                          f"(kernel {num(c.get('kernel_us_per_call'), '.1f')} + launch gap "
+                          f"{num(c.get('launch_gap_us_per_call'), '.1f')}) × {num(c.get('calls_per_token'), '.0f')}/token"
+                          f" = {num(c.get('share_of_step_pct'), '.1f')}% of the step", style="bold"))
+        parts.append(Text(f"the others wait for rank {last}"))
+    else:
+        parts.append(Text("all-reduce: waiting for a traced window on two ranks", style="dim"))
+    parts.append(Text("verdicts: " + ", ".join(f"rank {r['tp_rank']} {str(r['verdict']).upper()}" for r in g["ranks"])))
+    return parts
+
+
+def packed(parts: list[Text], width: int) -> Text:
+    """The phrases two spaces apart, a new line before any that would not fit whole in `width` (0: one line)."""
+    t, used = Text(), 0
+    for p in parts:
+        if used and width and used + 2 + len(p.plain) > width:
+            t.append("\n")
+            used = 0
+        elif used:
+            t.append("  ")
+            used += 2
+        t.append_text(p)
+        used += len(p.plain)
+    return t

@@ -9,6 +9,7 @@ from decodemon.monitor.render.text import rejected_text
 from decodemon.monitor.widgets import tcss
 from decodemon.monitor.widgets.format import Redraw, num
 from decodemon.monitor.widgets.probe_words import device_line
+from decodemon.monitor.widgets.reasons import bandwidth_short, bytes_short, span_words
 
 
 class HeaderPanel(Redraw, Static):
@@ -28,14 +29,21 @@ class HeaderPanel(Redraw, Static):
         batched = s.tokens_per_step is not None  # a step is the unit: its rate is steps/s, tokens/s is the total's
         unit = "step" if batched else "token"
         t.append(f"{num(tk.ms_per_token if tk else None, '.3f')} ms/{unit}", style="bold cyan")
-        t.append(f" median  {num(tk.tokens_per_s if tk else None, '.1f')} {'steps' if batched else 'tok'}/s mean")
-        if tk:  # both from one clock, named, with the count behind them
-            t.append(f" ({tk.tokens} {'steps' if batched else 'tokens'}, {s.token_clock or 'no clock'})", style="dim")
+        span = f" of the last {span_words(s)}" if s.span_s else ""
+        t.append(f" median  {num(tk.tokens_per_s if tk else None, '.1f')} {'steps' if batched else 'tok'}/s mean{span}")
+        if tk:  # both from one clock, named, with the count behind them (the count every panel gives)
+            t.append(f" ({tk.tokens} {'steps' if batched else 'tokens'} timed, {s.token_clock or 'no clock'})",
+                     style="dim")
         if s.tokens_per_step is not None:  # a batched engine: a step makes a token per sequence in it
             t.append(f"  {s.tokens_per_step:g} tokens/step  {num(s.throughput_tokens_per_s, '.1f')} tok/s in all")
         floor = s.diagnosis.bandwidth_floor_ms
         if floor and tk:
-            t.append(f"  floor {floor:.3f} ms  ")
+            i = s.inputs
+            t.append(f"  floor {floor:.3f} ms")
+            if i is not None and i.bytes_per_token and i.bandwidth_gbs:
+                t.append(f" = {i.bytes_per_token / 1e9:.3g} GB ({bytes_short(s)}) ÷ {i.bandwidth_gbs:.4g} GB/s "
+                         f"({bandwidth_short(s.bandwidth_source)})", style="dim")
+            t.append("  ")
             t.append(f"{tk.ms_per_token / floor:.1f}× floor", style="bold yellow")
         if s.ended:
             t.append(f"\n■ {s.ended} (last data kept)", style="bold red")

@@ -20,7 +20,9 @@ decodemon keys
          back)
   s      export the screen as SVG, named after the sources shown
   d      write DIAGNOSIS-<source>.md for each source
-  ?      this help (↑ ↓ scroll it)
+  v      the verdict with each candidate's threshold and inputs,
+         filling the screen (escape: back)
+  ?      this help (↑ ↓, PgUp PgDn, Home End scroll it)
   q      quit
 
 hot kernels, column by column:
@@ -31,7 +33,8 @@ hot kernels, column by column:
   grid vs SMs  thread blocks against the GPU's SMs (red: under a quarter
                of the SMs get a block, yellow: under all of them)
   occ          theoretical occupancy: the warps an SM can hold at its
-               block size, registers and shared memory, of the most
+               block size, registers and shared memory, as a share of
+               the most warps an SM can hold
 
 GPU busy, SM active and DRAM % come from PM counters, which cover the
 whole GPU: when two engines share one GPU they are device-wide.
@@ -50,3 +53,7 @@ class HelpScreen(ModalScreen):
         """The help text in a box that scrolls where the terminal is short (80×24)."""
         with VerticalScroll():
             yield Static(HELP)
+
+    def on_mount(self) -> None:
+        """Give the box focus, so the arrows, PgUp/PgDn and Home/End scroll it."""
+        self.query_one(VerticalScroll).focus()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from decodemon.monitor.probe_status import PM_SILENT_AFTER_S, pm_silent_words
 from decodemon.monitor.widgets import tcss
 from decodemon.monitor.widgets.format import num, spark
 from decodemon.monitor.widgets.panel import Panel
@@ -31,8 +32,13 @@ class TelemetryPanel(Panel):
             last = next((v for v in reversed(vals) if v == v), None)
             t.append(f"{label:<11}{num(last, '.4g'):>8} ", style="bold")
             t.append(spark(vals, width, lo, hi) + "\n", style="cyan")
+        t.append("each bar ½ s: ms/token its median (the header's is the median of the span), the others their "
+                 "mean\n", style="dim")
         pm_lost, pm_note = probe_field(s, "pm_lost"), probe_field(s, "pm_note")
-        if not s.pm:
+        pm_word, seconds = probe_field(s, "pm"), s.rx_ns / 1e9
+        if not s.pm and pm_word.startswith("armed") and seconds >= PM_SILENT_AFTER_S:
+            t.append(pm_silent_words(pm_word, seconds, s.busy_source), style="yellow")
+        elif not s.pm:
             pm = "none: there is no GPU to sample" if has_no_gpu(s) else probe_field(s, "pm") or "not reported"
             t.append(f"PM sampling: {pm}", style="dim")
         elif pm_lost:

@@ -12,6 +12,7 @@ from decodemon.monitor.widgets import tcss
 from decodemon.monitor.widgets.format import num
 from decodemon.monitor.widgets.panel import Panel
 from decodemon.monitor.widgets.probe_words import probe_field, tracing_unavailable
+from decodemon.monitor.widgets.reasons import kernels_past_step
 
 SHADES = " ░▒▓█"
 
@@ -114,13 +115,16 @@ class TimelinePanel(Panel):
                      "(CUPTI instrumenting the graph; µs untraced)", style="dim")
         g = w.gap_ms_per_token
         total = sum(g.values()) or 1e-9
-        t.append(f"\nGPU busy {num(s.gpu_busy_pct, '.0f')}% ({s.busy_source})")
-        if s.kernel_share_pct is not None and s.pm:
+        t.append(f"\nGPU busy {num(s.gpu_busy_pct, '.0f')}% from {s.busy_source}")
+        past = kernels_past_step(s)
+        if past:
+            t.append(f"\n⚠ {past}", style="yellow")
+        elif s.kernel_share_pct is not None and s.pm:
             t.append(f" · kernels {s.kernel_share_pct:.0f}% of the step (traced)", style="dim")
             apart = busy_disagreement(s.pm.get("gpu_busy_pct"), s.kernel_share_pct)
             if apart:
                 t.append(f"\n⚠ {apart}", style="yellow")
-        t.append("  ·  idle gaps: ")
+        t.append("\nidle gaps: ")
         t.append(f"host launched late {100 * g['host_late'] / total:.0f}%", style="bold red")
         t.append(f" · short {100 * g['short'] / total:.0f}% · other {100 * g['other'] / total:.0f}%")
         if "unsplit" in g:

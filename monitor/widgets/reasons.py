@@ -1,0 +1,198 @@
+"""How the verdict was reached, in words for the verdict panel: each candidate's inputs with where each came from,
+and the one sentence that decides between candidates (plain functions of a snapshot, no Textual).
+
+Everything here reads the snapshot's own figures (`Snapshot.inputs`, the candidates, the sources); nothing is
+re-derived, so the screen says what the diagnosis was given.
+"""
+
+from __future__ import annotations
+
+from decodemon.monitor.diagnosis import BINDING, ORDER, UNKNOWN
+from decodemon.monitor.rolling import headline
+from decodemon.monitor.widgets.probe_words import has_no_gpu
+
+# a traced window's NCCL kernels this much of its kernel time while COMM prices the step under 10%: the kernels
+# mostly waited for a peer (both ranks traced in the same tokens run late by turns)
+PEER_WAIT_SHARE_PCT = 20.0
+
+
+def span_words(s) -> str:
+    """The seconds the figures cover, as the panels name them ("5 s"; "" when not known)."""
+    if not s.span_s:
+        return ""
+    return f"{s.span_s:.0f} s" if s.span_s >= 1 else f"{s.span_s:.1g} s"
+
+
+def ms_source(s) -> str:
+    """What ms/token is: the median over the span, and its clock."""
+    span = f" of the last {span_words(s)}" if s.span_s else ""
+    clock = f", {s.token_clock}" if s.token_clock else ""
+    return f"median{span}{clock}"
+
+
+def bandwidth_short(source: str) -> str:
+    """The bandwidth's source in a few words: measured copy (by whom) or spec figure."""
+    if source.startswith("measured copy (decodemon"):
+        return "measured copy, decodemon"
+    if source.startswith("measured copy (engine"):
+        return "measured copy, engine"
+    if source.startswith("NVML peak"):
+        return "spec: NVML peak, not measured"
+    return source or "?"
+
+
+def bytes_short(s) -> str:
+    """Where bytes per token came from: PM's DRAM counters or the model's facts."""
+    b = s.inputs.bytes_per_token if s.inputs else None
+    if b is not None and s.bytes_per_token_measured and abs(b - s.bytes_per_token_measured) <= 1e-6 * b:
+        return "PM DRAM counters"
+    if b is not None and s.bytes_per_token_model:
+        return f"model: weights + KV at depth {s.depth}"
+    return "?"
+
+
+def _windows(s) -> str:
+    return f"traced windows of the last {span_words(s)}" if s.span_s else "traced windows"
+
+
+def _bandwidth(s, c) -> str:
+    i = s.inputs
+    floor = s.diagnosis.bandwidth_floor_ms
+    if floor is not None and i.bytes_per_token and i.bandwidth_gbs:
+        return (f"{i.ms_per_token:.4g} ms/token ({ms_source(s)}) ÷ floor {floor:.3g} ms = "
+                f"{i.bytes_per_token / 1e9:.3g} GB/token ({bytes_short(s)}) ÷ {i.bandwidth_gbs:.4g} GB/s "
+                f"({bandwidth_short(s.bandwidth_source)})")
+    if c.value is not None and i.dram_gbs and i.bandwidth_gbs:
+        return (f"{i.bandwidth_gbs:.4g} GB/s ({bandwidth_short(s.bandwidth_source)}) ÷ {i.dram_gbs:.4g} GB/s DRAM "
+                "moved (PM counters): no token count needed")
+    return c.detail
+
+
+def peer_wait(s) -> str:
+    """The both-ranks-traced artefact where it applies: NCCL kernels a large part of the kernel time, mostly waiting
+    for a late peer, while COMM prices only the calls' own latency ("" where it does not apply)."""
+    w, i = s.window, s.inputs
+    if w is None or i is None or not w.collective_calls_per_token or not w.kernel_sum_ms_per_token:
+        return ""
+    nccl_pct = 100 * w.collective_ms_per_token / w.kernel_sum_ms_per_token
+    wait = w.collective_wait_ms_per_token
+    if nccl_pct < PEER_WAIT_SHARE_PCT or wait <= 0.5 * w.collective_ms_per_token:
+        return ""
+    return (f"NCCL kernels are {nccl_pct:.0f}% of the latest window's kernel time, {wait:.3g} of their "
+            f"{w.collective_ms_per_token:.3g} ms/token waiting for a late peer: ranks traced in the same tokens run "
+            "late by turns, so COMM prices each call at its own latency, not the wait")
+
+
+def _comm(s, c) -> str:
+    i = s.inputs
+    if c.value is None or not i.collectives_per_token or i.us_per_collective is None:
+        return c.detail
+    traced = s.window is not None and bool(s.window.collective_calls_per_token)
+    src = (f"a call priced at its kernel when not waiting plus its launch gap, the lowest of the {_windows(s)}"
+           if traced else "a call timed by the engine's clock around it")
+    out = (f"{i.collectives_per_token:g} calls/token × {i.us_per_collective:.3g} µs = "
+           f"{i.collectives_per_token * i.us_per_collective / 1e3:.3g} ms of {i.ms_per_token:.4g} ms/token (median); "
+           f"{src}")
+    wait = peer_wait(s)
+    return out + (f"; {wait}" if wait else "")
+
+
+def kernels_past_step(s) -> str:
+    """Where the traced kernels' sum is longer than the median step: said, never clipped to 100% ("" otherwise)."""
+    i = s.inputs
+    if i is None or i.kernel_sum_ms_per_token is None or not i.ms_per_token:
+        return ""
+    if i.kernel_sum_ms_per_token <= i.ms_per_token:
+        return ""
+    return (f"kernels {i.kernel_sum_ms_per_token:.3g} ms are {100 * i.kernel_sum_ms_per_token / i.ms_per_token:.0f}% "
+            f"of the {i.ms_per_token:.4g} ms median step: traced kernels run longer than untraced ones")
+
+
+def _launch(s, c) -> str:
+    i = s.inputs
+    if c.value is None:
+        return c.detail
+    if i.kernel_sum_ms_per_token is not None and i.launches_per_token:
+        idle = max(i.ms_per_token - i.kernel_sum_ms_per_token, 0.0)
+        out = (f"GPU idle {idle:.3g} ms = {i.ms_per_token:.4g} ms/token (median) − {i.kernel_sum_ms_per_token:.3g} ms "
+               f"of kernels ({_windows(s)}), {100 * idle / i.ms_per_token:.0f}% of the step, ÷ "
+               f"{i.launches_per_token:.0f} launches/token (traced)")
+        past = kernels_past_step(s)
+        if past:
+            out += f"; ⚠ {past}"
+        if c.state != BINDING and idle / i.ms_per_token >= 0.5:
+            out += f"; {c.detail.rsplit('; ', 1)[-1]}"
+        return out
+    if i.launches_per_token is None and i.gpu_busy_pct is not None:
+        return f"GPU idle {c.value:.0f}% = 100% − GPU busy {i.gpu_busy_pct:.0f}% from {s.busy_source}; no traced window"
+    return c.detail
+
+
+def _occupancy(s, c) -> str:
+    i = s.inputs
+    if c.value is None:
+        return c.detail
+    parts = []
+    if i.small_grid_share_pct is not None:
+        parts.append(f"{i.small_grid_share_pct:.0f}% of kernel time in grids under 25% of {i.sm_count or '?'} SMs "
+                     f"({_windows(s)})")
+    if i.gpu_busy_pct is not None:
+        parts.append(f"GPU busy {i.gpu_busy_pct:.0f}% from {s.busy_source}")
+    if i.sm_active_pct is not None:
+        parts.append(f"SM active {i.sm_active_pct:.0f}% from PM counters")
+    return "; ".join(parts) or c.detail
+
+
+WHY = {"bandwidth": _bandwidth, "comm": _comm, "launch": _launch, "occupancy": _occupancy}
+
+
+def inputs_line(s, name: str) -> str:
+    """One candidate's number as it was reached: its inputs, each with where it came from."""
+    c = s.diagnosis.candidates[name]
+    if s.inputs is None:
+        return c.detail
+    return WHY[name](s, c)
+
+
+def _clause(detail: str, *keys: str) -> str:
+    """The clause of a candidate's detail that holds one of `keys` ("" if none)."""
+    return next((p.strip() for p in detail.split("; ") if any(k in p for k in keys)), "")
+
+
+def decides(s) -> str:
+    """The one sentence that decides the verdict between the candidates."""
+    cands = s.diagnosis.candidates
+    ceiling, _ = headline(s.diagnosis, s.rolling)
+    if has_no_gpu(s):
+        return "no GPU in the target: none of the four ceilings can be priced; ms/token is the figure measured"
+    binding = [k for k in ORDER if cands[k].state == BINDING]
+    order = ", ".join(k.upper() for k in ORDER)
+    if len(binding) > 1:
+        return (f"{' and '.join(k.upper() for k in binding)} both bind: the verdict is the first in the method's order "
+                f"({order}), {binding[0].upper()}")
+    if ceiling in cands:
+        c = cands[ceiling]
+        resolved = _clause(c.detail, "binds:")
+        if resolved:  # no candidate bound outright: the kernels fill the step, and the counters chose
+            return f"{ceiling.upper()} {resolved}"
+        held = [k for k in ORDER if k != ceiling and cands[k].state == UNKNOWN and cands[k].value is not None]
+        for k in held:
+            why = _clause(cands[k].detail, "so grids", "does not rule", "counters alone")
+            if why:
+                busy = s.inputs.gpu_busy_pct if s.inputs else None
+                gate = (f" (GPU busy {busy:.0f}%, under the 50% its rule needs)" if "so grids" in why and busy is not None
+                        else "")
+                return f"{k.upper()} is unknown, not binding, at {cands[k].value:.3g} {cands[k].unit}: {why}{gate}"
+        return f"{ceiling.upper()} is the only candidate past its threshold"
+    return s.diagnosis.remedy if s.diagnosis.remedy.startswith("measure") else "no candidate is past its threshold"
+
+
+def history_note(s) -> str:
+    """Where the recorded history's last verdict is not the headline: why both stand ("" where they agree)."""
+    r = s.rolling
+    ceiling, pending = headline(s.diagnosis, r)
+    if pending or not r.history or r.history[-1].after == ceiling:
+        return ""
+    now = "nothing binds" if ceiling == "unknown" else f"{ceiling.upper()} binds"
+    return (f"the history's last verdict is {r.history[-1].after.upper()}; over the last {span_words(s) or 'span'} "
+            f"{now} (a change is recorded once it holds {r.hold} windows in a row)")
