@@ -32,6 +32,8 @@ OCCUPANCY_SMALL_SHARE_PCT = 50.0
 BANDWIDTH_NEAR_RATIO = 3.0
 OCCUPANCY_LEANING_SHARE_PCT = 25.0
 KERNELS_FILL_STEP = 0.8
+# LAUNCH's rule wherever the idle is known (a traced window, or PM's GPU busy), and what an unpriced LAUNCH waits for
+LAUNCH_IDLE_THRESHOLD = "GPU idle > 50% of the step binds; < 20% ruled out"
 
 
 @dataclass(frozen=True)
@@ -189,7 +191,7 @@ def _host_idle(i: Inputs) -> Candidate:
     clock still says how much of the token the GPU waits for the host."""
     idle = max(0.0, 100.0 - i.gpu_busy_pct)
     state = BINDING if idle >= 50 else RULED_OUT if idle < 20 else UNKNOWN
-    return Candidate(idle, "% of step GPU idle", "GPU idle > 50% of the step binds; < 20% ruled out", state,
+    return Candidate(idle, "% of step GPU idle", LAUNCH_IDLE_THRESHOLD, state,
                      f"the GPU is idle {idle:.0f}% of the {i.ms_per_token:.4g} ms token (PM's GPU busy "
                      f"{i.gpu_busy_pct:.0f}%): the host's work between steps; launches per token need a traced window")
 
@@ -214,14 +216,14 @@ def _launch_priced(i: Inputs, floor: float | None) -> tuple[Candidate, float | N
     if _priced_by_idle(i):
         return _host_idle(i), None
     if not (i.ms_per_token and i.launches_per_token):
-        return Candidate(None, "µs/launch", "<10 µs available per kernel binds", UNKNOWN,
+        return Candidate(None, "µs/launch", LAUNCH_IDLE_THRESHOLD, UNKNOWN,
                          _needs(("ms/token", i.ms_per_token), ("launches/token", i.launches_per_token))), None
     n = i.launches_per_token
     if i.kernel_sum_ms_per_token is not None:
         idle = max(i.ms_per_token - i.kernel_sum_ms_per_token, 0.0)
         idle_share = idle / i.ms_per_token
         per = idle * 1e3 / n
-        thr = "GPU idle > 50% of the step binds; < 20% ruled out"
+        thr = LAUNCH_IDLE_THRESHOLD
         state = BINDING if idle_share >= 0.5 else RULED_OUT if idle_share < 0.2 else UNKNOWN
         graphed = (i.graph_launches_per_token or 0) >= 1
         detail = (f"{idle:.3g} ms/token no kernel explains ({100 * idle_share:.0f}% of the step) over {n:.0f} "
