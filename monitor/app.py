@@ -223,19 +223,14 @@ class DecodemonApp(App):
         self.screen.maximize(self.focused, container=False)
 
     def action_why(self) -> None:
-        """Fill the screen with a verdict panel (the focused side's, else the first): each candidate's threshold and
-        inputs with their sources; again, or escape, to go back."""
-        from decodemon.monitor.widgets.verdict import VerdictPanel
+        """Open how the verdict was reached (the focused side's, else the first): each candidate's threshold and
+        inputs with their sources."""
+        from decodemon.monitor.widgets.why_screen import WhyScreen
 
-        shown = self.screen.maximized
-        if isinstance(shown, VerdictPanel):
-            self.screen.minimize()
-            return
-        pane = next((p for p in self.query(SourcePane) if self.focused is not None and self.focused in p.walk_children()),
-                    self.query(SourcePane).first())
-        panel = pane.query_one(VerdictPanel)
-        panel.focus()
-        self.screen.maximize(panel, container=False)
+        panes = list(self.query(SourcePane))
+        pane = next((p for p in panes if self.focused is not None and self.focused in p.walk_children()), panes[0])
+        if pane.last is not None:
+            self.push_screen(WhyScreen(pane.last, pane.side))
 
     def _labels_shown(self) -> list[str]:
         shown = self.screen.maximized

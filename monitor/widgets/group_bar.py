@@ -37,10 +37,11 @@ def group_parts(g: dict) -> list[Text]:
     ranks = {r["tp_rank"]: r for r in g["ranks"]}
     if last is not None and last in ranks:
         c = ranks[last]["collectives"]
-        parts.append(Text(f"all-reduce {num(g['collective_us_per_call'], '.1f')} µs/call "
-                          f"(kernel {num(c.get('kernel_us_per_call'), '.1f')} + launch gap "
-                          f"{num(c.get('launch_gap_us_per_call'), '.1f')}) × {num(c.get('calls_per_token'), '.0f')}/token"
-                          f" = {num(c.get('share_of_step_pct'), '.1f')}% of the step", style="bold"))
+        parts.append(Text(f"all-reduce {num(g['collective_us_per_call'], '.1f')} µs/call × "
+                          f"{num(c.get('calls_per_token'), '.0f')}/token = {num(c.get('share_of_step_pct'), '.1f')}% of "
+                          "the step", style="bold"))
+        parts.append(Text(f"(a call: kernel {num(c.get('kernel_us_per_call'), '.1f')} + launch gap "
+                          f"{num(c.get('launch_gap_us_per_call'), '.1f')})", style="bold"))
         parts.append(Text(f"the others wait for rank {last}"))
     else:
         parts.append(Text("all-reduce: waiting for a traced window on two ranks", style="dim"))

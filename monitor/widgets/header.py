@@ -19,6 +19,7 @@ class HeaderPanel(Redraw, Static):
 
     def show(self, s) -> None:
         """Draw one snapshot."""
+        self._last = s  # redrawn at the new width on a resize
         t = Text()
         model = s.model.name if s.model else "?"
         t.append(f"{s.label}", style="bold")
@@ -40,7 +41,8 @@ class HeaderPanel(Redraw, Static):
         if floor and tk:
             i = s.inputs
             t.append(f"  floor {floor:.3f} ms")
-            if i is not None and i.bytes_per_token and i.bandwidth_gbs:
+            if i is not None and i.bytes_per_token and i.bandwidth_gbs and (self.content_size.width or 200) >= 110:
+                # narrower, the floor's parts are one key away (`v`), with every other candidate's
                 t.append(f" = {i.bytes_per_token / 1e9:.3g} GB ({bytes_short(s)}) ÷ {i.bandwidth_gbs:.4g} GB/s "
                          f"({bandwidth_short(s.bandwidth_source)})", style="dim")
             t.append("  ")

@@ -16,7 +16,7 @@ STATE_STYLE = {"binding": "bold red", "ruled_out": "green", "unknown": "yellow"}
 CEILING_STYLE = {"launch": "bold white on red", "occupancy": "bold black on yellow", "bandwidth": "bold white on blue",
                  "comm": "bold white on magenta", "kernels": "bold black on cyan", "unknown": "bold white on grey37"}
 # narrower than this (an 80-column terminal, a side of a comparison), the panel shows each candidate on one line
-# and its inputs one key away (`v` fills the screen with it)
+# and its threshold and inputs one key away (`v`)
 FULL_WIDTH = 110
 NO_GPU_REMEDY = ("none to measure on the GPU: the target runs on the CPU, so ms/token is the figure; a kernel, launch "
                  "or bandwidth ceiling needs a GPU")
@@ -27,65 +27,62 @@ def value_text(c) -> str:
     return "?" if c.value is None else f"{c.value:.3g} {c.unit}"
 
 
+def verdict_text(s, width: int, full: bool | None = None) -> Text:
+    """The verdict of one snapshot in `width` columns: each candidate's threshold and inputs beside it where `full`
+    (by default, where the width allows), else one line per candidate and the key that shows the rest."""
+    d, r = s.diagnosis, s.rolling
+    wide = width >= FULL_WIDTH
+    full = wide if full is None else full
+    t = Text()
+    ceiling, pending = headline(d, r)
+    t.append(f"  {ceiling.upper()}  ", style=CEILING_STYLE.get(ceiling, "bold"))
+    untraceable = tracing_unavailable(s) if s.window is None else None
+    if pending:
+        t.append(f"  {pending}", style="yellow")
+    elif s.ended:
+        t.append("  stale: the source ended", style="yellow")
+    elif untraceable:
+        t.append(f"  no traced windows: {untraceable}", style="yellow")
+    elif s.window is None:
+        t.append("  provisional: no traced window yet", style="yellow")
+    t.append("\ndecides: ", style="bold")
+    t.append(decides(s) + "\n")
+    note = history_note(s)
+    if note:
+        t.append(note + "\n", style="yellow")
+    if untraceable:
+        t.append(still_measured(s) + "\n", style="dim")
+        error = latest_error(s)
+        if error:
+            t.append(f"probe error: {error}\n", style="red")
+    no_gpu = has_no_gpu(s)
+    for k in ORDER:
+        c = d.candidates[k]
+        t.append(f"{k.upper():<10}", style="bold")
+        t.append(f"{c.state.replace('_', ' '):<10}", style=STATE_STYLE[c.state])
+        t.append(value_text(c))
+        if full and not no_gpu:
+            t.append(f"   threshold: {c.threshold}" if wide else f"\n  threshold: {c.threshold}", style="dim")
+            t.append(f"\n{' ' * 10 if wide else '  '}← {inputs_line(s, k)}", style="dim")
+        t.append("\n")
+    if not full and not no_gpu:
+        t.append("v: each candidate's threshold and inputs, with their sources\n", style="dim")
+    t.append("remedy: ", style="bold")
+    t.append((NO_GPU_REMEDY if no_gpu else d.remedy) + "\n")
+    t.append("prove it wrong: ", style="bold")
+    t.append(d.falsify)
+    for h in [c.text() for c in r.history][-3:]:
+        t.append(f"\n· {h}", style="dim")
+    return t
+
+
 class VerdictPanel(Panel):
     """Which ceiling binds the token, how each candidate was priced, and the measurement that would prove it wrong."""
 
     DEFAULT_CSS = tcss(__file__)
 
-    def name_source(self, maximized: bool) -> None:
-        """Name the source, and redraw: maximised, the panel shows every candidate's inputs whatever its width."""
-        super().name_source(maximized)
-        if self._last is not None:
-            self.show(self._last)
-
-    def full(self) -> bool:
-        """Whether each candidate's threshold and inputs fit beside it (wide, or filling the screen)."""
-        width = self.content_size.width or 200
-        return width >= FULL_WIDTH or (self.is_attached and self.screen.maximized is self)
-
     def show(self, s) -> None:
         """Draw one snapshot."""
         self._last = s
-        d, r = s.diagnosis, s.rolling
         self.border_title = "verdict"
-        full = self.full()
-        t = Text()
-        ceiling, pending = headline(d, r)
-        t.append(f"  {ceiling.upper()}  ", style=CEILING_STYLE.get(ceiling, "bold"))
-        untraceable = tracing_unavailable(s) if s.window is None else None
-        if pending:
-            t.append(f"  {pending}", style="yellow")
-        elif s.ended:
-            t.append("  stale: the source ended", style="yellow")
-        elif untraceable:
-            t.append(f"  no traced windows: {untraceable}", style="yellow")
-        elif s.window is None:
-            t.append("  provisional: no traced window yet", style="yellow")
-        t.append("\ndecides: ", style="bold")
-        t.append(decides(s) + "\n")
-        note = history_note(s)
-        if note:
-            t.append(note + "\n", style="yellow")
-        if untraceable:
-            t.append(still_measured(s) + "\n", style="dim")
-            error = latest_error(s)
-            if error:
-                t.append(f"probe error: {error}\n", style="red")
-        for k in ORDER:
-            c = d.candidates[k]
-            t.append(f"{k.upper():<10}", style="bold")
-            t.append(f"{c.state.replace('_', ' '):<10}", style=STATE_STYLE[c.state])
-            t.append(value_text(c))
-            if full and not has_no_gpu(s):
-                t.append(f"   threshold: {c.threshold}", style="dim")
-                t.append(f"\n          ← {inputs_line(s, k)}", style="dim")
-            t.append("\n")
-        if not full and not has_no_gpu(s):
-            t.append("v: each candidate's threshold and inputs, with their sources\n", style="dim")
-        t.append("remedy: ", style="bold")
-        t.append((NO_GPU_REMEDY if has_no_gpu(s) else d.remedy) + "\n")
-        t.append("prove it wrong: ", style="bold")
-        t.append(d.falsify)
-        for h in [c.text() for c in r.history][-3:]:
-            t.append(f"\n· {h}", style="dim")
-        self.put(t)
+        self.put(verdict_text(s, self.content_size.width or 200))
