@@ -1,12 +1,20 @@
-"""`decodemon allreduce --payload-bytes B`: all-reduce latency at 1x, 8x and 64x a payload on this machine."""
+"""`decodemon allreduce --payload-bytes B`: all-reduce latency at 1x, 8x and 64x a payload on this machine,
+measured `--repeats` times: the median of the runs, their range, whether the conclusion is inside that range, and
+a size that costs more than a bigger one."""
 
 from __future__ import annotations
 
+import json
 import os
+import statistics
 import subprocess
 import sys
 
-from decodemon.monitor.cli._common import UsageError, bounded
+from decodemon.monitor.cli._common import UsageError, bounded, print_json
+
+LATENCY_BOUND_RATIO = 2.0  # 64x the bytes for under this many times the time: the call, not the bytes, costs
+SIZES = ("1", "8", "64")
+DEFAULT_REPEATS = 5
 
 
 def add(sub) -> None:
@@ -28,6 +36,9 @@ def add(sub) -> None:
                         "down_proj shards, e.g. 1024,1536)")
     p.add_argument("--profile-kernels", action="store_true",
                    help="CUDA: also read the NCCL kernels' own durations with torch.profiler")
+    p.add_argument("--repeats", type=bounded("--repeats", 1, 100, True), default=DEFAULT_REPEATS, metavar="N",
+                   help=f"runs of the whole benchmark: the median and the range of their figures "
+                        f"(default {DEFAULT_REPEATS})")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(fn=run)
 
@@ -45,8 +56,81 @@ def _dtype_of(a) -> tuple[str, str]:
     return dtype, f"{dtype}, the default on {device.upper() if device == 'cpu' else 'CUDA'}; --dtype picks another"
 
 
+def _spread(values: list[float]) -> dict:
+    """The median of the runs' values and their range."""
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def summarise(runs: list[dict]) -> dict:
+    """The benchmark's reports of several runs as one: each figure the runs' median, with their range; the 64x/1x
+    ratio of each run, and whether its range crosses the latency-bound line (the conclusion is then inside the
+    runs' own noise); and the sizes whose median costs more than a bigger one's."""
+    first = runs[0]
+    sizes = {}
+    for k in SIZES:
+        rows = [r["sizes"][k] for r in runs]
+        row = {"bytes": rows[0]["bytes"]}
+        for key in rows[0]:
+            vals = [x[key] for x in rows if isinstance(x.get(key), (int, float)) and not isinstance(x[key], bool)]
+            if key != "bytes" and len(vals) == len(rows):
+                row[key] = statistics.median(vals)
+        each = [x["us_per_call"] for x in rows]
+        row["us_per_call_range"] = [min(each), max(each)]
+        row["us_per_call_runs"] = each
+        sizes[k] = row
+    ratios = [r["sizes"]["64"]["us_per_call"] / r["sizes"]["1"]["us_per_call"] for r in runs
+              if r["sizes"]["1"]["us_per_call"] > 0]
+    ratio = _spread(ratios) if ratios else None
+    within_noise = bool(ratio and ratio["min"] < LATENCY_BOUND_RATIO <= ratio["max"])
+    inverted = [f"{small}x costs more than {big}x ({sizes[small]['us_per_call']:.4g} against "
+                f"{sizes[big]['us_per_call']:.4g} µs/call)"
+                for i, small in enumerate(SIZES) for big in SIZES[i + 1:]
+                if sizes[small]["us_per_call"] > sizes[big]["us_per_call"]]
+    if ratio is None:
+        regime = "undecided: the 1x call measured no time"
+    elif within_noise:
+        regime = (f"undecided: the runs fall on both sides of {LATENCY_BOUND_RATIO:g}x, so the conclusion is "
+                  "inside their own noise; more --iters or --repeats, or a quieter machine")
+    elif ratio["median"] < LATENCY_BOUND_RATIO:
+        regime = "latency-bound: report µs/call; the target is the number of calls"
+    else:
+        regime = "bandwidth matters at these sizes"
+    out = {k: first[k] for k in ("device", "tp", "dtype", "method") if k in first}
+    out.update({"repeats": len(runs), "sizes": sizes,
+                "ratio_64x": round(ratio["median"], 3) if ratio else None,
+                "ratio_64x_range": [round(ratio["min"], 3), round(ratio["max"], 3)] if ratio else None,
+                "within_noise": within_noise, "regime": regime,
+                "non_monotonic": inverted,
+                "note": ("a larger payload costing less than a smaller one is usually the machine's noise (or a "
+                         "change of algorithm between the sizes): read these figures as unsettled"
+                         if inverted else None)})
+    return out
+
+
+def summary_text(s: dict) -> str:
+    """The summary as terminal lines."""
+    lines = []
+    for k, v in s["sizes"].items():
+        lo, hi = v["us_per_call_range"]
+        host, b2b = v.get("host_issued_us_per_call"), v.get("back_to_back_us_per_call")
+        lines.append(f"{k:>3}x  {v['bytes']:>10} B  {v['us_per_call']:10.2f} µs/call  (range {lo:.2f}-{hi:.2f})"
+                     + (f"   (back to back {b2b:.1f}, issued from the host {host:.1f} µs/call)" if host else ""))
+    runs = f"median of {s['repeats']} runs" if s["repeats"] > 1 else "one run: no spread; --repeats gives one"
+    if s["ratio_64x"] is not None:
+        lo, hi = s["ratio_64x_range"]
+        lines.append(f"64x the payload costs {s['ratio_64x']:.2f}x the time ({runs}, {lo:.2f}-{hi:.2f}x): "
+                     f"{s['regime']}")
+    else:
+        lines.append(s["regime"])
+    lines += [f"not monotonic: {x}" for x in s["non_monotonic"]]
+    if s["note"]:
+        lines.append(s["note"])
+    return "\n".join(lines)
+
+
 def run(a) -> int:
-    """Run the benchmark in its own process (torch stays out of the monitor)."""
+    """Run the benchmark `--repeats` times, each in its own process (torch stays out of the monitor), and print
+    the median and range of their figures."""
     dtype, why = _dtype_of(a)
     size = ELEMENT_BYTES[dtype]
     if a.payload_bytes % size:  # the benchmark would round it down and time another payload than the one asked
@@ -58,6 +142,21 @@ def run(a) -> int:
     cmd += ["--dtype", a.dtype] if a.dtype else []
     cmd += ["--spacer-in", a.spacer_in] if a.spacer_in else []
     cmd += ["--profile-kernels"] if a.profile_kernels else []
-    cmd += ["--json"] if a.json else []
+    cmd += ["--json"]
     env = dict(os.environ, NCCL_NVLS_ENABLE="0")
-    return subprocess.run(cmd, env=env).returncode
+    runs = []
+    for _ in range(a.repeats):
+        r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True)  # its own errors reach stderr as said
+        if r.returncode:
+            return r.returncode
+        try:
+            runs.append(json.loads(r.stdout))
+        except json.JSONDecodeError:
+            print("decodemon allreduce: the benchmark printed no result", file=sys.stderr)
+            return 1
+    s = summarise(runs)
+    if a.json:
+        print_json(s)
+    else:
+        print(summary_text(s))
+    return 0
