@@ -14,6 +14,7 @@ machine without a GPU.
 from __future__ import annotations
 
 import json
+import math
 import shlex
 import subprocess
 import tempfile
@@ -243,6 +244,13 @@ def divergence(points: list[dict]) -> str:
     return f"{head}: {_resource(a, b, flat)}."
 
 
+def _at_deepest(verdict: str) -> str:
+    """The deepest point's verdict as a clause: an unknown one binds nothing."""
+    if verdict == "unknown":
+        return "no ceiling is measured to bind at the deepest depth (UNKNOWN)"
+    return f"{verdict.upper()} binds at the deepest depth"
+
+
 def _resource(a: dict, b: dict, flat: bool) -> str:
     """What depth consumes, from the deepest point's verdict and how bytes, the floor and grids moved."""
     deep = b["verdict"]
@@ -252,13 +260,21 @@ def _resource(a: dict, b: dict, flat: bool) -> str:
     xa, xb = a.get("bandwidth_x_floor"), b.get("bandwidth_x_floor")
     toward_floor = xa is not None and xb is not None and xb < xa
     if flat:
-        return (f"flat, so depth consumes nothing that binds here; {deep.upper()} binds at the deepest depth "
+        return (f"flat, so depth consumes nothing that binds here; {_at_deepest(deep)} "
                 "(a flat curve is a claim: it holds up to the deepest depth swept)")
     near_floor = xb is not None and xb < BANDWIDTH_RULED_OUT_RATIO
     if deep == "bandwidth" or (kv and toward_floor and near_floor and deep != "occupancy"):
         return (f"depth consumes memory bandwidth: {kv or 'the bytes read per token grow'}, and the token nears the "
                 f"bandwidth floor ({xb:.3g}× it at the deepest depth)" if xb is not None else
                 f"depth consumes memory bandwidth: {kv or 'the bytes read per token grow'} (BANDWIDTH)")
+    if deep == "unknown":
+        growth = b["ms_per_token"] / a["ms_per_token"]
+        tracks = bpa and bpb and kv and abs(math.log(growth / (bpb / bpa))) < math.log(1.25)
+        return (f"ms/token grows {growth:.3g}× while {kv or 'the bytes per token stay level'}, but "
+                f"{_at_deepest(deep)}, so what depth consumes is not measured"
+                + ("; the time tracking the bytes points at memory bandwidth, which a traced window or the PM "
+                   "counters would confirm or rule out" if tracks else
+                   "; a traced window or the PM counters would say which ceiling it is"))
     if deep == "occupancy":
         share = b.get("small_grid_share_pct")
         return ("depth consumes occupancy: the added time runs in grids that leave most SMs idle"
@@ -269,8 +285,8 @@ def _resource(a: dict, b: dict, flat: bool) -> str:
         return (f"depth consumes host time: LAUNCH binds at both ends and the GPU waits longer for each launch "
                 f"({ua:.3g} → {ub:.3g} µs), while {kv or 'the bytes per token stay level'}"
                 + (f" at {xb:.3g}× the bandwidth floor" if xb is not None else ""))
-    return (f"{deep.upper()} binds at the deepest depth while {kv or 'the bytes per token stay level'}; what depth "
-            "adds has not yet overtaken it")
+    return (f"{_at_deepest(deep)} while {kv or 'the bytes per token stay level'}; what depth adds has not yet "
+            "overtaken it")
 
 
 def markdown(result: dict) -> str:

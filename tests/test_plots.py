@@ -98,7 +98,7 @@ def test_terminal_renderings(budget_bars):
     sweep = plots.sweep_lines(SWEEP)
     assert "OCCUPANCY" in sweep[-2] and sweep[-1].count("BANDWIDTH") == 4
     top = next(ln for ln in sweep if "*" in ln or "o" in ln.split("│")[-1])
-    assert top.strip().startswith("11.3")  # the deepest candidate point (12.0) is the highest, on the 11.3+ row
+    assert top.strip().startswith("12 │") and top.endswith("* 12")  # the deepest candidate point is the highest
     eager, graph = plots.budget_lines(budget_bars)[:2]
     assert eager.count("H") > 30 and graph.count("H") == 0 and "3.91 ms/token" in graph
     tl = plots.timeline_lines(*TIMELINE)
@@ -111,12 +111,16 @@ def test_timeline_of_a_recording_marks_when_the_verdict_was_named():
     assert [w for _, w in changes] == ["LAUNCH"] and 0 < changes[0][0] < points[-1][0]
 
 
-def test_the_terminal_sweep_plot_puts_a_point_on_the_row_labelled_at_or_below_it():
-    lines = plots.sweep_lines([("candidate", [(64, 3.926, "occupancy"), (8192, 4.195, "occupancy")])])
+def test_the_terminal_sweep_plot_puts_each_point_on_the_row_labelled_nearest_it_and_writes_its_value():
+    # 31.96 beside points up to 71: on 10 rows of 7.5 each, a row labelled by its floor would read 29.8 for it
+    lines = plots.sweep_lines([("candidate", [(64, 12.9, "unknown"), (1024, 20.1, "unknown"),
+                                              (8192, 31.96, "unknown")]),
+                               ("reference", [(64, 70.2, "launch"), (8192, 71.0, "launch")])])
     rows = [(float(ln.split("│")[0]), ln.split("│")[1]) for ln in lines if "│" in ln]
-    step = rows[0][0] - rows[1][0]
-    hits = [(label, row.index("*")) for label, row in rows if "*" in row]
-    assert len(hits) == 2
-    for (label, col), v in zip(sorted(hits, key=lambda h: h[1]), (3.926, 4.195)):
-        assert label <= v < label + step  # e.g. 3.926 on the 3.52 row, 4.195 on the 3.96 row
+    labels = [label for label, _ in rows]
+    hits = [(label, row) for label, row in rows if "*" in row]
+    assert len(hits) == 3
+    for (label, row), v in zip(sorted(hits, key=lambda h: h[1].index("*")), (12.9, 20.1, 31.96)):
+        assert abs(label - v) == min(abs(x - v) for x in labels)  # no other row's label is nearer the point
+        assert f"* {v:.4g}" in row
     assert any(ln.startswith("*candidate ") for ln in lines)  # the legend names the command whole

@@ -76,6 +76,18 @@ def test_the_divergence_names_the_resource_depth_consumes():
     assert "depth consumes host time" in s and "37.6 → 56.1 µs" in s and "bandwidth" not in s.split("while")[0]
 
 
+def test_an_unknown_verdict_never_binds_in_the_divergence():
+    # ms/token 2.48x while the bytes grow 2.55x, and no ceiling measured to bind at either end
+    grows = [_pt("candidate", 64, 12.9, "unknown", 1200), _pt("candidate", 8192, 31.99, "unknown", 3060)]
+    s = sweep.divergence(grows)
+    assert "binds at the deepest depth" not in s and "no ceiling is measured to bind at the deepest depth" in s
+    assert "ms/token grows 2.48×" in s and "2.55×" in s and "points at memory bandwidth" in s
+    flat = [_pt("candidate", 64, 3.9, "unknown", 1200), _pt("candidate", 8192, 4.1, "unknown", 1200)]
+    assert "UNKNOWN binds" not in sweep.divergence(flat) and "no ceiling is measured" in sweep.divergence(flat)
+    level = [_pt("candidate", 64, 3.9, "unknown", 1200), _pt("candidate", 8192, 9.0, "unknown", 1200)]
+    assert "would say which ceiling it is" in sweep.divergence(level)
+
+
 def test_a_command_without_the_depth_placeholder_fails_in_one_line(tmp_path, capsys):
     assert main(["sweep", "python loop.py", "--depths", "64,512", "-o", tmp_path / "out"]) == 2
     assert main(["sweep", "python loop.py {depth}", "--depths", "64,x"]) == 2

@@ -11,8 +11,9 @@ BUDGET_CHARS = {"kernels": "K", "collectives": "C", "host late (launch)": "H", "
 
 
 def sweep_lines(series: list[tuple[str, list[tuple[int, float, str]]]], rows: int = 10) -> list[str]:
-    """ms/token (rows) against the swept depths (columns, evenly spaced as on a log axis); under each column the
-    depth and each command's ceiling."""
+    """ms/token (rows) against the swept depths (columns, evenly spaced as on a log axis); each point drawn on the
+    row whose label (the middle of the span it covers) is nearest its value, with the value written beside it;
+    under each column the depth and each command's ceiling."""
     depths = sorted({d for _, ps in series for d, v, _ in ps if v is not None})
     vals = [v for _, ps in series for _, v, _ in ps if v is not None]
     if not depths:
@@ -27,9 +28,12 @@ def sweep_lines(series: list[tuple[str, list[tuple[int, float, str]]]], rows: in
             r = rows - 1 - min(rows - 1, int(v / top * rows))
             c = depths.index(d) * col + col // 2
             grid[r][c] = MARKERS[k % len(MARKERS)] if grid[r][c] == " " else "#"
+            value = f"{v:.4g}"
+            if all(ch == " " for ch in grid[r][c + 1:c + 2 + len(value)]):  # beside it, where nothing is drawn
+                grid[r][c + 2:c + 2 + len(value)] = value
     out = []
-    for i, row in enumerate(grid):  # each row labelled with the lowest ms/token drawn on it
-        y = top * (rows - 1 - i) / rows
+    for i, row in enumerate(grid):
+        y = top * (rows - 1 - i + 0.5) / rows
         out.append(f"{y:>8.3g} │" + "".join(row).rstrip())
     out.append(" " * 9 + "└" + "─" * (col * len(depths)))
     out.append(" " * 10 + "".join(f"{d:^{col}}" for d in depths) + "  depth")
