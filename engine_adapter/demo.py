@@ -150,14 +150,16 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--no-marks", action="store_true",
                     help="never call mark_token: the monitor finds the tokens on the GPU's timeline")
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
-    ap.add_argument("--times-file", help="at exit, write every token's end time (unix s) and ms to this .json")
-    ap.add_argument("--cpu-clocks", action="store_true",
-                    help="with --times-file: also write, per token, the decode thread's CPU ms, the whole process's "
-                         "CPU ms, the decode thread's run-queue wait ms (/proc/thread-self/schedstat), its minor "
-                         "page faults and voluntary and involuntary context switches (getrusage) and a ~30 us "
-                         "canary of fixed pure Python timed on the decode thread (the core's speed), and a canary of "
-                         "fixed C (zlib.crc32 of 4 KB, 16 times, the GIL held: the core without the interpreter)")
-    ap.add_argument("--profiler-dir", help="SIGUSR1 toggles torch.profiler; each stop writes its kernel counts here")
+    # the benchmarks' instruments, kept out of the user's --help. --times-file: at exit, every token's end time
+    # (unix s) and ms to this .json. --cpu-clocks (with --times-file): also, per token, the decode thread's CPU ms,
+    # the whole process's CPU ms, the decode thread's run-queue wait ms (/proc/thread-self/schedstat), its minor
+    # page faults and voluntary and involuntary context switches (getrusage), a ~30 us canary of fixed pure Python
+    # timed on the decode thread (the core's speed) and a canary of fixed C (zlib.crc32 of 4 KB, 16 times, the GIL
+    # held: the core without the interpreter). --profiler-dir: SIGUSR1 toggles torch.profiler; each stop writes its
+    # kernel counts here.
+    ap.add_argument("--times-file", help=argparse.SUPPRESS)
+    ap.add_argument("--cpu-clocks", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--profiler-dir", help=argparse.SUPPRESS)
     ap.add_argument("--log-every", type=float, default=0.0,
                     help="every S seconds print a JSON line with the median ms/token since the last line")
     return ap

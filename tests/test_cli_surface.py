@@ -60,14 +60,19 @@ def test_probe_sets_any_attach_field():
     assert settings("attach", "1", "--probe", "first_window_s=none").first_window_s is None
 
 
-def test_probe_help_lists_every_key_with_its_default():
-    r = cli("attach", "--probe", "help")
-    assert r.returncode == 0, r.stderr
+def test_probe_help_lists_each_user_key_with_its_default_and_help_all_the_benchmarks_knobs_too():
+    from decodemon.monitor.cli._common import DEVELOPER_KEYS
+
+    user, every = cli("attach", "--probe", "help"), cli("attach", "--probe", "help-all")
+    assert user.returncode == every.returncode == 0, (user.stderr, every.stderr)
     for f in wire.Attach.__struct_fields__:
-        line = re.search(rf"^\s*{f}\s.*{re.escape(str(getattr(wire.Attach(), f)))}.*$", r.stdout, re.M)
+        pattern = rf"^\s*{f}\s.*{re.escape(str(getattr(wire.Attach(), f)))}.*$"
+        line = re.search(pattern, every.stdout, re.M)
         assert line, f
         assert len(line.group(0).split(maxsplit=3)[-1]) > 20, f"{f} has no words: {line.group(0)!r}"
-    assert "e+" not in r.stdout  # ranges in plain digits
+        assert bool(re.search(pattern, user.stdout, re.M)) == (f not in DEVELOPER_KEYS), f
+    assert {"api_every", "hold_gil", "yields"} <= set(DEVELOPER_KEYS)
+    assert "e+" not in every.stdout  # ranges in plain digits
 
 
 def test_a_range_in_an_error_has_no_exponent():

@@ -208,6 +208,10 @@ PROBE_WORDS = {
     "counters": "where PM is read: in_process (the agent thread) or monitor (the monitor's sidecar)",
     "yields": "this monitor steps aside for one that does not (the exporter's setting)",
 }
+# the probe's own experiment knobs (decodemon's benchmarks set them): they work as any key, and `--probe help-all`
+# lists them, but a user's `--probe help` does not
+DEVELOPER_KEYS = ("api_every", "hold_gil", "yields", "prepare_lead_tokens", "prepare_first_window", "agent_tick_s",
+                  "pm_pump_s")
 PROBE_CHOICES = wire.ATTACH_CHOICES
 TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
@@ -241,10 +245,13 @@ def probe_value(key: str, text: str, name: str | None = None):
     return bounded(name, lo, hi, integer, allow_zero=allow_lo)(text)
 
 
-def probe_help() -> str:
-    """The `--probe help` listing: every key, its default and what it takes."""
+def probe_help(developer: bool = False) -> str:
+    """The `--probe help` listing: each key a user sets, its default and what it takes (`developer`: every key,
+    the benchmarks' experiment knobs too)."""
     lines = ["--probe KEY=VALUE keys (decodemon.probes.wire.Attach), with their defaults:"]
     for key, (default, typ) in probe_fields().items():
+        if key in DEVELOPER_KEYS and not developer:
+            continue
         if typ is bool or isinstance(default, bool):
             takes = "true|false"
         elif key in PROBE_CHOICES:
@@ -263,8 +270,8 @@ class ProbeAction(argparse.Action):
     """`--probe KEY=VALUE` (repeatable) into a list of (key, value); `--probe help` lists the keys and exits."""
 
     def __call__(self, parser, namespace, text, option_string=None):
-        if text.strip() == "help":
-            print(probe_help())
+        if text.strip() in ("help", "help-all"):
+            print(probe_help(developer=text.strip() == "help-all"))
             parser.exit(0)
         key, eq, value = text.partition("=")
         key = key.strip()
