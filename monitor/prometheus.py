@@ -144,11 +144,13 @@ def start_time(pid: int) -> int | None:
 
 class Watch:
     """One pid attached on a thread of its own; `latest` is its newest Snapshot (None before the first).
-    `inject`: load an agent into it if it has none (otherwise only an agent already there is watched)."""
+    `inject`: load an agent into it if it has none (otherwise only an agent already there is watched).
+    `reattach`: while another monitor has the agent, ask again until it is free (the exporter's watches)."""
 
     def __init__(self, pid: int, settings: wire.Attach | None = None, every_s: float = SNAPSHOT_EVERY_S,
-                 inject: bool = False) -> None:
+                 inject: bool = False, reattach: bool = False) -> None:
         self.pid, self.settings, self.every_s, self.inject = pid, settings, every_s, inject
+        self.reattach = reattach
         self.started = start_time(pid)  # the process found: its Hello must come from it
         self.latest = None
         self.labels = target_labels(None, pid)
@@ -176,15 +178,19 @@ class Watch:
         return self._thread.is_alive()
 
     def _run(self) -> None:
-        """Attach; while the process lives and was only lent to another monitor, attach again once it is free."""
+        """Attach; with `reattach`, while the process lives and was only lent to another monitor, attach again once
+        it is free."""
         inject = self.inject
         while not self._stop.is_set():
             why = self._attach_once(inject)
             inject = False  # the agent loaded at the first attach is there for the next
-            if why is None or not _lent(why) or self._stop.is_set():
+            if why is None or not (self.reattach and _lent(why)) or self._stop.is_set():
                 break
             self.lent, self.ended = why, None
-            if self._stop.wait(REATTACH_EVERY_S) or start_time(self.pid) != self.started:
+            if self._stop.wait(REATTACH_EVERY_S):
+                break
+            if start_time(self.pid) != self.started:
+                self.ended = f"pid {self.pid} went away while another monitor was attached"
                 break
         if self.ended is None:
             self.ended = "stopped"
@@ -395,7 +401,7 @@ class Exporter:
             for pid in dict.fromkeys(named + found):
                 if pid not in self.watches and now - self._ended_at.get(pid, -RETRY_AFTER_S) >= RETRY_AFTER_S:
                     inject = self.inject and pid in self.named
-                    self.watches[pid] = Watch(pid, self.settings, inject=inject).start()
+                    self.watches[pid] = Watch(pid, self.settings, inject=inject, reattach=True).start()
             self.scans += 1
 
     def targets(self) -> list[tuple[dict, object]]:
