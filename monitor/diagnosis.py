@@ -34,6 +34,7 @@ OCCUPANCY_LEANING_SHARE_PCT = 25.0
 KERNELS_FILL_STEP = 0.8
 # LAUNCH's rule wherever the idle is known (a traced window, or PM's GPU busy), and what an unpriced LAUNCH waits for
 LAUNCH_IDLE_THRESHOLD = "GPU idle > 50% of the step binds; < 20% ruled out"
+LAUNCH_IDLE_RULED_OUT = 0.2  # the idle share under which LAUNCH is ruled out (LAUNCH_IDLE_THRESHOLD)
 
 
 @dataclass(frozen=True)
@@ -208,7 +209,27 @@ def _launch(i: Inputs, floor: float | None) -> tuple[Candidate, float | None]:
         c = Candidate(c.value, c.unit, c.threshold, RULED_OUT,
                       f"{c.detail}; ruled out: the step is a replayed CUDA graph and the GPU is "
                       f"{i.gpu_busy_pct:.0f}% busy")
+    host = _host_between_replays(i, floor)
+    if c.state == UNKNOWN and host:
+        c = Candidate(c.value, c.unit, c.threshold, BINDING, f"{c.detail}; binds: {host}")
     return c, per
+
+
+def _host_between_replays(i: Inputs, floor: float | None) -> str:
+    """On a replayed CUDA graph, the GPU idle for a larger share of the step than any other candidate could claim
+    (the bandwidth floor's share, the small grids' share of the step): the host's work between replays sets the
+    token. Why, in words; "" when it does not hold."""
+    if not ((i.graph_launches_per_token or 0) >= 1 and i.ms_per_token and i.kernel_sum_ms_per_token is not None):
+        return ""
+    idle = max(0.0, 1.0 - i.kernel_sum_ms_per_token / i.ms_per_token)
+    kernels = min(1.0, i.kernel_sum_ms_per_token / i.ms_per_token)
+    others = {"the bandwidth floor": (floor / i.ms_per_token) if floor else 0.0,
+              "the small grids": kernels * (i.small_grid_share_pct or 0.0) / 100.0}
+    if idle < LAUNCH_IDLE_RULED_OUT or idle <= max(others.values()):
+        return ""
+    parts = ", ".join(f"{k} {100 * v:.0f}%" for k, v in others.items())
+    return (f"the GPU is idle {100 * idle:.0f}% of the graphed step, more than any other candidate's share of it "
+            f"({parts}): the host's work between replays sets the token, not kernel launches")
 
 
 def _launch_priced(i: Inputs, floor: float | None) -> tuple[Candidate, float | None]:

@@ -264,3 +264,18 @@ def test_launch_never_binds_on_a_replayed_graph_with_the_gpu_busy():
     assert graphed.candidates["launch"].state == dx.RULED_OUT and "94% busy" in graphed.candidates["launch"].detail
     eager = dx.diagnose(dx.Inputs(ms_per_token=5.9, launches_per_token=776, gpu_busy_pct=94.0))
     assert eager.candidates["launch"].state == dx.BINDING
+
+
+def test_a_host_that_idles_the_gpu_between_replays_is_named_when_its_share_is_the_largest():
+    """A graphed step of 3.1 ms whose kernels take 2.03 (transformers' static-cache generate() on an H200): 35% of
+    the step has no kernel, more than the small grids (37% of the kernel time, 24% of the step) or the floor could
+    claim. LAUNCH binds as the host's work between replays, and the falsifier is to move that work, not to capture
+    a graph; with the kernels filling the step it does not."""
+    i = dx.Inputs(ms_per_token=3.1, launches_per_token=553, kernel_sum_ms_per_token=2.03, gpu_busy_pct=60.0,
+                  graph_launches_per_token=1.0, small_grid_share_pct=37.0, collectives_per_token=0.0,
+                  bytes_per_token=1.2e9, bandwidth_gbs=4248.0, sm_count=132)
+    d = dx.diagnose(i)
+    assert d.ceiling == "launch" and "between replays" in d.candidates["launch"].detail
+    assert "between replays" in d.remedy and "graph" not in d.falsify.split(":")[0].lower()
+    full = dx.diagnose(dx.Inputs(**{**i.__dict__, "kernel_sum_ms_per_token": 3.0}))
+    assert full.candidates["launch"].state == dx.RULED_OUT and full.ceiling != "launch"
