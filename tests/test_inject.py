@@ -149,7 +149,8 @@ while True:  # a host-bound step: 10 ms of Python that never gives the GIL up
 
 def test_loading_the_agent_keeps_a_gil_bound_loops_slowest_step_near_its_median(tmp_path):
     """The bootstrap imports in a thread that gives the GIL back between modules: a loop that holds the GIL all
-    the time still steps on: its slowest step while the agent loads stays under 5x its median (1.6x on the 2-core
+    the time still steps on: its slowest step while the agent loads stays under 5x its median, or under twice its
+    own slowest step in the quiet 3 s before where a busy machine makes that larger (1.6x the median on the 2-core
     CPU machine when nothing else runs there; the whole load on the loop's thread would be one step of the load's
     0.7-1.4 s, 70x and more)."""
     import statistics
@@ -157,15 +158,20 @@ def test_loading_the_agent_keeps_a_gil_bound_loops_slowest_step_near_its_median(
     loop = Loop([sys.executable, "-c", GIL_LOOP], cwd=tmp_path)
     try:
         loop.wait_for_lines(100)
+        time.sleep(3.0)  # a quiet span as long as a slow load, the control
         t0 = time.monotonic()
         inject.inject(loop.pid)
         t1 = time.monotonic()
         loop.wait_for_lines(30)
         steps = list(zip(loop.times, loop.times[1:]))
         before = [b - a for a, b in steps if t0 - 1.0 <= a and b < t0]
+        control = [b - a for a, b in steps if t0 - 3.0 <= a and b < t0]
         during = [b - a for a, b in steps if t0 <= b <= t1 + 0.2]
         assert len(before) > 50 and during
-        assert max(during) < 5 * statistics.median(before), (max(during), statistics.median(before), t1 - t0)
+        # on a busy machine the scheduler alone makes steps many times the median: the loop's own slowest step in
+        # the quiet 3 s before is the control, and the load may not make one more than twice that
+        bound = max(5 * statistics.median(before), 2 * max(control))
+        assert max(during) < bound, (max(during), statistics.median(before), max(control), t1 - t0)
     finally:
         loop.kill()
 
