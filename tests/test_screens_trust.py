@@ -1,5 +1,5 @@
-"""The five screens a newcomer distrusted, each at 200x50 and 80x24: no headline that its own candidates
-contradict, and no two sources for GPU busy 1.5x apart without a flag on screen."""
+"""The screens a newcomer distrusted, each at 200x50 and 80x24: no headline, pending line or history that its own
+candidates contradict, and no two sources for GPU busy 1.5x apart without a flag on screen."""
 
 from __future__ import annotations
 
@@ -18,6 +18,9 @@ SCREENS = {  # name: (recording, seconds into it)
     "hf_static": (DATA / "h200_hf_generate_static.dmon", None),
     "demo_eager": (BUNDLED / "h200_eager.dmon", 10.0),
     "compiled_8b_nomarks": (DATA / "h200_compiled_llama8b_nomarks.dmon", None),
+    "demo_graph": (BUNDLED / "h200_graph.dmon", 10.0),  # kernels traced past the untraced step
+    "serving_16": (DATA / "h200_hf_cb_16.dmon", 5.0),
+    "tp2_eager_rank1": (DATA / "h200_tp2_eager_rank1.dmon", None),  # LAUNCH and OCCUPANCY both bind
 }
 
 

@@ -48,9 +48,15 @@ class Redraw:
     _last = None
 
     def on_resize(self) -> None:
-        """Redraw the last snapshot at the new width."""
+        """Redraw the last snapshot at the new width; its height is laid out again after this resize, which a
+        layout asked for inside the resize does not do (the panel kept the height of its first, wider text)."""
         if self._last is not None:
             self.show(self._last)
+            self.call_after_refresh(self._relayout)
+
+    def _relayout(self) -> None:
+        self.clear_cached_dimensions()
+        self.refresh(layout=True)
 
     def put(self, text) -> None:
         """Update the panel if `text` differs from what it shows."""

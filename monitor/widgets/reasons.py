@@ -184,7 +184,11 @@ def decides(s) -> str:
                         else "")
                 return f"{k.upper()} is unknown, not binding, at {cands[k].value:.3g} {cands[k].unit}: {why}{gate}"
         return f"{ceiling.upper()} is the only candidate past its threshold"
-    return s.diagnosis.remedy if s.diagnosis.remedy.startswith("measure") else "no candidate is past its threshold"
+    remedy = s.diagnosis.remedy
+    for lead in ("measure more: ", "measure "):
+        if remedy.startswith(lead):
+            return f"no candidate is past its threshold; what would decide: {remedy[len(lead):]}"
+    return "no candidate is past its threshold"
 
 
 def history_note(s) -> str:

@@ -1,0 +1,287 @@
+"""The screen shows how it reached its verdict: every candidate's number, threshold, state and the source of each
+input, the sentence that decides, at 200x50 on the main screen and one key (`v`) away at 80x24; and no headline,
+pending line or history that the candidates contradict."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import pytest
+
+from decodemon.monitor.app import DecodemonApp
+from decodemon.monitor.diagnosis import ORDER
+from decodemon.monitor.player import RecordingPlayer
+from decodemon.monitor.rolling import headline
+from decodemon.monitor.widgets.collectives import CollectivesPanel
+from decodemon.monitor.widgets.header import HeaderPanel
+from decodemon.monitor.widgets.telemetry import TelemetryPanel
+from decodemon.monitor.widgets.timeline import TimelinePanel
+from decodemon.monitor.widgets.verdict import VerdictPanel
+from tests.conftest import BUNDLED, DATA
+from tests.test_app import engine_frames, live_app, settle
+from tests.test_screens_trust import SCREENS
+
+
+def _app(path, at=None, *more) -> DecodemonApp:
+    players = [RecordingPlayer(str(p), p.stem) for p in (path, *more)]
+    start = at if at is not None else players[0].end_ns / 1e9
+    return DecodemonApp(players, start_at_s=start, paused=True, out_dir=".")
+
+
+async def _texts(app, size=(200, 50), keys=()):
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        if keys:
+            await pilot.press(*keys)
+            await pilot.pause()
+        return app.players[0].snapshot(), {cls: app.query(cls).first()._put_last.plain
+                                           for cls in (HeaderPanel, VerdictPanel, TimelinePanel, CollectivesPanel,
+                                                       TelemetryPanel)}
+
+
+def texts(path, at=None, size=(200, 50)):
+    """The snapshot at `at` and each panel's text, drawn at `size`."""
+    return asyncio.run(_texts(_app(path, at), size))
+
+
+def agrees(s, text: str) -> None:
+    """The verdict panel's text says nothing its candidates contradict: the headline binds (or nothing does), a
+    pending line names the headline and the history's own verdict, and a history whose last verdict is not the
+    headline is explained on screen."""
+    cands = s.diagnosis.candidates
+    ceiling, pending = headline(s.diagnosis, s.rolling)
+    first = text.splitlines()[0]
+    assert first.split()[0] == ceiling.upper()
+    binding = [k for k in ORDER if cands[k].state == "binding"]
+    assert ceiling == (binding[0] if binding else "unknown"), (ceiling, binding)
+    if len(binding) > 1:
+        assert f"{binding[0].upper()} and {binding[1].upper()} both bind" in text
+        assert f"the first in the method's order (BANDWIDTH, COMM, LAUNCH, OCCUPANCY), {binding[0].upper()}" in text
+    history = s.rolling.history
+    if pending:
+        assert "binds now" in first and f"the history keeps {s.rolling.ceiling.upper()}" in first
+        assert history and history[-1].after == s.rolling.ceiling
+    elif history and history[-1].after != ceiling:
+        assert f"the history's last verdict is {history[-1].after.upper()}" in text
+    for line in text.splitlines():
+        m = re.match(r"(BANDWIDTH|COMM|LAUNCH|OCCUPANCY) +(binding|ruled out|unknown)", line)
+        if m:
+            assert cands[m.group(1).lower()].state == m.group(2).replace(" ", "_"), line
+
+
+@pytest.mark.parametrize("name", sorted(SCREENS))
+def test_no_headline_pending_line_or_history_contradicts_the_candidates(name):
+    path, at = SCREENS[name]
+    for size in ((200, 50), (80, 24)):
+        s, t = texts(path, at, size)
+        agrees(s, t[VerdictPanel])
+
+
+def test_a_headline_the_windows_have_not_yet_recorded_says_so_beside_the_history():
+    """The TP rank whose windows voted COMM while the last 5 s support LAUNCH: the pending line says LAUNCH binds
+    now and the history keeps COMM, never "COMM → LAUNCH?" under a LAUNCH headline."""
+    s, t = texts(DATA / "h200_tp2_eager_samewindow_rank0.dmon")
+    text = t[VerdictPanel]
+    assert text.splitlines()[0].split()[0] == "LAUNCH" and "· UNKNOWN → COMM" in text
+    assert "binds now; the history keeps COMM, its windows' verdict, until LAUNCH wins 2 windows in a row" in text
+    assert "?" not in text.splitlines()[0]
+
+
+def test_each_candidate_shows_its_threshold_and_inputs_with_their_sources():
+    s, t = texts(BUNDLED / "h200_eager.dmon", 10.0)
+    text = t[VerdictPanel]
+    for k in ORDER:
+        assert f"threshold: {s.diagnosis.candidates[k].threshold}" in text
+    i = s.inputs
+    assert (f"{i.ms_per_token:.4g} ms/token (median of the last 5 s, mark_token) ÷ floor "
+            f"{s.diagnosis.bandwidth_floor_ms:.3g} ms = {i.bytes_per_token / 1e9:.3g} GB/token (model: weights + KV at "
+            f"depth {s.depth}) ÷ {i.bandwidth_gbs:.4g} GB/s (measured copy, engine)") in text
+    assert f"÷ {i.launches_per_token:.0f} launches/token (traced)" in text
+    assert f"GPU busy {i.gpu_busy_pct:.0f}% from traced kernel time ÷ ms/token" in text
+    # the sentence that decides: OCCUPANCY's 70% would bind but for a GPU idle most of the step
+    assert ("decides: OCCUPANCY is unknown, not binding, at 70.2 % kernel time in small grids: the GPU is idle most "
+            f"of the step, so grids are not yet what binds (GPU busy {i.gpu_busy_pct:.0f}%, under the 50%") in text
+    assert f"= {i.bytes_per_token / 1e9:.3g} GB (model" in t[HeaderPanel]  # the floor's parts in the header too
+
+    s, t = texts(BUNDLED / "h200_graph.dmon", 10.0)
+    assert f"GPU busy {s.inputs.gpu_busy_pct:.0f}% from PM counters (device-wide)" in t[VerdictPanel]
+    assert f"SM active {s.inputs.sm_active_pct:.0f}% from PM counters" in t[VerdictPanel]
+
+
+def test_a_spec_bandwidth_is_named_as_one():
+    s, t = texts(DATA / "h200_hf_cb_16.dmon", 5.0)
+    assert s.bandwidth_source.startswith("NVML peak")
+    assert "GB/s (spec: NVML peak, not measured)" in t[VerdictPanel]
+
+
+def test_at_80x24_the_reasoning_is_one_key_away_and_scrolls():
+    asyncio.run(_why_at_80x24())
+
+
+async def _why_at_80x24():
+    from textual.containers import VerticalScroll
+
+    from decodemon.monitor.widgets.why_screen import WhyScreen
+
+    app = _app(BUNDLED / "h200_eager.dmon", 10.0)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        compact = app.query_one(VerdictPanel)._put_last.plain
+        assert "threshold:" not in compact and "v: each candidate's threshold and inputs" in compact
+        await pilot.press("v")
+        assert isinstance(app.screen, WhyScreen)
+        why = app.screen.query_one("#why").render().plain
+        for c in app.players[0].snapshot().diagnosis.candidates.values():
+            assert c.threshold in why.replace("\n", " ") or c.threshold in why
+        assert "measured copy, engine" in why and "prove it wrong" in why
+        box = app.screen.query_one(VerticalScroll)
+        assert box.max_scroll_y > 0  # taller than the terminal: it scrolls
+        await pilot.press("end")
+        await pilot.pause()
+        assert box.scroll_y == box.max_scroll_y
+        await pilot.press("escape")
+        assert not isinstance(app.screen, WhyScreen)
+
+
+def test_help_scrolls_with_the_keys_it_names_at_80x24():
+    asyncio.run(_help_scrolls())
+
+
+async def _help_scrolls():
+    from textual.containers import VerticalScroll
+
+    from decodemon.monitor.app import HelpScreen
+    from decodemon.monitor.widgets.help_screen import HELP
+
+    assert "↑ ↓, PgUp PgDn, Home End scroll it" in HELP
+    assert "as a share of\n               the most warps an SM can hold" in HELP  # the occ sentence ends
+    app = _app(BUNDLED / "h200_eager.dmon", 10.0)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        box = app.screen.query_one(VerticalScroll)
+        assert box.max_scroll_y > 0
+        for key, where in (("down", 1), ("end", box.max_scroll_y), ("home", 0), ("pagedown", None)):
+            await pilot.press(key)
+            await pilot.pause()
+            assert (box.scroll_y > 0) if where is None else box.scroll_y == where, key
+
+
+def test_kernels_past_the_step_are_flagged_not_clipped():
+    s, t = texts(BUNDLED / "h200_graph.dmon", 10.0)
+    i = s.inputs
+    assert i.kernel_sum_ms_per_token > i.ms_per_token
+    flag = (f"⚠ kernels {i.kernel_sum_ms_per_token:.3g} ms are "
+            f"{100 * i.kernel_sum_ms_per_token / i.ms_per_token:.0f}% of the {i.ms_per_token:.4g} ms median step")
+    assert flag in t[TimelinePanel] and flag in t[VerdictPanel]
+    assert "kernels 100% of the step" not in t[TimelinePanel]
+    s, t = texts(BUNDLED / "h200_eager.dmon", 10.0)
+    assert "⚠ kernels" not in t[TimelinePanel]
+
+
+def test_pm_armed_with_no_sample_says_so_after_a_few_seconds():
+    early, late = texts(BUNDLED / "h200_eager.dmon", 2.0)[1], texts(BUNDLED / "h200_eager.dmon", 10.0)[1]
+    assert "PM sampling: armed (in process" in early[TelemetryPanel] and "no sample" not in early[TelemetryPanel]
+    said = late[TelemetryPanel].replace("\n", "")
+    assert "PM sampling: armed in the target's agent thread, but no sample in 10 s" in said
+    assert "GPU busy comes from traced kernel time ÷ ms/token" in said and "--probe counters=monitor" in said
+    graph = texts(BUNDLED / "h200_graph.dmon", 10.0)[1]
+    assert "no sample" not in graph[TelemetryPanel]  # its PM delivers
+
+
+def test_every_ms_per_token_says_what_it_is():
+    s, t = texts(BUNDLED / "h200_eager.dmon", 10.0)
+    assert f"{s.tokens.ms_per_token:.3f} ms/token median" in t[HeaderPanel] and "mean of the last 5 s" in t[HeaderPanel]
+    assert "ms/token its median" in t[TelemetryPanel]
+
+
+def test_the_same_window_artefact_is_named_where_it_applies():
+    for rank in (0, 1):
+        s, t = texts(DATA / f"h200_tp2_eager_samewindow_rank{rank}.dmon")
+        assert "waiting for a late peer: ranks traced in the same tokens run late by turns" in t[VerdictPanel]
+        assert "ranks traced in the same tokens run late by turns" in t[CollectivesPanel]
+        assert s.diagnosis.candidates["comm"].state == "ruled_out"
+    s, t = texts(DATA / "h200_tp2_eager_rank0.dmon")  # staggered windows: no wait, no word of it
+    assert "ranks traced in the same tokens" not in t[VerdictPanel] + t[CollectivesPanel]
+
+
+def test_counts_agree_across_panels():
+    from decodemon.monitor.widgets.serving import ServingPanel
+
+    async def serving():
+        app = _app(DATA / "h200_hf_cb_16.dmon", 5.0)
+        async with app.run_test(size=(200, 50)) as pilot:
+            await pilot.pause()
+            return (app.players[0].snapshot(), app.query_one(HeaderPanel)._put_last.plain,
+                    app.query_one(ServingPanel)._put_last.plain)
+
+    s, header, panel = asyncio.run(serving())
+    n = s.tokens.tokens
+    assert f"({n} steps timed" in header and f"(median of {n} steps" in panel
+
+
+def test_the_status_bar_and_group_bar_fit_80_columns():
+    asyncio.run(_bars_at_80())
+
+
+async def _bars_at_80():
+    from decodemon.monitor.app import GroupBar
+    from decodemon.monitor.widgets.group_bar import group_parts
+    from decodemon.monitor.widgets.status_bar import StatusBar
+
+    app = DecodemonApp([RecordingPlayer(str(BUNDLED / f"h200_{n}.dmon"), f"{n} (H200)") for n in ("eager", "graph")],
+                       start_at_s=10.0, paused=True)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        bar = app.query_one(StatusBar)
+        line = str(bar.render())
+        assert len(line) <= bar.content_size.width and "eager: 10.0/21.2 s" in line and "graph: 10.0/15.2" in line
+    players = [RecordingPlayer(str(DATA / f"h200_tp2_graph_rank{r}.dmon"), f"rank {r}") for r in (0, 1)]
+    app = DecodemonApp(players, start_at_s=60.0, paused=True, group=True)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        bar = app.query_one(GroupBar)
+        lines = str(bar.render()).splitlines()
+        parts = [p.plain for p in group_parts(bar.group)]
+        assert len(lines) > 1 and all(len(x) <= bar.content_size.width for x in lines)
+        for x in lines:  # every line is whole phrases, none cut across lines
+            assert x.split("  ") and all(any(piece in p for p in parts) for piece in x.split("  ")), x
+
+
+def test_a_cpu_engine_screen_asks_for_nothing_it_cannot_measure(monkeypatch):
+    asyncio.run(_cpu(monkeypatch))
+
+
+async def _cpu(monkeypatch):
+    app = live_app(monkeypatch, engine_frames())
+    async with app.run_test(size=(200, 50)) as pilot:
+        await settle(app, pilot)
+        s = app.players[0].snapshot()
+        text = app.query_one(VerdictPanel)._put_last.plain
+        header = app.query_one(HeaderPanel)._put_last.plain
+        agrees(s, text)
+        assert "decides: no GPU in the target: none of the four ceilings can be priced" in text
+        assert "a traced window" not in text and "measure more" not in text
+        n = s.tokens.tokens
+        assert f"({n} tokens timed" in header and f"still measured: {n} tokens timed" in text
+
+
+@pytest.mark.parametrize("size", [(200, 50), (80, 24)], ids=["200x50", "80x24"])
+def test_cpu_engine_screen_snapshot(snap_compare, monkeypatch, size):
+    """No CPU recording is bundled: the CPU engine's screen is drawn from the frames its agent sends."""
+    app = live_app(monkeypatch, engine_frames())
+
+    async def run_before(pilot):
+        await settle(app, pilot)
+
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+@pytest.mark.parametrize("name", ["demo_eager", "tp2_rank0"])
+def test_why_screen_snapshot_at_80x24(snap_compare, name):
+    path, at = SCREENS[name]
+    p = RecordingPlayer(str(path), name)
+    app = DecodemonApp([p], start_at_s=at if at is not None else p.end_ns / 1e9, paused=True, out_dir=".")
+    assert snap_compare(app, press=["v"], terminal_size=(80, 24))
