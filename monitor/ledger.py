@@ -306,7 +306,8 @@ def grade(pred: dict, summary: dict, now: float | None = None) -> dict:
     g = WRONG if not number else UNMEASURED if reason is None else RIGHT if reason else OTHER
     missed = how_wrong(measured, pred["expect_pct"]) if g == WRONG else None
     text = (f"{g}{f' ({missed})' if missed else ''}: ms/token {ms0:.4g} → {ms1:.4g} ({measured:+.1f}%, predicted "
-            f"{pred['expect_pct']:+.1f}% ± {tol:g}); ceiling {before['verdict'].upper()} → {after['verdict'].upper()}")
+            f"{pred['expect_pct']:+.1f}% ± {tol:g}); "
+            f"ceiling {before['verdict'].upper()} → {after['verdict'].upper()}")
     if pred.get("then") and after["verdict"] != pred["then"]:
         text += f" (predicted {pred['then'].upper()})"
     extra = {"how_wrong": missed} if missed else {}

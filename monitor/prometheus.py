@@ -14,13 +14,14 @@ touches neither the agent's socket nor the analysis.
 Names follow the exporter conventions: base units (`_seconds`, `_bytes`, `_ratio` for a fraction of 1) and the
 labels pid, engine (the engine's program) and gpu (the device's index; absent without a GPU).
 
-An agent serves one monitor at a time: the exporter yields, so `decodemon attach` to a process it watches is
-served and the exporter watches again as soon as it is free (asking twice a second); meanwhile its series hold their
-last values and `decodemon_tokens_total` goes on from where it was, never from 0. It watches only what it is told to: this user's processes whose
-agent already listens (the process holds a listening `<pid>.sock`: monitor/agent_socket.find), each proven at its
-attach by the agent's Hello (the same pid) and the process's start time (the same process as the one found, not
-a pid reused since); llama-servers serving /slots (watched from outside: monitor/outside.py); and the pids named
-on its command line. It loads an agent into none of them unless told to (`--inject`, named pids only).
+An agent serves one monitor at a time: the exporter yields, so `decodemon attach` to a process it watches is served
+and the exporter watches again as soon as it is free (asking twice a second); meanwhile its series hold their last
+values and `decodemon_tokens_total` goes on from where it was, never from 0. It watches only what it is told to:
+this user's processes whose agent already listens (the process holds a listening `<pid>.sock`:
+monitor/agent_socket.find), each proven at its attach by the agent's Hello (the same pid) and the process's start
+time (the same process as the one found, not a pid reused since); llama-servers serving /slots (watched from
+outside: monitor/outside.py); and the pids named on its command line. It loads an agent into none of them unless
+told to (`--inject`, named pids only).
 """
 
 from __future__ import annotations

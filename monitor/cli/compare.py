@@ -23,8 +23,8 @@ def add(sub) -> None:
     p = sub.add_parser("compare", help="two sources side by side (pids or recordings)",
                        description="Two runs side by side: before and after a change, eager and graphed.")
     add_source(p, ("a", "b"))
-    p.add_argument("--json", action="store_true", help="print both summaries and the ratios B/A (ms/token: of the medians; "
-                                                      "tokens/s: of the means)")
+    p.add_argument("--json", action="store_true",
+                   help="print both summaries and the ratios B/A (ms/token: of the medians; tokens/s: of the means)")
     add_seconds(p, None, f"pids: seconds to watch (app: until q; --json: {JSON_SECONDS:g})")
     p.add_argument("--speed", type=bounded("--speed", 0, 1000), default=1.0, help="recordings: playback speed")
     p.add_argument("--at", type=bounded("--at", 0.0, 1e6, allow_zero=True), default=None, metavar="S",
