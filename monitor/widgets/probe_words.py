@@ -51,6 +51,8 @@ def tracing_unavailable(s) -> str | None:
     why = _unavailable_reason(trace)
     if why is not None:
         return f"tracing is unavailable: {why}" if why else "tracing is unavailable"
+    if probe_field(s, "window_clock").startswith("none"):
+        return "no step end to close a window at (graph replays, no marks where steps end): counters only"
     return None
 
 

@@ -23,6 +23,11 @@ def span_words(s) -> str:
     return f"{s.span_s:.0f} s" if s.span_s >= 1 else f"{s.span_s:.1g} s"
 
 
+def per(s) -> str:
+    """The clock's unit: a batched engine's marks are steps."""
+    return "ms/step" if s.tokens_per_step is not None else "ms/token"
+
+
 def ms_source(s) -> str:
     """What ms/token is: the median over the span, and its clock."""
     span = f" of the last {span_words(s)}" if s.span_s else ""
@@ -59,7 +64,7 @@ def _bandwidth(s, c) -> str:
     i = s.inputs
     floor = s.diagnosis.bandwidth_floor_ms
     if floor is not None and i.bytes_per_token and i.bandwidth_gbs:
-        return (f"{i.ms_per_token:.4g} ms/token ({ms_source(s)}) ÷ floor {floor:.3g} ms = "
+        return (f"{i.ms_per_token:.4g} {per(s)} ({ms_source(s)}) ÷ floor {floor:.3g} ms = "
                 f"{i.bytes_per_token / 1e9:.3g} GB/token ({bytes_short(s)}) ÷ {i.bandwidth_gbs:.4g} GB/s "
                 f"({bandwidth_short(s.bandwidth_source)})")
     if c.value is not None and i.dram_gbs and i.bandwidth_gbs:
@@ -91,7 +96,7 @@ def _comm(s, c) -> str:
     src = (f"a call priced at its kernel when not waiting plus its launch gap, the lowest of the {_windows(s)}"
            if traced else "a call timed by the engine's clock around it")
     out = (f"{i.collectives_per_token:g} calls/token × {i.us_per_collective:.3g} µs = "
-           f"{i.collectives_per_token * i.us_per_collective / 1e3:.3g} ms of {i.ms_per_token:.4g} ms/token (median); "
+           f"{i.collectives_per_token * i.us_per_collective / 1e3:.3g} ms of {i.ms_per_token:.4g} {per(s)} (median); "
            f"{src}")
     wait = peer_wait(s)
     return out + (f"; {wait}" if wait else "")
@@ -114,7 +119,7 @@ def _launch(s, c) -> str:
         return c.detail
     if i.kernel_sum_ms_per_token is not None and i.launches_per_token:
         idle = max(i.ms_per_token - i.kernel_sum_ms_per_token, 0.0)
-        out = (f"GPU idle {idle:.3g} ms = {i.ms_per_token:.4g} ms/token (median) − {i.kernel_sum_ms_per_token:.3g} ms "
+        out = (f"GPU idle {idle:.3g} ms = {i.ms_per_token:.4g} {per(s)} (median) − {i.kernel_sum_ms_per_token:.3g} ms "
                f"of kernels ({_windows(s)}), {100 * idle / i.ms_per_token:.0f}% of the step, ÷ "
                f"{i.launches_per_token:.0f} launches/token (traced)")
         past = kernels_past_step(s)
@@ -139,7 +144,8 @@ def _occupancy(s, c) -> str:
     if i.gpu_busy_pct is not None:
         parts.append(f"GPU busy {i.gpu_busy_pct:.0f}% from {s.busy_source}")
     if i.sm_active_pct is not None:
-        parts.append(f"SM active {i.sm_active_pct:.0f}% from PM counters")
+        ratio = f", {100 * i.sm_active_pct / i.gpu_busy_pct:.0f}% of GPU busy" if i.gpu_busy_pct else ""
+        parts.append(f"SM active {i.sm_active_pct:.0f}% from PM counters{ratio}")
     return "; ".join(parts) or c.detail
 
 
@@ -151,7 +157,9 @@ def inputs_line(s, name: str) -> str:
     c = s.diagnosis.candidates[name]
     if s.inputs is None:
         return c.detail
-    return WHY[name](s, c)
+    line = WHY[name](s, c)
+    rule = _clause(c.detail, "binds:", "ruled out:")  # a rule beyond the threshold decided its state: said
+    return f"{line}; {rule}" if rule and rule not in line else line
 
 
 def _clause(detail: str, *keys: str) -> str:
