@@ -20,8 +20,8 @@ decodemon keys
          back)
   s      export the screen as SVG, named after the sources shown
   d      write DIAGNOSIS-<source>.md for each source
-  v      the verdict with each candidate's threshold and inputs,
-         filling the screen (escape: back)
+  v      how the verdict was reached: each candidate's threshold and
+         inputs with their sources, whatever the width (escape: back)
   ?      this help (↑ ↓, PgUp PgDn, Home End scroll it)
   q      quit
 

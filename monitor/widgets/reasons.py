@@ -23,9 +23,14 @@ def span_words(s) -> str:
     return f"{s.span_s:.0f} s" if s.span_s >= 1 else f"{s.span_s:.1g} s"
 
 
+def unit(s) -> str:
+    """What one mark is: a batched engine's marks are steps."""
+    return "step" if s.tokens_per_step is not None else "token"
+
+
 def per(s) -> str:
-    """The clock's unit: a batched engine's marks are steps."""
-    return "ms/step" if s.tokens_per_step is not None else "ms/token"
+    """ms per mark, named for what the mark is."""
+    return f"ms/{unit(s)}"
 
 
 def ms_source(s) -> str:
@@ -65,7 +70,7 @@ def _bandwidth(s, c) -> str:
     floor = s.diagnosis.bandwidth_floor_ms
     if floor is not None and i.bytes_per_token and i.bandwidth_gbs:
         return (f"{i.ms_per_token:.4g} {per(s)} ({ms_source(s)}) ÷ floor {floor:.3g} ms = "
-                f"{i.bytes_per_token / 1e9:.3g} GB/token ({bytes_short(s)}) ÷ {i.bandwidth_gbs:.4g} GB/s "
+                f"{i.bytes_per_token / 1e9:.3g} GB/{unit(s)} ({bytes_short(s)}) ÷ {i.bandwidth_gbs:.4g} GB/s "
                 f"({bandwidth_short(s.bandwidth_source)})")
     if c.value is not None and i.dram_gbs and i.bandwidth_gbs:
         return (f"{i.bandwidth_gbs:.4g} GB/s ({bandwidth_short(s.bandwidth_source)}) ÷ {i.dram_gbs:.4g} GB/s DRAM "
@@ -95,7 +100,7 @@ def _comm(s, c) -> str:
     traced = s.window is not None and bool(s.window.collective_calls_per_token)
     src = (f"a call priced at its kernel when not waiting plus its launch gap, the lowest of the {_windows(s)}"
            if traced else "a call timed by the engine's clock around it")
-    out = (f"{i.collectives_per_token:g} calls/token × {i.us_per_collective:.3g} µs = "
+    out = (f"{i.collectives_per_token:g} calls/{unit(s)} × {i.us_per_collective:.3g} µs = "
            f"{i.collectives_per_token * i.us_per_collective / 1e3:.3g} ms of {i.ms_per_token:.4g} {per(s)} (median); "
            f"{src}")
     wait = peer_wait(s)
@@ -121,7 +126,7 @@ def _launch(s, c) -> str:
         idle = max(i.ms_per_token - i.kernel_sum_ms_per_token, 0.0)
         out = (f"GPU idle {idle:.3g} ms = {i.ms_per_token:.4g} {per(s)} (median) − {i.kernel_sum_ms_per_token:.3g} ms "
                f"of kernels ({_windows(s)}), {100 * idle / i.ms_per_token:.0f}% of the step, ÷ "
-               f"{i.launches_per_token:.0f} launches/token (traced)")
+               f"{i.launches_per_token:.0f} launches/{unit(s)} (traced)")
         past = kernels_past_step(s)
         if past:
             out += f"; ⚠ {past}"
