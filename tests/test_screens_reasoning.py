@@ -285,3 +285,20 @@ def test_why_screen_snapshot_at_80x24(snap_compare, name):
     p = RecordingPlayer(str(path), name)
     app = DecodemonApp([p], start_at_s=at if at is not None else p.end_ns / 1e9, paused=True, out_dir=".")
     assert snap_compare(app, press=["v"], terminal_size=(80, 24))
+
+
+def test_a_comparison_names_what_its_ratios_compare():
+    asyncio.run(_ratios())
+
+
+async def _ratios():
+    from decodemon.monitor.app import RatioBar
+
+    app = DecodemonApp([RecordingPlayer(str(BUNDLED / f"h200_{n}.dmon"), n) for n in ("eager", "graph")],
+                       start_at_s=10.0, paused=True)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.pause()
+        a, b = (p.snapshot() for p in app.players)
+        text = str(app.query_one(RatioBar).render())
+        assert f"ms/token median {a.tokens.ms_per_token:.2f} → {b.tokens.ms_per_token:.2f}" in text
+        assert f"GPU busy {a.gpu_busy_pct:.0f}% (traced) → {b.gpu_busy_pct:.0f}% (PM)" in text

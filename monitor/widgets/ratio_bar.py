@@ -13,6 +13,13 @@ def _ratio(a, b) -> str:
     return f"{b / a:.2f}×" if a and b else "—"
 
 
+def _source(s) -> str:
+    """GPU busy's source in a word, so two sides read from different instruments say so."""
+    if s.gpu_busy_pct is None:
+        return ""
+    return " (PM)" if s.busy_source.startswith("PM") else " (traced)"
+
+
 class RatioBar(Static):
     """ms/token, host launch calls/token and GPU busy of the right source against the left one."""
 
@@ -25,8 +32,8 @@ class RatioBar(Static):
         wa, wb = a.api_window, b.api_window  # host launch calls: from the last window that traced them
         t = Text()
         t.append(f"{b.label} ÷ {a.label}: ", style="bold")
-        t.append(f"ms/token {num(ms_a, '.2f')} → {num(ms_b, '.2f')} ({_ratio(ms_a, ms_b)})  ")
+        t.append(f"ms/token median {num(ms_a, '.2f')} → {num(ms_b, '.2f')} ({_ratio(ms_a, ms_b)})  ")
         t.append(f"host launch calls/token {num(wa.kernel_launch_calls_per_token if wa else None, '.0f')} → "
                  f"{num(wb.kernel_launch_calls_per_token if wb else None, '.0f')}  ")
-        t.append(f"GPU busy {num(a.gpu_busy_pct, '.0f')}% → {num(b.gpu_busy_pct, '.0f')}%")
+        t.append(f"GPU busy {num(a.gpu_busy_pct, '.0f')}%{_source(a)} → {num(b.gpu_busy_pct, '.0f')}%{_source(b)}")
         self.update(t)

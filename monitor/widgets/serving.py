@@ -38,7 +38,7 @@ def serving_lines(s) -> Text:
     t.append("verdict on the step: ")
     t.append(ceiling.upper(), style="bold")
     if pending:
-        t.append(f" (pending: {pending})", style="yellow")
+        t.append(f" ({pending})", style="yellow")
     return t
 
 
