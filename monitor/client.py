@@ -88,10 +88,27 @@ def _looks_python(pid: int) -> bool:
         return True
 
 
+GONE_WAIT_S = 1.0  # how long a closed connection waits for its process to be gone before saying it still runs
+
+
+def _alive(pid: int) -> bool:
+    """The process exists and is not a zombie (one that exited and waits to be reaped is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[:1] != ["Z"]
+
+
 def _closed(pid: int, answered: bool) -> str:
     """Why a connection to `pid`'s agent ended without a Bye: the process went away, or (while it lives) its
     agent closed the connection, before or after answering."""
-    if not Path(f"/proc/{pid}").exists():
+    deadline = time.monotonic() + GONE_WAIT_S
+    while _alive(pid):  # a process that is exiting closes its sockets a moment before it is gone
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(0.02)
+    else:
         return f"pid {pid} went away"
     if not answered:
         return f"the agent of pid {pid} closed the connection without answering (pid {pid} still runs)"
