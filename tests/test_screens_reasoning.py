@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 
 import pytest
 
@@ -38,6 +39,14 @@ async def _texts(app, size=(200, 50), keys=()):
         return app.players[0].snapshot(), {cls: app.query(cls).first()._put_last.plain
                                            for cls in (HeaderPanel, VerdictPanel, TimelinePanel, CollectivesPanel,
                                                        TelemetryPanel)}
+
+
+async def until(pilot, holds, timeout_s: float = 10.0) -> bool:
+    """Wait for `holds()` (a scroll that may animate), bounded in time; whether it held."""
+    deadline = time.monotonic() + timeout_s
+    while not holds() and time.monotonic() < deadline:
+        await pilot.pause(0.02)
+    return holds()
 
 
 def texts(path, at=None, size=(200, 50)):
@@ -138,8 +147,7 @@ async def _why_at_80x24():
         box = app.screen.query_one(VerticalScroll)
         assert box.max_scroll_y > 0  # taller than the terminal: it scrolls
         await pilot.press("end")
-        await pilot.pause()
-        assert box.scroll_y == box.max_scroll_y
+        assert await until(pilot, lambda: box.scroll_y == box.max_scroll_y)
         await pilot.press("escape")
         assert not isinstance(app.screen, WhyScreen)
 
@@ -165,8 +173,7 @@ async def _help_scrolls():
         assert box.max_scroll_y > 0
         for key, where in (("down", 1), ("end", box.max_scroll_y), ("home", 0), ("pagedown", None)):
             await pilot.press(key)
-            await pilot.pause()
-            assert (box.scroll_y > 0) if where is None else box.scroll_y == where, key
+            assert await until(pilot, lambda: (box.scroll_y > 0) if where is None else box.scroll_y == where), key
 
 
 def test_kernels_past_the_step_are_flagged_not_clipped():
