@@ -309,3 +309,10 @@ async def _ratios():
         text = str(app.query_one(RatioBar).render())
         assert f"ms/token median {a.tokens.ms_per_token:.2f} → {b.tokens.ms_per_token:.2f}" in text
         assert f"GPU busy {a.gpu_busy_pct:.0f}% (traced) → {b.gpu_busy_pct:.0f}% (PM)" in text
+
+
+def test_demo_screen_snapshot_at_200x50(snap_compare):
+    """`decodemon demo` replaying the bundled recordings: each side's verdict with its reasoning on the main screen."""
+    app = DecodemonApp([RecordingPlayer(str(BUNDLED / f"h200_{n}.dmon"), f"{n} (H200)") for n in ("eager", "graph")],
+                       start_at_s=10.0, paused=True)
+    assert snap_compare(app, terminal_size=(200, 50))

@@ -15,9 +15,10 @@ from decodemon.monitor.widgets.reasons import decides, history_note, inputs_line
 STATE_STYLE = {"binding": "bold red", "ruled_out": "green", "unknown": "yellow"}
 CEILING_STYLE = {"launch": "bold white on red", "occupancy": "bold black on yellow", "bandwidth": "bold white on blue",
                  "comm": "bold white on magenta", "kernels": "bold black on cyan", "unknown": "bold white on grey37"}
-# narrower than this (an 80-column terminal, a side of a comparison), the panel shows each candidate on one line
-# and its threshold and inputs one key away (`v`)
-FULL_WIDTH = 110
+# narrower than this (an 80-column terminal, a side of a comparison on 160), the panel shows each candidate on one
+# line and its threshold and inputs one key away (`v`); from WIDE_WIDTH on, a threshold fits beside its candidate
+FULL_WIDTH = 90
+WIDE_WIDTH = 110
 NO_GPU_REMEDY = ("none to measure on the GPU: the target runs on the CPU, so ms/token is the figure; a kernel, launch "
                  "or bandwidth ceiling needs a GPU")
 
@@ -31,8 +32,8 @@ def verdict_text(s, width: int, full: bool | None = None) -> Text:
     """The verdict of one snapshot in `width` columns: each candidate's threshold and inputs beside it where `full`
     (by default, where the width allows), else one line per candidate and the key that shows the rest."""
     d, r = s.diagnosis, s.rolling
-    wide = width >= FULL_WIDTH
-    full = wide if full is None else full
+    wide = width >= WIDE_WIDTH
+    full = width >= FULL_WIDTH if full is None else full
     t = Text()
     ceiling, pending = headline(d, r)
     t.append(f"  {ceiling.upper()}  ", style=CEILING_STYLE.get(ceiling, "bold"))
