@@ -97,9 +97,11 @@ SPAN_NS = 5_000_000_000
 MARKS_KEPT = 200_000
 MARKS_PER_COST = 4096
 # a window opened by time is read on the GPU's steps against every PM sample kept (20,000 regular and 4,000 of
-# windows' spans, monitor/feed.py): ~0.9 us a sample
+# windows' spans, monitor/feed.py), in vectorised passes: a window's analysis took no longer beside 7,700 kept
+# samples than beside 80 (12-22 ms, the 2-core CPU machine), so the samples are charged lightly. At one unit per
+# 40 a ten-minute recording of a graphed loop with PM on was refused at its 292nd second
 PM_KEPT = (20_000, 4_000)
-PM_SAMPLES_PER_COST = 40
+PM_SAMPLES_PER_COST = 400
 # and against the engine's collectives of every token-mark frame kept (20,000): ~0.1 us a frame
 COLL_KEPT = 20_000
 COLL_PER_COST = 256
@@ -108,7 +110,7 @@ COLL_PER_COST = 256
 def frame_cost(frame, marks_read: int = 0, pm_kept: int = 0, coll_kept: int = 0) -> int:
     """The analysis `frame` asks of the monitor, in units of about 35 us of its CPU: a traced window 16, one per
     kernel name it uses (each moves the verdict; its kernel table takes a row per name), one per 4,096 of the
-    `marks_read` and per 256 of the `coll_kept` it is read beside and, opened by time, one per 40 of the `pm_kept`
+    `marks_read` and per 256 of the `coll_kept` it is read beside and, opened by time, one per 400 of the `pm_kept`
     samples; a PM frame 4 (one may move the verdict of a loop with no window); any other frame none (the frame count
     bounds those)."""
     if isinstance(frame, KernelWindow):
