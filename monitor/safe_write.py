@@ -53,10 +53,13 @@ def _kind(mode: int) -> str:
 
 
 def _may_follow(link: os.stat_result, parent: os.stat_result) -> bool:
-    """This user's or root's link; else one whose owner owns its directory, unless that is shared (sticky and
-    world-writable)."""
+    """This user's or root's link; else, for a user other than root, one whose owner owns its directory, unless
+    that is shared (sticky and world-writable). Root follows root's links only: a user's link in the user's own
+    folder (`-o ~alice/out.md` pointing at /etc/...) would otherwise have root replace what it points at."""
     if link.st_uid in (os.geteuid(), 0):
         return True
+    if os.geteuid() == 0:
+        return False
     shared = bool(parent.st_mode & stat.S_ISVTX and parent.st_mode & stat.S_IWOTH)
     return not shared and link.st_uid == parent.st_uid
 

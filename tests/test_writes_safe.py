@@ -133,6 +133,22 @@ def test_links_root_or_the_writer_owns_are_still_followed(planted):
 
 
 @needs_root
+def test_root_follows_no_users_link_even_in_that_users_own_folder(planted, tmp_path):
+    """`-o ~alice/out.md` where alice's own (not shared) folder holds her link to a root file: root refuses it."""
+    home = tmp_path / "alice"
+    home.mkdir(mode=0o755)
+    os.chown(home, OTHER, OTHER)
+    link = home / "out.md"
+    link.symlink_to(planted.secret)
+    os.lchown(link, OTHER, OTHER)
+    planted.snapshot()
+    r = cli("report", REC["eager"], "-o", link)
+    assert_one_line_error(r, 2)
+    assert "not followed" in r.stderr
+    planted.unchanged()
+
+
+@needs_root
 def test_another_users_file_is_never_replaced_and_ours_keeps_its_mode(planted):
     theirs = planted.shared / "out.md"
     theirs.write_text("nobody's notes\n")
