@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from decodemon.monitor.probe_status import PM_SILENT_AFTER_S, pm_silent_words
 from decodemon.monitor.widgets import tcss
 from decodemon.monitor.widgets.format import num, spark
 from decodemon.monitor.widgets.panel import Panel
@@ -34,6 +33,8 @@ class TelemetryPanel(Panel):
             t.append(spark(vals, width, lo, hi) + "\n", style="cyan")
         t.append("each bar ½ s: ms/token its median (the header's is the median of the span), the others their "
                  "mean\n", style="dim")
+        from decodemon.monitor.probe_status import PM_SILENT_AFTER_S, pm_silent_words  # with the feed, not the app
+
         pm_lost, pm_note = probe_field(s, "pm_lost"), probe_field(s, "pm_note")
         pm_word, seconds = probe_field(s, "pm"), s.rx_ns / 1e9
         if not s.pm and pm_word.startswith("armed") and seconds >= PM_SILENT_AFTER_S:
