@@ -36,7 +36,10 @@ class TelemetryPanel(Panel):
         from decodemon.monitor.probe_status import PM_SILENT_AFTER_S, pm_silent_words  # with the feed, not the app
 
         pm_lost, pm_note = probe_field(s, "pm_lost"), probe_field(s, "pm_note")
-        pm_word, seconds = probe_field(s, "pm"), s.rx_ns / 1e9
+        pm_word = probe_field(s, "pm")
+        # silent since the attach, or, where samples came before, over the span the figures cover
+        had = any(v == v for v in series.get("gpu_busy_pct", ()))
+        seconds = (s.span_s or 0.0) if had else s.rx_ns / 1e9
         if not s.pm and pm_word.startswith("armed") and seconds >= PM_SILENT_AFTER_S:
             t.append(pm_silent_words(pm_word, seconds, s.busy_source), style="yellow")
         elif not s.pm:
