@@ -34,6 +34,12 @@ SPAN_NS = 5_000_000_000  # figures are taken over the last 5 s of the feed
 UNTIMED_MAX_SHARE = 0.1  # records without times past the guard token's share: the window is not analysed
 
 
+def untimed_window(w: wire.KernelWindow) -> bool:
+    """More of the window's kernel records came back without times than its guard token's share (whose graph
+    kernels may, wire.KernelWindow): the analysed tokens' did too, and the window is not analysed."""
+    return untimed_share(w) > w.guard_tokens / max(w.tokens + w.guard_tokens, 1) + UNTIMED_MAX_SHARE
+
+
 def untimed_share(w: wire.KernelWindow) -> float:
     """The share of a window's kernel records CUPTI returned without times (start 0, or an end before the start):
     kernels enqueued in the window that the GPU had not run when tracing stopped."""
@@ -182,11 +188,8 @@ class Session:
 
                 self.copy_gbs = from_note(frame.note)
         if isinstance(frame, wire.KernelWindow):
-            untimed = untimed_share(frame)
-            # the guard token's graph kernels may come back without times (wire.KernelWindow); more than its share
-            # means the analysed tokens' did too: its kernel time would read 0 and its steps nothing
-            guard = frame.guard_tokens / max(frame.tokens + frame.guard_tokens, 1)
-            if untimed > guard + UNTIMED_MAX_SHARE:
+            if untimed_window(frame):  # its kernel time would read 0 and its steps nothing
+                untimed = untimed_share(frame)
                 note = (f"window {frame.window_id}: CUPTI returned {100 * untimed:.0f}% of its kernel records "
                         "without times (traced work the GPU had not run when tracing stopped); not counted")
                 if note not in self.feed.errors:

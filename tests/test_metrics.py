@@ -115,14 +115,20 @@ def test_snapshot_cost_does_not_grow_with_a_full_day_of_marks():
 # -- each analyzer's behaviour on every committed H200 recording -------------------------------------------------
 
 def _all_windows():
-    """Every window of every committed recording, a window traced by time read per GPU step (token_clock)."""
+    """Every window of every committed recording the session analyses, a window traced by time read per GPU step
+    (token_clock)."""
+    from decodemon.monitor.session import untimed_window
     from decodemon.monitor.token_clock import gpu_steps, reclocked
     from tests.conftest import BUNDLED, DATA
 
     out = []
     for path in sorted(DATA.glob("*.dmon")) + sorted(BUNDLED.glob("*.dmon")):
+        if path.stem.startswith("h200_compiled_llama8b_enqueue"):
+            # marked at enqueue with no kernel run inside their marks: the session reads them on the GPU's steps
+            # only, and test_known_bytes_h200 holds those figures against torch.profiler's
+            continue
         for _, f in wire.read_recording(path):
-            if isinstance(f, wire.KernelWindow):
+            if isinstance(f, wire.KernelWindow) and not untimed_window(f):  # the session leaves those out
                 steps = gpu_steps(f) if f.clock == "time" else None
                 out.append((path.stem, reclocked(f, steps) if steps else f))
     return out
@@ -162,6 +168,8 @@ def _busy_ns(s, e):
 def test_gap_classes_sum_to_the_idle_time_of_every_window(windows):
     assert len(windows) >= 60
     for stem, f, m in windows:
+        if stem.startswith("h200_known_reduce"):
+            continue  # one kernel a step: no gap between two kernels to classify (the idle is the host's sync)
         s, e, lo, hi = _analysed_kernels(f)
         idle_ns = (hi - lo) - _busy_ns(s, e)
         assert sum(m.gap_ms_per_token.values()) * m.tokens * 1e6 == pytest.approx(idle_ns, rel=1e-9), stem
@@ -173,8 +181,10 @@ def test_gap_classes_sum_to_the_idle_time_of_every_window(windows):
 def test_a_graphed_windows_idle_head_is_the_tracers_and_an_eager_one_has_none(windows):
     for stem, _, m in windows:
         g = m.gap_ms_per_token
-        if stem.startswith(("h200_hf_", "h200_compiled_")):
-            continue  # transformers' loops and the compiled one: graphs whose host enqueues ahead or works between
+        if stem.startswith(("h200_hf_", "h200_compiled_", "h200_known_")):
+            # transformers' loops and the compiled one: graphs whose host enqueues ahead or works between; the
+            # calibration loops of known bytes: graphs of one reduction kernel a step, no tracer's head to see
+            continue
         if "graph" in stem:
             assert m.graph_launches_per_token == 1.0 and g["host_late"] == 0, stem
             assert g["tracing"] == pytest.approx(m.tracing_head_ms) and m.tracing_head_ms > 0.5, stem
