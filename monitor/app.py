@@ -229,8 +229,10 @@ class DecodemonApp(App):
 
         panes = list(self.query(SourcePane))
         pane = next((p for p in panes if self.focused is not None and self.focused in p.walk_children()), panes[0])
-        if pane.last is not None:
-            self.push_screen(WhyScreen(pane.last, pane.side))
+        if pane.last is None:
+            self.notify("no figures yet: v shows how the verdict was reached once the source has reported")
+            return
+        self.push_screen(WhyScreen(pane.last, pane.side))
 
     def _labels_shown(self) -> list[str]:
         shown = self.screen.maximized

@@ -26,7 +26,7 @@ class WhyScreen(ModalScreen):
         box = VerticalScroll()
         where = f"{self.snap.label} ({self.side})" if self.side else self.snap.label
         box.border_title = f"why · {where}"
-        box.border_subtitle = "↑ ↓ PgUp PgDn scroll · escape closes"
+        box.border_subtitle = "as of the key press · ↑ ↓ PgUp PgDn scroll · escape closes"
         with box:
             yield Static(id="why")
 
