@@ -377,7 +377,8 @@ async def _cpu_only(monkeypatch):
         assert "no GPU (CPU-only engine: no CUDA driver in the process)" in header
         assert "libcuda" not in header and "unavailable" not in header
         assert "no traced windows: no GPU in the target" in verdict and "waiting" not in verdict
-        assert "still measured: 199 tokens timed in the last 0.1 s at 0.431 ms/token median (the engine's clock)" in verdict
+        assert ("still measured: 199 tokens timed in the last 0.1 s at 0.431 ms/token median (the engine's clock)"
+                in verdict)
         assert "(199 tokens timed, mark_token)" in header  # one count on every panel
         assert "remedy: none to measure on the GPU" in verdict and "traced window" not in verdict.split("remedy")[1]
         assert "no GPU in the target" in app.query_one(LaunchesPanel)._put_last.plain

@@ -37,9 +37,9 @@ def group_parts(g: dict) -> list[Text]:
     ranks = {r["tp_rank"]: r for r in g["ranks"]}
     if last is not None and last in ranks:
         c = ranks[last]["collectives"]
+        share = num(c.get('share_of_step_pct'), '.1f')
         parts.append(Text(f"all-reduce {num(g['collective_us_per_call'], '.1f')} µs/call × "
-                          f"{num(c.get('calls_per_token'), '.0f')}/token = {num(c.get('share_of_step_pct'), '.1f')}% of "
-                          "the step", style="bold"))
+                          f"{num(c.get('calls_per_token'), '.0f')}/token = {share}% of the step", style="bold"))
         parts.append(Text(f"(a call: kernel {num(c.get('kernel_us_per_call'), '.1f')} + launch gap "
                           f"{num(c.get('launch_gap_us_per_call'), '.1f')})", style="bold"))
         parts.append(Text(f"the others wait for rank {last}"))

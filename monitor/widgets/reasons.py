@@ -124,7 +124,8 @@ def _launch(s, c) -> str:
         return c.detail
     if i.kernel_sum_ms_per_token is not None and i.launches_per_token:
         idle = max(i.ms_per_token - i.kernel_sum_ms_per_token, 0.0)
-        out = (f"GPU idle {idle:.3g} ms = {i.ms_per_token:.4g} {per(s)} (median) − {i.kernel_sum_ms_per_token:.3g} ms "
+        out = (f"GPU idle {idle:.3g} ms = {i.ms_per_token:.4g} {per(s)} (median) − "
+               f"{i.kernel_sum_ms_per_token:.3g} ms "
                f"of kernels ({_windows(s)}), {100 * idle / i.ms_per_token:.0f}% of the step, ÷ "
                f"{i.launches_per_token:.0f} launches/{unit(s)} (traced)")
         past = kernels_past_step(s)
@@ -134,7 +135,8 @@ def _launch(s, c) -> str:
             out += f"; {c.detail.rsplit('; ', 1)[-1]}"
         return out
     if i.launches_per_token is None and i.gpu_busy_pct is not None:
-        return f"GPU idle {c.value:.0f}% = 100% − GPU busy {i.gpu_busy_pct:.0f}% from {s.busy_source}; no traced window"
+        return (f"GPU idle {c.value:.0f}% = 100% − GPU busy {i.gpu_busy_pct:.0f}% from {s.busy_source}; "
+                "no traced window")
     return c.detail
 
 
@@ -193,8 +195,8 @@ def decides(s) -> str:
             why = _clause(cands[k].detail, "so grids", "does not rule", "counters alone")
             if why:
                 busy = s.inputs.gpu_busy_pct if s.inputs else None
-                gate = (f" (GPU busy {busy:.0f}%, under the 50% its rule needs)" if "so grids" in why and busy is not None
-                        else "")
+                gate = (f" (GPU busy {busy:.0f}%, under the 50% its rule needs)"
+                        if "so grids" in why and busy is not None else "")
                 return f"{k.upper()} is unknown, not binding, at {cands[k].value:.3g} {cands[k].unit}: {why}{gate}"
         return f"{ceiling.upper()} is the only candidate past its threshold"
     remedy = s.diagnosis.remedy
