@@ -145,7 +145,8 @@ def test_llama_cpp_under_decodemon_run_is_counted_with_no_line_of_decodemon(tmp_
             assert r.returncode == 0, r.stderr
             j = json.loads(r.stdout)
             own = [t for line in log.read_text().splitlines() for t in json.loads(line)["t"] if t_a <= t <= t_b]
-            last_2s = [t for t in own if t >= t_b - 2.0]  # the attach's 2 s end just before its command does
+            end = j.get("span_end_unix_s") or t_b  # where the attach's seconds ended (its command ends later)
+            last_2s = [t for t in own if end - 2.0 <= t <= end]
             assert j["token_clock"] == "mark_token" and j["tokens"] > 100
             # not more than the loop made while the command ran (its log is written a generation at a time), and
             # at least half of what it made in the 2 s the attach lasted (however long the command took to start)

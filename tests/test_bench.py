@@ -522,9 +522,10 @@ def test_demo_engine_cpu_clocks_account_for_the_decode_threads_time(tmp_path):
     assert r.returncode == 0, r.stderr[-500:]
     d = json.loads(f.read_text())
     assert len(d["thread_cpu_ms"]) == len(d["process_cpu_ms"]) == len(d["runq_wait_ms"]) == 40
-    # a CPU decode loop is on its thread's CPU for most of each token, and no thread can use more CPU than the
-    # whole process (torch's intra-op threads may add to the process's share)
-    assert 0.3 * sum(d["ms"]) < sum(d["thread_cpu_ms"]) <= sum(d["process_cpu_ms"]) + 1.0
+    # a CPU decode loop is on its thread's CPU, or waiting in the run queue for one on a busy machine, for most of
+    # each token, and no thread can use more CPU than the whole process (torch's intra-op threads may add to it)
+    assert 0.3 * sum(d["ms"]) < sum(d["thread_cpu_ms"]) + sum(d["runq_wait_ms"])
+    assert sum(d["thread_cpu_ms"]) <= sum(d["process_cpu_ms"]) + 1.0
     assert all(w >= 0 for w in d["runq_wait_ms"])
     assert len(d["canary_us"]) == 40 and all(c > 0 for c in d["canary_us"])
     assert len(d["canary_c_us"]) == 40 and all(0 < c < 5000 for c in d["canary_c_us"])
