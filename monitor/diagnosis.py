@@ -447,8 +447,11 @@ def _advice(ceiling: str, i: Inputs, floor: float | None, comm_ms: float | None,
         t = f" ({top[0]}, {top[1]:.0f} µs/token)" if top else ""
         return (f"the kernels fill the step{t} and no ceiling binds at these numbers: measure {missing} to say "
                 "whether bytes or grids bind",
-                f"Measure {missing}: within {BANDWIDTH_NEAR_RATIO:g}× of bytes ÷ bandwidth it is BANDWIDTH; far "
-                "above it with small grids or SM active far below GPU busy, OCCUPANCY.",
+                (f"Measure {missing}: with small grids or SM active far below GPU busy it is OCCUPANCY (the token "
+                 f"is {floor and ms / floor:.3g}× its bandwidth floor, too far for BANDWIDTH)."
+                 if floor and ms / floor > BANDWIDTH_NEAR_RATIO else
+                 f"Measure {missing}: within {BANDWIDTH_NEAR_RATIO:g}× of bytes ÷ bandwidth it is BANDWIDTH; far "
+                 "above it with small grids or SM active far below GPU busy, OCCUPANCY."),
                 f"n/a until {missing} is known")
     if missing:
         return (f"measure {missing}",

@@ -139,7 +139,12 @@ def run_point(template: str, depth: int, name: str, seconds: float, settings=Non
             _wait_for_tokens(proc.pid, start_timeout_s)
             sess = collect(str(proc.pid), settings, seconds, record_to=record_to)
         except SourceError as exc:
-            return _failed(name, depth, str(exc))
+            try:
+                proc.wait(timeout=1.0)  # a command that ended while it was being attached: its own words say why
+            except subprocess.TimeoutExpired:
+                return _failed(name, depth, str(exc))
+            tail = _tail(err_path)
+            return _failed(name, depth, f"the command exited ({proc.returncode})" + (f": {tail}" if tail else ""))
         finally:
             _stop(proc)
     finally:
