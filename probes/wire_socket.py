@@ -13,6 +13,7 @@ import errno
 import os
 import socket
 import stat
+import time
 from pathlib import Path
 
 BACKLOG = 64
@@ -93,6 +94,9 @@ def _is_stale(dir_fd: int, name: str) -> bool:
     return False
 
 
+FRESH_S = 2.0  # a socket this young, of a process that lives, is not judged stale
+
+
 def _clean_stale(dir_fd: int) -> list[int]:
     gone: list[int] = []
     for name in os.listdir(dir_fd):
@@ -100,7 +104,11 @@ def _clean_stale(dir_fd: int) -> list[int]:
         if ext != "sock" or not stem.isascii() or not stem.isdigit():
             continue
         try:
-            if stat.S_ISSOCK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode) and _is_stale(dir_fd, name):
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            # a socket bound a moment ago by a live process may not listen yet (refused between its bind and its
+            # listen): another agent starting beside it must not take it for stale
+            young = time.time() - st.st_mtime < FRESH_S and os.path.exists(f"/proc/{stem}")
+            if stat.S_ISSOCK(st.st_mode) and not young and _is_stale(dir_fd, name):
                 os.unlink(name, dir_fd=dir_fd)
                 gone.append(int(stem))
         except OSError:

@@ -252,6 +252,8 @@ def test_only_a_socket_nothing_listens_on_is_stale(tmp_path, monkeypatch, sleepe
     left = socket.socket(socket.AF_UNIX)  # left by an agent killed with SIGKILL, its pid since reused
     left.bind(str(d / f"{sleeper.pid}.sock"))
     left.close()
+    old = time.time() - 60
+    os.utime(d / f"{sleeper.pid}.sock", (old, old))
     live = socket.socket(socket.AF_UNIX)  # listening, under a name no process of this namespace has
     live.bind(str(d / "4194305.sock"))
     live.listen(1)
@@ -260,6 +262,20 @@ def test_only_a_socket_nothing_listens_on_is_stale(tmp_path, monkeypatch, sleepe
         assert sorted(os.listdir(d)) == ["4194305.sock"]
     finally:
         live.close()
+
+
+def test_a_live_processs_socket_bound_a_moment_ago_is_not_stale_before_it_listens(tmp_path, monkeypatch, sleeper):
+    """Between an agent's bind and its listen a connect is refused: another agent starting beside it (ranks started
+    at once) must not unlink it."""
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    d = wire.socket_dir()
+    d.mkdir(mode=0o700)
+    fresh = socket.socket(socket.AF_UNIX)  # bound, not yet listening
+    fresh.bind(str(d / f"{sleeper.pid}.sock"))
+    try:
+        assert clean_stale_sockets() == [] and os.listdir(d) == [f"{sleeper.pid}.sock"]
+    finally:
+        fresh.close()
 
 
 class Neighbour:
