@@ -123,6 +123,7 @@ def test_detach_puts_sample_back_as_it_was(llm, marks):
     assert seen == []
 
 
+@pytest.mark.timing
 def test_llama_cpp_under_decodemon_run_is_counted_with_no_line_of_decodemon(tmp_path, gguf_path):
     """The benchmark loop (llama.cpp's own generate, CPU build) under `decodemon run`: an attach counts its tokens
     through the adapter, against the loop's own log of the same seconds, and reports llama.cpp's model facts."""

@@ -512,6 +512,7 @@ def test_the_demo_engine_writes_both_clocks(tmp_path):
     assert "thread_cpu_ms" not in d  # per-token CPU clocks only when asked for
 
 
+@pytest.mark.timing
 def test_demo_engine_cpu_clocks_account_for_the_decode_threads_time(tmp_path):
     """--cpu-clocks: per token, the decode thread's CPU ms, the process's CPU ms, the run-queue wait, its page faults
     and context switches, the garbage collector's time, and both canaries."""

@@ -147,6 +147,7 @@ while True:  # a host-bound step: 10 ms of Python that never gives the GIL up
 '''
 
 
+@pytest.mark.timing
 def test_loading_the_agent_keeps_a_gil_bound_loops_slowest_step_near_its_median(tmp_path):
     """The bootstrap imports in a thread that gives the GIL back between modules: a loop that holds the GIL all
     the time still steps on: its slowest step while the agent loads stays under 5x its median, or under twice its
@@ -176,6 +177,7 @@ def test_loading_the_agent_keeps_a_gil_bound_loops_slowest_step_near_its_median(
         loop.kill()
 
 
+@pytest.mark.timing
 def test_queueing_a_source_stops_the_target_only_briefly(tmp_path):
     loop = Loop([sys.executable, "-c", LOOP], cwd=tmp_path)
     try:

@@ -220,6 +220,7 @@ def server(gguf):
     s.close()
 
 
+@pytest.mark.timing
 @needs_server
 def test_llama_server_tokens_per_s_matches_its_own_metrics(gguf, tmp_path):
     """decodemon's reading of the server's step count against the server's own rate (tokens over its generation
@@ -319,6 +320,7 @@ def test_the_exporter_watches_llama_server_from_outside(server, tmp_path):
         ex.stop()
 
 
+@pytest.mark.timing
 @needs_server
 def test_two_requests_in_each_step_are_twice_the_throughput_of_one_sequences_rate(gguf):
     """-np 2 and two users: a step adds a token to each request, so the steps are the busiest slot's count and

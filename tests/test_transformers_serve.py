@@ -74,6 +74,7 @@ class Client(threading.Thread):
                 time.sleep(0.5)
 
 
+@pytest.mark.timing
 def test_transformers_serve_under_eight_clients_reads_the_tokens_they_received(tmp_path):
     subprocess.run([sys.executable, "-c", MODEL, str(tmp_path / "m")], check=True, capture_output=True, timeout=120)
     port = _free_port()
