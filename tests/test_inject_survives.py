@@ -13,6 +13,7 @@ must be alive, untraced and ticking, and then take a whole injection whose sourc
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -28,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from decodemon.monitor.inject import helper, trampoline
+from decodemon.monitor.inject import helper, pending_lock, trampoline
 from tests.conftest import cli
 from tests.test_inject_versions import _python
 
@@ -391,6 +392,83 @@ def test_a_thread_inside_a_restartable_sequence_is_let_go_untouched(tmp_path):
             outcomes.append(report["why"] or "queued")
             t.wait_ticks(50, timeout_s=10)
         print("injections into a thread spinning in an rseq critical section:", outcomes)
+    finally:
+        t.close()
+
+
+# The main thread in C with the GIL held, taking the pending-call lock over and over: to push an entry
+# (Py_AddPendingCall) and to pop it (Py_MakePendingCalls, which also runs what an injection queued). Each round
+# ticks the counter page.
+PENDING_SPIN = r"""
+int Py_AddPendingCall(int (*)(void *), void *);
+int Py_MakePendingCalls(void);
+static int noop(void *arg) { (void)arg; return 0; }
+void spin(volatile unsigned long *ticks) { for (;;) { Py_AddPendingCall(noop, 0); Py_MakePendingCalls(); ++*ticks; } }
+"""
+
+PENDING_TARGET = TICK + r"""
+import ctypes
+lib = ctypes.PyDLL(sys.argv[2])  # PyDLL: the GIL stays held, as in a C extension
+lib.spin.argtypes = [ctypes.c_void_p]
+lib.spin(ctypes.addressof(ctypes.c_uint64.from_buffer(_m)))
+"""
+
+
+@pytest.mark.parametrize("minor", [10, 11, 12, 13])
+def test_a_thread_stopped_holding_the_pending_call_lock_is_let_go_untouched(minor, tmp_path):
+    """Pointed at the trampoline while holding the pending-call lock, the main thread would wait in
+    Py_AddPendingCall for a lock only it can release, for good. Twenty injections into a thread that takes the lock
+    all the time: each queues its source, which runs, and the thread spins on between them."""
+    python, cc = _python(minor), shutil.which("cc") or shutil.which("gcc")
+    if python is None or cc is None:
+        pytest.skip(f"needs CPython 3.{minor} and a C compiler")
+    (tmp_path / "spin.c").write_text(PENDING_SPIN)
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(tmp_path / "libspin.so"), str(tmp_path / "spin.c")],
+                   check=True)
+    t = Target("pending", tmp_path, str(tmp_path / "libspin.so"), python=python, source=PENDING_TARGET)
+    try:
+        t.wait_ticks(1000)
+        let_go = []
+        for i in range(20):
+            marker = tmp_path / f"ran-{i}"
+            source = f"try:\n    open({str(marker)!r}, 'w').close()\nexcept BaseException:\n    pass\n"
+            report = helper.queue_source(t.pid, source.encode())
+            assert report["ok"], (i, report)
+            let_go.append(report["let_go"])
+            t0 = time.monotonic()
+            while not marker.exists():
+                assert t.proc.poll() is None and time.monotonic() - t0 < 10, f"injection {i}'s source never ran"
+                time.sleep(0.002)
+            t.wait_ticks(1000, timeout_s=10)
+        print(f"3.{minor}: stops let go untouched, per injection:", let_go)
+    finally:
+        t.close()
+
+
+def test_a_pending_call_lock_that_cannot_be_read_leaves_the_thread_untouched(tmp_path, monkeypatch):
+    """Where the lock's state cannot be told (a version without a known layout, or a read that is not what that
+    version keeps there) the thread is never redirected: one clear reason, the target ticking on, untraced."""
+    version = sys.version_info[:2]
+    real = pending_lock.LAYOUTS[version]
+    t = Target("sleep", tmp_path)
+    try:
+        monkeypatch.delitem(pending_lock.LAYOUTS, version)
+        report = helper.queue_source(t.pid, PAUSE_SOURCE)
+        assert report["why"] == "lock" and "is not known" in report["error"], report
+        t.wait_ticks(20)
+        # 8 bytes past the lock pointer: the queue's two int flags, read as a pointer to a lock (zero here)
+        monkeypatch.setitem(pending_lock.LAYOUTS, version, dataclasses.replace(real, lock=real.lock + 8))
+        report = helper.queue_source(t.pid, PAUSE_SOURCE)
+        assert report["why"] == "busy" and "could not be read" in report["error"], report
+        t.wait_ticks(20)
+        assert t.tracer() == 0
+        monkeypatch.setitem(pending_lock.LAYOUTS, version, real)
+        marker = tmp_path / "ran"
+        assert helper.queue_source(t.pid, f"open({str(marker)!r}, 'w').close()\n".encode())["ok"]
+        t0 = time.monotonic()
+        while not marker.exists():
+            assert time.monotonic() - t0 < 30, "the source never ran"
+            time.sleep(0.002)
     finally:
         t.close()
 

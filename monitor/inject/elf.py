@@ -141,18 +141,27 @@ def interpreter_candidates(pid: int, maps: list[Mapping]) -> list[str]:
     return [exe] + [p for p in libs if p != exe]
 
 
+def _addresses(pid: int, maps: list[Mapping], path: str, names: list[str]) -> dict[str, int]:
+    """Run-time addresses of those of `names` that `path` defines and the process has mapped."""
+    try:
+        offsets, _loads = file_symbols(_readable(pid, path), names)
+    except (OSError, ElfError, ValueError, struct.error):
+        return {}
+    addrs = {n: _runtime(maps, path, off) for n, off in offsets.items()}
+    return {n: a for n, a in addrs.items() if a is not None}
+
+
+def symbol_addresses(pid: int, path: str, names: list[str]) -> dict[str, int]:
+    """{name: run-time address} for those of `names` that the mapped file `path` defines; OSError if no maps."""
+    return _addresses(pid, read_maps(pid), path, names)
+
+
 def find_interpreter(pid: int, names: list[str]) -> Interpreter | None:
     """The first candidate file that defines every one of `names`, with their run-time addresses; None if none."""
     maps = read_maps(pid)
     for path in interpreter_candidates(pid, maps):
-        try:
-            offsets, _loads = file_symbols(_readable(pid, path), names)
-        except (OSError, ElfError, ValueError, struct.error):
-            continue
-        if set(offsets) != set(names):
-            continue
-        addrs = {n: _runtime(maps, path, off) for n, off in offsets.items()}
-        if None in addrs.values():
+        addrs = _addresses(pid, maps, path, names)
+        if set(addrs) != set(names):
             continue
         m = LIBPYTHON.search(os.path.basename(path)) or PYTHON_EXE.search(os.path.basename(path))
         return Interpreter(path, (3, int(m.group(1))) if m else None, addrs)

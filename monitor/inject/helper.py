@@ -12,8 +12,10 @@ handlers (on 3.10 and 3.11 only the main thread handles pending calls; from 3.12
 thread of the main interpreter). Calling `PyGILState_Ensure` + `PyRun_SimpleString` there instead would run Python
 wherever that thread happened to stop (in the allocator, halfway through a dict update) and hold it for the whole
 run of the source. `Py_AddPendingCall` takes only the pending-call lock, which a thread holds for a few
-instructions while it pushes or pops one entry; if the call has not returned within a bound the helper lets the
-thread go and says so: the thread finishes the call on its own. `PyRun_SimpleString(const char *)` has the shape
+instructions while it pushes or pops one entry. A thread stopped while that lock is taken (by itself or any other)
+is let go untouched and stopped again a moment later (pending_lock.py): pointed at the trampoline it could wait on
+itself for good. If the call has not returned within a bound the helper lets the thread go and says so: the thread
+finishes the call on its own. `PyRun_SimpleString(const char *)` has the shape
 of a pending-call function `int (*)(void *)`; the source it runs never raises (an error return without an
 exception would surface as a SystemError in the target).
 """
@@ -28,11 +30,14 @@ import sys
 import time
 
 from decodemon.monitor.inject import elf, trampoline
+from decodemon.monitor.inject.pending_lock import LockUnknown, PendingLock
 from decodemon.monitor.inject.ptrace import PtraceError, Tracee
 
 API = ["Py_AddPendingCall", "PyRun_SimpleString"]
 CALL_WAIT_S = 0.5
-TRIES, RETRY_PAUSE_S = 20, 0.001  # stops that find the thread inside a restartable sequence, let go untouched
+# Stops that find the thread where it must not be redirected (a restartable sequence, the pending-call lock taken,
+# an earlier injection's code) let it go untouched; the next comes after a pause, up to TRIES stops in all.
+TRIES, RETRY_PAUSE_S = 100, 0.001
 
 
 def in_rseq_critical_section(mem: int, rseq_area: int, rip: int) -> bool:
@@ -52,11 +57,22 @@ def in_rseq_critical_section(mem: int, rseq_area: int, rip: int) -> bool:
     return start_ip <= rip < start_ip + post_commit_offset
 
 
-def _queue_once(tracee: Tracee, mem: int, cave: int, page: bytes, nbytes: int, add_pending_call: int) -> int | None:
-    """One injection into the stopped thread: Py_AddPendingCall's result, or None if it was let go untouched."""
+def not_now(tracee: Tracee, mem: int, cave: int, lock: PendingLock) -> str:
+    """Why the stopped thread must be let go untouched this time; "" when it may be redirected."""
+    rip = tracee.saved.rip
+    if cave <= rip < cave + trampoline.SIZE:
+        return "in an earlier injection's code"
+    if in_rseq_critical_section(mem, tracee.rseq_area(), rip):
+        return "in a restartable sequence"
+    try:
+        return "while the pending-call lock was taken" if lock.held() else ""
+    except LockUnknown as exc:
+        return f"while the pending-call lock could not be read ({exc})"
+
+
+def _queue_once(tracee: Tracee, mem: int, cave: int, page: bytes, nbytes: int, add_pending_call: int) -> int:
+    """One injection into the stopped thread, which not_now has cleared: Py_AddPendingCall's result."""
     r = tracee.saved
-    if cave <= r.rip < cave + trampoline.SIZE or in_rseq_critical_section(mem, tracee.rseq_area(), r.rip):
-        return None
     resume_rip, resume_rax = trampoline.resume_point(r.rip, r.rax, r.orig_rax)
     code = trampoline.build(resume_rip, resume_rax, nbytes)
     try:
@@ -89,23 +105,33 @@ def queue_source(pid: int, source: bytes) -> dict:
     nbytes = (8 + len(page) + 4095) & ~4095
     mem = os.open(f"/proc/{pid}/mem", os.O_RDWR)
     try:
+        try:
+            lock = PendingLock(pid, interp, mem)
+        except LockUnknown as exc:
+            return {"ok": False, "why": "lock", "error": f"cannot tell whether the main thread may take the "
+                    f"pending-call lock: {exc}; it was left untouched"}
         t0 = time.monotonic_ns()
+        reasons: dict[str, int] = {}
         for _ in range(TRIES):
             tracee = Tracee(pid, wait_s=CALL_WAIT_S)
             with tracee:
-                rc = _queue_once(tracee, mem, cave, page, nbytes, interp.addresses["Py_AddPendingCall"])
+                why = not_now(tracee, mem, cave, lock)
+                rc = None if why else _queue_once(tracee, mem, cave, page, nbytes,
+                                                  interp.addresses["Py_AddPendingCall"])
             t1 = time.monotonic_ns()
             if rc is not None:
                 break
+            reasons[why] = reasons.get(why, 0) + 1
             time.sleep(RETRY_PAUSE_S)
         else:
-            return {"ok": False, "why": "busy", "error": f"the main thread was in a restartable sequence or an "
-                    f"earlier injection's code at each of {TRIES} stops; it was left running"}
+            seen = ", ".join(f"{why} ({n})" for why, n in sorted(reasons.items(), key=lambda kv: -kv[1]))
+            return {"ok": False, "why": "busy", "error": f"at each of {TRIES} stops the main thread could not be "
+                    f"redirected: {seen}; it was left running"}
     finally:
         os.close(mem)
     return {"ok": rc == 0, "why": "" if rc == 0 else "queue", "error": "" if rc == 0 else "pending-call queue full",
             "stop_us": (t1 - tracee.stopped_ns) / 1e3, "total_us": (t1 - t0) / 1e3, "interpreter": interp.path,
-            "held_signals": tracee.held_signals}
+            "held_signals": tracee.held_signals, "let_go": sum(reasons.values())}
 
 
 def main(argv: list[str]) -> int:
