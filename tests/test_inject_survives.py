@@ -445,23 +445,22 @@ def test_a_thread_stopped_holding_the_pending_call_lock_is_let_go_untouched(mino
         t.close()
 
 
-def test_a_pending_call_lock_that_cannot_be_read_leaves_the_thread_untouched(tmp_path, monkeypatch):
+def test_a_pending_call_lock_that_cannot_be_read_is_injected_as_before_the_check(tmp_path, monkeypatch):
     """Where the lock's state cannot be told (a version without a known layout, or a read that is not what that
-    version keeps there) the thread is never redirected: one clear reason, the target ticking on, untraced."""
+    version keeps there, as another patch release could lay it out) the injection goes on as it did before the
+    check, rather than never: attach by pid keeps working there, and the report says the lock went unchecked."""
     version = sys.version_info[:2]
     real = pending_lock.LAYOUTS[version]
     t = Target("sleep", tmp_path)
     try:
         monkeypatch.delitem(pending_lock.LAYOUTS, version)
-        report = helper.queue_source(t.pid, PAUSE_SOURCE)
-        assert report["why"] == "lock" and "is not known" in report["error"], report
+        report = helper.queue_source(t.pid, b"pass\n")
+        assert report["ok"] and "not checked" in report["lock_unchecked"] and "is not known" in report["lock_unchecked"]
         t.wait_ticks(20)
         # 8 bytes past the lock pointer: the queue's two int flags, read as a pointer to a lock (zero here)
         monkeypatch.setitem(pending_lock.LAYOUTS, version, dataclasses.replace(real, lock=real.lock + 8))
-        report = helper.queue_source(t.pid, PAUSE_SOURCE)
-        assert report["why"] == "busy" and "could not be read" in report["error"], report
+        assert helper.queue_source(t.pid, b"pass\n")["ok"]
         t.wait_ticks(20)
-        assert t.tracer() == 0
         monkeypatch.setitem(pending_lock.LAYOUTS, version, real)
         marker = tmp_path / "ran"
         assert helper.queue_source(t.pid, f"open({str(marker)!r}, 'w').close()\n".encode())["ok"]
