@@ -382,8 +382,10 @@ def _missing(i: Inputs, cands: dict) -> str:
         return "the PM counters (GPU busy, DRAM; no window can be traced here)"
     if i.ms_per_token is None:
         return "a token clock (ms/token)"
-    if cands["bandwidth"].value is None:
+    if cands["bandwidth"].value is None and not i.bytes_per_token:
         return "bytes per token (PM's DRAM counters, or the model's facts)"
+    if cands["bandwidth"].value is None and not i.bandwidth_gbs:
+        return "the device's bandwidth (a GPU: its measured copy, or NVML's peak)"
     if _kernels_fill_step(i, cands["launch"]) and i.small_grid_share_pct is None:
         return "the grids (a traced window)"
     if i.launches_per_token is None and not i.untraced:
@@ -417,6 +419,11 @@ def _advice(ceiling: str, i: Inputs, floor: float | None, comm_ms: float | None,
                 f"Replay the same step as a CUDA graph: if ms/token does not fall from {ms:.3g} toward {tgt}, "
                 "the gaps were not launch overhead.",
                 f"graph capture: {ms:.3g} → ~{tgt}/token" + (f" ({100 * (1 - target / ms):.0f}% less)" if target and ms else ""))
+    if ceiling == "bandwidth" and not ms:  # priced by the DRAM counters alone: no token clock to halve
+        return ("read fewer bytes per step: quantize weights, compress or shrink the KV cache",
+                "Halve the bytes each step reads: the program's own rate should nearly double while DRAM stays near "
+                f"{i.dram_gbs or 0:.4g} GB/s; if it does not, bandwidth was not the binding ceiling.",
+                "halving the bytes a step reads halves the step")
     if ceiling == "bandwidth":
         return ("read fewer bytes per token: quantize weights, compress or shrink the KV cache",
                 f"Halve the bytes read per token (e.g. 8-bit weights): ms/token should fall close to half of "
@@ -450,9 +457,10 @@ def _advice(ceiling: str, i: Inputs, floor: float | None, comm_ms: float | None,
                 (f"Measure {missing}: with small grids or SM active far below GPU busy it is OCCUPANCY (the token "
                  f"is {floor and ms / floor:.3g}× its bandwidth floor, too far for BANDWIDTH)."
                  if floor and ms / floor > BANDWIDTH_NEAR_RATIO else
-                 f"Measure {missing}: within {BANDWIDTH_NEAR_RATIO:g}× of bytes ÷ bandwidth it is BANDWIDTH; far "
-                 "above it with small grids or SM active far below GPU busy, OCCUPANCY."),
-                f"n/a until {missing} is known")
+                 f"Measure {missing}: within {BANDWIDTH_NEAR_RATIO:g}× of bytes ÷ bandwidth, with the kernels filling "
+                 "the step, it is BANDWIDTH; far above it with small grids or SM active far below GPU busy, "
+                 "OCCUPANCY."),
+                f"n/a until {missing} is measured")
     if missing:
         return (f"measure {missing}",
                 (f"Nothing binds at these numbers ({', '.join(priced)} priced, none past its threshold): {missing} "

@@ -178,8 +178,7 @@ def add_seconds(p, default, what: str) -> None:
 def add_refresh(p) -> None:
     """The app's screen refresh period."""
     p.add_argument("--refresh", type=bounded("--refresh", 0.05, 60), default=None, metavar="S",
-                   help="seconds between screen refreshes (default 0.5; the screen's CPU runs beside the decode "
-                        "loop)")
+                   help="seconds between screen refreshes (default 0.5)")
 
 
 # --- the probe's settings --------------------------------------------------------------------------------------
@@ -248,7 +247,7 @@ def probe_value(key: str, text: str, name: str | None = None):
 def probe_help(developer: bool = False) -> str:
     """The `--probe help` listing: each key a user sets, its default and what it takes (`developer`: every key,
     the benchmarks' experiment knobs too)."""
-    lines = ["--probe KEY=VALUE keys (decodemon.probes.wire.Attach), with their defaults:"]
+    lines = ["--probe KEY=VALUE keys, with their defaults:"]
     for key, (default, typ) in probe_fields().items():
         if key in DEVELOPER_KEYS and not developer:
             continue

@@ -84,7 +84,9 @@ def attach_json(pid: int, settings, seconds: float) -> int:
                     "--token-range NAME gives it a clock)")
         else:
             idle = ""
-        print(f"decodemon attach: {snap.ended} before any tokens were measured{idle}", file=sys.stderr)
+        refused = not snap.pid and snap.ended.startswith("busy")  # another monitor is attached: said as it is
+        print(f"decodemon attach: {snap.ended}" + ("" if refused else f" before any tokens were measured{idle}"),
+              file=sys.stderr)
         print_json(summary_json(snap))
         return 3
     summary = summary_json(snap)

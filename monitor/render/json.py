@@ -108,6 +108,7 @@ def summary_json(s: Snapshot, kernels: int = 15) -> dict:
         # the figures below are over the last span_s seconds of the feed, ending at span_end_unix_s
         "span_s": _r(s.span_s, 3),
         "span_end_unix_s": _r(s.span_end_unix_s, 3),
+        # the median token of the span (a counted clock: its seconds over its steps); tokens_per_s is over the mean
         "ms_per_token": round(tk.ms_per_token, 4) if tk else None,
         "ms_per_token_p90": round(tk.ms_per_token_p90, 4) if tk else None,
         "tokens_per_s": round(tk.tokens_per_s, 2) if tk else None,
