@@ -27,10 +27,10 @@ decodemon keys
 
 hot kernels, column by column:
   kernel       its name (in full where the panel is wide enough)
-  calls/tok    launches of it per token
-  µs mean      its mean duration
+  calls        launches of it per token
+  µs           its mean duration in µs
   share        its part of the traced window's kernel time
-  grid vs SMs  thread blocks against the GPU's SMs (red: under a quarter
+  grid/SMs     thread blocks against the GPU's SMs (red: under a quarter
                of the SMs get a block, yellow: under all of them)
   occ          theoretical occupancy: the warps an SM can hold at its
                block size, registers and shared memory, as a share of

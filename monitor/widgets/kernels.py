@@ -24,8 +24,12 @@ def next_sort(sort: str) -> str:
     return keys[(keys.index(sort) + 1) % len(keys)]
 
 
-OTHER_COLUMNS = 52  # what the five columns beside the name take, with their padding
-MIN_NAME = 30
+COLUMNS = ("kernel", "calls", "µs", "share", "grid/SMs", "occ")
+# what the five columns beside the name take with their padding ("100%" under occ, a 4-cell bar under grid/SMs),
+# so an 80-column terminal shows every column whole, with no horizontal scrollbar
+OTHER_COLUMNS = 42
+MIN_NAME = 16
+GRID_BAR = 4
 
 
 def kernel_name_width(panel_width: int) -> int:
@@ -56,7 +60,7 @@ class KernelsPanel(SourceNamed, DataTable):
 
     def on_mount(self) -> None:
         """Columns, and the title for the default sort."""
-        self.add_columns("kernel", "calls/tok", "µs mean", "share", "grid vs SMs", "occ")
+        self.add_columns(*COLUMNS)
         self.border_title = self.title_for_sort()
 
     def title_for_sort(self) -> str:
@@ -83,7 +87,9 @@ class KernelsPanel(SourceNamed, DataTable):
         if shown == self._shown:
             return  # the table changes only with a new traced window: re-rendering it is the app's dearest work
         self._shown = shown
-        self.clear()
+        # columns only widen as rows come: they are laid out again, so a narrower panel gets narrower names
+        self.clear(columns=True)
+        self.add_columns(*COLUMNS)
         if w is None:
             return
         sms = max(s.sm_count, 1)
@@ -91,6 +97,6 @@ class KernelsPanel(SourceNamed, DataTable):
         for r in sorted(w.kernels, key=SORTS[self.sort][0])[:12]:
             frac = min(r.grid_blocks, sms) / sms
             style = "red" if r.grid_coverage_pct < 25 else "yellow" if r.grid_coverage_pct < 100 else "green"
-            grid = Text(f"{r.grid_blocks:>4}/{sms} {bar(frac, 6)}", style=style)
+            grid = Text(f"{r.grid_blocks:>4}/{sms} {bar(frac, GRID_BAR)}", style=style)
             self.add_row(kernel_label(r.short_name, r.name, width), f"{r.calls_per_token:.0f}", f"{r.us_mean:.1f}", f"{r.share_pct:.0f}%",
                          grid, f"{r.occupancy_pct:.0f}%")
