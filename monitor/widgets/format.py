@@ -14,6 +14,18 @@ def num(x, spec: str = ".3g", none: str = "—") -> str:
     return format(x, spec)
 
 
+def value_words(value, unit: str) -> str:
+    """A candidate's number with its unit, "?" where it has none: a % or × unit is written against its number, so a
+    wrapped line never parts them, and a share past 100% (two counters sampled apart) reads as ≥100%."""
+    if value is None:
+        return "?"
+    if unit.startswith("%") and round(value) > 100:
+        return f"≥100{unit}"
+    if unit.startswith(("%", "×")):
+        return f"{value:.3g}{unit}"
+    return f"{value:.3g} {unit}"
+
+
 def spark(values, width: int, lo: float | None = None, hi: float | None = None) -> str:
     """A one-line sparkline of the last `width` values (NaN drawn as a space)."""
     vals = list(values)[-width:]

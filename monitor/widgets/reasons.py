@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from decodemon.monitor.diagnosis import BINDING, ORDER, UNKNOWN
 from decodemon.monitor.rolling import headline
+from decodemon.monitor.widgets.format import value_words
 from decodemon.monitor.widgets.probe_words import has_no_gpu
 
 # a traced window's NCCL kernels this much of its kernel time while COMM prices the step under 10%: the kernels
@@ -151,7 +152,10 @@ def _occupancy(s, c) -> str:
     if i.gpu_busy_pct is not None:
         parts.append(f"GPU busy {i.gpu_busy_pct:.0f}% from {s.busy_source}")
     if i.sm_active_pct is not None:
-        ratio = f", {100 * i.sm_active_pct / i.gpu_busy_pct:.0f}% of GPU busy" if i.gpu_busy_pct else ""
+        share = 100 * i.sm_active_pct / i.gpu_busy_pct if i.gpu_busy_pct else None
+        ratio = "" if share is None else f", {share:.0f}% of GPU busy"
+        if share is not None and round(share) > 100:  # shown as ≥100% beside the candidate: why it is past 100
+            ratio += " (past 100%: the two counters are sampled apart, so read it as SMs active all the busy time)"
         parts.append(f"SM active {i.sm_active_pct:.0f}% from PM counters{ratio}")
     return "; ".join(parts) or c.detail
 
@@ -197,7 +201,8 @@ def decides(s) -> str:
                 busy = s.inputs.gpu_busy_pct if s.inputs else None
                 gate = (f" (GPU busy {busy:.0f}%, under the 50% its rule needs)"
                         if "so grids" in why and busy is not None else "")
-                return f"{k.upper()} is unknown, not binding, at {cands[k].value:.3g} {cands[k].unit}: {why}{gate}"
+                value = value_words(cands[k].value, cands[k].unit)
+                return f"{k.upper()} is unknown, not binding, at {value}: {why}{gate}"
         return f"{ceiling.upper()} is the only candidate past its threshold"
     remedy = s.diagnosis.remedy
     for lead in ("measure more: ", "measure "):

@@ -8,6 +8,7 @@ from rich.text import Text
 from decodemon.monitor.diagnosis import ORDER
 from decodemon.monitor.rolling import headline
 from decodemon.monitor.widgets import tcss
+from decodemon.monitor.widgets.format import value_words
 from decodemon.monitor.widgets.panel import Panel
 from decodemon.monitor.widgets.probe_words import has_no_gpu, latest_error, still_measured, tracing_unavailable
 from decodemon.monitor.widgets.reasons import decides, history_note, inputs_line
@@ -25,7 +26,7 @@ NO_GPU_REMEDY = ("none to measure on the GPU: the target runs on the CPU, so ms/
 
 def value_text(c) -> str:
     """A candidate's number and unit, or "?" where it has none."""
-    return "?" if c.value is None else f"{c.value:.3g} {c.unit}"
+    return value_words(c.value, c.unit)
 
 
 def verdict_text(s, width: int, full: bool | None = None) -> Text:
@@ -61,7 +62,12 @@ def verdict_text(s, width: int, full: bool | None = None) -> Text:
         c = d.candidates[k]
         t.append(f"{k.upper():<10}", style="bold")
         t.append(f"{c.state.replace('_', ' '):<10}", style=STATE_STYLE[c.state])
-        t.append(value_text(c))
+        value = value_text(c)
+        # the number and its unit's first word ("8.51 µs/launch", "72.1%") stay on one line: on the next one where
+        # they do not fit beside the state
+        if not full and c.value is not None and 20 + len(value_words(c.value, c.unit.split(" ")[0])) > width:
+            value = "\n  " + value
+        t.append(value)
         if full and not no_gpu:
             t.append(f"   threshold: {c.threshold}" if wide else f"\n  threshold: {c.threshold}", style="dim")
             t.append(f"\n{' ' * 10 if wide else '  '}← {inputs_line(s, k)}", style="dim")
