@@ -28,6 +28,7 @@ from decodemon.monitor import agent_socket
 
 PLACEHOLDER = "{depth}"
 FLAT_GROWTH = 1.15  # ms/token growing less than this from the shallowest to the deepest depth reads as flat
+NOISY_SPREAD = 1.3  # ...unless the depths between spread this much: then the curve is noise, not flat
 
 
 class SweepError(Exception):
@@ -246,6 +247,11 @@ def divergence(points: list[dict]) -> str:
     else:
         head = f"ms/token goes from {a['ms_per_token']:.4g} at depth {a['depth']:,} to {b['ms_per_token']:.4g} at {b['depth']:,}"
         flat = growth < FLAT_GROWTH
+    ms = [p["ms_per_token"] for p in cand]
+    if flat and max(ms) / min(ms) >= NOISY_SPREAD:  # the ends agree, the depths between do not: no curve to read
+        lo, hi = min(ms), max(ms)
+        return (f"{head}, but between them it ranges {lo:.4g} to {hi:.4g} ({hi / lo:.2g}×) with no trend in depth: "
+                "the curve is inside its own noise, not flat; attach longer at each depth before reading it.")
     return f"{head}: {_resource(a, b, flat)}."
 
 

@@ -130,7 +130,9 @@ def test_a_sweep_file_of_the_wrong_shape_is_one_line(tmp_path):
 
 
 H200_SWEEPS = {  # sweep dir in tests/data: the ceiling the H200 sweep named at every depth, and what depth consumes
-    "h200_sweep_demo_eager": ("launch", "flat"), "h200_sweep_demo_graph": ("occupancy", "flat"),
+    # the eager demo's ms/token spreads 1.9x between depths with its ends 8% apart: noise, not a flat curve (the
+    # H200's own sweep.json, written before that reading, said flat)
+    "h200_sweep_demo_eager": ("launch", "inside its own noise"), "h200_sweep_demo_graph": ("occupancy", "flat"),
     "h200_sweep_hf_generate": ("launch", "depth consumes host time")}
 
 
@@ -149,7 +151,9 @@ def test_an_h200_sweep_replays_on_cpu_to_its_own_table(name, tmp_path, capsys):
     assert [p["depth"] for p in got["points"]] == [64, 512, 2048, 8192]
     verdict, reading = H200_SWEEPS[name]
     assert {p["verdict"] for p in got["points"]} == {verdict}
-    assert got["divergence"] == ref["divergence"] and reading in got["divergence"]
+    assert reading in got["divergence"]
+    if reading in ref["divergence"]:
+        assert got["divergence"] == ref["divergence"]
     assert (tmp_path / "out" / "sweep.svg").read_text().count("<circle") >= 4
     assert sorted(x.name for x in d.iterdir()) == sorted([*(f"candidate_{k}.dmon" for k in (64, 512, 2048, 8192)),
                                                           "sweep.json"])
