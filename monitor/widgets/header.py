@@ -17,6 +17,13 @@ class HeaderPanel(Redraw, Static):
 
     DEFAULT_CSS = tcss(__file__)
 
+    def _append_whole(self, t: Text, sep: str, phrase: str, width: int, style: str = "") -> None:
+        """Append `phrase` after `sep` where it fits on the line `t` has reached, else on the next line: a number
+        is never wrapped away from the words that say what it is ("floor" | "0.294 ms")."""
+        last = t.wrap(self.app.console, width)[-1].cell_len if t.plain else 0
+        t.append(sep if last + len(sep) + len(phrase) <= width else "\n")
+        t.append(phrase, style=style)
+
     def show(self, s) -> None:
         """Draw one snapshot."""
         self._last = s  # redrawn at the new width on a resize
@@ -38,15 +45,15 @@ class HeaderPanel(Redraw, Static):
         if s.tokens_per_step is not None:  # a batched engine: a step makes a token per sequence in it
             t.append(f"  {s.tokens_per_step:g} tokens/step  {num(s.throughput_tokens_per_s, '.1f')} tok/s in all")
         floor = s.diagnosis.bandwidth_floor_ms
+        width = self.content_size.width or 200
         if floor and tk:
             i = s.inputs
-            t.append(f"  floor {floor:.3f} ms")
-            if i is not None and i.bytes_per_token and i.bandwidth_gbs and (self.content_size.width or 200) >= 110:
+            self._append_whole(t, "  ", f"floor {floor:.3f} ms", width)
+            if i is not None and i.bytes_per_token and i.bandwidth_gbs and width >= 110:
                 # narrower, the floor's parts are one key away (`v`), with every other candidate's
                 t.append(f" = {i.bytes_per_token / 1e9:.3g} GB ({bytes_short(s)}) ÷ {i.bandwidth_gbs:.4g} GB/s "
                          f"({bandwidth_short(s.bandwidth_source)})", style="dim")
-            t.append("  ")
-            t.append(f"{tk.ms_per_token / floor:.1f}× floor", style="bold yellow")
+            self._append_whole(t, "  ", f"{tk.ms_per_token / floor:.1f}× floor", width, style="bold yellow")
         if s.ended:
             t.append(f"\n■ {s.ended} (last data kept)", style="bold red")
         if s.rejected_frames:
