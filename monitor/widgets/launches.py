@@ -38,5 +38,7 @@ class LaunchesPanel(Panel):
             if s.dropped_records:
                 t.append(f"{s.dropped_records} records dropped or invalid\n", style="red")
             hist = (s.series or {}).get("launches_per_token", ())
-            t.append(spark(hist, 30, lo=0) if hist else "", style="cyan")
+            if hist:
+                t.append("kernels/token of each traced window (bars from 0):\n", style="dim")
+                t.append(spark(hist, 30, lo=0), style="cyan")
         self.put(t)
