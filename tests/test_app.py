@@ -92,6 +92,45 @@ async def _k_without_focus():
         assert [t.sort for t in tables] == ["calls", "calls"]
 
 
+def test_the_kernel_table_shows_every_column_whole_at_80_columns():
+    asyncio.run(_kernels_fit())
+
+
+async def _kernels_fit():
+    from decodemon.monitor.widgets.kernels import COLUMNS
+
+    app = make_app(["eager"])
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        table = app.query_one(KernelsPanel)
+        for maximised in (False, True):
+            if maximised:
+                table.focus()
+                await pilot.press("z")
+                await pilot.pause()
+                assert app.screen.maximized is table
+            assert table.row_count == 12
+            assert [str(c.label) for c in table.ordered_columns] == list(COLUMNS)
+            assert sum(c.get_render_width(table) for c in table.ordered_columns) <= table.size.width, maximised
+            assert table.max_scroll_x == 0, maximised  # no horizontal scrollbar: nothing is cut off
+            assert {table.get_row_at(i)[-1] for i in range(table.row_count)} >= {"100%", "19%"}
+
+
+def test_the_launch_history_bar_is_labelled():
+    asyncio.run(_launch_bar())
+
+
+async def _launch_bar():
+    from decodemon.monitor.widgets.launches import LaunchesPanel
+
+    app = make_app(["eager"])
+    async with app.run_test(size=(120, 50)) as pilot:
+        await pilot.pause()
+        lines = app.query_one(LaunchesPanel)._put_last.plain.splitlines()
+        bar = next(i for i, line in enumerate(lines) if line and set(line) <= set(" ▁▂▃▄▅▆▇█"))
+        assert lines[bar - 1] == "kernels/token of each traced window (bars from 0):"
+
+
 def test_the_arrows_seek_whichever_panel_has_focus():
     asyncio.run(_seek_with_focus())
 
