@@ -128,7 +128,7 @@ async def _launch_bar():
         await pilot.pause()
         lines = app.query_one(LaunchesPanel)._put_last.plain.splitlines()
         bar = next(i for i, line in enumerate(lines) if line and set(line) <= set(" ▁▂▃▄▅▆▇█"))
-        assert lines[bar - 1] == "kernels/token of each traced window (bars from 0):"
+        assert lines[bar - 1] == "kernels/token per traced window:"
 
 
 def test_the_arrows_seek_whichever_panel_has_focus():

@@ -39,6 +39,6 @@ class LaunchesPanel(Panel):
                 t.append(f"{s.dropped_records} records dropped or invalid\n", style="red")
             hist = (s.series or {}).get("launches_per_token", ())
             if hist:
-                t.append("kernels/token of each traced window (bars from 0):\n", style="dim")
+                t.append("kernels/token per traced window:\n", style="dim")
                 t.append(spark(hist, 30, lo=0), style="cyan")
         self.put(t)
