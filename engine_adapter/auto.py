@@ -4,7 +4,7 @@ Importing this imports no engine: each adapter looks in `sys.modules` at attach 
 process has already loaded.
 """
 
-from decodemon.engine_adapter import (cuda_graphs, llama_cpp_generate, nvtx_ranges, transformers_cb,
+from decodemon.engine_adapter import (cuda_graphs, llama_cpp_generate, nvtx_ranges, step_starts, transformers_cb,
                                       transformers_generate)
 from decodemon.probes import hooks
 
@@ -13,3 +13,4 @@ hooks.register("transformers_cb", transformers_cb.install, transformers_cb.unins
 hooks.register("nvtx", nvtx_ranges.install, nvtx_ranges.uninstall)
 hooks.register("llama_cpp", llama_cpp_generate.install, llama_cpp_generate.uninstall)
 hooks.register("cuda_graphs", cuda_graphs.install, cuda_graphs.uninstall)
+hooks.register("step_starts", step_starts.install, step_starts.uninstall)

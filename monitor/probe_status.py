@@ -187,6 +187,8 @@ def describe(s: wire.ProbeStatus) -> dict[str, str]:
         out["decode_waits_per_s"] = f"{s.decode_waits_per_s:.1f}"
     if s.agent_cpu_ms_per_s is not None:
         out["agent_cpu_ms_per_s"] = f"{s.agent_cpu_ms_per_s:.1f}"
+    if s.step_count_ns:
+        out["step_count_ns"] = f"{s.step_count_ns:.0f}"
     if s.errors:
         out["errors"] = str(s.errors)
     return out

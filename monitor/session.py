@@ -26,11 +26,14 @@ from decodemon.monitor.analysis.tokens import (TokenStats, counter_intervals, co
 from decodemon.monitor.analysis.window import WindowMetrics, window_metrics
 from decodemon.monitor.feed import Feed
 from decodemon.monitor.rolling import Rolling, advance
-from decodemon.monitor.token_clock import MARK_BURSTS, GpuSteps, gpu_steps, marks_ahead, reclocked
+from decodemon.monitor.token_clock import (MARK_BURSTS, STARTS_AGREE, STEP_STARTS, GpuSteps, gpu_steps,
+                                           marks_ahead, reclocked)
 from decodemon.probes import wire
 
 
 SPAN_NS = 5_000_000_000  # figures are taken over the last 5 s of the feed
+# a counted clock of its own steps (the step starts) reaches back past SPAN_NS for this many, where it has them
+CLOCK_MIN_STEPS = 200
 UNTIMED_MAX_SHARE = 0.1  # records without times past the guard token's share: the window is not analysed
 
 
@@ -170,6 +173,9 @@ class Session:
         self._bytes: tuple = (None, None)
         self._step_bytes: float | None = None  # DRAM bytes a traced GPU step moved (windows timed by the GPU)
         self._slowed: dict | None = None  # the span's tokens the observer's steps overlapped (analysis.tokens)
+        # the step starts held against the windows' GPU steps: GPU ms a step over the starts' ms a step (1: one
+        # start a step); None when no window had steps to hold them against
+        self.starts_check: float | None = None
         self._pm_verdict_rx = -(10**18)
         # the device's copy bandwidth measured outside the target (probes/copy_bandwidth), when the source has it
         self.copy_gbs: float | None = None
@@ -244,7 +250,7 @@ class Session:
         """The span's PM samples; watched from outside, only those that arrived while the server generated (its
         idle time between requests is not the step's)."""
         pm = self.feed.pm_since(since)
-        if not len(self.feed.counts) or len(self.feed.marks):
+        if not len(self.feed.counts) or len(self.feed.marks) or self.feed.counts_source == wire.STEP_STARTS:
             return pm
         c = self.feed.counts_since(since)
         ok = counter_intervals(c) if len(c["rx_ns"]) > 1 else np.zeros(0, bool)
@@ -275,6 +281,11 @@ class Session:
         stretched by tracing, the marks are not), else the GPU's steps in the windows timed by it (a loop that
         marks nothing, or marks in bursts because its host runs ahead)."""
         f = self.feed
+        if len(f.counts) and not len(f.marks) and f.counts_source == wire.STEP_STARTS:
+            ts = self._start_stats(since, wins, pm_busy)
+            if ts is not None:
+                return ts, STEP_STARTS
+            return self._gpu_clock(wins, pm_busy, since)
         if len(f.counts) and not len(f.marks):  # a step count: a server's own (watched from outside), or replays
             if f.counts_source == wire.GRAPH_REPLAYS:
                 ts = replay_stats(f.counts_since(since), pm_busy)
@@ -304,6 +315,31 @@ class Session:
         if gpu_ts is not None:
             return gpu_ts, clock
         return ts, (marks_clock if ts is not None else "")
+
+    def _start_stats(self, since: int, wins: list[WindowMetrics], pm_busy: float | None) -> TokenStats | None:
+        """ms/token from the step starts the agent timed (engine_adapter/step_starts.py), each a token, over the
+        span, when the traced windows' own GPU steps agree that they come one a step (within STARTS_AGREE: a
+        lookup a step, not two). A host that runs ahead is read over whole bursts, as marks are. Tokens the
+        observer's steps overlapped are left out. None when they disagree, or are too few."""
+        f = self.feed
+        self._slowed = None
+        t = np.asarray(f.counts_since(since)["t_ns"], dtype=np.int64)
+        if len(t) < CLOCK_MIN_STEPS:  # a slow loop: back past the span to the newest CLOCK_MIN_STEPS starts
+            every = np.asarray(f.counts_since(0)["t_ns"], dtype=np.int64)
+            t = every[-max(CLOCK_MIN_STEPS + 1, len(t)):]
+        spans = [sp for sp in f.observer if sp[1] > t[0] and sp[0] < t[-1]] if len(t) else []
+        hit = observed_tokens(t, spans) if spans else None
+        ts = token_stats(t, hit)
+        if ts is None:
+            return None
+        if marks_in_bursts(t):
+            ts = burst_stats(t) or ts
+        gpu, _ = self._gpu_clock(wins, pm_busy, since)
+        self.starts_check = None if gpu is None else round(gpu.ms_per_token / ts.ms_per_token, 3)
+        if self.starts_check is not None and not STARTS_AGREE[0] <= self.starts_check <= STARTS_AGREE[1]:
+            return None
+        self._slowed = observer_slowed(t, spans, wire.OBSERVER_STEPS, hit) if spans else None
+        return ts
 
     def _inputs(self, since: int):
         f = self.feed
@@ -402,7 +438,7 @@ class Session:
             if f.batched else (None, None)
         api_rx, api_w = next(((r, m) for r, m in reversed(self.metrics) if r <= rx and m.apis_traced), (None, None))
         throughput = batch[1] if f.batched else counter_throughput(f.counts_since(max(rx - SPAN_NS, 0))) \
-            if len(f.counts) and f.counts_source != wire.GRAPH_REPLAYS else None
+            if len(f.counts) and f.counts_source not in (wire.GRAPH_REPLAYS, wire.STEP_STARTS) else None
         # a server's own counters (llama-server's slots): a step makes a token of every request in it, so its
         # tokens a step are the total over one sequence's rate (the slots in use, -np N)
         server = self._clock == "server_metrics"

@@ -29,6 +29,11 @@ import numpy as np
 from decodemon.probes import wire
 
 MARK_BURSTS = "mark_bursts"  # the token clock over whole bursts of marks made ahead of the GPU (rates.burst_stats)
+STEP_STARTS = "step_starts"  # the step starts the agent timed in an eager loop that marks nothing (step_starts.py)
+# GPU ms a step in the traced windows over the starts' ms a step: within this, one start a step (an eager loop's
+# speed moves ±15-40% between stretches of seconds; two lookups a step would read 2)
+STARTS_AGREE = (0.6, 1.6)
+PROVISIONAL_STEPS = 100  # a rate from fewer steps than this is provisional
 
 # the clocks that are not the engine's own marks taken one by one, and why the figures come from them (one line)
 CLOCK_NOTES = {
@@ -37,6 +42,8 @@ CLOCK_NOTES = {
     "graph replays": "marks missing or made ahead of the GPU: ms/token is the GPU's own step in the traced windows",
     "kernel period": "marks missing or made ahead of the GPU: ms/token is the GPU's own step in the traced windows",
     "replay_count": "no marks: ms/token is the CUDA graph replays the agent counted",
+    STEP_STARTS: "no marks: ms/token is the steps the agent timed at their embedding lookups over the whole span, "
+                 "held against the GPU's steps in the traced windows",
 }
 
 MIN_PERIOD = 4  # kernels: shorter repeats are elementwise chains, not steps

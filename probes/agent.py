@@ -64,6 +64,19 @@ def note_graph_replay(graph: int) -> None:
     log.append(graph)
 
 
+def note_step_start() -> None:
+    """One step began (engine_adapter/step_starts.py: its embedding lookup): the step count of a loop that marks
+    no token, with each step's time. One global read when dormant, or once the loop has marked a token."""
+    log = getattr(ACTIVE.session, "start_log", None)
+    if log is not None:
+        log.append(time.perf_counter_ns())
+
+
+def note_step_count_cost(ns: float) -> None:
+    """The step-start hook's own cost a call (ns), measured where it was installed: billed to the observer."""
+    PROCESS.step_count_ns = float(ns)
+
+
 def mark_token(depth: int = 0) -> None:
     """The token clock: call once per decoded token, at the boundary. Costs one global read when dormant."""
     s = ACTIVE.session

@@ -58,6 +58,7 @@ class AttachLoop:
         self.out = bytearray()
         self.last_window, self.tokens_at_window = now, -10**9  # the first window does not wait for tokens
         self.shipped = 0  # token marks sent so far: with the ones still queued, the token count
+        self.starts_shipped = 0  # step starts sent so far (_ship_starts)
         self.marks_seen, self.last_mark_at = 0, None  # marks counted at the last tick, and when one last came
         self.recent_marks: deque = deque(maxlen=policy.BURST_MARKS)  # perf_counter ns of the newest marks
         self.cpu_prev = (now, time.thread_time())  # this thread's CPU, for agent_cpu_ms_per_s
@@ -267,9 +268,36 @@ class AttachLoop:
         self.sched.ran("pm", now)
 
     def _ship_steps(self) -> None:
-        """The token marks and CUDA graph replays since the last ship."""
+        """The token marks, CUDA graph replays and step starts since the last ship."""
         self._ship_marks()
         self._ship_replays()
+        self._ship_starts()
+
+    def _ship_starts(self) -> None:
+        """The step starts since the last ship (engine_adapter/step_starts.py), one row a step: its time and the
+        steps before it. Sent while the loop marks no token and replays no graph; once it does, the log is let
+        go and the decode thread stops filling it."""
+        s = self.session
+        log = s.start_log
+        if log is None:
+            return
+        if self.shipped or s.replay_steps:
+            s.start_log = None
+            return
+        s.start_log = []  # the decode thread appends to whichever list it finds
+        n = len(log)
+        if not n:
+            return
+        col = wire.Column.of
+        done = self.starts_shipped
+        steps = col([float(done + i) for i in range(n)], "<f8")
+        self.out += wire.pack(wire.StepCounts(url="", server=wire.STEP_STARTS, t_ns=col(log), steps=steps,
+                                              tokens=steps, busy=col([1.0] * n, "<f8"), ended=col([0.0] * n, "<f8")))
+        self.starts_shipped += n
+        ob = take_front(s.observer)  # the observer's steps, on the starts' clock: the tokens they overlapped
+        if ob:
+            self.out += wire.pack(wire.TokenMarks(t_ns=col([]), depth=col([]),
+                                                  observer_ns=col([v for row in ob for v in row])))
 
     def _ship_replays(self) -> None:
         """The CUDA graph replays since the last ship as a step count: replays over the graphs a step replays
@@ -318,6 +346,8 @@ class AttachLoop:
         waits = s.switches.per_s(s.decode_tid, now)
         if waits is not None:  # the decode thread's voluntary switches a second (held.SwitchCounter)
             status["decode_waits_per_s"] = round(waits, 1)
+        if PROCESS.step_count_ns and s.start_log is not None:  # the step-start hook's cost a call, while it counts
+            status["step_count_ns"] = round(PROCESS.step_count_ns, 1)
         cpu_now = (now, time.thread_time())  # the agent thread's own CPU (libcupti's included)
         if cpu_now[0] > self.cpu_prev[0]:
             status["agent_cpu_ms_per_s"] = round(

@@ -24,6 +24,8 @@ class ProcessFacts:
     pm_last_release: list = field(default_factory=list)  # the steps that failed releasing the last PM session
     gpu: dict = field(default_factory=dict)  # wire.GpuInfo by CUDA index, read at the first attach that found it
     model: object = None  # wire.ModelFacts from the engine (sent in every hello)
+    # the step-start hook's own cost a call on the decode thread (engine_adapter/step_starts.py), ns; 0: not hooked
+    step_count_ns: float = 0.0
 
     def note_window_kernels(self, saw_graph_kernels: bool) -> bool:
         """A window did or did not see graph kernels: whether the next one keeps its guard (sticky once seen)."""

@@ -127,6 +127,9 @@ class Session:
         self.replay_log: list[int] = []
         self.replay_t0 = 0
         self.replay_steps = 0.0
+        # step starts (engine_adapter/step_starts.py): the time of each, the step count of an eager loop that marks
+        # no token, swapped out at each ship like the replays; None once the loop marks tokens or replays graphs
+        self.start_log: list[int] | None = []
 
     def note_step(self, step: str, t0_ns: int) -> None:
         """One of the observer's steps (wire.OBSERVER_STEPS) ran from `t0_ns` until now (perf_counter ns)."""

@@ -280,6 +280,7 @@ class ProbeStatus(msgspec.Struct, frozen=True, tag="status"):
     pm_where: str = ""  # "in_process" or "sidecar"
     pm_lib: str = ""  # the libcupti the sampler loaded: its path and its nvidia-cuda-cupti version
     pm_interval_us: int = 0
+    step_count_ns: float = 0.0  # the step-start hook's own cost a call on the decode thread (ns), while it counts
     pm_dram_bytes: bool = False  # dram__bytes_read.sum / dram__bytes_write.sum are among the sampled metrics
     pm_first_session: bool = False  # the first PM session of this process (it has a lasting effect on clocks)
     # with pm_reason "hardware_busy": what may hold the counters, as "name (pid N)" of the profilers running on this
@@ -318,13 +319,15 @@ class ProbeStatus(msgspec.Struct, frozen=True, tag="status"):
 
 
 GRAPH_REPLAYS = "cuda graph replays"  # StepCounts.server when the agent counted the steps
+STEP_STARTS = "step starts"  # StepCounts.server for the step starts the agent timed, one row a step
 
 
 class StepCounts(msgspec.Struct, frozen=True, tag="counts"):
     """Decode steps counted, one row per read: a server's own counts read by the monitor (llama-server's /slots,
     the token clock of a process watched from outside), or the CUDA graph replays the agent counted in a process
-    that marks no token (server GRAPH_REPLAYS: a step is one replay of each graph a step replays). float64
-    counts; the reader's monotonic clock."""
+    that marks no token (server GRAPH_REPLAYS: a step is one replay of each graph a step replays), or the step
+    starts it timed in an eager one (server STEP_STARTS: one row a step, at its start). float64 counts; the
+    reader's monotonic clock."""
 
     url: str
     t_ns: Column

@@ -3,6 +3,7 @@ token (the shape of transformers' "static cache + torch.compile" recipe), or eag
 
     python benchmarks/loops/compiled_decode.py --shape llama-8b [--log tokens.jsonl] [--marks]
     python benchmarks/loops/compiled_decode.py --shape qwen3-0.6b --eager [--marks]
+    python benchmarks/loops/compiled_decode.py --shape stories-110m --eager      (gpt-fast's 110M, eager)
     python benchmarks/loops/compiled_decode.py --shape tiny --device cpu --batches 2
 
 Compiled, the host enqueues `--batch` tokens, then waits for the GPU once: it runs ~100 ms ahead of the GPU, as
@@ -26,7 +27,7 @@ from common import TokenLog, add_loop_options, build, pick_device, profile_kerne
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--shape", default="llama-8b", choices=["qwen3-0.6b", "llama-8b", "tiny"])
+    ap.add_argument("--shape", default="llama-8b", choices=["qwen3-0.6b", "llama-8b", "stories-110m", "tiny"])
     ap.add_argument("--batch", type=int, default=200, help="tokens enqueued between two waits for the GPU")
     ap.add_argument("--max-len", type=int, default=1024)
     ap.add_argument("--batches", type=int, default=0, help="0: until SIGTERM")
@@ -38,7 +39,7 @@ def main() -> int:
     from transformers import StaticCache
 
     device = pick_device(torch, a.device)
-    model = build("llama" if a.shape == "llama-8b" else "qwen3", a.shape, device, a.max_len)
+    model = build("llama" if a.shape in ("llama-8b", "stories-110m") else "qwen3", a.shape, device, a.max_len)
     cache = StaticCache(config=model.config, max_cache_len=a.max_len)
     pos = torch.zeros(1, dtype=torch.long, device=device)
 

@@ -41,6 +41,9 @@ def observer_cost(metrics: list, state: dict, ts) -> dict | None:
             return None
         return x if x == x else None
 
+    # the step-start hook's own cost a step (engine_adapter/step_starts.py), while it is the clock: one call a step
+    count_ns = probe_figure("step_count_ns")
+    counting_pct = 100.0 * count_ns / 1e6 / ts.ms_per_token if count_ns else None
     waits = probe_figure("decode_waits_per_s")  # the decode thread's voluntary switches (agent._SwitchCounter)
     agent_cpu = probe_figure("agent_cpu_ms_per_s")
     return {"probe_ms_per_window": round(probe_ms, 2) if probe_ms is not None else None,
@@ -48,8 +51,10 @@ def observer_cost(metrics: list, state: dict, ts) -> dict | None:
             "window_every_s": round(every_s, 2) if every_s else None,
             "cupti_start_off_thread_ms": round(_median(prep), 2) if prep else None,
             # without the probe's own time (recordings older than probe_host_ns) the bill is incomplete
-            "share_of_loop_pct": (round(100.0 * per_window / (every_s * 1e3), 3)
+            "share_of_loop_pct": (round(100.0 * per_window / (every_s * 1e3) + (counting_pct or 0.0), 3)
                                   if every_s and probe_ms is not None else None),
+            # in the share: the step count's hook on the decode thread, where it counts the steps
+            "step_count_pct": round(counting_pct, 4) if counting_pct is not None else None,
             # not in the share: each is a wait of the decode thread, mostly for the GIL the agent thread took
             # back (an eager decode thread made 0 a second unobserved on the H200, 45-78 attached)
             "decode_waits_per_s": round(waits, 1) if waits is not None else None,

@@ -16,6 +16,7 @@ class TokenStats:
     ms_per_token_p90: float
     ms_per_token_p99: float
     tokens_per_s: float
+    span_s: float | None = None  # the seconds from the first boundary to the last (None: a clock of intervals)
 
 
 def _overlaps(t: np.ndarray, spans) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -67,7 +68,8 @@ def token_stats(t_ns: np.ndarray, observed: np.ndarray | None = None) -> TokenSt
     """
     if len(t_ns) < 3:
         return None
-    d = np.diff(np.asarray(t_ns, dtype=np.int64)) / 1e6
+    t = np.asarray(t_ns, dtype=np.int64)
+    d = np.diff(t) / 1e6
     if observed is not None and len(observed) == len(d) and ((d > 0) & ~observed).sum() >= 2:
         d = d[~observed]
     d = d[d > 0]
@@ -75,7 +77,8 @@ def token_stats(t_ns: np.ndarray, observed: np.ndarray | None = None) -> TokenSt
         return None
     med = float(np.median(d))
     return TokenStats(tokens=len(d), ms_per_token=med, ms_per_token_p90=float(np.percentile(d, 90)),
-                      ms_per_token_p99=float(np.percentile(d, 99)), tokens_per_s=1e3 / float(np.mean(d)))
+                      ms_per_token_p99=float(np.percentile(d, 99)), tokens_per_s=1e3 / float(np.mean(d)),
+                      span_s=float(t[-1] - t[0]) / 1e9)
 
 
 def interval_stats(dt_ms: np.ndarray, steps: np.ndarray) -> TokenStats:

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from decodemon.monitor.analysis.agreement import busy_disagreement
 from decodemon.monitor.rolling import headline
-from decodemon.monitor.token_clock import CLOCK_NOTES
+from decodemon.monitor.token_clock import CLOCK_NOTES, PROVISIONAL_STEPS
 
 if TYPE_CHECKING:
     from decodemon.monitor.analysis.window import WindowMetrics
@@ -111,9 +111,16 @@ def summary_json(s: Snapshot, kernels: int = 15) -> dict:
         # the median token of the span (a counted clock: its seconds over its steps); tokens_per_s is over the mean
         "ms_per_token": round(tk.ms_per_token, 4) if tk else None,
         "ms_per_token_p90": round(tk.ms_per_token_p90, 4) if tk else None,
+        "ms_per_token_p99": round(tk.ms_per_token_p99, 4) if tk else None,
         "tokens_per_s": round(tk.tokens_per_s, 2) if tk else None,
         "token_clock": s.token_clock or None,
         "token_clock_note": CLOCK_NOTES.get(s.token_clock),
+        # the steps (or tokens) the rate and its p90 and p99 rest on, and the seconds they cover where the clock
+        # has boundaries of its own (a clock that counts more than the span reaches back for them); provisional
+        # under PROVISIONAL_STEPS
+        "clock_steps": tk.tokens if tk else None,
+        "clock_span_s": _r(tk.span_s, 3) if tk else None,
+        "clock_provisional": tk.tokens < PROVISIONAL_STEPS if tk else None,
         "throughput_tokens_per_s": _r(s.throughput_tokens_per_s, 2),
         "launches_per_token": round(w.kernels_per_token, 1) if w else None,
         "graph_launches_per_token": round(w.graph_launches_per_token, 2) if w else None,

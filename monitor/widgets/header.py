@@ -6,6 +6,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from decodemon.monitor.render.text import rejected_text
+from decodemon.monitor.token_clock import PROVISIONAL_STEPS
 from decodemon.monitor.widgets import tcss
 from decodemon.monitor.widgets.format import Redraw, num
 from decodemon.monitor.widgets.probe_words import device_line
@@ -40,8 +41,11 @@ class HeaderPanel(Redraw, Static):
         span = f" of the last {span_words(s)}" if s.span_s else ""
         t.append(f" median  {num(tk.tokens_per_s if tk else None, '.1f')} {'steps' if batched else 'tok'}/s mean{span}")
         if tk:  # both from one clock, named, with the count behind them (the count every panel gives)
-            t.append(f" ({tk.tokens} {'steps' if batched else 'tokens'} timed, {s.token_clock or 'no clock'})",
+            over = f" over {tk.span_s:.1f} s" if tk.span_s else ""
+            t.append(f" ({tk.tokens} {'steps' if batched else 'tokens'} timed{over}, {s.token_clock or 'no clock'})",
                      style="dim")
+            if tk.tokens < PROVISIONAL_STEPS:
+                t.append(f" provisional: under {PROVISIONAL_STEPS}", style="yellow")
         if s.tokens_per_step is not None:  # a batched engine: a step makes a token per sequence in it
             t.append(f"  {s.tokens_per_step:g} tokens/step  {num(s.throughput_tokens_per_s, '.1f')} tok/s in all")
         floor = s.diagnosis.bandwidth_floor_ms

@@ -61,7 +61,8 @@ def still_measured(s) -> str:
     parts = []
     if s.tokens is not None:
         clock = {"server_metrics": "the server's own step counter",
-                 "replay_count": "its CUDA graph replays"}.get(s.token_clock, "the engine's clock")
+                 "replay_count": "its CUDA graph replays",
+                 "step_starts": "its steps, timed at their embedding lookups"}.get(s.token_clock, "the engine's clock")
         span = "" if not s.span_s else f" in the last {s.span_s:.0f} s" if s.span_s >= 1 else \
             f" in the last {s.span_s:.1g} s"
         parts.append(f"{s.tokens.tokens} tokens timed{span} at {s.tokens.ms_per_token:.3f} ms/token median ({clock})")
