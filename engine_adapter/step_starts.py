@@ -73,15 +73,16 @@ def install(functional=None) -> str | None:
     or None. `functional`: the module whose `embedding` is wrapped (default torch.nn.functional)."""
     if "module" in _state:
         return None
-    if functional is None:
+    own = functional is None
+    if own:
         functional = sys.modules.get("torch.nn.functional")
-        if functional is None or compiled_graphs():
+        if functional is None:
             return None
     current = getattr(functional, "embedding", None)
     if getattr(current, "decodemon_step_starts", False):  # ours, left in by a detach (see uninstall): counts again
         _state.update(module=functional, original=current.__wrapped__, graphs=compiled_graphs())
-    elif current is None or getattr(current, "__wrapped__", None) is not None:  # someone else's wrapper
-        return None
+    elif current is None or getattr(current, "__wrapped__", None) is not None or (own and compiled_graphs()):
+        return None  # someone else's wrapper, or a compiled model's guards may hold the function
     else:
         functional.embedding = _wrap(current)
         _state.update(module=functional, original=current, graphs=compiled_graphs())

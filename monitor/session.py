@@ -324,6 +324,7 @@ class Session:
         f = self.feed
         self._slowed = None
         t = np.asarray(f.counts_since(since)["t_ns"], dtype=np.int64)
+        t = t[t >= t[-1] - SPAN_NS] if len(t) else t  # the span on the starts' own clock (a ship is 0.5 s of them)
         if len(t) < CLOCK_MIN_STEPS:  # a slow loop: back past the span to the newest CLOCK_MIN_STEPS starts
             every = np.asarray(f.counts_since(0)["t_ns"], dtype=np.int64)
             t = every[-max(CLOCK_MIN_STEPS + 1, len(t)):]
