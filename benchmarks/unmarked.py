@@ -48,7 +48,8 @@ def case_argv(case: str, tiny: bool, log: Path) -> list[str]:
 
 def held(j: dict, gens: list[list[float]]) -> dict:
     """A record's figures against the loop's own tokens over the seconds its clock covers."""
-    end, span = j.get("span_end_unix_s"), j.get("clock_span_s") or j.get("span_s")
+    end = j.get("clock_end_unix_s") or j.get("span_end_unix_s")
+    span = j.get("clock_span_s") or j.get("span_s")
     own = intervals(gens, end - span, end) if end and span else []
     own_ms = statistics.median(own) if own else None
     dm = j.get("ms_per_token")
@@ -74,13 +75,13 @@ def run_case(case: str, out: Path, tiny: bool, records: int, record_s: float) ->
             rec = out / f"{case}_{k}.dmon"
             j, err = cli_json("record", proc.pid, "-o", rec, "--seconds", record_s, timeout=record_s + 120)
             j, err = cli_json("replay", rec, timeout=120) if rec.exists() else (None, err)
-            summaries.append(j)
+            summaries.append(j or {"error": err[-400:] or "no summary"})
             time.sleep(1.0)
     finally:
         stop(proc)  # the demo writes its own token times as it ends
     gens = token_times(log)
     for j in summaries:
-        res["records"].append(held(j, gens) if j else {"error": "no summary"})
+        res["records"].append(held(j, gens) if "error" not in j else j)
     return res
 
 

@@ -131,6 +131,7 @@ class Snapshot:
     dram_check: dict | None = None
     span_s: float | None = None  # the seconds the figures cover (the last SPAN_NS of the feed, or all of a shorter one)
     span_end_unix_s: float | None = None  # when that span ends
+    clock_end_unix_s: float | None = None  # when the clock's own steps end, where it knows (the step starts)
     # frames left out because they hold what no probe writes (NaN, negative counts, time running backwards), and
     # the first few reasons: figures read without them are flagged, never passed off as the whole source's
     rejected_frames: int = 0
@@ -176,6 +177,7 @@ class Session:
         # the step starts held against the windows' GPU steps: GPU ms a step over the starts' ms a step (1: one
         # start a step); None when no window had steps to hold them against
         self.starts_check: float | None = None
+        self._clock_end_rx: int | None = None  # where the step starts' clock ends, on the feed's clock
         self._pm_verdict_rx = -(10**18)
         # the device's copy bandwidth measured outside the target (probes/copy_bandwidth), when the source has it
         self.copy_gbs: float | None = None
@@ -323,14 +325,15 @@ class Session:
         observer's steps overlapped are left out. None when they disagree, or are too few."""
         f = self.feed
         self._slowed = None
-        t = np.asarray(f.counts_since(since)["t_ns"], dtype=np.int64)
+        c = f.counts_since(since)
+        t = np.asarray(c["t_ns"], dtype=np.int64)
         t = t[t >= t[-1] - SPAN_NS] if len(t) else t  # the span on the starts' own clock (a ship is 0.5 s of them)
-        if len(t) < CLOCK_MIN_STEPS:  # a slow loop: back past the span to the newest CLOCK_MIN_STEPS starts
-            every = np.asarray(f.counts_since(0)["t_ns"], dtype=np.int64)
-            t = every[-max(CLOCK_MIN_STEPS + 1, len(t)):]
-        spans = [sp for sp in f.observer if sp[1] > t[0] and sp[0] < t[-1]] if len(t) else []
-        hit = observed_tokens(t, spans) if spans else None
+        every = np.asarray(f.counts_since(0)["t_ns"], dtype=np.int64)
+        t, hit = self._reach_back(t, every)
         ts = token_stats(t, hit)
+        self._clock_end_rx = None
+        if len(c["t_ns"]):  # the starts' clock is the monitor's (one host's monotonic clock) less the attach's start
+            self._clock_end_rx = int(t[-1] + np.min(c["rx_ns"] - c["t_ns"]))
         if ts is None:
             return None
         if marks_in_bursts(t):
@@ -339,8 +342,25 @@ class Session:
         self.starts_check = None if gpu is None else round(gpu.ms_per_token / ts.ms_per_token, 3)
         if self.starts_check is not None and not STARTS_AGREE[0] <= self.starts_check <= STARTS_AGREE[1]:
             return None
+        spans = self._spans_over(t)
         self._slowed = observer_slowed(t, spans, wire.OBSERVER_STEPS, hit) if spans else None
         return ts
+
+    def _spans_over(self, t: np.ndarray) -> list:
+        """The observer's steps that overlap the boundaries `t`."""
+        return [sp for sp in self.feed.observer if sp[1] > t[0] and sp[0] < t[-1]] if len(t) else []
+
+    def _reach_back(self, t: np.ndarray, every: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """A slow loop's span holds too few steps: back past it to the newest CLOCK_MIN_STEPS the observer's steps
+        did not overlap (those are left out), where the feed has them. The boundaries and which tokens were hit."""
+        for _ in range(3):  # each pass takes as many more as the last one found overlapped
+            spans = self._spans_over(t)
+            hit = observed_tokens(t, spans) if spans else None
+            clean = len(t) - 1 - (int(hit.sum()) if hit is not None else 0)
+            if clean >= CLOCK_MIN_STEPS or len(t) >= len(every):
+                break
+            t = every[-(len(t) + CLOCK_MIN_STEPS - clean):] if len(t) > 1 else every[-(CLOCK_MIN_STEPS + 1):]
+        return t, hit
 
     def _inputs(self, since: int):
         f = self.feed
@@ -462,6 +482,8 @@ class Session:
             dram_check=dram_check(self._bytes[0], ts.ms_per_token if ts else None,
                                   pm_avg.get("dram_pct") if pm_avg else None, gpu.mem_bandwidth_gbs if gpu else None),
             span_s=min(rx, SPAN_NS) / 1e9, span_end_unix_s=self._origin + rx / 1e9 if self._origin is not None else None,
+            clock_end_unix_s=(self._origin + self._clock_end_rx / 1e9 if self._origin is not None and
+                              self._clock_end_rx is not None and self._clock == STEP_STARTS else None),
             series=self.series(rx), host_collectives=f.host_collectives(max(rx - SPAN_NS, 0)),
             host_clock_is_collective=host_clock_times_collectives(f.hello.model if f.hello else None, gpu),
             kernel_share_pct=(min(100.0, 100.0 * inp.kernel_sum_ms_per_token / inp.ms_per_token)

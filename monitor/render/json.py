@@ -120,6 +120,7 @@ def summary_json(s: Snapshot, kernels: int = 15) -> dict:
         # under PROVISIONAL_STEPS
         "clock_steps": tk.tokens if tk else None,
         "clock_span_s": _r(tk.span_s, 3) if tk else None,
+        "clock_end_unix_s": _r(s.clock_end_unix_s, 3),  # where the clock's steps end, if not at span_end_unix_s
         "clock_provisional": tk.tokens < PROVISIONAL_STEPS if tk else None,
         "throughput_tokens_per_s": _r(s.throughput_tokens_per_s, 2),
         "launches_per_token": round(w.kernels_per_token, 1) if w else None,
