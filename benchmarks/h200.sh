@@ -16,7 +16,7 @@ mkdir -p "$out"
 . benchmarks/device_setup.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 date -u +%FT%TZ
-git rev-parse --short HEAD 2>/dev/null || cat .commit 2>/dev/null
+echo "commit ${COMMIT:-unknown}"
 case "$stage" in
   unmarked)
     timeout 330 python3 benchmarks/unmarked.py "$out/unmarked" 2>&1 | tail -12 ;;
