@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cost import PY, LOOPS, cli_json, intervals, start, stop, token_times  # noqa: E402
 
 CASES = ("gptfast110m", "demo", "manual")
+RECORD_ARGS: list[str] = []  # given to every record (--no-trace)
 WARM_S = {"gptfast110m": 15.0, "demo": 15.0, "manual": 40.0}  # the manual loop runs slow for its first ~25 s
 
 
@@ -73,7 +74,8 @@ def run_case(case: str, out: Path, tiny: bool, records: int, record_s: float) ->
     try:
         for k in range(1, records + 1):
             rec = out / f"{case}_{k}.dmon"
-            j, err = cli_json("record", proc.pid, "-o", rec, "--seconds", record_s, timeout=record_s + 120)
+            j, err = cli_json("record", proc.pid, "-o", rec, "--seconds", record_s, *RECORD_ARGS,
+                              timeout=record_s + 120)
             j, err = cli_json("replay", rec, timeout=120) if rec.exists() else (None, err)
             summaries.append(j or {"error": err[-400:] or "no summary"})
             time.sleep(1.0)
@@ -106,7 +108,10 @@ def main() -> int:
     ap.add_argument("--records", type=int, default=3)
     ap.add_argument("--record-s", type=float, default=12.0)
     ap.add_argument("--tiny", action="store_true", help="the tiny CPU shapes")
+    ap.add_argument("--no-trace", action="store_true", help="records without traced windows")
     a = ap.parse_args()
+    if a.no_trace:
+        RECORD_ARGS.append("--no-trace")
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     results = []

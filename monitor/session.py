@@ -354,13 +354,17 @@ class Session:
         """A slow loop's span holds too few steps: back past it to the newest CLOCK_MIN_STEPS the observer's steps
         did not overlap (those are left out), where the feed has them. The boundaries and which tokens were hit."""
         for _ in range(3):  # each pass takes as many more as the last one found overlapped
-            spans = self._spans_over(t)
-            hit = observed_tokens(t, spans) if spans else None
+            hit = self._hit(t)
             clean = len(t) - 1 - (int(hit.sum()) if hit is not None else 0)
             if clean >= CLOCK_MIN_STEPS or len(t) >= len(every):
-                break
+                return t, hit
             t = every[-(len(t) + CLOCK_MIN_STEPS - clean):] if len(t) > 1 else every[-(CLOCK_MIN_STEPS + 1):]
-        return t, hit
+        return t, self._hit(t)
+
+    def _hit(self, t: np.ndarray) -> np.ndarray | None:
+        """Which tokens between the boundaries `t` the observer's steps overlapped (None: none did)."""
+        spans = self._spans_over(t)
+        return observed_tokens(t, spans) if spans else None
 
     def _inputs(self, since: int):
         f = self.feed
