@@ -41,11 +41,14 @@ class HeaderPanel(Redraw, Static):
         span = f" of the last {span_words(s)}" if s.span_s else ""
         t.append(f" median  {num(tk.tokens_per_s if tk else None, '.1f')} {'steps' if batched else 'tok'}/s mean{span}")
         if tk:  # both from one clock, named, with the count behind them (the count every panel gives)
-            over = f" over {tk.span_s:.1f} s" if tk.span_s else ""
+            # the clock's own seconds where they are not the span's (a counted clock reaching back for its steps)
+            over = f" over {tk.span_s:.1f} s" if tk.span_s and s.span_s and abs(tk.span_s / s.span_s - 1) > 0.2 \
+                else ""
             t.append(f" ({tk.tokens} {'steps' if batched else 'tokens'} timed{over}, {s.token_clock or 'no clock'})",
                      style="dim")
-            if tk.tokens < PROVISIONAL_STEPS:
-                t.append(f" provisional: under {PROVISIONAL_STEPS}", style="yellow")
+            if tk.tokens < PROVISIONAL_STEPS:  # kept whole: its number stays with its words
+                self._append_whole(t, " ", f"provisional: under {PROVISIONAL_STEPS} {unit}s",
+                                   self.content_size.width or 200, style="yellow")
         if s.tokens_per_step is not None:  # a batched engine: a step makes a token per sequence in it
             t.append(f"  {s.tokens_per_step:g} tokens/step  {num(s.throughput_tokens_per_s, '.1f')} tok/s in all")
         floor = s.diagnosis.bandwidth_floor_ms
