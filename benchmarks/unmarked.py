@@ -79,6 +79,7 @@ def run_case(case: str, out: Path, tiny: bool, records: int, record_s: float) ->
             j, err = cli_json("replay", rec, timeout=120) if rec.exists() else (None, err)
             summaries.append(j or {"error": err[-400:] or "no summary"})
             time.sleep(1.0)
+        res["ended_by_itself"] = proc.poll()  # a loop that ended under decodemon: its exit status (-N: signal N)
     finally:
         stop(proc)  # the demo writes its own token times as it ends
     gens = token_times(log)
