@@ -321,16 +321,20 @@ class Session:
     def _start_stats(self, since: int, wins: list[WindowMetrics], pm_busy: float | None) -> TokenStats | None:
         """ms/token from the step starts the agent timed (engine_adapter/step_starts.py), each a token, over the
         span, when the traced windows' own GPU steps agree that they come one a step (within STARTS_AGREE: a
-        lookup a step, not two). A host that runs ahead is read over whole bursts, as marks are. Tokens the
-        observer's steps overlapped are left out. None when they disagree, or are too few."""
+        lookup a step, not two). A slow loop's span holds too few: the clock reaches back past it for the newest
+        CLOCK_MIN_STEPS. A host that runs ahead is read over whole bursts, as marks are. Every step counts, those
+        the observer's steps slowed too: a count of the whole span is the loop's rate as it ran (leaving the
+        overlapped ones out read an H200 eager loop up to 7% fast against its own clock), and observer_cost says
+        what watching added. None when they disagree, or are too few."""
         f = self.feed
         self._slowed = None
         c = f.counts_since(since)
         t = np.asarray(c["t_ns"], dtype=np.int64)
         t = t[t >= t[-1] - SPAN_NS] if len(t) else t  # the span on the starts' own clock (a ship is 0.5 s of them)
-        every = np.asarray(f.counts_since(0)["t_ns"], dtype=np.int64)
-        t, hit = self._reach_back(t, every)
-        ts = token_stats(t, hit)
+        if len(t) < CLOCK_MIN_STEPS + 1:
+            every = np.asarray(f.counts_since(0)["t_ns"], dtype=np.int64)
+            t = every[-max(CLOCK_MIN_STEPS + 1, len(t)):]
+        ts = token_stats(t)
         self._clock_end_rx = None
         if len(c["t_ns"]):  # the starts' clock is the monitor's (one host's monotonic clock) less the attach's start
             self._clock_end_rx = int(t[-1] + np.min(c["rx_ns"] - c["t_ns"]))
@@ -343,32 +347,22 @@ class Session:
         if self.starts_check is not None and not STARTS_AGREE[0] <= self.starts_check <= STARTS_AGREE[1]:
             return None
         spans = self._spans_over(t)
-        self._slowed = observer_slowed(t, spans, wire.OBSERVER_STEPS, hit) if spans else None
+        if spans:  # what the observer's steps added, told beside the figures (observer_cost)
+            hit = self._slowed_steps(t, spans)
+            self._slowed = observer_slowed(t, spans, wire.OBSERVER_STEPS, hit) if hit.any() else None
         return ts
 
     def _spans_over(self, t: np.ndarray) -> list:
         """The observer's steps that overlap the boundaries `t`."""
         return [sp for sp in self.feed.observer if sp[1] > t[0] and sp[0] < t[-1]] if len(t) else []
 
-    def _reach_back(self, t: np.ndarray, every: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-        """A slow loop's span holds too few steps: back past it to the newest CLOCK_MIN_STEPS the observer's steps
-        did not overlap (those are left out), where the feed has them. The boundaries and which tokens were hit."""
-        for _ in range(3):  # each pass takes as many more as the last one found overlapped
-            hit = self._hit(t)
-            clean = len(t) - 1 - (int(hit.sum()) if hit is not None else 0)
-            if clean >= CLOCK_MIN_STEPS or len(t) >= len(every):
-                return t, hit
-            t = every[-(len(t) + CLOCK_MIN_STEPS - clean):] if len(t) > 1 else every[-(CLOCK_MIN_STEPS + 1):]
-        return t, self._hit(t)
-
-    def _hit(self, t: np.ndarray) -> np.ndarray | None:
-        """Which tokens between the boundaries `t` the observer's steps slowed: overlapped, and longer than the p90
-        of those no step overlapped (None: none). A paced collect overlaps dozens of tokens and slows few of them
-        (an H200 eager loop: 34 tokens under one, their median 30.5 ms against 28.6): leaving all of them out
-        would read the loop faster than it ran."""
-        spans = self._spans_over(t)
-        hit = observed_tokens(t, spans) if spans else None
-        if hit is None or hit.all() or not hit.any():
+    @staticmethod
+    def _slowed_steps(t: np.ndarray, spans: list) -> np.ndarray:
+        """Which steps between the boundaries `t` the observer's steps slowed: overlapped, and longer than the p90
+        of those no step overlapped. A paced collect overlaps dozens of steps and slows few of them (an H200 eager
+        loop: 34 under one, their median 30.5 ms against 28.6)."""
+        hit = observed_tokens(t, spans)
+        if hit.all() or not hit.any():
             return hit
         d = np.diff(t)
         return hit & (d > np.percentile(d[~hit], 90))
