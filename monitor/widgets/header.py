@@ -47,12 +47,13 @@ class HeaderPanel(Redraw, Static):
             t.append(f" ({tk.tokens} {'steps' if batched else 'tokens'} timed{over}, {s.token_clock or 'no clock'})",
                      style="dim")
             if tk.tokens < PROVISIONAL_STEPS:  # kept whole: its number stays with its words
-                self._append_whole(t, " ", f"provisional: under {PROVISIONAL_STEPS} {unit}s",
+                self._append_whole(t, " ", f"provisional (<{PROVISIONAL_STEPS})",
                                    self.content_size.width or 200, style="yellow")
-        if s.tokens_per_step is not None:  # a batched engine: a step makes a token per sequence in it
-            t.append(f"  {s.tokens_per_step:g} tokens/step  {num(s.throughput_tokens_per_s, '.1f')} tok/s in all")
-        floor = s.diagnosis.bandwidth_floor_ms
         width = self.content_size.width or 200
+        if s.tokens_per_step is not None:  # a batched engine: a step makes a token per sequence in it
+            self._append_whole(t, "  ", f"{s.tokens_per_step:g} tokens/step", width)
+            self._append_whole(t, "  ", f"{num(s.throughput_tokens_per_s, '.1f')} tok/s in all", width)
+        floor = s.diagnosis.bandwidth_floor_ms
         if floor and tk:
             i = s.inputs
             self._append_whole(t, "  ", f"floor {floor:.3f} ms", width)
