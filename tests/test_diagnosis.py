@@ -279,3 +279,19 @@ def test_a_host_that_idles_the_gpu_between_replays_is_named_when_its_share_is_th
     assert "between replays" in d.remedy and "graph" not in d.falsify.split(":")[0].lower()
     full = dx.diagnose(dx.Inputs(**{**i.__dict__, "kernel_sum_ms_per_token": 3.0}))
     assert full.candidates["launch"].state == dx.RULED_OUT and full.ceiling != "launch"
+
+
+def test_static_cache_generate_injected_into_plain_python_is_the_host_between_replays():
+    """transformers' static-cache compiled generate(), started with plain python3 and injected on an H200
+    (`bash benchmarks/h200.sh OUT static`, 2026-12-03): LAUNCH as the host's work between replays, with its idle
+    share and the kernel time beside it."""
+    from tests.conftest import DATA, cli
+
+    r = cli("replay", DATA / "h200_hf_static_plain.dmon", "--json", timeout=120)
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    launch = j["candidates"]["launch"]
+    assert j["verdict"] == "launch" and launch["state"] == "binding"
+    assert "between replays" in launch["detail"] and "idle 46%" in launch["detail"]
+    assert j["kernel_sum_ms_per_token"] == pytest.approx(1.81, abs=0.05) and j["graph_launches_per_token"] == 1.0
+    assert j["kernel_sum_ms_per_token"] < 0.6 * j["ms_per_token"]

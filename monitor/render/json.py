@@ -112,6 +112,8 @@ def summary_json(s: Snapshot, kernels: int = 15) -> dict:
         "ms_per_token": round(tk.ms_per_token, 4) if tk else None,
         "ms_per_token_p90": round(tk.ms_per_token_p90, 4) if tk else None,
         "ms_per_token_p99": round(tk.ms_per_token_p99, 4) if tk else None,
+        "ms_per_token_note": ("ms_per_token is the median of the clock's steps, with their p90 and p99; "
+                              "tokens_per_s is over their mean") if tk else None,
         "tokens_per_s": round(tk.tokens_per_s, 2) if tk else None,
         "token_clock": s.token_clock or None,
         "token_clock_note": CLOCK_NOTES.get(s.token_clock),

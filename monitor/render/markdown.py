@@ -53,7 +53,7 @@ def diagnosis_markdown(s: Snapshot) -> str:
         f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())} by decodemon",
         "",
     ]
-    if s.ended:
+    if s.ended and s.ended != "detached":  # a detach is how an attach or a record ends: nothing to say
         out += [f"The source ended: {md(s.ended)}. What follows is what arrived before.", ""]
     if s.rejected_frames:
         them = "it" if s.rejected_frames == 1 else "them"
