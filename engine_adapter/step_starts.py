@@ -23,10 +23,23 @@ _state: dict = {}
 COST_CALLS = 2000  # calls timed at install: the wrapper's own cost a step, billed to the observer
 
 
-def _wrap(original):
+def _never() -> bool:
+    return False
+
+
+def _wrap(original, compiling=_never):
+    table: list = []  # the first table looked up while wrapped: a model with two (GPT-2's tokens and positions)
+    #                   looks each up once a step, and only one of them is counted
+
     def embedding(*args, **kwargs):
+        if compiling():  # traced by torch.compile: the original alone, nothing of ours for its guards to hold
+            return original(*args, **kwargs)
         try:
-            agent.note_step_start()
+            weight = args[1] if len(args) > 1 else kwargs.get("weight")
+            if not table:
+                table.append(id(weight))
+            if id(weight) == table[0]:
+                agent.note_step_start()
         except Exception:  # never into the engine's forward (an interpreter shutting down, say)
             pass
         return original(*args, **kwargs)
@@ -84,7 +97,8 @@ def install(functional=None) -> str | None:
     elif current is None or getattr(current, "__wrapped__", None) is not None or (own and compiled_graphs()):
         return None  # someone else's wrapper, or a compiled model's guards may hold the function
     else:
-        functional.embedding = _wrap(current)
+        compiler = sys.modules.get("torch.compiler")
+        functional.embedding = _wrap(current, getattr(compiler, "is_compiling", _never))
         _state.update(module=functional, original=current, graphs=compiled_graphs())
     agent.note_step_count_cost(wrapper_cost_ns())
     return "embedding lookups"

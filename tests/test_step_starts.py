@@ -32,13 +32,14 @@ def test_the_adapter_counts_only_while_attached_and_puts_the_original_back(monke
 
     f = SimpleNamespace(embedding=embedding)
     assert step_starts.install(f) == "embedding lookups" and step_starts.install(f) is None
-    assert f.embedding(1, 2) == "looked up" and calls == [1]  # dormant: nothing noted, nothing raised
+    table = object()
+    assert f.embedding(1, table) == "looked up" and calls == [1]  # dormant: nothing noted, nothing raised
     s = sess.Session(wire.Attach(), None)
     monkeypatch.setattr(sess.ACTIVE, "session", s)
-    f.embedding(3, 4), f.embedding(5, 6)
+    f.embedding(3, table), f.embedding(5, weight=table)
     assert len(s.start_log) == 2 and s.start_log[0] <= s.start_log[1]
     s.start_log = None  # the loop marked a token: the count lets go, and the lookup still runs
-    assert f.embedding(7, 8) == "looked up"
+    assert f.embedding(7, table) == "looked up"
     step_starts.uninstall()
     assert f.embedding is embedding and not step_starts.installed()
     step_starts.install(f)
@@ -46,6 +47,21 @@ def test_the_adapter_counts_only_while_attached_and_puts_the_original_back(monke
     f.embedding = theirs
     step_starts.uninstall()
     assert f.embedding is theirs
+
+
+def test_a_model_with_two_tables_is_counted_once_a_step(monkeypatch):
+    """GPT-2 looks up its token table and its position table each step: the first table looked up is the one
+    counted."""
+    f = SimpleNamespace(embedding=lambda ids, weight: weight)
+    assert step_starts.install(f) == "embedding lookups"
+    s = sess.Session(wire.Attach(), None)
+    monkeypatch.setattr(sess.ACTIVE, "session", s)
+    tokens, positions = object(), object()
+    for _ in range(5):
+        f.embedding(1, tokens)
+        f.embedding(1, weight=positions)
+    step_starts.uninstall()
+    assert len(s.start_log) == 5
 
 
 def test_a_loop_torch_compile_compiled_is_left_as_it_is():
@@ -57,10 +73,15 @@ import torch, torch.nn.functional as F
 from decodemon.engine_adapter import step_starts
 from torch._dynamo.utils import counters
 original = F.embedding
+from decodemon.probes import session as sess, wire
 assert step_starts.install() == "embedding lookups" and F.embedding is not original
-m = torch.compile(torch.nn.Embedding(10, 4), backend="eager")
+sess.ACTIVE.session = s = sess.Session(wire.Attach(), None)  # attached while the model is compiled
+m = torch.compile(torch.nn.Embedding(10, 4), backend="eager", fullgraph=True)  # no graph break for us
 m(torch.tensor([1]))
 graphs = counters["stats"]["unique_graphs"]
+m(torch.tensor([3]))
+assert counters["stats"]["unique_graphs"] == graphs  # its guards hold nothing of ours that changes
+sess.ACTIVE.session = None
 step_starts.uninstall()
 assert F.embedding is not original  # a compile saw the wrapper: it stays
 m(torch.tensor([2]))
