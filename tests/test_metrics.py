@@ -13,9 +13,10 @@ from decodemon.probes import wire
 from tests.conftest import REC
 
 
-# the recordings of loops whose host marks tokens ahead of the GPU: transformers' static-cache generate() and the
-# compiled 8B loop that marks at enqueue
-HOST_AHEAD = ("h200_hf_generate_static", "h200_compiled_llama8b_marks_")
+# the recordings of loops whose host marks tokens ahead of the GPU: transformers' static-cache generate() (marked
+# by its adapter, and injected into plain python) and the compiled 8B loop that marks at enqueue
+STATIC_GENERATE = ("h200_hf_generate_static", "h200_hf_static_plain")
+HOST_AHEAD = STATIC_GENERATE + ("h200_compiled_llama8b_marks_",)
 
 def first_window(name):
     return next(f for _, f in wire.read_recording(REC[name]) if isinstance(f, wire.KernelWindow))
@@ -219,12 +220,12 @@ def test_launches_counted_from_correlation_ids_equal_those_from_the_launch_calls
 def test_launches_per_token_are_the_kernels_launched_in_the_traced_tokens(windows):
     """For a loop that syncs per token, the kernels that ran inside the analysed tokens; for one whose host runs
     ahead (transformers' static-cache generate()), every kernel launched in the traced tokens: torch.profiler's
-    553 a token, where only 130-143 ran inside the marks."""
+    553 a token, where only 130-172 ran inside the marks."""
     for stem, f, m in windows:
         s, _, _, _ = _analysed_kernels(f)
         if stem.startswith(HOST_AHEAD):  # torch.profiler's 553 (generate) and 776 (the compiled 8B) a token
-            assert len(s) / m.tokens < 150, stem
-            assert m.kernels_per_token == (553.0 if stem == "h200_hf_generate_static" else 776.0), stem
+            assert m.kernels_per_token == (553.0 if stem in STATIC_GENERATE else 776.0), stem
+            assert len(s) / m.tokens < m.kernels_per_token / 2, stem  # most ran outside the marks
         else:
             assert m.kernels_per_token == len(s) / m.tokens, stem
 
