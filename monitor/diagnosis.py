@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 BINDING, RULED_OUT, UNKNOWN = "binding", "ruled_out", "unknown"
 ORDER = ("bandwidth", "comm", "launch", "occupancy")
 
-# §3 / second seed §11.2: what one launch costs the host.
+# §3 / second seed §11.2: what one launch costs the host (at 5 µs a launch, under ~10 µs available per kernel is
+# launch-bound: §7 step 3).
 EAGER_LAUNCH_US = (5.0, 20.0)
-LAUNCH_BOUND_US_AVAILABLE = 10.0  # §7 step 3: under ~10 µs available per kernel is launch-bound
 BANDWIDTH_BINDING_RATIO = 2.0
 BANDWIDTH_RULED_OUT_RATIO = 10.0
 COMM_RULED_OUT_PCT = 10.0
@@ -251,22 +251,26 @@ def _launch_priced(i: Inputs, floor: float | None) -> tuple[Candidate, float | N
                   f"launches = {per:.3g} µs each; " + ("the step is a replayed CUDA graph: the host launches it "
                   "once a step" if graphed else f"eager host launches cost {lo:g}–{hi:g} µs"))
         return Candidate(per, "µs/launch", thr, state, detail), per
-    if floor is not None:
+    if floor is not None:  # the idle estimated as the step the bandwidth floor leaves unexplained
         gap = max(i.ms_per_token - floor, 0.0)
         per = gap * 1e3 / n
         share = gap / i.ms_per_token
-        thr = f"gap over the floor ≤{hi:g} µs/launch and ≥50% of the step binds"
-        state = BINDING if per <= hi and share >= 0.5 else RULED_OUT if per > hi else UNKNOWN
-        detail = (f"({i.ms_per_token:.4g} − {floor:.3g}) ms ÷ {n:.0f} launches = {per:.3g} µs per launch, "
-                  f"against {lo:g}–{hi:g} µs per eager launch")
-        return Candidate(per, "µs/launch", thr, state, detail), per
+        fits = per <= hi  # launches at an eager launch's cost could fill that gap
+        state = (BINDING if fits and share >= 0.5 else
+                 RULED_OUT if not fits or share < LAUNCH_IDLE_RULED_OUT else UNKNOWN)
+        detail = (f"no kernel time traced: the idle taken as the step over the floor, ({i.ms_per_token:.4g} − "
+                  f"{floor:.3g}) ms = {100 * share:.0f}% of the step; ÷ {n:.0f} launches = {per:.3g} µs each, "
+                  + (f"within the {lo:g}–{hi:g} µs an eager launch costs" if fits else
+                     f"more than the {hi:g} µs an eager launch costs at most: launches do not explain it"))
+        return Candidate(per, "µs/launch", LAUNCH_IDLE_THRESHOLD, state, detail), per
+    # neither kernel time nor a floor: the idle taken as the host's launching at the low end of an eager launch's cost
     per = i.ms_per_token * 1e3 / n
-    thr = f"<{LAUNCH_BOUND_US_AVAILABLE:g} µs available per kernel binds; >{hi:g} ruled out"
-    state = BINDING if per < LAUNCH_BOUND_US_AVAILABLE else RULED_OUT if per > hi else UNKNOWN
-    share = 100.0 * 4.0 / per
-    detail = (f"{i.ms_per_token:.4g} ms ÷ {n:.0f} launches = {per:.3g} µs available per kernel; "
-              f"a ~3–5 µs launch is ~{share:.0f}% of that (assuming 4 µs per launch)")
-    return Candidate(per, "µs/kernel", thr, state, detail), per
+    share = min(1.0, lo / per)
+    state = BINDING if share >= 0.5 else RULED_OUT if share < LAUNCH_IDLE_RULED_OUT else UNKNOWN
+    detail = (f"no kernel time traced and no floor: {i.ms_per_token:.4g} ms ÷ {n:.0f} launches = {per:.3g} µs available "
+              f"per kernel; at {lo:g} µs a launch (the low end of an eager launch) the host launches for "
+              f"{100 * share:.0f}% of the step")
+    return Candidate(per, "µs/kernel", LAUNCH_IDLE_THRESHOLD, state, detail), per
 
 
 def _occupancy_by_counters(i: Inputs, thr: str, bw_ratio: float | None = None) -> Candidate:

@@ -39,6 +39,23 @@ def test_6_us_per_kernel_is_launch_bound():
     assert d["ceiling"] == "launch"
 
 
+def test_launch_has_one_rule_worded_once_whatever_prices_its_idle():
+    """Kernel time traced, a floor, PM's GPU busy, or the launch count alone: each estimates the idle its own way
+    (said in the detail), and every one is held to the same threshold."""
+    ways = {"traced": dx.Inputs(ms_per_token=20.0, launches_per_token=1864, kernel_sum_ms_per_token=4.0),
+            "floor": dx.Inputs(ms_per_token=20.0, launches_per_token=1864, bytes_per_token=1.2e9, bandwidth_gbs=4081),
+            "pm": dx.Inputs(ms_per_token=12.0, gpu_busy_pct=14.0, untraced=True),
+            "count": dx.Inputs(ms_per_token=3.93, launches_per_token=1864),
+            "nothing": dx.Inputs(ms_per_token=3.93)}
+    for way, i in ways.items():
+        c = dx.diagnose(i).candidates["launch"]
+        assert c.threshold == dx.LAUNCH_IDLE_THRESHOLD, way
+        assert c.state == (dx.UNKNOWN if way == "nothing" else dx.BINDING), way
+    # launches that cannot fill the gap over the floor at an eager launch's cost do not explain it
+    far = dx.diagnose(dx.Inputs(ms_per_token=20.0, launches_per_token=200, bytes_per_token=1.2e9, bandwidth_gbs=4081))
+    assert far.candidates["launch"].state == dx.RULED_OUT and "do not explain" in far.candidates["launch"].detail
+
+
 def test_92_collectives_are_2_percent_comm_ruled_out():
     d = diagnose("--ms-per-token", 281.6, "--collectives-per-token", 92, "--us-per-collective", 58.7)
     c = d["candidates"]["comm"]
