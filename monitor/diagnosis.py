@@ -76,6 +76,7 @@ class Inputs:
     dram_gbs: float | None = None  # DRAM read + write the counters saw, GB/s: the floor's ratio with no token count
     ranks: int | None = None  # tensor-parallel degree when the engine said it
     untraced: bool = False  # no traced window can come (watched from outside, tracing off): GPU busy prices LAUNCH
+    no_gpu: bool = False  # the target runs on the CPU: no GPU ceiling can be priced, ms/token is the figure
 
 
 @dataclass(frozen=True)
@@ -397,9 +398,17 @@ def _missing(i: Inputs, cands: dict) -> str:
     return ""
 
 
+NO_GPU_REMEDY = ("none to measure on the GPU: the target runs on the CPU, so ms/token is the figure; a kernel, launch "
+                 "or bandwidth ceiling needs a GPU")
+NO_GPU_FALSIFY = ("No ceiling is claimed: the target has no GPU, so bandwidth, launches and grids are not priced here; "
+                  "run the same loop on a GPU to price them.")
+
+
 def _advice(ceiling: str, i: Inputs, floor: float | None, comm_ms: float | None,
             launch: Candidate, priced: tuple[str, ...] = (), missing: str = "") -> tuple[str, str, str]:
     ms = i.ms_per_token or 0.0
+    if i.no_gpu and ceiling == "unknown":
+        return NO_GPU_REMEDY, NO_GPU_FALSIFY, ""
     if ceiling == "launch" and _priced_by_idle(i):
         busy_ms = ms * i.gpu_busy_pct / 100
         return ("the host's work per step binds (sampling, detokenizing, serving, launches): move it off the "

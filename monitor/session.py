@@ -427,6 +427,8 @@ class Session:
             top_kernel=(last.kernels[0].short_name, last.kernels[0].us_per_token) if last and last.kernels else None,
             graph_launches_per_token=_median([w.graph_launches_per_token for w in wins]) if wins else None,
             dram_gbs=dram_bps / 1e9 if dram_bps else None, ranks=model.tp_degree if model else None,
+            no_gpu=gpu is None and bool((f.hello and f.hello.gpu_unavailable)
+                                        or f.status.gpu.startswith("unavailable")),
             untraced=not wins and gpu is not None and (f.status.trace in ("unavailable", "off")
                                                         or f.status.window_clock == "none"),
         )

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from decodemon.monitor import diagnosis as dx
 from decodemon.monitor.app import DecodemonApp
 from decodemon.monitor.diagnosis import ORDER
 from decodemon.monitor.player import RecordingPlayer
@@ -269,8 +270,12 @@ async def _cpu(monkeypatch):
         text = app.query_one(VerdictPanel)._put_last.plain
         header = app.query_one(HeaderPanel)._put_last.plain
         agrees(s, text)
-        assert "decides: no GPU in the target: none of the four ceilings can be priced" in text
+        assert "decides: no GPU in the target: bandwidth, launches and grids cannot be priced" in text
         assert "a traced window" not in text and "measure more" not in text
+        # the falsifier and the remedy --json and report give are the screen's: nothing asks for a GPU's figure
+        d = s.diagnosis.as_json()
+        assert d["ceiling"] == "unknown" and d["remedy"] == dx.NO_GPU_REMEDY and d["falsify"] == dx.NO_GPU_FALSIFY
+        assert f"remedy: {dx.NO_GPU_REMEDY}" in text and f"prove it wrong: {dx.NO_GPU_FALSIFY}" in text
         n = s.tokens.tokens
         assert f"({n} tokens timed" in header and f"still measured: {n} tokens timed" in text
 

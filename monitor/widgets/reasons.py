@@ -183,7 +183,8 @@ def decides(s) -> str:
     cands = s.diagnosis.candidates
     ceiling, _ = headline(s.diagnosis, s.rolling)
     if has_no_gpu(s):
-        return "no GPU in the target: none of the four ceilings can be priced; ms/token is the figure measured"
+        return ("no GPU in the target: bandwidth, launches and grids cannot be priced, and no ceiling is claimed; "
+                "ms/token is the figure measured")
     binding = [k for k in ORDER if cands[k].state == BINDING]
     order = ", ".join(k.upper() for k in ORDER)
     if len(binding) > 1:

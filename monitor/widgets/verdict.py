@@ -20,8 +20,6 @@ CEILING_STYLE = {"launch": "bold white on red", "occupancy": "bold black on yell
 # line and its threshold and inputs one key away (`v`); from WIDE_WIDTH on, a threshold fits beside its candidate
 FULL_WIDTH = 90
 WIDE_WIDTH = 110
-NO_GPU_REMEDY = ("none to measure on the GPU: the target runs on the CPU, so ms/token is the figure; a kernel, launch "
-                 "or bandwidth ceiling needs a GPU")
 
 
 def value_text(c) -> str:
@@ -75,7 +73,7 @@ def verdict_text(s, width: int, full: bool | None = None) -> Text:
     if not full and not no_gpu:
         t.append("v: each candidate's threshold and inputs, with their sources\n", style="dim")
     t.append("remedy: ", style="bold")
-    t.append((NO_GPU_REMEDY if no_gpu else d.remedy) + "\n")
+    t.append(d.remedy + "\n")
     t.append("prove it wrong: ", style="bold")
     t.append(d.falsify)
     for h in [c.text() for c in r.history][-3:]:
