@@ -84,6 +84,17 @@ def pm_lost_of(pm) -> str | None:
 PM_SILENT_AFTER_S = 3.0
 
 
+def pm_silence(s) -> str | None:
+    """PM armed in a snapshot `s` with no sample: silent since the attach, or, where samples came before, over the
+    span its figures cover; said once PM_SILENT_AFTER_S have passed (None otherwise)."""
+    pm_word = str(s.probe.get("pm") or "")
+    if s.pm or not pm_word.startswith("armed"):
+        return None
+    had = any(v == v for v in (s.series or {}).get("gpu_busy_pct", ()))
+    seconds = (s.span_s or 0.0) if had else s.rx_ns / 1e9
+    return pm_silent_words(pm_word, seconds, s.busy_source) if seconds >= PM_SILENT_AFTER_S else None
+
+
 def pm_silent_words(pm: str, seconds: float, busy_source: str) -> str:
     """PM armed with no sample after `seconds`: said, with what that leaves and where else PM can be sampled."""
     where = "in the target's agent thread" if "in process" in pm else "in the sidecar"

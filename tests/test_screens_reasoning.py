@@ -14,6 +14,7 @@ from decodemon.monitor import diagnosis as dx
 from decodemon.monitor.app import DecodemonApp
 from decodemon.monitor.diagnosis import ORDER
 from decodemon.monitor.player import RecordingPlayer
+from decodemon.monitor.render.json import summary_json
 from decodemon.monitor.rolling import headline
 from decodemon.monitor.widgets.collectives import CollectivesPanel
 from decodemon.monitor.widgets.header import HeaderPanel
@@ -185,8 +186,9 @@ def test_kernels_past_the_step_are_flagged_not_clipped():
             f"{100 * i.kernel_sum_ms_per_token / i.ms_per_token:.0f}% of the {i.ms_per_token:.4g} ms median step")
     assert flag in t[TimelinePanel] and flag in t[VerdictPanel]
     assert "kernels 100% of the step" not in t[TimelinePanel]
+    assert summary_json(s)["kernels_past_step"].startswith(flag[2:])  # --json flags it beside its share (clipped)
     s, t = texts(BUNDLED / "h200_eager.dmon", 10.0)
-    assert "⚠ kernels" not in t[TimelinePanel]
+    assert "⚠ kernels" not in t[TimelinePanel] and summary_json(s)["kernels_past_step"] is None
 
 
 def test_pm_armed_with_no_sample_says_so_after_a_few_seconds():
@@ -195,8 +197,11 @@ def test_pm_armed_with_no_sample_says_so_after_a_few_seconds():
     said = late[TelemetryPanel].replace("\n", "")
     assert "PM sampling: armed in the target's agent thread, but no sample in 10 s" in said
     assert "GPU busy comes from traced kernel time ÷ ms/token" in said and "--probe counters=monitor" in said
-    graph = texts(BUNDLED / "h200_graph.dmon", 10.0)[1]
-    assert "no sample" not in graph[TelemetryPanel]  # its PM delivers
+    s = texts(BUNDLED / "h200_eager.dmon", 10.0)[0]
+    assert summary_json(s)["pm_silent"].replace("\n", "") in said  # --json says the same, where pm_* are null
+    assert summary_json(texts(BUNDLED / "h200_eager.dmon", 2.0)[0])["pm_silent"] is None
+    s, graph = texts(BUNDLED / "h200_graph.dmon", 10.0)
+    assert "no sample" not in graph[TelemetryPanel] and summary_json(s)["pm_silent"] is None  # its PM delivers
 
 
 def test_every_ms_per_token_says_what_it_is():

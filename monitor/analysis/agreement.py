@@ -28,6 +28,18 @@ def busy_disagreement(pm_busy_pct: float | None, traced_share_pct: float | None)
             f"window): {hi / lo:.1f}× apart; {why}")
 
 
+def kernels_past_step(s) -> str:
+    """Where the traced kernels' sum is longer than the median step of snapshot `s`: said, never clipped to 100%
+    ("" otherwise)."""
+    i = s.inputs
+    if i is None or i.kernel_sum_ms_per_token is None or not i.ms_per_token:
+        return ""
+    if i.kernel_sum_ms_per_token <= i.ms_per_token:
+        return ""
+    return (f"kernels {i.kernel_sum_ms_per_token:.3g} ms are {100 * i.kernel_sum_ms_per_token / i.ms_per_token:.0f}% "
+            f"of the {i.ms_per_token:.4g} ms median step: traced kernels run longer than untraced ones")
+
+
 DRAM_CHECK_PCT = 10.0  # bytes per token × tokens a second against PM's DRAM share of the peak: apart by more is said
 
 

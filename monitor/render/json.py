@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from decodemon.monitor.analysis.agreement import busy_disagreement
+from decodemon.monitor.analysis.agreement import busy_disagreement, kernels_past_step
 from decodemon.monitor.rolling import headline
 from decodemon.monitor.token_clock import CLOCK_NOTES, PROVISIONAL_STEPS
 
@@ -65,13 +65,17 @@ def _r(x: float | None, nd: int) -> float | None:
 
 def _busy_json(s: Snapshot) -> dict:
     """GPU busy from each instrument, with PM's other counters."""
+    from decodemon.monitor.probe_status import pm_silence  # with the feed, not the app (it loads the probe's policy)
+
     w, c = s.window, s.pm_check
     return {
         "gpu_busy_pct": _r(s.gpu_busy_pct, 1),
         "gpu_busy_source": s.busy_source,
         "pm_gpu_busy_pct": round(s.pm["gpu_busy_pct"], 1) if s.pm else None,
+        "pm_silent": pm_silence(s),  # PM armed with no sample: for how long, and what that leaves
         "traced_gpu_busy_pct": round(w.gpu_busy_pct, 1) if w else None,
         "kernel_share_of_step_pct": _r(s.kernel_share_pct, 1),
+        "kernels_past_step": kernels_past_step(s) or None,  # the traced kernels' sum over the median step: why
         # GPU busy over the same PM samples inside the traced tokens: PM's counter and the traced kernels' union
         "pm_vs_window": ({"samples": c.samples, "pm_gpu_busy_pct": round(c.pm_busy_pct, 1),
                           "traced_gpu_busy_pct": round(c.traced_busy_pct, 1)} if c else None),

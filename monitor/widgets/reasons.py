@@ -7,6 +7,7 @@ re-derived, so the screen says what the diagnosis was given.
 
 from __future__ import annotations
 
+from decodemon.monitor.analysis.agreement import kernels_past_step
 from decodemon.monitor.diagnosis import BINDING, ORDER, UNKNOWN
 from decodemon.monitor.rolling import headline
 from decodemon.monitor.widgets.format import value_words
@@ -106,17 +107,6 @@ def _comm(s, c) -> str:
            f"{src}")
     wait = peer_wait(s)
     return out + (f"; {wait}" if wait else "")
-
-
-def kernels_past_step(s) -> str:
-    """Where the traced kernels' sum is longer than the median step: said, never clipped to 100% ("" otherwise)."""
-    i = s.inputs
-    if i is None or i.kernel_sum_ms_per_token is None or not i.ms_per_token:
-        return ""
-    if i.kernel_sum_ms_per_token <= i.ms_per_token:
-        return ""
-    return (f"kernels {i.kernel_sum_ms_per_token:.3g} ms are {100 * i.kernel_sum_ms_per_token / i.ms_per_token:.0f}% "
-            f"of the {i.ms_per_token:.4g} ms median step: traced kernels run longer than untraced ones")
 
 
 def _launch(s, c) -> str:

@@ -22,7 +22,8 @@ class TelemetryPanel(Panel):
     def show(self, s) -> None:
         """Draw one snapshot."""
         self._last = s
-        self.border_title = "telemetry · PM counters are device-wide"
+        self.border_title = "telemetry · no GPU: ms/token only" if has_no_gpu(s) else \
+            "telemetry · PM counters are device-wide"
         series = s.series or {}
         width = max(10, (self.content_size.width or 72) - 21)
         t = Text()
@@ -33,15 +34,12 @@ class TelemetryPanel(Panel):
             t.append(spark(vals, width, lo, hi) + "\n", style="cyan")
         t.append("each bar ½ s: ms/token its median (the header's is the median of the span), the others their "
                  "mean\n", style="dim")
-        from decodemon.monitor.probe_status import PM_SILENT_AFTER_S, pm_silent_words  # with the feed, not the app
+        from decodemon.monitor.probe_status import pm_silence  # with the feed, not the app
 
         pm_lost, pm_note = probe_field(s, "pm_lost"), probe_field(s, "pm_note")
-        pm_word = probe_field(s, "pm")
-        # silent since the attach, or, where samples came before, over the span the figures cover
-        had = any(v == v for v in series.get("gpu_busy_pct", ()))
-        seconds = (s.span_s or 0.0) if had else s.rx_ns / 1e9
-        if not s.pm and pm_word.startswith("armed") and seconds >= PM_SILENT_AFTER_S:
-            t.append(pm_silent_words(pm_word, seconds, s.busy_source), style="yellow")
+        silent = pm_silence(s)
+        if silent:
+            t.append(silent, style="yellow")
         elif not s.pm:
             pm = "none: there is no GPU to sample" if has_no_gpu(s) else probe_field(s, "pm") or "not reported"
             t.append(f"PM sampling: {pm}", style="dim")

@@ -12,7 +12,7 @@ from decodemon.monitor.widgets import tcss
 from decodemon.monitor.widgets.format import num
 from decodemon.monitor.widgets.panel import Panel
 from decodemon.monitor.widgets.probe_words import probe_field, tracing_unavailable
-from decodemon.monitor.widgets.reasons import kernels_past_step
+from decodemon.monitor.analysis.agreement import kernels_past_step
 
 SHADES = " ░▒▓█"
 
