@@ -308,9 +308,15 @@ def _occupancy(i: Inputs, bw_ratio: float | None = None) -> Candidate:
         detail += f"; SM active {i.sm_active_pct:.0f}% vs GPU busy {busy:.0f}%"
     if hot:
         detail += f"; hot small grids: {hot}"
-    if busy is not None and busy < 50:
+    # the idle LAUNCH prices (the traced kernels' share of the step) decides here too, where it is known: one
+    # diagnosis never reads the GPU as idle for LAUNCH and busy for OCCUPANCY from two instruments
+    step_busy = busy
+    if i.kernel_sum_ms_per_token is not None and i.ms_per_token:
+        step_busy = min(100.0, 100.0 * i.kernel_sum_ms_per_token / i.ms_per_token)
+    if step_busy is not None and step_busy < 50:
+        where = "" if step_busy == busy else f" (the traced kernels fill {step_busy:.0f}% of it)"
         return Candidate(i.small_grid_share_pct, "% kernel time in small grids", thr, UNKNOWN,
-                         detail + "; the GPU is idle most of the step, so grids are not yet what binds")
+                         detail + f"; the GPU is idle most of the step{where}, so grids are not yet what binds")
     small = i.small_grid_share_pct >= OCCUPANCY_SMALL_SHARE_PCT
     if busy is not None and (small or (ratio is not None and ratio < 0.5)):
         state = BINDING

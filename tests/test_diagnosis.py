@@ -56,6 +56,19 @@ def test_launch_has_one_rule_worded_once_whatever_prices_its_idle():
     assert far.candidates["launch"].state == dx.RULED_OUT and "do not explain" in far.candidates["launch"].detail
 
 
+def test_one_diagnosis_reads_the_steps_idle_one_way_for_launch_and_occupancy():
+    """A TP rank on the H200: its traced kernels fill 11% of the step, while PM's device-wide GPU busy reads 79%.
+    LAUNCH binds on the step's idle; OCCUPANCY does not read the GPU as busy from the other instrument."""
+    i = dx.Inputs(ms_per_token=34.87, launches_per_token=1891, kernel_sum_ms_per_token=3.8, gpu_busy_pct=79.0,
+                  small_grid_share_pct=70.3, sm_count=132)
+    d = dx.diagnose(i)
+    assert d.candidates["launch"].state == dx.BINDING and d.candidates["occupancy"].state == dx.UNKNOWN
+    assert "the traced kernels fill 11% of it" in d.candidates["occupancy"].detail
+    busy = dx.diagnose(dx.Inputs(ms_per_token=4.0, launches_per_token=1891, kernel_sum_ms_per_token=3.8,
+                                 gpu_busy_pct=79.0, small_grid_share_pct=70.3, sm_count=132))
+    assert busy.candidates["occupancy"].state == dx.BINDING  # kernels filling the step: grids are what binds
+
+
 def test_92_collectives_are_2_percent_comm_ruled_out():
     d = diagnose("--ms-per-token", 281.6, "--collectives-per-token", 92, "--us-per-collective", 58.7)
     c = d["candidates"]["comm"]

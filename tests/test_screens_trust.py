@@ -20,7 +20,7 @@ SCREENS = {  # name: (recording, seconds into it)
     "compiled_8b_nomarks": (DATA / "h200_compiled_llama8b_nomarks.dmon", None),
     "demo_graph": (BUNDLED / "h200_graph.dmon", 10.0),  # kernels traced past the untraced step
     "serving_16": (DATA / "h200_hf_cb_16.dmon", 5.0),
-    "tp2_eager_rank1": (DATA / "h200_tp2_eager_rank1.dmon", None),  # LAUNCH and OCCUPANCY both bind
+    "tp2_eager_rank1": (DATA / "h200_tp2_eager_rank1.dmon", None),  # LAUNCH binds; PM and the kernels disagree
 }
 
 

@@ -115,7 +115,8 @@ def test_serial_fraction_from_two_recordings(tmp_path):
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert d["n1"] == 1 and d["n"] == 2
-    assert d["speedup"] == pytest.approx(d["ms_per_token_n1"] / d["ms_per_token_n"], rel=1e-3)
+    # rounded to 4 decimals: on a loaded machine TP=2 over gloo can run 30x slower, a speedup of 0.03
+    assert d["speedup"] == pytest.approx(d["ms_per_token_n1"] / d["ms_per_token_n"], rel=1e-3, abs=5e-5)
     # Amdahl at N=2: s = 2/speedup - 1 (on a 2-core CPU, gloo TP=2 is slower than TP=1, so s comes out > 1)
     # the summary rounds s to 4 decimals: near 0 that rounding is more than 0.1% of it
     assert d["serial_fraction"] == pytest.approx(2 * d["ms_per_token_n"] / d["ms_per_token_n1"] - 1, rel=1e-3,

@@ -190,8 +190,13 @@ def decides(s) -> str:
             why = _clause(cands[k].detail, "so grids", "does not rule", "counters alone")
             if why:
                 busy = s.inputs.gpu_busy_pct if s.inputs else None
-                gate = (f" (GPU busy {busy:.0f}%, under the 50% its rule needs)"
-                        if "so grids" in why and busy is not None else "")
+                gate = ""
+                if "so grids" in why and "traced kernels fill" in why:  # the step's own idle, LAUNCH's figure
+                    gate = " (under the 50% its rule needs" + (
+                        f"; PM's GPU busy reads {busy:.0f}%, device-wide over the span)" if s.pm and busy is not None
+                        else ")")
+                elif "so grids" in why and busy is not None:
+                    gate = f" (GPU busy {busy:.0f}%, under the 50% its rule needs)"
                 value = value_words(cands[k].value, cands[k].unit)
                 return f"{k.upper()} is unknown, not binding, at {value}: {why}{gate}"
         return f"{ceiling.upper()} is the only candidate past its threshold"
