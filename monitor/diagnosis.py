@@ -15,7 +15,7 @@ Pure: frozen values in, frozen values out.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 BINDING, RULED_OUT, UNKNOWN = "binding", "ruled_out", "unknown"
 ORDER = ("bandwidth", "comm", "launch", "occupancy")
@@ -180,6 +180,11 @@ def _comm(i: Inputs) -> tuple[Candidate, float | None]:
     if i.collective_wait_ms_per_token and i.collective_wait_ms_per_token >= 0.01 * i.ms_per_token:
         detail += (f"; not counted: {i.collective_wait_ms_per_token:.3g} ms/token the kernels waited for a late "
                    "peer (a straggling rank's ceiling, not the link's)")
+        if state == BINDING and i.collective_wait_ms_per_token > comm_ms:
+            # the calls waited longer than they ran: what is left as a call's own latency is still mostly waiting
+            state = UNKNOWN
+            detail += ("; unknown: the calls waited longer than they ran, so their own latency is not measured "
+                       "here; a window in which the ranks run in step prices it")
     return Candidate(share, "% of step", thr, state, detail), comm_ms
 
 
@@ -248,9 +253,12 @@ def _launch_priced(i: Inputs, floor: float | None) -> tuple[Candidate, float | N
         thr = LAUNCH_IDLE_THRESHOLD
         state = BINDING if idle_share >= 0.5 else RULED_OUT if idle_share < 0.2 else UNKNOWN
         graphed = (i.graph_launches_per_token or 0) >= 1
-        detail = (f"{idle:.3g} ms/token no kernel explains ({100 * idle_share:.0f}% of the step) over {n:.0f} "
-                  f"launches = {per:.3g} µs each; " + ("the step is a replayed CUDA graph: the host launches it "
-                  "once a step" if graphed else f"eager host launches cost {lo:g}–{hi:g} µs"))
+        waited = i.collective_wait_ms_per_token or 0.0
+        detail = (f"{idle:.3g} ms/token no kernel explains ({100 * idle_share:.0f}% of the step"
+                  + (f", {waited:.3g} ms of it collectives waiting for a late peer" if waited >= 0.01 * i.ms_per_token
+                     else "") + f") over {n:.0f} launches = {per:.3g} µs each; "
+                  + ("the step is a replayed CUDA graph: the host launches it once a step" if graphed
+                     else f"eager host launches cost {lo:g}–{hi:g} µs"))
         return Candidate(per, "µs/launch", thr, state, detail), per
     if floor is not None:  # the idle estimated as the step the bandwidth floor leaves unexplained
         gap = max(i.ms_per_token - floor, 0.0)
@@ -335,6 +343,10 @@ def verdict(candidates: dict) -> str:
 
 def diagnose(i: Inputs, speedup: float | None = None, n: int | None = None) -> Diagnosis:
     """Number every candidate, pick the binding ceiling, say how to fix it and how to prove it wrong."""
+    if i.kernel_sum_ms_per_token is not None and i.collective_wait_ms_per_token:
+        # a collective kernel spinning while it waits for a late peer is not this rank's work: that time is the
+        # step's idle for LAUNCH and OCCUPANCY (COMM's detail says it, as a straggling rank's ceiling)
+        i = replace(i, kernel_sum_ms_per_token=max(0.0, i.kernel_sum_ms_per_token - i.collective_wait_ms_per_token))
     bw, floor = _bandwidth(i)
     comm, comm_ms = _comm(i)
     launch, per_launch = _launch(i, floor)
