@@ -266,7 +266,7 @@ async def _bars_at_80():
         bar = app.query_one(StatusBar)
         line = str(bar.render())
         assert len(line) <= bar.content_size.width and "eager: 10.0/21.2 s" in line and "graph: 10.0/15.2" in line
-    players = [RecordingPlayer(str(DATA / f"h200_tp2_graph_rank{r}.dmon"), f"rank {r}") for r in (0, 1)]
+    players = [RecordingPlayer(str(DATA / f"h200_tp2_graph_rank{r}.dmon")) for r in (0, 1)]  # labelled by path
     app = DecodemonApp(players, start_at_s=60.0, paused=True, group=True)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
@@ -276,6 +276,11 @@ async def _bars_at_80():
         assert len(lines) > 1 and all(len(x) <= bar.content_size.width for x in lines)
         for x in lines:  # every line is whole phrases, none cut across lines
             assert x.split("  ") and all(any(piece in p for p in parts) for piece in x.split("  ")), x
+        # each rank's status and header name it by the end of its file's name, where the two differ, and whole
+        status = str(app.query_one(StatusBar).render())
+        assert "…" not in status.replace("…tp2_graph_rank", "") and "rank0" in status and "rank1" in status
+        heads = [h._put_last.plain.splitlines()[0] for h in app.query(HeaderPanel)]
+        assert [h.split()[0] for h in heads] == ["…tp2_graph_rank0", "…tp2_graph_rank1"], heads
 
 
 def test_a_cpu_engine_screen_asks_for_nothing_it_cannot_measure(monkeypatch):

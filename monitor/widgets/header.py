@@ -11,6 +11,7 @@ from decodemon.monitor.widgets import tcss
 from decodemon.monitor.widgets.format import Redraw, num
 from decodemon.monitor.widgets.probe_words import device_line
 from decodemon.monitor.widgets.reasons import bandwidth_short, bytes_short, span_words
+from decodemon.monitor.widgets.status_bar import short_label
 
 
 class HeaderPanel(Redraw, Static):
@@ -30,8 +31,10 @@ class HeaderPanel(Redraw, Static):
         self._last = s  # redrawn at the new width on a resize
         t = Text()
         model = s.model.name if s.model else "?"
-        t.append(f"{s.label}", style="bold")
         pid = "" if not s.pid or f"pid {s.pid}" in s.label else f"  pid {s.pid}"
+        width = self.content_size.width or 200
+        label = s.label if len(s.label) + len(pid) + len(model) + 2 <= width else short_label(s.label)
+        t.append(label, style="bold")
         t.append(f"{pid}  {model}\n")
         t.append(device_line(s) + "\n", style="dim")
         tk = s.tokens

@@ -9,21 +9,26 @@ from decodemon.monitor.widgets import tcss
 
 
 def short_label(label: str) -> str:
-    """A source's label cut to its first word (a path to its file name), for a line too narrow for the whole."""
-    name = label.rsplit("/", 1)[-1]
-    return name.split(" ", 1)[0][:16]
+    """A source's label without its note in brackets (a path: its file name, without .dmon), for a line too narrow
+    for the whole; a long name keeps its end, where the names of a group's files differ (…graph_rank0)."""
+    name = label.split(" (", 1)[0].rsplit("/", 1)[-1].removesuffix(".dmon")
+    return name if len(name) <= 16 else "…" + name[-15:]
 
 
 def status_line(states, frozen: bool, width: int = 0) -> str:
-    """The states joined, FROZEN while the display is held; shorter labels, then tighter joins, where `width`
-    (columns, 0: any) is too narrow for the whole line."""
-    tail = "  ·  FROZEN" if frozen else ""
+    """The states joined, FROZEN while the display is held; shorter labels, then tighter joins, then one state for
+    sources that share it, where `width` (columns, 0: any) is too narrow for the whole line."""
+    states = [(label, " ".join(status.split())) for label, status in states]
     tries = [("  ·  ", lambda lab: lab), ("  ·  ", short_label), (" · ", short_label)]
     line = ""
     for sep, name in tries:
-        line = sep.join(f"{name(label)}: {' '.join(status.split())}" for label, status in states) + (
-            sep + "FROZEN" if frozen else "")
+        line = sep.join(f"{name(label)}: {status}" for label, status in states) + (sep + "FROZEN" if frozen else "")
         if not width or len(line) <= width:
+            return line
+    if len(states) > 1 and len({status for _, status in states}) == 1:  # a group's replays at one position
+        line = ", ".join(short_label(label) for label, _ in states) + f": {states[0][1]}" + (
+            " · FROZEN" if frozen else "")
+        if len(line) <= width:
             return line
     return line if len(line) <= width else line[: max(0, width - 1)] + "…"
 
