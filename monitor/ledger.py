@@ -390,6 +390,10 @@ def ledger_markdown(entries: list[dict], source: str | None = None, current: dic
              "Sealed before each change (which ceiling binds, the change, the expected ms/token), graded after it.",
              ""]
     preds = [(i, e) for i, e in rows if e["kind"] == "prediction"]
+    others = sorted({e["source"] for e in entries if e["kind"] == "prediction"} - {source}) if source else []
+    if not preds and others:  # sealed under another label: named, with the flag that picks one
+        return "\n".join(lines + [f"No prediction for {md(source)} is written down; the ledger holds predictions for "
+                                  f"{', '.join(md(o) for o in others)} (`--label NAME` picks one).", ""])
     if not preds:
         return "\n".join(lines + ["No prediction is written down yet: `decodemon predict SOURCE --change ... "
                                   "--expect -N%` before the next change.", ""])

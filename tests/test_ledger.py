@@ -172,6 +172,7 @@ def test_report_finds_a_prediction_sealed_with_a_label_and_names_it_when_not_giv
                  "--ledger", path]) == 0
     assert main(["report", REC["graph"], "--ledger", path, "-o", out]) == 0
     assert "open ones are for my loop (--label NAME picks one)" in capsys.readouterr().err
+    assert "the ledger holds predictions for my loop (`--label NAME` picks one)" in out.read_text()  # not "none yet"
     assert [e["kind"] for e in ledger.read(path)[0]] == ["prediction"]
     assert main(["report", REC["graph"], "--ledger", path, "--label", "my loop", "-o", out]) == 0
     assert "graded the open prediction" in capsys.readouterr().err
