@@ -204,6 +204,11 @@ def test_kernels_past_the_step_are_flagged_not_clipped():
     assert summary_json(s)["kernels_past_step"].startswith(flag[2:])  # --json flags it beside its share (clipped)
     s, t = texts(BUNDLED / "h200_eager.dmon", 10.0)
     assert "⚠ kernels" not in t[TimelinePanel] and summary_json(s)["kernels_past_step"] is None
+    # the eager token drawn is the traced one, which tracing stretched past the median step: said beside it
+    drawn = s.window.timeline.token_ns / 1e6
+    assert drawn > 1.3 * s.tokens.ms_per_token
+    assert (f"the traced token took {drawn:.3g} ms against the {s.tokens.ms_per_token:.3g} ms median step: tracing "
+            "stretched it") in t[TimelinePanel].replace("\n", " ")
 
 
 def test_pm_armed_with_no_sample_says_so_after_a_few_seconds():

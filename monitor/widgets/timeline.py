@@ -61,6 +61,9 @@ def nvtx_row(timeline, cells: int, zoom: int = 1) -> str:
     return "".join(row)
 
 
+STRETCHED = 1.3  # a traced token this many times the median step is said to be stretched
+
+
 class TimelinePanel(Panel):
     """CPU row over GPU row for the latest traced token, to scale; `+`/`-` zoom into its start."""
 
@@ -113,6 +116,10 @@ class TimelinePanel(Panel):
         if w.tracing_head_ms:
             t.append(f"\ndrawn from the first kernel: the traced cudaGraphLaunch took {w.tracing_head_ms:.2f} ms "
                      "(CUPTI instrumenting the graph; µs untraced)", style="dim")
+        drawn_ms, median = w.timeline.token_ns / 1e6, (s.tokens.ms_per_token if s.tokens else None)
+        if median and drawn_ms > STRETCHED * median:  # the figures above it are the untraced loop's, this is not
+            t.append(f"\nthe traced token took {drawn_ms:.3g} ms against the {median:.3g} ms median step: tracing "
+                     "stretched it, so its gaps are wider than untraced ones", style="dim")
         g = w.gap_ms_per_token
         total = sum(g.values()) or 1e-9
         t.append(f"\nGPU busy {num(s.gpu_busy_pct, '.0f')}% from {s.busy_source}")
