@@ -228,11 +228,13 @@ def test_llama_server_tokens_per_s_matches_its_own_metrics(gguf, tmp_path):
     test sends requests one after another until they hold 2 s of generation and 3 s have passed (a busy machine
     that starves the watch of reads makes that take longer), then ends the recording (Ctrl-C keeps it). The
     server's own rate is over the requests that ran inside the summary's span. A busy machine slows the requests
-    and both figures with them; it cannot put them apart."""
+    and both figures with them; it cannot put them apart. Each request runs 1,500 tokens: the clock counts the
+    intervals between reads that no request ended in, and a watch starved of reads (a cold CI run beside two busy
+    loops) saw none among requests of 400."""
     s = Server(gguf, clients=0)
     try:
         out, body = tmp_path / "rec" / "server.dmon", json.dumps(
-            {"prompt": "hello " * 250, "n_predict": 400, "ignore_eos": True, "temperature": 0}).encode()
+            {"prompt": "hello " * 250, "n_predict": 1500, "ignore_eos": True, "temperature": 0}).encode()
         out.parent.mkdir()
         post = lambda: json.loads(urllib.request.urlopen(urllib.request.Request(  # noqa: E731
             s.base + "/completion", data=body, headers={"Content-Type": "application/json"}), timeout=120).read())
