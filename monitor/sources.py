@@ -156,6 +156,24 @@ def measured_anything(snap) -> bool:
     return bool(snap.tokens_total) or snap.tokens is not None
 
 
+def _server_reads(sess, snap) -> str:
+    """For a server watched from outside that measured nothing: what its reads saw, in words ("" otherwise)."""
+    if snap.probe.get("token_clock") != "server_metrics":
+        return ""
+    import numpy as np
+
+    from decodemon.monitor.analysis.tokens import counter_intervals
+
+    c = sess.feed.counts_since(0)
+    n = len(c["t_ns"])
+    kept = int(counter_intervals(c).sum()) if n > 1 else 0
+    decoding = int((np.asarray(c["busy"]) > 0).sum()) if n else 0
+    errors = sess.feed.status.errors
+    return (f" (the server's /slots read {n} times, {decoding} of them with a request decoding; {kept} intervals "
+            f"between reads held decoding at both ends and no request's end" + (f"; {errors} reads failed" if errors
+                                                                                 else "") + ")")
+
+
 def collect_pid(pid: int, settings: wire.Attach | None = None, seconds: float | None = None, record_to=None,
                 on_frame=None):
     """Attach to `pid` for `seconds` into a Session; with `record_to`, also write what arrived as a recording.
@@ -183,7 +201,8 @@ def collect_pid(pid: int, settings: wire.Attach | None = None, seconds: float | 
             recorder.discard()
             why = snap.ended or (f"pid {pid} decoded no token in {seconds:g} s" if seconds else
                                  f"pid {pid} decoded no token")
-            raise NothingMeasured(f"{why}; no token was measured, nothing written to {record_to}")
+            raise NothingMeasured(f"{why}; no token was measured{_server_reads(sess, snap)}, nothing written to "
+                                  f"{record_to}")
         recorder.keep()
     if interrupted:
         raise KeyboardInterrupt
