@@ -225,8 +225,11 @@ def _record_llama_server(s, post, out):
     """Record the server while requests run (see the test below): (the recording's --json, the requests, '') or
     (None, the requests, the record's stderr) where it measured nothing."""
     out.parent.mkdir()
+    # Ctrl-C as a terminal sends it: a suite started in the background (`cmd &`) runs with SIGINT ignored, and
+    # the record it starts would inherit that and read on past the requests
     rec = subprocess.Popen([sys.executable, "-m", "decodemon.monitor.cli", "record", str(s.pid), "-o", str(out)],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     while not any(out.parent.iterdir()):  # its first frame written: the watch has read /slots
         assert rec.poll() is None and time.monotonic() < deadline, rec.communicate()[1]
