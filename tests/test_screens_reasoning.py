@@ -96,7 +96,8 @@ def test_a_headline_the_windows_have_not_yet_recorded_says_so_beside_the_history
     voted = advance(Rolling(), "comm", "0.0 s", {})
     ceiling, pending = headline(s.diagnosis, voted)
     assert ceiling == "launch" and "?" not in pending
-    assert pending == "binds now; the history keeps COMM, its windows' verdict, until LAUNCH wins 2 windows in a row (0 so far)"
+    assert pending == ("binds now; the history keeps COMM, its windows' verdict, until LAUNCH wins 2 windows in a "
+                       "row (0 so far)")
     once = advance(voted, "launch", "1.0 s", {})
     assert headline(s.diagnosis, once)[1].endswith("(1 so far)")
 
@@ -109,7 +110,8 @@ def test_a_first_window_whose_collectives_all_waited_for_a_peer_votes_no_comm():
     s, t = texts(DATA / "h200_tp2_eager_samewindow_rank0.dmon", 4.0)
     comm = s.diagnosis.candidates["comm"]
     assert comm.state == "unknown" and "the calls waited longer than they ran" in comm.detail
-    assert s.diagnosis.ceiling == "launch" and "collectives waiting for a late peer" in s.diagnosis.candidates["launch"].detail
+    launch = s.diagnosis.candidates["launch"]
+    assert s.diagnosis.ceiling == "launch" and "collectives waiting for a late peer" in launch.detail
     s, t = texts(DATA / "h200_tp2_eager_samewindow_rank0.dmon")
     assert [h.after for h in s.rolling.history] == ["launch"] and t[VerdictPanel].splitlines()[0].split()[0] == "LAUNCH"
 
