@@ -24,9 +24,8 @@ def _unavailable_reason(text: str) -> str | None:
 
 
 def has_no_gpu(s) -> bool:
-    """Whether the target runs without a GPU the probe can use (a CPU-only engine)."""
-    return s.sm_count == 0 and (_unavailable_reason(probe_field(s, "gpu")) is not None
-                                or s.device.startswith("unavailable"))
+    """Whether the target runs without a GPU the probe can use (a CPU-only engine): what the diagnosis was told."""
+    return bool(s.inputs is not None and s.inputs.no_gpu)
 
 
 def device_line(s) -> str:
