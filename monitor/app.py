@@ -147,7 +147,6 @@ class DecodemonApp(App):
                 self.query_one(RatioBar).show(*lasts)
         bar = self.query_one(StatusBar)
         bar.states = tuple((p.label, p.status()) for p in self.players)
-        bar.frozen = self.frozen
 
     @work(thread=True, exclusive=True, group="pump")
     def _pump(self) -> None:

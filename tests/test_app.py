@@ -7,6 +7,7 @@ import asyncio
 from decodemon.monitor.app import DecodemonApp, HelpScreen
 from decodemon.monitor.player import RecordingPlayer
 from decodemon.monitor.widgets.kernels import KernelsPanel
+from decodemon.monitor.widgets.status_bar import StatusBar, status_line
 from decodemon.monitor.widgets.timeline import TimelinePanel
 from tests.conftest import REC
 
@@ -72,6 +73,8 @@ async def _keys(tmp_path):
         assert not app.frozen and app.players[0].paused is False
         await pilot.press("space")
         assert app.frozen and app.players[0].paused
+        bar = app.query_one(StatusBar)
+        assert "paused" in status_line(bar.states) and "FROZEN" not in status_line(bar.states)  # as help says
         await pilot.press("q")
     assert app.return_code in (0, None)
 

@@ -34,14 +34,20 @@ def test_two_runs_that_disagree_are_undecided_with_their_range():
 def test_runs_on_one_side_of_the_line_conclude(runs, regime):
     s = summarise(runs)
     assert not s["within_noise"] and s["regime"].startswith(regime) and s["non_monotonic"] == []
-    assert s["note"] is None and "not monotonic" not in summary_text(s)
+    assert "not monotonic" not in summary_text(s) and "undecided" not in summary_text(s)
 
 
 def test_eight_times_costing_more_than_sixty_four_times_is_flagged():
     s = summarise([_run(1120, 3699, 2707), _run(1000, 3500, 2600)])
     assert s["non_monotonic"] == ["8x costs more than 64x (3600 against 2654 µs/call)"]
     text = summary_text(s)
-    assert "not monotonic: 8x costs more than 64x" in text and "unsettled" in text
+    assert s["regime"].startswith("undecided") and "bandwidth matters" not in text  # no conclusion beside it
+    assert "not monotonic: 8x costs more than 64x" in text
+
+
+def test_a_latency_bound_call_whose_sizes_cost_within_ten_percent_is_not_inverted():
+    s = summarise([_run(100, 104, 98), _run(100, 102, 97)])  # flat: 64x a few % under 1x is its noise
+    assert s["non_monotonic"] == [] and s["regime"].startswith("latency-bound")
 
 
 def test_a_single_run_says_it_has_no_spread():

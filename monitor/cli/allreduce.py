@@ -13,6 +13,7 @@ import sys
 from decodemon.monitor.cli._common import UsageError, bounded, print_json
 
 LATENCY_BOUND_RATIO = 2.0  # 64x the bytes for under this many times the time: the call, not the bytes, costs
+INVERSION_MARGIN = 1.1  # a smaller payload's median over 10% above a bigger one's: the sizes' order is noise
 SIZES = ("1", "8", "64")
 DEFAULT_REPEATS = 5
 
@@ -64,7 +65,9 @@ def _spread(values: list[float]) -> dict:
 def summarise(runs: list[dict]) -> dict:
     """The benchmark's reports of several runs as one: each figure the runs' median, with their range; the 64x/1x
     ratio of each run, and whether its range crosses the latency-bound line (the conclusion is then inside the
-    runs' own noise); and the sizes whose median costs more than a bigger one's."""
+    runs' own noise); and the sizes whose median costs over 10% more than a bigger one's, which leave the
+    conclusion undecided (a latency-bound call costs about the same at every size, so a closer inversion is its
+    noise)."""
     first = runs[0]
     sizes = {}
     for k in SIZES:
@@ -85,9 +88,13 @@ def summarise(runs: list[dict]) -> dict:
     inverted = [f"{small}x costs more than {big}x ({sizes[small]['us_per_call']:.4g} against "
                 f"{sizes[big]['us_per_call']:.4g} µs/call)"
                 for i, small in enumerate(SIZES) for big in SIZES[i + 1:]
-                if sizes[small]["us_per_call"] > sizes[big]["us_per_call"]]
+                if sizes[small]["us_per_call"] > INVERSION_MARGIN * sizes[big]["us_per_call"]]
     if ratio is None:
         regime = "undecided: the 1x call measured no time"
+    elif inverted:
+        regime = ("undecided: a larger payload cost less than a smaller one, which the machine's noise (or a change "
+                  "of algorithm between the sizes) makes, not the bytes; more --iters or --repeats, or a quieter "
+                  "machine")
     elif within_noise:
         regime = (f"undecided: the runs fall on both sides of {LATENCY_BOUND_RATIO:g}x, so the conclusion is "
                   "inside their own noise; more --iters or --repeats, or a quieter machine")
@@ -100,10 +107,7 @@ def summarise(runs: list[dict]) -> dict:
                 "ratio_64x": round(ratio["median"], 3) if ratio else None,
                 "ratio_64x_range": [round(ratio["min"], 3), round(ratio["max"], 3)] if ratio else None,
                 "within_noise": within_noise, "regime": regime,
-                "non_monotonic": inverted,
-                "note": ("a larger payload costing less than a smaller one is usually the machine's noise (or a "
-                         "change of algorithm between the sizes): read these figures as unsettled"
-                         if inverted else None)})
+                "non_monotonic": inverted})
     return out
 
 
@@ -123,8 +127,6 @@ def summary_text(s: dict) -> str:
     else:
         lines.append(s["regime"])
     lines += [f"not monotonic: {x}" for x in s["non_monotonic"]]
-    if s["note"]:
-        lines.append(s["note"])
     return "\n".join(lines)
 
 

@@ -92,7 +92,9 @@ def run(a) -> int:
     except ledger.LedgerError as exc:
         raise UsageError(f"decodemon predict: {exc}") from None
     st = entry["state"]
-    say("predict", f"sealed {ledger.pred_id(entry)} for {label}: {entry['ceiling'].upper()} binds "
+    ceiling = entry["ceiling"].upper()
+    binds = f"{ceiling} binds" if ceiling != "UNKNOWN" else "no ceiling named"
+    say("predict", f"sealed {ledger.pred_id(entry)} for {label}: {binds} "
                    f"(measured {st['verdict'].upper()}, {st['ms_per_token']:.4g} ms/token); {a.change} → "
                    f"{entry['expect_pct']:+.1f}% ± {a.tolerance:g}; in {a.ledger}")
     if a.json:

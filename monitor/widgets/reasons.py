@@ -114,10 +114,13 @@ def _launch(s, c) -> str:
     if c.value is None:
         return c.detail
     if i.kernel_sum_ms_per_token is not None and i.launches_per_token:
-        idle = max(i.ms_per_token - i.kernel_sum_ms_per_token, 0.0)
-        out = (f"GPU idle {idle:.3g} ms = {i.ms_per_token:.4g} {per(s)} (median) − "
-               f"{i.kernel_sum_ms_per_token:.3g} ms "
-               f"of kernels ({_windows(s)}), {100 * idle / i.ms_per_token:.0f}% of the step, ÷ "
+        # as the diagnosis counts it: a collective spinning while it waits for a late peer is the step's idle
+        wait = min(i.collective_wait_ms_per_token or 0.0, i.kernel_sum_ms_per_token)
+        kernels = i.kernel_sum_ms_per_token - wait
+        idle = max(i.ms_per_token - kernels, 0.0)
+        waiting = f"; less {wait:.3g} ms NCCL waiting for a peer" if wait >= 0.01 * i.ms_per_token else ""
+        out = (f"GPU idle {idle:.3g} ms = {i.ms_per_token:.4g} {per(s)} (median) − {kernels:.3g} ms "
+               f"of kernels ({_windows(s)}{waiting}), {100 * idle / i.ms_per_token:.0f}% of the step, ÷ "
                f"{i.launches_per_token:.0f} launches/{unit(s)} (traced)")
         past = kernels_past_step(s)
         if past:

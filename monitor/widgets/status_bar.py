@@ -15,35 +15,33 @@ def short_label(label: str) -> str:
     return name if len(name) <= 16 else "…" + name[-15:]
 
 
-def status_line(states, frozen: bool, width: int = 0) -> str:
-    """The states joined, FROZEN while the display is held; shorter labels, then tighter joins, then one state for
-    sources that share it, where `width` (columns, 0: any) is too narrow for the whole line."""
+def status_line(states, width: int = 0) -> str:
+    """The states joined (each says for itself that it is paused or frozen); shorter labels, then tighter joins,
+    then one state for sources that share it, where `width` (columns, 0: any) is too narrow for the whole line."""
     states = [(label, " ".join(status.split())) for label, status in states]
     tries = [("  ·  ", lambda lab: lab), ("  ·  ", short_label), (" · ", short_label)]
     line = ""
     for sep, name in tries:
-        line = sep.join(f"{name(label)}: {status}" for label, status in states) + (sep + "FROZEN" if frozen else "")
+        line = sep.join(f"{name(label)}: {status}" for label, status in states)
         if not width or len(line) <= width:
             return line
     if len(states) > 1 and len({status for _, status in states}) == 1:  # a group's replays at one position
-        line = ", ".join(short_label(label) for label, _ in states) + f": {states[0][1]}" + (
-            " · FROZEN" if frozen else "")
+        line = ", ".join(short_label(label) for label, _ in states) + f": {states[0][1]}"
         if len(line) <= width:
             return line
     return line if len(line) <= width else line[: max(0, width - 1)] + "…"
 
 
 class StatusBar(Static):
-    """One line above the footer; set `states` (label, status) and `frozen`, the line follows and fits the width."""
+    """One line above the footer; set `states` (label, status), the line follows and fits the width."""
 
     DEFAULT_CSS = tcss(__file__)
     states: reactive[tuple] = reactive(tuple)
-    frozen: reactive[bool] = reactive(False)
     line: reactive[str] = reactive("")
 
     def compute_line(self) -> str:
-        """The states joined to fit the bar, and FROZEN while the display is held."""
-        return status_line(self.states, self.frozen, self.content_size.width)
+        """The states joined to fit the bar."""
+        return status_line(self.states, self.content_size.width)
 
     def watch_line(self, line: str) -> None:
         """Show the new line."""
@@ -51,4 +49,4 @@ class StatusBar(Static):
 
     def on_resize(self) -> None:
         """Fit the line to the new width."""
-        self.update(status_line(self.states, self.frozen, self.content_size.width))
+        self.update(status_line(self.states, self.content_size.width))
