@@ -33,7 +33,8 @@ BANDWIDTH_NEAR_RATIO = 3.0
 OCCUPANCY_LEANING_SHARE_PCT = 25.0
 KERNELS_FILL_STEP = 0.8
 # LAUNCH's rule wherever the idle is known (a traced window, or PM's GPU busy), and what an unpriced LAUNCH waits for
-LAUNCH_IDLE_THRESHOLD = "GPU idle > 50% of the step binds; < 20% ruled out"
+LAUNCH_IDLE_THRESHOLD = ("GPU idle > 50% of the step binds (a replayed graph's: more of it than any other "
+                         "candidate's share); < 20% ruled out")
 LAUNCH_IDLE_RULED_OUT = 0.2  # the idle share under which LAUNCH is ruled out (LAUNCH_IDLE_THRESHOLD)
 
 
@@ -265,12 +266,14 @@ def _launch_priced(i: Inputs, floor: float | None) -> tuple[Candidate, float | N
         per = gap * 1e3 / n
         share = gap / i.ms_per_token
         fits = per <= hi  # launches at an eager launch's cost could fill that gap
-        state = (BINDING if fits and share >= 0.5 else
-                 RULED_OUT if not fits or share < LAUNCH_IDLE_RULED_OUT else UNKNOWN)
+        # an estimate, not a measured idle: more than launches can explain is the host's other work or slow
+        # kernels, which only kernel time tells apart, so it leaves LAUNCH unknown, not ruled out
+        state = (RULED_OUT if share < LAUNCH_IDLE_RULED_OUT else BINDING if fits and share >= 0.5 else UNKNOWN)
         detail = (f"no kernel time traced: the idle taken as the step over the floor, ({i.ms_per_token:.4g} − "
                   f"{floor:.3g}) ms = {100 * share:.0f}% of the step; ÷ {n:.0f} launches = {per:.3g} µs each, "
                   + (f"within the {lo:g}–{hi:g} µs an eager launch costs" if fits else
-                     f"more than the {hi:g} µs an eager launch costs at most: launches do not explain it"))
+                     f"more than the {hi:g} µs an eager launch costs at most: launches alone do not explain it, "
+                     "and the kernels' time (a traced window) tells the host's other work from slow kernels"))
         return Candidate(per, "µs/launch", LAUNCH_IDLE_THRESHOLD, state, detail), per
     # neither kernel time nor a floor: the idle taken as the host's launching at the low end of an eager launch's cost
     per = i.ms_per_token * 1e3 / n
@@ -302,6 +305,8 @@ def _occupancy_by_counters(i: Inputs, thr: str, bw_ratio: float | None = None) -
 
 
 def _occupancy(i: Inputs, bw_ratio: float | None = None) -> Candidate:
+    # GPU busy here is the traced kernels' share of the step where a window has them (the screen's OCCUPANCY
+    # inputs say so where that share and PM's busy fall on two sides of 50%)
     thr = (f"GPU busy ≥50% with ≥{OCCUPANCY_SMALL_SHARE_PCT:g}% of kernel time in grids under 25% of the SMs, "
            "or SM active < half of GPU busy")
     if i.small_grid_share_pct is None:
@@ -351,6 +356,12 @@ def diagnose(i: Inputs, speedup: float | None = None, n: int | None = None) -> D
     comm, comm_ms = _comm(i)
     launch, per_launch = _launch(i, floor)
     occ = _occupancy(i, bw.value)
+    if launch.state == BINDING and occ.state == BINDING and _host_between_replays(i, floor):
+        # LAUNCH bound by weighing the idle between replays against the small grids' share of the step: the
+        # grids lost that comparison, so they are not what binds
+        occ = Candidate(occ.value, occ.unit, occ.threshold, UNKNOWN,
+                        f"{occ.detail}; not what binds: the GPU's idle between replays is more of the step than the "
+                        "small grids' share (LAUNCH)")
     cands = {"bandwidth": bw, "comm": comm, "launch": launch, "occupancy": occ}
     if verdict(cands) == "unknown":
         cands = _kernels_are_the_cost(i, cands)
@@ -413,6 +424,8 @@ def _missing(i: Inputs, cands: dict) -> str:
         return "the grids (a traced window)"
     if i.launches_per_token is None and not i.untraced:
         return "launches per token (a traced window)"
+    if i.kernel_sum_ms_per_token is None and cands["launch"].state == UNKNOWN and not i.untraced:
+        return "the kernels' time per token (a traced window)"
     return ""
 
 
@@ -491,7 +504,7 @@ def _advice(ceiling: str, i: Inputs, floor: float | None, comm_ms: float | None,
                  f"Measure {missing}: within {BANDWIDTH_NEAR_RATIO:g}× of bytes ÷ bandwidth, with the kernels filling "
                  "the step, it is BANDWIDTH; far above it with small grids or SM active far below GPU busy, "
                  "OCCUPANCY."),
-                f"n/a until {missing} is measured")
+                f"n/a: first measure {missing}")
     if missing:
         return (f"measure {missing}",
                 (f"Nothing binds at these numbers ({', '.join(priced)} priced, none past its threshold): {missing} "

@@ -34,7 +34,7 @@ from pathlib import Path
 
 DEFAULT_PATH = "decodemon.ledger.jsonl"
 FORMAT = "decodemon-ledger/1"
-CEILINGS = ("bandwidth", "comm", "launch", "occupancy", "kernels")
+CEILINGS = ("bandwidth", "comm", "launch", "occupancy")  # the candidates of the headline rule (diagnosis.ORDER)
 RIGHT, OTHER, WRONG = "right number, right reason", "right number, other reason", "wrong"
 UNMEASURED = "right number, reason unmeasured"
 SIGNIFICANT_MS_CHANGE = 0.10  # ms/token moving more than this (or the verdict moving) makes older diagnoses stale

@@ -145,6 +145,11 @@ class Snapshot:
         return self.window.collective_in_step_us if self.window is not None else None
 
 
+def _own_kernel_ms(ksum: float | None, wait: float | None) -> float | None:
+    """The traced kernels' ms a token less the collectives' wait for a late peer (as the diagnosis counts them)."""
+    return None if ksum is None else ksum - min(wait or 0.0, ksum)
+
+
 def _median(xs):
     xs = [x for x in xs if x is not None]
     return float(np.median(xs)) if xs else None
@@ -394,10 +399,6 @@ class Session:
             bw, bw_src = gpu.mem_bandwidth_gbs, "NVML peak (a spec figure, not measured)"
         last = wins[-1] if wins else None
         ksum = _median([w.kernel_sum_ms_per_token for w in wins]) if wins else None
-        # Without PM counters, GPU busy is estimated as kernel time over the untraced step: the traced
-        # token's own wall clock is stretched by tracing and would understate it.
-        busy = pm_avg.get("gpu_busy_pct") if pm_avg else (
-            min(100.0, 100.0 * ksum / ts.ms_per_token) if (ksum is not None and ts and ts.ms_per_token > 0) else None)
         small = [(r.short_name, r.grid_blocks, r.us_per_token) for r in (last.kernels if last else ())
                  if r.grid_coverage_pct < 25]
         small.sort(key=lambda x: -x[2])
@@ -409,6 +410,12 @@ class Session:
         # the lowest of the span's windows: waiting for a peer only ever adds to a call
         coll_us = min(w.collective_in_step_us for w in priced) if priced else None
         coll_wait = _median([w.collective_wait_ms_per_token for w in with_coll])
+        # Without PM counters, GPU busy is estimated as kernel time over the untraced step: the traced
+        # token's own wall clock is stretched by tracing and would understate it. A collective spinning while it
+        # waits for a late peer is not busy (the diagnosis counts it as the step's idle).
+        own = _own_kernel_ms(ksum, coll_wait)
+        busy = pm_avg.get("gpu_busy_pct") if pm_avg else (
+            min(100.0, 100.0 * own / ts.ms_per_token) if (own is not None and ts and ts.ms_per_token > 0) else None)
         host = f.host_collectives(since)
         if not coll_calls and host is not None:  # no NCCL kernels traced (gloo, or before a window): engine's clock
             # with NCCL the clock times the enqueue, not the collective: calls are known, µs wait for a window
@@ -493,7 +500,8 @@ class Session:
                               self._clock_end_rx is not None and self._clock == STEP_STARTS else None),
             series=self.series(rx), host_collectives=f.host_collectives(max(rx - SPAN_NS, 0)),
             host_clock_is_collective=host_clock_times_collectives(f.hello.model if f.hello else None, gpu),
-            kernel_share_pct=(min(100.0, 100.0 * inp.kernel_sum_ms_per_token / inp.ms_per_token)
+            kernel_share_pct=(min(100.0, 100.0 * _own_kernel_ms(inp.kernel_sum_ms_per_token,
+                                                                inp.collective_wait_ms_per_token) / inp.ms_per_token)
                               if inp.kernel_sum_ms_per_token is not None and inp.ms_per_token else None),
             inputs=inp, observer=self.observer_cost(ts), pm_check=self.pm_check(max(rx - SPAN_NS, 0)),
             token_clock=self._clock, bytes_per_token_measured=self._bytes[0], bytes_per_token_model=self._bytes[1],

@@ -30,6 +30,9 @@ class GroupBar(Static):
             self.update(packed(self._parts, self.content_size.width))
 
 
+ARRIVAL_LAG_SHARE = 0.02  # a typical call's lag behind the last rank under 2% of the call: the ranks arrive together
+
+
 def group_parts(g: dict) -> list[Text]:
     """The bar's phrases: TP degree, the all-reduce's price, who the others wait for, every rank's verdict."""
     parts = [Text(f"TP={g['tp']}", style="bold")]
@@ -42,7 +45,12 @@ def group_parts(g: dict) -> list[Text]:
                           f"{num(c.get('calls_per_token'), '.0f')}/token = {share}% of the step", style="bold"))
         parts.append(Text(f"(a call: kernel {num(c.get('kernel_us_per_call'), '.1f')} + launch gap "
                           f"{num(c.get('launch_gap_us_per_call'), '.1f')})", style="bold"))
-        parts.append(Text(f"the others wait for rank {last}"))
+        lag = max((r["collectives"] or {}).get("waits_for_peers_us_per_call") or 0.0 for r in g["ranks"])
+        own = c.get("kernel_us_per_call") or 0.0
+        if own and lag >= ARRIVAL_LAG_SHARE * own:
+            parts.append(Text(f"the others wait for rank {last} ({lag:.2g} µs/call)"))
+        else:  # a lag this small is the kernels' own jitter, not a late rank
+            parts.append(Text(f"the ranks arrive together ({lag:.2g} µs/call apart)"))
     else:
         parts.append(Text("all-reduce: waiting for a traced window on two ranks", style="dim"))
     parts.append(Text("verdicts: " + ", ".join(f"rank {r['tp_rank']} {str(r['verdict']).upper()}" for r in g["ranks"])))

@@ -30,7 +30,7 @@ class HeaderPanel(Redraw, Static):
         """Draw one snapshot."""
         self._last = s  # redrawn at the new width on a resize
         t = Text()
-        model = s.model.name if s.model else "?"
+        model = s.model.name if s.model else "model not reported"
         pid = "" if not s.pid or f"pid {s.pid}" in s.label else f"  pid {s.pid}"
         width = self.content_size.width or 200
         label = s.label if len(s.label) + len(pid) + len(model) + 2 <= width else short_label(s.label)

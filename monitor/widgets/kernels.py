@@ -10,6 +10,7 @@ from textual.widgets import DataTable
 from decodemon.monitor.widgets import tcss
 from decodemon.monitor.widgets.format import bar
 from decodemon.monitor.widgets.panel import SourceNamed
+from decodemon.monitor.widgets.probe_words import tracing_unavailable
 
 SORTS = {
     "time": (lambda r: -r.us_per_token, "µs/token"),
@@ -65,6 +66,8 @@ class KernelsPanel(SourceNamed, DataTable):
 
     def title_for_sort(self) -> str:
         """The border title: what the table is sorted by, and the key that changes it."""
+        if getattr(self, "_empty", ""):
+            return f"hot kernels · {self._empty}"
         return f"hot kernels · sorted by {SORTS[self.sort][1]} · k: sort"
 
     def watch_sort(self) -> None:
@@ -90,6 +93,8 @@ class KernelsPanel(SourceNamed, DataTable):
         # columns only widen as rows come: they are laid out again, so a narrower panel gets narrower names
         self.clear(columns=True)
         self.add_columns(*COLUMNS)
+        self._empty = "" if w is not None else (tracing_unavailable(s) or "no traced window yet")
+        self.border_title = self.title_for_sort()  # an empty table says why in its title
         if w is None:
             return
         sms = max(s.sm_count, 1)

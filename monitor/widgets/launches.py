@@ -8,6 +8,7 @@ from decodemon.monitor.widgets import tcss
 from decodemon.monitor.widgets.format import num, spark
 from decodemon.monitor.widgets.panel import Panel
 from decodemon.monitor.widgets.probe_words import tracing_unavailable
+from decodemon.monitor.widgets.reasons import unit
 
 
 class LaunchesPanel(Panel):
@@ -17,28 +18,29 @@ class LaunchesPanel(Panel):
 
     def show(self, s) -> None:
         """Draw one snapshot."""
-        self.border_title = "launches / token"
+        self.border_title = f"launches / {unit(s)}"
         w = s.window
         t = Text()
         if w is None:
             t.append(tracing_unavailable(s) or "waiting for a traced window", style="dim")
         else:
             t.append(f"{w.kernels_per_token:.0f}", style="bold cyan")
-            t.append(" kernels/token\n")
+            t.append(f" kernels/{unit(s)}\n")
             aw = s.api_window
             calls = num(aw.kernel_launch_calls_per_token, '.0f') if aw is not None else "—"
             t.append(f"{calls} kernel launch calls · "
                      f"{w.graph_launches_per_token:.0f} graph launches · {w.memcpys_per_token:.0f} copies\n")
             if aw is not w:
                 t.append("launch calls: " + (f"traced {s.api_window_age_s:.0f} s ago" if aw is not None
+                                             else "not traced in this recording" if s.ended
                                              else "not traced yet (from an attach's second window on)")
-                         + " (--probe api_every=N)\n", style="dim")
+                         + "\n", style="dim")
             per = s.diagnosis.us_per_launch
             t.append(f"{num(per, '.2f')} µs idle per launch\n", style="yellow")
             if s.dropped_records:
                 t.append(f"{s.dropped_records} records dropped or invalid\n", style="red")
             hist = (s.series or {}).get("launches_per_token", ())
             if hist:
-                t.append("kernels/token per traced window:\n", style="dim")
+                t.append(f"kernels/{unit(s)} per traced window:\n", style="dim")
                 t.append(spark(hist, 30, lo=0), style="cyan")
         self.put(t)

@@ -35,6 +35,19 @@ def per(s) -> str:
     return f"ms/{unit(s)}"
 
 
+_PER_TOKEN = ("ms/token", "µs/token", "launches/token", "kernels/token", "traced token", "median token", "latest token")
+
+
+def in_marks(s, text: str) -> str:
+    """`text` with its per-token figures named per step where the source's marks are a batched engine's steps (the
+    diagnosis prices one mark, whatever it is)."""
+    if unit(s) != "step":
+        return text
+    for words in _PER_TOKEN:
+        text = text.replace(words, words.replace("token", "step"))
+    return text
+
+
 def ms_source(s) -> str:
     """What ms/token is: the median over the span, and its clock."""
     span = f" of the last {span_words(s)}" if s.span_s else ""
@@ -59,7 +72,9 @@ def bytes_short(s) -> str:
     if b is not None and s.bytes_per_token_measured and abs(b - s.bytes_per_token_measured) <= 1e-6 * b:
         return "PM DRAM counters"
     if b is not None and s.bytes_per_token_model:
-        return f"model: weights + KV at depth {s.depth}"
+        # a depth of 0 where tokens were made: the engine reported none (a batch's steps), so no KV is counted
+        return (f"model: weights + KV at depth {s.depth}" if s.depth or not s.tokens_total
+                else "model: weights only, no depth reported, so no KV counted")
     return "?"
 
 
@@ -109,14 +124,27 @@ def _comm(s, c) -> str:
     return out + (f"; {wait}" if wait else "")
 
 
+def _kernel_ms(i) -> tuple[float, float]:
+    """The traced kernels' ms a token as the diagnosis counts them, and the collectives' wait taken out of them (a
+    collective spinning while it waits for a late peer is the step's idle)."""
+    wait = min(i.collective_wait_ms_per_token or 0.0, i.kernel_sum_ms_per_token)
+    return i.kernel_sum_ms_per_token - wait, wait
+
+
+def _traced_share_of_step(i) -> float | None:
+    """The traced kernels' share of the step, % (the busy LAUNCH and OCCUPANCY read where a window has them)."""
+    if i.kernel_sum_ms_per_token is None or not i.ms_per_token:
+        return None
+    return min(100.0, 100.0 * _kernel_ms(i)[0] / i.ms_per_token)
+
+
 def _launch(s, c) -> str:
     i = s.inputs
     if c.value is None:
         return c.detail
     if i.kernel_sum_ms_per_token is not None and i.launches_per_token:
         # as the diagnosis counts it: a collective spinning while it waits for a late peer is the step's idle
-        wait = min(i.collective_wait_ms_per_token or 0.0, i.kernel_sum_ms_per_token)
-        kernels = i.kernel_sum_ms_per_token - wait
+        kernels, wait = _kernel_ms(i)
         idle = max(i.ms_per_token - kernels, 0.0)
         waiting = f"; less {wait:.3g} ms NCCL waiting for a peer" if wait >= 0.01 * i.ms_per_token else ""
         out = (f"GPU idle {idle:.3g} ms = {i.ms_per_token:.4g} {per(s)} (median) − {kernels:.3g} ms "
@@ -144,9 +172,14 @@ def _occupancy(s, c) -> str:
                      f"({_windows(s)})")
     if i.gpu_busy_pct is not None:
         parts.append(f"GPU busy {i.gpu_busy_pct:.0f}% from {s.busy_source}")
+    step = _traced_share_of_step(i)
+    # where the two sides of its 50% differ, the share the rule reads is said beside the busy figure shown
+    if step is not None and (i.gpu_busy_pct is None or (step < 50) != (i.gpu_busy_pct < 50)):
+        parts.append(f"the traced kernels fill {step:.0f}% of the step (the share its rule reads)")
     if i.sm_active_pct is not None:
         share = 100 * i.sm_active_pct / i.gpu_busy_pct if i.gpu_busy_pct else None
-        ratio = "" if share is None else f", {share:.0f}% of GPU busy"
+        near = share is not None and 45 <= share < 55  # one decimal, where rounding would cross its half
+        ratio = "" if share is None else f", {share:.1f}% of GPU busy" if near else f", {share:.0f}% of GPU busy"
         if share is not None and round(share) > 100:  # shown as ≥100% beside the candidate: why it is past 100
             ratio += " (past 100%: the two counters are sampled apart, so read it as SMs active all the busy time)"
         parts.append(f"SM active {i.sm_active_pct:.0f}% from PM counters{ratio}")

@@ -12,6 +12,7 @@ from decodemon.monitor.widgets import tcss
 from decodemon.monitor.widgets.format import num
 from decodemon.monitor.widgets.panel import Panel
 from decodemon.monitor.widgets.probe_words import probe_field, tracing_unavailable
+from decodemon.monitor.widgets.reasons import in_marks
 from decodemon.monitor.analysis.agreement import kernels_past_step
 
 SHADES = " ░▒▓█"
@@ -82,12 +83,13 @@ class TimelinePanel(Panel):
     def show(self, s) -> None:
         """Draw one snapshot."""
         self._last = s
-        self.border_title = "timeline · latest traced token"
+        self.border_title = in_marks(s, "timeline · latest traced token")
         w = s.window
         if w is not None and not w.apis_traced and s.api_window is not None:
             # the latest window traced kernels only (Attach.api_every): draw the latest one with its launch calls
             w = s.api_window
-            self.border_title = f"timeline · latest token with its launch calls traced, {s.api_window_age_s:.0f} s ago"
+            self.border_title = in_marks(s, f"timeline · latest token with its launch calls traced, "
+                                               f"{s.api_window_age_s:.0f} s ago")
         t = Text()
         for key, words in (("trace_paused", "windows paused"), ("window_budget", "window budget")):
             if probe_field(s, key):
@@ -102,7 +104,8 @@ class TimelinePanel(Panel):
             self._rows_key, self._rows = key, render_rows(w.timeline, cells, self.zoom)
         cpu, gpu, span_ms = self._rows
         t.append("CPU ", style="bold blue")
-        t.append((cpu if w.apis_traced else "launch calls not traced in this window (--probe api_every=1 traces them in every one)") + "\n",
+        t.append((cpu if w.apis_traced else "launch calls not traced in this window (one window of every few "
+                  "traces them: they cost the loop more)") + "\n",
                  style="blue" if w.apis_traced else "dim")
         t.append("GPU ", style="bold green")
         t.append(gpu + "\n", style="green")
@@ -118,16 +121,19 @@ class TimelinePanel(Panel):
                      "(CUPTI instrumenting the graph; µs untraced)", style="dim")
         drawn_ms, median = w.timeline.token_ns / 1e6, (s.tokens.ms_per_token if s.tokens else None)
         if median and drawn_ms > STRETCHED * median:  # the figures above it are the untraced loop's, this is not
-            t.append(f"\nthe traced token took {drawn_ms:.3g} ms against the {median:.3g} ms median step: tracing "
-                     "stretched it, so its gaps are wider than untraced ones", style="dim")
+            t.append(in_marks(s, f"\nthe traced token took {drawn_ms:.3g} ms against the {median:.3g} ms median "
+                                 "step: tracing stretched it, so its gaps are wider than untraced ones"), style="dim")
         g = w.gap_ms_per_token
         total = sum(g.values()) or 1e-9
-        t.append(f"\nGPU busy {num(s.gpu_busy_pct, '.0f')}% from {s.busy_source}")
+        t.append(in_marks(s, f"\nGPU busy {num(s.gpu_busy_pct, '.0f')}% from {s.busy_source}"))
         past = kernels_past_step(s)
         if past:
             t.append(f"\n⚠ {past}", style="yellow")
         elif s.kernel_share_pct is not None and s.pm:
-            t.append(f" · kernels {s.kernel_share_pct:.0f}% of the step (traced)", style="dim")
+            i = s.inputs
+            waited = bool(i and i.ms_per_token and (i.collective_wait_ms_per_token or 0) >= 0.01 * i.ms_per_token)
+            t.append(f" · kernels {s.kernel_share_pct:.0f}% of the step (traced"
+                     + ("; NCCL waiting for a peer counted as idle)" if waited else ")"), style="dim")
             apart = busy_disagreement(s.pm.get("gpu_busy_pct"), s.kernel_share_pct)
             if apart:
                 t.append(f"\n⚠ {apart}", style="yellow")

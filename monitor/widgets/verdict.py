@@ -11,7 +11,7 @@ from decodemon.monitor.widgets import tcss
 from decodemon.monitor.widgets.format import value_words
 from decodemon.monitor.widgets.panel import Panel
 from decodemon.monitor.widgets.probe_words import has_no_gpu, latest_error, still_measured, tracing_unavailable
-from decodemon.monitor.widgets.reasons import decides, history_note, inputs_line
+from decodemon.monitor.widgets.reasons import decides, history_note, in_marks, inputs_line
 
 STATE_STYLE = {"binding": "bold red", "ruled_out": "green", "unknown": "yellow"}
 CEILING_STYLE = {"launch": "bold white on red", "occupancy": "bold black on yellow", "bandwidth": "bold white on blue",
@@ -68,14 +68,14 @@ def verdict_text(s, width: int, full: bool | None = None) -> Text:
         t.append(value)
         if full and not no_gpu:
             t.append(f"   threshold: {c.threshold}" if wide else f"\n  threshold: {c.threshold}", style="dim")
-            t.append(f"\n{' ' * 10 if wide else '  '}← {inputs_line(s, k)}", style="dim")
+            t.append(f"\n{' ' * 10 if wide else '  '}← {in_marks(s, inputs_line(s, k))}", style="dim")
         t.append("\n")
     if not full and not no_gpu:
         t.append("v: each candidate's threshold and inputs, with their sources\n", style="dim")
     t.append("remedy: ", style="bold")
-    t.append(d.remedy + "\n")
+    t.append(in_marks(s, d.remedy) + "\n")
     t.append("prove it wrong: ", style="bold")
-    t.append(d.falsify)
+    t.append(in_marks(s, d.falsify))
     for h in [c.text() for c in r.history][-3:]:
         t.append(f"\n· {h}", style="dim")
     return t
