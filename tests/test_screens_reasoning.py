@@ -415,3 +415,11 @@ def test_a_share_past_100_percent_reads_as_at_least_100():
     # the figure itself appears only in the candidate's inputs, with why a share can pass 100%
     said = f"{c.value:.0f}% of GPU busy (past 100%: the two counters are sampled apart"
     assert text.count(f"{c.value:.0f}%") == text.count(said) == 1
+
+
+def test_a_wide_kernel_table_reads_a_mangled_name_as_its_short_one():
+    from decodemon.monitor.widgets.kernels import kernel_label
+
+    mangled = "_ZN2at6native13reduce_kernelILi512ELi1ENS0_8ReduceOpIfNS0_7MeanOpsIffffEEjfLi4ELi4EEEEEvT1_"
+    assert kernel_label("native::reduce_kernel", mangled, 200) == "native::reduce_kernel"
+    assert kernel_label("nvjet_sm90_tst", "nvjet_sm90_tst_8x64_64x16_2x1_v_bz_TNN", 200).endswith("_TNN")

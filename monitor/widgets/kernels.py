@@ -40,8 +40,9 @@ def kernel_name_width(panel_width: int) -> int:
 
 def kernel_label(short: str, full: str, width: int) -> str:
     """The kernel's name in `width` characters: the full name when it fits (kernels that share a short name,
-    three `native::elementwise_kernel`s, are then told apart), else the short one, cut with an ellipsis."""
-    if len(full) <= width:
+    three `native::elementwise_kernel`s, are then told apart), else the short one, cut with an ellipsis. A mangled
+    full name (`_ZN2at6native…`) is not a name to read: the short one stands for it."""
+    if len(full) <= width and not full.startswith("_Z"):
         return full
     if len(short) <= width:
         return short
