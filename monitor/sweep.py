@@ -48,17 +48,32 @@ def argv_at(template: str, depth: int) -> list[str]:
     return argv
 
 
+WEIGHTS_KV = "weights + KV"  # a point's bytes_source: the model's weights plus its KV cache at the depth
+DRAM_READ_WRITE = "DRAM read + write"  # ...or the DRAM counters' bytes over the tokens counted
+
+
+def bytes_source(summary: dict) -> str | None:
+    """What a summary_json's bytes_per_token is: the DRAM counters' read + write bytes when it is their figure,
+    else the model's weights plus KV (None without a figure)."""
+    b, measured = summary.get("bytes_per_token"), summary.get("bytes_per_token_measured")
+    if not b:
+        return None
+    return DRAM_READ_WRITE if measured and abs(b - measured) <= 1.0 else WEIGHTS_KV
+
+
 def point_of(summary: dict, bands: list[dict], name: str, depth: int, model=None) -> dict:
-    """One sweep point from a summary_json: ms/token, launches, bytes, the ceiling and its number.
+    """One sweep point from a summary_json: ms/token, launches, bytes (and what they are), the ceiling and its
+    number.
 
     With the engine's model facts, bytes/token is the weights plus the KV cache at the swept depth (an engine
     whose marks wrap around inside its cache reports every depth below it on the way)."""
     if model is not None:
-        summary = {**summary, "bytes_per_token": float(model.bytes_per_token(depth))}
+        summary = {**summary, "bytes_per_token": float(model.bytes_per_token(depth)), "bytes_per_token_measured": None}
     verdict = summary.get("verdict") or "unknown"
     cand = (summary.get("candidates") or {}).get(verdict) or {}
     return {"command": name, "depth": int(depth), "ms_per_token": summary.get("ms_per_token"),
             "launches_per_token": summary.get("launches_per_token"), "bytes_per_token": summary.get("bytes_per_token"),
+            "bytes_source": bytes_source(summary),
             "verdict": verdict, "ceiling_value": cand.get("value"), "ceiling_unit": cand.get("unit", ""),
             "ceiling_detail": cand.get("detail", ""), "tokens": summary.get("tokens"),
             "bandwidth_x_floor": ((summary.get("candidates") or {}).get("bandwidth") or {}).get("value"),
@@ -229,7 +244,7 @@ def series_of(points: list[dict]) -> list[tuple[str, list[tuple[int, float, str]
 
 def divergence(points: list[dict]) -> str:
     """One sentence: how the candidate's ms/token moves with depth (against the reference's, if any), and which
-    resource depth consumes: KV bytes toward the bandwidth floor → BANDWIDTH; small grids (one block per head)
+    resource depth consumes: bytes per token toward the bandwidth floor → BANDWIDTH; small grids (one block per head)
     taking the time → OCCUPANCY; a flat curve → nothing depth consumes binds."""
     ok = [p for p in points if p.get("ms_per_token")]
     cand = sorted((p for p in ok if p["command"] == "candidate"), key=lambda p: p["depth"])
@@ -240,12 +255,14 @@ def divergence(points: list[dict]) -> str:
     growth = b["ms_per_token"] / a["ms_per_token"]
     both = [d for d in (a["depth"], b["depth"]) if d in ref]
     if len(both) == 2:
-        g0, g1 = a["ms_per_token"] / ref[a["depth"]]["ms_per_token"], b["ms_per_token"] / ref[b["depth"]]["ms_per_token"]
+        g0 = a["ms_per_token"] / ref[a["depth"]]["ms_per_token"]
+        g1 = b["ms_per_token"] / ref[b["depth"]]["ms_per_token"]
         head = (f"The candidate goes from {g0:.2g}× the reference's ms/token at depth {a['depth']:,} to {g1:.2g}× "
                 f"at {b['depth']:,}")
         flat = g1 / g0 < FLAT_GROWTH and growth < FLAT_GROWTH
     else:
-        head = f"ms/token goes from {a['ms_per_token']:.4g} at depth {a['depth']:,} to {b['ms_per_token']:.4g} at {b['depth']:,}"
+        head = (f"ms/token goes from {a['ms_per_token']:.4g} at depth {a['depth']:,} to {b['ms_per_token']:.4g} "
+                f"at {b['depth']:,}")
         flat = growth < FLAT_GROWTH
     ms = [p["ms_per_token"] for p in cand]
     if flat and max(ms) / min(ms) >= NOISY_SPREAD:  # the ends agree, the depths between do not: no curve to read
@@ -262,11 +279,21 @@ def _at_deepest(verdict: str) -> str:
     return f"{verdict.upper()} binds at the deepest depth"
 
 
+def _bytes_words(a: dict, b: dict) -> str:
+    """The two points' bytes per token named by what they are (the weights with the KV cache, or the DRAM
+    counters' bytes), each depth's where the two differ."""
+    sa, sb = a.get("bytes_source"), b.get("bytes_source")
+    if sa == sb:
+        return f"bytes per token ({sa})" if sa else "bytes per token"
+    return (f"bytes per token ({sa or 'source not recorded'} at depth {a['depth']:,}, "
+            f"{sb or 'source not recorded'} at {b['depth']:,})")
+
+
 def _resource(a: dict, b: dict, flat: bool) -> str:
     """What depth consumes, from the deepest point's verdict and how bytes, the floor and grids moved."""
     deep = b["verdict"]
     bpa, bpb = a.get("bytes_per_token"), b.get("bytes_per_token")
-    kv = (f"KV bytes per token grow {bpb / bpa:.3g}× ({bpa / 1e6:.4g} → {bpb / 1e6:.4g} MB)"
+    kv = (f"{_bytes_words(a, b)} grow {bpb / bpa:.3g}× ({bpa / 1e6:.4g} → {bpb / 1e6:.4g} MB)"
           if bpa and bpb and bpb > bpa * 1.01 else "")
     xa, xb = a.get("bandwidth_x_floor"), b.get("bandwidth_x_floor")
     toward_floor = xa is not None and xb is not None and xb < xa

@@ -88,6 +88,27 @@ def test_an_unknown_verdict_never_binds_in_the_divergence():
     assert "would say which ceiling it is" in sweep.divergence(level)
 
 
+def test_the_divergence_names_the_bytes_per_token_by_what_they_are(capsys):
+    # the hf_generate sweep's bytes are the model's weights plus the KV cache at each depth, not the KV alone
+    assert main(["sweep", "--replay", "tests/data/h200_sweep_hf_generate"]) == 0
+    said = capsys.readouterr().out
+    assert "while bytes per token (weights + KV) grow 1.78× (1199 → 2132 MB)" in said
+    assert "KV bytes per token" not in said
+    assert main(["sweep", "--replay", "tests/data/h200_sweep_hf_generate", "--json"]) == 0
+    pts = json.loads(capsys.readouterr().out)["points"]
+    assert {p["bytes_source"] for p in pts} == {sweep.WEIGHTS_KV}
+    # without the model's facts, a point's bytes are the DRAM counters' where they are the summary's figure
+    summary = {"bytes_per_token": 1.5e9, "bytes_per_token_measured": 1.5e9, "bytes_per_token_model": 1.2e9}
+    assert sweep.point_of(summary, [], "candidate", 64)["bytes_source"] == sweep.DRAM_READ_WRITE
+    assert sweep.point_of({**summary, "bytes_per_token": 1.2e9}, [], "candidate", 64)["bytes_source"] == \
+        sweep.WEIGHTS_KV
+    dram = [{**_pt("candidate", 64, 10.0, "unknown", 1200), "bytes_source": sweep.DRAM_READ_WRITE},
+            {**_pt("candidate", 8192, 25.0, "unknown", 3000), "bytes_source": sweep.DRAM_READ_WRITE}]
+    assert "bytes per token (DRAM read + write) grow 2.5× (1200 → 3000 MB)" in sweep.divergence(dram)
+    mixed = [dram[0], {**dram[1], "bytes_source": sweep.WEIGHTS_KV}]
+    assert "bytes per token (DRAM read + write at depth 64, weights + KV at 8,192) grow" in sweep.divergence(mixed)
+
+
 def test_a_command_without_the_depth_placeholder_fails_in_one_line(tmp_path, capsys):
     assert main(["sweep", "python loop.py", "--depths", "64,512", "-o", tmp_path / "out"]) == 2
     assert main(["sweep", "python loop.py {depth}", "--depths", "64,x"]) == 2
@@ -152,8 +173,8 @@ def test_an_h200_sweep_replays_on_cpu_to_its_own_table(name, tmp_path, capsys):
     verdict, reading = H200_SWEEPS[name]
     assert {p["verdict"] for p in got["points"]} == {verdict}
     assert reading in got["divergence"]
-    if reading in ref["divergence"]:
-        assert got["divergence"] == ref["divergence"]
+    if reading in ref["divergence"]:  # the H200's sentence, with its bytes named by what they are
+        assert got["divergence"] == ref["divergence"].replace("KV bytes per token", "bytes per token (weights + KV)")
     assert (tmp_path / "out" / "sweep.svg").read_text().count("<circle") >= 4
     assert sorted(x.name for x in d.iterdir()) == sorted([*(f"candidate_{k}.dmon" for k in (64, 512, 2048, 8192)),
                                                           "sweep.json"])

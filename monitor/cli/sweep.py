@@ -80,7 +80,8 @@ def run(a) -> int:
     except sweep.SweepError as exc:
         raise UsageError(f"decodemon sweep: {exc}") from None
     out = None
-    if a.output is not None:  # checked before a sweep runs (minutes) or a replay reads: a path it cannot write is one line now
+    # checked before a sweep runs (minutes) or a replay reads: a path it cannot write is one line now
+    if a.output is not None:
         out = _outdir(a.output)
         from decodemon.monitor import safe_write
 

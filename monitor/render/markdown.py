@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from decodemon.monitor.analysis.agreement import busy_disagreement, kernels_past_step
 from decodemon.monitor.diagnosis import ORDER
 from decodemon.monitor.safe_text import markdown as md
 from decodemon.monitor.safe_text import markdown_code, visible_lines
@@ -15,8 +16,49 @@ if TYPE_CHECKING:
     from decodemon.monitor.session import Snapshot
 
 
+def _launches(s: Snapshot) -> str:
+    """The launch bill in the launches panel's words: kernels, kernel launch calls, graph launches and copies a
+    token, and where the launch calls were traced."""
+    w, aw = s.window, s.api_window
+    calls = f"{aw.kernel_launch_calls_per_token:.0f}" if aw is not None else "—"
+    line = (f"- {w.kernels_per_token:.0f} kernels/token: {calls} kernel launch calls · "
+            f"{w.graph_launches_per_token:.0f} graph launches · {w.memcpys_per_token:.0f} copies")
+    if aw is None:
+        line += " (launch calls not traced in this recording)" if s.ended else " (launch calls not traced yet)"
+    elif aw is not w:
+        line += f" (launch calls traced {s.api_window_age_s:.0f} s before the last frame read)"
+    return line + f"; kernel time {w.kernel_sum_ms_per_token:.3f} ms/token"
+
+
+def _per_launch(s: Snapshot) -> str:
+    """What µs per launch divides by: every kernel a token runs counted as one launch ("" with no such figure)."""
+    per, n = s.diagnosis.us_per_launch, s.inputs.launches_per_token if s.inputs is not None else None
+    if per is None or not n:
+        return ""
+    return f"{n:.0f} kernels/token counted as launches"
+
+
+def _busy(s: Snapshot) -> list[str]:
+    """GPU busy and where it comes from, with the flags the screen raises beside it, and PM's other counters."""
+    from decodemon.monitor.probe_status import pm_silence  # with the feed, not the app (it loads the probe's policy)
+
+    out = []
+    if s.gpu_busy_pct is not None:
+        out.append(f"- GPU busy {s.gpu_busy_pct:.0f}% from {s.busy_source}")
+    past = kernels_past_step(s)
+    apart = busy_disagreement(s.pm.get("gpu_busy_pct"), s.kernel_share_pct) if s.pm and not past else None
+    out += [f"- ⚠ {flag}" for flag in (past, apart) if flag]
+    if s.pm:
+        out.append(f"- SM active {s.pm['sm_active_pct']:.0f}%, DRAM {s.pm['dram_pct']:.1f}% of peak "
+                   "(PM sampling, device-wide)")
+    silent = pm_silence(s)
+    if silent:
+        out.append(f"- {silent}")
+    return out
+
+
 def _figures(s: Snapshot) -> list[str]:
-    """The measured figures as bullet lines: token clock, launches, PM counters, the bandwidth floor."""
+    """The measured figures as bullet lines: token clock, launches, GPU busy and PM counters, the bandwidth floor."""
     d, tk, w = s.diagnosis, s.tokens, s.window
     out = []
     if tk:
@@ -24,11 +66,11 @@ def _figures(s: Snapshot) -> list[str]:
                    f"{tk.tokens_per_s:.1f} tokens/s over the last {tk.tokens} tokens"
                    + (f" ({s.tokens_total} in all)" if s.tokens_total > tk.tokens else ""))
     if w:
-        out.append(f"- {w.kernels_per_token:.0f} kernel launches/token ({w.graph_launches_per_token:.2f} graph launches), "
-                   f"kernel time {w.kernel_sum_ms_per_token:.3f} ms/token")
-    if s.pm:
-        out.append(f"- GPU busy {s.pm['gpu_busy_pct']:.0f}%, SM active {s.pm['sm_active_pct']:.0f}%, "
-                   f"DRAM {s.pm['dram_pct']:.1f}% of peak (PM sampling, device-wide)")
+        out.append(_launches(s))
+    over = _per_launch(s)
+    if over:
+        out.append(f"- {d.us_per_launch:.2f} µs idle per launch, over {over}")
+    out += _busy(s)
     if s.pm_check is not None:
         c = s.pm_check
         n = f"{c.samples} PM sample" + ("s" if c.samples != 1 else "")
@@ -65,10 +107,13 @@ def diagnosis_markdown(s: Snapshot) -> str:
         out += [f"The rolling verdict is still {r.ceiling.upper()}: the latest figures say {d.ceiling.upper()}, and "
                 f"a new ceiling must win {r.hold} windows in a row to replace it ({won} so far).", ""]
     out += _figures(s)
-    out += ["", "## The four candidates", "", "| ceiling | state | number | threshold | detail |", "|---|---|---|---|---|"]
+    out += ["", "## The four candidates", "", "| ceiling | state | number | threshold | detail |",
+            "|---|---|---|---|---|"]
     for k in ORDER:
         c = d.candidates[k]
         v = "?" if c.value is None else f"{c.value:.4g} {c.unit}"
+        if k == "launch" and c.value is not None and c.value == d.us_per_launch and _per_launch(s):
+            v += f" ({_per_launch(s)})"  # what it divides by: kernels, not the kernel launch calls
         out.append(f"| {k.upper()} | {c.state} | {v} | {c.threshold} | {md(c.detail)} |")  # it names kernels
     if w and w.kernels:
         out += ["", "## Kernels that leave the most SMs idle (grid vs SMs)", "",

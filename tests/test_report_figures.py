@@ -1,0 +1,105 @@
+"""DIAGNOSIS.md says what the screen says, in its words: the launch bill, GPU busy and its source, the traced
+kernels longer than the step, PM armed with no sample; each from the function the screen and --json use."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from decodemon.monitor.analysis.agreement import kernels_past_step
+from decodemon.monitor.probe_status import pm_silence
+from decodemon.monitor.render.json import summary_json
+from decodemon.monitor.render.markdown import diagnosis_markdown
+from decodemon.monitor.sources import collect
+from tests.conftest import REC, cli
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return collect(str(REC["graph"])).snapshot()
+
+
+@pytest.fixture(scope="module")
+def eager():
+    return collect(str(REC["eager"])).snapshot()
+
+
+def test_the_report_flags_kernels_past_the_step_as_the_screen_does(graph, eager):
+    past = kernels_past_step(graph)
+    assert past.startswith("kernels 3.98 ms are 102% of the 3.911 ms median step")
+    md = diagnosis_markdown(graph)
+    assert f"- ⚠ {past}" in md
+    assert summary_json(graph)["kernels_past_step"] == past  # --json says the same
+    assert kernels_past_step(eager) == "" and "⚠ kernels" not in diagnosis_markdown(eager)
+    r = cli("report", REC["graph"], timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert f"⚠ {past}" in r.stdout
+
+
+def test_the_report_names_the_launch_figures_as_the_launches_panel_does(eager, graph):
+    md = diagnosis_markdown(eager)
+    assert "- 1863 kernels/token: 1638 kernel launch calls · 0 graph launches · 4 copies; kernel time" in md
+    assert "kernel launches/token" not in md and "(0.00 graph launches)" not in md
+    w, aw = eager.window, eager.api_window
+    assert (f"{w.kernels_per_token:.0f} kernels/token: {aw.kernel_launch_calls_per_token:.0f} kernel launch calls · "
+            f"{w.graph_launches_per_token:.0f} graph launches · {w.memcpys_per_token:.0f} copies") in md
+    assert "1864 kernels/token: 0 kernel launch calls · 1 graph launches · 3 copies" in diagnosis_markdown(graph)
+
+
+def test_every_us_per_launch_in_the_report_says_what_it_divides_by(eager):
+    md = diagnosis_markdown(eager)
+    n = eager.inputs.launches_per_token
+    assert n == 1863 and eager.window.kernels_per_token == n  # the kernels, not the 1638 kernel launch calls
+    assert f"- {eager.diagnosis.us_per_launch:.2f} µs idle per launch, over 1863 kernels/token counted as launches" \
+        in md
+    row = next(line for line in md.splitlines() if line.startswith("| LAUNCH |"))
+    assert "8.869 µs/launch (1863 kernels/token counted as launches)" in row
+
+
+def test_the_eager_report_says_gpu_busy_with_its_source_and_that_pm_was_silent(eager, graph):
+    md = diagnosis_markdown(eager)
+    assert eager.busy_source == "traced kernel time ÷ ms/token"
+    assert f"- GPU busy {eager.gpu_busy_pct:.0f}% from traced kernel time ÷ ms/token" in md
+    assert "- GPU busy 19% from traced kernel time ÷ ms/token" in md
+    silent = pm_silence(eager)
+    assert silent and silent == summary_json(eager)["pm_silent"]  # the words --json and the telemetry panel give
+    assert f"- {silent}" in md and "SM active and DRAM are not measured" in md
+    # PM delivered in the graph recording: its busy says so, and no silence is claimed
+    gmd = diagnosis_markdown(graph)
+    assert pm_silence(graph) is None and "no sample in" not in gmd
+    assert f"- GPU busy {graph.gpu_busy_pct:.0f}% from PM counters (device-wide)" in gmd
+    assert "- SM active 22%, DRAM 6.6% of peak (PM sampling, device-wide)" in gmd
+
+
+async def _screen(path):
+    """The snapshot at the end of a recording and the launches, timeline and telemetry panels' text."""
+    from decodemon.monitor.app import DecodemonApp
+    from decodemon.monitor.player import RecordingPlayer
+    from decodemon.monitor.widgets.launches import LaunchesPanel
+    from decodemon.monitor.widgets.telemetry import TelemetryPanel
+    from decodemon.monitor.widgets.timeline import TimelinePanel
+
+    player = RecordingPlayer(str(path), path.stem)
+    app = DecodemonApp([player], start_at_s=player.end_ns / 1e9, paused=True, out_dir=".")
+    async with app.run_test(size=(200, 50)) as pilot:
+        await pilot.pause()
+        return app.players[0].snapshot(), {cls.__name__: app.query(cls).first()._put_last.plain.replace("\n", " ")
+                                           for cls in (LaunchesPanel, TimelinePanel, TelemetryPanel)}
+
+
+@pytest.mark.parametrize("name", ["eager", "graph"])
+def test_the_report_and_the_screen_say_the_same_figures_in_the_same_words(name):
+    s, screen = asyncio.run(_screen(REC[name]))
+    md = diagnosis_markdown(s)
+    w = s.window
+    assert f"{w.kernels_per_token:.0f} kernels/token" in screen["LaunchesPanel"]
+    calls = screen["LaunchesPanel"].split(" kernel launch calls")[0].split()[-1]
+    bill = f"{calls} kernel launch calls · {w.graph_launches_per_token:.0f} graph launches"
+    assert bill in screen["LaunchesPanel"] and bill in md
+    busy = f"GPU busy {s.gpu_busy_pct:.0f}% from {s.busy_source}"
+    assert busy in screen["TimelinePanel"] and f"- {busy}" in md
+    past = kernels_past_step(s)
+    assert (f"⚠ {past}" in screen["TimelinePanel"] and f"- ⚠ {past}" in md) if past else "⚠ kernels" not in md
+    silent = pm_silence(s)
+    assert (silent in screen["TelemetryPanel"] and f"- {silent}" in md) if silent else "no sample in" not in md
