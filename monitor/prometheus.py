@@ -15,13 +15,18 @@ Names follow the exporter conventions: base units (`_seconds`, `_bytes`, `_ratio
 labels pid, engine (the engine's program) and gpu (the device's index; absent without a GPU).
 
 An agent serves one monitor at a time: the exporter yields, so `decodemon attach` to a process it watches is served
-and the exporter watches again as soon as it is free (asking twice a second); meanwhile its series hold their last
-values and `decodemon_tokens_total` goes on from where it was, never from 0. It watches only what it is told to:
-this user's processes whose agent already listens (the process holds a listening `<pid>.sock`:
-monitor/agent_socket.find), each proven at its attach by the agent's Hello (the same pid) and the process's start
-time (the same process as the one found, not a pid reused since); llama-servers serving /slots (watched from
-outside: monitor/outside.py); and the pids named on its command line. It loads an agent into none of them unless
-told to (`--inject`, named pids only).
+and the exporter watches again as soon as it is free (asking twice a second). Meanwhile its series hold their last
+values and `decodemon_watch_up` is 0. The agent counts tokens only for the monitor attached, so those made
+meanwhile are estimated when the exporter has the agent back: the time between the last token it counted and the
+first it counts again (the engine's clock; at most the time it was away, so a loop idle while watched adds none),
+at the rate measured on either side. `decodemon_tokens_total` adds them and never decreases, and
+`decodemon_tokens_estimated_total` says how many of its tokens were estimated, not counted.
+
+It watches only what it is told to: this user's processes whose agent already listens (the process holds a
+listening `<pid>.sock`: monitor/agent_socket.find), each proven at its attach by the agent's Hello (the same pid)
+and the process's start time (the same process as the one found, not a pid reused since); llama-servers serving
+/slots (watched from outside: monitor/outside.py); and the pids named on its command line. It loads an agent into
+none of them unless told to (`--inject`, named pids only).
 """
 
 from __future__ import annotations
@@ -48,6 +53,10 @@ SNAPSHOT_EVERY_S = 1.0
 SCAN_EVERY_S = 5.0
 RETRY_AFTER_S = 30.0  # a process whose watch failed is tried again after this
 REATTACH_EVERY_S = 0.5  # a watch lent to another monitor asks for the agent again this often until it is free
+RATE_SPAN_S = 10.0  # the rate that estimates a lent stretch's tokens: over at most this much of either side
+# a lent stretch is at most the time the watch was away plus this: the marks a step aside leaves unsent (up to an
+# agent tick's) and a loaded host's delays; the rest of a longer one is the loop idle while watched
+LENT_SLACK_S = 1.0
 
 
 def _ratio(pct):
@@ -84,11 +93,23 @@ def target_labels(hello: wire.Hello | None, pid: int) -> dict:
     return {"pid": str(pid), "engine": engine, "gpu": gpu}
 
 
-def metric_families(targets: Iterable[tuple[dict, object]]) -> list:
-    """The gauges of every (labels, Snapshot): one family per metric, one sample per process."""
+@dataclasses.dataclass(frozen=True)
+class Currency:
+    """What a scrape says of a watch besides its snapshot."""
+
+    up: bool  # the snapshot is of the attach the watch holds now (not held from before another monitor's)
+    age_s: float  # seconds since the snapshot was taken
+    tokens_estimated: int = 0  # of the snapshot's tokens_total, those estimated for another monitor's attaches
+
+
+def metric_families(targets: Iterable[tuple]) -> list:
+    """The gauges of every (labels, Snapshot) or (labels, Snapshot, Currency): one family per metric, one sample
+    per process."""
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-    targets = list(targets)
+    given = list(targets)
+    targets = [(t[0], t[1]) for t in given]
+    currency = [(t[0], t[2]) for t in given if len(t) > 2 and t[2] is not None]
     out = []
     for name, doc, value in GAUGES:
         fam = GaugeMetricFamily(name, doc, labels=LABELS)
@@ -97,8 +118,9 @@ def metric_families(targets: Iterable[tuple[dict, object]]) -> list:
             if v is not None:
                 fam.add_metric([labels[k] for k in LABELS], float(v))
         out.append(fam)
-    tokens = CounterMetricFamily("decodemon_tokens", "Tokens measured while watched (kept across another monitor's "
-                                 "attach, whose tokens it does not count).", labels=LABELS)
+    tokens = CounterMetricFamily("decodemon_tokens", "Tokens made since the process was first watched: counted while "
+                                 "watched, estimated while another monitor had the agent; never decreases.",
+                                 labels=LABELS)
     ceiling = GaugeMetricFamily("decodemon_ceiling_value", "Each ceiling's number, in the unit its label names.",
                                 labels=LABELS + ("ceiling", "unit"))
     verdict = GaugeMetricFamily("decodemon_verdict", "1 for the binding ceiling (the rolling verdict), else 0.",
@@ -115,7 +137,21 @@ def metric_families(targets: Iterable[tuple[dict, object]]) -> list:
             verdict.add_metric(lv + [v_name], 1.0 if headline(snap.diagnosis, snap.rolling)[0] == v_name else 0.0)
         if snap.model is not None:
             info.add_metric(lv + [snap.model.name, snap.model.dtype, str(snap.model.tp_degree)], 1.0)
-    return out + [tokens, ceiling, verdict, info]
+    out += [tokens, ceiling, verdict, info]
+    if currency:
+        estimated = CounterMetricFamily("decodemon_tokens_estimated", "Of decodemon_tokens_total, the tokens made "
+                                        "while another monitor had the agent: estimated, not counted.", labels=LABELS)
+        up = GaugeMetricFamily("decodemon_watch_up", "1 while the series are current, 0 while they hold their last "
+                               "values (another monitor has the agent, or the watch ended).", labels=LABELS)
+        age = GaugeMetricFamily("decodemon_snapshot_age_seconds", "Seconds since the series were last updated.",
+                                labels=LABELS)
+        for labels, cur in currency:
+            lv = [labels[k] for k in LABELS]
+            estimated.add_metric(lv, float(cur.tokens_estimated))
+            up.add_metric(lv, 1.0 if cur.up else 0.0)
+            age.add_metric(lv, cur.age_s)
+        out += [estimated, up, age]
+    return out
 
 
 class SnapshotCollector:
@@ -133,6 +169,33 @@ class SnapshotCollector:
         return []
 
 
+def _token_points(feed):
+    """(engine-clock ns, tokens counted up to and including it) at each point the feed's token count moved at: its
+    marks (a batched engine's step counts its tokens), else its step counts; None without either."""
+    import numpy as np
+
+    if feed.tokens_seen and len(feed.marks):
+        v = feed.marks.view()
+        return v[0].astype(np.float64), np.cumsum(v[3]).astype(np.float64)
+    if feed.steps_seen and len(feed.counts):
+        c = feed.counts_since()
+        return c["t_ns"], c["steps"] - c["steps"][0]
+    return None
+
+
+def _span(t, counted, at_end: bool) -> tuple[float, float]:
+    """(tokens, seconds) over at most RATE_SPAN_S of the points' clock at their end (else their start)."""
+    import numpy as np
+
+    if len(t) < 2:
+        return 0.0, 0.0
+    if at_end:
+        i = int(np.searchsorted(t, t[-1] - RATE_SPAN_S * 1e9))
+        return float(counted[-1] - counted[i]), float(t[-1] - t[i]) / 1e9
+    j = int(np.searchsorted(t, t[0] + RATE_SPAN_S * 1e9, side="right")) - 1
+    return float(counted[j] - counted[0]), float(t[j] - t[0]) / 1e9
+
+
 def start_time(pid: int) -> int | None:
     """The process's start time in clock ticks since boot (/proc/PID/stat), or None when it is gone: a pid with
     another start time is another process."""
@@ -146,18 +209,24 @@ def start_time(pid: int) -> int | None:
 class Watch:
     """One pid attached on a thread of its own; `latest` is its newest Snapshot (None before the first).
     `inject`: load an agent into it if it has none (otherwise only an agent already there is watched).
-    `reattach`: while another monitor has the agent, ask again until it is free (the exporter's watches)."""
+    `reattach`: while another monitor has the agent, ask again until it is free (the exporter's watches); the
+    tokens made meanwhile are estimated at the next attach (`_estimate_lent`)."""
 
     def __init__(self, pid: int, settings: wire.Attach | None = None, every_s: float = SNAPSHOT_EVERY_S,
                  inject: bool = False, reattach: bool = False) -> None:
         self.pid, self.settings, self.every_s, self.inject = pid, settings, every_s, inject
         self.reattach = reattach
         self.started = start_time(pid)  # the process found: its Hello must come from it
-        self.latest = None
+        self._held = (None, 0, 0.0)  # (latest Snapshot, its tokens estimated, time.monotonic() it was taken)
+        self.current = False  # the latest snapshot is of the attach this watch holds now
         self.labels = target_labels(None, pid)
         self.ended: str | None = None  # why the attach ended (None while it runs)
         self.lent: str | None = None  # why another monitor holds the agent now (None while this watch holds it)
-        self.tokens_before = 0  # tokens counted in this watch's attaches before the current one
+        self.tokens_before = 0  # tokens in this watch's attaches before the current one, and those lent between
+        self.tokens_estimated = 0  # of tokens_before, those estimated for the time another monitor had the agent
+        # the token count's last point before the agent was lent: (engine-clock ns, the (tokens, seconds) of the rate
+        # at the attach's end, time.monotonic() the attach ended); None while no lent stretch waits for its estimate
+        self._lent_from: tuple | None = None
         self.attaches = 0  # attaches that got the agent's hello
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"decodemon-watch-{pid}", daemon=True)
@@ -172,6 +241,20 @@ class Watch:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout)
+
+    @property
+    def latest(self):
+        """The newest Snapshot (None before the first)."""
+        return self._held[0]
+
+    def served(self) -> tuple[dict, object, Currency] | None:
+        """(labels, latest Snapshot, Currency: whether it is current, its age, its tokens estimated), or None
+        before the first snapshot."""
+        snap, estimated, at = self._held
+        if snap is None:
+            return None
+        up = self.running and self.current and self.lent is None
+        return self.labels, snap, Currency(up=up, age_s=max(0.0, time.monotonic() - at), tokens_estimated=estimated)
 
     @property
     def running(self) -> bool:
@@ -198,13 +281,14 @@ class Watch:
 
     def _attach_once(self, inject: bool) -> str | None:
         """One attach, from connect to Bye; the Bye's reason (None: the process is not the one found). The latest
-        snapshot carries the tokens counted in the attaches before, and one of this attach replaces the one held
-        only once it has a token clock, so a series stays continuous across another monitor's attach."""
+        snapshot carries the tokens of the attaches before and those estimated for the time the agent was lent
+        between, and one of this attach replaces the one held only once it has a token clock, so a series stays
+        continuous across another monitor's attach."""
         from decodemon.monitor.session import Session
 
         sess = Session(label=f"pid {self.pid}")
-        before = self.tokens_before
-        last = 0.0
+        before, estimated = self.tokens_before, self.tokens_estimated
+        last, hello_at = 0.0, None
         try:
             for rx, _payload, frame in live_frames(self.pid, self.settings, None, stop=self._stop.is_set,
                                                    inject=inject):
@@ -215,29 +299,63 @@ class Watch:
                         return None
                     self.labels = target_labels(frame, self.pid)
                     self.attaches += 1
+                    hello_at = time.monotonic()
                 sess.add(rx, frame)
                 now = time.monotonic()
                 if now - last >= self.every_s or isinstance(frame, wire.KernelWindow):
-                    self._publish(sess.snapshot(), before)
+                    if self._lent_from is not None and (lent := self._estimate_lent(sess.feed, hello_at)) is not None:
+                        before, estimated = before + lent, estimated + lent
+                    self._publish(sess.snapshot(), before, estimated)
                     last = now
             self.ended = sess.feed.bye or "detached"
         except (SourceError, wire.WireError, OSError) as exc:
             self.ended = str(exc)
         except Exception as exc:  # a frame the analysis cannot take ends this watch, not the exporter
             self.ended = f"{type(exc).__name__}: {exc}"
+        left_at = time.monotonic()
         if sess.feed.tokens_seen or sess.feed.steps_seen:
-            self._publish(sess.snapshot(), before)
-            self.tokens_before = before + sess.snapshot().tokens_total
+            if self._lent_from is not None and (lent := self._estimate_lent(sess.feed, hello_at)) is not None:
+                before, estimated = before + lent, estimated + lent
+            snap = sess.snapshot()
+            self._publish(snap, before, estimated)
+            self.tokens_before, self.tokens_estimated = before + snap.tokens_total, estimated
+            points = _token_points(sess.feed)
+            if points is not None and len(points[0]):
+                self._lent_from = (float(points[0][-1]), _span(*points, at_end=True), left_at)
+        self.current = False
         return self.ended
 
-    def _publish(self, snap, tokens_before: int) -> None:
-        """Make `snap` the latest, its token count added to the attaches' before; one with no token clock yet
-        does not replace a snapshot held from an attach before."""
-        if self.latest is not None and tokens_before and snap.tokens is None:
+    def _estimate_lent(self, feed, hello_at: float | None) -> int | None:
+        """The tokens made while the agent was lent, between the last point of the count before and the first of
+        this attach (`feed`'s), at the rate over both sides; None until this attach has two points to time."""
+        points = _token_points(feed)
+        if points is None or len(points[0]) < 2:
+            return None
+        t, counted = points
+        t_from, (n_before, s_before), left_at = self._lent_from
+        self._lent_from = None
+        n_after, s_after = _span(t, counted, at_end=False)
+        if s_before + s_after <= 0:
+            return 0
+        lent_s = (float(t[0]) - t_from) / 1e9
+        if hello_at is not None:
+            lent_s = min(lent_s, hello_at - left_at + LENT_SLACK_S)
+        # the first point of this attach is counted in it
+        return max(0, round((n_before + n_after) / (s_before + s_after) * lent_s - float(counted[0])))
+
+    def _publish(self, snap, tokens_before: int, estimated: int = 0) -> None:
+        """Make `snap` the latest, its token count added to the attaches' before (`estimated` of them for the
+        agent lent between); one with no token clock yet does not replace a snapshot held from an attach before,
+        and the count never goes below the one published."""
+        held = self.latest
+        if held is not None and tokens_before and snap.tokens is None:
             return
-        if tokens_before:
-            snap = dataclasses.replace(snap, tokens_total=tokens_before + snap.tokens_total)
-        self.latest, self.lent = snap, None
+        total = tokens_before + snap.tokens_total
+        if held is not None:
+            total = max(total, held.tokens_total)
+        if total != snap.tokens_total:
+            snap = dataclasses.replace(snap, tokens_total=total)
+        self._held, self.current, self.lent = (snap, estimated, time.monotonic()), True, None
 
     def not_the_process(self, hello: wire.Hello) -> str | None:
         """Why `hello` is not from the process this watch was started on (another pid, or the pid reused by a
@@ -350,8 +468,7 @@ def serve_pid(pid: int, host: str, port: int, settings: wire.Attach | None = Non
     try:
         check_pid(pid)
         watch = Watch(pid, settings)
-        server = start_server(SnapshotCollector(lambda: [(watch.labels, watch.latest)] if watch.latest else []),
-                              host, port)
+        server = start_server(SnapshotCollector(lambda: [t for t in [watch.served()] if t is not None]), host, port)
     except SourceError as exc:
         print(f"decodemon attach: {exc}", file=sys.stderr)
         return 2
@@ -410,6 +527,11 @@ class Exporter:
         with self._lock:
             return [(w.labels, w.latest) for w in self.watches.values() if w.latest is not None]
 
+    def series(self) -> list[tuple[dict, object, Currency]]:
+        """(labels, latest Snapshot, Currency) of every watched process that has a snapshot: what is served."""
+        with self._lock:
+            return [t for t in (w.served() for w in self.watches.values()) if t is not None]
+
     def stop(self) -> None:
         """Detach from every process."""
         with self._lock:
@@ -423,7 +545,7 @@ def run_exporter(host: str, port: int, settings: wire.Attach | None = None, scan
     """Serve the metrics of every attachable process until `stop()` is true or Ctrl-C; the exit code."""
     exporter = exporter or Exporter(settings)
     try:
-        server = start_server(SnapshotCollector(exporter.targets), host, port)
+        server = start_server(SnapshotCollector(exporter.series), host, port)
     except SourceError as exc:
         print(f"decodemon exporter: {exc}", file=sys.stderr)
         return 2

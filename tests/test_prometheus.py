@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -19,7 +20,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from decodemon.monitor import prometheus as prom
+from decodemon.monitor.feed import Feed
 from decodemon.monitor.sources import collect
+from decodemon.probes import wire
 from tests.conftest import REC, Engine
 
 
@@ -57,6 +60,44 @@ def test_collector_gauges_from_a_recordings_snapshot():
                 if k[0] == "decodemon_ceiling_value"}
     launch = snap.diagnosis.candidates["launch"]
     assert ceilings["launch"] == (launch.unit, pytest.approx(launch.value))
+
+
+def test_collector_flags_series_that_are_not_current():
+    sess = collect(REC["graph"])
+    snap = sess.snapshot()
+    labels = prom.target_labels(sess.feed.hello, 4242)
+    base = (("engine", labels["engine"]), ("gpu", "0"), ("pid", "4242"))
+    got = _samples(prom.SnapshotCollector(lambda: [(labels, snap, prom.Currency(False, 3.5, 120))]))
+    assert got[("decodemon_watch_up", base)] == 0.0
+    assert got[("decodemon_snapshot_age_seconds", base)] == 3.5
+    assert got[("decodemon_tokens_estimated_total", base)] == 120
+    assert got[("decodemon_tokens_total", base)] == snap.tokens_total
+    got = _samples(prom.SnapshotCollector(lambda: [(labels, snap, prom.Currency(True, 0.2))]))
+    assert got[("decodemon_watch_up", base)] == 1.0 and got[("decodemon_tokens_estimated_total", base)] == 0
+
+
+def _marks_feed(t0_s: float, seconds: float, per_s: int) -> Feed:
+    """A feed of token marks on the engine's clock: `per_s` a second for `seconds` from `t0_s`."""
+    feed = Feed()
+    t = [int((t0_s + i / per_s) * 1e9) for i in range(int(seconds * per_s))]
+    feed.add(0, wire.TokenMarks(t_ns=wire.Column.of(t), depth=wire.Column.of([1] * len(t))))
+    return feed
+
+
+def test_the_tokens_of_a_lent_stretch_are_estimated_at_the_rate_on_either_side():
+    """1,000 tokens a second before and after a 4 s stretch another monitor had the agent: about 4,000 made then,
+    less the first one after, which the new attach counts; never more than the time the watch was away allows (a
+    loop idle while watched made none)."""
+    w = prom.Watch(os.getpid())
+    before, after = _marks_feed(100.0, 12.0, 1000), _marks_feed(116.0, 2.0, 1000)
+    t, counted = prom._token_points(before)
+    w._lent_from = (float(t[-1]), prom._span(t, counted, at_end=True), 50.0)
+    assert w._estimate_lent(after, hello_at=54.0) == pytest.approx(4000, abs=3)
+    assert w._lent_from is None  # once a stretch
+    w._lent_from = (float(t[-1]), prom._span(t, counted, at_end=True), 50.0)
+    assert w._estimate_lent(after, hello_at=51.0) == pytest.approx((1 + prom.LENT_SLACK_S) * 1000, abs=3)
+    w._lent_from = (float(t[-1]), prom._span(t, counted, at_end=True), 50.0)
+    assert w._estimate_lent(_marks_feed(116.0, 0.0005, 1000), hello_at=54.0) is None  # one point: not yet
 
 
 def test_collector_leaves_out_what_was_not_measured():
@@ -175,18 +216,42 @@ def _engine_samples(port: int, pid: int) -> dict:
             if s.labels.get("pid") == str(pid) and "ceiling" not in s.labels}
 
 
-def test_an_attach_beside_the_exporter_leaves_its_series_continuous(engine):
+def _loop_tokens(times: list[float], lo: float, hi: float) -> int:
+    """The demo loop's own count of the tokens it ended in [lo, hi] (unix s), from its times file."""
+    import bisect
+
+    return bisect.bisect_right(times, hi) - bisect.bisect_left(times, lo)
+
+
+@pytest.mark.timing
+def test_an_attach_beside_the_exporter_leaves_its_series_continuous(tmp_path, monkeypatch):
     """The exporter yields: a user's attach to a loop it watches is served, never `busy`, and every scrape meanwhile
-    still has the loop's series (held at their last values); the exporter watches it again as soon as the user
-    detaches, and decodemon_tokens_total goes on from where it was, never from 0."""
+    still has the loop's series (held at their last values, decodemon_watch_up 0); the exporter watches it again
+    as soon as the user detaches, and decodemon_tokens_total, which never decreases, then holds the tokens the
+    loop made meanwhile (estimated: decodemon_tokens_estimated_total), checked against the loop's own count."""
+    times_file = tmp_path / "times.json"
+    engine = Engine("--times-file", str(times_file))
+    attaches = []  # per attach of the exporter: [first, last] token mark it got (engine clock, ns), if any
+    real_frames = prom.live_frames
+
+    def frames_seen(*args, **kwargs):
+        marks = []
+        attaches.append(marks)
+        for rx, payload, frame in real_frames(*args, **kwargs):
+            if isinstance(frame, wire.TokenMarks) and len(frame.t_ns.data):
+                t = frame.t_ns.array()
+                marks[:] = [marks[0] if marks else int(t[0]), int(t[-1])]
+            yield rx, payload, frame
+
+    monkeypatch.setattr(prom, "live_frames", frames_seen)
     port = _free_port()
     exporter = prom.Exporter(only=lambda p: p == engine.pid)
-    server = prom.start_server(prom.SnapshotCollector(exporter.targets), "127.0.0.1", port)
+    server = prom.start_server(prom.SnapshotCollector(exporter.series), "127.0.0.1", port)
     scrapes, done = [], threading.Event()
 
     def scrape_every_200_ms():
         while not done.wait(0.2):
-            scrapes.append(_engine_samples(port, engine.pid))
+            scrapes.append((time.monotonic(), _engine_samples(port, engine.pid)))
 
     scraper = threading.Thread(target=scrape_every_200_ms, daemon=True)
     try:
@@ -200,22 +265,56 @@ def test_an_attach_beside_the_exporter_leaves_its_series_continuous(engine):
         t_end = time.monotonic() + 10
         while len(scrapes) < 2 and time.monotonic() < t_end:
             time.sleep(0.1)
-        before = scrapes[-1]["decodemon_tokens_total"]
+        before = scrapes[-1][1]["decodemon_tokens_total"]
+        t_user = time.monotonic()
         r = subprocess.run([sys.executable, "-m", "decodemon.monitor.cli", "attach", str(engine.pid), "--json",
-                            "--seconds", "2"], capture_output=True, text=True, timeout=120)
+                            "--seconds", "3"], capture_output=True, text=True, timeout=120)
+        t_user_end = time.monotonic()
         assert r.returncode == 0 and "busy" not in r.stderr, r.stderr
-        assert json.loads(r.stdout)["tokens"] > 0
+        user_tokens = json.loads(r.stdout)["tokens"]
+        assert user_tokens > 0
         t_end = time.monotonic() + 30
-        while not (watch.attaches >= 2 and scrapes and scrapes[-1]["decodemon_tokens_total"] > before):
+        while not (watch.attaches >= 2 and scrapes and scrapes[-1][1].get("decodemon_watch_up") == 1
+                   and scrapes[-1][1]["decodemon_tokens_total"] > before):
             assert time.monotonic() < t_end, f"the exporter did not watch again: {watch.ended or watch.lent}"
             time.sleep(0.1)
         assert watch.running and watch.ended is None
+        time.sleep(1.5)
         done.set()
         scraper.join(15)
-        totals = [s.get("decodemon_tokens_total") for s in scrapes]
-        assert all(s.get("decodemon_seconds_per_token") for s in scrapes), "a scrape without the loop's series"
-        assert None not in totals and totals == sorted(totals), totals
+        exporter.stop()  # the watch's last snapshot: every token it got
+        total, estimated = watch.latest.tokens_total, watch.tokens_estimated
     finally:
         done.set()
         exporter.stop()
         server.shutdown()
+        engine.stop()
+    values = [v for _t, v in scrapes]
+    totals = [v.get("decodemon_tokens_total") for v in values]
+    assert all(v.get("decodemon_seconds_per_token") for v in values), "a scrape without the loop's series"
+    assert None not in totals and totals == sorted(totals), totals
+    # the series were flagged stale while the user held the agent, and current before and after
+    during = [v["decodemon_watch_up"] for t, v in scrapes if t_user < t < t_user_end]
+    assert values[0]["decodemon_watch_up"] == 1 and values[-1]["decodemon_watch_up"] == 1
+    assert 0 in during, during
+    # the tokens made while the user held the agent are in the count once the exporter has it back: at least
+    # about those the user's own attach counted, and about what the loop made then by its own count
+    attaches = [a for a in attaches if a]  # those that got the agent, not the asks it answered busy
+    assert len(attaches) == 2, attaches
+    assert values[-1]["decodemon_tokens_estimated_total"] == estimated > 0.7 * user_tokens, (estimated, user_tokens)
+    loop_times = json.loads(times_file.read_text())["end_unix_s"]
+    unix_minus_mono = time.time() - time.monotonic()  # perf_counter and monotonic: one clock on Linux
+
+    def unix(ns):
+        return ns / 1e9 + unix_minus_mono
+
+    (first, left), (back, last) = attaches
+    # a token's end is stamped just after its mark
+    counted = _loop_tokens(loop_times, unix(first), unix(left) + 1e-4) + _loop_tokens(loop_times, unix(back),
+                                                                                       unix(last) + 1e-4)
+    made_meanwhile = _loop_tokens(loop_times, unix(left) + 1e-4, unix(back))
+    print(f"counted {total - estimated} (the loop: {counted}); estimated {estimated} of the {made_meanwhile} the "
+          f"loop made while lent (the user's attach counted {user_tokens})")
+    assert total - estimated == pytest.approx(counted, rel=0.01)
+    assert estimated == pytest.approx(made_meanwhile, rel=0.3)  # at the rate on either side
+    assert made_meanwhile > 0.2 * (counted + made_meanwhile)  # what a count that left them out would be short by
