@@ -79,10 +79,12 @@ case "${1:-}" in
           -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON -DLLAMA_CURL=OFF
           -DLLAMA_OPENSSL=OFF -DGGML_OPENMP=OFF -DBUILD_SHARED_LIBS=ON -DLLAMA_BUILD_UI=OFF
           -DLLAMA_USE_PREBUILT_UI=OFF '-DCMAKE_BUILD_RPATH=$ORIGIN')
-    # the configure's words only where it fails (it warns that the server has no web UI, which no test uses)
+    # the configure's and the build's words only where they fail (both warn that the server has no web UI, which
+    # no test uses)
     cmake -S "$tmp"/*/vendor/llama.cpp -B "$tmp/build" "${args[@]}" >"$tmp/configure.log" 2>&1 ||
       { cat "$tmp/configure.log" >&2; exit 1; }
-    cmake --build "$tmp/build" --target llama llama-server -j "${JOBS:-$(nproc)}" >/dev/null
+    cmake --build "$tmp/build" --target llama llama-server -j "${JOBS:-$(nproc)}" >"$tmp/build.log" 2>&1 ||
+      { tail -n 100 "$tmp/build.log" >&2; exit 1; }
     mkdir -p "$out/bin.part" "$out/wheels"
     cp -a "$tmp/build/bin/"*.so* "$tmp/build/bin/llama-server" "$out/bin.part/"
     CMAKE_ARGS="-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF" python3 -m pip wheel -q --no-deps -w "$out/wheels" \
