@@ -13,6 +13,7 @@ def diagnose_text(d: Diagnosis) -> str:
         c = d.candidates[k]
         v = "?" if c.value is None else f"{c.value:.4g} {c.unit}"
         lines.append(f"  {k:<10} {c.state:<9} {v:<28} {c.detail}")
+        lines.append(f"  {'':<10} threshold: {c.threshold}")  # the rule it was held to, as on screen
     if d.us_per_launch is not None:
         per_kernel = d.candidates["launch"].unit == "µs/kernel"  # numbers alone: the time each kernel has
         lines.append(f"{'µs available per kernel' if per_kernel else 'µs per launch'}: {d.us_per_launch:.3g}")
