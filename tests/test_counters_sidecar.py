@@ -56,14 +56,24 @@ def stand_in_agent():
     path.unlink(missing_ok=True)
 
 
-def _statuses(settings: wire.Attach) -> list[wire.ProbeStatus]:
-    frames = [f for _, _, f in client.live_frames(os.getpid(), settings, seconds=4.0)]
+def _statuses(settings: wire.Attach, until) -> list[wire.ProbeStatus]:
+    """The statuses of one attach, read until `until(statuses)` holds (the sidecar's start, imports included, is
+    the machine's to time: seconds on a loaded 2-core one), or a minute has passed."""
+    frames = []
+    got = lambda: until([f for f in frames if isinstance(f, wire.ProbeStatus)])  # noqa: E731
+    for _, _, f in client.live_frames(os.getpid(), settings, seconds=60.0, stop=got):
+        frames.append(f)
     assert isinstance(frames[0], wire.Hello) and isinstance(frames[-1], wire.Bye)
     return [f for f in frames if isinstance(f, wire.ProbeStatus)]
 
 
+def _nvml_said(st) -> bool:
+    return any(s.nvml == "unavailable" and s.nvml_error for s in st)
+
+
+@pytest.mark.timing  # the sidecar starts in its own process: waited for, on a loaded machine too
 def test_pm_and_nvml_are_read_by_the_monitors_sidecar_by_default(stand_in_agent):
-    st = _statuses(wire.Attach())
+    st = _statuses(wire.Attach(), lambda st: _nvml_said(st) and any(s.pm and s.pm_where == "sidecar" for s in st))
     assert stand_in_agent[0].counters == "monitor"  # the agent is told to leave PM alone
     assert any(s.nvml == "unavailable" and s.nvml_error for s in st)  # the sidecar's word: no NVML here
     pm = [s for s in st if s.pm]
@@ -73,11 +83,12 @@ def test_pm_and_nvml_are_read_by_the_monitors_sidecar_by_default(stand_in_agent)
 
 
 def test_counters_in_process_leaves_pm_to_the_agent(stand_in_agent):
-    st = _statuses(wire.Attach(counters="in_process"))
+    st = _statuses(wire.Attach(counters="in_process"), _nvml_said)  # the sidecar has started: NVML is its
     assert stand_in_agent[0].counters == "in_process"
     assert not any(s.pm_where == "sidecar" for s in st)
 
 
 def test_counters_off_says_pm_off(stand_in_agent):
-    st = _statuses(wire.Attach(counters="monitor", pm=False))
+    st = _statuses(wire.Attach(counters="monitor", pm=False),
+                   lambda st: _nvml_said(st) and any(s.pm == "off" for s in st))
     assert any(s.pm == "off" for s in st) and not any(s.pm_where == "sidecar" for s in st)
