@@ -150,10 +150,11 @@ while True:  # a host-bound step: 10 ms of Python that never gives the GIL up
 @pytest.mark.timing
 def test_loading_the_agent_keeps_a_gil_bound_loops_slowest_step_near_its_median(tmp_path):
     """The bootstrap imports in a thread that gives the GIL back between modules: a loop that holds the GIL all
-    the time still steps on: its slowest step while the agent loads stays under 5x its median, or under twice its
+    the time still steps on: its slowest step while the agent loads stays under 10x its median, or under twice its
     own slowest step in the quiet 3 s before where a busy machine makes that larger (1.6x the median on the 2-core
-    CPU machine when nothing else runs there; the whole load on the loop's thread would be one step of the load's
-    0.7-1.4 s, 70x and more)."""
+    CPU machine when nothing else runs there, 5.6x beside two busy loops and other work, where the agent's thread
+    also waits for a core; the whole load on the loop's thread would be one step of the load's 0.7-1.4 s, 70x and
+    more)."""
     import statistics
 
     loop = Loop([sys.executable, "-c", GIL_LOOP], cwd=tmp_path)
@@ -171,7 +172,7 @@ def test_loading_the_agent_keeps_a_gil_bound_loops_slowest_step_near_its_median(
         assert len(before) > 50 and during
         # on a busy machine the scheduler alone makes steps many times the median: the loop's own slowest step in
         # the quiet 3 s before is the control, and the load may not make one more than twice that
-        bound = max(5 * statistics.median(before), 2 * max(control))
+        bound = max(10 * statistics.median(before), 2 * max(control))
         assert max(during) < bound, (max(during), statistics.median(before), max(control), t1 - t0)
     finally:
         loop.kill()

@@ -47,7 +47,14 @@ def group_parts(g: dict) -> list[Text]:
                           f"{num(c.get('launch_gap_us_per_call'), '.1f')})", style="bold"))
         lag = max((r["collectives"] or {}).get("waits_for_peers_us_per_call") or 0.0 for r in g["ranks"])
         own = c.get("kernel_us_per_call") or 0.0
-        if own and lag >= ARRIVAL_LAG_SHARE * own:
+        waits = [(r["tp_rank"], (r["collectives"] or {}).get("wait_ms_per_token") or 0.0) for r in g["ranks"]]
+        step = max((r["ms_per_token"] or 0.0) for r in g["ranks"])
+        if step and sum(1 for _, w in waits if w >= 0.01 * step) > 1:
+            # each rank waits milliseconds for the other at some calls, though a typical call does not lag: the
+            # ranks run late by turns (both traced in the same tokens), so no one rank holds the others back
+            each = ", ".join(f"rank {k} {w:.3g}" for k, w in waits)
+            parts.append(Text(f"the ranks wait for each other by turns ({each} ms/token)"))
+        elif own and lag >= ARRIVAL_LAG_SHARE * own:
             parts.append(Text(f"the others wait for rank {last} ({lag:.2g} µs/call)"))
         else:  # a lag this small is the kernels' own jitter, not a late rank
             parts.append(Text(f"the ranks arrive together ({lag:.2g} µs/call apart)"))
