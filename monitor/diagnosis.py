@@ -307,8 +307,8 @@ def _occupancy_by_counters(i: Inputs, thr: str, bw_ratio: float | None = None) -
 def _occupancy(i: Inputs, bw_ratio: float | None = None) -> Candidate:
     # GPU busy here is the traced kernels' share of the step where a window has them (the screen's OCCUPANCY
     # inputs say so where that share and PM's busy fall on two sides of 50%)
-    thr = (f"GPU busy ≥50% with ≥{OCCUPANCY_SMALL_SHARE_PCT:g}% of kernel time in grids under 25% of the SMs, "
-           "or SM active < half of GPU busy")
+    thr = (f"GPU busy ≥50% and either ≥{OCCUPANCY_SMALL_SHARE_PCT:g}% of kernel time in grids under 25% of the "
+           "SMs or SM active < half of it binds; < 10% in small grids (SM active ≥ 80% of busy) ruled out")
     if i.small_grid_share_pct is None:
         return _occupancy_by_counters(i, thr, bw_ratio)
     ratio = None
@@ -331,6 +331,13 @@ def _occupancy(i: Inputs, bw_ratio: float | None = None) -> Candidate:
         return Candidate(i.small_grid_share_pct, "% kernel time in small grids", thr, UNKNOWN,
                          detail + f"; the GPU is idle most of the step{where}, so grids are not yet what binds")
     small = i.small_grid_share_pct >= OCCUPANCY_SMALL_SHARE_PCT
+    if (busy is not None and not small and ratio is not None and ratio < 0.5 and bw_ratio is not None
+            and bw_ratio <= BANDWIDTH_NEAR_RATIO):
+        # SM active alone, near the bandwidth floor: a bandwidth-bound step leaves SMs stalled on memory too, so
+        # the counters do not tell the two apart (as where there are no grids: _occupancy_by_counters)
+        return Candidate(i.small_grid_share_pct, "% kernel time in small grids", thr, UNKNOWN,
+                         detail + f"; SM active under half of GPU busy, but the token is {bw_ratio:.2g}× its "
+                                  "bandwidth floor, which SM active alone does not rule out")
     if busy is not None and (small or (ratio is not None and ratio < 0.5)):
         state = BINDING
     elif i.small_grid_share_pct < 10 and (ratio is None or ratio >= 0.8):
@@ -507,11 +514,11 @@ def _advice(ceiling: str, i: Inputs, floor: float | None, comm_ms: float | None,
                 f"n/a: first measure {missing}")
     if missing:
         return (f"measure {missing}",
-                (f"Nothing binds at these numbers ({', '.join(priced)} priced, none past its threshold): {missing} "
+                (f"Nothing binds at these numbers ({', '.join(priced)} priced, none binding): {missing} "
                  "decides, not a fix." if priced else "n/a until a candidate has a number"), "n/a")
     return ("measure more: " + ("the PM counters (GPU busy, DRAM): no window can be traced here"
                                 if i.untraced else "a traced window, or ms/token with launches/token and bytes/token"),
-            (f"Nothing binds at these numbers ({', '.join(priced)} priced, none past its threshold): the next "
+            (f"Nothing binds at these numbers ({', '.join(priced)} priced, none binding): the next "
              "measurement decides, not a fix." if priced else "n/a until a candidate has a number"), "n/a")
 
 

@@ -69,10 +69,15 @@ def _pm(key):
 
 # (name, help, value from a Snapshot or None when not measured)
 GAUGES = (
-    ("decodemon_seconds_per_token", "Median time per token on the engine's clock.",
+    ("decodemon_seconds_per_token", "Median time per token on the engine's clock (a batched engine: per step, "
+     "decodemon_tokens_per_step tokens in it).",
      lambda s: s.tokens.ms_per_token / 1e3 if s.tokens else None),
-    ("decodemon_tokens_per_second", "Tokens per second over the mean token.",
-     lambda s: s.tokens.tokens_per_s if s.tokens else None),
+    ("decodemon_tokens_per_second", "Tokens per second over the mean token (a batched engine: every sequence's "
+     "tokens, all steps together).",
+     lambda s: s.throughput_tokens_per_s if s.tokens_per_step is not None else
+     (s.tokens.tokens_per_s if s.tokens else None)),
+    ("decodemon_tokens_per_step", "A batched engine's tokens per step (one per sequence in it).",
+     lambda s: s.tokens_per_step),
     ("decodemon_launches_per_token", "Kernels per token in the latest traced window.",
      lambda s: s.window.kernels_per_token if s.window else None),
     ("decodemon_gpu_busy_ratio", "Fraction of the time the GPU ran work (PM counters, else traced kernels).",

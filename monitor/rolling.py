@@ -67,5 +67,8 @@ def headline(diagnosis, r: Rolling) -> tuple[str, str]:
     if r.ceiling in ("unknown", ceiling) or ceiling == "unknown":
         return ceiling, ""
     won = r.streak if r.pending == ceiling else 0
+    held = diagnosis.candidates.get(r.ceiling)
+    now = (f"; the figures of the span now rule {r.ceiling.upper()} out" if held is not None and
+           held.state == "ruled_out" else "")
     return ceiling, (f"binds now; the history keeps {r.ceiling.upper()}, its windows' verdict, until {ceiling.upper()} "
-                     f"wins {r.hold} windows in a row ({won} so far)")
+                     f"wins {r.hold} windows in a row ({won} so far){now}")

@@ -400,7 +400,7 @@ class Session:
         last = wins[-1] if wins else None
         ksum = _median([w.kernel_sum_ms_per_token for w in wins]) if wins else None
         small = [(r.short_name, r.grid_blocks, r.us_per_token) for r in (last.kernels if last else ())
-                 if r.grid_coverage_pct < 25]
+                 if r.grid_coverage_pct < 25 and not r.is_collective]  # as the small grids' share counts them
         small.sort(key=lambda x: -x[2])
         coll_calls = _median([w.collective_calls_per_token for w in wins]) if wins else None
         with_coll = [w for w in wins if w.collective_calls_per_token]

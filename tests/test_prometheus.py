@@ -23,7 +23,7 @@ from decodemon.monitor import prometheus as prom
 from decodemon.monitor.feed import Feed
 from decodemon.monitor.sources import collect
 from decodemon.probes import wire
-from tests.conftest import REC, Engine
+from tests.conftest import DATA, REC, Engine
 
 
 def _free_port() -> int:
@@ -40,6 +40,17 @@ def _samples(collector) -> dict:
         for s in fam.samples:
             out[(s.name, tuple(sorted(s.labels.items())))] = s.value
     return out
+
+
+def test_a_batched_engines_tokens_per_second_counts_every_sequence():
+    sess = collect(DATA / "h200_hf_cb_16.dmon")  # 16 requests a step
+    snap = sess.snapshot()
+    labels = prom.target_labels(sess.feed.hello, 4242)
+    got = {k[0]: v for k, v in _samples(prom.SnapshotCollector(lambda: [(labels, snap)])).items()}
+    assert got["decodemon_tokens_per_step"] == snap.tokens_per_step == 16
+    # the engine's throughput, not its steps a second (~19.5)
+    assert got["decodemon_tokens_per_second"] == pytest.approx(snap.throughput_tokens_per_s)
+    assert got["decodemon_tokens_per_second"] > 10 * snap.tokens.tokens_per_s
 
 
 def test_collector_gauges_from_a_recordings_snapshot():

@@ -103,3 +103,13 @@ def test_the_report_and_the_screen_say_the_same_figures_in_the_same_words(name):
     assert (f"⚠ {past}" in screen["TimelinePanel"] and f"- ⚠ {past}" in md) if past else "⚠ kernels" not in md
     silent = pm_silence(s)
     assert (silent in screen["TelemetryPanel"] and f"- {silent}" in md) if silent else "no sample in" not in md
+
+
+def test_a_batched_engines_report_names_steps_and_its_throughput():
+    from tests.conftest import DATA
+
+    s = collect(str(DATA / "h200_hf_cb_16.dmon")).snapshot()
+    md = diagnosis_markdown(s)
+    assert f"{s.tokens_per_step:g} tokens/step, {s.throughput_tokens_per_s:.1f} tokens/s in all" in md
+    assert f"{s.tokens.ms_per_token:.3f} ms/step median" in md and "steps/s over the last" in md
+    assert "ms/token" not in md and "kernels/token" not in md  # a step is what the diagnosis priced

@@ -136,7 +136,10 @@ def kernel_table(rec: TracedRecords, sm_count: int, cc: str = "9.0") -> tuple[Ke
 
 
 def small_grid_share_pct(rows: tuple[KernelRow, ...]) -> float:
-    """The share (%) of the kernel time spent in kernels whose grid covers under a quarter of the SMs."""
+    """The share (%) of the kernel time spent in kernels whose grid covers under a quarter of the SMs. Collectives
+    are left out: their grid is the link's (COMM prices them), and a collective waiting for a late peer would
+    otherwise fill the share with its one-block spin."""
+    rows = tuple(r for r in rows if not r.is_collective)
     if not rows:
         return 0.0
     small = sum(r.us_per_token for r in rows if r.grid_coverage_pct < 100 * SMALL_GRID_FRACTION)

@@ -46,8 +46,12 @@ def compare_json(snap_a, snap_b) -> dict:
     from decodemon.monitor.render import summary_json
 
     ja, jb = summary_json(snap_a), summary_json(snap_b)
+    of = dict(RATIO_OF)
+    src_a, src_b = ja.get("gpu_busy_source"), jb.get("gpu_busy_source")
+    if src_a != src_b:  # two instruments: the ratio says so
+        of["gpu_busy_pct"] += f" (A from {src_a}, B from {src_b}: two instruments)"
     return {"a": ja, "b": jb, "b_over_a": {k: _ratio(jb.get(k), ja.get(k)) for k in RATIOS},
-            "b_over_a_of": RATIO_OF, "verdicts": [ja.get("verdict"), jb.get("verdict")]}
+            "b_over_a_of": of, "verdicts": [ja.get("verdict"), jb.get("verdict")]}
 
 
 def collect_both(specs, settings, seconds) -> list:

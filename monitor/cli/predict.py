@@ -93,7 +93,8 @@ def run(a) -> int:
         raise UsageError(f"decodemon predict: {exc}") from None
     st = entry["state"]
     ceiling = entry["ceiling"].upper()
-    binds = f"{ceiling} binds" if ceiling != "UNKNOWN" else "no ceiling named"
+    binds = ("no ceiling named" if ceiling == "UNKNOWN" else f"{ceiling} named by you" if a.ceiling and
+             ceiling != st["verdict"].upper() else f"{ceiling} binds")
     say("predict", f"sealed {ledger.pred_id(entry)} for {label}: {binds} "
                    f"(measured {st['verdict'].upper()}, {st['ms_per_token']:.4g} ms/token); {a.change} → "
                    f"{entry['expect_pct']:+.1f}% ± {a.tolerance:g}; in {a.ledger}")

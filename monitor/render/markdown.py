@@ -10,7 +10,7 @@ from decodemon.monitor.analysis.agreement import busy_disagreement, kernels_past
 from decodemon.monitor.diagnosis import ORDER
 from decodemon.monitor.safe_text import markdown as md
 from decodemon.monitor.safe_text import markdown_code, visible_lines
-from decodemon.monitor.render.text import rejected_text
+from decodemon.monitor.render.text import in_marks, rejected_text
 
 if TYPE_CHECKING:
     from decodemon.monitor.session import Snapshot
@@ -61,7 +61,11 @@ def _figures(s: Snapshot) -> list[str]:
     """The measured figures as bullet lines: token clock, launches, GPU busy and PM counters, the bandwidth floor."""
     d, tk, w = s.diagnosis, s.tokens, s.window
     out = []
-    if tk:
+    if tk and s.tokens_per_step is not None:  # a batched engine: a step is the mark, and makes a token a sequence
+        out.append(f"- {tk.ms_per_token:.3f} ms/step median (p90 {tk.ms_per_token_p90:.3f}), "
+                   f"{tk.tokens_per_s:.1f} steps/s over the last {tk.tokens} steps; {s.tokens_per_step:g} tokens/step, "
+                   f"{s.throughput_tokens_per_s or 0:.1f} tokens/s in all")
+    elif tk:
         out.append(f"- {tk.ms_per_token:.3f} ms/token median (p90 {tk.ms_per_token_p90:.3f}), "
                    f"{tk.tokens_per_s:.1f} tokens/s over the last {tk.tokens} tokens"
                    + (f" ({s.tokens_total} in all)" if s.tokens_total > tk.tokens else ""))
@@ -129,4 +133,4 @@ def diagnosis_markdown(s: Snapshot) -> str:
     hist = [c.text() for c in s.rolling.history]
     if hist:
         out += ["## Verdict history (a diagnosis has a shelf life)", ""] + [f"- {h}" for h in hist] + [""]
-    return visible_lines("\n".join(out))  # and no control character anywhere else either
+    return visible_lines(in_marks(s, "\n".join(out)))  # and no control character anywhere else either

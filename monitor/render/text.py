@@ -6,6 +6,25 @@ from decodemon.monitor.diagnosis import ORDER, Diagnosis
 from decodemon.monitor.safe_text import visible
 
 
+def unit(s) -> str:
+    """What one mark is: a batched engine's marks are steps."""
+    return "step" if s.tokens_per_step is not None else "token"
+
+
+_PER_TOKEN = ("ms/token", "µs/token", "launches/token", "kernels/token", "calls/token", "GB/token", "traced token",
+              "median token", "latest token")
+
+
+def in_marks(s, text: str) -> str:
+    """`text` with its per-token figures named per step where the source's marks are a batched engine's steps (the
+    diagnosis prices one mark, whatever it is)."""
+    if unit(s) != "step":
+        return text
+    for words in _PER_TOKEN:
+        text = text.replace(words, words.replace("token", "step"))
+    return text.replace("tok/s ceiling", "steps/s ceiling")
+
+
 def diagnose_text(d: Diagnosis) -> str:
     """The verdict and the four candidates as terminal text."""
     lines = [f"ceiling: {d.ceiling.upper()}"]

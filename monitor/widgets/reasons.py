@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from decodemon.monitor.analysis.agreement import kernels_past_step
 from decodemon.monitor.diagnosis import BINDING, ORDER, UNKNOWN
+from decodemon.monitor.render.text import in_marks, unit  # noqa: F401 - the widgets' words for a mark
 from decodemon.monitor.rolling import headline
 from decodemon.monitor.widgets.format import value_words
 from decodemon.monitor.widgets.probe_words import has_no_gpu
@@ -25,27 +26,9 @@ def span_words(s) -> str:
     return f"{s.span_s:.0f} s" if s.span_s >= 1 else f"{s.span_s:.1g} s"
 
 
-def unit(s) -> str:
-    """What one mark is: a batched engine's marks are steps."""
-    return "step" if s.tokens_per_step is not None else "token"
-
-
 def per(s) -> str:
     """ms per mark, named for what the mark is."""
     return f"ms/{unit(s)}"
-
-
-_PER_TOKEN = ("ms/token", "µs/token", "launches/token", "kernels/token", "traced token", "median token", "latest token")
-
-
-def in_marks(s, text: str) -> str:
-    """`text` with its per-token figures named per step where the source's marks are a batched engine's steps (the
-    diagnosis prices one mark, whatever it is)."""
-    if unit(s) != "step":
-        return text
-    for words in _PER_TOKEN:
-        text = text.replace(words, words.replace("token", "step"))
-    return text
 
 
 def ms_source(s) -> str:

@@ -104,8 +104,10 @@ class TimelinePanel(Panel):
             self._rows_key, self._rows = key, render_rows(w.timeline, cells, self.zoom)
         cpu, gpu, span_ms = self._rows
         t.append("CPU ", style="bold blue")
-        t.append((cpu if w.apis_traced else "launch calls not traced in this window (one window of every few "
-                  "traces them: they cost the loop more)") + "\n",
+        untraced = ("launch calls not traced in this recording" if s.api_window is None and s.ended else
+                    "launch calls not traced in this window (one window of every few traces them: they cost the loop "
+                    "more)")
+        t.append((cpu if w.apis_traced else untraced) + "\n",
                  style="blue" if w.apis_traced else "dim")
         t.append("GPU ", style="bold green")
         t.append(gpu + "\n", style="green")
