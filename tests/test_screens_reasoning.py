@@ -424,3 +424,6 @@ def test_a_wide_kernel_table_reads_a_mangled_name_as_its_short_one():
     mangled = "_ZN2at6native13reduce_kernelILi512ELi1ENS0_8ReduceOpIfNS0_7MeanOpsIffffEEjfLi4ELi4EEEEEvT1_"
     assert kernel_label("native::reduce_kernel", mangled, 200) == "native::reduce_kernel"
     assert kernel_label("nvjet_sm90_tst", "nvjet_sm90_tst_8x64_64x16_2x1_v_bz_TNN", 200).endswith("_TNN")
+    # a short name cut at 48 characters is cut no shorter than the column it is shown in
+    long = "triton_poi_fused__scaled_dot_product_cudnn_attention_" + "x" * 150
+    assert kernel_label(long[:47] + "…", long, 130) == long[:129] + "…"

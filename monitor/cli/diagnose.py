@@ -8,7 +8,9 @@ from decodemon.monitor.cli._common import UsageError, bounded, print_json
 def add(sub) -> None:
     """Register the verb."""
     p = sub.add_parser("diagnose", help="the verdict from numbers alone (no GPU)",
-                       description="Name the binding ceiling from figures you measured yourself.")
+                       description="Name the binding ceiling from figures you measured yourself.",
+                       epilog="Exit status: 0 when a candidate could be priced from the figures given (the "
+                              "ceiling may still be UNKNOWN), 3 when none could, 2 for bad input.")
     p.add_argument("--ms-per-token", type=bounded("--ms-per-token", 0, 1e7), metavar="MS",
                    help="the step, token to token")
     p.add_argument("--launches-per-token", type=bounded("--launches-per-token", 0, 1e9), metavar="N",

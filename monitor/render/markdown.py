@@ -10,7 +10,7 @@ from decodemon.monitor.analysis.agreement import busy_disagreement, kernels_past
 from decodemon.monitor.diagnosis import ORDER
 from decodemon.monitor.safe_text import markdown as md
 from decodemon.monitor.safe_text import markdown_code, visible_lines
-from decodemon.monitor.render.text import in_marks, rejected_text
+from decodemon.monitor.render.text import counted, in_marks, rejected_text
 
 if TYPE_CHECKING:
     from decodemon.monitor.session import Snapshot
@@ -22,7 +22,8 @@ def _launches(s: Snapshot) -> str:
     w, aw = s.window, s.api_window
     calls = f"{aw.kernel_launch_calls_per_token:.0f}" if aw is not None else "—"
     line = (f"- {w.kernels_per_token:.0f} kernels/token: {calls} kernel launch calls · "
-            f"{w.graph_launches_per_token:.0f} graph launches · {w.memcpys_per_token:.0f} copies")
+            f"{counted(w.graph_launches_per_token, 'graph launch', 'graph launches')} · "
+            f"{counted(w.memcpys_per_token, 'copy', 'copies')}")
     if aw is None:
         line += " (launch calls not traced in this recording)" if s.ended else " (launch calls not traced yet)"
     elif aw is not w:

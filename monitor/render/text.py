@@ -6,6 +6,11 @@ from decodemon.monitor.diagnosis import ORDER, Diagnosis
 from decodemon.monitor.safe_text import visible
 
 
+def counted(n: float, one: str, many: str) -> str:
+    """A count with its noun: "1 graph launch", "0 graph launches", "4 copies"."""
+    return f"{n:.0f} {one if round(n) == 1 else many}"
+
+
 def unit(s) -> str:
     """What one mark is: a batched engine's marks are steps."""
     return "step" if s.tokens_per_step is not None else "token"

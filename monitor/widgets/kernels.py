@@ -7,6 +7,7 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widgets import DataTable
 
+from decodemon.monitor.analysis.names import short_kernel_name
 from decodemon.monitor.widgets import tcss
 from decodemon.monitor.widgets.format import bar
 from decodemon.monitor.widgets.panel import SourceNamed
@@ -44,6 +45,8 @@ def kernel_label(short: str, full: str, width: int) -> str:
     full name (`_ZN2at6native…`) is not a name to read: the short one stands for it."""
     if len(full) <= width and not full.startswith("_Z"):
         return full
+    if short.endswith("…") and width > len(short):  # cut for a narrower column than this one: as much as fits
+        short = short_kernel_name(full, width)
     if len(short) <= width:
         return short
     return short[: width - 1] + "…"

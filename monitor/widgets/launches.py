@@ -8,6 +8,7 @@ from decodemon.monitor.widgets import tcss
 from decodemon.monitor.widgets.format import num, spark
 from decodemon.monitor.widgets.panel import Panel
 from decodemon.monitor.widgets.probe_words import tracing_unavailable
+from decodemon.monitor.render.text import counted
 from decodemon.monitor.widgets.reasons import unit
 
 
@@ -29,7 +30,8 @@ class LaunchesPanel(Panel):
             aw = s.api_window
             calls = num(aw.kernel_launch_calls_per_token, '.0f') if aw is not None else "—"
             t.append(f"{calls} kernel launch calls · "
-                     f"{w.graph_launches_per_token:.0f} graph launches · {w.memcpys_per_token:.0f} copies\n")
+                     f"{counted(w.graph_launches_per_token, 'graph launch', 'graph launches')} · "
+                     f"{counted(w.memcpys_per_token, 'copy', 'copies')}\n")
             if aw is not w:
                 t.append("launch calls: " + (f"traced {s.api_window_age_s:.0f} s ago" if aw is not None
                                              else "not traced in this recording" if s.ended
