@@ -347,6 +347,12 @@ def _occupancy(i: Inputs, bw_ratio: float | None = None) -> Candidate:
     return Candidate(i.small_grid_share_pct, "% kernel time in small grids", thr, state, detail)
 
 
+def own_kernel_ms(kernel_ms: float | None, wait_ms: float | None) -> float | None:
+    """The traced kernels' ms a token less the collectives' wait for a late peer: the GPU's own work, as the
+    diagnosis counts it (a collective spinning while it waits is the step's idle)."""
+    return None if kernel_ms is None else kernel_ms - min(wait_ms or 0.0, kernel_ms)
+
+
 def verdict(candidates: dict) -> str:
     """The one headline rule: the first of ORDER whose candidate reads "binding", else "unknown". The app,
     `--json`, `report`, `diagnose`, the exporter and the recordings all take their verdict from here."""
@@ -358,7 +364,7 @@ def diagnose(i: Inputs, speedup: float | None = None, n: int | None = None) -> D
     if i.kernel_sum_ms_per_token is not None and i.collective_wait_ms_per_token:
         # a collective kernel spinning while it waits for a late peer is not this rank's work: that time is the
         # step's idle for LAUNCH and OCCUPANCY (COMM's detail says it, as a straggling rank's ceiling)
-        i = replace(i, kernel_sum_ms_per_token=max(0.0, i.kernel_sum_ms_per_token - i.collective_wait_ms_per_token))
+        i = replace(i, kernel_sum_ms_per_token=own_kernel_ms(i.kernel_sum_ms_per_token, i.collective_wait_ms_per_token))
     bw, floor = _bandwidth(i)
     comm, comm_ms = _comm(i)
     launch, per_launch = _launch(i, floor)

@@ -145,11 +145,6 @@ class Snapshot:
         return self.window.collective_in_step_us if self.window is not None else None
 
 
-def _own_kernel_ms(ksum: float | None, wait: float | None) -> float | None:
-    """The traced kernels' ms a token less the collectives' wait for a late peer (as the diagnosis counts them)."""
-    return None if ksum is None else ksum - min(wait or 0.0, ksum)
-
-
 def _median(xs):
     xs = [x for x in xs if x is not None]
     return float(np.median(xs)) if xs else None
@@ -413,7 +408,7 @@ class Session:
         # Without PM counters, GPU busy is estimated as kernel time over the untraced step: the traced
         # token's own wall clock is stretched by tracing and would understate it. A collective spinning while it
         # waits for a late peer is not busy (the diagnosis counts it as the step's idle).
-        own = _own_kernel_ms(ksum, coll_wait)
+        own = dx.own_kernel_ms(ksum, coll_wait)
         busy = pm_avg.get("gpu_busy_pct") if pm_avg else (
             min(100.0, 100.0 * own / ts.ms_per_token) if (own is not None and ts and ts.ms_per_token > 0) else None)
         host = f.host_collectives(since)
@@ -500,7 +495,7 @@ class Session:
                               self._clock_end_rx is not None and self._clock == STEP_STARTS else None),
             series=self.series(rx), host_collectives=f.host_collectives(max(rx - SPAN_NS, 0)),
             host_clock_is_collective=host_clock_times_collectives(f.hello.model if f.hello else None, gpu),
-            kernel_share_pct=(min(100.0, 100.0 * _own_kernel_ms(inp.kernel_sum_ms_per_token,
+            kernel_share_pct=(min(100.0, 100.0 * dx.own_kernel_ms(inp.kernel_sum_ms_per_token,
                                                                 inp.collective_wait_ms_per_token) / inp.ms_per_token)
                               if inp.kernel_sum_ms_per_token is not None and inp.ms_per_token else None),
             inputs=inp, observer=self.observer_cost(ts), pm_check=self.pm_check(max(rx - SPAN_NS, 0)),

@@ -8,7 +8,7 @@ re-derived, so the screen says what the diagnosis was given.
 from __future__ import annotations
 
 from decodemon.monitor.analysis.agreement import kernels_past_step
-from decodemon.monitor.diagnosis import BINDING, ORDER, UNKNOWN
+from decodemon.monitor.diagnosis import BINDING, ORDER, UNKNOWN, own_kernel_ms
 from decodemon.monitor.render.text import in_marks, unit  # noqa: F401 - the widgets' words for a mark
 from decodemon.monitor.rolling import headline
 from decodemon.monitor.widgets.format import value_words
@@ -107,27 +107,14 @@ def _comm(s, c) -> str:
     return out + (f"; {wait}" if wait else "")
 
 
-def _kernel_ms(i) -> tuple[float, float]:
-    """The traced kernels' ms a token as the diagnosis counts them, and the collectives' wait taken out of them (a
-    collective spinning while it waits for a late peer is the step's idle)."""
-    wait = min(i.collective_wait_ms_per_token or 0.0, i.kernel_sum_ms_per_token)
-    return i.kernel_sum_ms_per_token - wait, wait
-
-
-def _traced_share_of_step(i) -> float | None:
-    """The traced kernels' share of the step, % (the busy LAUNCH and OCCUPANCY read where a window has them)."""
-    if i.kernel_sum_ms_per_token is None or not i.ms_per_token:
-        return None
-    return min(100.0, 100.0 * _kernel_ms(i)[0] / i.ms_per_token)
-
-
 def _launch(s, c) -> str:
     i = s.inputs
     if c.value is None:
         return c.detail
     if i.kernel_sum_ms_per_token is not None and i.launches_per_token:
         # as the diagnosis counts it: a collective spinning while it waits for a late peer is the step's idle
-        kernels, wait = _kernel_ms(i)
+        kernels = own_kernel_ms(i.kernel_sum_ms_per_token, i.collective_wait_ms_per_token)
+        wait = i.kernel_sum_ms_per_token - kernels
         idle = max(i.ms_per_token - kernels, 0.0)
         waiting = f"; less {wait:.3g} ms NCCL waiting for a peer" if wait >= 0.01 * i.ms_per_token else ""
         out = (f"GPU idle {idle:.3g} ms = {i.ms_per_token:.4g} {per(s)} (median) − {kernels:.3g} ms "
@@ -155,7 +142,7 @@ def _occupancy(s, c) -> str:
                      f"({_windows(s)})")
     if i.gpu_busy_pct is not None:
         parts.append(f"GPU busy {i.gpu_busy_pct:.0f}% from {s.busy_source}")
-    step = _traced_share_of_step(i)
+    step = s.kernel_share_pct  # the traced kernels' share of the step: the busy its rule reads where traced
     # where the two sides of its 50% differ, the share the rule reads is said beside the busy figure shown
     if step is not None and (i.gpu_busy_pct is None or (step < 50) != (i.gpu_busy_pct < 50)):
         parts.append(f"the traced kernels fill {step:.0f}% of the step (the share its rule reads)")
