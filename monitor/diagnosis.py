@@ -33,8 +33,8 @@ BANDWIDTH_NEAR_RATIO = 3.0
 OCCUPANCY_LEANING_SHARE_PCT = 25.0
 KERNELS_FILL_STEP = 0.8
 # LAUNCH's rule wherever the idle is known (a traced window, or PM's GPU busy), and what an unpriced LAUNCH waits for
-LAUNCH_IDLE_THRESHOLD = ("GPU idle > 50% of the step binds (a replayed graph's: more of it than any other "
-                         "candidate's share); < 20% ruled out")
+LAUNCH_IDLE_THRESHOLD = ("GPU idle > 50% of the step binds (graphed: above any other candidate's share; estimated "
+                         f"off the floor: ≤ {EAGER_LAUNCH_US[1]:g} µs a launch); < 20% ruled out")
 LAUNCH_IDLE_RULED_OUT = 0.2  # the idle share under which LAUNCH is ruled out (LAUNCH_IDLE_THRESHOLD)
 
 

@@ -30,6 +30,7 @@ def hf_eager():
 def test_generate_eager_is_launch_bound_with_torch_profilers_kernel_count(hf_eager):
     assert hf_eager["verdict"] == "launch"
     assert hf_eager["token_clock"] == "mark_token"  # the transformers adapter marked every step
+    assert hf_eager["clock_unit"] == "token"  # one request: a step is a token
     assert hf_eager["launches_per_token"] == profile("hf_generate_eager")["kernels_per_step"] == 1636
     assert hf_eager["graph_launches_per_token"] == 0
     assert "CUDA graph" in hf_eager["falsify"]

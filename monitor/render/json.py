@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from decodemon.monitor.analysis.agreement import busy_disagreement, kernels_past_step
+from decodemon.monitor.render.text import unit
 from decodemon.monitor.rolling import headline
 from decodemon.monitor.token_clock import CLOCK_NOTES, PROVISIONAL_STEPS
 
@@ -117,7 +118,12 @@ def summary_json(s: Snapshot, kernels: int = 15) -> dict:
         "ms_per_token_p90": round(tk.ms_per_token_p90, 4) if tk else None,
         "ms_per_token_p99": round(tk.ms_per_token_p99, 4) if tk else None,
         "ms_per_token_note": ("ms_per_token is the median of the clock's steps, with their p90 and p99; "
-                              "tokens_per_s is over their mean") if tk else None,
+                              "tokens_per_s is over their mean"
+                              + ("; the clock's marks are a batched engine's decode steps, so both are per step "
+                                 "(ms per step, steps/s) and throughput_tokens_per_s counts every request's tokens"
+                                 if s.tokens_per_step is not None else "")) if tk else None,
+        # what one of the clock's marks is: "step" for a batched engine (tokens_per_step tokens each), else "token"
+        "clock_unit": unit(s) if tk else None,
         "tokens_per_s": round(tk.tokens_per_s, 2) if tk else None,
         "token_clock": s.token_clock or None,
         "token_clock_note": CLOCK_NOTES.get(s.token_clock),

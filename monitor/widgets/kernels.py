@@ -8,6 +8,7 @@ from textual.reactive import reactive
 from textual.widgets import DataTable
 
 from decodemon.monitor.analysis.names import short_kernel_name
+from decodemon.monitor.render.text import in_marks
 from decodemon.monitor.widgets import tcss
 from decodemon.monitor.widgets.format import bar
 from decodemon.monitor.widgets.panel import SourceNamed
@@ -72,7 +73,10 @@ class KernelsPanel(SourceNamed, DataTable):
         """The border title: what the table is sorted by, and the key that changes it."""
         if getattr(self, "_empty", ""):
             return f"hot kernels · {self._empty}"
-        return f"hot kernels · sorted by {SORTS[self.sort][1]} · k: sort"
+        by = SORTS[self.sort][1]
+        if getattr(self, "_last", None) is not None:  # a batched engine's marks are steps
+            by = in_marks(self._last, by)
+        return f"hot kernels · sorted by {by} · k: sort"
 
     def watch_sort(self) -> None:
         """Redraw in the new order."""
