@@ -20,15 +20,22 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
+from decodemon.monitor.analysis.agreement import kernels_past_step
 from decodemon.monitor.analysis.depth import session_depth_bands
-from decodemon.monitor.diagnosis import BANDWIDTH_RULED_OUT_RATIO
+from decodemon.monitor.diagnosis import BANDWIDTH_RULED_OUT_RATIO, Inputs, bandwidth_floor_ms
 from decodemon.probes import wire
 from decodemon.monitor import agent_socket
 
 PLACEHOLDER = "{depth}"
-FLAT_GROWTH = 1.15  # ms/token growing less than this from the shallowest to the deepest depth reads as flat
+FLAT_GROWTH = 1.15  # median ms/token growing less than this from the shallowest to the deepest depth: the ends agree
 NOISY_SPREAD = 1.3  # ...unless the depths between spread this much: then the curve is noise, not flat
+# ...else the rise is set against what the extra bytes per token cost at the device's bandwidth: under
+# MARGINAL_FLAT of that cost (or with the bytes level) the curve reads as flat, up to MARGINAL_ABOUT times it as
+# bandwidth spent at the margin, and past that as bandwidth and time besides
+MARGINAL_FLAT = 0.5
+MARGINAL_ABOUT = 1.5
 
 
 class SweepError(Exception):
@@ -61,9 +68,18 @@ def bytes_source(summary: dict) -> str | None:
     return DRAM_READ_WRITE if measured and abs(b - measured) <= 1.0 else WEIGHTS_KV
 
 
+def band_kernels_past_step(band: dict) -> str | None:
+    """A depth band's traced kernels summed past its median step, in the words the rest of decodemon uses (None
+    where they fit inside it)."""
+    s = SimpleNamespace(inputs=Inputs(ms_per_token=band.get("ms_per_token"),
+                                      kernel_sum_ms_per_token=band.get("kernel_sum_ms_per_token")))
+    return kernels_past_step(s) or None
+
+
 def point_of(summary: dict, bands: list[dict], name: str, depth: int, model=None) -> dict:
-    """One sweep point from a summary_json: ms/token, launches, bytes (and what they are), the ceiling and its
-    number.
+    """One sweep point from a summary_json: the median ms/token, launches, bytes (and what they are), the
+    bandwidth they are priced at, the ceiling and its number; each depth band flagged where its traced kernels
+    sum past its median step.
 
     With the engine's model facts, bytes/token is the weights plus the KV cache at the swept depth (an engine
     whose marks wrap around inside its cache reports every depth below it on the way)."""
@@ -73,12 +89,13 @@ def point_of(summary: dict, bands: list[dict], name: str, depth: int, model=None
     cand = (summary.get("candidates") or {}).get(verdict) or {}
     return {"command": name, "depth": int(depth), "ms_per_token": summary.get("ms_per_token"),
             "launches_per_token": summary.get("launches_per_token"), "bytes_per_token": summary.get("bytes_per_token"),
-            "bytes_source": bytes_source(summary),
+            "bytes_source": bytes_source(summary), "bandwidth_gbs": summary.get("bandwidth_gbs"),
+            "kernels_past_step": summary.get("kernels_past_step"),
             "verdict": verdict, "ceiling_value": cand.get("value"), "ceiling_unit": cand.get("unit", ""),
             "ceiling_detail": cand.get("detail", ""), "tokens": summary.get("tokens"),
             "bandwidth_x_floor": ((summary.get("candidates") or {}).get("bandwidth") or {}).get("value"),
             "small_grid_share_pct": ((summary.get("candidates") or {}).get("occupancy") or {}).get("value"),
-            "depth_bands": bands, "error": None}
+            "depth_bands": [{**b, "kernels_past_step": band_kernels_past_step(b)} for b in bands], "error": None}
 
 
 def _wait_for_agent(proc: subprocess.Popen, timeout_s: float) -> str | None:
@@ -236,16 +253,18 @@ def replay(outdir) -> dict:
 
 
 def series_of(points: list[dict]) -> list[tuple[str, list[tuple[int, float, str]]]]:
-    """The points as the plots' series: [(command, [(depth, ms/token, ceiling), ...])], candidate first."""
+    """The points as the plots' series: [(command, [(depth, median ms/token, ceiling), ...])], candidate first."""
     names = list(dict.fromkeys(p["command"] for p in points))
     return [(n, [(p["depth"], p["ms_per_token"], p["verdict"]) for p in points
                  if p["command"] == n and p.get("ms_per_token")]) for n in names]
 
 
 def divergence(points: list[dict]) -> str:
-    """One sentence: how the candidate's ms/token moves with depth (against the reference's, if any), and which
-    resource depth consumes: bytes per token toward the bandwidth floor → BANDWIDTH; small grids (one block per head)
-    taking the time → OCCUPANCY; a flat curve → nothing depth consumes binds."""
+    """One sentence: how the candidate's median ms/token moves with depth (against the reference's, if any), and
+    which resource depth consumes: bytes per token toward the bandwidth floor → BANDWIDTH; small grids (one block
+    per head) taking the time → OCCUPANCY. Where the ends are within FLAT_GROWTH, the rise is set against what the
+    extra bytes per token cost at the device's bandwidth: a rise near that cost is bandwidth spent at the margin,
+    one well under it (or with the bytes level) is a flat curve."""
     ok = [p for p in points if p.get("ms_per_token")]
     cand = sorted((p for p in ok if p["command"] == "candidate"), key=lambda p: p["depth"])
     ref = {p["depth"]: p for p in ok if p["command"] == "reference"}
@@ -257,19 +276,21 @@ def divergence(points: list[dict]) -> str:
     if len(both) == 2:
         g0 = a["ms_per_token"] / ref[a["depth"]]["ms_per_token"]
         g1 = b["ms_per_token"] / ref[b["depth"]]["ms_per_token"]
-        head = (f"The candidate goes from {g0:.2g}× the reference's ms/token at depth {a['depth']:,} to {g1:.2g}× "
-                f"at {b['depth']:,}")
-        flat = g1 / g0 < FLAT_GROWTH and growth < FLAT_GROWTH
+        head = (f"The candidate goes from {g0:.2g}× the reference's median ms/token at depth {a['depth']:,} to "
+                f"{g1:.2g}× at {b['depth']:,}")
+        level = g1 / g0 < FLAT_GROWTH and growth < FLAT_GROWTH
     else:
-        head = (f"ms/token goes from {a['ms_per_token']:.4g} at depth {a['depth']:,} to {b['ms_per_token']:.4g} "
-                f"at {b['depth']:,}")
-        flat = growth < FLAT_GROWTH
+        head = (f"Median ms/token goes from {a['ms_per_token']:.4g} at depth {a['depth']:,} to "
+                f"{b['ms_per_token']:.4g} at {b['depth']:,}")
+        level = growth < FLAT_GROWTH
     ms = [p["ms_per_token"] for p in cand]
-    if flat and max(ms) / min(ms) >= NOISY_SPREAD:  # the ends agree, the depths between do not: no curve to read
+    if level and max(ms) / min(ms) >= NOISY_SPREAD:  # the ends agree, the depths between do not: no curve to read
         lo, hi = min(ms), max(ms)
         return (f"{head}, but between them it ranges {lo:.4g} to {hi:.4g} ({hi / lo:.2g}×) with no trend in depth: "
                 "the curve is inside its own noise, not flat; attach longer at each depth before reading it.")
-    return f"{head}: {_resource(a, b, flat)}."
+    if level:
+        return f"{head}: {_margin(a, b)}."
+    return f"{head}: {_resource(a, b)}."
 
 
 def _at_deepest(verdict: str) -> str:
@@ -289,7 +310,63 @@ def _bytes_words(a: dict, b: dict) -> str:
             f"{sb or 'source not recorded'} at {b['depth']:,})")
 
 
-def _resource(a: dict, b: dict, flat: bool) -> str:
+def _flat(deep: str) -> str:
+    """The clause for a curve that depth does not move."""
+    return (f"flat, so depth consumes nothing that binds here; {_at_deepest(deep)} "
+            "(a flat curve is a claim: it holds up to the deepest depth swept)")
+
+
+def _extra_bytes_words(a: dict, b: dict, extra: float) -> str:
+    """'the extra 0.93 GB of KV per token': the bytes the deeper point adds, named by what they are."""
+    sa, sb = a.get("bytes_source"), b.get("bytes_source")
+    what = {WEIGHTS_KV: " of KV", DRAM_READ_WRITE: " of DRAM read + write"}.get(sa, "") if sa == sb else ""
+    return f"the extra {extra / 1e9:.2g} GB{what} per token"
+
+
+def _missing_at(a: dict, b: dict, va, vb) -> str:
+    """' at either depth', or ' at depth N' for the one of the two points whose figure is missing."""
+    return " at either depth" if not (va or vb) else f" at depth {(b if va else a)['depth']:,}"
+
+
+def _margin(a: dict, b: dict) -> str:
+    """For ends within FLAT_GROWTH: the rise in median ms/token against what the extra bytes per token cost at the
+    device's bandwidth (the rise in the bandwidth floor), and whether that makes the curve flat."""
+    deep = b["verdict"]
+    rise = b["ms_per_token"] - a["ms_per_token"]
+    moved = f"the {'rise' if rise >= 0 else 'fall'} of {abs(rise):.2g} ms"
+    bpa, bpb = a.get("bytes_per_token"), b.get("bytes_per_token")
+    if not (bpa and bpb):
+        return (f"{moved} cannot be set against what depth adds to the bytes per token: they are not known"
+                f"{_missing_at(a, b, bpa, bpb)}, so whether depth consumes bandwidth here is not measured; "
+                f"{_at_deepest(deep)}")
+    if bpb <= bpa * 1.01:
+        return (f"{_bytes_words(a, b)} do not grow ({bpa / 1e6:.4g} → {bpb / 1e6:.4g} MB), so {moved} is not "
+                "bandwidth: " + _flat(deep))
+    extra = _extra_bytes_words(a, b, bpb - bpa)
+    bwa, bwb = a.get("bandwidth_gbs"), b.get("bandwidth_gbs")
+    if not (bwa and bwb):
+        return (f"{moved} cannot be set against what {extra} costs: the device's bandwidth is not known"
+                f"{_missing_at(a, b, bwa, bwb)}, so whether depth consumes bandwidth here is not measured; "
+                f"{_at_deepest(deep)}")
+    cost = bandwidth_floor_ms(bpb, bwb) - bandwidth_floor_ms(bpa, bwa)
+    bw = (f"{bwb:.4g} GB/s" if abs(bwb - bwa) <= 0.005 * bwa else
+          f"{bwa:.4g} GB/s at depth {a['depth']:,} and {bwb:.4g} GB/s at {b['depth']:,}")
+    if cost <= 0 or rise < MARGINAL_FLAT * cost:
+        return (f"{moved} is under {MARGINAL_FLAT:.0%} of what {extra} costs at {bw} ({max(cost, 0.0):.2g} ms), "
+                "so the bytes hide behind what binds: " + _flat(deep))
+    if rise <= MARGINAL_ABOUT * cost:
+        priced = f"{moved} is about what {extra} costs at {bw} ({cost:.2g} ms), so each extra position costs bandwidth"
+    else:
+        priced = (f"{moved} is {rise / cost:.2g}× what {extra} costs at {bw} ({cost:.2g} ms), so each extra position "
+                  "costs bandwidth and time besides")
+    if deep == "unknown":
+        return f"{priced}, though no ceiling is measured to bind the step at the deepest depth (UNKNOWN)"
+    if deep == "bandwidth":
+        return f"{priced}, and BANDWIDTH binds the step at {b['depth']:,}"
+    return f"{priced}, though {deep.upper()} binds the step at {b['depth']:,}"
+
+
+def _resource(a: dict, b: dict) -> str:
     """What depth consumes, from the deepest point's verdict and how bytes, the floor and grids moved."""
     deep = b["verdict"]
     bpa, bpb = a.get("bytes_per_token"), b.get("bytes_per_token")
@@ -297,9 +374,6 @@ def _resource(a: dict, b: dict, flat: bool) -> str:
           if bpa and bpb and bpb > bpa * 1.01 else "")
     xa, xb = a.get("bandwidth_x_floor"), b.get("bandwidth_x_floor")
     toward_floor = xa is not None and xb is not None and xb < xa
-    if flat:
-        return (f"flat, so depth consumes nothing that binds here; {_at_deepest(deep)} "
-                "(a flat curve is a claim: it holds up to the deepest depth swept)")
     near_floor = xb is not None and xb < BANDWIDTH_RULED_OUT_RATIO
     if deep == "bandwidth" or (kv and toward_floor and near_floor and deep != "occupancy"):
         return (f"depth consumes memory bandwidth: {kv or 'the bytes read per token grow'}, and the token nears the "
@@ -328,8 +402,8 @@ def _resource(a: dict, b: dict, flat: bool) -> str:
 
 
 def markdown(result: dict) -> str:
-    """sweep.md: the commands, the table (depth, command, ms/token, launches, MB/token, ceiling and its number)
-    and the sentence on the divergence."""
+    """sweep.md: the commands, the table (depth, command, median ms/token, launches, MB/token, ceiling and its
+    number) and the sentence on the divergence."""
     from decodemon.monitor.safe_text import markdown as md
     from decodemon.monitor.safe_text import markdown_code, visible_lines
 
@@ -338,8 +412,9 @@ def markdown(result: dict) -> str:
     lines = ["# Depth sweep", ""]
     for name, cmd in result["commands"].items():
         lines.append(f"- {md(name)}: {markdown_code(cmd)}")
-    lines += ["", f"Attached {result['seconds']:g} s at each depth; the figures are the last 5 s of each attach.", "",
-              "| depth | command | ms/token | launches/token | MB/token | ceiling | its number |",
+    lines += ["", f"Attached {result['seconds']:g} s at each depth; the figures are the last 5 s of each attach "
+              "(median ms/token: the median of those seconds' token steps).", "",
+              "| depth | command | median ms/token | launches/token | MB/token | ceiling | its number |",
               "|---:|---|---:|---:|---:|---|---|"]
     for p in result["points"]:
         if p.get("error"):
@@ -359,8 +434,9 @@ OUTPUT_NAMES = ("sweep.json", "sweep.md", "sweep.svg", "sweep.png")
 
 def write_outputs(result: dict, outdir, copy_from=None) -> list[Path]:
     """Write sweep.json, sweep.md, sweep.svg and sweep.png into `outdir` (and, for a replay, copy the recordings
-    from `copy_from`, so the output rebuilds too); the paths written. Everything is made in memory first, and
-    each file is written whole (safe_write: a temporary name, then renamed; never through another user's link)."""
+    from `copy_from`, so the output rebuilds too); the paths written, with the recordings a run wrote there.
+    Everything is made in memory first, and each file is written whole (safe_write: a temporary name, then
+    renamed; never through another user's link)."""
     from decodemon.monitor import plots
     from decodemon.monitor.safe_write import write_text_whole, write_whole
 
@@ -369,13 +445,17 @@ def write_outputs(result: dict, outdir, copy_from=None) -> list[Path]:
     texts = [json.dumps(result, indent=2, default=str, ensure_ascii=False) + "\n", markdown(result), chart.svg()]
     png = plots.png_bytes(chart)
     out = [d / n for n in OUTPUT_NAMES]
-    if copy_from is not None and Path(copy_from).resolve() != d.resolve():
-        for p in result["points"]:
-            name = p.get("recording")
-            # a name from the replayed sweep.json: a plain file name of that folder, never a path out of it
-            if name and Path(name).name == name and not name.startswith(".") and name.endswith(".dmon"):
-                write_whole(d / name, (Path(copy_from) / name).read_bytes())
-                out.append(d / name)
+    copying = copy_from is not None and Path(copy_from).resolve() != d.resolve()
+    for p in result["points"]:
+        name = p.get("recording")
+        # a point's recording (a replayed sweep.json's name): a plain file name of that folder, never a path out of it
+        if not (name and Path(name).name == name and not name.startswith(".") and name.endswith(".dmon")):
+            continue
+        if copying:
+            write_whole(d / name, (Path(copy_from) / name).read_bytes())
+            out.append(d / name)
+        elif copy_from is None and (d / name).is_file():  # a run's recording, written there while it was attached
+            out.append(d / name)
     for path, text in zip(out[:3], texts):
         write_text_whole(path, text)
     write_whole(out[3], png)

@@ -20,7 +20,8 @@ from decodemon.monitor.sources import collect
 
 SNAP = Path(__file__).parent / "baselines" / "plots"  # not under __snapshots__: syrupy would call them unused
 
-SWEEP = [("candidate", [(64, 3.1, "launch"), (512, 3.3, "launch"), (2048, 5.0, "occupancy"), (8192, 12.0, "bandwidth")]),
+SWEEP = [("candidate", [(64, 3.1, "launch"), (512, 3.3, "launch"), (2048, 5.0, "occupancy"),
+                        (8192, 12.0, "bandwidth")]),
          ("reference", [(64, 2.0, "bandwidth"), (512, 2.1, "bandwidth"), (2048, 2.4, "bandwidth"),
                         (8192, 3.0, "bandwidth")])]
 TIMELINE = ([(0.25 + 0.5 * i, 20.0 + (i % 3) if i < 24 else 3.9 + 0.1 * (i % 2)) for i in range(48)],
@@ -64,6 +65,10 @@ def test_sweep_svg_matches_its_baseline():
     assert matches_baseline("sweep.svg", svg)
     assert svg.count("<circle") == 8 + 3  # eight points, three ceilings in the legend
     assert "OCCUPANCY" in svg and "context depth (log scale)" in svg
+    # each point is its depth's median token: the title and the y axis say so, in the SVG and in the PNG's drawing
+    assert ">median ms/token against depth</text>" in svg and ">median ms/token</text>" in svg
+    texts = [it[3] for it in plots.sweep_chart(SWEEP).items if it[0] == "text"]
+    assert "median ms/token" in texts and not any(t.startswith("ms/token") for t in texts)
 
 
 def test_timeline_svg_marks_each_verdict_change(budget_bars):
@@ -97,7 +102,9 @@ def test_every_glyph_has_seven_rows_of_five_bits():
 def test_terminal_renderings(budget_bars):
     sweep = plots.sweep_lines(SWEEP)
     assert "OCCUPANCY" in sweep[-2] and sweep[-1].count("BANDWIDTH") == 4
-    top = next(ln for ln in sweep if "*" in ln or "o" in ln.split("│")[-1])
+    assert [ln.strip() for ln in sweep[:2]] == ["median", "ms/token ┬"]  # the y axis named above its top
+    assert sweep[1].index("┬") == sweep[2].index("│")
+    top = next(ln for ln in sweep if "│" in ln and ("*" in ln or "o" in ln.split("│")[-1]))
     assert top.strip().startswith("12 │") and top.endswith("* 12")  # the deepest candidate point is the highest
     eager, graph = plots.budget_lines(budget_bars)[:2]
     assert eager.count("H") > 30 and graph.count("H") == 0 and "3.91 ms/token" in graph

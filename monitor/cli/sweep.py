@@ -1,7 +1,8 @@
 """`decodemon sweep "CMD {depth}" --depths 64,512,2048,8192`: the decode command at each depth, attached at each.
 
-Prints the table, a terminal plot of ms/token against depth and one sentence on the divergence; with -o DIR also
-writes sweep.json, sweep.md, sweep.svg, sweep.png and one recording per run (`--replay DIR` rebuilds from those)."""
+Prints the table, a terminal plot of the median ms/token against depth and one sentence on the divergence; with
+-o DIR also writes sweep.json, sweep.md, sweep.svg, sweep.png and one recording per run (`--replay DIR` rebuilds
+from those)."""
 
 from __future__ import annotations
 
@@ -32,8 +33,8 @@ def add_parser(subparsers) -> None:
     """Register `sweep`."""
     p = subparsers.add_parser("sweep", help="the decode command at several context depths, a table and a plot",
                               description="Start CMD (with {depth} where the depth goes) once per depth with the agent "
-                                          "loaded, attach for --seconds, stop it; then the table, the plot and "
-                                          "which resource depth consumes.")
+                                          "loaded, attach for --seconds, stop it; then the table and the plot of "
+                                          "each depth's median ms/token, and which resource depth consumes.")
     p.add_argument("cmd", nargs="?", metavar="CMD", help='the decode command, e.g. "python loop.py --ctx {depth}"')
     p.add_argument("--depths", type=depth_list, default=None, metavar="D,D,...",
                    help="the depths, short to the shipping context (default 64,512,2048,8192)")
@@ -123,5 +124,5 @@ def _progress(pt: dict) -> None:
     if pt.get("error"):  # the error quotes the command's own stderr: say() shows its escapes as text
         say("sweep", f"{pt['command']} at depth {pt['depth']}: {pt['error']}")
     else:
-        say("sweep", f"{pt['command']} at depth {pt['depth']}: {pt['ms_per_token']:.4g} ms/token, "
+        say("sweep", f"{pt['command']} at depth {pt['depth']}: median {pt['ms_per_token']:.4g} ms/token, "
                      f"{pt['verdict'].upper()}")

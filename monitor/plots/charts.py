@@ -46,9 +46,10 @@ def _ceiling_legend(c: Canvas, names) -> None:
         x += 24 + 7 * len(name)
 
 
-def sweep_chart(series: list[tuple[str, list[tuple[int, float, str]]]], title: str = "ms/token against depth") -> Canvas:
-    """ms/token against context depth (log x), one line per command, each point coloured and labelled by its
-    ceiling. `series`: [(name, [(depth, ms_per_token, ceiling), ...]), ...]."""
+def sweep_chart(series: list[tuple[str, list[tuple[int, float, str]]]],
+                title: str = "median ms/token against depth") -> Canvas:
+    """Each depth's median ms/token against context depth (log x), one line per command, each point coloured and
+    labelled by its ceiling. `series`: [(name, [(depth, median ms_per_token, ceiling), ...]), ...]."""
     c = Canvas(W, H)
     c.text(LEFT, 22, title, "#111111", 13)
     pts = [p for _, ps in series for p in ps if p[1] is not None]
@@ -59,7 +60,7 @@ def sweep_chart(series: list[tuple[str, list[tuple[int, float, str]]]], title: s
     ymax = nice_max(max((p[1] for p in pts), default=1.0) * 1.15)
     x_of = (lambda d: LEFT + 20 + (W - RIGHT - LEFT - 40) * (math.log2(max(d, 1)) - lo) / (hi - lo))
     y_of = (lambda v: (H - BOTTOM) - (H - BOTTOM - TOP) * v / ymax)
-    _y_axis(c, ymax, "ms/token")
+    _y_axis(c, ymax, "median ms/token")
     for d in depths:
         c.line(x_of(d), H - BOTTOM, x_of(d), H - BOTTOM + 4, "#444444")
         c.text(x_of(d), H - BOTTOM + 16, f"{d:,}", "#444444", 10, "middle")

@@ -1,4 +1,5 @@
-"""The same charts as lines of text for a terminal: the sweep, ms/token over time, the time budget."""
+"""The same charts as lines of text for a terminal: the sweep (median ms/token per depth), ms/token over time, the
+time budget."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ BUDGET_CHARS = {"kernels": "K", "collectives": "C", "host late (launch)": "H", "
 
 
 def sweep_lines(series: list[tuple[str, list[tuple[int, float, str]]]], rows: int = 10) -> list[str]:
-    """ms/token (rows) against the swept depths (columns, evenly spaced as on a log axis); each point drawn on the
-    row whose label (the middle of the span it covers) is nearest its value, with the value written beside it;
-    under each column the depth and each command's ceiling."""
+    """Each depth's median ms/token (rows, the axis named above them) against the swept depths (columns, evenly
+    spaced as on a log axis); each point drawn on the row whose label (the middle of the span it covers) is nearest
+    its value, with the value written beside it; under each column the depth and each command's ceiling."""
     depths = sorted({d for _, ps in series for d, v, _ in ps if v is not None})
     vals = [v for _, ps in series for _, v, _ in ps if v is not None]
     if not depths:
@@ -31,7 +32,7 @@ def sweep_lines(series: list[tuple[str, list[tuple[int, float, str]]]], rows: in
             value = f"{v:.4g}"
             if all(ch == " " for ch in grid[r][c + 1:c + 2 + len(value)]):  # beside it, where nothing is drawn
                 grid[r][c + 2:c + 2 + len(value)] = value
-    out = []
+    out = [f"{'median':>8}", f"{'ms/token':>8} ┬"]
     for i, row in enumerate(grid):
         y = top * (rows - 1 - i + 0.5) / rows
         out.append(f"{y:>8.3g} │" + "".join(row).rstrip())
