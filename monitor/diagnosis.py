@@ -32,6 +32,8 @@ OCCUPANCY_SMALL_SHARE_PCT = 50.0
 BANDWIDTH_NEAR_RATIO = 3.0
 OCCUPANCY_LEANING_SHARE_PCT = 25.0
 KERNELS_FILL_STEP = 0.8
+# a kernel call this short is held by its fixed latency (launch to retire on the GPU), not by its grid
+SHORT_KERNEL_US = 4.0
 # LAUNCH's rule wherever the idle is known (a traced window, or PM's GPU busy), and what an unpriced LAUNCH waits for
 LAUNCH_IDLE_THRESHOLD = ("GPU idle > 50% of the step binds (graphed: above any other candidate's share; estimated "
                          f"off the floor: ≤ {EAGER_LAUNCH_US[1]:g} µs a launch); < 20% ruled out")
@@ -307,8 +309,9 @@ def _occupancy_by_counters(i: Inputs, thr: str, bw_ratio: float | None = None) -
 def _occupancy(i: Inputs, bw_ratio: float | None = None) -> Candidate:
     # GPU busy here is the traced kernels' share of the step where a window has them (the screen's OCCUPANCY
     # inputs say so where that share and PM's busy fall on two sides of 50%)
-    thr = (f"GPU busy ≥50% and either ≥{OCCUPANCY_SMALL_SHARE_PCT:g}% of kernel time in grids under 25% of the "
-           "SMs or SM active < half of it binds; < 10% in small grids (SM active ≥ 80% of busy) ruled out")
+    thr = (f"GPU busy ≥50% (the traced kernels' share of the step, else PM's) and either "
+           f"≥{OCCUPANCY_SMALL_SHARE_PCT:g}% of kernel time in grids under 25% of the SMs or SM active < half of "
+           "GPU busy binds; < 10% in small grids (SM active ≥ 80% of busy) ruled out")
     if i.small_grid_share_pct is None:
         return _occupancy_by_counters(i, thr, bw_ratio)
     ratio = None
@@ -376,6 +379,9 @@ def diagnose(i: Inputs, speedup: float | None = None, n: int | None = None) -> D
                         f"{occ.detail}; not what binds: the GPU's idle between replays is more of the step than the "
                         "small grids' share (LAUNCH)")
     cands = {"bandwidth": bw, "comm": comm, "launch": launch, "occupancy": occ}
+    if i.no_gpu:  # nothing a GPU would measure is asked for where there is none
+        cands = {k: c if c.value is not None else replace(c, detail="not priced: the target has no GPU")
+                 for k, c in cands.items()}
     if verdict(cands) == "unknown":
         cands = _kernels_are_the_cost(i, cands)
     ceiling = verdict(cands)
@@ -492,7 +498,8 @@ def _advice(ceiling: str, i: Inputs, floor: float | None, comm_ms: float | None,
             name, grid, us = hot
             cov = min(grid, i.sm_count or grid) / max(i.sm_count or grid, 1)
             save = us * (1 - cov) / 1e3
-            return ("reshape grids: split over another axis (context, value tiles, split-K), widen blocks",
+            return ("reshape grids: split over another axis (context, value tiles, split-K), widen blocks; fuse the "
+                    f"small grids of a few µs a call (under {SHORT_KERNEL_US:g} µs, more blocks do not shorten them)",
                     f"Widen {name} from {grid} blocks to ≥{i.sm_count or 'SM count'}: if its µs/token "
                     f"({us:.0f}) does not fall, it was not occupancy-bound.",
                     f"up to {save:.3g} ms/token from {name} alone ({us:.0f} µs at {100 * cov:.0f}% of the SMs)")
@@ -509,8 +516,10 @@ def _advice(ceiling: str, i: Inputs, floor: float | None, comm_ms: float | None,
     if missing and _kernels_fill_step(i, launch):
         top = i.top_kernel
         t = f" ({top[0]}, {top[1]:.0f} µs/token)" if top else ""
+        far = bool(floor) and ms / floor > BANDWIDTH_NEAR_RATIO  # too far above the floor for BANDWIDTH
         return (f"the kernels fill the step{t} and no ceiling binds at these numbers: measure {missing} to say "
-                "whether bytes or grids bind",
+                + ("whether grids bind (the floor is too far below the token for bytes to)" if far else
+                   "whether bytes or grids bind"),
                 (f"Measure {missing}: with small grids or SM active far below GPU busy it is OCCUPANCY (the token "
                  f"is {floor and ms / floor:.3g}× its bandwidth floor, too far for BANDWIDTH)."
                  if floor and ms / floor > BANDWIDTH_NEAR_RATIO else

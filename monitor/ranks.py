@@ -119,6 +119,11 @@ def combine(snaps: list) -> dict:
                 d = diagnose(replace(s.inputs, us_per_collective=min(link_us, s.inputs.us_per_collective)))
                 r["verdict_alone"], r["verdict"] = r["verdict"], d.ceiling
     return {"tp": len(rows), "ranks": rows, "slowest_rank": slowest["tp_rank"] if slowest else None,
+            # two waits, read off the same NCCL kernels: the steady one each call, and the long ones of a token
+            "waits_note": ("waits_for_peers_us_per_call: how much longer a rank's typical call (its kernel when not "
+                           "waiting) runs than the last-to-arrive rank's, every call; wait_ms_per_token: a token's "
+                           "calls beyond their typical length, the long waits for a late peer (ranks traced in the "
+                           "same tokens make them by turns)") if last else None,
             "last_to_arrive_rank": last[1]["tp_rank"] if last else None,
             "collective_us_per_call": last[1]["collectives"]["us_per_call"] if last else None,
             "slowest_ms_per_token": slowest["ms_per_token"] if slowest else None,

@@ -64,8 +64,10 @@ def headline(diagnosis, r: Rolling) -> tuple[str, str]:
     from decodemon.monitor.diagnosis import verdict  # noqa: PLC0415 - the rule lives with the candidates
 
     ceiling = verdict(diagnosis.candidates)
-    if r.ceiling in ("unknown", ceiling) or ceiling == "unknown":
+    if r.ceiling == ceiling or ceiling == "unknown":
         return ceiling, ""
+    if r.ceiling == "unknown":  # the history records a window's verdict, and none has named a ceiling yet
+        return ceiling, "binds on the span's figures; no window has named a ceiling yet, so the history is empty"
     won = r.streak if r.pending == ceiling else 0
     held = diagnosis.candidates.get(r.ceiling)
     now = (f"; the figures of the span now rule {r.ceiling.upper()} out" if held is not None and

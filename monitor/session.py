@@ -394,9 +394,11 @@ class Session:
             bw, bw_src = gpu.mem_bandwidth_gbs, "NVML peak (a spec figure, not measured)"
         last = wins[-1] if wins else None
         ksum = _median([w.kernel_sum_ms_per_token for w in wins]) if wins else None
-        small = [(r.short_name, r.grid_blocks, r.us_per_token) for r in (last.kernels if last else ())
-                 if r.grid_coverage_pct < 25 and not r.is_collective]  # as the small grids' share counts them
-        small.sort(key=lambda x: -x[2])
+        # as the small grids' share counts them; a kernel of a few µs a call is held by its fixed latency, which
+        # more blocks do not shorten (fusing it does): the longer calls lead, as the ones widening could speed up
+        rows = sorted((r for r in (last.kernels if last else ()) if r.grid_coverage_pct < 25 and not r.is_collective),
+                      key=lambda r: (r.us_mean < dx.SHORT_KERNEL_US, -r.us_per_token))
+        small = [(r.short_name, r.grid_blocks, r.us_per_token) for r in rows]
         coll_calls = _median([w.collective_calls_per_token for w in wins]) if wins else None
         with_coll = [w for w in wins if w.collective_calls_per_token]
         # the idle a collective adds around itself needs its launch calls, except inside a graph: an eager window

@@ -24,6 +24,11 @@ def test_the_headline_of_every_recording_stands_over_a_binding_candidate(path):
     if j["verdict"] != "unknown":
         assert j["candidates"][j["verdict"]]["state"] == BINDING, (j["verdict"], j["candidates"])
     assert j["ceiling"] == verdict(snap.diagnosis.candidates) == j["verdict"]
+    # a headline the recorded history does not end on is explained by the pending line, history or none
+    last = snap.rolling.history[-1].after if snap.rolling.history else "unknown"
+    if j["verdict"] not in ("unknown", last):
+        assert j["verdict_pending"], j
+        assert ("history is empty" in j["verdict_pending"]) == (not j["history"]), j
 
 
 def test_recordings_were_found():

@@ -178,6 +178,17 @@ def test_windows_in_the_same_token_make_a_rank_wait_and_the_group_view_sees_thro
     g = group(snaps, "tp2_eager_samewindow")
     assert g["collective_us_per_call"] < 6
     assert all(r["verdict"] == "launch" for r in g["ranks"])
+    # the two waits the JSON gives are told apart: a steady µs a call, and a token's long waits by turns
+    waits = [r["collectives"]["wait_ms_per_token"] for r in g["ranks"]]
+    assert min(waits) > 1 and max(r["collectives"]["waits_for_peers_us_per_call"] for r in g["ranks"]) < 1
+    assert "waits_for_peers_us_per_call" in g["waits_note"] and "by turns" in g["waits_note"]
+    for stem in ("tp2_eager_samewindow_rank0", "tp2_eager_samewindow_rank1"):  # the share says what it leaves out
+        j = summary_json(snaps[stem])
+        wait = snaps[stem].inputs.collective_wait_ms_per_token
+        assert j["kernel_share_of_step_pct"] == pytest.approx(
+            100 * (j["kernel_sum_ms_per_token"] - wait) / snaps[stem].inputs.ms_per_token, abs=0.2)
+        assert f"less {wait:.3g} ms/token of collectives waiting" in j["kernel_share_of_step_note"]
+    assert summary_json(snaps["tp2_graph_rank0"])["kernel_share_of_step_note"] is None
     # staggered by rank (what attach and the TP script do now), no window of either rank waited
     for n in ("tp2_eager_rank0", "tp2_eager_rank1"):
         p = RecordingPlayer(str(rec(n)))

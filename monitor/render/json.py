@@ -68,14 +68,19 @@ def _busy_json(s: Snapshot) -> dict:
     """GPU busy from each instrument, with PM's other counters."""
     from decodemon.monitor.probe_status import pm_silence  # with the feed, not the app (it loads the probe's policy)
 
-    w, c = s.window, s.pm_check
+    w, c, i = s.window, s.pm_check, s.inputs
     return {
         "gpu_busy_pct": _r(s.gpu_busy_pct, 1),
-        "gpu_busy_source": s.busy_source,
+        "gpu_busy_source": s.busy_source if s.gpu_busy_pct is not None else None,
         "pm_gpu_busy_pct": round(s.pm["gpu_busy_pct"], 1) if s.pm else None,
         "pm_silent": pm_silence(s),  # PM armed with no sample: for how long, and what that leaves
         "traced_gpu_busy_pct": round(w.gpu_busy_pct, 1) if w else None,
         "kernel_share_of_step_pct": _r(s.kernel_share_pct, 1),
+        # the traced kernels' share counts a collective spinning while it waits for a late peer as the step's idle
+        "kernel_share_of_step_note": (f"the traced kernels less {i.collective_wait_ms_per_token:.3g} ms/token of "
+                                      "collectives waiting for a late peer (the step's idle, as LAUNCH counts it)"
+                                      if i is not None and i.ms_per_token and i.collective_wait_ms_per_token
+                                      and i.collective_wait_ms_per_token >= 0.01 * i.ms_per_token else None),
         "kernels_past_step": kernels_past_step(s) or None,  # the traced kernels' sum over the median step: why
         # GPU busy over the same PM samples inside the traced tokens: PM's counter and the traced kernels' union
         "pm_vs_window": ({"samples": c.samples, "pm_gpu_busy_pct": round(c.pm_busy_pct, 1),

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from decodemon.monitor.analysis.agreement import busy_disagreement, kernels_past_step
 from decodemon.monitor.diagnosis import ORDER
+from decodemon.monitor.rolling import headline
 from decodemon.monitor.safe_text import markdown as md
 from decodemon.monitor.safe_text import markdown_code, visible_lines
 from decodemon.monitor.render.text import counted, in_marks, rejected_text
@@ -106,11 +107,9 @@ def diagnosis_markdown(s: Snapshot) -> str:
         them = "it" if s.rejected_frames == 1 else "them"
         out += [f"{md(rejected_text(s))}: the figures below are read without {them}.", ""]
     out += [f"## Binding ceiling: **{d.ceiling.upper()}**", ""]
-    r = s.rolling
-    if r.ceiling not in ("unknown", d.ceiling):
-        won = r.streak if r.pending == d.ceiling else 0
-        out += [f"The rolling verdict is still {r.ceiling.upper()}: the latest figures say {d.ceiling.upper()}, and "
-                f"a new ceiling must win {r.hold} windows in a row to replace it ({won} so far).", ""]
+    _, pending = headline(d, s.rolling)
+    if pending:  # the screen's and --json's words
+        out += [f"{d.ceiling.upper()} {md(pending)}.", ""]
     out += _figures(s)
     out += ["", "## The four candidates", "", "| ceiling | state | number | threshold | detail |",
             "|---|---|---|---|---|"]

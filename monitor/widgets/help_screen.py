@@ -37,10 +37,12 @@ hot kernels, column by column:
                block size, registers and shared memory, as a share of
                the most warps an SM can hold
 
-GPU busy, SM active and DRAM % come from PM counters, which cover the
-whole GPU: when two engines share one GPU they are device-wide.
-Launches, kernel times, grids and gaps come from traced windows and
-belong to one process.
+SM active and DRAM % come from PM counters, which cover the whole GPU:
+when two engines share one GPU they are device-wide. GPU busy comes
+from PM too where it samples, else from the traced kernels' time over
+ms/token; the screen names its source beside it. Launches, kernel
+times, grids and gaps come from traced windows and belong to one
+process.
 """
 
 

@@ -38,7 +38,7 @@ class LaunchesPanel(Panel):
                                              else "not traced yet (from an attach's second window on)")
                          + "\n", style="dim")
             per = s.diagnosis.us_per_launch
-            t.append(f"{num(per, '.2f')} µs idle per launch\n", style="yellow")
+            t.append(f"{num(per, '.2f')} µs idle per kernel\n", style="yellow")
             if s.dropped_records:
                 t.append(f"{s.dropped_records} records dropped or invalid\n", style="red")
             hist = (s.series or {}).get("launches_per_token", ())

@@ -66,7 +66,9 @@ def still_measured(s) -> str:
             f" in the last {s.span_s:.1g} s"
         parts.append(f"{s.tokens.tokens} tokens timed{span} at {s.tokens.ms_per_token:.3f} ms/token median ({clock})")
     else:
-        parts.append("tokens and ms/token from the engine's clock, once it decodes")
+        hint = (" (with no GPU steps to find, a loop that marks no token has no clock: an engine adapter, "
+                "mark_token() or --token-range NAME gives it one)" if has_no_gpu(s) else "")
+        parts.append(f"tokens and ms/token from the engine's clock, once it decodes{hint}")
     if s.pm:
         parts.append("GPU busy, SM active and DRAM from PM counters")
     if s.nvml:

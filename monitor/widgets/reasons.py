@@ -119,7 +119,7 @@ def _launch(s, c) -> str:
         waiting = f"; less {wait:.3g} ms NCCL waiting for a peer" if wait >= 0.01 * i.ms_per_token else ""
         out = (f"GPU idle {idle:.3g} ms = {i.ms_per_token:.4g} {per(s)} (median) − {kernels:.3g} ms "
                f"of kernels ({_windows(s)}{waiting}), {100 * idle / i.ms_per_token:.0f}% of the step, ÷ "
-               f"{i.launches_per_token:.0f} launches/{unit(s)} (traced)")
+               f"{i.launches_per_token:.0f} kernels/{unit(s)}, each a launch (traced)")
         past = kernels_past_step(s)
         if past:
             out += f"; ⚠ {past}"
@@ -180,7 +180,8 @@ def decides(s) -> str:
     ceiling, _ = headline(s.diagnosis, s.rolling)
     if has_no_gpu(s):
         return ("no GPU in the target: bandwidth, launches and grids cannot be priced, and no ceiling is claimed; "
-                "ms/token is the figure measured")
+                + ("ms/token is the figure measured" if s.tokens is not None else
+                   "ms/token is the figure, once a token is marked"))
     binding = [k for k in ORDER if cands[k].state == BINDING]
     order = ", ".join(k.upper() for k in ORDER)
     if len(binding) > 1:

@@ -140,12 +140,15 @@ class TimelinePanel(Panel):
             if apart:
                 t.append(f"\n⚠ {apart}", style="yellow")
         t.append("\nidle gaps: ")
-        t.append(f"host launched late {100 * g['host_late'] / total:.0f}%", style="bold red")
-        t.append(f" · short {100 * g['short'] / total:.0f}% · other {100 * g['other'] / total:.0f}%")
-        if "unsplit" in g:
-            t.append(f" · not split (no launch calls traced) {100 * g['unsplit'] / total:.0f}%", style="dim")
+        # each share kept with its words (a no-break space): a wrapped line never starts with a bare "0%"
+        parts = [] if "unsplit" in g and not g["host_late"] else [("host launched late", "host_late", "bold red")]
+        parts += [("short", "short", ""), ("other", "other", "")]
+        if "unsplit" in g:  # no launch calls traced: the host's lateness is not measured, not 0%
+            parts.append(("not split (no launch calls traced)", "unsplit", "dim"))
         if g.get("tracing"):
-            t.append(f" · tracing {100 * g['tracing'] / total:.0f}%", style="dim")
+            parts.append(("tracing", "tracing", "dim"))
+        for n, (words, key, style) in enumerate(parts):
+            t.append((" · " if n else "") + f"{words}\u00a0{100 * g[key] / total:.0f}%", style=style)
         for i, part in enumerate(observer_parts(s.observer)):
             t.append(("\n" if i == 0 else "") + part, style="dim")
         self.put(t)
