@@ -88,10 +88,17 @@ def parse_expect(text: str) -> tuple[str, float]:
             v = float(s[:-2])
             if v > 0 and math.isfinite(v):
                 return "ms", v
+            if v <= 0:
+                raise LedgerError(f"--expect {text}: a token cannot take {v:g} ms; --expect takes the ms/token "
+                                  "expected after the change, above 0 (3.9ms), or a change in percent (-60%)")
         elif s:
             v = float(s[:-1] if s.endswith("%") else s)
             if -100 < v and math.isfinite(v):  # ms/token cannot fall by all of itself
                 return "pct", v
+            if v <= -100:
+                raise LedgerError(f"--expect {text}: a time cannot fall by 100% or more (-100% would be no time at "
+                                  "all); --expect takes a fall above -100%, e.g. -60%, or the ms/token expected "
+                                  "after the change (3.9ms)")
     except ValueError:
         pass
     raise LedgerError(f"--expect takes a change in percent (-60%) or the ms/token expected after it (3.9ms), "
@@ -314,6 +321,17 @@ def grade(pred: dict, summary: dict, now: float | None = None) -> dict:
     return seal({"kind": "grade", "at": now_iso(now), "source": pred["source"], "prediction": pred_id(pred),
                  "grade": g, **extra, "measured_pct": round(measured, 3), "new_ceiling": after["verdict"],
                  "text": text, "state": after})
+
+
+def none_open(path, entries: list[dict], source: str | None = None) -> str:
+    """Why there is no open prediction to grade, in one line: the label looked for (when one was), and the labels
+    that do have open predictions, or that none does."""
+    labels = sorted({e["source"] for e in open_predictions(entries)})
+    if source is None:
+        return f"no open prediction in {path} (`decodemon predict` writes one)"
+    if not labels:
+        return f"no open prediction for {source} in {path}, nor for any other loop (`decodemon predict` writes one)"
+    return f"no open prediction for {source} in {path}; open ones are for {', '.join(labels)} (--label NAME picks one)"
 
 
 def open_predictions(entries: list[dict], source: str | None = None) -> list[dict]:

@@ -51,3 +51,24 @@ def test_kernels_that_fill_the_step_far_above_the_floor_ask_for_the_grids_not_th
 def test_figures_that_price_nothing_exit_3():
     r = cli("diagnose", "--launches-per-token", 100)
     assert r.returncode == 3 and "ceiling: UNKNOWN" in r.stdout
+
+
+def test_a_serial_fraction_alone_is_priced_and_exits_0_as_the_help_says():
+    r = cli("diagnose", "--speedup", 1.5, "--n", 2)
+    assert r.returncode == 0 and "serial fraction: 0.333" in r.stdout, r.stderr
+    js = cli("diagnose", "--speedup", 1.5, "--n", 2, "--json")
+    assert js.returncode == 0 and json.loads(js.stdout)["serial_fraction"] == pytest.approx(1 / 3, abs=1e-4)
+    epilog = " ".join(cli("diagnose", "--help").stdout.split())
+    assert "0 when a candidate or the serial fraction (--speedup with --n) could be priced" in epilog
+    assert "3 when neither could" in epilog
+
+
+@pytest.mark.parametrize("text", ["abc", "1e9x", "1_0", "0x10"])
+def test_a_figure_that_is_not_a_number_is_refused_with_a_true_description(text):
+    from tests.conftest import assert_one_line_error
+
+    r = cli("diagnose", "--ms-per-token", text)
+    assert_one_line_error(r)
+    assert f"--ms-per-token must be a number, e.g. 3.93 or 1.2e9, not '{text}'" in r.stderr
+    assert "digits 0-9" not in r.stderr  # an exponent is accepted, so the message does not say digits only
+    assert cli("diagnose", "--ms-per-token", 0.5, "--bytes-per-token", "1.2e9", "--bandwidth-gbs", 4081).returncode == 0

@@ -237,3 +237,44 @@ def test_attach_of_a_missing_pid_says_so_before_asking_for_a_terminal():
                        text=True, stdin=subprocess.DEVNULL, timeout=60)  # no terminal either
     assert_one_line_error(r)
     assert "no process with pid 4000000" in r.stderr
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--replay", "--tokens", "5"], "--tokens sets what the live engines decode, and --replay plays the bundled"),
+    (["--replay", "--tokens", "0", "--json"], "--tokens sets what the live engines decode"),
+    (["--replay", "--json", "--seconds", "3"], "--seconds with --json is how long the live engines are watched"),
+    (["--json", "--speed", "2"], "--speed plays the recordings in the app, and --json draws no app"),
+    (["--replay", "--json", "--refresh", "1"], "--refresh is the app's screen refresh, and --json draws no app"),
+])
+def test_demo_refuses_an_option_it_would_ignore_in_one_line(args, words, tmp_path):
+    r = cli("demo", *args, cwd=tmp_path, stdin=subprocess.DEVNULL)
+    assert_one_line_error(r)
+    assert words in r.stderr and r.stdout == ""
+
+
+def test_demo_with_no_gpu_refuses_tokens_and_with_a_gpu_refuses_speed(monkeypatch, capsys):
+    from decodemon.monitor import cli as cli_pkg, demo
+
+    monkeypatch.setattr(demo, "gpu_available", lambda: False)
+    assert cli_pkg.main(["demo", "--tokens", "5", "--json"]) == 2
+    assert "with no GPU here the bundled recordings play: drop --tokens" in capsys.readouterr().err
+    monkeypatch.setattr(demo, "gpu_available", lambda: True)
+    monkeypatch.setattr(demo, "demo_engines", lambda *_: pytest.fail("the engines started"))
+    assert cli_pkg.main(["demo", "--speed", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--speed is the recordings' playback speed" in err[0] and "--replay" in err[0]
+
+
+def test_scaling_refuses_one_recording_given_twice(tmp_path):
+    rec = tmp_path / "cpu.dmon"
+    rec.write_bytes(REC["eager"].read_bytes())
+    (tmp_path / "link.dmon").symlink_to(rec)
+    (tmp_path / "sub").mkdir()
+    for one, many in (("cpu.dmon", "cpu.dmon"), ("cpu.dmon", "./sub/../cpu.dmon"), ("cpu.dmon", "link.dmon"),
+                      ("cpu.dmon", rec)):
+        r = cli("scaling", one, many, "--n", 2, cwd=tmp_path)
+        assert_one_line_error(r)
+        assert "are the same recording" in r.stderr and r.stdout == ""
+    r = cli("scaling", "nope.dmon", "nope.dmon", "--n", 2, cwd=tmp_path)
+    assert_one_line_error(r)
+    assert "no such recording" in r.stderr

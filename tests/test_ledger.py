@@ -184,6 +184,9 @@ def test_report_finds_a_prediction_sealed_with_a_label_and_names_it_when_not_giv
 @pytest.mark.parametrize("args, words", [
     (["--change", "x", "--expect", "sixty"], "--expect takes"),
     (["--change", "x", "--expect", "-100%"], "--expect takes"),
+    (["--change", "x", "--expect", "-150%"], "--expect -150%: a time cannot fall by 100% or more"),
+    (["--change", "x", "--expect", "-100"], "a time cannot fall by 100% or more"),
+    (["--change", "x", "--expect", "0ms"], "--expect 0ms: a token cannot take 0 ms"),
     (["--change", "x", "--expect", "nan"], "--expect takes"),
     (["--change", " ", "--expect", "-5%"], "--change says what you will change"),
     (["--change", "x", "--expect", "-5%", "--ceiling", "vibes"], "--ceiling is one of"),
@@ -292,3 +295,22 @@ def test_an_unwritable_ledger_is_one_line_before_the_attach(tmp_path):
         assert not (tmp_path / "no-such-dir").exists()
     finally:
         e.stop()
+
+
+def test_grade_names_the_label_it_looked_for_and_the_labels_open(tmp_path, capsys):
+    path = tmp_path / "l.jsonl"
+    assert main(["grade", REC["graph"], "--label", "nosuch", "--ledger", path]) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"decodemon grade: no open prediction for nosuch in {path}, nor for any other loop "
+                   "(`decodemon predict` writes one)"]
+    assert main(["predict", REC["eager"], "--label", "my loop", "--change", "x", "--expect", "-80%",
+                 "--ledger", path]) == 0
+    capsys.readouterr()
+    assert main(["grade", REC["graph"], "--label", "nosuch", "--ledger", path]) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"decodemon grade: no open prediction for nosuch in {path}; open ones are for my loop "
+                   "(--label NAME picks one)"]
+    assert main(["grade", REC["graph"], "--ledger", path]) == 3  # the recording's own label: not open either
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"in {path}; open ones are for my loop" in err[0]
+    assert [e["kind"] for e in ledger.read(path)[0]] == ["prediction"]  # nothing graded

@@ -46,8 +46,8 @@ def number(name: str, s, integer: bool = False):
     if not text.isascii():
         raise argparse.ArgumentTypeError(f"{name} must be written in ASCII digits, not {visible(text)!r}")
     if not (INTEGER if integer else DECIMAL).fullmatch(text):
-        kind = "a whole number" if integer else "a number"
-        raise argparse.ArgumentTypeError(f"{name} must be {kind} in digits 0-9, not {visible(text)!r}")
+        kind = "a whole number in digits 0-9," if integer else "a number, e.g. 3.93 or 1.2e9,"
+        raise argparse.ArgumentTypeError(f"{name} must be {kind} not {visible(text)!r}")
     return int(text) if integer else float(text)
 
 

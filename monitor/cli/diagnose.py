@@ -9,8 +9,9 @@ def add(sub) -> None:
     """Register the verb."""
     p = sub.add_parser("diagnose", help="the verdict from numbers alone (no GPU)",
                        description="Name the binding ceiling from figures you measured yourself.",
-                       epilog="Exit status: 0 when a candidate could be priced from the figures given (the "
-                              "ceiling may still be UNKNOWN), 3 when none could, 2 for bad input.")
+                       epilog="Exit status: 0 when a candidate or the serial fraction (--speedup with --n) could be "
+                              "priced from the figures given (the ceiling may still be UNKNOWN), 3 when neither "
+                              "could, 2 for bad input.")
     p.add_argument("--ms-per-token", type=bounded("--ms-per-token", 0, 1e7), metavar="MS",
                    help="the step, token to token")
     p.add_argument("--launches-per-token", type=bounded("--launches-per-token", 0, 1e9), metavar="N",
@@ -72,5 +73,5 @@ def run(a) -> int:
         print_json(d.as_json())
     else:
         print(diagnose_text(d))
-    priced = any(c.value is not None for c in d.candidates.values()) or a.speedup is not None
-    return 0 if priced else 3  # no candidate priced: nothing the figures given could measure
+    priced = any(c.value is not None for c in d.candidates.values()) or d.serial_fraction is not None
+    return 0 if priced else 3  # no candidate and no serial fraction priced: nothing the figures given could measure

@@ -31,16 +31,14 @@ def run(a) -> int:
     """Measure, grade, append, print the grade; exit 3 when there is no open prediction for the loop."""
     try:
         entries = read_ledger(a.ledger)
-        if not ledger.open_predictions(entries):
-            say("grade", f"no open prediction in {a.ledger} (`decodemon predict` writes one)")
+        if not ledger.open_predictions(entries, a.label):  # --label: its own, known before the attach
+            say("grade", ledger.none_open(a.ledger, entries, a.label))
             return 3
         ledger.check_writable(a.ledger)  # before the attach, not after it
         summary, label = measure(a)
         todo = ledger.open_predictions(entries, label)
         if not todo:
-            labels = sorted({e["source"] for e in ledger.open_predictions(entries)})
-            say("grade", f"no open prediction for {label}; open ones are for {', '.join(labels)} "
-                         "(--label NAME picks one)")
+            say("grade", ledger.none_open(a.ledger, entries, label))
             return 3
         g = ledger.grade(todo[-1], summary)
         ledger.append(a.ledger, g)

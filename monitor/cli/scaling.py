@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from decodemon.monitor.cli._common import UsageError, bounded, print_json
@@ -71,8 +72,21 @@ def scaling_result(a, s1, sn) -> dict:
     return res
 
 
+def _same_source(one: str, many: str) -> bool:
+    """Both arguments name one file: the same resolved path, or one file under two names (a hard link)."""
+    if Path(one).resolve() == Path(many).resolve():
+        return True
+    try:
+        return os.path.samefile(one, many)
+    except OSError:
+        return False
+
+
 def run(a) -> int:
     """Print the serial fraction."""
+    if Path(a.one).is_file() and _same_source(a.one, a.many):
+        raise UsageError(f"decodemon scaling: {a.one} and {a.many} are the same recording: the serial fraction "
+                         "compares two runs at different rank counts, so give two recordings")
     res = scaling_result(a, _timed(a.one), _timed(a.many))
     if a.json:
         print_json(res)
