@@ -21,7 +21,8 @@ decodemon keys
   s      export the screen as SVG, named after the sources shown
   d      write DIAGNOSIS-<source>.md for each source
   v      how the verdict was reached: each candidate's threshold and
-         inputs with their sources, whatever the width (escape: back)
+         inputs with their sources, whatever the width, for the side
+         that has focus (tab picks the other; escape: back)
   ?      this help (↑ ↓, PgUp PgDn, Home End scroll it; escape, q or ?
          close it)
   q      quit
