@@ -415,14 +415,16 @@ def ledger_markdown(entries: list[dict], source: str | None = None, current: dic
     if not preds:
         return "\n".join(lines + ["No prediction is written down yet: `decodemon predict SOURCE --change ... "
                                   "--expect -N%` before the next change.", ""])
-    lines += ["| sealed | source | binds | change | expected | measured | grade | ceiling after | id |",
+    lines += ["| sealed | source | ceiling at sealing | change | expected | measured | grade | ceiling after | id |",
               "|---|---|---|---|---|---|---|---|---|"]
     for i, p in preds:
         gi, g = grades.get(pred_id(p), (None, None))
         measured = f"{g['measured_pct']:+.1f}% ({_ms(p['state']['ms_per_token'])} → {_ms(g['state']['ms_per_token'])} ms)" \
             if g else "open"
         # every text of an entry is the file's (a loop's argv, what a user typed): escaped for the table
-        lines.append(f"| {md(p['at'])} | {md(p['source'])} | {md(str(p['ceiling']).upper())} "
+        named, seen = str(p["ceiling"]).upper(), str(p["state"].get("verdict", "unknown")).upper()
+        ceiling = named if named == seen else f"{named} named by you (measured: {seen})"
+        lines.append(f"| {md(p['at'])} | {md(p['source'])} | {md(ceiling)} "
                      f"({_ms(p['state']['ms_per_token'])} ms) | {md(p['change'])} "
                      f"| {p['expect_pct']:+.0f}% ± {p['tolerance_pct']:g} | {measured} "
                      f"| {md(grade_words(g)) if g else '—'} | {md(str(g['new_ceiling']).upper()) if g else '—'} "

@@ -133,6 +133,10 @@ def test_the_ledger_as_a_markdown_section(eager, graph):
     assert "| wrong (the predicted direction, 20.8 points further than predicted) | OCCUPANCY |" in row
     assert "stale" not in md  # the prediction is graded: its grade holds it against what came after
     assert "No prediction is written down yet" in ledger.ledger_markdown([])
+    # a ceiling the user named over the one measured is said as theirs, beside the measured one
+    named = ledger.prediction(eager, "engine_adapter/demo.py", "quantize", "-10%", "bandwidth", now=0)
+    row = next(ln for ln in ledger.ledger_markdown([named]).splitlines() if "quantize" in ln)
+    assert "BANDWIDTH named by you (measured: LAUNCH) (20.4 ms)" in row, row
 
 
 def test_a_ceiling_unknown_before_and_after_grades_the_reason_unmeasured_not_other(eager):
