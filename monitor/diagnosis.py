@@ -36,7 +36,8 @@ KERNELS_FILL_STEP = 0.8
 SHORT_KERNEL_US = 4.0
 # LAUNCH's rule wherever the idle is known (a traced window, or PM's GPU busy), and what an unpriced LAUNCH waits for
 LAUNCH_IDLE_THRESHOLD = ("GPU idle > 50% of the step binds (graphed: above any other candidate's share; estimated "
-                         f"off the floor: ≤ {EAGER_LAUNCH_US[1]:g} µs a launch); < 20% ruled out")
+                         f"off the floor: {EAGER_LAUNCH_US[0]:g}–{EAGER_LAUNCH_US[1]:g} µs a launch); "
+                         "< 20% ruled out")
 LAUNCH_IDLE_RULED_OUT = 0.2  # the idle share under which LAUNCH is ruled out (LAUNCH_IDLE_THRESHOLD)
 
 
@@ -267,13 +268,16 @@ def _launch_priced(i: Inputs, floor: float | None) -> tuple[Candidate, float | N
         gap = max(i.ms_per_token - floor, 0.0)
         per = gap * 1e3 / n
         share = gap / i.ms_per_token
-        fits = per <= hi  # launches at an eager launch's cost could fill that gap
+        fits = lo <= per <= hi  # launches at an eager launch's cost could fill that gap
         # an estimate, not a measured idle: more than launches can explain is the host's other work or slow
         # kernels, which only kernel time tells apart, so it leaves LAUNCH unknown, not ruled out
         state = (RULED_OUT if share < LAUNCH_IDLE_RULED_OUT else BINDING if fits and share >= 0.5 else UNKNOWN)
         detail = (f"no kernel time traced: the idle taken as the step over the floor, ({i.ms_per_token:.4g} − "
                   f"{floor:.3g}) ms = {100 * share:.0f}% of the step; ÷ {n:.0f} launches = {per:.3g} µs each, "
                   + (f"within the {lo:g}–{hi:g} µs an eager launch costs" if fits else
+                     f"less than the {lo:g} µs an eager launch costs at least: a host launching them one by one "
+                     "could not fit them in the step (a replayed graph launches them together), and the kernels' "
+                     "time (a traced window) tells slow kernels from the host's other work" if per < lo else
                      f"more than the {hi:g} µs an eager launch costs at most: launches alone do not explain it, "
                      "and the kernels' time (a traced window) tells the host's other work from slow kernels"))
         return Candidate(per, "µs/launch", LAUNCH_IDLE_THRESHOLD, state, detail), per

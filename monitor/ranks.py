@@ -118,7 +118,14 @@ def combine(snaps: list) -> dict:
             if s.inputs is not None and s.inputs.us_per_collective is not None and s.inputs.collectives_per_token:
                 d = diagnose(replace(s.inputs, us_per_collective=min(link_us, s.inputs.us_per_collective)))
                 r["verdict_alone"], r["verdict"] = r["verdict"], d.ceiling
+    # ranks of one run are watched over the same seconds; spans that end further apart than a span are two runs
+    ends = [s.span_end_unix_s for s in snaps_by_rank if s.span_end_unix_s is not None]
+    span = max((s.span_s or 0.0) for s in snaps_by_rank) if snaps_by_rank else 0.0
+    apart = (max(ends) - min(ends)) if len(ends) > 1 else 0.0
+    not_one_run = (f"the ranks' spans end {apart:.0f} s apart: not one run's ranks, so the group's comparisons "
+                   "between them (slowest rank, who waits) are not a straggler's") if apart > max(span, 1.0) else None
     return {"tp": len(rows), "ranks": rows, "slowest_rank": slowest["tp_rank"] if slowest else None,
+            "not_one_run": not_one_run,
             # two waits, read off the same NCCL kernels: the steady one each call, and the long ones of a token
             "waits_note": ("waits_for_peers_us_per_call: how much longer a rank's typical call (its kernel when not "
                            "waiting) runs than the last-to-arrive rank's, every call; wait_ms_per_token: a token's "

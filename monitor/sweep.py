@@ -29,6 +29,8 @@ from decodemon.probes import wire
 from decodemon.monitor import agent_socket
 
 PLACEHOLDER = "{depth}"
+MS_NOTE = ("each point's ms_per_token is the median token of the span its run was watched over, and each depth "
+           "band's the median of that band's tokens")
 FLAT_GROWTH = 1.15  # median ms/token growing less than this from the shallowest to the deepest depth: the ends agree
 NOISY_SPREAD = 1.3  # ...unless the depths between spread this much: then the curve is noise, not flat
 # ...else the rise is set against what the extra bytes per token cost at the device's bandwidth: under
@@ -217,7 +219,8 @@ def sweep(template: str, depths, reference: str | None = None, seconds: float = 
             points.append(pt)
             if on_point:
                 on_point(pt)
-    result = {"commands": dict(commands), "depths": depths, "seconds": seconds, "points": points}
+    result = {"commands": dict(commands), "depths": depths, "seconds": seconds, "ms_per_token_note": MS_NOTE,
+              "points": points}
     result["divergence"] = divergence(points)
     return result
 
@@ -247,7 +250,7 @@ def replay(outdir) -> dict:
         pt = _point(collect(str(d / p["recording"])), p["command"], p["depth"])
         pt["recording"] = p["recording"]
         points.append(pt)
-    result = {**old, "points": points}
+    result = {**old, "ms_per_token_note": MS_NOTE, "points": points}
     result["divergence"] = divergence(points)
     return result
 

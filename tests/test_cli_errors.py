@@ -278,3 +278,13 @@ def test_scaling_refuses_one_recording_given_twice(tmp_path):
     r = cli("scaling", "nope.dmon", "nope.dmon", "--n", 2, cwd=tmp_path)
     assert_one_line_error(r)
     assert "no such recording" in r.stderr
+
+
+def test_scaling_refuses_two_models():
+    from tests.conftest import DATA
+
+    r = cli("scaling", DATA / "h200_tp1_graph_rank0.dmon", DATA / "h200_tp2_graph_llama8b_rank0.dmon")
+    assert_one_line_error(r)
+    assert "is qwen3-0.6b and" in r.stderr and "is llama-8b" in r.stderr and r.stdout == ""
+    r = cli("scaling", DATA / "h200_tp1_graph_rank0.dmon", DATA / "h200_tp2_graph_rank0.dmon")
+    assert r.returncode == 0 and "serial fraction" in r.stdout, r.stderr

@@ -57,6 +57,11 @@ def test_launch_has_one_rule_worded_once_whatever_prices_its_idle():
     assert far.candidates["launch"].state == dx.UNKNOWN and "do not explain" in far.candidates["launch"].detail
     assert far.ceiling == "unknown" and "kernels' time per token" in far.remedy
     assert "kernels fill the step" not in far.remedy + far.falsify  # no kernel time was given
+    # too many launches for the gap: under an eager launch's least cost a host could not have launched them one by
+    # one (the graphed step's 1864 kernels in 3.93 ms), so the estimate does not bind LAUNCH either
+    quick = dx.diagnose(dx.Inputs(ms_per_token=3.93, launches_per_token=1864, bytes_per_token=1.2e9,
+                                  bandwidth_gbs=4081)).candidates["launch"]
+    assert quick.state == dx.UNKNOWN and "less than the 5 µs an eager launch costs at least" in quick.detail
 
 
 def test_one_diagnosis_reads_the_steps_idle_one_way_for_launch_and_occupancy():

@@ -254,3 +254,15 @@ def test_the_replay_adapter_counts_only_while_attached_and_leaves_a_later_wrappe
     Graph.replay = theirs
     cuda_graphs.uninstall()
     assert Graph.__dict__["replay"] is theirs
+
+
+def test_a_cpu_targets_step_clock_note_holds_its_steps_against_no_gpu_window():
+    from types import SimpleNamespace
+
+    from decodemon.monitor.diagnosis import Inputs
+    from decodemon.monitor.render.json import _clock_note
+
+    gpu = _clock_note(SimpleNamespace(token_clock="step_starts", inputs=Inputs(ms_per_token=1.0)))
+    cpu = _clock_note(SimpleNamespace(token_clock="step_starts", inputs=Inputs(ms_per_token=1.0, no_gpu=True)))
+    assert "held against the GPU's steps in the traced windows" in gpu
+    assert "GPU's steps" not in cpu and cpu.endswith("(no GPU: no traced window)")

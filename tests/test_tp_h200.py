@@ -231,3 +231,12 @@ def test_serial_fraction_from_the_h200_recordings(tmp_path):
     assert small["speedup"] < 1 and not small["amdahl_applies"]
     eager = scaling("tp1_eager_rank0", "tp2_eager_rank0")
     assert eager["speedup"] < 1 and not eager["amdahl_applies"]
+
+
+def test_ranks_of_two_runs_are_named_as_not_one_group(snaps):
+    """Rank 0 of one run beside rank 1 of another (recorded 546 s earlier): the group says they are not one run's
+    ranks, where every real pair's spans end within a span of each other."""
+    mixed = combine([snaps["tp2_eager_rank0"], snaps["tp2_eager_samewindow_rank1"]])
+    assert "546 s apart: not one run's ranks" in mixed["not_one_run"]
+    for stem in ("tp2_eager", "tp2_eager_samewindow", "tp2_graph", "tp2_graph_llama8b"):
+        assert group(snaps, stem)["not_one_run"] is None, stem

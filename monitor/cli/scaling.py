@@ -87,7 +87,12 @@ def run(a) -> int:
     if Path(a.one).is_file() and _same_source(a.one, a.many):
         raise UsageError(f"decodemon scaling: {a.one} and {a.many} are the same recording: the serial fraction "
                          "compares two runs at different rank counts, so give two recordings")
-    res = scaling_result(a, _timed(a.one), _timed(a.many))
+    s1, sn = _timed(a.one), _timed(a.many)
+    m1, mn = (s.model.name if s.model else None for s in (s1, sn))
+    if m1 and mn and m1 != mn:  # a serial fraction compares one model at two rank counts
+        raise UsageError(f"decodemon scaling: {a.one} is {m1} and {a.many} is {mn}: the serial fraction compares "
+                         "one model at two rank counts")
+    res = scaling_result(a, s1, sn)
     if a.json:
         print_json(res)
         return 0

@@ -60,6 +60,14 @@ def kernel_rows_json(w: WindowMetrics | None, sm_count: int, kernels: int = 15) 
     ]
 
 
+def _clock_note(s: Snapshot) -> str | None:
+    """What the token clock is; a target with no GPU has no traced windows to hold its steps against."""
+    note = CLOCK_NOTES.get(s.token_clock)
+    if note and s.inputs is not None and s.inputs.no_gpu:
+        note = note.replace(", held against the GPU's steps in the traced windows", " (no GPU: no traced window)")
+    return note
+
+
 def _r(x: float | None, nd: int) -> float | None:
     return round(x, nd) if x is not None else None
 
@@ -131,7 +139,7 @@ def summary_json(s: Snapshot, kernels: int = 15) -> dict:
         "clock_unit": unit(s) if tk else None,
         "tokens_per_s": round(tk.tokens_per_s, 2) if tk else None,
         "token_clock": s.token_clock or None,
-        "token_clock_note": CLOCK_NOTES.get(s.token_clock),
+        "token_clock_note": _clock_note(s),
         # the steps (or tokens) the rate and its p90 and p99 rest on, and the seconds they cover where the clock
         # has boundaries of its own (a clock that counts more than the span reaches back for them); provisional
         # under PROVISIONAL_STEPS

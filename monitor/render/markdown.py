@@ -94,10 +94,11 @@ def diagnosis_markdown(s: Snapshot) -> str:
     What the target or the recording supplied (the source's name, the GPU's, the reason it ended, kernel names)
     is escaped: it can make no link, HTML or table cell, and sends no escape sequence to a terminal."""
     d, w = s.diagnosis, s.window
+    source = f"pid {s.label}" if s.label.isdigit() else s.label  # a pid attached by its number alone
     out = [
         "# DIAGNOSIS",
         "",
-        f"Source: {md(s.label)} · device: {md(s.device)}{f' ({s.sm_count} SMs)' if s.sm_count else ''} · written "
+        f"Source: {md(source)} · device: {md(s.device)}{f' ({s.sm_count} SMs)' if s.sm_count else ''} · written "
         f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())} by decodemon",
         "",
     ]
@@ -128,7 +129,8 @@ def diagnosis_markdown(s: Snapshot) -> str:
                        f"| {r.us_per_token:.0f} "
                        f"| {r.idle_sm_us_per_token:.0f} | {r.grid_blocks}/{s.sm_count} "
                        f"| {r.grid_coverage_pct:.0f}% | {r.occupancy_pct:.0f}% |")
-    out += ["", "## First change and predicted win", "", f"- remedy: {d.remedy}", f"- prediction: {d.predicted_win}",
+    out += ["", "## First change and predicted win", "", f"- remedy: {d.remedy}",
+            f"- prediction: {d.predicted_win or 'none: no ceiling is claimed'}",
             "", "## The measurement that would prove this wrong", "", d.falsify, ""]
     hist = [c.text() for c in s.rolling.history]
     if hist:

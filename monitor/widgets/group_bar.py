@@ -36,6 +36,8 @@ ARRIVAL_LAG_SHARE = 0.02  # a typical call's lag behind the last rank under 2% o
 def group_parts(g: dict) -> list[Text]:
     """The bar's phrases: TP degree, the all-reduce's price, who the others wait for, every rank's verdict."""
     parts = [Text(f"TP={g['tp']}", style="bold")]
+    if g.get("not_one_run"):
+        parts.append(Text(f"⚠ {g['not_one_run']}", style="bold yellow"))
     last = g.get("last_to_arrive_rank")
     ranks = {r["tp_rank"]: r for r in g["ranks"]}
     if last is not None and last in ranks:

@@ -22,7 +22,8 @@ decodemon keys
   d      write DIAGNOSIS-<source>.md for each source
   v      how the verdict was reached: each candidate's threshold and
          inputs with their sources, whatever the width, for the side
-         that has focus (tab picks the other; escape: back)
+         whose panel has focus (tab moves through each side's panels;
+         escape: back)
   ?      this help (↑ ↓, PgUp PgDn, Home End scroll it; escape, q or ?
          close it)
   q      quit

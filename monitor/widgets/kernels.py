@@ -94,7 +94,8 @@ class KernelsPanel(SourceNamed, DataTable):
         """Draw one snapshot."""
         self._last = s
         w = s.window
-        shown = (id(w), self.sort)
+        # with no window, why none comes can change (a CPU target is known as one once it reports)
+        shown = (id(w), self.sort, tracing_unavailable(s) if w is None else None)
         if shown == self._shown:
             return  # the table changes only with a new traced window: re-rendering it is the app's dearest work
         self._shown = shown

@@ -39,6 +39,11 @@ class LaunchesPanel(Panel):
                          + "\n", style="dim")
             per = s.diagnosis.us_per_launch
             t.append(f"{num(per, '.2f')} µs idle per kernel\n", style="yellow")
+            if aw is not None and not w.graph_launches_per_token:
+                extra = w.kernels_per_token - aw.kernel_launch_calls_per_token
+                if extra >= 1:  # kernels with no runtime launch call of their own
+                    t.append(f"{extra:.0f} kernels/{unit(s)} more than launch calls (libraries launch some "
+                             "through the driver)\n", style="dim")
             if s.dropped_records:
                 t.append(f"{s.dropped_records} records dropped or invalid\n", style="red")
             hist = (s.series or {}).get("launches_per_token", ())
