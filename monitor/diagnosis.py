@@ -285,7 +285,7 @@ def _launch_priced(i: Inputs, floor: float | None) -> tuple[Candidate, float | N
     per = i.ms_per_token * 1e3 / n
     share = min(1.0, lo / per)
     state = BINDING if share >= 0.5 else RULED_OUT if share < LAUNCH_IDLE_RULED_OUT else UNKNOWN
-    detail = (f"no kernel time traced and no floor: {i.ms_per_token:.4g} ms ÷ {n:.0f} launches = {per:.3g} µs "
+    detail = (f"no kernel time traced and no floor: {i.ms_per_token:.4g} ms ÷ {n:g} launches = {per:.4g} µs "
               f"available per kernel; at {lo:g} µs a launch (the low end of an eager launch) the host's launching "
               f"leaves the GPU idle {100 * share:.0f}% of the step")
     return Candidate(per, "µs/kernel", LAUNCH_IDLE_THRESHOLD, state, detail), per

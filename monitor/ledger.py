@@ -91,6 +91,9 @@ def parse_expect(text: str) -> tuple[str, float]:
             if v <= 0:
                 raise LedgerError(f"--expect {text}: a token cannot take {v:g} ms; --expect takes the ms/token "
                                   "expected after the change, above 0 (3.9ms), or a change in percent (-60%)")
+        elif s and not s.endswith("%") and s[0] not in "+-":  # 3.9: ms after, or +3.9%? said, not guessed
+            raise LedgerError(f"--expect {text}: say {s}ms for the ms/token expected after the change, or +{s}% "
+                              "(or -N%) for the change in percent")
         elif s:
             v = float(s[:-1] if s.endswith("%") else s)
             if -100 < v and math.isfinite(v):  # ms/token cannot fall by all of itself

@@ -374,7 +374,7 @@ class Watch:
 
 def _lent(reason: str) -> bool:
     """Whether an attach ended because another monitor has the agent (stepped aside for it, or found it busy)."""
-    return reason.startswith("busy:") or reason.startswith("stepped aside for monitor")
+    return reason.startswith(wire.LENT_TO_ANOTHER)
 
 
 MIN_SCAN_S = 0.1
@@ -507,6 +507,7 @@ class Exporter:
         self.scans = 0
         self.watches: dict[int, Watch] = {}
         self._ended_at: dict[int, float] = {}
+        self._said: set[int] = set()  # named pids whose failed watch was said on stderr
         self._lock = threading.Lock()
 
     def scan(self) -> None:
@@ -521,6 +522,10 @@ class Exporter:
                 if not w.running:
                     del self.watches[pid]
                     self._ended_at[pid] = now
+                    if pid in self.named and not w.attaches and pid not in self._said:  # asked for, never watched
+                        self._said.add(pid)
+                        print(f"decodemon exporter: pid {pid} is not watched: {w.ended}; tried again every "
+                              f"{RETRY_AFTER_S:g} s", file=sys.stderr)
             for pid in dict.fromkeys(named + found):
                 if pid not in self.watches and now - self._ended_at.get(pid, -RETRY_AFTER_S) >= RETRY_AFTER_S:
                     inject = self.inject and pid in self.named

@@ -27,6 +27,8 @@ import msgspec
 # 2: the probe's status travels as ProbeStatus (fields with units); version-1 recordings carry Stats (a dict of
 # sentences), which the monitor still reads
 WIRE_VERSION = 2
+# how an agent's goodbye begins when another monitor has it (found busy, or stepped aside for a new one)
+LENT_TO_ANOTHER = ("busy:", "stepped aside for monitor")
 MAGIC = b"DECODEMON-RECORDING\n"
 _LEN = struct.Struct("<I")
 _REC = struct.Struct("<IQ")  # payload length, receive time (ns since recording start)

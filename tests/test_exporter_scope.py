@@ -95,8 +95,13 @@ def test_a_named_pid_gets_an_agent_only_with_inject_and_no_other_process_does(pl
     leave_stale_socket(bystander.pid)
     ex = prom.Exporter(pids=[named.pid], only=lambda p: p in (named.pid, bystander.pid))
     try:
-        scan_until(ex, lambda: named.pid in ex.watches and not ex.watches[named.pid].running)
-        assert "has no decodemon agent listening" in ex.watches[named.pid].ended
+        ex.scan()
+        w = ex.watches[named.pid]  # held: a later scan drops a watch that has ended
+        t_end = time.monotonic() + 30
+        while w.running:
+            assert time.monotonic() < t_end, "timed out"
+            time.sleep(0.05)
+        assert "has no decodemon agent listening" in w.ended
         assert len(threads_of(named.pid)) == 1 and bystander.pid not in ex.watches
     finally:
         ex.stop()
@@ -164,3 +169,21 @@ def test_bad_exporter_arguments_are_one_line():
     gone = subprocess.Popen(["true"])
     gone.wait()
     assert_one_line_error(cli("exporter", gone.pid))
+
+
+def test_a_named_pid_it_cannot_watch_is_said_once_on_stderr(capsys, tmp_path):
+    """`decodemon exporter 1`: pid 1 has no agent (and is not this user's): one line says why it serves nothing
+    for it, not one per retry."""
+    ex = prom.Exporter(directory=tmp_path, only=lambda pid: False, pids=[1])
+    try:
+        ex.scan()
+        deadline = time.monotonic() + 20
+        while any(w.running for w in ex.watches.values()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        ex.scan()
+        ex.scan()
+    finally:
+        ex.stop()
+    err = capsys.readouterr().err
+    assert err.count("decodemon exporter: pid 1 is not watched: ") == 1, err
+    assert ex.series() == []

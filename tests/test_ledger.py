@@ -191,6 +191,7 @@ def test_report_finds_a_prediction_sealed_with_a_label_and_names_it_when_not_giv
     (["--change", "x", "--expect", "-150%"], "--expect -150%: a time cannot fall by 100% or more"),
     (["--change", "x", "--expect", "-100"], "a time cannot fall by 100% or more"),
     (["--change", "x", "--expect", "0ms"], "--expect 0ms: a token cannot take 0 ms"),
+    (["--change", "x", "--expect", "3.9"], "--expect 3.9: say 3.9ms for the ms/token expected after the change, or"),
     (["--change", "x", "--expect", "nan"], "--expect takes"),
     (["--change", " ", "--expect", "-5%"], "--change says what you will change"),
     (["--change", "x", "--expect", "-5%", "--ceiling", "vibes"], "--ceiling is one of"),

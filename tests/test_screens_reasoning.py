@@ -432,3 +432,15 @@ def test_a_wide_kernel_table_reads_a_mangled_name_as_its_short_one():
     # a short name cut at 48 characters is cut no shorter than the column it is shown in
     long = "triton_poi_fused__scaled_dot_product_cudnn_attention_" + "x" * 150
     assert kernel_label(long[:47] + "…", long, 130) == long[:129] + "…"
+
+
+def test_a_source_another_monitor_holds_says_so_where_the_verdict_is():
+    from dataclasses import replace
+
+    from decodemon.monitor.widgets.verdict import verdict_text
+
+    s = RecordingPlayer(str(BUNDLED / "h200_eager.dmon")).snapshot()
+    held = replace(s, ended="busy: monitor pid 23449 is attached; one monitor at a time")
+    first = verdict_text(held, 200).plain.splitlines()[0]
+    assert "not watched: busy: monitor pid 23449 is attached" in first and "the source ended" not in first
+    assert "stale: the source ended" in verdict_text(replace(s, ended="detached"), 200).plain.splitlines()[0]

@@ -20,7 +20,7 @@ def add_parser(subparsers) -> None:
                               description="Measure SOURCE and grade the latest ungraded prediction of the same loop "
                                           "in the ledger; the grade is appended to it.")
     add_source_opts(p, json_help="print the grade entry as JSON")
-    p.add_argument("--markdown", action="store_true", help="then print the whole ledger as Markdown")
+    p.add_argument("--markdown", action="store_true", help="then print the ledger's entries for this label as Markdown")
     p.set_defaults(fn=run)
 
 

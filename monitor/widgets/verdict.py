@@ -12,6 +12,7 @@ from decodemon.monitor.widgets.format import value_words
 from decodemon.monitor.widgets.panel import Panel
 from decodemon.monitor.widgets.probe_words import has_no_gpu, latest_error, still_measured, tracing_unavailable
 from decodemon.monitor.widgets.reasons import decides, history_note, in_marks, inputs_line
+from decodemon.probes import wire
 
 STATE_STYLE = {"binding": "bold red", "ruled_out": "green", "unknown": "yellow"}
 CEILING_STYLE = {"launch": "bold white on red", "occupancy": "bold black on yellow", "bandwidth": "bold white on blue",
@@ -39,6 +40,8 @@ def verdict_text(s, width: int, full: bool | None = None) -> Text:
     untraceable = tracing_unavailable(s) if s.window is None else None
     if pending:
         t.append(f"  {pending}", style="yellow")
+    elif s.ended and s.ended.startswith(wire.LENT_TO_ANOTHER):  # another monitor has the agent
+        t.append(f"  not watched: {s.ended}", style="yellow")
     elif s.ended:
         t.append("  stale: the source ended", style="yellow")
     elif untraceable:
