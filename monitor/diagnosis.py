@@ -181,7 +181,7 @@ def _comm(i: Inputs) -> tuple[Candidate, float | None]:
     state = RULED_OUT if share < COMM_RULED_OUT_PCT else BINDING
     detail = (f"{i.collectives_per_token:g} calls × {i.us_per_collective:g} µs = {comm_ms:.3g} ms of "
               f"{i.ms_per_token:.4g} ms/token")
-    if i.collective_wait_ms_per_token and i.collective_wait_ms_per_token >= 0.01 * i.ms_per_token:
+    if peer_wait_named(i.collective_wait_ms_per_token, i.ms_per_token):
         detail += (f"; not counted: {i.collective_wait_ms_per_token:.3g} ms/token the kernels waited for a late "
                    "peer (a straggling rank's ceiling, not the link's)")
         if state == BINDING and i.collective_wait_ms_per_token > comm_ms:
@@ -259,8 +259,8 @@ def _launch_priced(i: Inputs, floor: float | None) -> tuple[Candidate, float | N
         graphed = (i.graph_launches_per_token or 0) >= 1
         waited = i.collective_wait_ms_per_token or 0.0
         detail = (f"{idle:.3g} ms/token no kernel explains ({100 * idle_share:.0f}% of the step"
-                  + (f", {waited:.3g} ms of it collectives waiting for a late peer" if waited >= 0.01 * i.ms_per_token
-                     else "") + f") over {n:.0f} launches = {per:.3g} µs each; "
+                  + (f", {waited:.3g} ms of it collectives waiting for a late peer"
+                     if peer_wait_named(waited, i.ms_per_token) else "") + f") over {n:.0f} launches = {per:.3g} µs each; "
                   + ("the step is a replayed CUDA graph: the host launches it once a step" if graphed
                      else f"eager host launches cost {lo:g}–{hi:g} µs"))
         return Candidate(per, "µs/launch", thr, state, detail), per
@@ -352,6 +352,14 @@ def _occupancy(i: Inputs, bw_ratio: float | None = None) -> Candidate:
     else:
         state = UNKNOWN
     return Candidate(i.small_grid_share_pct, "% kernel time in small grids", thr, state, detail)
+
+
+PEER_WAIT_NAMED_SHARE = 0.01  # a collective's wait for a late peer is named where it is this share of the step
+
+
+def peer_wait_named(wait_ms: float | None, step_ms: float | None) -> bool:
+    """Whether collectives' wait for a late peer is enough of the step to name beside the figure it changes."""
+    return bool(wait_ms and step_ms and wait_ms >= PEER_WAIT_NAMED_SHARE * step_ms)
 
 
 def own_kernel_ms(kernel_ms: float | None, wait_ms: float | None) -> float | None:

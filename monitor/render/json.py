@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from decodemon.monitor.analysis.agreement import busy_disagreement, kernels_past_step
+from decodemon.monitor.diagnosis import peer_wait_named
 from decodemon.monitor.render.text import unit
 from decodemon.monitor.rolling import headline
 from decodemon.monitor.token_clock import CLOCK_NOTES, PROVISIONAL_STEPS
@@ -87,8 +88,8 @@ def _busy_json(s: Snapshot) -> dict:
         # the traced kernels' share counts a collective spinning while it waits for a late peer as the step's idle
         "kernel_share_of_step_note": (f"the traced kernels less {i.collective_wait_ms_per_token:.3g} ms/token of "
                                       "collectives waiting for a late peer (the step's idle, as LAUNCH counts it)"
-                                      if i is not None and i.ms_per_token and i.collective_wait_ms_per_token
-                                      and i.collective_wait_ms_per_token >= 0.01 * i.ms_per_token else None),
+                                      if i is not None and peer_wait_named(i.collective_wait_ms_per_token,
+                                                                           i.ms_per_token) else None),
         "kernels_past_step": kernels_past_step(s) or None,  # the traced kernels' sum over the median step: why
         # GPU busy over the same PM samples inside the traced tokens: PM's counter and the traced kernels' union
         "pm_vs_window": ({"samples": c.samples, "pm_gpu_busy_pct": round(c.pm_busy_pct, 1),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from decodemon.monitor.diagnosis import peer_wait_named
 from decodemon.monitor.widgets import tcss
 from decodemon.monitor.widgets.panel import Panel
 from decodemon.monitor.widgets.probe_words import tracing_unavailable
@@ -35,7 +36,7 @@ class CollectivesPanel(Panel):
             t.append(f" (kernel {own:.1f} + launch gap {w.collective_gap_us:.1f})\n", style="dim")
             t.append(f"{calls * us / 1e3:.3f} ms/token" + (f" = {share:.1f}% of the step" if share else ""))
             wait = w.collective_wait_ms_per_token
-            if ms and wait > 0.01 * ms:
+            if peer_wait_named(wait, ms):
                 t.append(f"\n+{wait:.3f} ms/token waiting for a late peer", style="yellow")
             if peer_wait(s):  # both ranks traced in the same tokens: the wait is the tracing's, said where it shows
                 t.append("\nranks traced in the same tokens run late by turns: the wait is not priced as COMM",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
+from decodemon.monitor.diagnosis import peer_wait_named
 from decodemon.monitor.widgets import tcss
 from decodemon.monitor.widgets.format import num
 
@@ -51,7 +52,7 @@ def group_parts(g: dict) -> list[Text]:
         own = c.get("kernel_us_per_call") or 0.0
         waits = [(r["tp_rank"], (r["collectives"] or {}).get("wait_ms_per_token") or 0.0) for r in g["ranks"]]
         step = max((r["ms_per_token"] or 0.0) for r in g["ranks"])
-        if step and sum(1 for _, w in waits if w >= 0.01 * step) > 1:
+        if sum(1 for _, w in waits if peer_wait_named(w, step)) > 1:
             # each rank waits milliseconds for the other at some calls, though a typical call does not lag: the
             # ranks run late by turns (both traced in the same tokens), so no one rank holds the others back
             each = ", ".join(f"rank {k} {w:.3g}" for k, w in waits)

@@ -74,7 +74,7 @@ class KernelsPanel(SourceNamed, DataTable):
         if getattr(self, "_empty", ""):
             return f"hot kernels · {self._empty}"
         by = SORTS[self.sort][1]
-        if getattr(self, "_last", None) is not None:  # a batched engine's marks are steps
+        if self._last is not None:  # a batched engine's marks are steps
             by = in_marks(self._last, by)
         return f"hot kernels · sorted by {by} · k: sort"
 

@@ -8,7 +8,7 @@ re-derived, so the screen says what the diagnosis was given.
 from __future__ import annotations
 
 from decodemon.monitor.analysis.agreement import kernels_past_step
-from decodemon.monitor.diagnosis import BINDING, ORDER, UNKNOWN, own_kernel_ms
+from decodemon.monitor.diagnosis import BINDING, ORDER, UNKNOWN, own_kernel_ms, peer_wait_named
 from decodemon.monitor.render.text import in_marks, unit  # noqa: F401 - the widgets' words for a mark
 from decodemon.monitor.rolling import headline
 from decodemon.monitor.widgets.format import value_words
@@ -116,7 +116,7 @@ def _launch(s, c) -> str:
         kernels = own_kernel_ms(i.kernel_sum_ms_per_token, i.collective_wait_ms_per_token)
         wait = i.kernel_sum_ms_per_token - kernels
         idle = max(i.ms_per_token - kernels, 0.0)
-        waiting = f"; less {wait:.3g} ms NCCL waiting for a peer" if wait >= 0.01 * i.ms_per_token else ""
+        waiting = f"; less {wait:.3g} ms NCCL waiting for a peer" if peer_wait_named(wait, i.ms_per_token) else ""
         out = (f"GPU idle {idle:.3g} ms = {i.ms_per_token:.4g} {per(s)} (median) − {kernels:.3g} ms "
                f"of kernels ({_windows(s)}{waiting}), {100 * idle / i.ms_per_token:.0f}% of the step, ÷ "
                f"{i.launches_per_token:.0f} kernels/{unit(s)}, each a launch (traced)")

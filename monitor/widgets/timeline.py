@@ -6,14 +6,14 @@ import numpy as np
 from rich.text import Text
 from textual.reactive import reactive
 
-from decodemon.monitor.analysis.agreement import busy_disagreement
+from decodemon.monitor.analysis.agreement import busy_disagreement, kernels_past_step
+from decodemon.monitor.diagnosis import peer_wait_named
 from decodemon.monitor.render.text import observer_parts
 from decodemon.monitor.widgets import tcss
 from decodemon.monitor.widgets.format import num
 from decodemon.monitor.widgets.panel import Panel
 from decodemon.monitor.widgets.probe_words import probe_field, tracing_unavailable
 from decodemon.monitor.widgets.reasons import in_marks
-from decodemon.monitor.analysis.agreement import kernels_past_step
 
 SHADES = " ░▒▓█"
 
@@ -133,7 +133,7 @@ class TimelinePanel(Panel):
             t.append(f"\n⚠ {past}", style="yellow")
         elif s.kernel_share_pct is not None and s.pm:
             i = s.inputs
-            waited = bool(i and i.ms_per_token and (i.collective_wait_ms_per_token or 0) >= 0.01 * i.ms_per_token)
+            waited = bool(i) and peer_wait_named(i.collective_wait_ms_per_token, i.ms_per_token)
             t.append(f" · kernels {s.kernel_share_pct:.0f}% of the step (traced"
                      + ("; NCCL waiting for a peer counted as idle)" if waited else ")"), style="dim")
             apart = busy_disagreement(s.pm.get("gpu_busy_pct"), s.kernel_share_pct)
