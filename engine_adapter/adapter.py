@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from decodemon.probes import agent
-from decodemon.probes.wire import ModelFacts
+from decodemon.probes.frames import ModelFacts
 
 
 def report_model(name: str, weight_bytes: int, kv_bytes_per_position: int = 0, layers: int = 0,

@@ -17,12 +17,13 @@ import sys
 import weakref
 
 from decodemon.probes import agent
-from decodemon.probes.wire import ModelFacts
+from decodemon.probes.frames import ModelFacts
 
 _state: dict = {}
 # bytes per element of the ggml types a KV cache can be kept in, by ggml_type id (f32, f16, q4_0, q4_1, q5_0,
 # q5_1, q8_0, iq4_nl, bf16); another type: KV bytes unknown (0)
 _KV_BYTES = {0: 4.0, 1: 2.0, 2: 18 / 32, 3: 20 / 32, 6: 22 / 32, 7: 24 / 32, 8: 34 / 32, 20: 18 / 32, 30: 2.0}
+_KV_NAMES = {0: "f32", 1: "f16", 2: "q4_0", 3: "q4_1", 6: "q5_0", 7: "q5_1", 8: "q8_0", 20: "iq4_nl", 30: "bf16"}
 # general.file_type ids to the weights' type, as GGUF names them
 _FILE_TYPES = {"0": "float32", "1": "float16", "2": "q4_0", "7": "q8_0", "15": "q4_k_m", "32": "bfloat16"}
 
@@ -36,7 +37,8 @@ def model_facts(llm) -> ModelFacts:
     kv_heads, embd = int(llama_cpp.llama_model_n_head_kv(m)), int(llama_cpp.llama_model_n_embd(m))
     meta = getattr(llm, "metadata", {}) or {}
     params = getattr(llm, "context_params", None)
-    kb, vb = (_KV_BYTES.get(int(getattr(params, t, 1)), 0.0) for t in ("type_k", "type_v"))
+    tk, tv = (int(getattr(params, t, 1)) for t in ("type_k", "type_v"))
+    kb, vb = _KV_BYTES.get(tk, 0.0), _KV_BYTES.get(tv, 0.0)
     arch = meta.get("general.architecture", "llama")
     head_dim = embd // max(heads, 1)  # unless the GGUF gives the key and value lengths (Qwen3, Gemma: not embd/heads)
     k_len = int(meta.get(f"{arch}.attention.key_length", head_dim))
@@ -45,7 +47,8 @@ def model_facts(llm) -> ModelFacts:
     return ModelFacts(name=meta.get("general.name", "") or "llama.cpp model",
                       weight_bytes=int(llama_cpp.llama_model_size(m)),
                       kv_bytes_per_position=int(round(kv)),
-                      layers=layers, dtype=_FILE_TYPES.get(meta.get("general.file_type", ""), "gguf"), hidden=embd)
+                      layers=layers, dtype=_FILE_TYPES.get(meta.get("general.file_type", ""), "gguf"), hidden=embd,
+                      kv_dtype=_KV_NAMES.get(tk, str(tk)) if tk == tv else f"{_KV_NAMES.get(tk, tk)}/{_KV_NAMES.get(tv, tv)}")
 
 
 def _wrap(original):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 
 from decodemon.probes import agent
-from decodemon.probes.wire import ModelFacts
+from decodemon.probes.frames import ModelFacts
 
 _NAME = "_update_model_kwargs_for_generation"
 _state: dict = {}

@@ -178,8 +178,8 @@ def live_frames(pid: int, settings: wire.Attach | None = None, seconds: float | 
             for payload in reader.feed(data):
                 answered = True
                 frame = wire.decode_frame(payload)
-                if isinstance(frame, wire.Hello) and frame.gpu is not None and not frame.gpu.mem_bandwidth_gbs:
-                    frame, payload = _with_nvml_facts(frame)
+                if isinstance(frame, wire.Hello):
+                    frame, payload = _with_monitors_facts(frame, payload, pid)
                 yield rx, payload, frame
                 if isinstance(frame, wire.Bye):
                     return
@@ -195,24 +195,35 @@ def live_frames(pid: int, settings: wire.Attach | None = None, seconds: float | 
             sidecar.close()
 
 
-def _with_nvml_facts(hello: wire.Hello) -> tuple[wire.Hello, bytes]:
-    """The agent's hello with the NVML facts of its GPU, read here (the target loads no NVML), re-encoded."""
+def _with_monitors_facts(hello: wire.Hello, payload: bytes, pid: int) -> tuple[wire.Hello, bytes]:
+    """The agent's hello with what this process reads itself (the target loads none of it), re-encoded: the NVML
+    facts of its GPU, and a llama.cpp model's bytes a token reads, from the GGUF file the target maps."""
     import msgspec
 
+    from decodemon.monitor import gguf
     from decodemon.probes.device import nvml_facts
 
-    hello = msgspec.structs.replace(hello, gpu=nvml_facts(hello.gpu))
+    changes = {}
+    if hello.gpu is not None and not hello.gpu.mem_bandwidth_gbs:
+        changes["gpu"] = nvml_facts(hello.gpu)
+    if hello.model is not None and not hello.model.weight_bytes_total:
+        model = gguf.model_facts(pid, hello.model)
+        if model is not None:
+            changes["model"] = model
+    if not changes:
+        return hello, payload
+    hello = msgspec.structs.replace(hello, **changes)
     return hello, wire.encode(hello)
 
 
 def _start_sidecar(hello: wire.Hello, pid: int, settings: wire.Attach):
     """The device-wide counters' sidecar for an agent's hello (None where there is no GPU): NVML always, PM too
-    unless the agent arms it itself (counters="in_process") or PM is off; and the status to add, or None."""
+    unless PM is off; and the status to add, or None."""
     if hello.gpu is None:
         return None, None
     from decodemon.monitor.sidecar import Sidecar
 
-    pm_here = settings.pm and settings.counters != "in_process"
+    pm_here = settings.pm
     if not pm_here and not settings.nvml_hz:  # nothing asked of it (a sweep's point: the token clock only)
         return None, (wire.ProbeStatus(pm="off") if not settings.pm else None)
     try:

@@ -191,11 +191,15 @@ def _hello(pid: int, nvml: int | None, why: str) -> wire.Hello:
             from decodemon.probes.device import gpu_info
 
             os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # CUDA's device numbers as NVML's
-            gpu = gpu_info(nvml)
+            gpu = wire.GpuInfo(**gpu_info(nvml).given())  # the agent's plain value, as the schema's struct
         except Exception as exc:  # noqa: BLE001 - no driver in this process: the watch goes on without it
             why = str(exc)
-    return wire.Hello(wire_version=wire.WIRE_VERSION, pid=pid, argv=_cmdline(pid), python="",
-                      hostname=socket.gethostname(), gpu=gpu, gpu_unavailable="" if gpu else why)
+    from decodemon.monitor import gguf
+
+    argv = _cmdline(pid)
+    model = gguf.model_facts(pid, None, argv, _environ(pid))  # the GGUF it maps: what a token reads, KV in its type
+    return wire.Hello(wire_version=wire.WIRE_VERSION, pid=pid, argv=argv, python="", hostname=socket.gethostname(),
+                      gpu=gpu, gpu_unavailable="" if gpu else why, model=model)
 
 
 def gpu_of(pid: int) -> tuple[int | None, str]:

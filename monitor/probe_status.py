@@ -96,11 +96,10 @@ def pm_silence(s) -> str | None:
 
 
 def pm_silent_words(pm: str, seconds: float, busy_source: str) -> str:
-    """PM armed with no sample after `seconds`: said, with what that leaves and where else PM can be sampled."""
+    """PM armed with no sample after `seconds`: said, with what that leaves."""
     where = "in the target's agent thread" if "in process" in pm else "in the sidecar"
-    other = "; --probe counters=monitor samples in the sidecar instead" if "in process" in pm else ""
     return (f"PM sampling: armed {where}, but no sample in {seconds:.0f} s and no error or loss reported: GPU busy "
-            f"comes from {busy_source}; SM active and DRAM are not measured{other}")
+            f"comes from {busy_source}; SM active and DRAM are not measured")
 
 
 def _pm_cpu(s: wire.ProbeStatus) -> str | None:

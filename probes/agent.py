@@ -5,9 +5,8 @@ in `accept()` on a Unix socket in a per-user 0700 directory (server.py), CUPTI n
 returning after one global read. On attach the agent ships token marks four times a second and, every
 `window_period_s`, traces a window (attach_loop.py; when, policy.py): whole
 tokens opened and closed at the decode thread's boundaries (session.py), or, for a loop that marks no tokens or
-whose host runs ahead of the GPU, a stretch of time traced by the agent thread. PM sampling runs in the agent
-thread (pm_arm.py, pm_inproc.py) unless the monitor's sidecar reads it (`Attach.counters`); NVML is always the
-monitor's sidecar's. On detach, or when the monitor vanishes, it disarms; the next token boundary
+whose host runs ahead of the GPU, a stretch of time traced by the agent thread. PM and NVML are read by the
+monitor's sidecar, in decodemon's own process, never here. On detach, or when the monitor vanishes, it disarms; the next token boundary
 finalizes CUPTI if a window was open.
 
 The decode thread only ever runs `mark_token()`. Everything else happens in the agent thread, the sidecar
@@ -23,7 +22,7 @@ import threading
 import time
 from pathlib import Path
 
-from decodemon.probes import wire
+from decodemon.probes import frames
 from decodemon.probes.facts import PROCESS
 from decodemon.probes.server import Agent, clean_stale_sockets  # noqa: F401 - part of the agent's API
 from decodemon.probes.session import ACTIVE
@@ -32,7 +31,7 @@ _agent: Agent | None = None
 _start_lock = threading.Lock()
 
 
-def set_model_facts(facts: "wire.ModelFacts") -> None:
+def set_model_facts(facts: "frames.ModelFacts") -> None:
     """Tell the agent what the engine is decoding (sent in every hello)."""
     PROCESS.model = facts
 

@@ -2,14 +2,13 @@
 
     on a closed window           collect its records into a KernelWindow (woken at once by the decode thread)
     window (window_period_s)     ask the decode thread for a token window, or trace a window by time here
-    pm (pm_pump_s)               decode and evaluate PM samples (after any window in progress is collected)
     marks (agent_tick_s)         ship the token marks
-    stats (1 s)                  the probe's status (wire.ProbeStatus)
+    stats (1 s)                  the probe's status (frames.ProbeStatus)
 
 Every system call the agent thread makes gives up the GIL and takes it back, and a take-back from a decode thread
 running Python makes that thread wait: so a tick makes as few calls as it can (one send on a socket left
-non-blocking, keeping the GIL: held.py), and the loop sleeps between ticks. NVML and, by default, PM are not read
-here at all: the monitor's sidecar reads them (monitor/sidecar.py).
+non-blocking, keeping the GIL: held.py), and the loop sleeps between ticks. NVML and PM are not read here at all:
+the monitor's sidecar reads them, in decodemon's own process (monitor/sidecar.py).
 """
 
 from __future__ import annotations
@@ -18,11 +17,8 @@ import selectors
 import time
 from collections import deque
 
-import msgspec
-
-from decodemon.probes import held, policy, wire
+from decodemon.probes import frames, held, policy
 from decodemon.probes.facts import PROCESS
-from decodemon.probes.pm_arm import pump_pm
 from decodemon.probes.schedule import Schedule
 from decodemon.probes.session import MARK_FIELDS, foreign_profiler_active, take_front
 
@@ -53,7 +49,6 @@ class AttachLoop:
         self.sched = Schedule(slack_s=self.tick / 2)
         self.sched.add("marks", st.agent_tick_s, now + st.agent_tick_s)  # at every tick the settings ask for
         self.sched.add("stats", STATS_PERIOD_S, now + STATS_PERIOD_S)
-        self.sched.add("pm", st.pm_pump_s, now + min(0.5, st.pm_pump_s))  # the first pump half a second in
         self.sched.add("window", st.window_period_s, policy.first_window_at(st, now))
         self.out = bytearray()
         self.last_window, self.tokens_at_window = now, -10**9  # the first window does not wait for tokens
@@ -96,8 +91,6 @@ class AttachLoop:
             if self.session.tracer is not None and self.session.window_ready.is_set():
                 self._collect_token_window(now)
             self._check_window(now)
-            if self.sched.due("pm", now):
-                self._pump(now)
             if self.sched.due("stats", now):
                 self._stats(now)
                 self.sched.ran("stats", now)
@@ -123,7 +116,7 @@ class AttachLoop:
             if not data:
                 return woken, "monitor went away"
             for payload in self.reader.feed(data):
-                if isinstance(wire.decode_control(payload), wire.Detach):
+                if isinstance(frames.decode_control(payload), frames.Detach):
                     return woken, "detached"
         return woken, None
 
@@ -229,44 +222,16 @@ class AttachLoop:
             # collect() set needs_guard from this window's records; once graphs were seen, always guard
             s.tracer.needs_guard = PROCESS.note_window_kernels(bool(s.tracer.needs_guard))
             self.window_id += 1
-            tb = win.token_bounds_ns.array()
-            span = win.analysed_span() if clock == "tokens" else ((int(tb[0]), int(tb[-1])) if len(tb) else None)
-            if span is not None:
-                s.pm_spans.append(span)
-            self.out += wire.pack(win)
+            self.out += frames.pack(win)
             if self.ev is not None:
                 ln = getattr(s.tracer, "last_ns", {})
-                self.ev.add("collect", time.time_ns() - t_col, len(tb),
+                self.ev.add("collect", time.time_ns() - t_col, len(win.token_bounds_ns.data) // 8,
                             *(ln.get(k, -1) for k in ("open", "flush", "finalize")))
         except Exception as exc:
             s.errors.append(f"trace collect: {type(exc).__name__}: {exc}")
         s.note_step("collect", t0)
-        # a finalize may have taken PM down: pump (and re-arm) soon, once the sample over the window's last token
-        # has completed (2 ms at the default interval)
-        self.sched.due_at("pm", now + max(0.01, 2e-6 * self.settings.pm_interval_us))
 
-    # -- PM, marks, stats -----------------------------------------------------
-    def _pump(self, now: float) -> None:
-        # a pump waits for a window in progress to be collected, but not for more than half a second (a loop that
-        # stops between a window's prepare and its open would otherwise stop PM with it)
-        s = self.session
-        if now < self.sched.next_at("pm") + 0.5 and (self.open_after is not None or s.window_in_progress()):
-            return
-        t_pump, t0 = time.time_ns(), time.perf_counter_ns()
-        frames = pump_pm(s, self.status)
-        if s.pm is not None:  # PM in this process: its pump ran here
-            s.note_step("pump", t0)
-        if self.ev is not None and s.pm is not None:
-            pm = s.pm
-            if not getattr(pm, "logged", True):  # armed (or re-armed after a finalize) since the last pump
-                pm.logged = True
-                self.ev.add_at(pm.armed_ns + pm.arm_ns, "arm", pm.arm_ns, pm.arm_cpu_ns)
-            self.ev.add("pump", time.time_ns() - t_pump, int(pm.decode_s * 1e9), pm.stride,
-                        int(getattr(pm, "image_s", 0.0) * 1e9), int(getattr(pm, "cpu_s", 0.0) * 1e9))
-        for f in frames:
-            self.out += wire.pack(f)
-        self.sched.ran("pm", now)
-
+    # -- marks, stats ----------------------------------------------------------
     def _ship_steps(self) -> None:
         """The token marks, CUDA graph replays and step starts since the last ship."""
         self._ship_marks()
@@ -288,15 +253,15 @@ class AttachLoop:
         n = len(log)
         if not n:
             return
-        col = wire.Column.of
+        col = frames.Column.of
         done = self.starts_shipped
         steps = col([float(done + i) for i in range(n)], "<f8")
-        self.out += wire.pack(wire.StepCounts(url="", server=wire.STEP_STARTS, t_ns=col(log), steps=steps,
+        self.out += frames.pack(frames.StepCounts(url="", server=frames.STEP_STARTS, t_ns=col(log), steps=steps,
                                               tokens=steps, busy=col([1.0] * n, "<f8"), ended=col([0.0] * n, "<f8")))
         self.starts_shipped += n
         ob = take_front(s.observer)  # the observer's steps, on the starts' clock: the tokens they overlapped
         if ob:
-            self.out += wire.pack(wire.TokenMarks(t_ns=col([]), depth=col([]),
+            self.out += frames.pack(frames.TokenMarks(t_ns=col([]), depth=col([]),
                                                   observer_ns=col([v for row in ob for v in row])))
 
     def _ship_replays(self) -> None:
@@ -311,8 +276,8 @@ class AttachLoop:
         if not n or self.shipped:
             return
         graphs = policy.replays_per_step(log)
-        col = wire.Column.of
-        self.out += wire.pack(wire.StepCounts(url="", server=wire.GRAPH_REPLAYS, t_ns=col([t0]),
+        col = frames.Column.of
+        self.out += frames.pack(frames.StepCounts(url="", server=frames.GRAPH_REPLAYS, t_ns=col([t0]),
                                               steps=col([s.replay_steps], "<f8"), tokens=col([s.replay_steps], "<f8"),
                                               busy=col([1.0], "<f8"), ended=col([0.0], "<f8")))
         s.replay_steps += n / graphs
@@ -330,14 +295,14 @@ class AttachLoop:
         extra = {}
         if c.count(None) != n:
             calls, ns, nb = zip(*[x or (0, 0, 0) for x in c])
-            extra = dict(coll_calls=wire.Column.of(calls), coll_ns=wire.Column.of(ns), coll_bytes=wire.Column.of(nb))
+            extra = dict(coll_calls=frames.Column.of(calls), coll_ns=frames.Column.of(ns), coll_bytes=frames.Column.of(nb))
         if b.count(None) != n:  # a batched engine's steps: the tokens each made (none noted: one)
-            extra["batch"] = wire.Column.of([1 if x is None else x for x in b])
+            extra["batch"] = frames.Column.of([1 if x is None else x for x in b])
         if ft:
-            extra["first_token_ns"] = wire.Column.of(ft)
+            extra["first_token_ns"] = frames.Column.of(ft)
         if ob:
-            extra["observer_ns"] = wire.Column.of([v for row in ob for v in row])
-        self.out += wire.pack(wire.TokenMarks(t_ns=wire.Column.of(t), depth=wire.Column.of(d), **extra))
+            extra["observer_ns"] = frames.Column.of([v for row in ob for v in row])
+        self.out += frames.pack(frames.TokenMarks(t_ns=frames.Column.of(t), depth=frames.Column.of(d), **extra))
 
     def _stats(self, now: float) -> None:
         s, st, status = self.session, self.settings, self.status
@@ -367,6 +332,6 @@ class AttachLoop:
         if self.hello is not None and PROCESS.model is not None and PROCESS.model is not self.model_sent:
             # an adapter learned the model at the engine's first step after the attach: a fresh hello carries it
             self.model_sent = PROCESS.model
-            self.out += wire.pack(msgspec.structs.replace(self.hello, model=PROCESS.model))
-        self.out += wire.pack(wire.ProbeStatus(**status, windows=self.window_id, errors=len(s.errors),
+            self.out += frames.pack(frames.replace(self.hello, model=PROCESS.model))
+        self.out += frames.pack(frames.ProbeStatus(**status, windows=self.window_id, errors=len(s.errors),
                                                recent_errors=s.errors[-5:]))

@@ -72,6 +72,12 @@ def loaded() -> list[str]:
     return out
 
 
+# decodemon's GPU parts pin a newer libcupti than an engine's torch does: they live in decodemon's own environment
+OWN_ENV_FIX = "decodemon's GPU parts belong in its own environment, not the engine's: " \
+              "pipx install 'decodemon[gpu]', or python3 -m venv ~/.decodemon && ~/.decodemon/bin/pip install " \
+              "'decodemon[gpu]'"
+
+
 def load_newest() -> tuple[CuptiLib | None, str]:
     """Map the newest wheel's libcupti (and its nvperf libraries) before cupti-python can pick one: (the library,
     "") on success, else (None or the library that was found, why it is not usable) in one line."""
@@ -85,11 +91,11 @@ def load_newest() -> tuple[CuptiLib | None, str]:
                         f"{'.'.join(map(str, MIN_VERSION))} or newer)"
         return lib, ""
     if not found:
-        return None, "no nvidia-cuda-cupti wheel on this Python's path (pip install nvidia-cuda-cupti>=13.4)"
+        return None, f"no nvidia-cuda-cupti wheel in decodemon's environment ({OWN_ENV_FIX})"
     best = found[0]
     if best.version_tuple() < MIN_VERSION:
         return best, f"the newest libcupti here is {best.describe()}; PM needs nvidia-cuda-cupti " \
-                     f"{'.'.join(map(str, MIN_VERSION))} or newer"
+                     f"{'.'.join(map(str, MIN_VERSION))} or newer ({OWN_ENV_FIX})"
     folder = Path(best.path).parent
     try:
         for name in COMPANIONS:

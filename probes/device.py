@@ -9,7 +9,7 @@ from __future__ import annotations
 import ctypes
 import os
 
-from decodemon.probes.wire import GpuInfo
+from decodemon.probes.frames import GpuInfo
 
 _CU_ATTR_SM_COUNT = 16
 _CU_ATTR_CC_MAJOR = 75
@@ -61,7 +61,7 @@ def _nvml_peak_and_driver(pynvml, h) -> tuple[float, str]:
     return bus_bits / 8 * mem_mhz * 1e6 * 2 / 1e9, str(pynvml.nvmlSystemGetDriverVersion())
 
 
-def nvml_facts(gpu: GpuInfo) -> GpuInfo:
+def nvml_facts(gpu):
     """`gpu` with what NVML adds (peak memory bandwidth, driver version), found by its UUID: read in the monitor's
     process, so the target never loads NVML. `gpu` as it was where NVML cannot say."""
     if gpu.mem_bandwidth_gbs or not gpu.uuid:

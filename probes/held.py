@@ -1,16 +1,15 @@
-"""Short calls the agent thread makes without giving the GIL up: a non-blocking read or send, a pread of /proc, a
-libcupti evaluation of one PM sample.
+"""Short calls the agent thread makes without giving the GIL up: a non-blocking send, a pread of /proc.
 
-Every call that releases the GIL (`os.read`, `socket.send`, cupti-python's wrappers) lets a decode thread that
+Every call that releases the GIL (`os.read`, `socket.send`, ctypes' CDLL functions) lets a decode thread that
 was waiting for it run; when the call returns a moment later the agent thread asks for the GIL back, and a decode
 thread running Python has to stop and wait for it again: one voluntary context switch of the decode thread per
 call. Unobserved, an eager decode thread on the H200 made 0 a second; attached it made ~44 a second with the
 GIL-releasing calls, and tokens with one were the slow ones. A call that returns in microseconds and never blocks
 costs the decode thread less if the GIL is simply kept through it. ctypes' PyDLL functions and PYFUNCTYPE
-prototypes keep it; CDLL and cupti-python release it.
+prototypes keep it; CDLL releases it.
 
 `ENABLED` (set per attach from `Attach.hold_gil`) turns all of this off, for A/B runs against the releasing calls.
-Where libc or a libcupti symbol cannot be had, the calls fall back to the GIL-releasing ones. Also here: the
+Where a libc symbol cannot be had, the calls fall back to the GIL-releasing ones. Also here: the
 agent's other manners towards a decode thread that needs the GIL (`GilPolite`, `SwitchCounter`).
 """
 
@@ -99,54 +98,6 @@ def send(sock, view: memoryview) -> int:
 _PARAMS_CALL = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p)  # CUptiResult f(Params *): the GIL kept
 
 
-class CuptiError(RuntimeError):
-    def __init__(self, name: str, code: int) -> None:
-        super().__init__(f"{name}: CUPTI error {code}")
-        self.code = code
-
-
-def cupti_functions(names: dict[str, str]) -> dict[str, object]:
-    """{cupti-python name: a callable keeping the GIL} for libcupti functions of one params-struct pointer, found
-    through the very function pointers cupti-python calls (`names`: cupti-python name -> C name). Those it cannot
-    find are left out: the caller then goes through cupti-python."""
-    try:
-        from cupti._internal import cupti as _internal  # noqa: PLC0415 - only when PM is armed
-        ptrs = _internal._inspect_function_pointers()
-    except Exception:
-        return {}
-    out = {}
-    for name, c_name in names.items():
-        addr = ptrs.get("__" + c_name) or 0
-        if addr:
-            out[name] = _PARAMS_CALL(addr)
-    return out
-
-
-def call(fn, name: str, ptr: int) -> None:
-    """Call a held libcupti function on a params pointer; a non-zero result raises CuptiError."""
-    code = fn(ptr)
-    if code:
-        raise CuptiError(name, code)
-
-
-class Slicer:
-    """Gives the GIL up (`time.sleep(0)`) once the held calls since the last hand-back have taken `slice_s`, so a
-    run of held calls costs a waiting decode thread a few switches, not one per call, and no long wait either."""
-
-    def __init__(self, slice_s: float) -> None:
-        self.slice_s = slice_s
-        self.t0 = time.perf_counter()
-        self.handbacks = 0
-
-    def tick(self) -> None:
-        """Before each held call: give the GIL up if the slice is spent."""
-        now = time.perf_counter()
-        if now - self.t0 >= self.slice_s:
-            time.sleep(0)
-            self.handbacks += 1
-            self.t0 = time.perf_counter()
-
-
 _PR_SET_NAME = 15
 
 
@@ -159,29 +110,6 @@ def name_this_thread(name: str) -> bool:
         return _libc is not None and _libc.prctl(_PR_SET_NAME, name.encode()[:15], 0, 0, 0) == 0
     except AttributeError:  # a libc without prctl
         return False
-
-
-
-READ_MAX = 1 << 20
-_PIPE_READER = Reader(READ_MAX)
-
-
-def read_available(fd: int) -> bytes | None:
-    """What a non-blocking pipe holds now (b"" if nothing), or None once its writer has closed it. One read unless
-    the pipe held more than READ_MAX, made keeping the GIL."""
-    chunks = []
-    while True:
-        try:
-            chunk = _PIPE_READER.read(fd)
-        except BlockingIOError:
-            return b"".join(chunks)
-        except OSError:
-            return None
-        if not chunk:
-            return b"".join(chunks) if chunks else None
-        chunks.append(chunk)
-        if len(chunk) < READ_MAX:
-            return b"".join(chunks)
 
 
 def send_all(conn, data, timeout_s: float) -> bool:

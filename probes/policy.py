@@ -9,7 +9,7 @@ gets windows opened by the agent thread's clock (`window_clock`), unless it repl
 
 from __future__ import annotations
 
-from decodemon.probes import wire
+from decodemon.probes import frames
 
 # past Attach.window_budget windows in a process, one window every BUDGET_PERIOD_S
 BUDGET_PERIOD_S = 60.0
@@ -30,7 +30,7 @@ BURST_MIN_MARKS = 16
 BURST_RATIO = 0.25
 
 
-def first_window_at(st: wire.Attach, now: float) -> float:
+def first_window_at(st: frames.Attach, now: float) -> float:
     """When an attach's first window is due: half a second in (or a period, if shorter), or `first_window_s`
     (a group's monitor staggers its ranks with it)."""
     if st.first_window_s is None:
@@ -48,7 +48,7 @@ def apis_in_window(i: int, every: int) -> bool:
     return i % every == 1
 
 
-def window_due(st: wire.Attach, now: float, next_window: float, since_s: float, tokens_since: int,
+def window_due(st: frames.Attach, now: float, next_window: float, since_s: float, tokens_since: int,
                windows_so_far: int = 0, slack_s: float = 0.0) -> bool:
     """Is it time to ask for the next traced window?
 

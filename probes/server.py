@@ -18,19 +18,18 @@ import sys
 import threading
 import time
 
-from decodemon.probes import held, hooks, preload, wire
+from decodemon.probes import frames, held, hooks, preload
 from decodemon.probes.attach_loop import AttachLoop
 from decodemon.probes.device import Unavailable, cuda_device_index, cupti_version, gpu_info
 from decodemon.probes.eventlog import EventLog
 from decodemon.probes.facts import PROCESS
-from decodemon.probes.pm_arm import arm_pm, release_pm
 from decodemon.probes.session import ACTIVE, Closer, Session
 from decodemon.probes.wire_socket import (  # noqa: F401 - ensure_dir, clean_stale_sockets: the agent's API
-    clean_stale_sockets, ensure_dir, open_own_dir, socket_home)
+    StreamReader, clean_stale_sockets, ensure_dir, open_own_dir, socket_home)
 
 HANDSHAKE_S = 2.0  # a newcomer's whole Attach within this, or it is dropped (a monitor sends it on connecting)
 MAX_PENDING = 64  # newcomers still sending their Attach, at once; past it the oldest is dropped
-def hello(settings: dict, nvml: bool = False) -> wire.Hello:
+def hello(settings: dict, nvml: bool = False) -> frames.Hello:
     """The agent's first frame: the process, the device (read once per process and device) and the model. The
     device's NVML facts (peak bandwidth, driver version) are the monitor's to add (device.nvml_facts), unless
     `nvml`: this process then loads NVML itself."""
@@ -44,8 +43,8 @@ def hello(settings: dict, nvml: bool = False) -> wire.Hello:
         why = str(exc)
     except Exception as exc:
         why = f"{type(exc).__name__}: {exc}"
-    return wire.Hello(
-        wire_version=wire.WIRE_VERSION, pid=os.getpid(), argv=list(sys.argv),
+    return frames.Hello(
+        wire_version=frames.WIRE_VERSION, pid=os.getpid(), argv=list(sys.argv),
         python=sys.version.split()[0], hostname=socket.gethostname(), gpu=gpu,
         gpu_unavailable=why, cupti_version=cupti_version(), model=PROCESS.model, settings=settings,
     )
@@ -58,7 +57,7 @@ class _Newcomer:
 
     def __init__(self, conn: socket.socket, peer_pid: int) -> None:
         self.conn, self.peer_pid = conn, peer_pid
-        self.reader = wire.StreamReader(max_frame=64 * 1024)
+        self.reader = StreamReader(max_frame=64 * 1024)
         self.deadline = time.monotonic() + HANDSHAKE_S
 
 
@@ -161,7 +160,7 @@ class Agent:
             data = b""
         try:
             msgs = n.reader.feed(data) if data else None
-        except wire.WireError as exc:
+        except frames.WireError as exc:
             self._drop(sel, pending, fd, f"refused: {exc}")
             return
         if msgs is None:  # it left before a whole Attach
@@ -172,8 +171,8 @@ class Agent:
         sel.unregister(n.conn)
         del pending[fd]
         try:
-            first = wire.decode_control(msgs[0])
-        except wire.WireError:
+            first = frames.decode_control(msgs[0])
+        except frames.WireError:
             n.conn.close()
             return
         self._admit(n, first)
@@ -192,10 +191,10 @@ class Agent:
 
     def _admit(self, n: _Newcomer, first) -> None:
         """A whole first frame: refused, told the slot is taken, or served on a thread of its own."""
-        if not isinstance(first, wire.Attach):
+        if not isinstance(first, frames.Attach):
             n.conn.close()
             return
-        why = wire.attach_problem(first)
+        why = frames.attach_problem(first)
         if why is not None:  # nothing armed: the loop runs on as it was
             self._bye(n.conn, f"refused: {why}")
             return
@@ -222,7 +221,7 @@ class Agent:
                 self._claimers.release()
             self._bye(n.conn, f"refused: the agent cannot serve a monitor now ({type(exc).__name__}: {exc})")
 
-    def _claim(self, peer_pid: int, settings: wire.Attach) -> bool:
+    def _claim(self, peer_pid: int, settings: frames.Attach) -> bool:
         """Make `peer_pid` the attached monitor. A monitor that yields (the exporter) steps aside for one that
         does not: its loop ends with a Bye that says so, and the newcomer is served once it has left (≤ 3 s)."""
         deadline = time.monotonic() + 3.0
@@ -245,14 +244,14 @@ class Agent:
         nothing: a Bye fits in the socket's buffer, and a full one is closed unanswered."""
         try:
             conn.settimeout(0.2)
-            conn.sendall(wire.pack(wire.Bye(reason=reason)))
+            conn.sendall(frames.pack(frames.Bye(reason=reason)))
             conn.shutdown(socket.SHUT_WR)
         except OSError:
             pass
         finally:
             conn.close()
 
-    def serve(self, conn: socket.socket, peer_pid: int, reader, first: wire.Attach, claim: bool = False) -> None:
+    def serve(self, conn: socket.socket, peer_pid: int, reader, first: frames.Attach, claim: bool = False) -> None:
         """One attach, from the monitor's Attach (read by the door) to our Bye; `claim`: the slot is to be
         waited for (a yielding monitor is stepping aside)."""
         if claim:
@@ -265,7 +264,7 @@ class Agent:
                 return
         self._serve_claimed(conn, reader, first)
 
-    def _serve_claimed(self, conn: socket.socket, reader, first: wire.Attach) -> None:
+    def _serve_claimed(self, conn: socket.socket, reader, first: frames.Attach) -> None:
         res: dict = {"session": None}
         reason = "detached"
         held.name_this_thread("dm-session")  # the attach's thread: ticks, pumps, window collects
@@ -273,27 +272,27 @@ class Agent:
             ev = EventLog.from_env()
             with held.GilPolite():
                 status = self.set_up(conn, first, res, ev)
-            conn.sendall(wire.pack(wire.ProbeStatus(**status)))
+            conn.sendall(frames.pack(frames.ProbeStatus(**status)))
             try:
                 self.loop = AttachLoop(conn, reader, res["session"], status, ev, hello_frame=res.get("hello"))
                 reason = self.loop.run()
             finally:
                 if ev is not None:
                     ev.write()
-        except (OSError, wire.WireError) as exc:
+        except (OSError, frames.WireError) as exc:
             reason = f"connection lost ({type(exc).__name__})"
         finally:
             self.loop = None
             self.tear_down(conn, res["session"], reason)
 
-    def set_up(self, conn: socket.socket, settings: wire.Attach, res: dict, ev=None) -> dict:
-        """Hello, tracer and (counters="in_process") PM for one attach, then arm the session; the status fields
+    def set_up(self, conn: socket.socket, settings: frames.Attach, res: dict, ev=None) -> dict:
+        """Hello and tracer for one attach, then arm the session; the status fields
         to send first. `ev` (the agent's event log, when one is kept) gets each step's ns."""
         t0 = time.time_ns()
         hooks.attach()  # engine adapters first: the model facts they report travel in the hello
         h = hello({k: float(getattr(settings, k)) for k in
                    ("window_period_s", "window_tokens", "pm_interval_us", "nvml_hz")})
-        conn.sendall(wire.pack(h))
+        conn.sendall(frames.pack(h))
         res["hello"] = h
         if ev is not None:
             ev.add("hello", time.time_ns() - t0)
@@ -301,14 +300,13 @@ class Agent:
         status: dict = {"token_clock": "armed"}
         if settings.token_range:
             status["token_range"] = settings.token_range
-        tracer = pm = None
+        tracer = None
         if h.gpu is None:
             status.update(gpu="unavailable", gpu_error=h.gpu_unavailable, trace="unavailable", trace_reason="no_gpu",
                           pm="unavailable", pm_reason="no_gpu", nvml="unavailable", nvml_reason="no_gpu")
         else:
             status["gpu"] = "ok"
-            pm_here = settings.pm and settings.counters == "in_process"
-            if (settings.trace or pm_here) and "cupti.cupti" not in sys.modules:  # the process's first attach
+            if settings.trace and "cupti.cupti" not in sys.modules:  # the process's first attach
                 t0 = time.time_ns()
                 preload.preload_cupti()
                 if ev is not None:
@@ -317,14 +315,9 @@ class Agent:
             tracer = self._arm_trace(settings, status)
             if ev is not None:
                 ev.add("tracer", time.time_ns() - t0)
-            # NVML, and PM too with counters="monitor", are read by the monitor's sidecar (monitor/sidecar.py):
-            # this process starts no child. PM is armed here only where a second process cannot arm it
-            if settings.counters == "in_process":
-                pm = arm_pm(settings, status) if settings.pm else None
-                if not settings.pm:
-                    status["pm"] = "off"
+            # NVML and PM are read by the monitor's sidecar, in decodemon's own process (monitor/sidecar.py):
+            # this process starts no child and loads no counter library
         session = res["session"] = Session(settings, tracer)
-        session.pm = pm
         with ACTIVE.lock:
             prev, ACTIVE.session = ACTIVE.session, session
         if isinstance(prev, Closer) and prev.tracer is not None:
@@ -332,7 +325,7 @@ class Agent:
         return status
 
     @staticmethod
-    def _arm_trace(settings: wire.Attach, status: dict):
+    def _arm_trace(settings: frames.Attach, status: dict):
         if not settings.trace:
             status["trace"] = "off"
             return None
@@ -348,13 +341,7 @@ class Agent:
         return tracer
 
     def tear_down(self, conn: socket.socket, session, reason: str) -> None:
-        """Disarm: PM released first, then CUPTI left at the decode thread's next boundary, and the monitor told
-        why."""
-        if session is not None and session.pm is not None:
-            # before the decode thread's finalize: a PM session that a CUPTI finalize takes down cannot be
-            # disabled cleanly, and its counters can stay held for the next attach (pm_config.release)
-            pm, session.pm = session.pm, None
-            release_pm(pm)
+        """Disarm: CUPTI left at the decode thread's next boundary, and the monitor told why."""
         keep_hooks = False
         if session is not None:
             # The decode thread disarms at its next boundary (a safe point for CUPTI);
@@ -371,5 +358,5 @@ class Agent:
         if not keep_hooks:
             hooks.detach()  # the engine's own functions back, before the monitor hears the attach is over
         self.busy_with = None  # free before the Bye: a monitor that attaches again once it hears it is served
-        held.send_all(conn, wire.pack(wire.Bye(reason=reason)), 1.0)  # the socket may be non-blocking by now
+        held.send_all(conn, frames.pack(frames.Bye(reason=reason)), 1.0)  # the socket may be non-blocking by now
         conn.close()

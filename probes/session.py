@@ -12,12 +12,12 @@ import sys
 import threading
 import time
 
-from decodemon.probes import hooks, held, policy, wire
+from decodemon.probes import frames, held, hooks, policy
 from decodemon.probes.facts import PROCESS
 
 
 MARK_FIELDS = 4  # values a mark adds to Session.marks
-_STEP_INDEX = {name: i for i, name in enumerate(wire.OBSERVER_STEPS)}
+_STEP_INDEX = {name: i for i, name in enumerate(frames.OBSERVER_STEPS)}
 
 
 def take_front(q: list, stride: int = 1) -> list:
@@ -80,7 +80,7 @@ def guard_for_window(tracer_needs_guard: bool) -> bool:
 class Session:
     """State shared by the decode thread (on_token) and the agent thread while attached."""
 
-    def __init__(self, settings: wire.Attach, tracer) -> None:
+    def __init__(self, settings: frames.Attach, tracer) -> None:
         self.settings = settings
         self.started = time.monotonic()
         # the marks not yet shipped, MARK_FIELDS values each, flat: perf_counter ns, depth, a batched engine's
@@ -90,7 +90,7 @@ class Session:
         # lost and no column goes out of line, and its columns are strided slices (no per-mark Python)
         self.marks: list = []
         self.first_tokens: list[int] = []  # a batched engine's requests' times to their first token (ns)
-        # the observer's steps in this attach: (start, end, wire.OBSERVER_STEPS index), perf_counter ns
+        # the observer's steps in this attach: (start, end, frames.OBSERVER_STEPS index), perf_counter ns
         self.observer: list[tuple[int, int, int]] = []
         self._window_t0 = 0  # when the decode thread began opening the window in progress
         self.pending_detach = None
@@ -110,11 +110,6 @@ class Session:
         self.closing = False
         self.done = threading.Event()
         self.errors: list[str] = []
-        self.pm = None
-        self.pm_next_try = 0.0  # counters busy at the attach: when a pump may try to arm them again (pm_arm)
-        # traced windows' spans (CUPTI ns) whose PM samples the next pump evaluates in full: the monitor reads
-        # the counters over exactly the traced tokens beside the window's kernel records (an accuracy check)
-        self.pm_spans: list[tuple[int, int]] = []
         self.windows_asked = 0  # windows this attach has asked for (Attach.api_every counts them)
         self.decode_tid: int | None = None  # the decode thread's native id, from its first token mark
         self.switches = held.SwitchCounter()  # its voluntary switches per second, read at the agent's stats tick
@@ -132,7 +127,7 @@ class Session:
         self.start_log: list[int] | None = []
 
     def note_step(self, step: str, t0_ns: int) -> None:
-        """One of the observer's steps (wire.OBSERVER_STEPS) ran from `t0_ns` until now (perf_counter ns)."""
+        """One of the observer's steps (frames.OBSERVER_STEPS) ran from `t0_ns` until now (perf_counter ns)."""
         self.observer.append((t0_ns, time.perf_counter_ns(), _STEP_INDEX[step]))
 
     @property
@@ -152,13 +147,6 @@ class Session:
             self._wake_w.send(b"w")
         except OSError:
             pass
-
-    def window_in_progress(self) -> bool:
-        """A window is prepared, asked for, open, or closed but not yet collected: PM pumps wait for its end, so
-        that one pump evaluates all of the samples over its tokens (not every `stride`-th)."""
-        tr = self.tracer
-        return tr is not None and (self.want_window or bool(getattr(tr, "active", False))
-                                   or bool(getattr(tr, "initialised", False)) or self.window_ready.is_set())
 
     def prepare_window(self) -> int:
         """Agent thread: make CUPTI's start-up here (tracer.prepare), a few tokens before the window opens, when
@@ -266,7 +254,7 @@ class Session:
             self.skipped_windows += 1  # our detach would end its CUPTI session too
             return
         self.guard = 1 if guard_for_window(getattr(tr, "needs_guard", True)) else 0
-        self.tokens_left = self.settings.window_tokens + self.guard  # see wire.KernelWindow
+        self.tokens_left = self.settings.window_tokens + self.guard  # see frames.KernelWindow
         self._window_t0 = time.perf_counter_ns()
         tr.open()
 

@@ -17,20 +17,15 @@ import sys
 import threading
 import time
 
+from decodemon.probes import pm_config
 from decodemon.probes.device import nvml_index
 from decodemon.probes.wire import Column, NvmlSamples, PmSamples, ProbeStatus, pack
 
-# GPU busy is the GR engine's *compute* activity: on an H200 gr__compute_cycles_active read 19.3% of an eager step whose traced kernels cover 17.5%, and 98.8% of a graphed
-# one (kernels ~100%), while gr__cycles_active also counts each launch's front-end work (~28% eager). Recordings
-# made before carry gr__cycles_active.avg; the monitor reads either.
-PM_METRICS = [
-    "gr__compute_cycles_active.avg",
-    "gr__cycles_elapsed.max",
-    "sm__cycles_active.avg",
-    "dram__throughput.avg.pct_of_peak_sustained_elapsed",
-    "sm__warps_active.avg.pct_of_peak_sustained_active",
-    "gpu__time_duration.sum",
-]
+
+
+# counters held by another profiler: tried again this long after the first refusal, doubling up to the most
+BUSY_WAIT_S = 0.25
+BUSY_WAIT_MAX_S = 30.0
 
 
 class _Out:
@@ -59,41 +54,29 @@ def _pm_loop(out: _Out, device: int, interval_us: int, period_s: float, stop: th
         out.send(ProbeStatus(pm="unavailable", pm_reason="not_importable", pm_error=str(exc), pm_where="sidecar",
                              pm_lib=lib_text))
         return
-    coll, how, tried = None, "", []
-    # the device's primary context made current first: a PM session armed in a process with no context failed
-    # on an H200 (ERROR_UNKNOWN), and every later try then failed too (ERROR_INVALID_PARAMETER)
-    for how in ("primary context", "as is", "own CUDA context", "torch context"):
-        try:
-            if how == "primary context":
-                _primary_context(device)
-            elif how == "own CUDA context":
-                _make_context(device)
-            elif how == "torch context":
-                import torch  # noqa: PLC0415 - last resort, only where the target has torch anyway
-
-                torch.cuda.set_device(device)
-                torch.empty(1, device="cuda")
-            coll = pm_sampling.Collector(device)
-            coll.enable()
-            _configure(coll, interval_us)
-            coll.start()
-            break
-        except PermissionError:
+    t_arm, busy_tries = time.monotonic(), 0
+    while True:
+        coll, tried, outcome = _arm(pm_sampling, device, interval_us)
+        if outcome == "denied":
             out.send(ProbeStatus(pm="unavailable", pm_reason="no_permission", pm_where="sidecar"))
             return
-        except Exception as exc:
-            tried.append(f"{how}: {type(exc).__name__}: {exc}")
-            if coll is not None:
-                try:
-                    coll.disable()
-                except Exception:
-                    pass
-            coll = None
+        if outcome != "busy":
+            break
+        # the counters are held (DCGM, Nsight, or an earlier session still releasing them): said, with what may
+        # hold them, and tried again further and further apart while the attach lasts
+        busy_tries += 1
+        out.send(ProbeStatus(pm="unavailable", pm_reason="hardware_busy", pm_where="sidecar", pm_lib=lib_text,
+                             pm_error=tried[-1], pm_holders=pm_config.counter_holders(False),
+                             pm_busy_tries=busy_tries))
+        if stop.wait(min(BUSY_WAIT_MAX_S, BUSY_WAIT_S * 2 ** min(busy_tries - 1, 8))):
+            return
     mixed = cupti_lib.check()
     if coll is None:
         out.send(ProbeStatus(pm="unavailable", pm_reason="error", pm_where="sidecar", pm_lib=lib_text,
                              pm_error="; ".join(tried + ([mixed] if mixed else []))))
         return
+    if busy_tries:
+        out.send(ProbeStatus(pm_armed_after_s=round(time.monotonic() - t_arm, 1), pm_busy_tries=busy_tries))
     out.send(ProbeStatus(pm="armed", pm_where="sidecar", pm_interval_us=interval_us, pm_lib=lib_text,
                          pm_dram_bytes="dram__bytes_read.sum" in (getattr(coll, "_metrics", None) or [])))
     overflows = 0
@@ -122,21 +105,60 @@ def _pm_loop(out: _Out, device: int, interval_us: int, period_s: float, stop: th
             coll.disable()
 
 
+def _arm(pm_sampling, device: int, interval_us: int):
+    """(a started Collector or None, what each way of arming said, and "armed", "denied" (no permission), "busy"
+    (the counters are held) or "failed")."""
+    coll, tried = None, []
+    # the device's primary context made current first: a PM session armed in a process with no context failed
+    # on an H200 (ERROR_UNKNOWN), and every later try then failed too (ERROR_INVALID_PARAMETER)
+    for how in ("primary context", "as is", "own CUDA context", "torch context"):
+        try:
+            if how == "primary context":
+                _primary_context(device)
+            elif how == "own CUDA context":
+                _make_context(device)
+            elif how == "torch context":
+                import torch  # noqa: PLC0415 - last resort, only where the target has torch anyway
+
+                torch.cuda.set_device(device)
+                torch.empty(1, device="cuda")
+            coll = pm_sampling.Collector(device)
+            coll.enable()
+            _configure(coll, interval_us)
+            coll.start()
+            return coll, tried, "armed"
+        except PermissionError:
+            return None, tried, "denied"
+        except Exception as exc:
+            _disable(coll)
+            if pm_config.is_hardware_busy(exc):
+                return None, [f"{type(exc).__name__}: {exc}"], "busy"
+            tried.append(f"{how}: {type(exc).__name__}: {exc}")
+            coll = None
+    return None, tried, "failed"
+
+
+def _disable(coll) -> None:
+    if coll is not None:
+        try:
+            coll.disable()
+        except Exception:
+            pass
+
+
 def _configure(coll, interval_us: int) -> None:
     """PM_METRICS with the DRAM bytes read and written (bytes per token with no model facts), or without them on
     a chip that refuses them."""
-    from decodemon.probes.pm_config import hw_buffer_bytes, metric_sets, refused_dram_bytes  # noqa: PLC0415
-
-    sets = metric_sets(getattr(coll, "_chip_name", None))
+    sets = pm_config.metric_sets(getattr(coll, "_chip_name", None))
     for k, metrics in enumerate(sets):
         try:
-            coll.configure(metrics=metrics, hardware_buffer_size=hw_buffer_bytes(interval_us),
+            coll.configure(metrics=metrics, hardware_buffer_size=pm_config.hw_buffer_bytes(interval_us),
                            sampling_interval=interval_us * 1000)
             return
         except Exception:
             if k + 1 == len(sets):
                 raise
-            refused_dram_bytes(getattr(coll, "_chip_name", None))
+            pm_config.refused_dram_bytes(getattr(coll, "_chip_name", None))
 
 
 def _primary_context(device: int) -> None:

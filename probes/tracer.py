@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from decodemon.probes.wire import Column, KernelWindow
+from decodemon.probes.frames import Column, KernelWindow
 
 _BUFFER_BYTES = 8 * 1024 * 1024
 _CHUNK = 256

@@ -17,26 +17,18 @@ started at every attach, packs its columns from lists without numpy (its import 
 
 from __future__ import annotations
 
-import math
-import os
 import struct
-from typing import Annotated, Iterator, Union
+from typing import Annotated, Union
 
 import msgspec
 
-# 2: the probe's status travels as ProbeStatus (fields with units); version-1 recordings carry Stats (a dict of
-# sentences), which the monitor still reads
-WIRE_VERSION = 2
-# how an agent's goodbye begins when another monitor has it (found busy, or stepped aside for a new one)
-LENT_TO_ANOTHER = ("busy:", "stepped aside for monitor")
+# what the agent and the monitor share is defined once, in the agent's standard-library half of the wire
+from decodemon.probes.frames import (ATTACH_BOUNDS, ATTACH_CHOICES, ATTACH_FIELDS, GRAPH_REPLAYS,  # noqa: F401
+                                     LEN as _LEN, LENT_TO_ANOTHER, MAX_ENTRIES, MAX_FRAME_BYTES, OBSERVER_STEPS,
+                                     STEP_STARTS, WIRE_VERSION, WireError, attach_problem)
+
 MAGIC = b"DECODEMON-RECORDING\n"
-_LEN = struct.Struct("<I")
 _REC = struct.Struct("<IQ")  # payload length, receive time (ns since recording start)
-MAX_FRAME_BYTES = 64 * 1024 * 1024
-
-
-class WireError(ValueError):
-    """A frame, stream or recording that cannot be read; the message is one line for the user."""
 
 
 _STRUCT_CODES = {"<i8": "q", "<u8": "Q", "<f8": "d", "<i4": "i", "<u4": "I", "<f4": "f"}
@@ -74,7 +66,6 @@ class Column(msgspec.Struct, frozen=True, array_like=True):
 
 # a frame's lists and dicts hold at most MAX_ENTRIES entries, checked against the length msgpack declares before any
 # entry is decoded: a 64 MB frame of one-byte entries would otherwise become 64M Python objects (~1 s and 0.5 GB)
-MAX_ENTRIES = 1 << 20
 _MANY = msgspec.Meta(max_length=MAX_ENTRIES)
 _Strs = Annotated[list[str], _MANY]
 _Ints = Annotated[list[int], _MANY]
@@ -114,6 +105,9 @@ class ModelFacts(msgspec.Struct, frozen=True):
     # "gloo" (synchronous: the engine's clock around a call times the collective), "nccl" (asynchronous: it times
     # the enqueue only; µs per call comes from the NCCL kernels of a traced window), "" when not said
     collective_backend: str = ""
+    kv_dtype: str = ""  # the KV cache's element type where it is not the weights' (llama.cpp's q8_0, q4_0, ...)
+    # the weights' bytes in all, where a token reads fewer (`weight_bytes`: one row of an embedding table, not all)
+    weight_bytes_total: int = 0
 
     def bytes_per_token(self, depth: int) -> int:
         """Bytes read to make one token at a context depth: weights plus the KV cache touched. For a batched
@@ -167,10 +161,6 @@ class TokenMarks(msgspec.Struct, frozen=True, tag="tokens"):
     # on the marks' clock (perf_counter ns), step an index into OBSERVER_STEPS
     observer_ns: Union[Column, None] = None
 
-
-# the observer's steps that hold the decode thread or its GIL: a traced window on the decode thread (open to
-# close), and the agent thread's CUPTI start-up, window collect, PM pump and window by time
-OBSERVER_STEPS = ("window", "prepare", "collect", "pump", "time_window")
 
 
 class KernelWindow(msgspec.Struct, frozen=True, tag="window"):
@@ -320,9 +310,6 @@ class ProbeStatus(msgspec.Struct, frozen=True, tag="status"):
     dropped_records: int = 0
 
 
-GRAPH_REPLAYS = "cuda graph replays"  # StepCounts.server when the agent counted the steps
-STEP_STARTS = "step starts"  # StepCounts.server for the step starts the agent timed, one row a step
-
 
 class StepCounts(msgspec.Struct, frozen=True, tag="counts"):
     """Decode steps counted, one row per read: a server's own counts read by the monitor (llama-server's /slots,
@@ -346,89 +333,11 @@ class Bye(msgspec.Struct, frozen=True, tag="bye"):
     reason: str
 
 
-# Monitor -> agent. The agent acts on these two and nothing else.
-class Attach(msgspec.Struct, frozen=True, tag="attach"):
-    """Arm the probe with these settings (when each applies: probes/policy.py)."""
-
-    window_period_s: float = 4.0
-    window_tokens: int = 1
-    # a window costs 1-2 slow tokens: wait for this many tokens between windows (under 1% of tokens), but never
-    # longer than window_max_s
-    window_min_tokens: int = 250
-    window_max_s: float = 5.0
-    # each window leaves ~90-280 KB in the process for good (H200): past this many, one every
-    # policy.BUDGET_PERIOD_S
-    window_budget: int = 500
-    pm_interval_us: int = 2000
-    nvml_hz: float = 4.0
-    trace: bool = True
-    pm: bool = True
-    # seconds from attach to the first window (None: half a second, or the period if shorter); a group's monitor
-    # staggers its ranks so the traced rank is the last at each collective and its NCCL kernels time the link
-    first_window_s: float | None = None
-    # tokens between CUPTI's start-up on the agent thread and the window's opening boundary (0: the opening
-    # boundary starts it, in the traced token, already the slowest); eager windows only
-    prepare_lead_tokens: int = 0
-    # the process's first window has its CUPTI start-up (libcupti loaded, the context instrumented) made on the
-    # agent thread before it opens, whatever prepare_lead_tokens says
-    prepare_first_window: bool = True
-    # runtime-API records in one window of every N (windows 1, 1+N, ...), the others kernels, copies and memsets
-    # only; 1: every window, 0: none (a kernels-only eager window's traced token was 2-16 ms cheaper on an H200)
-    api_every: int = 4
-    # seconds between the agent thread's wake-ups (each takes the GIL from a decode thread running Python, and costs
-    # the agent ~0.2-0.5 ms of CPU: on the CPU demo target, ~3,000 marks a second, a tick of 0.25 s read 1.9-2.3
-    # ms of agent CPU a second and one of 0.5 s 1.1-1.6)
-    agent_tick_s: float = 0.5
-    # seconds between PM pumps; each pump's libcupti calls cost a decode thread running Python a few switches
-    pm_pump_s: float = 1.0
-    # the agent's short calls keep the GIL (probes/held.py); False gives it up in each, for A/B runs
-    hold_gil: bool = True
-    # how long a window opened by time stays open (a loop without token marks, or whose host runs ahead, in a
-    # process that replays no CUDA graph)
-    time_window_s: float = 0.25
-    # a named NVTX range as the token clock: each close of a range of this name, pushed from Python through
-    # torch.cuda.nvtx or the nvtx package, marks a token, and the engine's own marks are ignored ("": marks)
-    token_range: str = ""
-    # where PM sampling runs: "monitor", in the sidecar the monitor starts, where nothing of it runs in the target
-    # (it loads the newest nvidia-cuda-cupti's libcupti first: probes/cupti_lib.py), or "in_process", in the agent
-    # thread, which costs the loop's interpreter the pumps. NVML is always read by that sidecar
-    counters: str = "monitor"
-    # this monitor steps aside for one that does not yield (the exporter does: a user's attach is never "busy"
-    # because of it)
-    yields: bool = False
-
-
-# each Attach field's bounds: (lo, hi, whole number, lo allowed); the CLI refuses out-of-range settings with these,
-# and the agent refuses an Attach frame that breaks them (another client of the socket may send anything)
-ATTACH_BOUNDS = {
-    "window_period_s": (0, 3600, False, False), "window_tokens": (1, 64, True, True),
-    "window_min_tokens": (0, 10**9, True, True), "window_max_s": (0, 3600, False, False),
-    "window_budget": (1, 10**9, True, True), "pm_interval_us": (100, 1_000_000, True, True),
-    "nvml_hz": (0, 100, False, True), "first_window_s": (0, 3600, False, True),
-    "prepare_lead_tokens": (0, 64, True, True), "api_every": (0, 10**6, True, True),
-    "agent_tick_s": (0.01, 1.0, False, True), "pm_pump_s": (0.1, 10, False, True),
-    "time_window_s": (0.01, 5.0, False, True),
-}
-ATTACH_CHOICES = {"counters": ("in_process", "monitor")}  # the fields that take one of a few words
-
-
-def attach_problem(a: "Attach") -> str | None:
-    """Why an Attach frame cannot be served (a field out of its bounds, not finite, a word not among its
-    choices, a name too long), or None."""
-    for key, (lo, hi, whole, lo_ok) in ATTACH_BOUNDS.items():
-        v = getattr(a, key)
-        if v is None and key == "first_window_s":
-            continue
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            return f"{key}={v!r} is not a finite number"
-        if v > hi or v < lo or (v == lo and not lo_ok) or (whole and v != int(v)):
-            return f"{key}={v!r} is outside [{lo}, {hi}]"
-    for key, words in ATTACH_CHOICES.items():
-        if getattr(a, key) not in words:
-            return f"{key}={getattr(a, key)!r} is not one of {', '.join(words)}"
-    if len(a.token_range) > 256 or not a.token_range.isprintable():
-        return "token_range is not a name of at most 256 printable characters"
-    return None
+# Monitor -> agent. The agent acts on these two and nothing else; their fields are the agent's table
+# (probes/frames.py: ATTACH_FIELDS, with what each means), from which this struct is made.
+Attach = msgspec.defstruct("Attach", [(n, t, d) for n, t, d in ATTACH_FIELDS], tag="attach", frozen=True,
+                           module=__name__)
+Attach.__doc__ = "Arm the probe with these settings (when each applies: probes/policy.py)."
 
 
 class Detach(msgspec.Struct, frozen=True, tag="detach"):

@@ -16,6 +16,8 @@ import stat
 import time
 from pathlib import Path
 
+from decodemon.probes.frames import LEN as _LEN, MAX_FRAME_BYTES, WireError
+
 BACKLOG = 64
 
 
@@ -234,7 +236,9 @@ def socket_home(d: Path | None = None, pid: int | None = None) -> SocketHome:
 
 
 def pack(obj) -> bytes:
-    """One frame with its 4-byte length prefix, ready for a socket."""
+    """One frame of the monitor's schema (probes/wire.py) with its 4-byte length prefix, ready for a socket."""
+    from decodemon.probes.wire import encode  # msgspec: the monitor's side (the agent packs with frames.pack)
+
     payload = encode(obj)
     return _LEN.pack(len(payload)) + payload
 
@@ -261,5 +265,3 @@ class StreamReader:
         return out
 
 
-# the frames themselves; imported last, so that either module may be imported first
-from decodemon.probes.wire import _LEN, MAX_FRAME_BYTES, WireError, encode  # noqa: E402

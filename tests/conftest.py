@@ -18,6 +18,13 @@ REC = {name: (BUNDLED if name in ("eager", "graph") else DATA) / f"h200_{name}.d
        for name in ("eager", "graph", "eager_pm", "llama8b_graph", "narrow12_graph", "eager_api2", "graph_api2")}
 
 
+def as_monitor_reads(frame):
+    """A frame the agent built (probes/frames.py) as the monitor decodes it from the wire (probes/wire.py)."""
+    from decodemon.probes import frames, wire
+
+    return wire.decode_frame(frames.encode(frame))
+
+
 def cli(*args, timeout=60, **kw):
     """Run `decodemon ARGS` in a subprocess; return CompletedProcess (text)."""
     return subprocess.run([sys.executable, "-m", "decodemon.monitor.cli", *map(str, args)], capture_output=True,

@@ -11,17 +11,16 @@ import subprocess
 import sys
 import threading
 import time
-import types
 
 import pytest
 
 
 from decodemon.monitor import probe_status
-from decodemon.probes import agent, attach_loop, eventlog, held, pm_arm, policy, server, wire
+from decodemon.probes import agent, attach_loop, eventlog, held, policy, server, wire
 from decodemon.probes import session as sess
 from decodemon.probes.facts import PROCESS
-from decodemon.probes.sidecar import PM_METRICS
-from tests.conftest import Engine, cli
+from decodemon.probes.pm_config import PM_METRICS
+from tests.conftest import Engine, as_monitor_reads, cli
 
 
 def attach_json(pid, seconds=1.0, *extra):
@@ -164,19 +163,6 @@ def test_trace_errors_are_reported_never_raised_into_the_loop():
     assert s.marks_queued == 2
 
 
-def test_pm_permission_error_says_what_to_change(monkeypatch):
-    import decodemon.probes.pm_inproc as pm
-
-    def refuse(*a, **k):
-        raise PermissionError("insufficient privileges")
-
-    monkeypatch.setattr(pm, "PmSampler", refuse)
-    state = {}
-    assert pm_arm.arm_pm(wire.Attach(), state) is None
-    assert (state["pm"], state["pm_reason"]) == ("unavailable", "no_permission")
-    words = probe_status.describe(wire.ProbeStatus(**state))["pm"]
-    assert "NVreg_RestrictProfilingToAdminUsers=0" in words and "traced windows still work" in words
-
 
 def test_mark_token_is_cheap_while_dormant():
     assert sess.ACTIVE.session is None
@@ -239,10 +225,10 @@ def test_guard_token_only_while_the_process_replays_graphs():
     tr.needs_guard = True
     eager = (0, 10, 20, 1, 1, 1, 32, 1, 1, 8, 0, 0, 7, 0, 0, 1)  # graph id 0: launched one by one
     tr.bounds, tr._kernels = [0, 100, 200], [eager]
-    w = tr.collect(0, guard_tokens=1)
+    w = as_monitor_reads(tr.collect(0, guard_tokens=1))
     assert (w.tokens, w.guard_tokens) == (1, 1) and not tr.needs_guard
     tr.bounds, tr._kernels = [0, 100], [eager[:13] + (3, 5, 1)]  # a graph kernel: the next window keeps a guard
-    w = tr.collect(1, guard_tokens=0)
+    w = as_monitor_reads(tr.collect(1, guard_tokens=0))
     assert (w.tokens, w.guard_tokens) == (1, 0) and tr.needs_guard
     m = window_metrics(w, sm_count=132)
     assert m.tokens == 1 and m.kernels_per_token == 1
@@ -333,24 +319,6 @@ def test_no_window_opens_while_torch_profiler_records_in_the_target():
     s.on_token(2)
     assert [c for c, _ in tr.calls] == ["open"]
 
-
-def test_first_pm_session_of_a_process_carries_its_lasting_effect_note(monkeypatch):
-    import decodemon.probes.pm_inproc as pm
-
-    class FakeSampler:
-        def __init__(self, *a, **k):
-            pass
-
-    monkeypatch.setattr(pm, "PmSampler", FakeSampler)
-    monkeypatch.setattr(pm_arm, "cuda_device_index", lambda: 0)
-    monkeypatch.setattr(PROCESS, "pm_armed_before", False)
-    first, second = {}, {}
-    assert pm_arm.arm_pm(wire.Attach(), first) is not None
-    pm_arm.arm_pm(wire.Attach(), second)
-    assert first["pm_first_session"] is True and "pm_first_session" not in second and second["pm"] == "armed"
-    note = probe_status.describe(wire.ProbeStatus(**first))["pm_note"]
-    assert "left a graphed loop ~13% faster" in note and "--no-pm" in note
-    assert "pm_note" not in probe_status.describe(wire.ProbeStatus(**second))
 
 
 def test_agent_bursts_hand_the_gil_back_quickly_and_restore_the_interval():
@@ -465,225 +433,6 @@ class _P:
     overflow = 0
     decode_stop_reason = 1  # END_OF_RECORDS
 
-
-class _FakePmCupti:
-    PmSamplingDecodeDataParams = PmSamplingGetCounterDataInfoParams = _P
-    PmSamplingDecodeStopReason = types.SimpleNamespace(OTHER=0, END_OF_RECORDS=1, COUNTER_DATA_FULL=2)
-    PM_SAMPLING_DECODE_DATA_PARAMS_STRUCT_SIZE = PM_SAMPLING_GET_COUNTER_DATA_INFO_PARAMS_STRUCT_SIZE = 1
-
-    def __init__(self):
-        self.decoded = []
-
-    def pm_sampling_decode_data(self, ptr):
-        self.decoded.append(ptr)
-
-    def pm_sampling_get_counter_data_info(self, ptr):
-        pass
-
-
-class _FakeCollector:
-    _pm_sampling_object = 7
-
-    def __init__(self):
-        self.made = 0
-
-    def _create_counter_data_image(self, max_samples):
-        import numpy as np
-
-        self.made += 1
-        return np.full(16, 5, dtype=np.uint8)  # "initialised"
-
-
-def test_pm_pump_decodes_into_a_copy_of_one_initialised_image():
-    from decodemon.probes.pm_inproc import PmSampler
-
-    pm = object.__new__(PmSampler)
-    pm._c, pm._coll, pm._templates, pm.image_s = _FakePmCupti(), _FakeCollector(), {}, 0.0
-    pm._dirty, pm._layouts = {}, {}
-    pm._nogil, pm._free_s = None, 0.0  # no libcupti here: the cupti-python path
-    first, n = pm._decode_image(1024)
-    first[:] = 0  # what a decode writes must not reach the template
-    second, n2 = pm._decode_image(1024)
-    assert pm._coll.made == 1 and (n, n2) == (3, 3) and len(pm._c.decoded) == 2
-    # the next pump decodes into the same work buffer, reset from the template (no fresh pages per pump)
-    assert (second == 5).all() and second is first and pm._templates[1024][0] is not second
-    assert pm.image_bytes == 16  # the size of each pump's copy, for the probe's pm_cpu line
-    pm._decode_image(64)  # another size: its own template
-    assert pm._coll.made == 2
-
-
-class _LaidOutCupti(_FakePmCupti):
-    """A libcupti whose counter-data image is a 40-byte header and 100 bytes a sample, and whose decode writes the
-    header and the samples it decodes (as the H200's did)."""
-    PmSamplingGetCounterDataSizeParams = type("_S", (), {"ptr": 0})
-    PM_SAMPLING_GET_COUNTER_DATA_SIZE_PARAMS_STRUCT_SIZE = 1
-    HEADER, PER = 40, 100
-
-    def __init__(self, image_of):
-        super().__init__()
-        self.image_of, self.n, self.sizes_asked = image_of, 0, []
-        self._last = None
-
-    def pm_sampling_get_counter_data_size(self, ptr):
-        self.sizes_asked.append(self._p.max_samples)
-        self._p.counter_data_size = self.HEADER + self.PER * self._p.max_samples
-
-    def pm_sampling_decode_data(self, ptr):
-        super().pm_sampling_decode_data(ptr)
-        self.image_of()[: self.HEADER + self.PER * self.n] = 0  # what this decode writes
-
-    def pm_sampling_get_counter_data_info(self, ptr):
-        _P.num_completed_samples = self.n
-
-
-def test_pm_pump_resets_only_what_the_last_decode_wrote(monkeypatch):
-    import numpy as np
-
-    from decodemon.probes.pm_inproc import PmSampler
-
-    pm = object.__new__(PmSampler)
-    box = {}
-    fake = _LaidOutCupti(lambda: box["image"])
-
-    def size_params():
-        p = types.SimpleNamespace(ptr=0)
-        fake._p = p
-        return p
-
-    fake.PmSamplingGetCounterDataSizeParams = size_params
-    coll = _FakeCollector()
-    coll._create_counter_data_image = lambda m: np.full(40 + 100 * m, 5, dtype=np.uint8)
-    pm._c, pm._coll, pm._templates, pm.image_s, pm._names_ptr = fake, coll, {}, 0.0, 0
-    pm._dirty, pm._layouts, pm.metrics = {}, {}, list(PM_METRICS)
-    pm._nogil, pm._free_s = None, 0.0
-    monkeypatch.setattr(_P, "num_completed_samples", 3)
-    template, box["image"] = pm._image_pair(64)
-    assert pm._layouts[64] == (40, 100) and sorted(fake.sizes_asked) == [16, 32, 64]
-    fake.n = 10
-    image, n = pm._decode_image(64)
-    assert n == 10 and pm.image_bytes == 0  # the first reset: the buffer still is the template's copy
-    assert not (image[: 40 + 100 * 10] == 5).any()
-    fake.n = 3
-    image, n = pm._decode_image(64)
-    assert pm.image_bytes == 40 + 100 * 11  # the header, the 10 samples decoded and one in progress
-    fake.n = 0
-    assert pm._decode_image(64) is None and pm.image_bytes == 40 + 100 * 4
-    # this decode wrote its header only: every sample earlier decodes wrote is back to the template's bytes
-    assert (image[40:] == template[40:]).all() and not (image[:40] == 5).any()
-
-    # sizes that do not lie on one line (or a failing size call): every reset copies the whole image
-    fake.HEADER = 0
-    assert pm.image_layout(64, 40 + 100 * 64) is None
-    fake.pm_sampling_get_counter_data_size = lambda ptr: (_ for _ in ()).throw(RuntimeError("no"))
-    assert pm.image_layout(64, 40 + 100 * 64) is None
-
-
-def _fake_pm_modules(monkeypatch, calls):
-    """A fake cupti-python for PmSampler's arm: the calls it makes, in order, go to `calls`."""
-    import types
-
-    import numpy as np
-
-    from decodemon.probes import pm_config
-
-    coll = _FakeCollector()
-
-    class Collector:
-        def __new__(cls, device):
-            coll._chip_name = "GH100"
-            for name in ("enable", "start", "stop", "disable"):
-                setattr(coll, name, lambda name=name: calls.append(name))
-            coll.configure = lambda **kw: calls.append("configure")
-            return coll
-
-    class Host:
-        def __init__(self, chip, kind):
-            self._p_host_object = 1
-
-        def initialize(self):
-            calls.append("host")
-
-        def deinitialize(self):
-            calls.append("host_deinit")
-
-        def create_config_image(self, metrics):
-            calls.append("config_image")
-            return np.zeros(8, dtype=np.uint8)
-
-    class PmCupti(_FakePmCupti):
-        PmSamplingSetConfigParams = _P
-        PM_SAMPLING_SET_CONFIG_PARAMS_STRUCT_SIZE = 1
-        PmSamplingTriggerMode = types.SimpleNamespace(GPU_TIME_INTERVAL=1)
-        PmSamplingHardwareBufferAppendMode = types.SimpleNamespace(KEEP_OLDEST=0)
-
-        def pm_sampling_set_config(self, ptr):
-            calls.append("set_config")
-
-    fake = types.ModuleType("cupti")
-    fake.cupti = PmCupti()
-    fake.pm_sampling = types.SimpleNamespace(Collector=Collector)
-    fake.profiler_host = types.SimpleNamespace(ProfilerHost=Host, ProfilerType=types.SimpleNamespace(PM_SAMPLING=0))
-    utils = types.ModuleType("cupti.utils")
-    utils.metrics_to_c_array = lambda names: (names, 0)
-    monkeypatch.setitem(sys.modules, "cupti", fake)
-    monkeypatch.setitem(sys.modules, "cupti.utils", utils)
-    monkeypatch.setattr(pm_config, "EVALUATORS", {})
-    monkeypatch.setattr(pm_config, "CONFIG_IMAGES", {})
-    return coll
-
-
-def test_pm_arm_makes_the_counter_data_image_before_any_pump(monkeypatch):
-    """The image is made at the arm (half a second before the first window), not in the first pump, which comes
-    right after the first traced window; the pumps decode into the buffer made with it."""
-    from decodemon.probes import pm_inproc
-
-    calls = []
-    coll = _fake_pm_modules(monkeypatch, calls)
-    pm = pm_inproc.PmSampler(0, 2000)
-    assert calls == ["enable", "host", "config_image", "host_deinit", "set_config", "start", "host"]
-    assert coll.made == 1 and coll._config is not None and coll._metrics  # what Collector.start/stop read
-    template, work = pm._templates[pm_inproc.MAX_SAMPLES]
-    assert work is not template and (work == template).all()  # the buffer is written (its pages touched) at the arm
-    pm._free_s = 0.0
-    image, _ = pm._decode_image(pm_inproc.MAX_SAMPLES)
-    assert image is work and coll.made == 1  # the first pump makes nothing
-
-
-def test_pm_arm_makes_the_evaluator_and_the_configuration_once_per_process(monkeypatch):
-    """A later attach's arm enables, configures from the kept image and starts: no metrics evaluator made, no
-    configuration image made (each had cost every attach's arm a ProfilerHost's initialisation), and closing a
-    session leaves the process's evaluator initialised for the next."""
-    from decodemon.probes import pm_inproc
-
-    calls = []
-    _fake_pm_modules(monkeypatch, calls)
-    first = pm_inproc.PmSampler(0, 2000)
-    first.close()
-    assert "host_deinit" not in calls[calls.index("start"):]  # the evaluator outlives the session
-    calls.clear()
-    second = pm_inproc.PmSampler(0, 2000)
-    assert calls == ["enable", "set_config", "start"]
-    assert second._host is first._host
-
-
-def test_pm_pump_counts_its_cpu_outside_libcupti_calls_apart():
-    """The pump's CPU inside libcupti calls (GIL released by cupti-python) is not counted as the pump's own."""
-    from decodemon.probes.pm_inproc import PmSampler
-
-    class C(_FakePmCupti):
-        def pm_sampling_decode_data(self, ptr):  # stands in for a libcupti call that works ~10 ms of CPU
-            t0 = time.thread_time()
-            while time.thread_time() - t0 < 0.01:
-                pass
-
-    pm = object.__new__(PmSampler)
-    pm._c, pm._free_s, pm.cpu_later_s, pm.pumps = C(), 0.0, 0.0, 0
-    t_pump = time.thread_time()
-    pm._call("pm_sampling_decode_data", _P())
-    pm._account(t_pump)
-    assert pm._free_s >= 0.01 and pm.cpu_s < 0.005 and pm.cpu_first_s == pm.cpu_s and pm.pumps == 1
-    pm._account(time.thread_time())
-    assert pm.pumps == 2 and pm.cpu_later_s == pm.cpu_s  # the first pump (all the samples since the arm) kept apart
 
 
 _STUB_GIL_CHECK = r"""
@@ -853,7 +602,7 @@ def test_cupti_starts_on_the_agent_thread_and_the_decode_threads_open_only_enabl
     assert names[:2] == ["activity_enable", "activity_enable"]
     assert names[-2:] == ["activity_flush_all", "finalize"] and not tr.initialised and not tr.prepared
     assert {th_ for _, th_ in tr._c.calls} == {threading.current_thread().name}
-    w = tr.collect(0, guard_tokens=0)
+    w = as_monitor_reads(tr.collect(0, guard_tokens=0))
     assert w.prepare_ns == got[0] and w.tokens == 1
 
 
@@ -1022,17 +771,6 @@ def test_no_start_up_while_an_earlier_attachs_finalize_is_still_due(monkeypatch)
     assert [n for n, _ in tr._c.calls][0] == "activity_register_callbacks" and tr.active
 
 
-def test_span_indices_cover_a_traced_windows_samples_with_margin():
-    from decodemon.probes.pm_inproc import span_indices
-
-    # 100 samples of 2 ms from t=1e9 (the last from 1.198e9 to 1.2e9): a window from 41 ms to 67 ms covers
-    # samples 20..33
-    last = (10**9 + 198_000_000, 10**9 + 200_000_000)
-    assert span_indices(100, *last, [(10**9 + 41_000_000, 10**9 + 67_000_000)]) == set(range(18, 36))
-    assert span_indices(100, *last, [(0, 10)]) == set()  # before the pump's samples
-    assert span_indices(5, 8_000_000, 10_000_000, [(0, 10**12)]) == set(range(5))  # clamped
-    assert span_indices(0, 0, 0, [(0, 1)]) == set() and span_indices(3, 5, 5, [(0, 9)]) == set()
-
 
 class _SelfP:
     """A params struct whose .ptr hands the struct itself to the fake libcupti call."""
@@ -1042,108 +780,28 @@ class _SelfP:
         return self
 
 
-class _FakeEvalCupti(_FakePmCupti):
-    """Samples every 2 ms from t=1e9; evaluation writes the sample index as every metric's value."""
 
-    PmSamplingCounterDataGetSampleInfoParams = ProfilerHostEvaluateToGpuValuesParams = _SelfP
-    PmSamplingDecodeDataParams = PmSamplingGetCounterDataInfoParams = _SelfP
-    PM_SAMPLING_COUNTER_DATA_GET_SAMPLE_INFO_PARAMS_STRUCT_SIZE = 1
-    PROFILER_HOST_EVALUATE_TO_GPU_VALUES_PARAMS_STRUCT_SIZE = 1
-
-    def __init__(self, n, overflow=0, stop_reason=1):
-        super().__init__()
-        self.n, self.evaluated = n, []
-        self.overflow, self.stop_reason = overflow, stop_reason
-
-    def pm_sampling_decode_data(self, p):
-        self.decoded.append(p)
-        p.overflow, p.decode_stop_reason = self.overflow, self.stop_reason
-
-    def pm_sampling_get_counter_data_info(self, p):
-        p.num_completed_samples = self.n
-
-    def pm_sampling_counter_data_get_sample_info(self, p):
-        # as on the H200: a session's first sample starts at 0
-        p.start_timestamp = 10**9 + 2_000_000 * p.sample_index if p.sample_index else 0
-        p.end_timestamp = 10**9 + 2_000_000 * (p.sample_index + 1)
-
-    def profiler_host_evaluate_to_gpu_values(self, p):
-        import ctypes
-
-        self.evaluated.append(p.range_index)
-        ctypes.memset(p.p_metric_values, 0, 8)
-
-
-def _sampler(n):
-    from decodemon.probes.pm_inproc import PmSampler
-
-    pm = object.__new__(PmSampler)
-    pm._c, pm._coll, pm._templates, pm.image_s = _FakeEvalCupti(n), _FakeCollector(), {}, 0.0
-    pm._dirty, pm._layouts = {}, {}
-    pm._free_s, pm.cpu_later_s, pm.cpu_first_s, pm.pumps, pm.eval_s = 0.0, 0.0, 0.0, 0, 0.0
-    pm.stride, pm.dense_evaluated = 32, 0
-    pm._host = type("H", (), {"_p_host_object": 0})()
-    pm._names_ptr = 0
-    pm.metrics = list(PM_METRICS)
-    return pm
-
-
-def test_pm_pump_evaluates_every_sample_of_a_traced_window_beyond_its_stride():
-    pm = _sampler(250)
-    # the window: 60-86 ms after the first sample (samples 30..42), two samples of margin each side
-    starts, ends, rows, extra = pm.samples(1024, budget_s=10.0,
-                                           dense_spans=[(10**9 + 60_000_000, 10**9 + 86_000_000)])
-    strided = set(range(0, 250, 32))
-    assert set(pm._c.evaluated) == strided | set(range(28, 46))
-    assert starts == sorted(starts) and len(starts) == len(rows) == len(extra) == len(pm._c.evaluated)
-    assert [s for s, e in zip(starts, extra) if not e] == [10**9 + 2_000_000 * i if i else 0 for i in sorted(strided)]
-    assert pm.dense_evaluated == sum(extra) == len(set(range(28, 46)) - strided)
-    pm2 = _sampler(250)
-    assert set(pm2.samples(1024, budget_s=10.0)[3]) == {False}  # no window: the stride only
-    assert pm.stride == pm2.stride  # the window's samples do not count against the pump's budget
-
-
-def test_pm_pump_counts_hardware_buffer_overflows_and_backlogs():
-    """A decode that says the hardware buffer overflowed (KEEP_OLDEST drops the newest records) or that stopped
-    because the counter-data image was full (samples left behind in the buffer) is counted, pump by pump."""
-    pm = _sampler(250)
-    pm.samples(1024, budget_s=10.0)
-    assert (pm.overflows, pm.full_pumps, pm.last_stop_reason) == (0, 0, 1)
-    pm._c.overflow, pm._c.stop_reason = 1, 2
-    pm.samples(1024, budget_s=10.0)
-    pm.samples(1024, budget_s=10.0)
-    assert (pm.overflows, pm.full_pumps, pm.last_stop_reason) == (2, 2, 2)
+def test_pm_permission_refused_says_what_to_change():
+    words = probe_status.describe(wire.ProbeStatus(pm="unavailable", pm_reason="no_permission", pm_where="sidecar"))
+    assert "NVreg_RestrictProfilingToAdminUsers=0" in words["pm"] and "traced windows still work" in words["pm"]
 
 
 def test_window_span_samples_travel_apart_and_stay_out_of_the_loops_averages():
+    """Recordings made while the agent sampled PM in process hold a traced window's own samples apart."""
     from decodemon.monitor.feed import Feed
 
-    frames = pm_arm.pm_frames(PM_METRICS, [1, 2, 3], [2, 3, 4], [[10.0] * 6, [20.0] * 6, [30.0] * 6],
-                              [False, True, False])
-    assert [f.window_span for f in frames] == [False, True]
-    assert list(frames[0].start_ns.array()) == [1, 3] and list(frames[1].start_ns.array()) == [2]
+    def pm(starts, values, span):
+        return wire.PmSamples(metrics=PM_METRICS, start_ns=wire.Column.of(starts),
+                              end_ns=wire.Column.of([t + 1 for t in starts]),
+                              values=wire.Column.of([v for x in values for v in [x] * len(PM_METRICS)], "<f8"),
+                              window_span=span)
+
     feed = Feed()
-    for f in frames:
+    for f in (pm([1, 3], [10.0, 30.0], False), pm([2], [20.0], True)):
         feed.add(5, f)
     assert len(feed.pm) == 2 and len(feed.pm_window) == 1
     assert len(feed.pm_since(0)["rx_ns"]) == 2  # what the verdict averages
-    assert list(feed.pm_within(0, 10)["gpu_t0_ns"]) == [1, 2, 3]  # what the window check reads: all of them
-
-
-def test_pm_pumps_wait_while_a_window_is_in_progress():
-    s = sess.Session(wire.Attach(), _RecordingTracer(active=False))
-    s.tracer.initialised = False
-    assert not s.window_in_progress()
-    s.want_window = True  # asked for, not yet open
-    assert s.window_in_progress()
-    s.want_window = False
-    s.tracer.initialised = True  # prepared (CUPTI started), or open, or closed but not yet finalized
-    assert s.window_in_progress()
-    s.tracer.initialised = False
-    s.window_ready.set()  # closed and detached, records not yet collected
-    assert s.window_in_progress()
-    s.window_ready.clear()
-    assert not sess.Session(wire.Attach(), None).window_in_progress()
+    assert sorted(feed.pm_within(0, 10)["gpu_t0_ns"]) == [1, 2, 3]  # what the window check reads: all of them
 
 
 def test_the_buffer_callback_only_keeps_the_records_and_collect_reads_them():
@@ -1170,7 +828,7 @@ def test_the_buffer_callback_only_keeps_the_records_and_collect_reads_them():
     tr._completed(batch)
     assert reads == [] and tr._kernels == []  # nothing read on the decode thread
     pauses = []
-    w = tr.collect(0, guard_tokens=0, pause=lambda: pauses.append(len(reads)))
+    w = as_monitor_reads(tr.collect(0, guard_tokens=0, pause=lambda: pauses.append(len(reads))))
     assert reads and pauses and pauses[0] > 0  # read here, on the collecting thread, which pauses between chunks
     k = {c: col.array().tolist() for c, col in w.kernels.items()}
     assert (w.names, k["start"], k["end"], k["grid_x"], k["correlation"]) == (["gemv"], [100], [150], [32], [11])
@@ -1201,7 +859,7 @@ def test_a_kernels_only_window_enables_and_disables_no_runtime_records(monkeypat
         for i in range(3):
             s.on_token(i)
         assert enabled == [("on", k) for k in kinds] + [("off", k) for k in kinds]
-        w = tr.collect(0, guard_tokens=0)
+        w = as_monitor_reads(tr.collect(0, guard_tokens=0))
         assert w.apis_traced is with_apis and w.tokens == 1
 
 
@@ -1221,29 +879,6 @@ def test_the_live_demo_traces_the_launch_calls_in_every_window():
     assert d.api_every == 1 and wire.Attach(**{**{f: getattr(d, f) for f in d.__struct_fields__}, "api_every": 4}) \
         == wire.Attach()
 
-
-def test_pm_sizes_its_buffers_to_the_sampling_interval(monkeypatch):
-    """The hardware buffer holds the samples between pumps (64 MB held a 10 s stall at 2 ms on the H200, and
-    64 MB at 100 us overflowed within 2 s), and a pump's image holds two pump periods' samples (a full image
-    drops the rest of the buffer)."""
-    from decodemon.probes import pm_inproc
-
-    assert pm_inproc.hw_buffer_bytes(2000) == 64 << 20 == pm_inproc.HW_BUFFER_BYTES
-    assert pm_inproc.hw_buffer_bytes(500) == pm_inproc.hw_buffer_bytes(100) == 256 << 20
-    assert pm_inproc.hw_buffer_bytes(10_000) == 32 << 20
-    assert pm_inproc.max_samples_for(2000) == 1024 and pm_inproc.max_samples_for(10_000) == 1024
-    assert pm_inproc.max_samples_for(500) == 4000 and pm_inproc.max_samples_for(100) == 20_000  # a pump a second
-    assert pm_inproc.max_samples_for(500, 0.5) == 2000 and pm_inproc.max_samples_for(100, 0.5) == 10_000
-    calls, sizes = [], []
-    _fake_pm_modules(monkeypatch, calls)
-    real = pm_inproc.configure
-    monkeypatch.setattr(pm_inproc, "configure",
-                        lambda coll, iv, nbytes, metrics: (sizes.append(nbytes), real(coll, iv, nbytes, metrics)))
-    pm = pm_inproc.PmSampler(0, 100)
-    assert sizes == [256 << 20] and pm.max_samples == 20_000 and 20_000 in pm._templates
-    assert pm_inproc.PmSampler(0, 100, pump_s=0.5).max_samples == 10_000
-    pm_inproc.PmSampler(0, 2000, buffer_bytes=16 << 20)
-    assert sizes[-1] == 16 << 20
 
 
 def test_pm_losses_reach_the_probe_state_in_words():
@@ -1337,25 +972,6 @@ def test_the_agent_wakes_at_its_ticks_not_at_every_token():
     span = sends[-1] - sends[0]
     assert 3 <= len(sends) <= 6 and span > 1.0, sends  # ~2 per second over ~2.1 s, never one per token
 
-
-def test_attach_passes_the_pm_pump_period_to_the_sampler(monkeypatch):
-    """`--probe pm_pump_s=S` reaches Attach.pm_pump_s (default 1 s), and the agent's sampler sizes its image by it."""
-    from decodemon.monitor.cli import UsageError, _attach_settings, build_parser
-    from decodemon.probes import pm_inproc
-
-    assert _attach_settings(build_parser().parse_args(["attach", "1"])).pm_pump_s == 1.0 == wire.Attach().pm_pump_s
-    a = _attach_settings(build_parser().parse_args(["attach", "1", "--probe", "pm_pump_s=0.5", "--probe", "pm_interval_us=500"]))
-    assert wire.decode_control(wire.encode(a)).pm_pump_s == 0.5
-    with pytest.raises(UsageError, match="pm_pump_s must be in"):
-        build_parser().parse_args(["attach", "1", "--probe", "pm_pump_s=0.01"])
-    made = []
-    monkeypatch.setattr(pm_inproc, "PmSampler", lambda dev, iv, pump_s: made.append((iv, pump_s)) or
-                        types.SimpleNamespace(max_samples=pm_inproc.max_samples_for(iv, pump_s)))
-    monkeypatch.setattr(pm_arm, "cuda_device_index", lambda: 0)
-    monkeypatch.setattr(PROCESS, "pm_armed_before", True)
-    state: dict = {}
-    pm = pm_arm.arm_pm(a, state)
-    assert made == [(500, 0.5)] and pm.max_samples == 2000 and state["pm"] == "armed"
 
 
 class _CountingConn:
@@ -1460,26 +1076,6 @@ def test_send_all_sends_in_one_call_when_there_is_room_waits_when_not_and_gives_
     assert not held.send_all(mine, b"x" * 100, 1.0)  # the monitor has gone: at once, not after the timeout
     mine.close()
 
-
-def test_pm_pump_evaluates_at_most_its_cap_of_regular_samples_whatever_the_stride():
-    """A pump of 500 samples at stride 4 (an attach's first) evaluates 16 regular samples, evenly spread, not 125:
-    each is two libcupti calls that take the GIL back from the decode thread. A traced window's samples are all
-    evaluated beside them, and a stride above the cap's still wins."""
-    from decodemon.probes import pm_inproc
-
-    assert pm_inproc.MAX_REGULAR_PER_PUMP == 16
-    pm = _sampler(500)
-    pm.stride = 4
-    starts, ends, rows, extra = pm.samples(1024, budget_s=10.0,
-                                           dense_spans=[(10**9 + 60_000_000, 10**9 + 86_000_000)])
-    regular = sorted(i for i in pm._c.evaluated if i % 32 == 0)
-    assert regular == list(range(0, 500, 32)) and len(regular) == 16  # ceil(500 / 16) = 32
-    assert set(pm._c.evaluated) == set(regular) | set(range(28, 46))
-    assert sum(not e for e in extra) == 16 and sum(extra) == len(set(range(28, 46)) - set(regular))
-    pm2 = _sampler(500)
-    pm2.stride = 64
-    pm2.samples(1024, budget_s=10.0)
-    assert sorted(pm2._c.evaluated) == list(range(0, 500, 64))
 
 
 def test_a_closed_window_wakes_the_agent_and_a_wake_after_the_attach_is_harmless():

@@ -1,5 +1,5 @@
 """The device-wide counters are read by a process of the monitor's own, not by the target: once an agent's hello
-names a GPU, the monitor starts the sidecar (NVML always, PM unless counters=in_process) and its frames join the
+names a GPU, the monitor starts the sidecar (NVML always, and PM) and its frames join the
 agent's in one stream. Run against a stand-in agent that says it has a GPU; on this machine the sidecar finds no
 driver and says so, which is the frame the test looks for."""
 
@@ -74,7 +74,6 @@ def _nvml_said(st) -> bool:
 @pytest.mark.timing  # the sidecar starts in its own process: waited for, on a loaded machine too
 def test_pm_and_nvml_are_read_by_the_monitors_sidecar_by_default(stand_in_agent):
     st = _statuses(wire.Attach(), lambda st: _nvml_said(st) and any(s.pm and s.pm_where == "sidecar" for s in st))
-    assert stand_in_agent[0].counters == "monitor"  # the agent is told to leave PM alone
     assert any(s.nvml == "unavailable" and s.nvml_error for s in st)  # the sidecar's word: no NVML here
     pm = [s for s in st if s.pm]
     assert pm and pm[-1].pm_where == "sidecar" and pm[-1].pm == "unavailable" and "CUDA driver" in pm[-1].pm_error
@@ -82,13 +81,8 @@ def test_pm_and_nvml_are_read_by_the_monitors_sidecar_by_default(stand_in_agent)
     assert "libcupti.so" in pm[-1].pm_lib and "nvidia-cuda-cupti 13." in pm[-1].pm_lib
 
 
-def test_counters_in_process_leaves_pm_to_the_agent(stand_in_agent):
-    st = _statuses(wire.Attach(counters="in_process"), _nvml_said)  # the sidecar has started: NVML is its
-    assert stand_in_agent[0].counters == "in_process"
-    assert not any(s.pm_where == "sidecar" for s in st)
-
 
 def test_counters_off_says_pm_off(stand_in_agent):
-    st = _statuses(wire.Attach(counters="monitor", pm=False),
+    st = _statuses(wire.Attach(pm=False),
                    lambda st: _nvml_said(st) and any(s.pm == "off" for s in st))
     assert any(s.pm == "off" for s in st) and not any(s.pm_where == "sidecar" for s in st)

@@ -77,7 +77,7 @@ def test_the_bootstrap_note_is_never_written_through_a_planted_link(tmp_path, mo
     (d / f"{pid}.failed").symlink_to(secret)
     src = inject.bootstrap_source(pid)
     ns: dict = {}
-    exec(src[:src.index("for _p in")], ns)  # the bootstrap's own _note, as the target runs it
+    exec(src[:src.index("class _GilBetweenImports")], ns)  # the bootstrap's own _note, as the target runs it
     ns["_note"]("the agent could not open its socket")
     assert secret.read_text() == "root's own line\n"
     assert agent_socket.read_note(d / f"{pid}.failed", os.getuid()) is None  # the monitor reads no link either
@@ -172,7 +172,7 @@ def test_a_hostile_attach_frame_is_refused_and_arms_nothing(tmp_path, tick):
 def test_every_attach_field_out_of_its_bounds_is_named():
     assert wire.attach_problem(wire.Attach()) is None
     for bad in (dict(agent_tick_s=0.0), dict(window_tokens=0), dict(pm_interval_us=10), dict(time_window_s=math.inf),
-                dict(counters="elsewhere"), dict(window_period_s=-1.0), dict(token_range="x" * 300)):
+                dict(nvml_hz=-1.0), dict(window_period_s=-1.0), dict(token_range="x" * 300)):
         why = wire.attach_problem(wire.Attach(**bad))
         assert why and next(iter(bad)) in why, (bad, why)
 

@@ -61,7 +61,25 @@ def test_monitor_uses_only_the_wire_from_probes():
     # the wire: its frames (wire.py), their checks (wire_check.py), its file (wire_file.py) and its socket framing
     # (wire_socket.py)
     assert probes <= {"decodemon.probes", "decodemon.probes.wire", "decodemon.probes.wire_check",
-                      "decodemon.probes.wire_file", "decodemon.probes.wire_socket"}, probes
+                      "decodemon.probes.wire_file", "decodemon.probes.wire_socket", "decodemon.probes.frames",
+                      "decodemon.probes.msgpack_std"}, probes
+
+
+def test_the_agent_and_the_engine_adapters_import_the_standard_library_alone():
+    """What runs in the target comes from decodemon's folder, mapped in by the bootstrap, into an interpreter with no
+    site-packages at all (`-I -S`): every module it loads is the standard library's or decodemon's."""
+    from pathlib import Path
+
+    import decodemon.probes
+
+    root = str(Path(decodemon.probes.__file__).resolve().parent.parent)
+    code = ("import sys, types; p = types.ModuleType('decodemon'); p.__path__ = [sys.argv[1]]; "
+            "sys.modules['decodemon'] = p; import decodemon.engine_adapter.auto; "
+            "from decodemon.probes import agent, server, attach_loop, session; "
+            "print(' '.join(sorted(m.split('.')[0] for m in sys.modules)))")
+    out = subprocess.run([sys.executable, "-I", "-S", "-c", code, root], capture_output=True, text=True, check=True)
+    foreign = set(out.stdout.split()) - set(sys.stdlib_module_names) - {"decodemon", "__main__"}
+    assert not foreign, foreign
 
 
 def test_the_nvml_sidecar_starts_without_numpy():

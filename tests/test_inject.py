@@ -120,15 +120,59 @@ def test_plain_python_loop_is_attached_counted_detached_and_reattached(tmp_path)
         loop.kill()
 
 
-def test_an_agent_that_cannot_load_in_the_target_is_one_line_with_its_reason(tmp_path):
-    """`python -S` has no site-packages: the bootstrap finds decodemon by its folder but not msgspec. The monitor
-    says so, not that the main thread never reached a safe point; the loop goes on."""
-    loop = Loop([sys.executable, "-S", "-c", COUNTER], cwd=tmp_path, stderr=subprocess.DEVNULL)
+def _bare_interpreters() -> list[str]:
+    """CPython 3.10 and newer on this machine, each once: pyenv's, and python3.X on PATH."""
+    found = {}
+    for cand in sorted(Path.home().glob(".pyenv/versions/3.1*/bin/python3")) + \
+            [Path(p) for p in (shutil.which(f"python3.{m}") for m in range(10, 16)) if p]:
+        try:
+            v = subprocess.run([str(cand), "-I", "-S", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                               capture_output=True, text=True, timeout=20).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            continue
+        if v and tuple(map(int, v.split("."))) >= (3, 10):
+            found.setdefault(v, str(cand))
+    return [found[v] for v in sorted(found, key=lambda v: tuple(map(int, v.split("."))))]
+
+
+@pytest.mark.parametrize("exe", _bare_interpreters() or [pytest.param("", marks=pytest.mark.skip("no CPython 3.10+"))])
+def test_a_bare_interpreter_with_nothing_installed_is_attached(tmp_path, exe):
+    """py-spy's promise: nothing of decodemon in the target's environment. The loop runs with no site-packages at
+    all (`-I -S`); the agent, loaded by pid, imports the standard library alone from decodemon's own folder, answers
+    with its interpreter's version, and leaves the interpreter's site-packages as it found them."""
+    site = subprocess.run([exe, "-I", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, timeout=20).stdout.strip()
+    before = sorted(os.listdir(site)) if os.path.isdir(site) else []
+    loop = Loop([exe, "-I", "-S", "-c", COUNTER], cwd=tmp_path)
     try:
-        r = cli("attach", loop.pid, "--json", "--seconds", 1)
+        from decodemon.monitor.client import live_frames
+        from decodemon.probes.wire import Hello
+
+        hello = next(f for _, _, f in list(live_frames(loop.pid, seconds=1)) if isinstance(f, Hello))  # detached
+        version = subprocess.run([exe, "-I", "-S", "-c", "import platform; print(platform.python_version())"],
+                                 capture_output=True, text=True).stdout.strip()
+        assert hello.pid == loop.pid and hello.python.startswith(version), (hello.python, version)
+        r = cli("attach", loop.pid, "--json", "--seconds", 1)  # the dormant agent serves the next monitor
+        assert r.returncode == 3 and json.loads(r.stdout)["pid"] == loop.pid, r.stderr  # 3: the loop marks no token
+        assert "marked no token" in r.stderr and not any(m in r.stderr for m in ("msgspec", "numpy", "pip install"))
+        loop.wait_for_lines(50)
+    finally:
+        loop.kill()
+    assert (sorted(os.listdir(site)) if os.path.isdir(site) else []) == before
+
+
+def test_an_agent_that_cannot_load_in_the_target_is_one_line_with_its_reason(tmp_path):
+    """The target's own `decodemon` (here a broken one in its working directory) is the one its agent must use: it
+    fails to import, and the monitor says so, not that the main thread never reached a safe point; the loop goes
+    on."""
+    (tmp_path / "decodemon").mkdir()
+    (tmp_path / "decodemon" / "__init__.py").write_text("raise ImportError('this decodemon is broken')\n")
+    loop = Loop([sys.executable, "-c", COUNTER], cwd=tmp_path, stderr=subprocess.DEVNULL)
+    try:
+        r = cli("attach", loop.pid, "--json", "--seconds", 1, cwd="/")
         assert r.returncode != 0 and len(r.stderr.strip().splitlines()) == 1, r.stderr
-        assert "the agent did not start" in r.stderr and "msgspec" in r.stderr and "safe point" not in r.stderr
-        assert f"{os.path.realpath(sys.executable)} -m pip install msgspec numpy" in r.stderr  # the one fix
+        assert "the agent did not start" in r.stderr and "this decodemon is broken" in r.stderr
+        assert "safe point" not in r.stderr
         assert not inject.note_path(loop.pid).exists()  # read once, then gone
         loop.wait_for_lines(50)
     finally:

@@ -18,7 +18,7 @@ from decodemon.engine_adapter import nvtx_ranges
 from decodemon.probes import agent, wire
 from decodemon.probes import session as sess
 from decodemon.probes.facts import PROCESS
-from tests.conftest import cli
+from tests.conftest import as_monitor_reads, cli
 from tests.test_agent import _fake_tracer
 
 nvtx = pytest.importorskip("nvtx")
@@ -56,7 +56,7 @@ def test_ranges_closed_inside_a_window_travel_with_it_nested_levels_and_all(atta
     s.want_window = True
     _decode(4)  # the window opens at the first boundary and closes two tokens later
     s.window_ready.wait(2)
-    w = s.tracer.collect(0, guard_tokens=0)
+    w = as_monitor_reads(s.tracer.collect(0, guard_tokens=0))
     names = [w.nvtx_names[i] for i in w.nvtx["name"].array()]
     assert names.count("token") >= 1 and names.count("forward") == names.count("attention") >= 2
     levels = dict(zip(names, w.nvtx["level"].array().tolist()))
@@ -115,7 +115,7 @@ def test_keyword_pushes_stale_stacks_and_ranges_from_before_the_window(attached)
     s.want_window = True
     _decode(3)
     s.window_ready.wait(2)
-    w = s.tracer.collect(0, guard_tokens=0)
+    w = as_monitor_reads(s.tracer.collect(0, guard_tokens=0))
     levels = {w.nvtx_names[i]: lv for i, lv in zip(w.nvtx["name"].array(), w.nvtx["level"].array())}
     assert levels == {"token": 0, "forward": 1, "attention": 2}  # not shifted by the stale "left open"
     tr = s.tracer

@@ -9,6 +9,7 @@ import time
 from decodemon.probes import policy, wire
 from decodemon.probes import session as sess
 from decodemon.probes.facts import PROCESS
+from tests.conftest import as_monitor_reads
 from tests.test_agent import _fake_tracer, _run_agent_loop
 
 
@@ -52,7 +53,7 @@ def test_a_drain_that_never_goes_quiet_stops_at_its_cap():
 def test_a_time_window_records_clock_time_and_no_tokens():
     tr = _fake_tracer()
     tr.trace_for(0.01, quiet_s=0.01)
-    w = tr.collect(4, guard_tokens=0, clock="time")
+    w = as_monitor_reads(tr.collect(4, guard_tokens=0, clock="time"))
     assert (w.clock, w.tokens, w.guard_tokens, w.window_id) == ("time", 0, 0, 4)
     assert len(w.token_bounds_ns.array()) == 2 and w.analysed_span() is None
     assert wire.decode_frame(wire.encode(w)) == w

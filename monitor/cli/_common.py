@@ -204,7 +204,6 @@ PROBE_WORDS = {
     "time_window_s": "how long a window opened by time stays open (loops that mark no token)",
     "token_range": "an NVTX range name as the token clock (as --token-range)",
     "prepare_first_window": "CUPTI's first start-up in a process made on the agent thread, off the loop",
-    "counters": "where PM is read: in_process (the agent thread) or monitor (the monitor's sidecar)",
     "yields": "this monitor steps aside for one that does not (the exporter's setting)",
 }
 # the probe's own experiment knobs (decodemon's benchmarks set them): they work as any key, and `--probe help-all`

@@ -56,11 +56,6 @@ def _note(text):
             pass
 
 
-for _p in {paths!r}:
-    if _p not in _sys.path:
-        _sys.path.append(_p)
-
-
 class _GilBetweenImports:
     """A finder that finds nothing: before each module this thread imports it sleeps {ratio!r} times the CPU time
     the thread spent since the last one (at least {pause_s!r} s), so the loop's thread has the GIL between modules,
@@ -82,7 +77,9 @@ _polite = _GilBetweenImports()
 _sys.meta_path.insert(0, _polite)
 try:
     import importlib.util as _util
-    if _util.find_spec("decodemon") is None:  # installed for another interpreter: map the package by its folder
+    if _util.find_spec("decodemon") is None:  # not in the target's environment: map decodemon's own folder in
+        # (the agent imports the standard library alone; nothing else of decodemon's environment is put on the
+        # target's sys.path)
         import types as _types
         _pkg = _types.ModuleType("decodemon")
         _pkg.__path__ = [{pkg_root!r}]
@@ -128,21 +125,6 @@ class InjectError(RuntimeError):
     def __init__(self, text: str, fix: str = "") -> None:
         super().__init__(text)
         self.fix = fix
-
-
-def install_hint(pid: int, why: str) -> str:
-    """For an agent that failed on a missing runtime module: the pip line that puts it into the target's own
-    interpreter ('' for any other failure)."""
-    from decodemon.probes._bootstrap import RUNTIME_NEEDS, pip_line
-
-    if not any(f"No module named '{m}" in why for m in RUNTIME_NEEDS):
-        return ""
-    try:
-        exe = os.readlink(f"/proc/{pid}/exe")
-    except OSError:
-        exe = "python"
-    return (f"the agent runs inside the target, so its interpreter needs {' and '.join(RUNTIME_NEEDS)}: "
-            f"{pip_line(exe)} in that program's environment")
 
 
 @dataclass(frozen=True)
@@ -219,17 +201,16 @@ def take_note(pid: int, uid: int | None) -> str | None:
 
 
 def bootstrap_source(pid: int | None = None) -> str:
-    """The bootstrap the target executes: our install location on sys.path, then start the agent (with `pid`, a
-    failure is written where `_wait_for_socket` reads it)."""
+    """The bootstrap the target executes: decodemon's folder mapped in as the package where the target has none,
+    then start the agent (with `pid`, a failure is written where `_wait_for_socket` reads it)."""
     import decodemon.probes.wire as w
     from decodemon.monitor import agent_socket
 
     pkg_root = Path(w.__file__).resolve().parent.parent  # the folder that holds `probes` (or decodemon/)
-    paths = sorted({str(pkg_root.parent), str(pkg_root)})
     # a note only where this user's own sockets live, and only from a target of this uid: another uid's target
     # would make (and own) this user's socket directory by writing it
     mine = pid is not None and agent_socket.target_uid(pid) == os.geteuid()
-    return BOOTSTRAP.format(paths=paths, pkg_root=str(pkg_root), pause_s=IMPORT_PAUSE_S, ratio=IMPORT_SLEEP_RATIO,
+    return BOOTSTRAP.format(pkg_root=str(pkg_root), pause_s=IMPORT_PAUSE_S, ratio=IMPORT_SLEEP_RATIO,
                             note_at=str(note_path(pid)) if mine else "",
                             duty_pct=round(100 / (1 + IMPORT_SLEEP_RATIO)))
 
@@ -330,7 +311,7 @@ def _wait_for_socket(pid: int, timeout_s: float) -> Path:
             return sock
         why = take_note(pid, uid)
         if why is not None:
-            raise InjectError(f"the agent did not start in pid {pid}: {why}", install_hint(pid, why))
+            raise InjectError(f"the agent did not start in pid {pid}: {why}")
         try:
             os.kill(pid, 0)
         except ProcessLookupError:

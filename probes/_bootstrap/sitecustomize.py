@@ -19,13 +19,7 @@ try:
 
     _start()
 except Exception as _exc:  # never stop the user's program from starting
-    try:
-        from decodemon.probes._bootstrap import RUNTIME_NEEDS as _needs, pip_line as _pip
-    except Exception:  # decodemon itself not found: nothing to add
-        _needs, _pip = (), None
-    _need = f" (the agent runs in this interpreter: {_pip(_sys.executable)})" \
-        if isinstance(_exc, ImportError) and getattr(_exc, "name", "") in _needs else ""
-    print(f"decodemon: agent not loaded: {_exc}{_need}", file=_sys.stderr)
+    print(f"decodemon: agent not loaded: {_exc}", file=_sys.stderr)
 
 _here = _os.path.dirname(_os.path.abspath(__file__))
 _rest = [p for p in _sys.path if _os.path.abspath(p or ".") != _here]
