@@ -5,9 +5,10 @@ launch bill), OCCUPANCY (grids against SMs). Every candidate gets a value, a
 unit, a threshold and a state; the verdict is the first that binds in that
 order (`verdict`, the one headline rule), else "unknown" with the one missing
 measurement named. When none binds but the kernels fill the step, "the
-kernels are the cost" is resolved by the counters into a candidate that binds,
-its reason in its detail: near the bandwidth floor BANDWIDTH; far above it,
-with small grids or SM active far below GPU busy, OCCUPANCY. Every verdict
+kernels are the cost" is resolved by the counters where they can: with small
+grids or SM active far below GPU busy, OCCUPANCY binds. BANDWIDTH binds within
+the seeds' 2x of its floor and nowhere else: a step 2-3x its floor whose
+kernels fill it stays open, with what was measured and what would decide. Every verdict
 carries its remedy family and the one measurement that would prove it wrong.
 
 Pure: frozen values in, frozen values out.
@@ -27,8 +28,9 @@ BANDWIDTH_BINDING_RATIO = 2.0
 BANDWIDTH_RULED_OUT_RATIO = 10.0
 COMM_RULED_OUT_PCT = 10.0
 OCCUPANCY_SMALL_SHARE_PCT = 50.0
-# when the kernels fill the step and nothing binds outright: how close to the floor still reads as BANDWIDTH, and
-# what reads as OCCUPANCY (a quarter of the kernel time in small grids, or SM active under half of GPU busy)
+# how close to the floor the counters alone cannot tell a bandwidth-bound step from an occupancy-bound one (SMs
+# stall on memory in both); and, when the kernels fill the step and nothing binds outright, what reads as OCCUPANCY
+# (a quarter of the kernel time in small grids, or SM active under half of GPU busy)
 BANDWIDTH_NEAR_RATIO = 3.0
 OCCUPANCY_LEANING_SHARE_PCT = 25.0
 KERNELS_FILL_STEP = 0.8
@@ -413,22 +415,19 @@ def _kernels_fill_step(i: Inputs, launch: Candidate) -> bool:
 
 def _kernels_are_the_cost(i: Inputs, cands: dict) -> dict:
     """No candidate binds outright but the kernels fill the step: "the kernels are the cost" resolved by the
-    counters, as a candidate that binds with the reason in its detail. Near the bandwidth floor (within
-    BANDWIDTH_NEAR_RATIO) BANDWIDTH binds; with a quarter of the kernel time in small grids, or SM active under half
-    of GPU busy, OCCUPANCY binds. Otherwise nothing binds, and the verdict stays "unknown" (`_missing` names what
-    would decide)."""
+    counters, as a candidate that binds with the reason in its detail: with a quarter of the kernel time in small
+    grids, or SM active under half of GPU busy, OCCUPANCY binds. BANDWIDTH is not stretched past the seeds' 2x: a
+    step 2-3x its floor stays "unknown", its BANDWIDTH detail saying what else was measured."""
     bw, occ = cands["bandwidth"], cands["occupancy"]
     if not _kernels_fill_step(i, cands["launch"]):
         return cands
     ratio = bw.value
     sm_ratio = (i.sm_active_pct / i.gpu_busy_pct) if (i.sm_active_pct is not None and i.gpu_busy_pct) else None
+    # SM active alone, near the floor, does not tell grids from memory (SMs stall on memory in both)
     leaning_occ = ((i.small_grid_share_pct is not None and i.small_grid_share_pct >= OCCUPANCY_LEANING_SHARE_PCT)
-                   or (sm_ratio is not None and sm_ratio < 0.5))
+                   or (sm_ratio is not None and sm_ratio < 0.5 and (ratio is None or ratio > BANDWIDTH_NEAR_RATIO)))
     fill = ("the kernels fill the step" if i.kernel_sum_ms_per_token is not None
             else "a launch's share of the step is ruled out")
-    if ratio is not None and ratio <= BANDWIDTH_NEAR_RATIO:
-        why = f"binds: {fill} and the token is {ratio:.3g}× its floor (≤{BANDWIDTH_NEAR_RATIO:g}× with the kernels filling it)"
-        return {**cands, "bandwidth": Candidate(bw.value, bw.unit, bw.threshold, BINDING, f"{bw.detail}; {why}")}
     if leaning_occ and occ.state != RULED_OUT and (ratio is None or ratio < BANDWIDTH_RULED_OUT_RATIO * 10):
         lean = (f"{i.small_grid_share_pct:.0f}% of kernel time in small grids (≥{OCCUPANCY_LEANING_SHARE_PCT:g}%)"
                 if i.small_grid_share_pct is not None and i.small_grid_share_pct >= OCCUPANCY_LEANING_SHARE_PCT
@@ -458,6 +457,25 @@ def _missing(i: Inputs, cands: dict) -> str:
     if i.kernel_sum_ms_per_token is None and cands["launch"].state == UNKNOWN and not i.untraced:
         return "the kernels' time per token (a traced window)"
     return ""
+
+
+def _kernels_slow_off_the_floor(i: Inputs, ratio: float) -> tuple[str, str, str]:
+    """Everything measured, the kernels fill the step, and none binds: the token is more than 2x its floor, its
+    grids are not small and it is not launched from the host. What was measured, and what would decide."""
+    dram = (f", DRAM at {100 * i.dram_gbs / i.bandwidth_gbs:.0f}% of {i.bandwidth_gbs:.0f} GB/s"
+            if i.dram_gbs and i.bandwidth_gbs else "")
+    grids = (f", {i.small_grid_share_pct:.0f}% of kernel time in small grids" if i.small_grid_share_pct is not None
+             else "")
+    sm = f", SM active {i.sm_active_pct:.0f}%" if i.sm_active_pct is not None else ""
+    top = i.top_kernel
+    hot = f"{top[0]} ({top[1]:.0f} µs/token)" if top else "the hottest kernel"
+    return (f"none of the four binds: the kernels fill the step at {ratio:.3g}× the bandwidth floor{dram}{grids}{sm}; "
+            f"past the seeds' {BANDWIDTH_BINDING_RATIO:g}× the bytes do not set the time, and the grids do not either: "
+            "the kernels themselves read memory below the device's rate",
+            f"Time {hot} alone at this step's shapes: if it reads memory near the device's bandwidth there, the "
+            "step's own mix holds it back (order, sizes, sync); if it does not, the kernel is the fix (a faster "
+            "kernel, or another quantization).",
+            "n/a: no ceiling claimed")
 
 
 NO_GPU_REMEDY = ("none to measure on the GPU: the target runs on the CPU, so ms/token is the figure; a kernel, launch "
@@ -535,14 +553,15 @@ def _advice(ceiling: str, i: Inputs, floor: float | None, comm_ms: float | None,
                 (f"Measure {missing}: with small grids or SM active far below GPU busy it is OCCUPANCY (the token "
                  f"is {floor and ms / floor:.3g}× its bandwidth floor, too far for BANDWIDTH)."
                  if floor and ms / floor > BANDWIDTH_NEAR_RATIO else
-                 f"Measure {missing}: within {BANDWIDTH_NEAR_RATIO:g}× of bytes ÷ bandwidth, with the kernels filling "
-                 "the step, it is BANDWIDTH; far above it with small grids or SM active far below GPU busy, "
-                 "OCCUPANCY."),
+                 f"Measure {missing}: with small grids or SM active far below GPU busy it is OCCUPANCY; BANDWIDTH "
+                 f"binds only within {BANDWIDTH_BINDING_RATIO:g}× of bytes ÷ bandwidth."),
                 f"n/a: first measure {missing}")
     if missing:
         return (f"measure {missing}",
                 (f"Nothing binds at these numbers ({', '.join(priced)} priced, none binding): {missing} "
                  "decides, not a fix." if priced else "n/a until a candidate has a number"), "n/a")
+    if floor and ms and _kernels_fill_step(i, launch):
+        return _kernels_slow_off_the_floor(i, ms / floor)
     return ("measure more: " + ("the PM counters (GPU busy, DRAM): no window can be traced here"
                                 if i.untraced else "a traced window, or ms/token with launches/token and bytes/token"),
             (f"Nothing binds at these numbers ({', '.join(priced)} priced, none binding): the next "
