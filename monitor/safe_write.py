@@ -6,8 +6,11 @@
   is refused in one line (root writing `-o /tmp/out.md` never writes through a link a local user planted there).
 - An output is a regular file, a new path, or this process's own stream (`-`, /dev/stdout, /dev/stderr,
   /dev/fd/N): a FIFO, a device or a socket is refused, so a write never waits for a reader that never comes.
-- A file is written whole: a temporary file made beside it in its real directory (the directory opened without
-  following a link, the file created there O_EXCL | O_NOFOLLOW), then renamed over the name in that directory.
+- The output's real directory is reached from `/` (or the working directory) one name at a time by descriptor
+  (safe_walk), and every create, write, rename and removal is made relative to that descriptor: no path is looked
+  up a second time, so a directory on the way swapped for a link after its check moves no write.
+- A file is written whole: a temporary file made beside it in its real directory (created there O_EXCL |
+  O_NOFOLLOW), then renamed over the name in that directory.
   An existing file is replaced only when it is this user's own (its mode kept); another user's is refused, never
   renamed over (which would hand it a new owner and mode).
 - An append (the ledger) opens the name in its real directory without following a link, into a regular file
@@ -16,22 +19,15 @@
 
 from __future__ import annotations
 
-import errno
 import os
 import secrets
 import stat
 import sys
 from pathlib import Path
 
-from decodemon.monitor.client import SourceError
+from decodemon.monitor.safe_walk import MAX_LINKS, Place, Refused, may_follow, walk  # noqa: F401 (callers' names)
 
-MAX_LINKS = 40  # the kernel's own limit on links followed in one lookup
 _STREAMS = {"-": 1, "/dev/stdout": 1, "/dev/stderr": 2}
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-class Refused(SourceError):
-    """A path decodemon will not write (or read as a ledger); str() is the one line that says why."""
 
 
 def own_stream(path) -> int | None:
@@ -50,75 +46,6 @@ def own_stream(path) -> int | None:
 def _kind(mode: int) -> str:
     return ("a FIFO" if stat.S_ISFIFO(mode) else "a character device" if stat.S_ISCHR(mode) else
             "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a file")
-
-
-def _may_follow(link: os.stat_result, parent: os.stat_result) -> bool:
-    """This user's or root's link; else, for a user other than root, one whose owner owns its directory, unless
-    that is shared (sticky and world-writable). Root follows root's links only: a user's link in the user's own
-    folder (`-o ~alice/out.md` pointing at /etc/...) would otherwise have root replace what it points at."""
-    if link.st_uid in (os.geteuid(), 0):
-        return True
-    if os.geteuid() == 0:
-        return False
-    shared = bool(parent.st_mode & stat.S_ISVTX and parent.st_mode & stat.S_IWOTH)
-    return not shared and link.st_uid == parent.st_uid
-
-
-def real_path(path, shown: str | None = None, doing: str = "write") -> Path:
-    """`path` with every link in it resolved, each checked by _may_follow (Refused in one line otherwise); its
-    last part need not exist yet."""
-    shown = str(path) if shown is None else shown
-    text = str(path)
-    todo = text.split("/")[::-1]  # a stack of the parts still to walk
-    cur = "/" if text.startswith("/") else os.getcwd()
-    hops = 0
-    while todo:
-        part = todo.pop()
-        if part in ("", "."):
-            continue
-        if part == "..":
-            cur = os.path.dirname(cur)
-            continue
-        cand = os.path.join(cur, part)
-        more = any(p not in ("", ".") for p in todo)
-        try:
-            st = os.lstat(cand)
-        except FileNotFoundError:
-            if more:
-                raise Refused(f"cannot {doing} {shown}: no directory {cand}") from None
-            return Path(cand)
-        except OSError as exc:
-            raise Refused(f"cannot {doing} {shown}: {cand}: {exc.strerror or exc}") from None
-        if stat.S_ISLNK(st.st_mode):
-            hops += 1
-            if hops > MAX_LINKS:
-                raise Refused(f"cannot {doing} {shown}: too many links on the way (a symlink loop?)")
-            parent = os.stat(cur)
-            if not _may_follow(st, parent):
-                what = "it" if not more else cand
-                where = "a shared sticky directory" if parent.st_mode & stat.S_ISVTX else cur
-                raise Refused(f"cannot {doing} {shown}: {what} is a link owned by uid {st.st_uid} (another user) in "
-                              f"{where}; not followed (give the path it points to, if that is meant)")
-            target = os.readlink(cand)
-            todo.extend(target.split("/")[::-1])
-            if target.startswith("/"):
-                cur = "/"
-            continue
-        if more and not stat.S_ISDIR(st.st_mode):
-            raise Refused(f"cannot {doing} {shown}: {cand} is not a directory")
-        cur = cand
-    return Path(cur)
-
-
-def _open_dir(d: Path, shown: str, doing: str = "write") -> int:
-    try:
-        return os.open(d, _DIR_FLAGS)
-    except FileNotFoundError:
-        raise Refused(f"cannot {doing} {shown}: no directory {d}") from None
-    except OSError as exc:
-        if exc.errno in (errno.ENOTDIR, errno.ELOOP):  # ELOOP: it became a link since it was walked
-            raise Refused(f"cannot {doing} {shown}: {d} is not a directory") from None
-        raise Refused(f"cannot {doing} {shown}: {d}: {exc.strerror or exc}") from None
 
 
 def _existing(dfd: int, name: str, shown: str, replace: bool) -> os.stat_result | None:
@@ -186,10 +113,12 @@ def _temp(dfd: int, name: str, shown: str, mode: int | None) -> tuple[int, str]:
 
 
 class _Output:
-    """A checked output: this process's stream `fd`, or the real directory and name of a file."""
+    """A checked output: this process's stream `fd`, or `place`, the walked real directory (held open) and name of
+    a file; a context manager that closes the directory."""
 
     def __init__(self, path, inputs=(), stream_ok: bool = True) -> None:
         self.shown = str(path)
+        self.place: Place | None = None
         if not self.shown.strip():
             raise Refused("cannot write to an empty path: give a file name")
         self.fd = own_stream(self.shown)
@@ -201,70 +130,92 @@ class _Output:
             except OSError:
                 raise Refused(f"cannot write {self.shown}: descriptor {self.fd} is not open") from None
             return
-        self.real = real_path(self.shown)
+        self.place = walk(self.shown)
+        try:
+            self._not_an_input(inputs)
+        except BaseException:
+            self.close()
+            raise
+
+    def _not_an_input(self, inputs) -> None:
+        try:
+            st = os.stat(self.name, dir_fd=self.dfd, follow_symlinks=False)
+        except OSError:
+            return  # nothing there yet: no input
         for src in inputs:
             try:
-                if src is not None and self.real.exists() and os.path.samefile(self.real, src):
+                if src is not None and os.path.samestat(st, os.stat(src)):
                     raise Refused(f"cannot write {self.shown}: it is the input {src} (give another name)")
             except OSError:
                 continue
 
-    def open_dir(self) -> int:
-        return _open_dir(self.real.parent, self.shown)
+    @property
+    def dfd(self) -> int:
+        return self.place.dfd
+
+    @property
+    def name(self) -> str:
+        return self.place.name
+
+    def close(self) -> None:
+        if self.place is not None:
+            self.place.close()
+
+    def __enter__(self) -> _Output:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def check(path, inputs=()) -> None:
     """Refused, in one line, unless `path` can be written as an output: a new path or a regular file of this
     user's, reached through no other user's link, in a directory it can write; or this process's own stream. An
     output that is one of `inputs` is refused (writing it would destroy what is being read)."""
-    out = _Output(path, inputs)
-    if out.fd is not None:
-        return
-    dfd = out.open_dir()
+    with _Output(path, inputs) as out:
+        if out.fd is not None:
+            return
+        st = _existing(out.dfd, out.name, out.shown, replace=True)
+        fd, tmp = _temp(out.dfd, out.name, out.shown, None if st is None else st.st_mode)  # what access() cannot
+        os.close(fd)                                                                        # tell: try it
+        os.unlink(tmp, dir_fd=out.dfd)
+
+
+def _write_stream(fd: int, data: bytes, shown: str) -> None:
+    if fd in (1, 2):
+        (sys.stdout if fd == 1 else sys.stderr).flush()
+    view = memoryview(data)
     try:
-        st = _existing(dfd, out.real.name, out.shown, replace=True)
-        fd, tmp = _temp(dfd, out.real.name, out.shown, None if st is None else st.st_mode)  # what access() cannot
-        os.close(fd)                                                                          # tell: try it
-        os.unlink(tmp, dir_fd=dfd)
-    finally:
-        os.close(dfd)
+        while view:
+            view = view[os.write(fd, view):]
+    except BrokenPipeError:
+        raise  # a reader that closed the pipe (`| head`): as for any stdout
+    except OSError as exc:
+        raise Refused(f"cannot write {shown}: {exc.strerror or exc}") from None
 
 
 def write_whole(path, data: bytes, inputs=()) -> None:
     """Write `data` to `path` (checked as `check` does) through a temporary file renamed over it, so a failure or
     an interrupt leaves no partial file; this process's stream is written as it is open (a shell's `>>` keeps
     appending)."""
-    out = _Output(path, inputs)
-    if out.fd is not None:
-        if out.fd in (1, 2):
-            (sys.stdout if out.fd == 1 else sys.stderr).flush()
-        view = memoryview(data)
-        try:
-            while view:
-                view = view[os.write(out.fd, view):]
-        except BrokenPipeError:
-            raise  # a reader that closed the pipe (`| head`): as for any stdout
-        except OSError as exc:
-            raise Refused(f"cannot write {out.shown}: {exc.strerror or exc}") from None
-        return
-    dfd = out.open_dir()
-    try:
-        st = _existing(dfd, out.real.name, out.shown, replace=True)
-        fd, tmp = _temp(dfd, out.real.name, out.shown, None if st is None else st.st_mode)
+    with _Output(path, inputs) as out:
+        if out.fd is not None:
+            _write_stream(out.fd, data, out.shown)
+            return
+        st = _existing(out.dfd, out.name, out.shown, replace=True)
+        fd, tmp = _temp(out.dfd, out.name, out.shown, None if st is None else st.st_mode)
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
-            os.replace(tmp, out.real.name, src_dir_fd=dfd, dst_dir_fd=dfd)
+            os.replace(tmp, out.name, src_dir_fd=out.dfd, dst_dir_fd=out.dfd)
         except BaseException as exc:
             try:
-                os.unlink(tmp, dir_fd=dfd)
+                os.unlink(tmp, dir_fd=out.dfd)
             except OSError:
                 pass
             if isinstance(exc, OSError):
                 raise Refused(f"cannot write {out.shown}: {exc.strerror or exc}") from None
             raise
-    finally:
-        os.close(dfd)
 
 
 def write_text_whole(path, text: str, inputs=()) -> None:
@@ -272,97 +223,123 @@ def write_text_whole(path, text: str, inputs=()) -> None:
     write_whole(path, text.encode(), inputs)
 
 
-def temp_beside(path) -> Path:
-    """A new empty hidden file beside regular-file output `path` (checked as `check` does, a stream refused),
-    for a writer that fills it by path and then `commit`s it."""
-    out = _Output(path, stream_ok=False)
-    dfd = out.open_dir()
-    try:
-        st = _existing(dfd, out.real.name, out.shown, replace=True)
-        fd, tmp = _temp(dfd, out.real.name, out.shown, None if st is None else st.st_mode)
-        os.close(fd)
-    finally:
-        os.close(dfd)
-    return out.real.parent / tmp
+class Pending:
+    """A new hidden file beside a regular-file output, for a writer that fills it over time (a recording): it is
+    written through `fd` and renamed over the output by `commit`, both in the directory walked when it was made,
+    held open until then; no path is looked up again, so no directory swapped on the way since moves it."""
 
+    def __init__(self, out: _Output, fd: int, tmp: str) -> None:
+        self.out, self.fd, self.tmp = out, fd, tmp
 
-def commit(tmp: Path, path) -> None:
-    """Rename `tmp` (from temp_beside) over `path`, checked again now: the rename replaces the name in the real
-    directory, never what a link there points to."""
-    out = _Output(path, stream_ok=False)
-    if out.real.parent != Path(tmp).parent:
-        raise Refused(f"cannot write {out.shown}: its directory changed while it was written")
-    dfd = out.open_dir()
-    try:
-        _existing(dfd, out.real.name, out.shown, replace=True)
+    def take_fd(self) -> int:
+        """The file's descriptor, open for writing, now the caller's to close."""
+        fd, self.fd = self.fd, -1
+        return fd
+
+    def commit(self) -> None:
+        """Rename the file over the output (a regular file of this user's, or a new name, checked again now) in
+        its directory, never over what a link there points to; Refused in one line (and the file removed) when
+        the output's path no longer names that directory or the rename fails."""
         try:
-            os.replace(Path(tmp).name, out.real.name, src_dir_fd=dfd, dst_dir_fd=dfd)
-        except OSError as exc:
-            raise Refused(f"cannot write {out.shown}: {exc.strerror or exc}") from None
-    finally:
-        os.close(dfd)
+            if self.fd >= 0:
+                os.close(self.fd)
+                self.fd = -1
+            out = self.out
+            with walk(out.shown) as now:
+                if not os.path.samestat(os.fstat(now.dfd), os.fstat(out.dfd)) or now.name != out.name:
+                    raise Refused(f"cannot write {out.shown}: its directory changed while it was written")
+            _existing(out.dfd, out.name, out.shown, replace=True)
+            try:
+                os.replace(self.tmp, out.name, src_dir_fd=out.dfd, dst_dir_fd=out.dfd)
+            except OSError as exc:
+                raise Refused(f"cannot write {out.shown}: {exc.strerror or exc}") from None
+            self.tmp = ""
+        finally:
+            self.discard()
+
+    def discard(self) -> None:
+        """Remove the file (if not committed) and let go of its directory; again, nothing."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        if self.tmp and self.out.place.dfd >= 0:
+            try:
+                os.unlink(self.tmp, dir_fd=self.out.dfd)
+            except OSError:
+                pass
+        self.tmp = ""
+        self.out.close()
+
+
+def temp_beside(path) -> Pending:
+    """A new empty hidden file beside regular-file output `path` (checked as `check` does, a stream refused), open
+    for writing, for a writer that fills it and then commits it (Pending)."""
+    out = _Output(path, stream_ok=False)
+    try:
+        st = _existing(out.dfd, out.name, out.shown, replace=True)
+        fd, tmp = _temp(out.dfd, out.name, out.shown, None if st is None else st.st_mode)
+    except BaseException:
+        out.close()
+        raise
+    return Pending(out, fd, tmp)
+
+
+def _one_regular_name(fd: int, shown: str) -> os.stat_result:
+    """fstat of the opened ledger: Refused unless a regular file with one name."""
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise Refused(f"cannot write {shown}: not a regular file ({_kind(st.st_mode)})")
+    if st.st_nlink > 1:
+        raise Refused(f"cannot write {shown}: it has {st.st_nlink} names (hard links), so a line appended here "
+                      "lands in another file too; not appended to")
+    return st
 
 
 def open_append(path) -> tuple[int, bool]:
     """A descriptor for appending to (and reading) regular file `path` (made if new), opened in its real directory
     without following a link, and whether it was made now; Refused in one line for a stream, a device, a FIFO,
     another user's link on the way, or a file with more than one name."""
-    out = _Output(path, stream_ok=False)
-    dfd = out.open_dir()
-    try:
-        existed = _existing(dfd, out.real.name, out.shown, replace=False) is not None
+    with _Output(path, stream_ok=False) as out:
+        existed = _existing(out.dfd, out.name, out.shown, replace=False) is not None
         flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
         try:
-            fd = os.open(out.real.name, flags, 0o644, dir_fd=dfd)
+            fd = os.open(out.name, flags, 0o644, dir_fd=out.dfd)
         except OSError as exc:
             raise Refused(f"cannot write {out.shown}: {exc.strerror or exc}") from None
         try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise Refused(f"cannot write {out.shown}: not a regular file ({_kind(st.st_mode)})")
-            if st.st_nlink > 1:
-                raise Refused(f"cannot write {out.shown}: it has {st.st_nlink} names (hard links), so a line "
-                              "appended here lands in another file too; not appended to")
+            st = _one_regular_name(fd, out.shown)
+            if not existed and not os.path.samestat(st, os.stat(out.name, dir_fd=out.dfd, follow_symlinks=False)):
+                raise Refused(f"cannot write {out.shown}: it was replaced while it was opened")
         except BaseException:
             os.close(fd)
             raise
-        if not existed and not os.path.samestat(st, os.stat(out.real.name, dir_fd=dfd, follow_symlinks=False)):
-            os.close(fd)
-            raise Refused(f"cannot write {out.shown}: it was replaced while it was opened")
         return fd, not existed
-    finally:
-        os.close(dfd)
 
 
 def remove_new(path) -> None:
     """Remove the regular file `path` that open_append just made (by name in its real directory, no link
     followed)."""
-    out = _Output(path, stream_ok=False)
-    dfd = out.open_dir()
-    try:
-        st = os.stat(out.real.name, dir_fd=dfd, follow_symlinks=False)
-        if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and st.st_size == 0:
-            os.unlink(out.real.name, dir_fd=dfd)
-    except OSError:
-        pass
-    finally:
-        os.close(dfd)
+    with _Output(path, stream_ok=False) as out:
+        try:
+            st = os.stat(out.name, dir_fd=out.dfd, follow_symlinks=False)
+            if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and st.st_size == 0:
+                os.unlink(out.name, dir_fd=out.dfd)
+        except OSError:
+            pass
 
 
 def open_read(path) -> int:
     """A descriptor for reading `path` (a ledger), reached through no other user's link and opened without
     following one; the caller checks what it is. FileNotFoundError when there is none (nor its directory)."""
     try:
-        real = real_path(path)
+        place = walk(path)
     except Refused:
         if not os.path.exists(path):  # nothing there to read: the writer's own check says what is wrong
             raise FileNotFoundError(path) from None
         raise
-    dfd = _open_dir(real.parent, str(path))
-    try:
-        return os.open(real.name or ".", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
-    finally:
-        os.close(dfd)
+    with place:
+        return os.open(place.name or ".", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                       dir_fd=place.dfd)
 
 
 def make_dir(path) -> Path:
@@ -371,20 +348,17 @@ def make_dir(path) -> Path:
     shown = str(path)
     if not shown.strip():
         raise Refused("cannot write to an empty path: give a directory")
-    real = real_path(shown, doing="make")
-    dfd = _open_dir(real.parent, shown, doing="make")
-    try:
+    with walk(shown, doing="make") as place:
         try:
-            st = os.stat(real.name, dir_fd=dfd, follow_symlinks=False) if real.name else os.fstat(dfd)
+            st = (os.stat(place.name, dir_fd=place.dfd, follow_symlinks=False) if place.name
+                  else os.fstat(place.dfd))
         except FileNotFoundError:
             try:
-                os.mkdir(real.name, 0o777, dir_fd=dfd)
+                os.mkdir(place.name, 0o777, dir_fd=place.dfd)
             except OSError as exc:
                 raise Refused(f"cannot make {shown}: {exc.strerror or exc}") from None
-            return real
+            return Path(place.real)
         if not stat.S_ISDIR(st.st_mode):
             raise Refused(f"cannot write {shown}: it is {'a file' if stat.S_ISREG(st.st_mode) else _kind(st.st_mode)}; "
                           "give a directory")
-        return real
-    finally:
-        os.close(dfd)
+        return Path(place.real)

@@ -67,7 +67,7 @@ class _Recorder:
     def __init__(self, target, pid: int) -> None:
         self.target = check_recording_output(target)
         self.pid = pid
-        self.tmp: Path | None = None
+        self.tmp: safe_write.Pending | None = None
         self.writer = None
         self.note = ""  # the header's note: the copy bandwidth measured for this device (monitor.bandwidth)
 
@@ -79,8 +79,8 @@ class _Recorder:
             self.tmp = safe_write.temp_beside(self.target)
             header = wire.RecordingHeader(wire_version=wire.WIRE_VERSION, created_unix_s=time.time(),
                                           decodemon_version=VERSION, source=f"pid {self.pid}", note=self.note)
-            try:
-                self.writer = wire.RecordingWriter(self.tmp, header)
+            try:  # written through the descriptor made in the checked directory, never reopened by path
+                self.writer = wire.RecordingWriter(self.tmp.take_fd(), header)
             except OSError as exc:
                 self.discard()
                 raise SourceError(f"cannot write {self.target}: {exc.strerror or exc}") from None
@@ -96,7 +96,7 @@ class _Recorder:
                 self.writer.close()
                 self.writer = None
             if self.tmp is not None:
-                safe_write.commit(self.tmp, self.target)
+                self.tmp.commit()
                 self.tmp = None
         except SourceError:
             self.discard()
@@ -114,7 +114,7 @@ class _Recorder:
                 pass
             self.writer = None
         if self.tmp is not None:
-            self.tmp.unlink(missing_ok=True)
+            self.tmp.discard()
             self.tmp = None
 
 

@@ -45,6 +45,8 @@ class RecordingWriter:
     """Append frames to a `.dmon` file; every frame is flushed so a crash leaves a readable prefix."""
 
     def __init__(self, path, header: RecordingHeader) -> None:
+        """`path` is a file name, or a descriptor open for writing that the writer then owns (the monitor's
+        recordings: made in a directory reached by descriptor, so never opened by path)."""
         self._raw = open(path, "wb")
         self._gz = gzip.GzipFile(fileobj=self._raw, mode="wb", compresslevel=6)
         self._gz.write(MAGIC)
