@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -47,3 +48,19 @@ def test_attach_seconds_quits_the_app(monkeypatch):
     assert main(["attach", pid, "--duration", "2.5"]) == 0
     assert main(["attach", pid]) == 0
     assert seen == [3.0, 2.5, None]
+
+
+@pytest.mark.parametrize("argv, status", [(["diagnose", "--launches-per-token", "1000"], 3),
+                                          (["replay", "monitor/data/h200_graph.dmon", "--json"], 0),
+                                          (["report", "monitor/data/h200_eager.dmon"], 0)])
+def test_the_exit_status_survives_a_reader_that_closed_the_pipe(argv, status):
+    """`decodemon diagnose ... | head -4`: the reader may be gone before decodemon writes; the status is still the
+    verb's (3: nothing binds), with nothing on stderr. The pipe here is closed before decodemon starts."""
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        p = subprocess.run([sys.executable, "-m", "decodemon.monitor.cli", *argv], stdout=w, stderr=subprocess.PIPE,
+                           text=True, timeout=120, cwd=Path(__file__).parents[1])
+    finally:
+        os.close(w)
+    assert (p.returncode, p.stderr) == (status, "")

@@ -154,7 +154,8 @@ def test_a_bare_interpreter_with_nothing_installed_is_attached(tmp_path, exe):
         assert hello.pid == loop.pid and hello.python.startswith(version), (hello.python, version)
         r = cli("attach", loop.pid, "--json", "--seconds", 1)  # the dormant agent serves the next monitor
         assert r.returncode == 3 and json.loads(r.stdout)["pid"] == loop.pid, r.stderr  # 3: the loop marks no token
-        assert "marked no token" in r.stderr and not any(m in r.stderr for m in ("msgspec", "numpy", "pip install"))
+        assert "had not marked a token yet" in r.stderr  # a young loop: it may not have begun decoding
+        assert not any(m in r.stderr for m in ("msgspec", "numpy", "pip install"))
         loop.wait_for_lines(50)
     finally:
         loop.kill()

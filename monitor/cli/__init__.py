@@ -69,6 +69,37 @@ def _quiet_stdout() -> None:
         pass
 
 
+class _PipeTolerant:
+    """stdout that, once its reader has closed the pipe (`| head -4`), sends the rest nowhere and lets the verb run
+    to its end: the exit status is the verb's (3 for 'nothing binds'), not the pipe's."""
+
+    def __init__(self, inner) -> None:
+        self._inner = inner
+
+    def write(self, text: str) -> int:
+        try:
+            return self._inner.write(text)
+        except BrokenPipeError:
+            _quiet_stdout()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._inner.flush()
+        except BrokenPipeError:
+            _quiet_stdout()
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+def _tty(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
 def _terminate_as_interrupt(_signum, _frame) -> None:
     """SIGTERM ends a verb as Ctrl-C does (a recording keeps what it has, temp files go), and both wait for a
     recording's frame being written to be whole."""
@@ -101,14 +132,20 @@ def main(argv=None) -> int:
         signal.signal(signal.SIGTERM, _terminate_as_interrupt)
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, _terminate_as_interrupt)
-    stderr = sys.stderr
+    stderr, stdout = sys.stderr, sys.stdout
     if stderr is not None and not isinstance(stderr, _Visible):
         sys.stderr = _Visible(stderr)
+    if stdout is not None and not isinstance(stdout, _PipeTolerant) and not _tty(stdout):  # a pipe or a file
+        sys.stdout = _PipeTolerant(stdout)
     try:
-        return _main(argv)
+        status = _main(argv)
+        sys.stdout.flush()  # what is still buffered meets a closed pipe here, not at the interpreter's exit
+        return status
     finally:
         if sys.stderr.__class__ is _Visible:
             sys.stderr = stderr
+        if sys.stdout.__class__ is _PipeTolerant:
+            sys.stdout = stdout
 
 
 def _main(argv) -> int:

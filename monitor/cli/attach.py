@@ -5,6 +5,7 @@ rank traced in its turn (`sources.staggered`)."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 from decodemon.monitor.cli._common import (add_pid, add_probe, add_refresh, add_seconds, attach_settings,
@@ -79,6 +80,9 @@ def attach_json(pid: int, settings, seconds: float) -> int:
             idle = " (llama-server had no request generating long enough to time its steps)"
         elif not snap.pid:  # refused (busy) or gone before its hello: nothing is known of its clock
             idle = ""
+        elif (age := process_age_s(pid)) is not None and age < YOUNG_S:
+            idle = (f" (pid {pid} started {age:.1f} s ago and had not marked a token yet: it may still be loading, "
+                    "importing its engine or reading its weights; attach again once it decodes)")
         elif not snap.sm_count:  # no GPU in it: no window can find the steps either
             idle = (" (it marked no token and has no GPU to find its steps on: an engine adapter, mark_token() or "
                     "--token-range NAME gives it a clock)")
@@ -95,6 +99,22 @@ def attach_json(pid: int, settings, seconds: float) -> int:
     grade_in_ledger("attach", None, sess, summary, f"pid {pid}")  # the next attach of the loop grades it too
     print_json(summary)
     return 0
+
+
+# a process this young that marked nothing may not have begun decoding (torch's import alone takes seconds)
+YOUNG_S = 60.0
+
+
+def process_age_s(pid: int) -> float | None:
+    """Seconds since `pid` started (from /proc), or None where /proc does not say."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return max(0.0, uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def run(a) -> int:
