@@ -115,6 +115,18 @@ def bytes_note(measured: float | None, model: float | None) -> str | None:
             "the floor")
 
 
+def step_bytes_json(s: Snapshot) -> dict:
+    """A batched engine's bytes: the DRAM counters and the model price a step (every sequence's KV, the weights
+    once), named as a step's here, and divided by the step's tokens where `bytes_per_token_*` means a token's."""
+    tps = s.tokens_per_step
+    out = {"bytes_per_step_measured": round(s.bytes_per_token_measured) if s.bytes_per_token_measured else None,
+           "bytes_per_step_model": round(s.bytes_per_token_model) if s.bytes_per_token_model else None}
+    if tps:
+        out["bytes_per_token_measured"] = round(s.bytes_per_token_measured / tps) if s.bytes_per_token_measured else None
+        out["bytes_per_token_model"] = round(s.bytes_per_token_model / tps) if s.bytes_per_token_model else None
+    return out
+
+
 def summary_json(s: Snapshot, kernels: int = 15) -> dict:
     """The JSON summary of `attach --json`, `replay --json` and `report --json`."""
     w, tk = s.window, s.tokens
@@ -191,6 +203,7 @@ def summary_json(s: Snapshot, kernels: int = 15) -> dict:
         out["tokens_per_step"] = s.tokens_per_step
         out["steps"] = s.steps_total
         out["time_to_first_token"] = s.first_token
+        out.update(step_bytes_json(s))
     out["verdict"], pending = headline(s.diagnosis, s.rolling)
     out["verdict_pending"] = pending or None
     out["history"] = [c.text() for c in s.rolling.history]
