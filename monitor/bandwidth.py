@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 TIMEOUT_S = 30.0
+CACHE_NOTE = "decodemon: the cache "
 
 
 def measured_copy_gbs(gpu) -> float | None:
@@ -41,6 +42,9 @@ def measure_copy_gbs(gpu) -> float | None:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S, cwd=children.CWD)
     except (OSError, subprocess.TimeoutExpired):
         return None
+    for line in r.stderr.splitlines():
+        if line.startswith(CACHE_NOTE):  # a cache it would not read: said here, where stderr is the user's
+            print(line, file=sys.stderr)
     try:
         return float(json.loads(r.stdout)["copy_gbs"]) if r.returncode == 0 else None
     except (ValueError, KeyError, TypeError):

@@ -1,9 +1,11 @@
 """A root decodemon on a shared machine runs decodemon's own code only: its helper processes read no planted
-`decodemon/` package (in the directory root stands in, or on PYTHONPATH). Real processes; what needs a second
-uid's files runs as root and skips elsewhere (as tests/test_hostile.py does)."""
+`decodemon/` package (in the directory root stands in, or on PYTHONPATH), its bytecode cache is never one another
+user could fill, and a CUPTI library or copy-bandwidth figure in a cache another uid can write is never used. Real
+processes; what needs a second uid's files runs as root and skips elsewhere (as tests/test_hostile.py does)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -14,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from decodemon.probes import children, wire
+from decodemon.probes import children, own_files, wire
 from tests.conftest import Engine
 
 OTHER = 65534  # nobody
@@ -134,3 +136,183 @@ def test_the_sidecar_and_copy_bandwidth_start_from_own_code_with_no_target_text_
     assert children.gpu_uuid(hostile) == "" and children.gpu_uuid("MIG-GPU-8c6f0a6e-1b2c/1/0")
     assert children.driver_version("580.159.04") == "580.159.04" and children.driver_version("1\n2") == "?"
     assert ran(planted) == ""
+
+
+def _plant_pyc(src: Path, prefix: Path, marker: Path) -> None:
+    """Bytecode for `src` under the pycache prefix `prefix`, valid for its mtime and size: it writes `marker`."""
+    import importlib._bootstrap_external as be
+
+    st = src.stat()
+    code = compile(f"open({str(marker)!r}, 'a').write('pyc ran\\n')\nX = 666\n", str(src), "exec")
+    old, sys.pycache_prefix = sys.pycache_prefix, str(prefix)
+    try:
+        pyc = Path(importlib.util.cache_from_source(str(src)))
+    finally:
+        sys.pycache_prefix = old
+    pyc.parent.mkdir(parents=True, exist_ok=True)
+    pyc.write_bytes(be._code_to_timestamp_pyc(code, st.st_mtime, st.st_size))
+
+
+def _untrusted_caches(tmp_path, own_dir) -> dict[str, Path]:
+    """XDG_CACHE_HOMEs decodemon must not read back from, by how another user could fill them."""
+    shared = tmp_path / "shared-1777"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    (own_dir / "group-writable").mkdir(mode=0o775)
+    (own_dir / "group-writable").chmod(0o775)
+    linked = own_dir / "linked"
+    (linked / "decodemon").parent.mkdir()
+    (linked / "decodemon").symlink_to(shared)  # ours, but it leads into a directory anyone can write
+    cases = {"under /tmp": tmp_path / "cache", "group-writable": own_dir / "group-writable", "linked": linked}
+    if os.geteuid() == 0:
+        (own_dir / "others").mkdir()
+        give_away(own_dir / "others")
+        (own_dir / "others-above" / "cache").mkdir(parents=True)
+        os.chown(own_dir / "others-above", OTHER, OTHER)  # the cache root's own directory is root's; above it not
+        cases.update({"another uid's": own_dir / "others", "another uid's above": own_dir / "others-above" / "cache"})
+    return cases
+
+
+def test_planted_bytecode_is_imported_from_no_cache_another_user_could_fill(tmp_path, own_dir, monkeypatch):
+    from decodemon.monitor import _lean
+
+    marker = tmp_path / "pyc-ran"
+    monkeypatch.setattr(_lean, "needs_prefix", lambda origin: True)  # as where site-packages is read-only
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the shared-tmp fallback there was: planted too, and linked
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere").chmod(0o1777)
+    (tmp_path / f"decodemon-pycache-{os.getuid()}").symlink_to(tmp_path / "elsewhere")
+    cases = {**_untrusted_caches(tmp_path, own_dir), "trusted (the control)": own_dir / "mine"}
+    for i, (case, cache) in enumerate(cases.items()):
+        src = tmp_path / f"src{i}"
+        src.mkdir()
+        (src / f"victim_{i}.py").write_text("X = 1\n")
+        monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+        for prefix in (Path(_lean.cache_dir()), tmp_path / "elsewhere"):
+            _plant_pyc(src / f"victim_{i}.py", prefix, marker)
+        monkeypatch.setattr(sys, "pycache_prefix", None)
+        monkeypatch.syspath_prepend(str(src))
+        prefix = _lean.bytecode_cache(f"victim_{i}")
+        mod = importlib.import_module(f"victim_{i}")
+        sys.modules.pop(f"victim_{i}")
+        trusted = case.startswith("trusted")
+        assert (prefix is not None) == trusted and (mod.X == 666) == trusted, case
+        assert marker.exists() == trusted, case  # the control: the planted bytecode is valid, and ran from ours
+
+
+@pytest.fixture
+def fake_build(tmp_path, monkeypatch):
+    """cupti_lib.build with a stand-in compiler (what is tested is where it puts and looks for the library)."""
+    from decodemon.monitor.inject import cupti_lib
+
+    (tmp_path / "cupti" / "include").mkdir(parents=True)
+    (tmp_path / "cupti" / "lib").mkdir()
+    (tmp_path / "cupti" / "lib" / "libcupti.so.13").write_bytes(b"")
+    monkeypatch.setattr(cupti_lib, "cupti_dirs", lambda: (tmp_path / "cupti" / "include", tmp_path / "cupti" / "lib"))
+    monkeypatch.setattr(cupti_lib, "cuda_include", lambda: tmp_path / "cupti" / "include")
+    monkeypatch.setattr(cupti_lib, "compiler", lambda: "cc")
+    monkeypatch.setattr(cupti_lib, "_compile", lambda cmd, dfd, real: own_files.write_file(
+        dfd, cupti_lib.LIB_NAME, b"\x7fELF decodemon's own", 0o755))
+    monkeypatch.setattr(own_files, "_said", set())
+    return cupti_lib
+
+
+def test_a_cupti_library_in_a_cache_another_user_could_fill_is_never_handed_to_cuda(tmp_path, own_dir, fake_build,
+                                                                                    monkeypatch, capsys):
+    cupti_lib = fake_build
+    for case, cache in _untrusted_caches(tmp_path, own_dir).items():
+        monkeypatch.setattr(own_files, "_said", set())
+        planted = cupti_lib.lib_dir(cache / "decodemon") / cupti_lib.LIB_NAME
+        planted.parent.mkdir(parents=True, exist_ok=True)
+        planted.write_bytes(b"\x7fELF another user's")
+        if case == "another uid's":
+            give_away(cache)
+        monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+        lib = cupti_lib.build()
+        assert lib.read_bytes() == b"\x7fELF decodemon's own" and not lib.is_relative_to(cache), case
+        assert lib.stat().st_uid == os.geteuid() and lib.stat().st_mode & 0o777 == 0o755
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("decodemon: the cache ") and \
+            err[0].endswith(": built the CUPTI library in a private directory instead"), (case, err)
+        assert " is not only " in err[0], err
+    mine = cupti_lib.build(own_dir / "mine")
+    assert mine.is_relative_to(own_dir / "mine") and cupti_lib.build(own_dir / "mine") == mine  # ours: kept there
+    assert capsys.readouterr().err == ""
+
+
+@needs_root
+def test_another_uids_cache_is_named_with_its_owner(own_dir, fake_build, monkeypatch, capsys):
+    cache = own_dir / "theirs"
+    cache.mkdir()
+    give_away(cache)
+    fake_build.build(cache / "decodemon")
+    err = capsys.readouterr().err.strip()
+    assert err == (f"decodemon: the cache {cache / 'decodemon'} is not only root's ({cache}: owned by uid {OTHER}): "
+                   "built the CUPTI library in a private directory instead")
+    (cache / "decodemon").mkdir()  # root's own, in a directory of theirs: still theirs to swap
+    os.chown(cache / "decodemon", 0, 0)
+    monkeypatch.setattr(own_files, "_said", set())
+    fake_build.build(cache / "decodemon")
+    assert capsys.readouterr().err.strip() == err
+
+
+@needs_root
+def test_decodemon_run_hands_cuda_no_library_from_another_uids_cache(own_dir):
+    from decodemon.monitor.inject import cupti_lib
+
+    try:
+        cupti_lib.cuda_include()
+        theirs = cupti_lib.lib_dir(own_dir / "cache" / "decodemon")
+    except cupti_lib.BuildError as exc:
+        pytest.skip(str(exc))
+    theirs.mkdir(parents=True)
+    (theirs / cupti_lib.LIB_NAME).write_bytes(b"\x7fELF another user's")
+    give_away(own_dir / "cache")
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_INJECTION64_PATH"}
+    show = ["sh", "-c", 'echo "inject=${CUDA_INJECTION64_PATH:-none}"; head -c 4 "$CUDA_INJECTION64_PATH" | od -c']
+    r = subprocess.run([*DM, "run", "--", *show], env={**env, "XDG_CACHE_HOME": str(own_dir / "cache")},
+                       capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr
+    lib = Path(r.stdout.splitlines()[0].split("=", 1)[1])
+    assert lib.name == cupti_lib.LIB_NAME and not lib.is_relative_to(own_dir) and "E   L   F" in r.stdout
+    said = [ln for ln in r.stderr.splitlines() if ln.startswith("decodemon: the cache")]
+    assert said == [f"decodemon: the cache {own_dir / 'cache' / 'decodemon'} is not only root's ({own_dir / 'cache'}: "
+                    f"owned by uid {OTHER}): built the CUPTI library in a private directory instead"], r.stderr
+    assert not lib.exists()  # the private copy goes when the command has ended
+
+
+def test_a_copy_bandwidth_in_a_cache_another_user_could_fill_is_not_used(tmp_path, own_dir, monkeypatch, capsys):
+    from decodemon.monitor.bandwidth import measured_copy_gbs
+    from decodemon.probes import copy_bandwidth as cb
+
+    for case, cache in _untrusted_caches(tmp_path, own_dir).items():
+        monkeypatch.setattr(own_files, "_said", set())
+        monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+        cb.cache_path().parent.mkdir(parents=True, exist_ok=True)
+        planted = json.dumps({"GPU-1|d": {"copy_gbs": 1.0}})
+        cb.cache_path().write_text(planted)
+        if case == "another uid's":
+            give_away(cache)
+        gpu = wire.GpuInfo(index=0, name="x", sm_count=1, mem_bandwidth_gbs=1.0, uuid="GPU-1", driver_version="d")
+        assert cb.cached_gbs("GPU-1", "d") is None and measured_copy_gbs(gpu) is None, case
+        cb.store("GPU-1", "d", {"copy_gbs": 2.0})
+        assert cb.cache_path().read_text() == planted  # nothing written through it either
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("decodemon: the cache ") and "is not" in err[0], (case, err)
+
+
+@needs_root
+def test_the_copy_bandwidth_verb_says_it_will_not_read_another_uids_cache(own_dir):
+    cache = own_dir / "theirs"
+    (cache / "decodemon").mkdir(parents=True)
+    (cache / "decodemon" / "copy_bandwidth.json").write_text(json.dumps({"GPU-1|d": {"copy_gbs": 1.0}}))
+    give_away(cache)
+    r = subprocess.run(children.python_argv("decodemon.probes.copy_bandwidth", "--uuid", "GPU-1", "--driver", "d",
+                                            "--json"), env={**os.environ, "XDG_CACHE_HOME": str(cache)},
+                       capture_output=True, text=True, timeout=120)
+    assert '"cached": true' not in r.stdout and "1.0" not in r.stdout
+    said = [ln for ln in r.stderr.splitlines() if ln.startswith("decodemon: the cache")]
+    assert said == [f"decodemon: the cache {cache / 'decodemon'} is not only root's ({cache}: owned by uid {OTHER}): "
+                    "the copy bandwidth is neither read from it nor kept in it (measured anew where there is a GPU)"], \
+        r.stderr
