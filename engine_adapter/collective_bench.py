@@ -226,15 +226,17 @@ def main(argv=None) -> int:
     if a.rank == 0:
         import socket
 
+        from decodemon.probes.children import python_argv, same_flags
+
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             os.environ.setdefault("MASTER_PORT", str(s.getsockname()[1]))
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         args = list(sys.argv[1:] if argv is None else argv)
         for r in range(1, a.tp):
-            children.append(subprocess.Popen([sys.executable, "-m", "decodemon.engine_adapter.collective_bench",
-                                              *args, "--device", device, "--dtype", a.dtype, "--rank", str(r)],
-                                             stdout=subprocess.DEVNULL))
+            argv = python_argv("decodemon.engine_adapter.collective_bench", *args, "--device", device, "--dtype",
+                               a.dtype, "--rank", str(r), flags=same_flags())  # a rank runs as rank 0 was started
+            children.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL))
     res = _worker(a.rank, a.tp, a.payload_bytes, a.iters, device, a.dtype, a.calls, a.spacer, a.profile_kernels,
                   spacer_in)
     for c in children:

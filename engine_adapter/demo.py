@@ -99,6 +99,8 @@ def _init_tp(a, argv, torch, device: str):
 
     import torch.distributed as dist
 
+    from decodemon.probes.children import python_argv, same_flags  # a rank runs as rank 0 was started
+
     from decodemon.engine_adapter.adapter import timed_all_reduce
 
     os.environ["NCCL_NVLS_ENABLE"] = "0"  # NVLink multicast stays off in everything we launch
@@ -108,8 +110,8 @@ def _init_tp(a, argv, torch, device: str):
         os.environ.setdefault("MASTER_PORT", str(_free_port()))
         args = list(sys.argv[1:] if argv is None else argv)
         for r in range(1, a.tp):
-            children.append(subprocess.Popen([sys.executable, "-m", "decodemon.engine_adapter.demo", *args,
-                                              "--rank", str(r)], stdout=subprocess.DEVNULL))
+            children.append(subprocess.Popen(python_argv("decodemon.engine_adapter.demo", *args, "--rank", str(r),
+                                                         flags=same_flags()), stdout=subprocess.DEVNULL))
     if device == "cuda":
         if torch.cuda.device_count() < a.tp:
             _fail(f"--tp {a.tp} needs {a.tp} GPUs; torch sees {torch.cuda.device_count()}")

@@ -7,7 +7,7 @@ starting on another CPU slows an eager decode thread while it runs, and a benchm
 
 - bytecode_cache(): where numpy's bytecode is neither cached nor cachable beside its source, keep it (and every
   later import's) under the user's cache directory (`sys.pycache_prefix`, this process only), so only the first
-  start compiles.
+  start compiles; never where another user could have put bytecode (probes/own_files.py), and nowhere else.
 - quiet_blas(): import numpy with one BLAS thread (the monitor does no linear algebra), then put the environment
   back as it was, so a loop started by `decodemon run` inherits nothing from it.
 """
@@ -17,7 +17,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-import tempfile
 
 BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS")
 
@@ -47,15 +46,16 @@ def bytecode_cache(module: str = "numpy") -> str | None:
             return None
     except (ValueError, ImportError, NotImplementedError):
         return None
-    for prefix in (cache_dir(), os.path.join(tempfile.gettempdir(), f"decodemon-pycache-{os.getuid()}")):
-        try:
-            os.makedirs(prefix, mode=0o700, exist_ok=True)
-            mine = os.stat(prefix).st_uid == os.getuid()  # not a directory someone else made (in /tmp) to feed us
-        except OSError:
-            continue
-        if mine and os.access(prefix, os.W_OK):
-            break
-    else:
+    # the prefix is imported from as much as written to: only a directory of this user's own, under directories
+    # no one else can write (never a shared /tmp, where another user could make it first or link it elsewhere)
+    from decodemon.probes import own_files
+
+    try:
+        fd, prefix = own_files.open_dir(cache_dir(), create=True, mine=True)
+    except OSError:
+        return None
+    os.close(fd)
+    if not os.access(prefix, os.W_OK):
         return None
     sys.pycache_prefix = prefix
     return prefix

@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 TIMEOUT_S = 30.0
+CACHE_NOTE = "decodemon: the cache "
 
 
 def measured_copy_gbs(gpu) -> float | None:
@@ -30,14 +31,23 @@ def measured_copy_gbs(gpu) -> float | None:
 def measure_copy_gbs(gpu) -> float | None:
     """Measure (or read from the cache) the copy bandwidth of `gpu` in a process of its own: only where nothing
     decodes on it yet."""
-    if gpu is None or not gpu.uuid:
+    from decodemon.probes import children
+
+    uuid = children.gpu_uuid(gpu.uuid) if gpu is not None else ""
+    if not uuid:
         return None
-    cmd = [sys.executable, "-m", "decodemon.probes.copy_bandwidth", "--device", str(gpu.index), "--uuid", gpu.uuid,
-           "--driver", gpu.driver_version or "?", "--json"]
+    cmd = children.python_argv("decodemon.probes.copy_bandwidth", "--device", str(int(gpu.index)), "--uuid", uuid,
+                               "--driver", children.driver_version(gpu.driver_version), "--json")
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S)
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S, cwd=children.CWD)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    for line in r.stderr.splitlines():
+        if line.startswith(CACHE_NOTE):  # a cache it would not read: said here, where stderr is the user's
+            print(line, file=sys.stderr)
+    try:
         return float(json.loads(r.stdout)["copy_gbs"]) if r.returncode == 0 else None
-    except (OSError, ValueError, KeyError, TypeError, subprocess.TimeoutExpired):
+    except (ValueError, KeyError, TypeError):
         return None
 
 

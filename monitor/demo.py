@@ -14,7 +14,6 @@ import contextlib
 import os
 import shutil
 import subprocess
-import sys
 import time
 from importlib import resources
 
@@ -44,14 +43,24 @@ def gpu_available() -> bool:
         return False
 
 
+def engine_command(args: list[str], env: dict | None = None) -> tuple[list[str], dict]:
+    """The demo engine's command line under `decodemon run`, and its environment: decodemon's code only."""
+    from decodemon.probes import children
+
+    engine = children.python_argv("decodemon.engine_adapter.demo", *args, flags=children.AGENT_LOADED)
+    return children.python_argv("decodemon.monitor.cli", "run", "--", *engine), children.without_python_vars(env)
+
+
 def spawn_engine(args: list[str], stdout=subprocess.DEVNULL, timeout_s: float = 180,
                  env: dict | None = None) -> tuple[subprocess.Popen, int]:
     """Start the demo engine with the agent loaded (`decodemon run`); return (process, engine pid) once it decodes.
 
-    `env`: the engine's environment (default: this process's)."""
-    cmd = [sys.executable, "-m", "decodemon.monitor.cli", "run", "--", sys.executable, "-m",
-           "decodemon.engine_adapter.demo", *args]
-    proc = subprocess.Popen(cmd, stdout=stdout, stderr=subprocess.PIPE, text=True, env=env)
+    `env`: the engine's environment (default: this process's), less PYTHON*: the engine reads the PYTHONPATH
+    `decodemon run` gives it (the agent's bootstrap) and no other."""
+    from decodemon.probes import children
+
+    cmd, env = engine_command(args, env)
+    proc = subprocess.Popen(cmd, stdout=stdout, stderr=subprocess.PIPE, text=True, env=env, cwd=children.CWD)
     t0 = time.monotonic()
     pid = None
     while time.monotonic() - t0 < timeout_s:

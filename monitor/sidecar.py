@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import threading
 
 from decodemon.probes import wire
@@ -24,20 +23,23 @@ class Sidecar:
         self.frames: list[tuple[bytes, object]] = []
         self._lock = threading.Lock()
         self.ended = False
-        argv = [sys.executable, "-m", "decodemon.probes.sidecar", "--device", str(gpu.index),
-                "--target-pid", str(target), "--pm-interval-us", str(settings.pm_interval_us),
-                "--nvml-hz", str(settings.nvml_hz or 4.0)]
+        from decodemon.probes import children
+
+        argv = children.python_argv("decodemon.probes.sidecar", "--device", str(int(gpu.index)),
+                                    "--target-pid", str(int(target)), "--pm-interval-us",
+                                    str(int(settings.pm_interval_us)), "--nvml-hz", str(float(settings.nvml_hz or 4.0)))
         env = {k: v for k, v in os.environ.items() if not k.startswith("DECODEMON_AGENT")}
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # CUDA's device numbers as NVML's
         env.pop("CUDA_VISIBLE_DEVICES", None)
-        if gpu.uuid:
-            argv += ["--uuid", gpu.uuid]
+        uuid = children.gpu_uuid(gpu.uuid)  # the target's text: on the command line (`ps`) only as NVML spells one
+        if uuid:
+            argv += ["--uuid", uuid]
         log = os.environ.get("DECODEMON_SIDECAR_LOG")  # its stderr, for a run that must see why it failed
         err = open(log, "a") if log else subprocess.DEVNULL
         try:
             self.pm = settings.pm if pm is None else pm
             self.proc = subprocess.Popen(argv + ([] if self.pm else ["--no-pm"]), stdin=subprocess.PIPE, env=env,
-                                         stdout=subprocess.PIPE, stderr=err, close_fds=True)
+                                         stdout=subprocess.PIPE, stderr=err, close_fds=True, cwd=children.CWD)
         finally:
             if log:
                 err.close()

@@ -4,7 +4,7 @@
 CUDA events through the driver API (ctypes on libcuda: no torch, no CUDA runtime) and counts read + write
 bytes, as a decode step's weight reads are counted against it. It runs in its own process, outside the decode
 loop, once per device and driver: the figure is cached under the user's cache directory keyed by the GPU's
-UUID and the driver version.
+UUID and the driver version, and read back only from a cache no other user can write (probes/own_files.py).
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ import os
 import sys
 import time
 from pathlib import Path
+
+from decodemon.probes import own_files
 
 COPY_BYTES = 1 << 30
 ITERS = 10
@@ -79,32 +81,61 @@ def cache_path() -> Path:
     return Path(base) / "decodemon" / "copy_bandwidth.json"
 
 
-def cached_gbs(uuid: str, driver: str) -> float | None:
-    """The cached figure for this GPU and driver, if one was measured."""
+def _refused(exc: own_files.NotOwn) -> None:
+    own_files.say_once(f"decodemon: {exc.about(cache_path().parent)}: the copy bandwidth is neither read from it "
+                       "nor kept in it (measured anew where there is a GPU)")
+
+
+def _table(raw: bytes | None) -> dict:
     try:
-        entry = json.loads(cache_path().read_text()).get(f"{uuid}|{driver}")
-    except (OSError, ValueError, AttributeError):
+        table = json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+    return table if isinstance(table, dict) else {}
+
+
+def cached_gbs(uuid: str, driver: str) -> float | None:
+    """The cached figure for this GPU and driver, if one was measured and the cache is only this user's (or
+    root's): another user's file could set the floor's denominator to anything."""
+    try:
+        entry = _table(own_files.read_file(cache_path())).get(f"{uuid}|{driver}")
+    except own_files.NotOwn as exc:
+        _refused(exc)
         return None
-    return float(entry["copy_gbs"]) if isinstance(entry, dict) and "copy_gbs" in entry else None
+    except OSError:
+        return None
+    try:
+        return float(entry["copy_gbs"]) if isinstance(entry, dict) and "copy_gbs" in entry else None
+    except (TypeError, ValueError):
+        return None
 
 
 def store(uuid: str, driver: str, result: dict) -> None:
-    """Add one figure to the cache; written whole to a temporary file, then renamed."""
+    """Add one figure to the cache, through checked directories only; written whole (a temporary file renamed)."""
     p = cache_path()
     try:
-        table = json.loads(p.read_text())
-        if not isinstance(table, dict):
+        dfd, real = own_files.open_dir(p.parent, create=True)
+    except own_files.NotOwn as exc:
+        _refused(exc)
+        return
+    except OSError:  # no cache to keep it in (a read-only home): the figure is measured again next time
+        return
+    try:
+        try:
+            fd = own_files.open_file(dfd, p.name, real)
+            with os.fdopen(fd, "rb") as fh:
+                table = _table(fh.read())
+        except OSError:  # none yet, or one this user did not write (a link, another's file): replaced whole
             table = {}
-    except (OSError, ValueError):
-        table = {}
-    old = table.get(f"{uuid}|{driver}")
-    if isinstance(old, dict) and float(old.get("copy_gbs") or 0) > float(result.get("copy_gbs") or 0):
-        return  # a busier GPU measured less: the cache keeps the best figure
-    table[f"{uuid}|{driver}"] = result
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(table, indent=1))
-    os.replace(tmp, p)
+        old = table.get(f"{uuid}|{driver}")
+        if isinstance(old, dict) and float(old.get("copy_gbs") or 0) > float(result.get("copy_gbs") or 0):
+            return  # a busier GPU measured less: the cache keeps the best figure
+        table[f"{uuid}|{driver}"] = result
+        own_files.write_file(dfd, p.name, json.dumps(table, indent=1).encode())
+    except OSError:  # a full disk: the figure is measured again next time
+        pass
+    finally:
+        os.close(dfd)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -111,6 +111,38 @@ def engine():
     e.stop()
 
 
+def make_own_dir() -> Path | None:
+    """A new directory that only this user or root could have written, from "/" down (None if there is no such
+    place here): where a test keeps a cache decodemon reads back. pytest's tmp_path is under /tmp, where others can
+    plant names, so decodemon refuses a cache there."""
+    import tempfile
+
+    from decodemon.probes import own_files
+
+    for base in (Path.home(), Path(__file__).resolve().parents[1]):
+        try:
+            fd, real = own_files.open_dir(base)
+        except OSError:
+            continue
+        os.close(fd)
+        return Path(tempfile.mkdtemp(prefix=".decodemon-test-", dir=real))
+    return None
+
+
+def _own_dir():
+    import shutil
+
+    made = make_own_dir()
+    if made is None:
+        pytest.skip("no directory here that only this user or root can write (a cache's test needs one)")
+    yield made
+    shutil.rmtree(made, ignore_errors=True)
+
+
+own_dir = pytest.fixture(_own_dir, name="own_dir")
+own_dir_module = pytest.fixture(_own_dir, name="own_dir_module", scope="module")
+
+
 @pytest.fixture
 def agent_marks(monkeypatch):
     """The agent's mark_token and set_model_facts caught, as an engine adapter calls them: (depths, facts)."""

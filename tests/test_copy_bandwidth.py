@@ -24,20 +24,20 @@ def test_without_a_gpu_it_says_so_in_one_line(tmp_path, monkeypatch):
     assert "CUDA" in r.stderr
 
 
-def test_a_cached_figure_is_used_for_its_own_gpu_and_driver_only(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+def test_a_cached_figure_is_used_for_its_own_gpu_and_driver_only(own_dir, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(own_dir))
     cb.store("GPU-1", "580.159.04", {"copy_gbs": 4170.5})
     cb.store("GPU-2", "580.159.04", {"copy_gbs": 3000.0})
     assert cb.cached_gbs("GPU-1", "580.159.04") == 4170.5
     assert cb.cached_gbs("GPU-1", "590.0") is None
-    r = run("--uuid", "GPU-2", "--driver", "580.159.04", "--json", env={"XDG_CACHE_HOME": str(tmp_path),
+    r = run("--uuid", "GPU-2", "--driver", "580.159.04", "--json", env={"XDG_CACHE_HOME": str(own_dir),
                                                                          "PATH": "/usr/bin:/bin"})
     assert r.returncode == 0 and json.loads(r.stdout) == {"copy_gbs": 3000.0, "cached": True}
-    assert not list(tmp_path.glob("decodemon/*.tmp"))
+    assert not list(own_dir.glob("decodemon/*.tmp"))
 
 
-def test_a_corrupt_cache_is_replaced_not_fatal(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+def test_a_corrupt_cache_is_replaced_not_fatal(own_dir, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(own_dir))
     cb.cache_path().parent.mkdir(parents=True)
     cb.cache_path().write_text("{not json")
     assert cb.cached_gbs("GPU-1", "d") is None
@@ -64,8 +64,8 @@ def test_a_recordings_header_keeps_the_figure_the_live_attach_priced_the_floor_w
     assert old.bandwidth_source == "measured copy (engine)"
 
 
-def test_the_cache_keeps_the_best_figure_a_busier_gpu_measures_less(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+def test_the_cache_keeps_the_best_figure_a_busier_gpu_measures_less(own_dir, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(own_dir))
     cb.store("GPU-1", "d", {"copy_gbs": 4267.7})
     cb.store("GPU-1", "d", {"copy_gbs": 2131.4})  # measured beside a bandwidth-bound loop
     assert cb.cached_gbs("GPU-1", "d") == 4267.7

@@ -32,12 +32,12 @@ KCOLS = 16
 
 
 @pytest.fixture(scope="module")
-def lib_path(tmp_path_factory) -> Path:
+def lib_path(own_dir_module) -> Path:
     try:
         cupti_lib.cuda_include()
     except cupti_lib.BuildError as exc:
         pytest.skip(str(exc))
-    return cupti_lib.build(tmp_path_factory.mktemp("inject"))
+    return cupti_lib.build(own_dir_module / "inject")  # a cache only root or this user can write: kept there
 
 
 @pytest.fixture(scope="module")
@@ -219,8 +219,8 @@ def test_an_attach_out_of_bounds_is_refused_in_one_line(loaded):
     assert loaded.poll() is None
 
 
-def test_decodemon_run_loads_it_into_a_command_with_no_python(tmp_path):
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+def test_decodemon_run_loads_it_into_a_command_with_no_python(tmp_path, own_dir):
+    env = {**os.environ, "XDG_CACHE_HOME": str(own_dir / "cache")}
     env.pop("CUDA_INJECTION64_PATH", None)
     try:
         cupti_lib.cuda_include()
@@ -230,7 +230,7 @@ def test_decodemon_run_loads_it_into_a_command_with_no_python(tmp_path):
     r = cli("run", "--", *show, env=env)
     assert r.returncode == 0, r.stderr
     lib = Path(r.stdout.strip().split("=", 1)[1])
-    assert lib.name == cupti_lib.LIB_NAME and lib.is_file() and lib.is_relative_to(tmp_path / "cache")
+    assert lib.name == cupti_lib.LIB_NAME and lib.is_file() and lib.is_relative_to(own_dir / "cache")
     r = cli("run", "--", sys.executable, "-c", "import os; print(os.environ.get('CUDA_INJECTION64_PATH', 'none'))",
             env=env)
     assert r.stdout.strip() == "none"  # Python gets the Python agent

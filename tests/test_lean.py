@@ -20,11 +20,11 @@ def test_needs_prefix_only_when_the_source_would_compile_and_could_not_be_cached
     assert not _lean.needs_prefix(str(src), writable=lambda p: False)  # already compiled: nothing to do
 
 
-def test_bytecode_goes_to_the_users_cache_when_the_source_dir_is_read_only(tmp_path, monkeypatch):
+def test_bytecode_goes_to_the_users_cache_when_the_source_dir_is_read_only(tmp_path, own_dir, monkeypatch):
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "m_lean_b.py").write_text("X = 2\n")
     monkeypatch.syspath_prepend(str(tmp_path / "src"))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(own_dir / "cache"))
     monkeypatch.setattr(sys, "pycache_prefix", None)
     monkeypatch.setattr(sys, "dont_write_bytecode", False)
     real = _lean.needs_prefix
@@ -32,10 +32,10 @@ def test_bytecode_goes_to_the_users_cache_when_the_source_dir_is_read_only(tmp_p
     assert _lean.bytecode_cache("m_lean_b") is None and sys.pycache_prefix is None  # writable: left alone
     monkeypatch.setattr(_lean, "needs_prefix", lambda origin: real(origin, writable=lambda p: False))
     prefix = _lean.bytecode_cache("m_lean_b")
-    assert prefix == str(tmp_path / "cache" / "decodemon" / "pycache") and sys.pycache_prefix == prefix
+    assert prefix == str(own_dir / "cache" / "decodemon" / "pycache") and sys.pycache_prefix == prefix
     import m_lean_b  # noqa: F401, PLC0415
 
-    pycs = [p for p in (tmp_path / "cache").rglob("*.pyc") if "m_lean_b" in p.name]
+    pycs = [p for p in (own_dir / "cache").rglob("*.pyc") if "m_lean_b" in p.name]
     assert len(pycs) == 1  # compiled once, kept under the prefix for the next start
     assert not (tmp_path / "src" / "__pycache__").exists()
     sys.modules.pop("m_lean_b", None)

@@ -212,8 +212,10 @@ def run(a) -> int:
     if a.payload_bytes % size:  # the benchmark would round it down and time another payload than the one asked
         raise UsageError(f"decodemon allreduce: --payload-bytes {a.payload_bytes} is not a whole number of "
                          f"{size}-byte elements ({why}); give a multiple of {size}")
-    cmd = [sys.executable, "-m", "decodemon.engine_adapter.collective_bench", "--payload-bytes",
-           str(a.payload_bytes), "--tp", str(a.tp), "--iters", str(a.iters), "--calls", str(a.calls or DEFAULT_CALLS)]
+    from decodemon.probes import children
+
+    cmd = children.python_argv("decodemon.engine_adapter.collective_bench", "--payload-bytes", str(a.payload_bytes),
+                               "--tp", str(a.tp), "--iters", str(a.iters), "--calls", str(a.calls or DEFAULT_CALLS))
     cmd += ["--device", a.device] if a.device else []
     cmd += ["--dtype", a.dtype] if a.dtype else []
     cmd += ["--spacer-in", a.spacer_in] if a.spacer_in else []
@@ -222,7 +224,8 @@ def run(a) -> int:
     env = dict(os.environ, NCCL_NVLS_ENABLE="0")
     runs = []
     for _ in range(a.repeats):
-        r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True)  # its own errors reach stderr as said
+        r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True,  # its own errors reach stderr as said
+                           cwd=children.CWD)
         if r.returncode:
             return r.returncode
         try:

@@ -30,7 +30,9 @@ def agent_env() -> dict:
 
     from pathlib import Path
 
-    boot = list(importlib.util.find_spec("decodemon.probes._bootstrap").submodule_search_locations)[0]
+    # the bootstrap of the decodemon running now, by its absolute path: a relative one would be read from wherever
+    # the command starts
+    boot = os.path.abspath(list(importlib.util.find_spec("decodemon.probes._bootstrap").submodule_search_locations)[0])
     env = dict(os.environ)
     env["DECODEMON_AGENT"] = "1"
     env["DECODEMON_PKG_ROOT"] = str(Path(boot).resolve().parent.parent)  # for an interpreter without decodemon

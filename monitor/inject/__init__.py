@@ -223,8 +223,9 @@ def pending_call_source(source: str | None = None, pid: int | None = None) -> st
 
 def _version_by_running(exe: str) -> tuple[int, int] | None:
     try:
-        out = subprocess.run([exe, "-c", "import sys; print(*sys.version_info[:2])"], capture_output=True,
-                             text=True, timeout=10).stdout.split()
+        # isolated, in "/": the target's interpreter reads nothing from root's environment or directory
+        out = subprocess.run([exe, "-I", "-c", "import sys; print(*sys.version_info[:2])"], capture_output=True,
+                             text=True, timeout=10, cwd="/").stdout.split()
         return int(out[0]), int(out[1])
     except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
         return None
@@ -284,9 +285,12 @@ def queue_source(pid: int, source: str) -> dict:
     """Queue `source` as a pending call in `pid` through the ptrace helper; return the helper's report.
 
     The report holds `ok`, `stop_us` (how long the main thread was stopped) and, when not ok, `why` and `error`."""
-    cmd = [sys.executable, "-m", "decodemon.monitor.inject.helper", str(pid)]
+    from decodemon.probes import children
+
+    cmd = children.python_argv("decodemon.monitor.inject.helper", str(pid))
     try:
         r = subprocess.run(cmd, input=source.encode(), capture_output=True, timeout=HELPER_TIMEOUT_S,
+                           cwd=children.CWD,
                            start_new_session=True)  # a monitor killed now leaves the helper to finish and detach
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise InjectError(f"the ptrace helper did not run ({exc})") from None

@@ -4,11 +4,14 @@ compiler, for `decodemon run` to load into a process with no Python (llama-serve
 The build needs a C compiler, CUPTI's headers and library (the nvidia-cuda-cupti wheel, decodemon's `gpu`
 extra) and CUDA's driver header, cuda.h (CUDA_HOME, /usr/local/cuda, or the CUDA wheels). The
 library lands in decodemon's cache under the source's hash, written whole (a temporary file renamed), so an edit
-of the source builds anew and an interrupted build leaves nothing behind.
+of the source builds anew and an interrupted build leaves nothing behind; it is read back from there only where
+no other user could have put it (probes/own_files.py).
 """
 
 from __future__ import annotations
 
+import atexit
+import errno
 import hashlib
 import os
 import shutil
@@ -17,6 +20,8 @@ import sys
 import tempfile
 from importlib import resources
 from pathlib import Path
+
+from decodemon.probes import own_files
 
 LIB_NAME = "libdecodemon_cupti.so"
 
@@ -71,32 +76,96 @@ def cache_dir() -> Path:
     return Path(base) / "decodemon"
 
 
+def lib_dir(out_dir: Path | None = None) -> Path:
+    """The directory in `out_dir` (decodemon's cache by default) that keeps the library built from this source
+    against this CUPTI."""
+    key = hashlib.sha256(source().read_bytes() + str(cupti_dirs()[1].resolve()).encode()).hexdigest()[:12]
+    return Path(out_dir or cache_dir()) / f"cupti-inject-{key}"
+
+
 def build(out_dir: Path | None = None) -> Path:
     """The built library: the one already in `out_dir` (decodemon's cache by default) for this source and CUPTI,
-    else built there now (~1 s). BuildError, one line, when it cannot be."""
+    else built there now (~1 s). Where that directory, a directory above it or the library could be another
+    user's, the library is built in a private directory instead, said once on stderr: the path returned is
+    handed to CUDA_INJECTION64_PATH, so it is always one only this user or root could have written. BuildError,
+    one line, when it cannot be built."""
     src = source()
     inc, lib = cupti_dirs()
     cuda = cuda_include()
     cc = compiler()
-    key = hashlib.sha256(src.read_bytes() + str(lib.resolve()).encode()).hexdigest()[:12]
-    out = Path(out_dir or cache_dir()) / f"cupti-inject-{key}" / LIB_NAME
-    if out.is_file():
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".build-", suffix=".so", dir=out.parent)
-    os.close(fd)
-    cmd = [cc, "-O2", "-Wall", "-fPIC", "-shared", "-o", tmp, str(src), f"-I{inc}", f"-I{cuda}", f"-L{lib}",
-           "-l:libcupti.so." + _cupti_soname_version(lib), f"-Wl,-rpath,{lib.resolve()}", "-lpthread", "-ldl"]
+    where = lib_dir(out_dir)
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        found = _cached(where)
+        if found is not None:
+            return found
+        dfd, real = own_files.open_dir(where, create=True)
+    except own_files.NotOwn as exc:
+        real = _private_dir(exc, where.parent)
+        dfd = os.open(real, own_files.DIR_FLAGS)
+    try:
+        cmd = [cc, "-O2", "-Wall", "-fPIC", "-shared", "-o", "OUT", str(src), f"-I{inc}", f"-I{cuda}", f"-L{lib}",
+               "-l:libcupti.so." + _cupti_soname_version(lib), f"-Wl,-rpath,{lib.resolve()}", "-lpthread", "-ldl"]
+        _compile(cmd, dfd, real)
+        os.close(own_files.open_file(dfd, LIB_NAME, real))  # what CUDA will load: checked as any cached one
+    finally:
+        os.close(dfd)
+    return Path(real) / LIB_NAME
+
+
+def _private_dir(exc: own_files.NotOwn, cache: Path) -> str:
+    """A new directory only this user can reach, to build in instead of `cache` (which `exc` refused); said once."""
+    try:
+        real = own_files.private_dir("decodemon-cupti-")
+    except OSError as made:
+        raise BuildError(f"{exc.about(cache)}, and {made.strerror}") from None
+    atexit.register(shutil.rmtree, real, True)  # read by the program `decodemon run` waits for, then unused
+    own_files.say_once(f"decodemon: {exc.about(cache)}: built the CUPTI library in a private directory instead")
+    return real
+
+
+def _cached(where: Path) -> Path | None:
+    """The library already built in `where`, if it and every directory above it are only this user's (or
+    root's); NotOwn if one is not."""
+    try:
+        dfd, real = own_files.open_dir(where)
+    except FileNotFoundError:
+        return None
+    try:
+        os.close(own_files.open_file(dfd, LIB_NAME, real))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if isinstance(exc, own_files.NotOwn) or exc.errno != errno.ELOOP:
+            raise
+        raise own_files.NotOwn(os.path.join(real, LIB_NAME), "a link") from None
+    finally:
+        os.close(dfd)
+    return Path(real) / LIB_NAME
+
+
+def _compile(cmd: list[str], dfd: int, real: str) -> None:
+    """Run the compiler (`cmd`, its output "OUT") into a temporary file in the checked directory `dfd`, then
+    rename it to the library: an interrupted build leaves nothing behind."""
+    fd, tmp = tempfile.mkstemp(prefix=".build-", suffix=".so", dir=real)
+    os.close(fd)
+    name = os.path.basename(tmp)
+    try:
+        r = subprocess.run([tmp if a == "OUT" else a for a in cmd], capture_output=True, text=True, timeout=120,
+                           cwd=real)
         if r.returncode != 0:
             first = next((ln for ln in r.stderr.splitlines() if "error" in ln), r.stderr.strip()[:200])
-            raise BuildError(f"{cc} failed building the CUPTI injection library: {first}")
-        os.replace(tmp, out)
+            raise BuildError(f"{cmd[0]} failed building the CUPTI injection library: {first}")
+        out = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+        try:
+            os.fchmod(out, 0o755)  # whatever the umask: a group-writable library would not pass its own check
+        finally:
+            os.close(out)
+        os.replace(name, LIB_NAME, src_dir_fd=dfd, dst_dir_fd=dfd)
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return out
+        try:
+            os.unlink(name, dir_fd=dfd)
+        except FileNotFoundError:
+            pass
 
 
 def _cupti_soname_version(lib: Path) -> str:

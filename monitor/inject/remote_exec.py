@@ -32,8 +32,8 @@ def remote_exec(pid: int, exe: str, source: str) -> tuple[str | None, str | None
         fh.write(source)
     os.chmod(path, 0o644)  # the target reads it; it contains no secrets
     try:
-        r = subprocess.run([exe, "-c", f"import sys; sys.remote_exec({pid}, {path!r})"], capture_output=True,
-                           text=True, timeout=15)
+        r = subprocess.run([exe, "-I", "-c", f"import sys; sys.remote_exec({pid}, {path!r})"], capture_output=True,
+                           text=True, timeout=15, cwd="/")  # isolated: it reads nothing from root's directory
         why = None if r.returncode == 0 else \
             f"sys.remote_exec failed: {(r.stderr.strip().splitlines() or ['unknown error'])[-1]}"
     except (OSError, subprocess.TimeoutExpired) as exc:
