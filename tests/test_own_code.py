@@ -316,3 +316,23 @@ def test_the_copy_bandwidth_verb_says_it_will_not_read_another_uids_cache(own_di
     assert said == [f"decodemon: the cache {cache / 'decodemon'} is not only root's ({cache}: owned by uid {OTHER}): "
                     "the copy bandwidth is neither read from it nor kept in it (measured anew where there is a GPU)"], \
         r.stderr
+
+
+@needs_root
+def test_root_never_runs_a_target_interpreter_another_user_could_have_written(tmp_path, own_dir):
+    """Reading a target's Python version (and sys.remote_exec on 3.14) runs the target's own interpreter: as root,
+    only one that root or this user owns, in directories no one else can write. A 'python' of uid 65534 is not
+    run: the version stays unknown, and remote_exec is refused in one line."""
+    from decodemon.monitor import inject
+
+    marker = tmp_path / "ran"
+    theirs = own_dir / "bin"
+    theirs.mkdir()
+    fake = theirs / "python3.14"
+    fake.write_text(f"#!/bin/sh\ntouch {marker}\necho 3 14\n")
+    fake.chmod(0o755)
+    assert inject.untrusted_program(str(fake)) is None and inject._version_by_running(str(fake)) == (3, 14)
+    marker.unlink()  # the control: root's own file in root's own directory is run
+    give_away(theirs)
+    assert "uid 65534" in inject.untrusted_program(str(fake))
+    assert inject._version_by_running(str(fake)) is None and not marker.exists()

@@ -221,7 +221,27 @@ def pending_call_source(source: str | None = None, pid: int | None = None) -> st
     return PENDING_CALL.format(source=bootstrap_source(pid) if source is None else source)
 
 
+def untrusted_program(exe: str) -> str | None:
+    """Why running the target's interpreter `exe` from this process would run code another user could have
+    written (the file, or a directory above it, another user's or writable by others), or None where only root or
+    this user could have: decodemon, often root, runs no program a neighbour could have swapped."""
+    from decodemon.probes import own_files
+
+    d, name = os.path.split(os.path.realpath(exe))
+    try:
+        dfd, real = own_files.open_dir(d)
+        try:
+            os.close(own_files.open_file(dfd, name, real))
+        finally:
+            os.close(dfd)
+    except OSError as exc:
+        return str(exc)
+    return None
+
+
 def _version_by_running(exe: str) -> tuple[int, int] | None:
+    if untrusted_program(exe):  # the version stays unknown rather than running another user's program
+        return None
     try:
         # isolated, in "/": the target's interpreter reads nothing from root's environment or directory
         out = subprocess.run([exe, "-I", "-c", "import sys; print(*sys.version_info[:2])"], capture_output=True,
@@ -336,6 +356,10 @@ def inject(pid: int, timeout_s: float = 5.0) -> Path:
     script = None
     if t.version is not None and t.version >= (3, 14):
         reason = disabled_reason(pid)
+        why = untrusted_program(t.exe) if reason is None else None
+        if why:
+            reason = (f"sys.remote_exec would run pid {pid}'s interpreter, and {why}: decodemon runs no program "
+                      "another user could have written")
         if reason is None:  # the same source as the pending call: the main thread only starts a thread
             reason, script = remote_exec(pid, t.exe, pending_call_source(pid=pid))
         if reason:
