@@ -144,6 +144,9 @@ class Hello(msgspec.Struct, frozen=True, tag="hello"):
     cupti_version: str = ""
     model: Union[ModelFacts, None] = None
     settings: _Numbers = {}
+    # seconds an attached monitor may send nothing before the agent drops it (it sends a Heartbeat every
+    # HEARTBEAT_S); 0: an agent that reads no Heartbeat, to which a monitor sends none
+    lease_s: float = 0.0
 
 
 class TokenMarks(msgspec.Struct, frozen=True, tag="tokens"):
@@ -346,7 +349,7 @@ class Bye(msgspec.Struct, frozen=True, tag="bye"):
     reason: str
 
 
-# Monitor -> agent. The agent acts on these two and nothing else.
+# Monitor -> agent. The agent acts on these (and Heartbeat) and nothing else.
 class Attach(msgspec.Struct, frozen=True, tag="attach"):
     """Arm the probe with these settings (when each applies: probes/policy.py)."""
 
@@ -435,9 +438,23 @@ class Detach(msgspec.Struct, frozen=True, tag="detach"):
     """Disarm the probe and close the connection."""
 
 
+class Heartbeat(msgspec.Struct, frozen=True, tag="heartbeat"):
+    """The monitor is still there (every HEARTBEAT_S): an attached client silent for the agent's lease loses the
+    slot, so one that sent an Attach and went quiet cannot hold it."""
+
+
+HEARTBEAT_S = 1.0
+
+
+def lease_s(agent_tick_s: float) -> float:
+    """Hello.lease_s: a few agent ticks, never under 5 s (a heartbeat delayed by a loaded host is not a monitor
+    gone)."""
+    return max(5.0, 3.0 * agent_tick_s)
+
+
 Frame = Union[RecordingHeader, Hello, TokenMarks, KernelWindow, PmSamples, NvmlSamples, Stats, ProbeStatus, StepCounts,
               Bye]
-Control = Union[Attach, Detach]
+Control = Union[Attach, Detach, Heartbeat]
 
 _encoder = msgspec.msgpack.Encoder()
 _frame_decoder = msgspec.msgpack.Decoder(Frame)
