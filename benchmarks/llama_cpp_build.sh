@@ -8,6 +8,7 @@
 #   bash benchmarks/llama_cpp_build.sh build .whl/llama_cpp_python-src.tar.gz OUTDIR [cpu|cuda]
 #   bash benchmarks/llama_cpp_build.sh server llama_cpp_python-0.3.36.tar.gz OUTDIR [cpu|cuda]
 #   bash benchmarks/llama_cpp_build.sh once llama_cpp_python-0.3.36.tar.gz OUTDIR
+#   bash benchmarks/llama_cpp_build.sh once-cuda .whl/llama_cpp_python-src.tar.gz OUTDIR
 #   bash benchmarks/llama_cpp_build.sh inject OUTDIR
 #
 # `inject` builds decodemon's CUPTI injection library (probes/cupti_inject/) into OUTDIR with the C compiler,
@@ -16,7 +17,10 @@
 #
 # `once` is the CPU build CI makes: one CMake build of llama.cpp's shared libraries and llama-server (OUTDIR/bin,
 # each finding the libraries beside it), and llama-cpp-python as a Python-only wheel (OUTDIR/wheels) that loads
-# those libraries (LLAMA_CPP_LIB_PATH=OUTDIR/bin): llama.cpp compiled once, not once for each.
+# those libraries (LLAMA_CPP_LIB_PATH=OUTDIR/bin): llama.cpp compiled once, not once for each. `once-cuda` is the
+# same build with the CUDA backend for sm_90 alone (H100, H200), libraries and llama-server only: on the GPU
+# machine, beside the Python-only wheel carried from a CPU machine (benchmarks/llama_cpp.sh setup). OUTDIR/bin
+# appears, whole, only when the build is done.
 #
 # (`pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36` fetches the sdist.)
 set -euo pipefail
@@ -70,7 +74,7 @@ case "${1:-}" in
     mv "$out/llama-server.part" "$out/llama-server"
     echo "$out/llama-server"
     ;;
-  once)
+  once|once-cuda)
     src=$2 out=$3
     tmp=$(mktemp -d)
     trap 'rm -rf "$tmp"' EXIT
@@ -79,6 +83,7 @@ case "${1:-}" in
           -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON -DLLAMA_CURL=OFF
           -DLLAMA_OPENSSL=OFF -DGGML_OPENMP=OFF -DBUILD_SHARED_LIBS=ON -DLLAMA_BUILD_UI=OFF
           -DLLAMA_USE_PREBUILT_UI=OFF '-DCMAKE_BUILD_RPATH=$ORIGIN')
+    [ "$1" = once-cuda ] && args+=(-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90)
     # the configure's and the build's words only where they fail (both warn that the server has no web UI, which
     # no test uses)
     cmake -S "$tmp"/*/vendor/llama.cpp -B "$tmp/build" "${args[@]}" >"$tmp/configure.log" 2>&1 ||
@@ -87,8 +92,8 @@ case "${1:-}" in
       { tail -n 100 "$tmp/build.log" >&2; exit 1; }
     mkdir -p "$out/bin.part" "$out/wheels"
     cp -a "$tmp/build/bin/"*.so* "$tmp/build/bin/llama-server" "$out/bin.part/"
-    CMAKE_ARGS="-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF" python3 -m pip wheel -q --no-deps -w "$out/wheels" \
-      "$src" >/dev/null
+    [ "$1" = once ] && CMAKE_ARGS="-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF" python3 -m pip wheel -q --no-deps \
+      -w "$out/wheels" "$src" >/dev/null
     rm -rf "$out/bin"
     mv "$out/bin.part" "$out/bin"
     ls "$out/bin" "$out/wheels"
@@ -99,7 +104,7 @@ case "${1:-}" in
     ;;
   *)
     echo "usage: $0 strip SDIST OUT.tar.gz | build SRC.tar.gz OUTDIR [cpu|cuda] | server SRC.tar.gz OUTDIR [cpu|cuda]" \
-         "| once SDIST OUTDIR | inject OUTDIR" >&2
+         "| once SDIST OUTDIR | once-cuda SRC.tar.gz OUTDIR | inject OUTDIR" >&2
     exit 2
     ;;
 esac

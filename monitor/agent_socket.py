@@ -185,6 +185,48 @@ def connect(pid: int, path: Path, timeout_s: float = CONNECT_TIMEOUT_S) -> socke
     return sock
 
 
+class Heartbeat:
+    """The monitor's side of the agent's lease: a wire.Heartbeat every wire.HEARTBEAT_S, sent by the thread that
+    reads the socket each time it passes (`beat()`), from the hello of an agent that reads them (an older one would
+    end the attach on a message it does not know) to the detach. Never waits: a target that reads nothing (stopped,
+    or holding its GIL) leaves the beat for the next pass, and a connection the agent closed is the reader's to
+    find, with the Bye it sent."""
+
+    FRAME = wire.pack(wire.Heartbeat())
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock, self.next_at, self.stopped = sock, None, False
+
+    def start(self, hello: wire.Hello) -> None:
+        """Beat from now on, where `hello`'s agent leases its slot."""
+        if not self.stopped and self.next_at is None and hello.lease_s > 0:
+            self.next_at = 0.0
+
+    def stop(self) -> None:
+        """No more beats (the detach is sent)."""
+        self.stopped, self.next_at = True, None
+
+    def beat(self) -> None:
+        """Send a heartbeat if one is due."""
+        now = time.monotonic()
+        if self.next_at is None or now < self.next_at:
+            return
+        try:
+            sent = self.sock.send(self.FRAME, socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError, TimeoutError):  # its buffer full for now: the next pass
+            return
+        except OSError:
+            self.stop()
+            return
+        if sent < len(self.FRAME):  # a frame goes whole, or the stream is broken: the rest under the socket's timeout
+            try:
+                self.sock.sendall(self.FRAME[sent:])
+            except OSError:
+                self.stop()
+                return
+        self.next_at = now + wire.HEARTBEAT_S
+
+
 def read_note(path: Path, uid: int | None) -> str | None:
     """The first line of an agent's failure note at `path`: only a regular file of the target's uid, opened without
     following a link (a planted link to another file is not read). None when there is none."""

@@ -19,6 +19,7 @@ from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.widgets import Footer
 
+from decodemon.monitor.safe_text import visible, visible_all
 from decodemon.monitor.widgets.group_bar import GroupBar
 from decodemon.monitor.widgets.help_screen import HelpScreen
 from decodemon.monitor.widgets.kernels import KernelsPanel, next_sort
@@ -137,6 +138,9 @@ class DecodemonApp(App):
             self._apply(i, p.snapshot())
 
     def _apply(self, i: int, snap) -> None:
+        # what the target supplied (a model's, kernel's or GPU's name, argv, a reason) reaches every panel as text:
+        # its escape sequences shown, never sent to the terminal (the panels keep Textual markup out of it too)
+        snap = visible_all(snap)
         panes = list(self.query(SourcePane))
         panes[i].show(snap)
         lasts = [p.last for p in panes]
@@ -146,7 +150,7 @@ class DecodemonApp(App):
             elif len(self.players) == 2:
                 self.query_one(RatioBar).show(*lasts)
         bar = self.query_one(StatusBar)
-        bar.states = tuple((p.label, p.status()) for p in self.players)
+        bar.states = tuple((visible(p.label), visible(p.status())) for p in self.players)
 
     @work(thread=True, exclusive=True, group="pump")
     def _pump(self) -> None:
@@ -248,9 +252,9 @@ class DecodemonApp(App):
         try:
             write_text_whole(path, self.export_screenshot())  # never through a link another user planted
         except (Refused, OSError) as exc:
-            self.notify(str(exc), severity="error")
+            self.notify(visible(exc), severity="error", markup=False)
             return
-        self.notify(f"saved {path}")
+        self.notify(visible(f"saved {path}"), markup=False)
 
     def action_diagnosis(self) -> None:
         """Write DIAGNOSIS-<source>.md for each source, and say where."""
@@ -263,10 +267,10 @@ class DecodemonApp(App):
             try:
                 write_text_whole(path, diagnosis_markdown(p.snapshot()))  # never through another user's link
             except (Refused, OSError) as exc:
-                self.notify(str(exc), severity="error")
+                self.notify(visible(exc), severity="error", markup=False)
                 return
             written.append(f"{path} (of {p.label})")
-        self.notify("wrote " + "; ".join(written))
+        self.notify(visible("wrote " + "; ".join(written)), markup=False)
 
 
 def run_app(specs, settings=None, speed: float = 1.0, loop: bool = False, labels=None, quit_after_s=None,

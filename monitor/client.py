@@ -142,18 +142,14 @@ def live_frames(pid: int, settings: wire.Attach | None = None, seconds: float | 
     settings = settings or wire.Attach()
     sidecar = None  # the device-wide counters' process (monitor/sidecar.py), started once the hello names the GPU
     answered = False
+    heart = agent_socket.Heartbeat(sock)  # the agent drops a monitor silent past its lease (Hello.lease_s)
     try:
         sock.sendall(wire.pack(settings))  # under connect's timeout
         sock.settimeout(0.1)
         while True:
+            heart.beat()
             if detached is None and ((deadline is not None and time.monotonic() >= deadline) or (stop and stop())):
-                sock.settimeout(2.0)
-                try:
-                    sock.sendall(wire.pack(wire.Detach()))
-                except socket.timeout:
-                    pass
-                detached = time.monotonic()
-                sock.settimeout(0.5)
+                detached = _detach(sock, heart)
             if sidecar is not None:
                 for payload, frame in sidecar.take():
                     yield time.monotonic_ns() - t0, payload, frame
@@ -177,8 +173,10 @@ def live_frames(pid: int, settings: wire.Attach | None = None, seconds: float | 
             rx = time.monotonic_ns() - t0
             for payload in reader.feed(data):
                 answered = True
+                heart.beat()  # between frames too: a consumer may take a while over each
                 frame = wire.decode_frame(payload)
                 if isinstance(frame, wire.Hello):
+                    heart.start(frame)
                     frame, payload = _with_monitors_facts(frame, payload, pid)
                 yield rx, payload, frame
                 if isinstance(frame, wire.Bye):
@@ -193,6 +191,18 @@ def live_frames(pid: int, settings: wire.Attach | None = None, seconds: float | 
         sock.close()
         if sidecar is not None:
             sidecar.close()
+
+
+def _detach(sock: socket.socket, heart) -> float:
+    """Send the Detach, and no more heartbeats; when it was sent (a target that reads nothing gets 2 s of it)."""
+    heart.stop()
+    sock.settimeout(2.0)
+    try:
+        sock.sendall(wire.pack(wire.Detach()))
+    except socket.timeout:
+        pass
+    sock.settimeout(0.5)
+    return time.monotonic()
 
 
 def _with_monitors_facts(hello: wire.Hello, payload: bytes, pid: int) -> tuple[wire.Hello, bytes]:

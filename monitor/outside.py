@@ -225,7 +225,7 @@ class NativeTrace:
     def __init__(self, pid: int, settings: wire.Attach) -> None:
         from decodemon.monitor import agent_socket
 
-        self.sock, self.why, self.ended = None, "", False
+        self.sock, self.why, self.ended, self.heart = None, "", False, None
         self.reader = wire.StreamReader()
         path = agent_socket.find(pid)
         if path is None:
@@ -238,10 +238,13 @@ class NativeTrace:
             return
         sock.setblocking(False)
         self.sock = sock
+        self.heart = agent_socket.Heartbeat(sock)  # the library drops a monitor silent past its lease
 
     def take(self) -> list[tuple[bytes, object]]:
         """What arrived since the last call: (payload, frame) of its windows and statuses."""
         out: list[tuple[bytes, object]] = []
+        if self.sock is not None:
+            self.heart.beat()
         while self.sock is not None:
             try:
                 data = self.sock.recv(1 << 20)
@@ -265,6 +268,8 @@ class NativeTrace:
                     continue
                 if isinstance(frame, (wire.KernelWindow, wire.ProbeStatus)):
                     out.append((payload, frame))
+                elif isinstance(frame, wire.Hello):
+                    self.heart.start(frame)
                 elif isinstance(frame, wire.Bye):
                     self.why = f"the CUPTI injection library: {frame.reason}"
         return out
@@ -274,6 +279,7 @@ class NativeTrace:
         sock, self.sock = self.sock, None
         if sock is None:
             return
+        self.heart.stop()
         try:
             if detach:
                 sock.setblocking(True)

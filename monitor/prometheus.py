@@ -45,6 +45,7 @@ import msgspec
 
 from decodemon.monitor.client import SourceError, live_frames
 from decodemon.monitor.rolling import headline
+from decodemon.monitor.safe_text import visible
 from decodemon.probes import wire
 
 LABELS = ("pid", "engine", "gpu")
@@ -107,6 +108,12 @@ class Currency:
     tokens_estimated: int = 0  # of the snapshot's tokens_total, those estimated for another monitor's attaches
 
 
+def _add(family, label_values: list, value: float) -> None:
+    """One sample, its label values escaped (visible()): prometheus_client escapes quotes, backslashes and line
+    breaks, not ESC, and a target's program or model name would reach the terminal of whoever curls /metrics."""
+    family.add_metric([visible(v) for v in label_values], value)
+
+
 def metric_families(targets: Iterable[tuple]) -> list:
     """The gauges of every (labels, Snapshot) or (labels, Snapshot, Currency): one family per metric, one sample
     per process."""
@@ -121,7 +128,7 @@ def metric_families(targets: Iterable[tuple]) -> list:
         for labels, snap in targets:
             v = value(snap)
             if v is not None:
-                fam.add_metric([labels[k] for k in LABELS], float(v))
+                _add(fam, [labels[k] for k in LABELS], float(v))
         out.append(fam)
     tokens = CounterMetricFamily("decodemon_tokens", "Tokens made since the process was first watched: counted while "
                                  "watched, estimated while another monitor had the agent; never decreases.",
@@ -134,14 +141,14 @@ def metric_families(targets: Iterable[tuple]) -> list:
                              labels=LABELS + ("model", "dtype", "tp_degree"))
     for labels, snap in targets:
         lv = [labels[k] for k in LABELS]
-        tokens.add_metric(lv, float(snap.tokens_total))
+        _add(tokens, lv, float(snap.tokens_total))
         for c_name, c in snap.diagnosis.candidates.items():
             if c.value is not None:
-                ceiling.add_metric(lv + [c_name, c.unit], float(c.value))
+                _add(ceiling, lv + [c_name, c.unit], float(c.value))
         for v_name in VERDICTS:
-            verdict.add_metric(lv + [v_name], 1.0 if headline(snap.diagnosis, snap.rolling)[0] == v_name else 0.0)
+            _add(verdict, lv + [v_name], 1.0 if headline(snap.diagnosis, snap.rolling)[0] == v_name else 0.0)
         if snap.model is not None:
-            info.add_metric(lv + [snap.model.name, snap.model.dtype, str(snap.model.tp_degree)], 1.0)
+            _add(info, lv + [snap.model.name, snap.model.dtype, str(snap.model.tp_degree)], 1.0)
     out += [tokens, ceiling, verdict, info]
     if currency:
         estimated = CounterMetricFamily("decodemon_tokens_estimated", "Of decodemon_tokens_total, the tokens made "
@@ -152,9 +159,9 @@ def metric_families(targets: Iterable[tuple]) -> list:
                                 labels=LABELS)
         for labels, cur in currency:
             lv = [labels[k] for k in LABELS]
-            estimated.add_metric(lv, float(cur.tokens_estimated))
-            up.add_metric(lv, 1.0 if cur.up else 0.0)
-            age.add_metric(lv, cur.age_s)
+            _add(estimated, lv, float(cur.tokens_estimated))
+            _add(up, lv, 1.0 if cur.up else 0.0)
+            _add(age, lv, cur.age_s)
         out += [estimated, up, age]
     return out
 

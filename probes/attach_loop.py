@@ -62,6 +62,9 @@ class AttachLoop:
         self.open_after: int | None = None  # token count at which a prepared window is asked for
         self.hello = hello_frame
         self.step_aside = ""  # set from another thread: end the attach with this reason
+        # the monitor's last whole frame (a Heartbeat every frames.HEARTBEAT_S): silent past the lease, it is dropped
+        # as one gone, so a client that sent an Attach and went quiet cannot hold the slot
+        self.heard, self.lease_s = now, frames.lease_s(st.agent_tick_s)
         self.model_sent = hello_frame.model if hello_frame is not None else None
 
     # -- the loop -------------------------------------------------------------
@@ -71,6 +74,9 @@ class AttachLoop:
             if self.step_aside:  # a monitor that does not yield asked for the agent (server.Agent._claim)
                 return self.step_aside
             woken, reason = self._wait()
+            silent = time.monotonic() - self.heard  # after _wait read what the monitor had sent
+            if reason is None and silent > self.lease_s:
+                reason = f"dropped: silent for {silent:.1f} s"
             if reason is not None:
                 if reason == "detached":  # the monitor still reads: the marks since the last tick go before the Bye
                     self._ship_steps()
@@ -118,6 +124,7 @@ class AttachLoop:
             for payload in self.reader.feed(data):
                 if isinstance(frames.decode_control(payload), frames.Detach):
                     return woken, "detached"
+                self.heard = time.monotonic()
         return woken, None
 
     def tokens(self) -> int:

@@ -134,7 +134,7 @@ ModelFacts = _struct(
     dict(kv_bytes_per_position=0, layers=0, dtype="", tp_degree=1, hidden=0, measured_bandwidth_gbs=0.0, tp_rank=0,
          collectives_per_token=0, collective_bytes=0, collective_backend="", kv_dtype="", weight_bytes_total=0))
 Hello = _struct("Hello", "hello", "wire_version pid argv python hostname gpu gpu_unavailable cupti_version model "
-                                  "settings", "wire_version pid argv python hostname", dict(model=None, gpu=None))
+                                  "settings lease_s", "wire_version pid argv python hostname", dict(model=None, gpu=None))
 TokenMarks = _struct("TokenMarks", "tokens", "t_ns depth coll_calls coll_ns coll_bytes batch first_token_ns "
                                              "observer_ns", "t_ns depth")
 KernelWindow = _struct(
@@ -255,6 +255,23 @@ class Detach:
         return {"type": "detach"}
 
 
+class Heartbeat:
+    """The monitor is still there (every HEARTBEAT_S): an attached client silent for the agent's lease loses the
+    slot, so one that sent an Attach and went quiet cannot hold it."""
+
+    def wire_map(self) -> dict:
+        return {"type": "heartbeat"}
+
+
+HEARTBEAT_S = 1.0
+
+
+def lease_s(agent_tick_s: float) -> float:
+    """Hello.lease_s: a few agent ticks, never under 5 s (a heartbeat delayed by a loaded host is not a monitor
+    gone)."""
+    return max(5.0, 3.0 * agent_tick_s)
+
+
 def _typed(name: str, kind, v):
     """`v` as field `name` of kind `kind` takes it (an int where a float is asked, as msgspec does), else WireError."""
     kinds = getattr(kind, "__args__", (kind,))
@@ -273,7 +290,7 @@ def _typed(name: str, kind, v):
 
 
 def decode_control(payload: bytes):
-    """Parse one monitor->agent message (Attach or Detach); raise WireError on anything else."""
+    """Parse one monitor->agent message (Attach, Detach or Heartbeat); raise WireError on anything else."""
     try:
         m = unpackb(payload, max_entries=256, max_depth=2)
     except UnpackError as exc:
@@ -283,8 +300,10 @@ def decode_control(payload: bytes):
     tag = m.pop("type", None)
     if tag == "detach":
         return Detach()
+    if tag == "heartbeat":
+        return Heartbeat()
     if tag != "attach":
-        raise WireError(f"malformed control message: tag {tag!r} is not attach or detach")
+        raise WireError(f"malformed control message: tag {tag!r} is not attach, detach or heartbeat")
     kinds = {name: kind for name, kind, _ in ATTACH_FIELDS}
     return Attach(**{k: _typed(k, kinds[k], v) for k, v in m.items() if k in kinds})  # unknown fields: ignored
 

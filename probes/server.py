@@ -29,10 +29,10 @@ from decodemon.probes.wire_socket import (  # noqa: F401 - ensure_dir, clean_sta
 
 HANDSHAKE_S = 2.0  # a newcomer's whole Attach within this, or it is dropped (a monitor sends it on connecting)
 MAX_PENDING = 64  # newcomers still sending their Attach, at once; past it the oldest is dropped
-def hello(settings: dict, nvml: bool = False) -> frames.Hello:
-    """The agent's first frame: the process, the device (read once per process and device) and the model. The
-    device's NVML facts (peak bandwidth, driver version) are the monitor's to add (device.nvml_facts), unless
-    `nvml`: this process then loads NVML itself."""
+def hello(settings: dict, nvml: bool = False, lease_s: float = 0.0) -> frames.Hello:
+    """The agent's first frame: the process, the device (read once per process and device), the model, and how
+    long the monitor may stay silent. The device's NVML facts (peak bandwidth, driver version) are the monitor's
+    to add (device.nvml_facts), unless `nvml`: this process then loads NVML itself."""
     gpu, why = None, ""
     try:
         # the device's facts do not change, and reading them (cuInit, the device queries) would otherwise be
@@ -46,7 +46,7 @@ def hello(settings: dict, nvml: bool = False) -> frames.Hello:
     return frames.Hello(
         wire_version=frames.WIRE_VERSION, pid=os.getpid(), argv=list(sys.argv),
         python=sys.version.split()[0], hostname=socket.gethostname(), gpu=gpu,
-        gpu_unavailable=why, cupti_version=cupti_version(), model=PROCESS.model, settings=settings,
+        gpu_unavailable=why, cupti_version=cupti_version(), model=PROCESS.model, settings=settings, lease_s=lease_s,
     )
 
 
@@ -68,6 +68,7 @@ class Agent:
         self.home = socket_home()
         self.sock, self.path = self.home.sock, self.home.path
         self.busy_with: int | None = None
+        self.claimed_at = 0.0  # when busy_with took the slot: its last word until its attach's loop runs
         self.yields = False  # the attached monitor steps aside for one that does not (Attach.yields)
         self.loop: AttachLoop | None = None
         self._claim_lock = threading.Lock()
@@ -201,13 +202,13 @@ class Agent:
         with self._claim_lock:
             free = self.busy_with is None
             if free:
-                self.busy_with, self.yields = n.peer_pid, first.yields
+                self.busy_with, self.yields, self.claimed_at = n.peer_pid, first.yields, time.monotonic()
             waits = not free and self.yields and not first.yields
-            holder = self.busy_with
+            busy = "" if free else self._busy()  # under the lock: the holder it names is the one found
         if waits and not self._claimers.acquire(blocking=False):
             waits = False
         if not free and not waits:
-            self._bye(n.conn, f"busy: monitor pid {holder} is attached; one monitor at a time")
+            self._bye(n.conn, busy)
             return
         try:
             n.conn.setblocking(True)
@@ -228,7 +229,7 @@ class Agent:
         while True:
             with self._claim_lock:
                 if self.busy_with is None:
-                    self.busy_with, self.yields = peer_pid, settings.yields
+                    self.busy_with, self.yields, self.claimed_at = peer_pid, settings.yields, time.monotonic()
                     return True
                 if not self.yields or settings.yields:
                     return False
@@ -237,6 +238,13 @@ class Agent:
             if time.monotonic() >= deadline:
                 return False
             time.sleep(0.02)
+
+    def _busy(self) -> str:
+        """Who holds the slot, and how long since it was last heard from (the lease drops one silent too long)."""
+        holder, loop = self.busy_with, self.loop
+        heard = loop.heard if loop is not None else self.claimed_at
+        return (f"busy: monitor pid {holder} is attached (last heard {max(0.0, time.monotonic() - heard):.1f} s ago); "
+                "one monitor at a time")
 
     @staticmethod
     def _bye(conn: socket.socket, reason: str) -> None:
@@ -260,7 +268,7 @@ class Agent:
             finally:
                 self._claimers.release()
             if not claimed:
-                self._bye(conn, f"busy: monitor pid {self.busy_with} is attached; one monitor at a time")
+                self._bye(conn, self._busy())
                 return
         self._serve_claimed(conn, reader, first)
 
@@ -291,7 +299,8 @@ class Agent:
         t0 = time.time_ns()
         hooks.attach()  # engine adapters first: the model facts they report travel in the hello
         h = hello({k: float(getattr(settings, k)) for k in
-                   ("window_period_s", "window_tokens", "pm_interval_us", "nvml_hz")})
+                   ("window_period_s", "window_tokens", "pm_interval_us", "nvml_hz")},
+                  lease_s=frames.lease_s(settings.agent_tick_s))
         conn.sendall(frames.pack(h))
         res["hello"] = h
         if ev is not None:

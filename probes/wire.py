@@ -25,7 +25,8 @@ import msgspec
 # what the agent and the monitor share is defined once, in the agent's standard-library half of the wire
 from decodemon.probes.frames import (ATTACH_BOUNDS, ATTACH_CHOICES, ATTACH_FIELDS, GRAPH_REPLAYS,  # noqa: F401
                                      LEN as _LEN, LENT_TO_ANOTHER, MAX_ENTRIES, MAX_FRAME_BYTES, OBSERVER_STEPS,
-                                     STEP_STARTS, WIRE_VERSION, WireError, attach_problem)
+                                     STEP_STARTS, WIRE_VERSION, HEARTBEAT_S, WireError,
+                                     attach_problem, lease_s)
 
 MAGIC = b"DECODEMON-RECORDING\n"
 _REC = struct.Struct("<IQ")  # payload length, receive time (ns since recording start)
@@ -138,6 +139,9 @@ class Hello(msgspec.Struct, frozen=True, tag="hello"):
     cupti_version: str = ""
     model: Union[ModelFacts, None] = None
     settings: _Numbers = {}
+    # seconds an attached monitor may send nothing before the agent drops it (it sends a Heartbeat every
+    # HEARTBEAT_S); 0: an agent that reads no Heartbeat, to which a monitor sends none
+    lease_s: float = 0.0
 
 
 class TokenMarks(msgspec.Struct, frozen=True, tag="tokens"):
@@ -333,7 +337,7 @@ class Bye(msgspec.Struct, frozen=True, tag="bye"):
     reason: str
 
 
-# Monitor -> agent. The agent acts on these two and nothing else; their fields are the agent's table
+# Monitor -> agent. The agent acts on these (and Heartbeat) and nothing else; their fields are the agent's table
 # (probes/frames.py: ATTACH_FIELDS, with what each means), from which this struct is made.
 Attach = msgspec.defstruct("Attach", [(n, t, d) for n, t, d in ATTACH_FIELDS], tag="attach", frozen=True,
                            module=__name__)
@@ -344,9 +348,14 @@ class Detach(msgspec.Struct, frozen=True, tag="detach"):
     """Disarm the probe and close the connection."""
 
 
+class Heartbeat(msgspec.Struct, frozen=True, tag="heartbeat"):
+    """The monitor is still there (every HEARTBEAT_S): an attached client silent for the agent's lease loses the
+    slot, so one that sent an Attach and went quiet cannot hold it."""
+
+
 Frame = Union[RecordingHeader, Hello, TokenMarks, KernelWindow, PmSamples, NvmlSamples, Stats, ProbeStatus, StepCounts,
               Bye]
-Control = Union[Attach, Detach]
+Control = Union[Attach, Detach, Heartbeat]
 
 _encoder = msgspec.msgpack.Encoder()
 _frame_decoder = msgspec.msgpack.Decoder(Frame)

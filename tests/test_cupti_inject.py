@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import socket
 import stat
 import subprocess
@@ -133,6 +134,7 @@ def test_it_reads_the_monitors_attach_and_detach(lib):
     assert parse(lib, wire.encode(wire.Attach()))[:4] == (1, 4.0, 0.25, 1)  # the defaults, as the monitor sends them
     assert parse(lib, wire.encode(wire.Attach(window_period_s=7)))[1] == 7.0  # an integer for a float
     assert parse(lib, wire.encode(wire.Detach()))[0] == 2
+    assert parse(lib, wire.encode(wire.Heartbeat()))[0] == 3  # the monitor is still there: its lease goes on
     k, *_, why = parse(lib, wire.encode(wire.Attach(time_window_s=9.0)))
     assert k == 1 and why == "time_window_s=9 is outside [0.01, 5.0]"
     assert "window_period_s" in parse(lib, wire.encode(wire.Attach(window_period_s=-1.0)))[4]
@@ -146,7 +148,7 @@ def test_it_reads_the_monitors_attach_and_detach(lib):
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=200))
 def test_no_bytes_crash_the_control_reader(lib, data):
-    assert parse(lib, data)[0] in (0, 1, 2)
+    assert parse(lib, data)[0] in (0, 1, 2, 3)
 
 
 @pytest.fixture
@@ -194,7 +196,8 @@ def test_one_monitor_at_a_time_then_the_next(loaded):
     s.settimeout(5)
     got = wire.StreamReader().feed(s.recv(4096))
     s.close()
-    assert wire.decode_frame(got[0]).reason == f"busy: monitor pid {os.getpid()} is attached; one monitor at a time"
+    assert re.fullmatch(rf"busy: monitor pid {os.getpid()} is attached \(last heard \d+\.\d s ago\); one monitor at a "
+                        r"time", wire.decode_frame(got[0]).reason)
     t.join()
     assert isinstance(first[-1], wire.Bye) and first[-1].reason == "detached"
     again = [f for _, _, f in live_frames(loaded.pid, seconds=0.3)]

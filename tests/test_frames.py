@@ -92,10 +92,12 @@ def test_every_attach_the_monitor_sends_decodes_in_the_agent(tick, tokens, trace
     for name, _, _ in frames.ATTACH_FIELDS:
         assert getattr(got, name) == getattr(sent, name), name
     assert isinstance(frames.decode_control(wire.encode(wire.Detach())), frames.Detach)
+    assert isinstance(frames.decode_control(wire.encode(wire.Heartbeat())), frames.Heartbeat)
+    assert isinstance(wire.decode_control(frames.encode(frames.Heartbeat())), wire.Heartbeat)
 
 
 @pytest.mark.parametrize("payload, why", [
-    (msgpack_std.packb({"type": "exec", "code": "x"}), "not attach or detach"),
+    (msgpack_std.packb({"type": "exec", "code": "x"}), "not attach, detach or heartbeat"),
     (msgpack_std.packb({"type": "attach", "agent_tick_s": "fast"}), "agent_tick_s"),
     (msgpack_std.packb({"type": "attach", "trace": 1}), "trace"),
     (msgpack_std.packb([1, 2]), "not a map"),

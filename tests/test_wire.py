@@ -62,6 +62,8 @@ def test_stream_reader_refuses_huge_frame():
 
 def test_control_messages_only():
     assert isinstance(wire.decode_control(wire.encode(wire.Attach())), wire.Attach)
+    assert isinstance(wire.decode_control(wire.encode(wire.Heartbeat())), wire.Heartbeat)
+    assert wire.encode(wire.Heartbeat()) == b"\x81\xa4type\xa9heartbeat"  # a map of its tag alone, as C writes it
     with pytest.raises(wire.WireError):
         wire.decode_control(wire.encode(wire.Bye(reason="not a control message")))
 

@@ -4,6 +4,7 @@ SMs idle however fast the kernel is)."""
 from __future__ import annotations
 
 from rich.text import Text
+from textual.content import Content
 from textual.reactive import reactive
 from textual.widgets import DataTable
 
@@ -67,7 +68,7 @@ class KernelsPanel(SourceNamed, DataTable):
     def on_mount(self) -> None:
         """Columns, and the title for the default sort."""
         self.add_columns(*COLUMNS)
-        self.border_title = self.title_for_sort()
+        self.border_title = Content(self.title_for_sort())  # as it reads: why no window comes may quote the probe
 
     def title_for_sort(self) -> str:
         """The border title: what the table is sorted by, and the key that changes it."""
@@ -80,7 +81,7 @@ class KernelsPanel(SourceNamed, DataTable):
 
     def watch_sort(self) -> None:
         """Redraw in the new order."""
-        self.border_title = self.title_for_sort()
+        self.border_title = Content(self.title_for_sort())
         if self._last is not None:
             self.show(self._last)
 
@@ -103,7 +104,7 @@ class KernelsPanel(SourceNamed, DataTable):
         self.clear(columns=True)
         self.add_columns(*COLUMNS)
         self._empty = "" if w is not None else (tracing_unavailable(s) or "no traced window yet")
-        self.border_title = self.title_for_sort()  # an empty table says why in its title
+        self.border_title = Content(self.title_for_sort())  # an empty table says why in its title
         if w is None:
             return
         sms = max(s.sm_count, 1)
@@ -112,5 +113,8 @@ class KernelsPanel(SourceNamed, DataTable):
             frac = min(r.grid_blocks, sms) / sms
             style = "red" if r.grid_coverage_pct < 25 else "yellow" if r.grid_coverage_pct < 100 else "green"
             grid = Text(f"{r.grid_blocks:>4}/{sms} {bar(frac, GRID_BAR)}", style=style)
-            self.add_row(kernel_label(r.short_name, r.name, width), f"{r.calls_per_token:.0f}", f"{r.us_mean:.1f}", f"{r.share_pct:.0f}%",
-                         grid, f"{r.occupancy_pct:.0f}%")
+            # the name as Text, as it reads: a str cell is read as Textual markup, and C++ names hold brackets
+            # ("[lambda()#1]"), as may a target's own
+            name = Text(kernel_label(r.short_name, r.name, width), no_wrap=True, end="")
+            self.add_row(name, f"{r.calls_per_token:.0f}", f"{r.us_mean:.1f}", f"{r.share_pct:.0f}%", grid,
+                         f"{r.occupancy_pct:.0f}%")

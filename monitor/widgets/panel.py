@@ -3,6 +3,7 @@ focus plainly, and names its source while it is maximised."""
 
 from __future__ import annotations
 
+from textual.content import Content
 from textual.widgets import Static
 
 from decodemon.monitor.widgets import tcss
@@ -18,7 +19,8 @@ class SourceNamed:
     def name_source(self, maximized: bool) -> None:
         """Name the source in the border's subtitle while the panel fills the screen; clear it after."""
         where = f"{self.source_label} ({self.side})" if self.side else self.source_label
-        self.border_subtitle = f"source: {where} · escape restores" if maximized else ""
+        # as it reads: a label is a path or what a target said, never Textual markup
+        self.border_subtitle = Content(f"source: {where} · escape restores") if maximized else ""
 
 
 class Panel(SourceNamed, Redraw, Static):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from textual.content import Content
 from textual.reactive import reactive
 from textual.widgets import Static
 
@@ -44,9 +45,9 @@ class StatusBar(Static):
         return status_line(self.states, self.content_size.width)
 
     def watch_line(self, line: str) -> None:
-        """Show the new line."""
-        self.update(line)
+        """Show the new line, as it reads (labels and reasons are never Textual markup)."""
+        self.update(Content(line))
 
     def on_resize(self) -> None:
         """Fit the line to the new width."""
-        self.update(status_line(self.states, self.content_size.width))
+        self.update(Content(status_line(self.states, self.content_size.width)))

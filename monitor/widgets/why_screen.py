@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
+from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
@@ -25,7 +26,7 @@ class WhyScreen(ModalScreen):
         """The reasoning in a bordered box named after its source."""
         box = VerticalScroll()
         where = f"{self.snap.label} ({self.side})" if self.side else self.snap.label
-        box.border_title = f"why · {where}"
+        box.border_title = Content(f"why · {where}")  # as it reads: a label is never Textual markup
         box.border_subtitle = "as of the key press · ↑ ↓ PgUp PgDn scroll · escape closes"
         with box:
             yield Static(id="why")

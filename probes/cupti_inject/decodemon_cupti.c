@@ -10,6 +10,8 @@
  *   library -> Hello, ProbeStatus
  *   library -> KernelWindow every window_period_s: CONCURRENT_KERNEL records over time_window_s (clock "time",
  *              no runtime-API records, launches counted from the kernels' correlation ids), then a ProbeStatus
+ *   monitor -> Heartbeat   every second; a monitor silent for LEASE_S is dropped (Bye "dropped: silent ..."), so
+ *                          a client that sent an Attach and went quiet cannot hold the slot
  *   monitor -> Detach      library -> Bye, and the next monitor may connect
  *
  * Between windows no activity kind is enabled. CUPTI is never finalized here: the Python agent finalizes at a
@@ -50,6 +52,9 @@
 #define MAX_BUFS 16           /* 64 MiB of CUPTI buffers at most; past it CUPTI counts the records it drops */
 #define MAX_ROWS 400000       /* 400k kernels x 128 B: a frame well under the monitor's 64 MiB limit */
 #define DRAIN_S 0.05          /* a window's records are taken this often while it is open */
+/* an attached monitor silent this long loses the slot: wire.lease_s for any tick an Attach may ask (at most 1 s);
+ * the Hello says it, and a monitor sends a Heartbeat every wire.HEARTBEAT_S */
+#define LEASE_S 5.0
 
 /* the kernel record of the CUPTI these headers come with (the library is linked against the same wheel's) */
 #if CUPTI_API_VERSION >= 130400
@@ -243,10 +248,10 @@ typedef struct {
     int trace;
 } settings_t;
 
-enum { MSG_BAD = 0, MSG_ATTACH, MSG_DETACH };
+enum { MSG_BAD = 0, MSG_ATTACH, MSG_DETACH, MSG_HEARTBEAT };
 
 /* Parse one control payload: MSG_ATTACH (with *s filled and *why set if a field is out of its bounds, the
- * bounds of wire.ATTACH_BOUNDS), MSG_DETACH, or MSG_BAD for anything else. */
+ * bounds of wire.ATTACH_BOUNDS), MSG_DETACH, MSG_HEARTBEAT, or MSG_BAD for anything else. */
 static int parse_control(const uint8_t *p, size_t n, settings_t *s, char *why, size_t why_n) {
     rd_t r = {p, p + n, 0};
     s->window_period_s = 4.0;
@@ -267,7 +272,8 @@ static int parse_control(const uint8_t *p, size_t n, settings_t *s, char *why, s
         if (r.bad || k.kind != V_STR) return MSG_BAD;
         double d;
         if (val_is(&k, "type")) {
-            kind = val_is(&v, "attach") ? MSG_ATTACH : val_is(&v, "detach") ? MSG_DETACH : MSG_BAD;
+            kind = val_is(&v, "attach") ? MSG_ATTACH : val_is(&v, "detach") ? MSG_DETACH
+                 : val_is(&v, "heartbeat") ? MSG_HEARTBEAT : MSG_BAD;
             if (kind == MSG_BAD) return MSG_BAD;
         } else if (val_is(&k, "window_period_s")) {
             if (!val_num(&v, &d)) return MSG_BAD;
@@ -396,8 +402,8 @@ int decodemon_cupti_encode_window(const int64_t *rows, size_t n, const char *con
     return 0;
 }
 
-/* The control parser, for CI: 1 Attach (with its three settings), 2 Detach, 0 anything else; `why` gets the
- * reason an Attach is refused ("" when it is not). */
+/* The control parser, for CI: 1 Attach (with its three settings), 2 Detach, 3 Heartbeat, 0 anything else; `why`
+ * gets the reason an Attach is refused ("" when it is not). */
 int decodemon_cupti_parse_control(const uint8_t *p, size_t n, double *window_period_s, double *time_window_s,
                                   int *trace, char *why, size_t why_n) {
     settings_t s;
@@ -691,7 +697,7 @@ static int send_hello(int fd, buf_t *b) {
     uint32_t v = 0;
     char ver[32] = "";
     if (cuptiGetVersion(&v) == CUPTI_SUCCESS) snprintf(ver, sizeof ver, "CUPTI API %u", v);
-    mp_map(b, 9);
+    mp_map(b, 10);
     kv_str(b, "type", "hello");
     kv_int(b, "wire_version", WIRE_VERSION);
     kv_int(b, "pid", getpid());
@@ -708,6 +714,8 @@ static int send_hello(int fd, buf_t *b) {
         b_u8(b, 0xc0); /* nil */
     }
     kv_str(b, "gpu_unavailable", why);
+    mp_str(b, "lease_s");
+    mp_f64(b, LEASE_S);
     return send_frame(fd, b);
 }
 
@@ -727,27 +735,40 @@ static int send_status(int fd, buf_t *b, const settings_t *s, int64_t windows, i
     return send_frame(fd, b);
 }
 
-/* Read one length-prefixed payload into p (at most cap bytes), waiting up to timeout_ms for it to start;
- * its length, 0 at end of stream or on a timeout, -1 on a frame too long or an error. */
+/* A frame begun is whole within this, or the attach ends: a monitor that trickles its heartbeats a byte at a time
+ * cannot hold the slot past the lease. */
+#define FRAME_MS 2000
+
+/* The n bytes at p from fd by `until` (mono_ns); 0, or -1 at the deadline, at end of stream or on an error. */
+static int recv_by(int fd, uint8_t *p, size_t n, int64_t until) {
+    for (size_t got = 0; got < n;) {
+        int64_t left = until - mono_ns();
+        struct pollfd pf = {fd, POLLIN, 0};
+        int k = left > 0 ? poll(&pf, 1, (int)(left / 1000000) + 1) : 0;
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return -1;
+        ssize_t r = recv(fd, p + got, n - got, MSG_DONTWAIT);
+        if (r < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+        if (r <= 0) return -1;
+        got += (size_t)r;
+    }
+    return 0;
+}
+
+/* Read one length-prefixed payload into p (at most cap bytes), waiting up to timeout_ms for it to start and
+ * FRAME_MS for the rest; its length, 0 at end of stream or on a timeout, -1 on a frame too long, not whole in
+ * time, or an error. */
 static ssize_t read_frame(int fd, uint8_t *p, size_t cap, int timeout_ms) {
     struct pollfd pf = {fd, POLLIN, 0};
     if (poll(&pf, 1, timeout_ms) <= 0) return 0;
     uint8_t len[4];
-    size_t got = 0;
-    while (got < 4) {
-        ssize_t k = recv(fd, len + got, 4 - got, 0);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) return got ? -1 : 0;
-        got += (size_t)k;
-    }
+    ssize_t k;
+    do k = recv(fd, len, 4, MSG_DONTWAIT); while (k < 0 && errno == EINTR);
+    if (k <= 0) return 0;
+    int64_t until = mono_ns() + (int64_t)FRAME_MS * 1000000;
+    if (k < 4 && recv_by(fd, len + k, (size_t)(4 - k), until)) return -1;
     size_t n = (size_t)len[0] | (size_t)len[1] << 8 | (size_t)len[2] << 16 | (size_t)len[3] << 24;
-    if (n > cap) return -1;
-    for (got = 0; got < n;) {
-        ssize_t k = recv(fd, p + got, n - got, 0);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) return -1;
-        got += (size_t)k;
-    }
+    if (n > cap || recv_by(fd, p, n, until)) return -1;
     return (ssize_t)n;
 }
 
@@ -903,6 +924,7 @@ static pthread_mutex_t g_slot_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_slot_cv = PTHREAD_COND_INITIALIZER;
 static int g_slot_fd = -1;   /* a monitor handed to the serving thread and not yet taken */
 static pid_t g_holder;       /* the monitor in the slot (handed over or served), 0 when none */
+static int64_t g_heard;      /* mono_ns of the holder's last whole frame (atomic: the door reads it to say so) */
 static settings_t g_slot_settings;
 
 /* The slot free again, before the monitor hears its Bye: one that attaches again once it has is served. */
@@ -925,24 +947,36 @@ static void serve(int fd, const settings_t *sp) {
     ssize_t n;
     int released = 0;
     struct timeval tv = {5, 0};
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv); /* a frame begun and never finished ends the attach */
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv); /* reads wait no longer than read_frame's FRAME_MS */
     if (s.trace) tracer_ready();
     int64_t windows = 0, errors = 0;
     if (send_hello(fd, &b) || send_status(fd, &b, &s, windows, errors)) goto out;
     int64_t next = mono_ns() + (int64_t)(0.5e9 < s.window_period_s * 1e9 ? 0.5e9 : s.window_period_s * 1e9);
+    int64_t heard = mono_ns(), lease = (int64_t)(LEASE_S * 1e9);
+    __atomic_store_n(&g_heard, heard, __ATOMIC_RELAXED);
     const char *reason = "detached";
+    char silent[64];
     int broken = 0;
     for (;;) {
-        int64_t wait_ns = next - mono_ns();
+        int64_t until = next < heard + lease ? next : heard + lease, wait_ns = until - mono_ns();
         struct pollfd pf[1] = {{fd, POLLIN, 0}};
         int k = poll(pf, 1, wait_ns > 0 ? (int)(wait_ns / 1000000) + 1 : 0);
         if (k > 0 && (pf[0].revents & (POLLIN | POLLHUP | POLLERR))) {
             n = read_frame(fd, msg, sizeof msg, 0);
             if (n <= 0) { reason = "monitor went away"; break; }
             settings_t ignored;
-            if (parse_control(msg, (size_t)n, &ignored, why, sizeof why) == MSG_DETACH) break;
+            int kind = parse_control(msg, (size_t)n, &ignored, why, sizeof why);
+            if (kind == MSG_DETACH) break;
+            if (kind != MSG_BAD) __atomic_store_n(&g_heard, heard = mono_ns(), __ATOMIC_RELAXED);
             continue;
+        }
+        /* nothing waiting to be read (a window's seconds may have passed unread: what came then was read first) */
+        if (mono_ns() - heard >= lease) {
+            snprintf(silent, sizeof silent, "dropped: silent for %.1f s", (double)(mono_ns() - heard) / 1e9);
+            reason = silent;
+            struct timeval quick = {0, 200000}; /* its Bye where it fits: a client that reads nothing waits no one */
+            setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &quick, sizeof quick);
+            break;
         }
         if (mono_ns() < next) continue;
         if (!s.trace || !tracer_ready()) { next = mono_ns() + (int64_t)(s.window_period_s * 1e9); continue; }
@@ -1023,15 +1057,19 @@ static void admit(newcomer_t *c, buf_t *b) {
     }
     pthread_mutex_lock(&g_slot_mu);
     pid_t holder = g_holder;
+    int64_t now = mono_ns();
     if (!holder) {
         g_holder = c->pid;
         g_slot_fd = c->fd;
         g_slot_settings = s;
+        __atomic_store_n(&g_heard, now, __ATOMIC_RELAXED); /* until its attach's loop hears it */
         pthread_cond_signal(&g_slot_cv);
     }
     pthread_mutex_unlock(&g_slot_mu);
     if (holder) {
-        snprintf(why, sizeof why, "busy: monitor pid %d is attached; one monitor at a time", (int)holder);
+        double ago = (double)(now - __atomic_load_n(&g_heard, __ATOMIC_RELAXED)) / 1e9;
+        snprintf(why, sizeof why, "busy: monitor pid %d is attached (last heard %.1f s ago); one monitor at a time",
+                 (int)holder, ago > 0 ? ago : 0.0);
         say_and_close(c->fd, b, why);
     }
 }
