@@ -214,16 +214,30 @@ def _with_monitors_facts(hello: wire.Hello, payload: bytes, pid: int) -> tuple[w
     from decodemon.probes.device import nvml_facts
 
     changes = {}
-    if hello.gpu is not None and not hello.gpu.mem_bandwidth_gbs:
-        changes["gpu"] = nvml_facts(hello.gpu)
+    if hello.gpu is not None:
+        changes["gpu"] = with_copy_gbs(nvml_facts(hello.gpu) if not hello.gpu.mem_bandwidth_gbs else hello.gpu)
     if hello.model is not None and not hello.model.weight_bytes_total:
         model = gguf.model_facts(pid, hello.model)
         if model is not None:
             changes["model"] = model
-    if not changes:
+    if not changes or all(getattr(hello, k) == v for k, v in changes.items()):
         return hello, payload
     hello = msgspec.structs.replace(hello, **changes)
     return hello, wire.encode(hello)
+
+
+def with_copy_gbs(gpu: wire.GpuInfo) -> wire.GpuInfo:
+    """`gpu` with decodemon's measured copy bandwidth from the cache, where one was measured for this device and
+    driver: every live source's hello carries it, so the app, the exporter, `attach --json`, `record` and the sweep
+    price one floor."""
+    import msgspec
+
+    from decodemon.monitor.bandwidth import measured_copy_gbs
+
+    if gpu.copy_gbs:
+        return gpu
+    gbs = measured_copy_gbs(gpu)
+    return msgspec.structs.replace(gpu, copy_gbs=float(gbs)) if gbs else gpu
 
 
 def _start_sidecar(hello: wire.Hello, pid: int, settings: wire.Attach):

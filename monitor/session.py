@@ -195,6 +195,8 @@ class Session:
                 from decodemon.monitor.bandwidth import from_note
 
                 self.copy_gbs = from_note(frame.note)
+        if isinstance(frame, wire.Hello) and self.copy_gbs is None and frame.gpu is not None and frame.gpu.copy_gbs:
+            self.copy_gbs = frame.gpu.copy_gbs  # the monitor's measured copy, carried in the hello it rewrote
         if isinstance(frame, wire.KernelWindow):
             if untimed_window(frame):  # its kernel time would read 0 and its steps nothing
                 untimed = untimed_share(frame)

@@ -118,14 +118,8 @@ class _Recorder:
             self.tmp = None
 
 
-def _feed(sess, frames, on_frame=None, recorder: _Recorder | None = None, live: bool = False):
+def _feed(sess, frames, on_frame=None, recorder: _Recorder | None = None):
     for rx, payload, frame in frames:
-        if live and isinstance(frame, wire.Hello) and frame.gpu is not None and sess.copy_gbs is None:
-            from decodemon.monitor.bandwidth import header_note, measured_copy_gbs
-
-            sess.copy_gbs = measured_copy_gbs(frame.gpu)
-            if recorder is not None:
-                recorder.note = header_note(sess.copy_gbs)
         if recorder is not None:
             recorder.write(rx, payload, frame)
         sess.add(rx, frame)
@@ -186,7 +180,7 @@ def collect_pid(pid: int, settings: wire.Attach | None = None, seconds: float | 
     recorder = _Recorder(record_to, pid) if record_to else None
     interrupted = False
     try:
-        _feed(sess, live_frames(pid, settings, seconds), on_frame, recorder, live=True)
+        _feed(sess, live_frames(pid, settings, seconds), on_frame, recorder)
     except KeyboardInterrupt:
         if recorder is None:
             raise

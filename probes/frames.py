@@ -127,7 +127,7 @@ def _struct(name: str, tag: str | None, fields: str, required: str = "", default
 
 
 GpuInfo = _struct("GpuInfo", None, "index name sm_count mem_bandwidth_gbs memory_total_bytes uuid cc driver_version "
-                                   "cuda_driver_version", "index name sm_count mem_bandwidth_gbs")
+                                   "cuda_driver_version copy_gbs", "index name sm_count mem_bandwidth_gbs")
 ModelFacts = _struct(
     "ModelFacts", None, "name weight_bytes kv_bytes_per_position layers dtype tp_degree hidden measured_bandwidth_gbs "
     "tp_rank collectives_per_token collective_bytes collective_backend kv_dtype weight_bytes_total", "name weight_bytes",

@@ -87,6 +87,9 @@ class GpuInfo(msgspec.Struct, frozen=True):
     cc: str = ""
     driver_version: str = ""
     cuda_driver_version: int = 0
+    # decodemon's own measured copy on this device and driver (GB/s, read + write), from the monitor's cache: added
+    # by the monitor to the hello of every live source, so every consumer prices the floor with the same bandwidth
+    copy_gbs: float = 0.0
 
 
 class ModelFacts(msgspec.Struct, frozen=True):
