@@ -146,7 +146,7 @@ def run_case(case: str, out: Path, attach_s: float, record_s: float, warm_s: flo
         res["own"] = own_figures(case, log, out_log, r0, r1)
         if j:
             (out / f"{case}.replay.json").write_text(json.dumps(j, indent=1))
-        sidecars = subprocess.run(["pgrep", "-f", "decodemon.probes.sidecar"], capture_output=True, text=True)
+        sidecars = subprocess.run(["pgrep", "-f", "decodemon.monitor.counters.sampler"], capture_output=True, text=True)
         res["sidecars_left"] = sidecars.stdout.split()
     finally:
         _stop(proc)

@@ -140,7 +140,7 @@ def live_frames(pid: int, settings: wire.Attach | None = None, seconds: float | 
     reader = wire.StreamReader()
     detached = None  # when the detach was sent
     settings = settings or wire.Attach()
-    sidecar = None  # the device-wide counters' process (monitor/sidecar.py), started once the hello names the GPU
+    sidecar = None  # the device-wide counters' process (monitor/counters/sidecar.py), started once the hello names the GPU
     answered = False
     heart = agent_socket.Heartbeat(sock)  # the agent drops a monitor silent past its lease (Hello.lease_s)
     try:
@@ -232,7 +232,7 @@ def with_copy_gbs(gpu: wire.GpuInfo) -> wire.GpuInfo:
     price one floor."""
     import msgspec
 
-    from decodemon.monitor.bandwidth import measured_copy_gbs
+    from decodemon.monitor.counters.bandwidth import measured_copy_gbs
 
     if gpu.copy_gbs:
         return gpu
@@ -245,7 +245,7 @@ def _start_sidecar(hello: wire.Hello, pid: int, settings: wire.Attach):
     unless PM is off; and the status to add, or None."""
     if hello.gpu is None:
         return None, None
-    from decodemon.monitor.sidecar import Sidecar
+    from decodemon.monitor.counters.sidecar import Sidecar
 
     pm_here = settings.pm
     if not pm_here and not settings.nvml_hz:  # nothing asked of it (a sweep's point: the token clock only)

@@ -287,7 +287,7 @@ def pm_columns(rx_ns: int, f: wire.PmSamples) -> np.ndarray:
         return vals[:, i] if i is not None else np.full(len(vals), np.nan)
 
     elapsed = col("gr__cycles_elapsed.max")
-    # GPU busy: GR compute activity (probes/sidecar.py says why); recordings made before it carry the GR
+    # GPU busy: GR compute activity (monitor/counters/sampler.py says why); recordings made before it carry the GR
     # engine's whole activity, front-end work included, and are read as they were
     busy_name = "gr__compute_cycles_active.avg" if "gr__compute_cycles_active.avg" in m else "gr__cycles_active.avg"
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Iterator
 
 from decodemon.monitor.client import SourceError
-from decodemon.monitor.sidecar import Sidecar
+from decodemon.monitor.counters.sidecar import Sidecar
 from decodemon.probes import wire
 
 READ_S = 0.05  # an interval in which a request ends is left out of the clock: short ones lose little of it

@@ -192,7 +192,7 @@ class Session:
             if self._origin is None:
                 self._origin = frame.created_unix_s
             if self.copy_gbs is None:
-                from decodemon.monitor.bandwidth import from_note
+                from decodemon.monitor.counters.bandwidth import from_note
 
                 self.copy_gbs = from_note(frame.note)
         if isinstance(frame, wire.Hello) and self.copy_gbs is None and frame.gpu is not None and frame.gpu.copy_gbs:

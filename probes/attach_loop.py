@@ -8,7 +8,7 @@
 Every system call the agent thread makes gives up the GIL and takes it back, and a take-back from a decode thread
 running Python makes that thread wait: so a tick makes as few calls as it can (one send on a socket left
 non-blocking, keeping the GIL: held.py), and the loop sleeps between ticks. NVML and PM are not read here at all:
-the monitor's sidecar reads them, in decodemon's own process (monitor/sidecar.py).
+the monitor's sidecar reads them, in decodemon's own process (monitor/counters/sidecar.py).
 """
 
 from __future__ import annotations

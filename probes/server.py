@@ -324,7 +324,7 @@ class Agent:
             tracer = self._arm_trace(settings, status)
             if ev is not None:
                 ev.add("tracer", time.time_ns() - t0)
-            # NVML and PM are read by the monitor's sidecar, in decodemon's own process (monitor/sidecar.py):
+            # NVML and PM are read by the monitor's sidecar, in decodemon's own process (monitor/counters/sidecar.py):
             # this process starts no child and loads no counter library
         session = res["session"] = Session(settings, tracer)
         with ACTIVE.lock:

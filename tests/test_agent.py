@@ -19,7 +19,7 @@ from decodemon.monitor import probe_status
 from decodemon.probes import agent, attach_loop, eventlog, held, policy, server, wire
 from decodemon.probes import session as sess
 from decodemon.probes.facts import PROCESS
-from decodemon.probes.pm_config import PM_METRICS
+from decodemon.monitor.counters.pm_config import PM_METRICS
 from tests.conftest import Engine, as_monitor_reads, cli
 
 

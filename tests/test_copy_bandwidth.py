@@ -6,11 +6,11 @@ import json
 import subprocess
 import sys
 
-from decodemon.probes import copy_bandwidth as cb
+from decodemon.monitor.counters import copy_bandwidth as cb
 
 
 def run(*args, env):
-    return subprocess.run([sys.executable, "-m", "decodemon.probes.copy_bandwidth", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "decodemon.monitor.counters.copy_bandwidth", *args], capture_output=True,
                           text=True, timeout=60, env=env)
 
 
@@ -46,7 +46,7 @@ def test_a_corrupt_cache_is_replaced_not_fatal(own_dir, monkeypatch):
 
 
 def test_a_recordings_header_keeps_the_figure_the_live_attach_priced_the_floor_with():
-    from decodemon.monitor.bandwidth import from_note, header_note
+    from decodemon.monitor.counters.bandwidth import from_note, header_note
     from decodemon.monitor.sources import collect
     from decodemon.monitor.session import Session
     from decodemon.probes import wire
@@ -80,7 +80,8 @@ def test_every_live_consumer_prices_the_floor_with_the_measured_copy_the_hello_c
 
     import msgspec
 
-    from decodemon.monitor import bandwidth, client
+    from decodemon.monitor import client
+    from decodemon.monitor.counters import bandwidth
     from decodemon.monitor.session import Session
     from decodemon.probes import wire
     from tests.conftest import REC

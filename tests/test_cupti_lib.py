@@ -12,11 +12,11 @@ import sys
 
 import pytest
 
-from decodemon.probes import cupti_lib
+from decodemon.monitor.counters import libcupti as cupti_lib
 
 PROBE = """
 import json
-from decodemon.probes import cupti_lib
+from decodemon.monitor.counters import libcupti as cupti_lib
 lib, why = cupti_lib.load_newest()
 import cupti.pm_sampling  # cupti-python then finds the library already mapped by its soname
 print(json.dumps({"lib": lib.path if lib else None, "why": why, "maps": cupti_lib.loaded(),

@@ -85,5 +85,5 @@ def test_the_agent_and_the_engine_adapters_import_the_standard_library_alone():
 def test_the_nvml_sidecar_starts_without_numpy():
     """The sidecar is a process started at every attach, and a process starting on another CPU slows an eager
     decode thread while it starts: it imports what it needs only."""
-    mods = loaded_after("decodemon.probes.sidecar")
+    mods = loaded_after("decodemon.monitor.counters.sampler")
     assert "numpy" not in mods and "decodemon.probes.wire" in mods

@@ -55,11 +55,11 @@ def ran(p) -> str:
 
 
 def test_a_plain_start_runs_the_plant_and_decodemons_own_start_does_not(planted):
-    plain = [sys.executable, "-m", "decodemon.probes.sidecar", "--help"]
+    plain = [sys.executable, "-m", "decodemon.monitor.counters.sampler", "--help"]
     subprocess.run(plain, cwd=planted.dir, env={**os.environ, "PYTHONPATH": ""}, capture_output=True, timeout=60)
     assert "decodemon/__init__.py" in ran(planted)  # the attack, as it was: the package in root's directory ran
     planted.marker.write_text("")
-    r = subprocess.run(children.python_argv("decodemon.probes.sidecar", "--help"), cwd=children.CWD,
+    r = subprocess.run(children.python_argv("decodemon.monitor.counters.sampler", "--help"), cwd=children.CWD,
                        env=planted.env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "--uuid" in r.stdout, r.stderr
     assert ran(planted) == ""
@@ -118,8 +118,8 @@ def test_the_demo_engine_its_wrapper_and_its_ranks_run_decodemons_own_code(plant
 
 def test_the_sidecar_and_copy_bandwidth_start_from_own_code_with_no_target_text_on_their_command_lines(
         planted, monkeypatch):
-    from decodemon.monitor.bandwidth import measure_copy_gbs
-    from decodemon.monitor.sidecar import Sidecar
+    from decodemon.monitor.counters.bandwidth import measure_copy_gbs
+    from decodemon.monitor.counters.sidecar import Sidecar
 
     monkeypatch.chdir(planted.dir)
     monkeypatch.setenv("PYTHONPATH", str(planted.dir))
@@ -283,8 +283,8 @@ def test_decodemon_run_hands_cuda_no_library_from_another_uids_cache(own_dir):
 
 
 def test_a_copy_bandwidth_in_a_cache_another_user_could_fill_is_not_used(tmp_path, own_dir, monkeypatch, capsys):
-    from decodemon.monitor.bandwidth import measured_copy_gbs
-    from decodemon.probes import copy_bandwidth as cb
+    from decodemon.monitor.counters.bandwidth import measured_copy_gbs
+    from decodemon.monitor.counters import copy_bandwidth as cb
 
     for case, cache in _untrusted_caches(tmp_path, own_dir).items():
         monkeypatch.setattr(own_files, "_said", set())
@@ -308,7 +308,7 @@ def test_the_copy_bandwidth_verb_says_it_will_not_read_another_uids_cache(own_di
     (cache / "decodemon").mkdir(parents=True)
     (cache / "decodemon" / "copy_bandwidth.json").write_text(json.dumps({"GPU-1|d": {"copy_gbs": 1.0}}))
     give_away(cache)
-    r = subprocess.run(children.python_argv("decodemon.probes.copy_bandwidth", "--uuid", "GPU-1", "--driver", "d",
+    r = subprocess.run(children.python_argv("decodemon.monitor.counters.copy_bandwidth", "--uuid", "GPU-1", "--driver", "d",
                                             "--json"), env={**os.environ, "XDG_CACHE_HOME": str(cache)},
                        capture_output=True, text=True, timeout=120)
     assert '"cached": true' not in r.stdout and "1.0" not in r.stdout

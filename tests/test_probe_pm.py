@@ -9,7 +9,7 @@ import time
 import types
 from pathlib import Path
 
-from decodemon.probes import pm_config, sidecar
+from decodemon.monitor.counters import pm_config, sampler as sidecar
 
 
 class _Busy(Exception):
@@ -54,7 +54,7 @@ def _run_pm_loop(monkeypatch, busy: int, refuse_dram: bool = False, seconds: flo
     fake = types.SimpleNamespace(Collector=lambda dev: _Collector(left, refuse_dram, configured))
     monkeypatch.setitem(sys.modules, "cupti", types.SimpleNamespace(pm_sampling=fake))
     monkeypatch.setitem(sys.modules, "cupti.pm_sampling", fake)
-    from decodemon.probes import cupti_lib
+    from decodemon.monitor.counters import libcupti as cupti_lib
 
     monkeypatch.setattr(cupti_lib, "load_newest", lambda: (None, ""))
     monkeypatch.setattr(cupti_lib, "check", lambda: "")
@@ -94,7 +94,7 @@ def test_pm_samples_dram_bytes_where_the_chip_takes_them_and_goes_without_where_
 
 
 def test_what_holds_busy_counters_is_found_by_process_name(tmp_path):
-    from decodemon.probes import pm_config
+    from decodemon.monitor.counters import pm_config
 
     for pid, name in ((812, "nv-hostengine"), (900, "python3"), (901, "ncu")):
         (tmp_path / str(pid)).mkdir()
@@ -109,7 +109,7 @@ def test_a_real_profiler_process_on_this_host_is_named(tmp_path):
     import shutil
     import subprocess
 
-    from decodemon.probes import pm_config
+    from decodemon.monitor.counters import pm_config
 
     ncu = tmp_path / "ncu"
     shutil.copy(shutil.which("sleep"), ncu)

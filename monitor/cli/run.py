@@ -101,7 +101,7 @@ def run(a) -> int:
         from decodemon.monitor.sources import check_output
 
         check_output(a.pid_file)  # before the command starts, not after: no FIFO or device, no other user's link
-    from decodemon.monitor.bandwidth import measure_before_start
+    from decodemon.monitor.counters.bandwidth import measure_before_start
 
     measure_before_start()  # the floor's copy bandwidth, while the GPU is still idle (an attach never measures)
     try:

@@ -1,6 +1,6 @@
 """The device's copy bandwidth, measured: the bandwidth floor's denominator, never a spec sheet's.
 
-`python -m decodemon.probes.copy_bandwidth [--device N] [--json]` times device-to-device copies of 1 GiB with
+`python -m decodemon.monitor.counters.copy_bandwidth [--device N] [--json]` times device-to-device copies of 1 GiB with
 CUDA events through the driver API (ctypes on libcuda: no torch, no CUDA runtime) and counts read + write
 bytes, as a decode step's weight reads are counted against it. It runs in its own process, outside the decode
 loop, once per device and driver: the figure is cached under the user's cache directory keyed by the GPU's

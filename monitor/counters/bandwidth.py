@@ -1,6 +1,6 @@
 """The device's copy bandwidth for the floor: measured outside the target, once per device and driver.
 
-The monitor never touches CUDA itself: it asks `python -m decodemon.probes.copy_bandwidth` (its own process),
+The monitor never touches CUDA itself: it asks `python -m decodemon.monitor.counters.copy_bandwidth` (its own process),
 which answers from its cache or measures 1 GiB device-to-device copies. A recording keeps the figure in its
 header's note, so a replay prices the floor as the live attach did.
 """
@@ -23,7 +23,7 @@ def measured_copy_gbs(gpu) -> float | None:
     program starts, while the GPU is still idle (measure_copy_gbs)."""
     if gpu is None or not gpu.uuid:
         return None
-    from decodemon.probes.copy_bandwidth import cached_gbs
+    from decodemon.monitor.counters.copy_bandwidth import cached_gbs
 
     return cached_gbs(gpu.uuid, gpu.driver_version or "?")
 
@@ -36,7 +36,7 @@ def measure_copy_gbs(gpu) -> float | None:
     uuid = children.gpu_uuid(gpu.uuid) if gpu is not None else ""
     if not uuid:
         return None
-    cmd = children.python_argv("decodemon.probes.copy_bandwidth", "--device", str(int(gpu.index)), "--uuid", uuid,
+    cmd = children.python_argv("decodemon.monitor.counters.copy_bandwidth", "--device", str(int(gpu.index)), "--uuid", uuid,
                                "--driver", children.driver_version(gpu.driver_version), "--json")
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S, cwd=children.CWD)

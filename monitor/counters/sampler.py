@@ -2,11 +2,11 @@
 
 PM counters and NVML cover the whole GPU, so reading them does not have to happen in the decode process at all
 (measured on an H200: a sampler in another process read a decode loop's counters). The monitor starts this
-sidecar when it attaches (monitor/sidecar.py) and reads its stdout, already framed; the sidecar exits when its
+sidecar when it attaches (monitor/counters/sidecar.py) and reads its stdout, already framed; the sidecar exits when its
 stdin closes, so it never outlives the watch. Nothing here runs in the target: its GIL, its CUPTI and its
 interpreter are left to the loop.
 
-    python -m decodemon.probes.sidecar --device 0 --uuid GPU-... --pm-interval-us 2000 --nvml-hz 4
+    python -m decodemon.monitor.counters.sampler --device 0 --uuid GPU-... --pm-interval-us 2000 --nvml-hz 4
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 
-from decodemon.probes import pm_config
+from decodemon.monitor.counters import pm_config
 from decodemon.probes.device import nvml_index
 from decodemon.probes.wire import Column, NvmlSamples, PmSamples, ProbeStatus, pack
 
@@ -41,7 +41,7 @@ class _Out:
 
 
 def _pm_loop(out: _Out, device: int, interval_us: int, period_s: float, stop: threading.Event) -> None:
-    from decodemon.probes import cupti_lib  # noqa: PLC0415
+    from decodemon.monitor.counters import libcupti as cupti_lib  # noqa: PLC0415
 
     lib, why = cupti_lib.load_newest()  # before cupti-python (or torch) can map another libcupti of the same soname
     lib_text = lib.describe() if lib else ""
@@ -238,7 +238,7 @@ def main(argv=None) -> int:
     from decodemon.probes.held import name_this_thread  # noqa: PLC0415
 
     name_this_thread("dm-sidecar")  # the process's name in ps and top, not the interpreter's
-    ap = argparse.ArgumentParser(prog="decodemon.probes.sidecar")
+    ap = argparse.ArgumentParser(prog="decodemon.monitor.counters.sampler")
     ap.add_argument("--device", type=int, default=0)
     ap.add_argument("--pm-interval-us", type=int, default=2000)
     ap.add_argument("--pm-period-s", type=float, default=0.25)

@@ -1,7 +1,7 @@
 """The device-wide counters' process: NVML, and PM sampling, started by the monitor beside whatever it watches.
 
 PM counters and NVML cover the whole GPU, so they are read from a process of decodemon's own
-(`python -m decodemon.probes.sidecar`), never from the decode process: there every millisecond of Python the
+(`python -m decodemon.monitor.counters.sampler`), never from the decode process: there every millisecond of Python the
 agent runs is taken from the loop's GIL. The monitor starts it on the target's GPU once the hello names the
 device (by UUID, so the target's and the monitor's CUDA_VISIBLE_DEVICES need not agree), reads its frames on a
 thread of its own, and ends it when the watch ends. Its frames join the agent's in one stream.
@@ -25,7 +25,7 @@ class Sidecar:
         self.ended = False
         from decodemon.probes import children
 
-        argv = children.python_argv("decodemon.probes.sidecar", "--device", str(int(gpu.index)),
+        argv = children.python_argv("decodemon.monitor.counters.sampler", "--device", str(int(gpu.index)),
                                     "--target-pid", str(int(target)), "--pm-interval-us",
                                     str(int(settings.pm_interval_us)), "--nvml-hz", str(float(settings.nvml_hz or 4.0)))
         env = {k: v for k, v in os.environ.items() if not k.startswith("DECODEMON_AGENT")}
