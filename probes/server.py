@@ -342,6 +342,9 @@ class Agent:
             from decodemon.probes.tracer import WindowTracer  # noqa: PLC0415 - cupti only when a monitor attaches
 
             tracer = WindowTracer()  # its first window keeps a guard token (policy.guard_for_window)
+        except ImportError as exc:  # cupti-python (or numpy) is not in the engine's own environment
+            status.update(trace="unavailable", trace_reason="not_importable", trace_error=f"{exc}")
+            return None
         except Exception as exc:
             status.update(trace="unavailable", trace_reason="error", trace_error=f"{type(exc).__name__}: {exc}")
             return None

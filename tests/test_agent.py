@@ -1188,3 +1188,14 @@ def test_a_batched_engines_step_is_kept_as_one_even_with_a_batch_of_one():
         assert sess.ACTIVE.session is None
     finally:
         sess.ACTIVE.session = None
+
+
+def test_a_target_without_cupti_python_gets_the_clock_and_counters_and_says_how_to_trace(monkeypatch):
+    """The agent brings nothing into the engine's environment: where cupti-python is not there, the trace is
+    unavailable with the one line that fixes it, and the attach goes on (token clock, the sidecar's counters)."""
+    monkeypatch.setitem(sys.modules, "decodemon.probes.tracer", None)  # import fails as in a bare environment
+    status: dict = {}
+    assert server.Agent._arm_trace(wire.Attach(), status) is None
+    assert (status["trace"], status["trace_reason"]) == ("unavailable", "not_importable")
+    words = probe_status.describe(wire.ProbeStatus(**status))["trace"]
+    assert "pip install cupti-python" in words and "token clock and the counters work without it" in words
