@@ -225,7 +225,7 @@ def test_a_loop_with_no_marks_and_no_gpu_is_told_what_would_give_it_a_clock(tmp_
     try:
         r = cli("attach", pid, "--json", "--seconds", "1")
         assert r.returncode == 3
-        assert "mark_token() or --token-range NAME gives it a clock" in r.stderr
+        assert "mark_token() or --token-range NAME gives it" in r.stderr  # young: it may also still be loading
         assert "Traceback" not in r.stderr and proc.poll() is None  # told, and the target unharmed
     finally:
         proc.kill()

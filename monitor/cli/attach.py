@@ -82,7 +82,9 @@ def attach_json(pid: int, settings, seconds: float) -> int:
             idle = ""
         elif (age := process_age_s(pid)) is not None and age < YOUNG_S:
             idle = (f" (pid {pid} started {age:.1f} s ago and had not marked a token yet: it may still be loading, "
-                    "importing its engine or reading its weights; attach again once it decodes)")
+                    "importing its engine or reading its weights; attach again once it decodes"
+                    + ("; if it decodes already, it has no clock decodemon can read: an engine adapter, mark_token() "
+                       "or --token-range NAME gives it one)" if not snap.sm_count else ")"))
         elif not snap.sm_count:  # no GPU in it: no window can find the steps either
             idle = (" (it marked no token and has no GPU to find its steps on: an engine adapter, mark_token() or "
                     "--token-range NAME gives it a clock)")
