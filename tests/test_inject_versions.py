@@ -1,9 +1,9 @@
 """Injection on every CPython from 3.10 to 3.13 found on the machine, each a bare interpreter with nothing installed.
 
 On every version a source that writes a marker file is injected; then the whole agent is loaded into a loop on
-each version whose only help is a folder holding numpy and msgspec for that version (pip installs them there for
-the test; decodemon itself is found by the bootstrap, from the monitor's install): tokens are counted, the loop
-is detached and attached again, and its own progress goes on throughout.
+each version with nothing installed for it at all (the agent imports the standard library alone, and decodemon
+itself is mapped in by the bootstrap from the monitor's install): tokens are counted, the loop is detached and
+attached again, and its own progress goes on throughout.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 import sys
-import sysconfig
 import time
 from pathlib import Path
 
@@ -93,23 +92,12 @@ def test_source_runs_on_the_main_thread_of_a_bare_interpreter(minor, tmp_path):
         loop.kill()
 
 
-def _deps_for(py: str, minor: int, where: Path) -> str:
-    """numpy and msgspec for this interpreter: this process's own for 3.11, else pip-installed into `where`."""
-    if minor == 11:
-        return str(Path(sysconfig.get_paths()["purelib"]))  # decodemon's own finder is not read from there
-    r = subprocess.run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--target", str(where),
-                        "numpy", "msgspec"], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-1000:]
-    return str(where)
-
-
 @pytest.mark.parametrize("minor", [10, 11, 12, 13])
 def test_the_whole_agent_loads_into_a_bare_loop(minor, tmp_path):
     py = _python(minor)
     if py is None:
         pytest.skip(f"no CPython 3.{minor} on this machine")
-    deps = _deps_for(py, minor, tmp_path / "deps")
-    loop = Loop([py, "-c", LAZY_MARKS], cwd=tmp_path, env=_bare_env(PYTHONPATH=deps))
+    loop = Loop([py, "-c", LAZY_MARKS], cwd=tmp_path, env=_bare_env())
     try:
         r = cli("attach", loop.pid, "--json", "--seconds", 2)
         assert r.returncode == 0, r.stderr
@@ -124,15 +112,14 @@ def test_the_whole_agent_loads_into_a_bare_loop(minor, tmp_path):
 
 
 def test_run_starts_the_agent_in_an_interpreter_that_has_no_decodemon(tmp_path):
-    """`decodemon run -- python3.11 ...` with a bare interpreter (numpy and msgspec on its PYTHONPATH, decodemon
-    nowhere in it): the bootstrap maps decodemon from the monitor's install, as an attach does, and the loop is
-    attached; without msgspec there, the line it prints says how to install it."""
+    """`decodemon run -- python3.11 ...` with a bare interpreter (nothing installed for it, decodemon nowhere in
+    it): the bootstrap maps decodemon from the monitor's install, as an attach does, and the loop is attached; a
+    program that ends at once starts with no complaint from the agent."""
     py = _python(11)
     if py is None:
         pytest.skip("no CPython 3.11 on this machine")
-    deps = _deps_for(py, 11, tmp_path / "deps")
     wrapper = Loop([sys.executable, "-m", "decodemon.monitor.cli", "run", "--", py, "-c", LAZY_MARKS], cwd=tmp_path,
-                   env=_bare_env(PYTHONPATH=deps), stderr=subprocess.DEVNULL)
+                   env=_bare_env(), stderr=subprocess.DEVNULL)
     pid = int(Path(f"/proc/{wrapper.pid}/task/{wrapper.pid}/children").read_text().split()[0])
     try:
         r = cli("attach", pid, "--json", "--seconds", 2)
@@ -142,5 +129,4 @@ def test_run_starts_the_agent_in_an_interpreter_that_has_no_decodemon(tmp_path):
         wrapper.kill()
     bare = subprocess.run([sys.executable, "-m", "decodemon.monitor.cli", "run", "--", py, "-c", "pass"],
                           capture_output=True, text=True, timeout=60, env=_bare_env())
-    assert "agent not loaded: No module named 'msgspec'" in bare.stderr
-    assert f"{py} -m pip install msgspec numpy" in bare.stderr
+    assert bare.returncode == 0 and "agent not loaded" not in bare.stderr and "pip install" not in bare.stderr
