@@ -4,6 +4,8 @@
     s = api.replay("run.dmon")
     print(s.verdict, s.ms_per_token, s.launches_per_token)
 
+The figures cover the whole recording (or the seconds attached); `last_s=5` gives the live screen's last 5 s.
+
 Every call returns a `Summary`: plain, frozen values (the full `Snapshot` rides along as `.snapshot`).
 Nothing here imports textual, torch or CUPTI.
 """
@@ -17,6 +19,7 @@ from decodemon.monitor.client import SourceError
 from decodemon.monitor.render import summary_json
 from decodemon.monitor.session import Snapshot
 from decodemon.monitor.sources import NothingMeasured
+from decodemon.monitor.span import summary_snapshot
 
 __all__ = ["NothingMeasured", "SourceError", "Summary", "attach", "record", "replay", "summarize"]
 
@@ -52,25 +55,26 @@ def summarize(snap: Snapshot) -> Summary:
                    tokens=j["tokens"], windows=j["windows"], snapshot=snap)
 
 
-def replay(path: str | Path) -> Summary:
-    """Read a recording to its end."""
+def replay(path: str | Path, last_s: float | None = None) -> Summary:
+    """Read a recording to its end: the figures over all of it (`last_s`: its last `last_s` seconds)."""
     from decodemon.monitor.sources import collect_recording
 
-    return summarize(collect_recording(str(path)).snapshot())
+    return summarize(summary_snapshot(collect_recording(str(path)), last_s))
 
 
-def attach(pid: int, seconds: float = 10.0, settings=None) -> Summary:
-    """Attach to a process with the agent for `seconds`, then detach."""
+def attach(pid: int, seconds: float = 10.0, settings=None, last_s: float | None = None) -> Summary:
+    """Attach to a process with the agent for `seconds`, then detach: the figures over all of them (`last_s`:
+    their last `last_s` seconds)."""
     from decodemon.monitor.sources import collect_pid
 
-    return summarize(collect_pid(int(pid), settings, seconds).snapshot())
+    return summarize(summary_snapshot(collect_pid(int(pid), settings, seconds), last_s))
 
 
-def record(pid: int, path: str | Path, seconds: float = 10.0, settings=None) -> Summary:
-    """Attach for `seconds` and write what arrived as a recording at `path`.
+def record(pid: int, path: str | Path, seconds: float = 10.0, settings=None, last_s: float | None = None) -> Summary:
+    """Attach for `seconds` and write what arrived as a recording at `path`; the figures as `attach` gives them.
 
     The file appears only once it is whole and holds a token; otherwise `SourceError` (`NothingMeasured` when
     the target measured no token) says why, and no file is left."""
     from decodemon.monitor.sources import collect_pid
 
-    return summarize(collect_pid(int(pid), settings, seconds, record_to=str(path)).snapshot())
+    return summarize(summary_snapshot(collect_pid(int(pid), settings, seconds, record_to=str(path)), last_s))

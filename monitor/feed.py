@@ -212,6 +212,18 @@ class Feed:
         """Token marks received since the start (the ring keeps the newest `max_marks`)."""
         return self.marks.seen
 
+    def tokens_since(self, since_rx_ns: int = 0) -> int | None:
+        """The tokens counted in frames received at or after `since_rx_ns`: the marks (a batched engine's steps
+        count the tokens each made), else the rise of a step count (a server's tokens, replays, step starts); None
+        where the feed counts neither. Only what the rings still keep: a span older than them counts less."""
+        if len(self.marks):
+            return int(self.batch_since(since_rx_ns).sum()) if self.batched else len(self.token_times_ns(since_rx_ns))
+        if not len(self.counts):
+            return None
+        c = self.counts_since(since_rx_ns)
+        col = c["tokens"] if self.counts_source not in (wire.GRAPH_REPLAYS, wire.STEP_STARTS) else c["steps"]
+        return int(np.clip(np.diff(col), 0.0, None).sum()) if len(col) > 1 else 0
+
     def host_collectives(self, since_rx_ns: int = 0):
         """(calls per token, µs per call, bytes per call) the engine reported since `since_rx_ns`, or None."""
         rows = [r for r in self.coll if r[0] >= since_rx_ns] or list(self.coll)[-40:]

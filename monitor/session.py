@@ -21,8 +21,9 @@ from decodemon.monitor.analysis.series import series
 from decodemon.monitor.analysis.collectives import host_clock_times_collectives
 from decodemon.monitor.analysis.rates import (burst_stats, dram_bytes_per_s, gpu_step_stats, marks_enqueued,
                                               marks_in_bursts, step_bytes, traced_dram_ratio)
-from decodemon.monitor.analysis.tokens import (TokenStats, counter_intervals, counter_stats, counter_throughput,
-                                              observed_tokens, observer_slowed, replay_stats, token_stats)
+from decodemon.monitor.analysis.tokens import (TokenStats, batch_figures, counter_intervals, counter_stats,
+                                              counter_throughput, first_token_figures, observed_tokens,
+                                              observer_slowed, replay_stats, token_stats)
 from decodemon.monitor.analysis.window import WindowMetrics, window_metrics
 from decodemon.monitor.feed import Feed
 from decodemon.monitor.rolling import Rolling, advance
@@ -54,14 +55,6 @@ def untimed_share(w: wire.KernelWindow) -> float:
 # a copy that reads under this share of the NVML peak ran beside a loop that kept DRAM busy (an H200: 4,248 GB/s
 # alone, 2,217 beside a compiled Llama-8B decode, against 4,800 peak): not the device's bandwidth
 COPY_PLAUSIBLE = 0.6
-
-
-def first_token_figures(ms: list[float]) -> dict:
-    """Requests' times to first token as {"requests", "median_ms", "p90_ms"} (the two None without a request)."""
-    if not ms:
-        return {"requests": 0, "median_ms": None, "p90_ms": None}
-    return {"requests": len(ms), "median_ms": round(float(np.median(ms)), 2),
-            "p90_ms": round(float(np.percentile(ms, 90)), 2)}
 
 
 @dataclass(frozen=True)
@@ -129,7 +122,10 @@ class Snapshot:
     first_token: dict | None = None
     # bytes per token × tokens/s against PM's DRAM share of the peak (analysis.agreement.dram_check)
     dram_check: dict | None = None
-    span_s: float | None = None  # the seconds the figures cover (the last SPAN_NS of the feed, or all of a shorter one)
+    span_s: float | None = None  # the seconds the figures cover (the last span_ns of the feed, or all of a shorter one)
+    span_whole: bool = False  # the span asked for is the whole feed (a recording, an attach's seconds), not its last s
+    span_tokens: int | None = None  # the tokens counted in the span (Feed.tokens_since), where the feed counts them
+    rolling_5s: "Snapshot | None" = None  # the last SPAN_NS beside a longer span (monitor.span.summary_snapshot)
     span_end_unix_s: float | None = None  # when that span ends
     clock_end_unix_s: float | None = None  # when the clock's own steps end, where it knows (the step starts)
     # frames left out because they hold what no probe writes (NaN, negative counts, time running backwards), and
@@ -148,16 +144,6 @@ class Snapshot:
 def _median(xs):
     xs = [x for x in xs if x is not None]
     return float(np.median(xs)) if xs else None
-
-
-def batch_figures(t_ns: np.ndarray, batch: np.ndarray) -> tuple[float | None, float | None]:
-    """A batched engine's steps (their times, and the tokens each made): the median tokens per step and the
-    tokens a second in all, over the steps after the first; (None, None) with fewer than three."""
-    if len(t_ns) < 3 or len(batch) != len(t_ns):
-        return None, None
-    span_s = (int(t_ns[-1]) - int(t_ns[0])) / 1e9
-    made = batch[1:]
-    return float(np.median(made)), (float(made.sum()) / span_s if span_s > 0 else None)
 
 
 class Session:
@@ -280,13 +266,14 @@ class Session:
             return {k: float(np.nanmean(pm[k])) for k in ("gpu_busy_pct", "sm_active_pct", "warps_active_pct",
                                                            "dram_pct") if k in pm}
 
-    def _token_stats(self, since: int, wins: list[WindowMetrics], pm_busy: float | None):
+    def _token_stats(self, since: int, wins: list[WindowMetrics], pm_busy: float | None,
+                     span_ns: int | None = SPAN_NS):
         """The span's token figures and their clock: the engine's marks when it marks steadily (a traced step is
         stretched by tracing, the marks are not), else the GPU's steps in the windows timed by it (a loop that
         marks nothing, or marks in bursts because its host runs ahead)."""
         f = self.feed
         if len(f.counts) and not len(f.marks) and f.counts_source == wire.STEP_STARTS:
-            ts = self._start_stats(since, wins, pm_busy)
+            ts = self._start_stats(since, wins, pm_busy, span_ns)
             if ts is not None:
                 return ts, STEP_STARTS
             return self._gpu_clock(wins, pm_busy, since)
@@ -320,7 +307,8 @@ class Session:
             return gpu_ts, clock
         return ts, (marks_clock if ts is not None else "")
 
-    def _start_stats(self, since: int, wins: list[WindowMetrics], pm_busy: float | None) -> TokenStats | None:
+    def _start_stats(self, since: int, wins: list[WindowMetrics], pm_busy: float | None,
+                     span_ns: int | None = SPAN_NS) -> TokenStats | None:
         """ms/token from the step starts the agent timed (engine_adapter/step_starts.py), each a token, over the
         span, when the traced windows' own GPU steps agree that they come one a step (within STARTS_AGREE: a
         lookup a step, not two). A slow loop's span holds too few: the clock reaches back past it for the newest
@@ -332,7 +320,8 @@ class Session:
         self._slowed = None
         c = f.counts_since(since)
         t = np.asarray(c["t_ns"], dtype=np.int64)
-        t = t[t >= t[-1] - SPAN_NS] if len(t) else t  # the span on the starts' own clock (a ship is 0.5 s of them)
+        if len(t) and span_ns is not None:  # the span on the starts' own clock (a ship is 0.5 s of them)
+            t = t[t >= t[-1] - span_ns]
         if len(t) < CLOCK_MIN_STEPS + 1:
             every = np.asarray(f.counts_since(0)["t_ns"], dtype=np.int64)
             t = every[-max(CLOCK_MIN_STEPS + 1, len(t)):]
@@ -369,11 +358,11 @@ class Session:
         d = np.diff(t)
         return hit & (d > np.percentile(d[~hit], 90))
 
-    def _inputs(self, since: int):
+    def _inputs(self, since: int, span_ns: int | None = SPAN_NS):
         f = self.feed
         wins = self._span_metrics(since)
         pm_avg = self._pm_average(since)
-        ts, self._clock = self._token_stats(since, wins, pm_avg.get("gpu_busy_pct"))
+        ts, self._clock = self._token_stats(since, wins, pm_avg.get("gpu_busy_pct"), span_ns)
         model = f.hello.model if f.hello else None
         gpu = f.hello.gpu if f.hello else None
         bpt_model = float(model.bytes_per_token(f.depth())) if model else None
@@ -453,11 +442,13 @@ class Session:
                 "launches/token": inp.launches_per_token}
         return d, figs
 
-    def snapshot(self, at_rx_ns: int | None = None) -> Snapshot:
-        """The figures over the last 5 s of the feed (or before `at_rx_ns`), with the diagnosis."""
+    def snapshot(self, at_rx_ns: int | None = None, span_ns: int | None = SPAN_NS) -> Snapshot:
+        """The figures over the last `span_ns` of the feed before `at_rx_ns` (its end by default), with the
+        diagnosis; `span_ns` None: over all of the feed (all the history it keeps: feed.Feed's rings)."""
         f = self.feed
         rx = f.last_rx_ns if at_rx_ns is None else at_rx_ns
-        inp, ts, last, pm_avg, bpt, bw, bw_src = self._inputs(max(rx - SPAN_NS, 0))
+        since = max(rx - span_ns, 0) if span_ns is not None else 0
+        inp, ts, last, pm_avg, bpt, bw, bw_src = self._inputs(since, span_ns)
         d = dx.diagnose(inp)
         gpu = f.hello.gpu if f.hello else None
         nv = {}
@@ -468,10 +459,10 @@ class Session:
                       "power_w": float(s.power_w.array()[-1]), "mem_used_bytes": int(s.mem_used_bytes.array()[-1]),
                       "gpu_util_pct": int(s.gpu_util_pct.array()[-1])}
         others = tuple(f.nvml[-1][1].other_pids) if f.nvml else ()
-        batch = batch_figures(f.token_times_ns(max(rx - SPAN_NS, 0)), f.batch_since(max(rx - SPAN_NS, 0))) \
+        batch = batch_figures(f.token_times_ns(since), f.batch_since(since)) \
             if f.batched else (None, None)
         api_rx, api_w = next(((r, m) for r, m in reversed(self.metrics) if r <= rx and m.apis_traced), (None, None))
-        throughput = batch[1] if f.batched else counter_throughput(f.counts_since(max(rx - SPAN_NS, 0))) \
+        throughput = batch[1] if f.batched else counter_throughput(f.counts_since(since)) \
             if len(f.counts) and f.counts_source not in (wire.GRAPH_REPLAYS, wire.STEP_STARTS) else None
         # a server's own counters (llama-server's slots): a step makes a token of every request in it, so its
         # tokens a step are the total over one sequence's rate (the slots in use, -np N)
@@ -494,19 +485,21 @@ class Session:
             errors=tuple(f.errors), dropped_records=f.dropped_records, other_pids=others, rx_ns=rx, ended=f.bye,
             dram_check=dram_check(self._bytes[0], ts.ms_per_token if ts else None,
                                   pm_avg.get("dram_pct") if pm_avg else None, gpu.mem_bandwidth_gbs if gpu else None),
-            span_s=min(rx, SPAN_NS) / 1e9, span_end_unix_s=self._origin + rx / 1e9 if self._origin is not None else None,
+            span_s=(rx - since) / 1e9, span_whole=span_ns is None,
+            span_tokens=f.tokens_since(since),
+            span_end_unix_s=self._origin + rx / 1e9 if self._origin is not None else None,
             clock_end_unix_s=(self._origin + self._clock_end_rx / 1e9 if self._origin is not None and
                               self._clock_end_rx is not None and self._clock == STEP_STARTS else None),
-            series=self.series(rx), host_collectives=f.host_collectives(max(rx - SPAN_NS, 0)),
+            series=self.series(rx), host_collectives=f.host_collectives(since),
             host_clock_is_collective=host_clock_times_collectives(f.hello.model if f.hello else None, gpu),
             kernel_share_pct=(min(100.0, 100.0 * dx.own_kernel_ms(inp.kernel_sum_ms_per_token,
                                                                 inp.collective_wait_ms_per_token) / inp.ms_per_token)
                               if inp.kernel_sum_ms_per_token is not None and inp.ms_per_token else None),
-            inputs=inp, observer=self.observer_cost(ts), pm_check=self.pm_check(max(rx - SPAN_NS, 0)),
+            inputs=inp, observer=self.observer_cost(ts), pm_check=self.pm_check(since),
             token_clock=self._clock, bytes_per_token_measured=self._bytes[0], bytes_per_token_model=self._bytes[1],
             throughput_tokens_per_s=throughput, tokens_per_step=per_step,
             steps_total=f.tokens_seen if f.batched else (int(f.steps_seen) if server else None),
-            first_token=first_token_figures(f.first_token_ms(max(rx - SPAN_NS, 0))) if f.first_tokens else None,
+            first_token=first_token_figures(f.first_token_ms(since)) if f.first_tokens else None,
             rejected_frames=f.rejected, rejected_why=tuple(f.rejected_why),
         )
 

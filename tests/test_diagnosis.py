@@ -342,6 +342,7 @@ def test_static_cache_generate_injected_into_plain_python_is_the_host_between_re
     j = json.loads(r.stdout)
     launch = j["candidates"]["launch"]
     assert j["verdict"] == "launch" and launch["state"] == "binding"
-    assert "between replays" in launch["detail"] and "idle 46%" in launch["detail"]
+    # over the whole recording (idle 46% over its last 5 s)
+    assert "between replays" in launch["detail"] and "idle 47%" in launch["detail"]
     assert j["kernel_sum_ms_per_token"] == pytest.approx(1.81, abs=0.05) and j["graph_launches_per_token"] == 1.0
     assert j["kernel_sum_ms_per_token"] < 0.6 * j["ms_per_token"]

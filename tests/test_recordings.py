@@ -13,8 +13,8 @@ from decodemon.probes import wire
 from tests.conftest import REC, cli
 
 
-def replay(name):
-    r = cli("replay", REC[name], "--json")
+def replay(name, *more):
+    r = cli("replay", REC[name], "--json", *more)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
 
@@ -97,11 +97,20 @@ def test_graph_report_names_the_small_grid_kernels(tmp_path):
     assert "Binding ceiling: **OCCUPANCY**" in md
     assert "native::elementwise_kernel" in md and "/132" in md
     assert "would prove this wrong" in md
-    assert "the same 1 PM sample: GPU busy 100.0% from the counter, 95.7% from the traced kernels" in md
+    # the report covers the whole recording: PM against the traced kernels pooled over all its windows' samples
+    assert "the same 4 PM samples: GPU busy 100.0% from the counter, 95.9% from the traced kernels" in md
+    last = cli("report", REC["graph"], "--last", 5)  # the last 5 s: the one window in them, as the screen shows it
+    assert last.returncode == 0, last.stderr
+    assert "the same 1 PM sample: GPU busy 100.0% from the counter, 95.7% from the traced kernels" in last.stdout
 
 
 def test_bandwidth_by_construction_8b_graph():
-    d = replay("llama8b_graph")
+    # the whole recording reads 7.722 ms/token, 2.005x the floor, just past BANDWIDTH's 2x: the pinned verdict is
+    # the last 5 s's (7.696 ms/token, 1.999x), as the screen shows it
+    whole = replay("llama8b_graph")
+    assert 1.9 < whole["candidates"]["bandwidth"]["value"] < 2.1
+    assert whole["rolling_5s"]["ceiling"] == "bandwidth"
+    d = replay("llama8b_graph", "--last", 5)
     bw = d["candidates"]["bandwidth"]
     # 16.1 GB of weights per token: the graphed 8B step came out at 2.0x the bandwidth floor
     assert 1.9 < bw["value"] < 2.1

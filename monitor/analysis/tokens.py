@@ -159,3 +159,21 @@ def replay_stats(c: dict, gpu_busy_pct: float | None = None) -> TokenStats | Non
     if ok.sum() < (1 if gap.any() else 2):
         return None
     return interval_stats(dt[ok], ds[ok])
+
+
+def first_token_figures(ms: list[float]) -> dict:
+    """Requests' times to first token as {"requests", "median_ms", "p90_ms"} (the two None without a request)."""
+    if not ms:
+        return {"requests": 0, "median_ms": None, "p90_ms": None}
+    return {"requests": len(ms), "median_ms": round(float(np.median(ms)), 2),
+            "p90_ms": round(float(np.percentile(ms, 90)), 2)}
+
+
+def batch_figures(t_ns: np.ndarray, batch: np.ndarray) -> tuple[float | None, float | None]:
+    """A batched engine's steps (their times, and the tokens each made): the median tokens per step and the
+    tokens a second in all, over the steps after the first; (None, None) with fewer than three."""
+    if len(t_ns) < 3 or len(batch) != len(t_ns):
+        return None, None
+    span_s = (int(t_ns[-1]) - int(t_ns[0])) / 1e9
+    made = batch[1:]
+    return float(np.median(made)), (float(made.sum()) / span_s if span_s > 0 else None)

@@ -175,6 +175,21 @@ def add_seconds(p, default, what: str) -> None:
                    metavar="S", help=what)
 
 
+def add_last(p, what: str = "the summary") -> None:
+    """`--last S`: the summary over the last S seconds (the live screen's rolling span is the last 5) instead of
+    the whole span asked for."""
+    p.add_argument("--last", type=bounded("--last", 0, 86400), default=None, metavar="S",
+                   help=f"{what} over the last S seconds only (the live screen's figures: --last 5); by default "
+                        "it covers the whole span, with the rolling last-5-s figures beside it (rolling_5s)")
+
+
+def need_json_for_last(a, verb: str, json_flag: str = "--json") -> None:
+    """`--last` picks what a summary covers; the app shows the rolling 5 s and has no summary to pick it for."""
+    if getattr(a, "last", None) is not None and not getattr(a, "json", False):
+        raise UsageError(f"decodemon {verb}: --last S picks the span {json_flag} summarises; the app always shows "
+                         f"the last 5 s (see `decodemon {verb} --help`)")
+
+
 def add_refresh(p) -> None:
     """The app's screen refresh period."""
     p.add_argument("--refresh", type=bounded("--refresh", 0.05, 60), default=None, metavar="S",

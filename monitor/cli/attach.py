@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 import sys
 
-from decodemon.monitor.cli._common import (add_pid, add_probe, add_refresh, add_seconds, attach_settings,
-                                           need_terminal, print_json, resolve_pid)
+from decodemon.monitor.cli._common import (add_last, add_pid, add_probe, add_refresh, add_seconds, attach_settings,
+                                           need_json_for_last, need_terminal, print_json, resolve_pid)
 from decodemon.monitor.sources import collect, collect_many, device_only, staggered
 
 JSON_SECONDS = 10.0
@@ -22,8 +22,12 @@ def add(sub) -> None:
                                    "stopped. A Python process without the agent (CPython 3.10-3.14) gets it loaded "
                                    "without a restart; `decodemon run` starts one with it.")
     add_pid(p)
-    p.add_argument("--json", action="store_true", help="collect, print one JSON summary and detach")
-    add_seconds(p, None, f"seconds to watch, then detach (app: until q; --json: {JSON_SECONDS:g})")
+    p.add_argument("--json", action="store_true",
+                   help="collect, print one JSON summary of the seconds watched and detach (its first key, span, "
+                        "says what it covers; rolling_5s gives the last 5 s beside it)")
+    add_seconds(p, None, f"seconds to watch, then detach (app: until q; --json: {JSON_SECONDS:g}, all of them "
+                         "summarised)")
+    add_last(p)
     add_probe(p)
     add_refresh(p)
     from decodemon.monitor.prometheus import add_prometheus_option
@@ -38,11 +42,13 @@ def _collect_group(pids, settings, seconds):
                         collect_one=lambda p, st, s: collect(p, st, s))
 
 
-def attach_json(pid: int, settings, seconds: float) -> int:
-    """Print the summary of `seconds` attached to `pid` (or to its group); 3 if it ended before a token."""
+def attach_json(pid: int, settings, seconds: float, last_s: float | None = None) -> int:
+    """Print the summary of `seconds` attached to `pid` (or to its group), or of their last `last_s`; 3 if it
+    ended before a token."""
     from decodemon.monitor.client import check_pid
     from decodemon.monitor.ranks import combine, discover_ranks
     from decodemon.monitor.render import summary_json
+    from decodemon.monitor.span import summary_snapshot
 
     check_pid(pid)
     pids = discover_ranks(pid)
@@ -50,7 +56,7 @@ def attach_json(pid: int, settings, seconds: float) -> int:
         sessions = _collect_group(pids, settings, seconds)
         errors, snaps = [], []
         for p, s in zip(pids, sessions):
-            snap = None if isinstance(s, Exception) else s.snapshot()
+            snap = None if isinstance(s, Exception) else summary_snapshot(s, last_s)
             if snap is not None and not (snap.tokens is None and snap.ended and snap.model is None):
                 snaps.append(snap)
                 continue
@@ -65,7 +71,7 @@ def attach_json(pid: int, settings, seconds: float) -> int:
         print_json(out)
         return 0 if snaps else 3  # no rank answered: nothing was measured
     sess = collect(pid, settings, seconds)
-    snap = sess.snapshot()
+    snap = summary_snapshot(sess, last_s)
     if device_only(snap) and snap.tokens is None:
         if not snap.pm:
             why = snap.probe.get("pm") or "no PM sample arrived"
@@ -123,12 +129,13 @@ def run(a) -> int:
     """The app on the pid (or its group) until q or `--seconds`; with --json, the summary."""
     pid = resolve_pid(a)
     settings = attach_settings(a)
+    need_json_for_last(a, "attach")
     if a.prometheus is not None:
         from decodemon.monitor.prometheus import serve_pid
 
         return serve_pid(pid, *a.prometheus, settings=settings, seconds=a.seconds)
     if a.json:
-        return attach_json(pid, settings, a.seconds or JSON_SECONDS)
+        return attach_json(pid, settings, a.seconds or JSON_SECONDS, a.last)
     from decodemon.monitor.client import check_pid, require_process
 
     require_process(pid)  # a missing pid first: it is the news, not the terminal

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from decodemon.monitor.cli._common import (add_probe, add_refresh, add_seconds, add_source, attach_settings, bounded,
-                                           need_terminal, print_json, without_tokens)
+from decodemon.monitor.cli._common import (add_last, add_probe, add_refresh, add_seconds, add_source, attach_settings,
+                                           bounded, need_json_for_last, need_terminal, print_json, say,
+                                           without_tokens)
 
 JSON_SECONDS = 10.0
 # the figures whose ratio B/A says what a change did
@@ -24,8 +25,11 @@ def add(sub) -> None:
                        description="Two runs side by side: before and after a change, eager and graphed.")
     add_source(p, ("a", "b"))
     p.add_argument("--json", action="store_true",
-                   help="print both summaries and the ratios B/A (ms/token: of the medians; tokens/s: of the means)")
-    add_seconds(p, None, f"pids: seconds to watch (app: until q; --json: {JSON_SECONDS:g})")
+                   help="print both summaries, each over its whole recording or the seconds watched, and the ratios "
+                        "B/A (ms/token: of the medians; tokens/s: of the means); `differ` says where the model or "
+                        "the device is not the same")
+    add_seconds(p, None, f"pids: seconds to watch (app: until q; --json: {JSON_SECONDS:g}, all of them summarised)")
+    add_last(p, "each summary")
     p.add_argument("--speed", type=bounded("--speed", 0, 1000), default=1.0, help="recordings: playback speed")
     p.add_argument("--at", type=bounded("--at", 0.0, 1e6, allow_zero=True), default=None, metavar="S",
                    help="recordings: start at this many seconds")
@@ -41,28 +45,54 @@ def _ratio(b, a):
     return None
 
 
+def differ(snap_a, snap_b) -> dict | None:
+    """Where A and B are not one model on one kind of device ({"model": why, "device": why}), or None: their
+    ratios then hold a change of model or device, not of code."""
+    from decodemon.monitor.alike import device_difference, model_difference, model_words
+
+    out = {}
+    why = model_difference(snap_a.model, snap_b.model)
+    if why is not None:
+        out["model"] = f"A is {model_words(snap_a.model)}, B is {model_words(snap_b.model)} ({why})"
+    elif (snap_a.model is None) != (snap_b.model is None):
+        out["model"] = (f"A is {model_words(snap_a.model)}, B is {model_words(snap_b.model)}: one run has no "
+                        "model facts to match by")
+    why = device_difference(snap_a, snap_b)
+    if why is not None:
+        out["device"] = f"A ran on {why.replace(' against ', ', B on ', 1)}"
+    return out or None
+
+
 def compare_json(snap_a, snap_b) -> dict:
-    """Both summaries, and B over A for the figures a change moves."""
+    """Both summaries, B over A for the figures a change moves, and where the model or device differ."""
     from decodemon.monitor.render import summary_json
 
     ja, jb = summary_json(snap_a), summary_json(snap_b)
     of = dict(RATIO_OF)
     src_a, src_b = ja.get("gpu_busy_source"), jb.get("gpu_busy_source")
-    if src_a != src_b:  # two instruments: the ratio says so
-        of["gpu_busy_pct"] += f" (A from {src_a}, B from {src_b}: two instruments)"
-    return {"a": ja, "b": jb, "b_over_a": {k: _ratio(jb.get(k), ja.get(k)) for k in RATIOS},
+    if src_a != src_b:  # two instruments (or one side with no figure): the ratio says so, and never "None"
+        of["gpu_busy_pct"] += (f" (A from {src_a or 'no instrument: no GPU busy figure'}, "
+                               f"B from {src_b or 'no instrument: no GPU busy figure'}"
+                               + (": two instruments)" if src_a and src_b else ")"))
+    apart = differ(snap_a, snap_b)
+    if apart is not None:  # each ratio then measures a change of model or device as well as of code
+        verb = "differ" if len(apart) > 1 else "differs"
+        of = {k: f"{v}; the {' and the '.join(apart)} {verb} between A and B" for k, v in of.items()}
+    return {"differ": apart, "a": ja, "b": jb, "b_over_a": {k: _ratio(jb.get(k), ja.get(k)) for k in RATIOS},
             "b_over_a_of": of, "verdicts": [ja.get("verdict"), jb.get("verdict")]}
 
 
-def collect_both(specs, settings, seconds) -> list:
-    """Both sources read at once (two pids are watched over the same seconds); the first failure is raised."""
+def collect_both(specs, settings, seconds, last_s=None) -> list:
+    """Both sources read at once (two pids are watched over the same seconds), each summarised over its whole
+    span (or its last `last_s`); the first failure is raised."""
     from decodemon.monitor.sources import collect_many
+    from decodemon.monitor.span import summary_snapshot
 
     sessions = collect_many(list(specs), settings, seconds)
     for s in sessions:
         if isinstance(s, Exception):
             raise s
-    return [s.snapshot() for s in sessions]
+    return [summary_snapshot(s, last_s) for s in sessions]
 
 
 def run(a) -> int:
@@ -72,12 +102,16 @@ def run(a) -> int:
     for s in (a.a, a.b):
         source_of(s)
     settings = attach_settings(a)
+    need_json_for_last(a, "compare")
     if a.json:
-        snaps = collect_both((a.a, a.b), settings, a.seconds or JSON_SECONDS)
+        snaps = collect_both((a.a, a.b), settings, a.seconds or JSON_SECONDS, a.last)
         empty = without_tokens("compare", snaps)
         if empty is not None:
             return empty
-        print_json(compare_json(*snaps))
+        out = compare_json(*snaps)
+        for what, why in (out["differ"] or {}).items():  # said where a reader of the ratios looks first, too
+            say("compare", f"the {what} differs: {why}; the ratios B/A hold that difference too")
+        print_json(out)
         return 0
     need_terminal("compare", "add --json for the two summaries instead")
     from decodemon.monitor.app import run_app

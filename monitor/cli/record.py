@@ -4,8 +4,8 @@ The file appears only once the recording is whole and holds at least one token (
 
 from __future__ import annotations
 
-from decodemon.monitor.cli._common import (add_pid, add_probe, add_seconds, attach_settings, print_json, resolve_pid,
-                                           say)
+from decodemon.monitor.cli._common import (add_last, add_pid, add_probe, add_seconds, attach_settings,
+                                           need_json_for_last, print_json, resolve_pid, say)
 
 
 def add(sub) -> None:
@@ -17,7 +17,9 @@ def add(sub) -> None:
     p.add_argument("-o", "--output", metavar="FILE",
                    help="the recording to write (.dmon; default decodemon-PID-YYYYmmdd-HHMMSS.dmon here)")
     add_seconds(p, 20.0, "seconds to record (default 20; Ctrl-C stops early and keeps the file)")
-    p.add_argument("--json", action="store_true", help="also print the recording's JSON summary")
+    p.add_argument("--json", action="store_true",
+                   help="also print the JSON summary of the whole recording (span, its first key, says so)")
+    add_last(p)
     add_probe(p)
     p.set_defaults(fn=run)
 
@@ -35,15 +37,19 @@ def run(a) -> int:
     from decodemon.monitor.sources import check_recording_output, collect_pid
 
     pid = resolve_pid(a)
+    need_json_for_last(a, "record")
     if a.output is None:  # py-spy's habit: a name made of what and when
         import time
 
         a.output = f"decodemon-{pid}-{time.strftime('%Y%m%d-%H%M%S')}.dmon"
     check_recording_output(a.output)  # before attaching: a bad path costs the target nothing
-    snap = collect_pid(pid, attach_settings(a), a.seconds, record_to=a.output).snapshot()
+    sess = collect_pid(pid, attach_settings(a), a.seconds, record_to=a.output)
+    snap = sess.snapshot()
     say("record", f"{counted(snap)}, {snap.windows_seen} traced windows written to {a.output}")
     if a.json:
         from decodemon.monitor.render import summary_json
+        from decodemon.monitor.span import summary_snapshot
 
-        print_json({"recording": str(a.output), **summary_json(snap)})
+        summary = summary_json(summary_snapshot(sess, a.last))
+        print_json({"span": summary.pop("span"), "recording": str(a.output), **summary})
     return 0

@@ -5,17 +5,21 @@ Several files are the ranks of one tensor-parallel group, shown as the group (tw
 
 from __future__ import annotations
 
-from decodemon.monitor.cli._common import (UsageError, add_refresh, bounded, need_terminal, print_json,
-                                           without_tokens)
+from decodemon.monitor.cli._common import (UsageError, add_last, add_refresh, bounded, need_json_for_last,
+                                           need_terminal, print_json, without_tokens)
 
 
 def add(sub) -> None:
     """Register the verb."""
     p = sub.add_parser("replay", help="play a recording in the app, or summarise it with --json",
-                       description="Play .dmon recordings on a virtual clock (space pauses, arrows seek), or print "
-                                   "the summary. Several files: one per rank of a tensor-parallel group.")
+                       description="Play .dmon recordings on a virtual clock (space pauses, arrows seek; the screen "
+                                   "shows the last 5 s), or print the summary of the whole recording (--last S: of "
+                                   "its last S seconds). Several files: one per rank of a tensor-parallel group.")
     p.add_argument("files", nargs="+", metavar="FILE")
-    p.add_argument("--json", action="store_true", help="print the summary instead of opening the app")
+    p.add_argument("--json", action="store_true",
+                   help="print the summary of the whole recording instead of opening the app (its first key, "
+                        "span, says what it covers; rolling_5s gives the last 5 s beside it)")
+    add_last(p)
     p.add_argument("--speed", type=bounded("--speed", 0, 1000), default=1.0, help="playback speed (default 1)")
     p.add_argument("--at", type=bounded("--at", 0.0, 1e6, allow_zero=True), default=None, metavar="S",
                    help="start at this many seconds into the recording")
@@ -34,12 +38,14 @@ def run(a) -> int:
                              f"`decodemon attach {f}`")
     if a.json and (a.at is not None or a.paused):
         raise UsageError("decodemon replay: --at and --paused place the app's playback; --json summarises the "
-                         "whole recording (see `decodemon replay --help`)")
+                         "whole recording, or its last S seconds with --last S (see `decodemon replay --help`)")
+    need_json_for_last(a, "replay")
     snaps = None
     if a.json or len(a.files) > 1:
         from decodemon.monitor.sources import collect_recording
+        from decodemon.monitor.span import summary_snapshot
 
-        snaps = [collect_recording(f).snapshot() for f in a.files]
+        snaps = [summary_snapshot(collect_recording(f), a.last) for f in a.files]
     if len(a.files) > 1:  # one recording per rank: the group view, as `attach --json` shows it live
         from decodemon.monitor.ranks import not_one_group
 

@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 
-from decodemon.monitor.cli._common import (UsageError, add_probe, add_seconds, add_source, attach_settings, print_json,
-                                            say, without_tokens)
+from decodemon.monitor.cli._common import (UsageError, add_last, add_probe, add_seconds, add_source, attach_settings,
+                                           print_json, say, without_tokens)
 
 
 def add(sub) -> None:
     """Register the verb."""
     p = sub.add_parser("report", help="write DIAGNOSIS.md for a pid or a recording",
                        description="The binding ceiling, a number per candidate, the predicted win and how to "
-                                   "prove it wrong, as Markdown.")
+                                   "prove it wrong, as Markdown, over the whole recording or the seconds watched "
+                                   "(--last S: their last S seconds); its first lines say what it covers.")
     add_source(p)
     p.add_argument("-o", "--output", metavar="FILE", help="write the Markdown here instead of stdout")
     p.add_argument("--json", action="store_true", help="print the JSON summary (with -o, the file is written too)")
-    add_seconds(p, 10.0, "a pid: seconds to watch (default 10)")
+    add_seconds(p, 10.0, "a pid: seconds to watch, all of them reported (default 10)")
+    add_last(p, "the report")
     p.add_argument("--ledger", default=None, metavar="PATH",
                    help="the prediction ledger to grade and include (default ./decodemon.ledger.jsonl, if there)")
     p.add_argument("--label", metavar="NAME", type=label_type,
@@ -91,8 +93,10 @@ def run(a) -> int:
         # before a pid is attached; the ledger it may grade (the default one too) is an input as well
         check_output(a.output, inputs=[a.source, getattr(a, "ledger", None) or ledger.DEFAULT_PATH])
     kind, _ = source_of(a.source)
+    from decodemon.monitor.span import summary_snapshot
+
     sess = collect(a.source, attach_settings(a), a.seconds if kind == "pid" else None)
-    snap = sess.snapshot()
+    snap = summary_snapshot(sess, a.last)
     empty = without_tokens("report", [snap])
     if empty is not None:
         return empty

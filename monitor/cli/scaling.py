@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from decodemon.monitor.alike import model_difference, model_words
 from decodemon.monitor.cli._common import UsageError, bounded, print_json
 
 STALE = ("the binding ceiling differs between the two runs: the figure mixes two bottlenecks; re-derive it once "
@@ -16,11 +17,14 @@ def add(sub) -> None:
     """Register the verb."""
     p = sub.add_parser("scaling", help="Amdahl's serial fraction from two recordings at different rank counts",
                        description="The serial fraction s from the speedup between a run at N1 ranks (the "
-                                   "baseline, usually TP=1) and one at N ranks.")
+                                   "baseline, usually TP=1) and one at N ranks, each run's ms/token over its whole "
+                                   "recording. One model under two names is matched by its facts (layers, hidden "
+                                   "size, dtype, weight bytes).")
     p.add_argument("one", metavar="BASELINE", help="recording at the lower rank count (usually TP=1)")
     p.add_argument("many", metavar="SCALED", help="recording at N ranks")
     p.add_argument("--n", type=bounded("--n", 0, 1e6, True), default=None,
-                   help="ranks of the second run (default: from its model facts)")
+                   help="ranks of the second run, where its model facts do not say (a recording whose facts give "
+                        "a tensor-parallel degree above 1 is taken at it; an --n that contradicts it is refused)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(fn=run)
 
@@ -30,7 +34,9 @@ def _timed(path: str):
 
     if not Path(path).is_file():
         raise UsageError(f"decodemon scaling: {path}: no such recording")
-    snap = collect_recording(path).snapshot()
+    from decodemon.monitor.span import summary_snapshot
+
+    snap = summary_snapshot(collect_recording(path))
     if snap.tokens is None:
         raise UsageError(f"decodemon scaling: {path} has no token timing")
     return snap
@@ -39,7 +45,11 @@ def _timed(path: str):
 def _ranks(a, s1, sn) -> tuple[int, int]:
     """(N1, N), checked: the baseline has fewer ranks."""
     n1 = s1.model.tp_degree if s1.model else 1
-    nn = a.n or (sn.model.tp_degree if sn.model else 1)
+    own = sn.model.tp_degree if sn.model else 1
+    if a.n is not None and own > 1 and a.n != own:  # facts of 1 are the default a loop that says nothing gets
+        raise UsageError(f"decodemon scaling: --n {a.n} contradicts {a.many}, whose model facts say {own} ranks "
+                         f"(tp_degree {own}): leave --n out, or give --n {own}")
+    nn = a.n or own
     if nn > n1:
         return n1, nn
     if a.n is None and nn < n1:
@@ -62,6 +72,7 @@ def scaling_result(a, s1, sn) -> dict:
     applies = 0.0 <= s <= 1.0
     res = {"n1": n1, "n": nn, "ms_per_token_n1": round(ms1, 4), "ms_per_token_n": round(msn, 4),
            "speedup": round(ms1 / msn, 4), "serial_fraction": round(s, 4),
+           "span_s": [round(s1.span_s, 3), round(sn.span_s, 3)],  # each run's ms/token is over its whole recording
            "verdicts": [s1.rolling.ceiling, sn.rolling.ceiling], "stale": stale, "amdahl_applies": applies,
            "note": STALE if stale else FRESH}
     if not applies:
@@ -88,10 +99,11 @@ def run(a) -> int:
         raise UsageError(f"decodemon scaling: {a.one} and {a.many} are the same recording: the serial fraction "
                          "compares two runs at different rank counts, so give two recordings")
     s1, sn = _timed(a.one), _timed(a.many)
-    m1, mn = (s.model.name if s.model else None for s in (s1, sn))
-    if m1 and mn and m1 != mn:  # a serial fraction compares one model at two rank counts
-        raise UsageError(f"decodemon scaling: {a.one} is {m1} and {a.many} is {mn}: the serial fraction compares "
-                         "one model at two rank counts")
+    differ = model_difference(s1.model, sn.model)  # by the facts: one model may come under two names
+    if differ is not None:  # a serial fraction compares one model at two rank counts
+        raise UsageError(f"decodemon scaling: {a.one} is {model_words(s1.model)} and {a.many} is "
+                         f"{model_words(sn.model)} ({differ}): the serial fraction compares one model at two rank "
+                         "counts")
     res = scaling_result(a, s1, sn)
     if a.json:
         print_json(res)

@@ -8,6 +8,7 @@ from decodemon.monitor.analysis.agreement import busy_disagreement, kernels_past
 from decodemon.monitor.diagnosis import peer_wait_named
 from decodemon.monitor.render.text import unit
 from decodemon.monitor.rolling import headline
+from decodemon.monitor.span import rolling_json, span_json
 from decodemon.monitor.token_clock import CLOCK_NOTES, PROVISIONAL_STEPS
 
 if TYPE_CHECKING:
@@ -132,11 +133,13 @@ def summary_json(s: Snapshot, kernels: int = 15) -> dict:
     w, tk = s.window, s.tokens
     aw = s.api_window or w
     out = {
+        # first: what the figures cover (the whole recording or attach, or its last seconds: monitor/span.py)
+        "span": span_json(s),
         "source": s.label, "pid": s.pid, "device": s.device, "sm_count": s.sm_count,
         "tp_degree": s.model.tp_degree if s.model else None,
         "tp_rank": s.model.tp_rank if s.model else None,
         "tokens": s.tokens_total,
-        # the figures below are over the last span_s seconds of the feed, ending at span_end_unix_s
+        # the figures below are over span_s seconds of the feed, ending at span_end_unix_s ("span" above)
         "span_s": _r(s.span_s, 3),
         "span_end_unix_s": _r(s.span_end_unix_s, 3),
         # the median token of the span (a counted clock: its seconds over its steps); tokens_per_s is over the mean
@@ -198,6 +201,13 @@ def summary_json(s: Snapshot, kernels: int = 15) -> dict:
         "rejected_why": list(s.rejected_why),
         "kernels": kernel_rows_json(w, s.sm_count, kernels),
     }
+    # the last 5 s alone, beside a longer span: the live screen's figures, the loop's state at the end
+    out["rolling_5s"] = rolling_json(s, summary_json)
+    return _verdict_json(s, out)
+
+
+def _verdict_json(s: Snapshot, out: dict) -> dict:
+    """The diagnosis, a batched engine's step figures, the headline verdict and its history, after `out`."""
     out.update(s.diagnosis.as_json())
     if s.tokens_per_step is not None:  # a batched engine: ms/token is a step's, each sequence's latency
         out["tokens_per_step"] = s.tokens_per_step

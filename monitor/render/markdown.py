@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from decodemon.monitor.analysis.agreement import busy_disagreement, kernels_past_step
 from decodemon.monitor.diagnosis import ORDER
 from decodemon.monitor.rolling import headline
+from decodemon.monitor.span import span_words
 from decodemon.monitor.safe_text import markdown as md
 from decodemon.monitor.safe_text import markdown_code, visible_lines
 from decodemon.monitor.render.text import counted, in_marks, rejected_text
@@ -100,6 +101,8 @@ def diagnosis_markdown(s: Snapshot) -> str:
         "",
         f"Source: {md(source)} · device: {md(s.device)}{f' ({s.sm_count} SMs)' if s.sm_count else ''} · written "
         f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())} by decodemon",
+        "",
+        span_words(s) + ".",  # what the figures below cover (monitor/span.py)
         "",
     ]
     if s.ended and s.ended != "detached":  # a detach is how an attach or a record ends: nothing to say

@@ -1,0 +1,51 @@
+"""Whether two runs are of one model and one device: by the model's facts, not its label.
+
+One model reaches decodemon under several names (the demo engine's "qwen3-0.6b", transformers' class name
+"Qwen3ForCausalLM"), and two models can share a name; the facts an adapter reports (layers, hidden size, dtype,
+the weights' bytes) say which. The weights a rank holds shrink with the tensor-parallel degree (and not by
+exactly 1/N: embeddings may be replicated), so bytes are held against each other only at one degree.
+"""
+
+from __future__ import annotations
+
+WEIGHT_BYTES_SAME = 0.02  # two runs of one model at one degree read the same weights; a 2% slack for rounding
+
+
+def model_difference(a, b) -> str | None:
+    """Why ModelFacts `a` and `b` are two models, in words, or None when they are one (or either is unknown)."""
+    if a is None or b is None:
+        return None
+    for what, x, y in (("layers", a.layers, b.layers), ("hidden size", a.hidden, b.hidden),
+                       ("dtype", a.dtype, b.dtype)):
+        if x and y and x != y:
+            return f"{what} {x} against {y}"
+    if a.weight_bytes and b.weight_bytes and not _weights_fit(a, b):
+        return (f"weights {a.weight_bytes:,} bytes a rank at tp {a.tp_degree} against {b.weight_bytes:,} at tp "
+                f"{b.tp_degree}")
+    if not (a.layers and b.layers) and a.name != b.name:  # no shape to go by: the names are all there is
+        return f"named {a.name} and {b.name}, with no layer count to match them by"
+    return None
+
+
+def _weights_fit(a, b) -> bool:
+    """One model's weights at two degrees: a rank of the higher degree holds between 1/N and all of the lower
+    degree's (the same, within WEIGHT_BYTES_SAME, at one degree)."""
+    lo, hi = sorted((a, b), key=lambda m: max(m.tp_degree, 1))
+    least = lo.weight_bytes * max(lo.tp_degree, 1) / max(hi.tp_degree, 1)
+    return least * (1 - WEIGHT_BYTES_SAME) <= hi.weight_bytes <= lo.weight_bytes * (1 + WEIGHT_BYTES_SAME)
+
+
+def model_words(m) -> str:
+    """A model as the messages name it: its label and the facts it is matched by."""
+    if m is None:
+        return "no model facts"
+    shape = ", ".join(x for x in (f"{m.layers} layers" if m.layers else "", f"hidden {m.hidden}" if m.hidden else "",
+                                  m.dtype) if x)
+    return f"{m.name} ({shape})" if shape else m.name
+
+
+def device_difference(sa, sb) -> str | None:
+    """Why snapshots `sa` and `sb` ran on two kinds of device (name, SM count), or None when on one kind."""
+    if sa.device != sb.device or sa.sm_count != sb.sm_count:
+        return f"{sa.device} ({sa.sm_count} SMs) against {sb.device} ({sb.sm_count} SMs)"
+    return None

@@ -1,0 +1,88 @@
+"""What a summary covers: the whole span asked for (a recording, an attach's seconds) or its last seconds.
+
+The live screen shows the rolling figures of the last 5 s (session.SPAN_NS): a loop's state now. A summary
+(`attach --json --seconds N`, `replay --json`, `report`, `compare --json`, `record --json`, the API) answers for
+what was asked: the whole recording, or the N seconds attached; `--last S` gives the last S seconds instead.
+Beside a whole span the rolling 5-s figures ride along (Snapshot.rolling_5s) where the two spans differ, and
+every summary says first what it covers: seconds, from-to, the clock's steps and the tokens counted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from decodemon.monitor.session import Session, Snapshot
+
+# session.SPAN_NS in seconds (not imported: render/json.py imports this module, and the session's imports are heavy;
+# tests/test_span.py holds the two equal)
+ROLLING_S = 5.0
+# the rolling object's figures: the ones a reader compares with the whole span's (the clock's and the verdict's)
+ROLLING_KEYS = ("ms_per_token", "ms_per_token_p90", "ms_per_token_p99", "tokens_per_s", "clock_steps",
+                "clock_span_s", "throughput_tokens_per_s", "launches_per_token", "gpu_busy_pct",
+                "bytes_per_token", "ceiling", "verdict")
+
+
+def summary_snapshot(sess: Session, last_s: float | None = None) -> Snapshot:
+    """The snapshot a summary prints: over the whole feed, with the rolling 5 s beside it where the feed is
+    longer; with `last_s`, over its last `last_s` seconds alone."""
+    if last_s is not None:
+        return sess.snapshot(span_ns=int(last_s * 1e9))
+    rolling = sess.snapshot()  # first: the session's own state (its clock, its bytes) ends at the whole span's
+    whole = sess.snapshot(span_ns=None)
+    if whole.span_s is not None and whole.span_s <= ROLLING_S:
+        return whole  # the two are one span
+    return dataclasses.replace(whole, rolling_5s=rolling)
+
+
+def covers_words(s: Snapshot) -> str:
+    """What the span is, in a few words: "the whole span", "the last 5 s"."""
+    if s.span_whole:
+        return "the whole span"
+    return f"the last {s.span_s:g} s" if s.span_s is not None else "an unknown span"
+
+
+def span_json(s: Snapshot) -> dict:
+    """The span the figures cover: its seconds, from and to (seconds into the source and unix time), the steps
+    the clock's rate rests on and the tokens counted in it."""
+    tk = s.tokens
+    end_s = s.rx_ns / 1e9
+    start_s = end_s - (s.span_s or 0.0)
+    return {"covers": "whole" if s.span_whole else "last", "seconds": _r(s.span_s),
+            "from_s": round(start_s, 3), "to_s": round(end_s, 3),
+            "from_unix_s": _r(s.span_end_unix_s - s.span_s) if s.span_end_unix_s is not None and s.span_s is not None
+            else None,
+            "to_unix_s": _r(s.span_end_unix_s), "clock_steps": tk.tokens if tk else None, "tokens": s.span_tokens}
+
+
+def rolling_json(s: Snapshot, summary) -> dict | None:
+    """The rolling 5-s figures beside a longer span (None where the span is itself 5 s or less, or the last S)."""
+    if s.rolling_5s is None:
+        return None
+    full = summary(s.rolling_5s)
+    out = {"seconds": _r(s.rolling_5s.span_s)}
+    out.update({k: full.get(k) for k in ROLLING_KEYS})
+    return out
+
+
+def span_words(s: Snapshot) -> str:
+    """One line for a report's head: the span covered, its steps and tokens, and the rolling 5 s where they
+    differ."""
+    j = span_json(s)
+    source = "attach" if str(s.label).isdigit() else "recording"  # a pid's label is its number
+    what = f"the whole {source}" if s.span_whole else f"the last {j['seconds']:g} s of the {source}"
+    line = f"Covers {what}: {j['seconds']:g} s, {j['from_s']:g}–{j['to_s']:g} s into it"
+    counted = [f"{j['tokens']} tokens counted"] if j["tokens"] is not None else []
+    if j["clock_steps"] is not None:
+        counted.append(f"the rate over {j['clock_steps']} clock steps")
+    line += f", {', '.join(counted)}" if counted else ""
+    r = s.rolling_5s
+    if r is not None and r.tokens is not None:
+        line += (f"; the last {ROLLING_S:g} s alone read {r.tokens.ms_per_token:.4g} ms/token, "
+                 f"{r.diagnosis.ceiling.upper()}")
+    return line
+
+
+def _r(x: float | None) -> float | None:
+    return round(x, 3) if x is not None else None

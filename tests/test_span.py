@@ -1,0 +1,141 @@
+"""A summary says what it covers, and covers what was asked: the whole recording, the seconds attached, or the
+last S seconds (--last); the rolling 5 s beside it. Verbs that compare two runs refuse or say where the runs are
+not alike, rather than guessing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from decodemon.monitor import api
+from decodemon.monitor.session import SPAN_NS
+from decodemon.monitor.span import ROLLING_S
+from tests.conftest import DATA, REC, Engine, assert_one_line_error, cli
+
+
+def replay_json(path, *more):
+    r = cli("replay", path, "--json", *more, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_the_rolling_span_is_the_sessions():
+    assert ROLLING_S == SPAN_NS / 1e9
+
+
+def test_replay_json_covers_the_whole_recording_and_says_so_first():
+    whole = replay_json(REC["eager"])
+    assert next(iter(whole)) == "span"
+    span = whole["span"]
+    # h200_eager.dmon: 21.16 s, 912 tokens, all of them counted (the last 5 s alone hold 217)
+    assert span["covers"] == "whole" and span["seconds"] == pytest.approx(21.159, abs=1e-3)
+    assert span["from_s"] == 0 and span["to_s"] == pytest.approx(span["seconds"])
+    assert span["tokens"] == whole["tokens"] == 912 and span["clock_steps"] == whole["clock_steps"] == 911
+    assert span["to_unix_s"] - span["from_unix_s"] == pytest.approx(span["seconds"], abs=2e-3)
+    # the last 5 s beside it, the same figures --last 5 gives
+    last = replay_json(REC["eager"], "--last", 5)
+    assert last["span"]["covers"] == "last" and last["span"]["seconds"] == 5.0 and last["rolling_5s"] is None
+    assert last["span"]["tokens"] == 217 and last["clock_steps"] == 216
+    roll = whole["rolling_5s"]
+    for k in ("ms_per_token", "ms_per_token_p90", "tokens_per_s", "clock_steps", "gpu_busy_pct", "verdict"):
+        assert roll[k] == last[k], k
+    assert roll["seconds"] == 5.0 and roll["ms_per_token"] == pytest.approx(20.4039, abs=1e-3)
+    assert whole["ms_per_token"] == pytest.approx(20.1569, abs=1e-3)  # the median of all 911 steps
+
+
+def test_the_api_covers_the_whole_recording_unless_told_the_last_seconds():
+    whole, last = api.replay(REC["graph"]), api.replay(REC["graph"], last_s=5)
+    assert whole.snapshot.span_whole and whole.snapshot.span_s == pytest.approx(15.165, abs=1e-3)
+    assert whole.snapshot.tokens.tokens == 3559 and last.snapshot.tokens.tokens < 3559
+    assert last.ms_per_token == pytest.approx(3.9108, abs=1e-3)  # the pinned rolling figure
+
+
+def test_the_report_says_first_what_it_covers(tmp_path):
+    r = cli("report", REC["graph"], timeout=120)
+    assert r.returncode == 0, r.stderr
+    head = r.stdout.splitlines()[:6]
+    assert head[4].startswith("Covers the whole recording: 15.165 s, 0–15.165 s into it, 3560 tokens counted, "
+                              "the rate over 3559 clock steps; the last 5 s alone read"), head
+    r = cli("report", REC["graph"], "--last", 5, timeout=120)
+    assert r.stdout.splitlines()[4].startswith("Covers the last 5 s of the recording: 5 s, 10.165–15.165 s into it")
+
+
+@pytest.mark.parametrize("verb", ["replay", "attach", "compare", "record", "report"])
+def test_the_help_says_what_a_summary_covers(verb):
+    r = cli(verb, "--help")
+    assert r.returncode == 0 and "--last S" in r.stdout
+    assert "whole" in r.stdout.replace("\n", " ")
+
+
+@pytest.mark.parametrize("args", [["replay", REC["eager"], "--last", 5],  # the app has no summary to pick for
+                                  ["replay", REC["eager"], "--json", "--last", 0],
+                                  ["replay", REC["eager"], "--json", "--last", "nan"],
+                                  ["replay", REC["eager"], "--json", "--at", 999],
+                                  ["report", REC["eager"], "--last", "-1"]])
+def test_a_bad_span_is_one_line(args):
+    assert_one_line_error(cli(*args))
+
+
+def test_attach_json_summarises_the_seconds_asked_for():
+    e = Engine()
+    try:
+        r = cli("attach", e.pid, "--json", "--seconds", 7, timeout=120)
+        assert r.returncode == 0, r.stderr
+        j = json.loads(r.stdout)
+        assert next(iter(j)) == "span" and j["span"]["covers"] == "whole"
+        assert j["span"]["seconds"] > 6.0, j["span"]  # the 7 s asked, not the last 5
+        assert j["span"]["tokens"] == j["tokens"] and j["rolling_5s"]["seconds"] == 5.0
+        assert j["rolling_5s"]["clock_steps"] < j["clock_steps"]
+    finally:
+        e.stop()
+
+
+def test_scaling_refuses_an_n_its_recording_contradicts():
+    r = cli("scaling", DATA / "h200_tp1_eager_rank0.dmon", DATA / "h200_tp2_eager_rank0.dmon", "--n", 8, timeout=120)
+    assert_one_line_error(r)
+    assert "--n 8 contradicts" in r.stderr and "tp_degree 2" in r.stderr
+    r = cli("scaling", DATA / "h200_tp1_eager_rank0.dmon", DATA / "h200_tp2_eager_rank0.dmon", "--n", 2, "--json",
+            timeout=120)
+    assert r.returncode == 0 and json.loads(r.stdout)["n"] == 2
+
+
+def test_scaling_matches_one_model_under_two_names_by_its_facts():
+    # transformers' Qwen3ForCausalLM at TP=1 and the demo engine's qwen3-0.6b at TP=2: 28 layers, hidden 1024
+    r = cli("scaling", DATA / "h200_hf_generate_eager.dmon", DATA / "h200_tp2_eager_rank0.dmon", "--json",
+            timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["n"] == 2
+    # one name, another model: the narrowed step's weights are no TP=1 run of the TP=2 model's
+    r = cli("scaling", DATA / "h200_narrow12_graph.dmon", DATA / "h200_tp2_eager_rank0.dmon", timeout=120)
+    assert_one_line_error(r)
+    assert "weights" in r.stderr
+    r = cli("scaling", DATA / "h200_tp1_graph_llama8b_rank0.dmon", DATA / "h200_tp2_eager_rank0.dmon", timeout=120)
+    assert_one_line_error(r)
+    assert "layers 32 against 28" in r.stderr
+
+
+def test_compare_says_when_the_model_differs_and_never_prints_none(tmp_path):
+    r = cli("compare", REC["eager"], DATA / "h200_llama8b_graph.dmon", "--json", timeout=120)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert "layers 28 against 32" in d["differ"]["model"] and "device" not in d["differ"]
+    assert "the model differs between A and B" in d["b_over_a_of"]["ms_per_token"]
+    assert "decodemon compare: the model differs" in r.stderr  # in words too
+    assert "None" not in json.dumps(d["b_over_a_of"])
+    same = json.loads(cli("compare", REC["eager"], REC["graph"], "--json", timeout=120).stdout)
+    assert same["differ"] is None and same["a"]["span"]["covers"] == "whole"
+
+
+def test_compare_names_a_missing_instrument_rather_than_none():
+    from decodemon.monitor.cli.compare import compare_json
+    from decodemon.monitor.sources import collect_recording
+    from decodemon.monitor.span import summary_snapshot
+    import dataclasses
+
+    a = summary_snapshot(collect_recording(REC["eager"]))
+    b = summary_snapshot(collect_recording(REC["graph"]))
+    blind = dataclasses.replace(a, gpu_busy_pct=None, device="cpu", sm_count=0)
+    d = compare_json(blind, b)
+    assert "A from no instrument" in d["b_over_a_of"]["gpu_busy_pct"] and "None" not in str(d["b_over_a_of"])
+    assert d["differ"]["device"].startswith("A ran on cpu (0 SMs), B on NVIDIA H200 (132 SMs)")
