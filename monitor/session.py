@@ -398,7 +398,9 @@ class Session:
         # more blocks do not shorten (fusing it does): the longer calls lead, as the ones widening could speed up
         rows = sorted((r for r in (last.kernels if last else ()) if r.grid_coverage_pct < 25 and not r.is_collective),
                       key=lambda r: (r.us_mean < dx.SHORT_KERNEL_US, -r.us_per_token))
-        small = [(r.short_name, r.grid_blocks, r.us_per_token) for r in rows]
+        small = [(r.label, r.grid_blocks, r.us_per_token) for r in rows]
+        short = [r for r in rows if r.us_mean < dx.SHORT_KERNEL_US]
+        coll_small = sum(1 for r in (last.kernels if last else ()) if r.grid_coverage_pct < 25 and r.is_collective)
         coll_calls = _median([w.collective_calls_per_token for w in wins]) if wins else None
         with_coll = [w for w in wins if w.collective_calls_per_token]
         # the idle a collective adds around itself needs its launch calls, except inside a graph: an eager window
@@ -427,8 +429,10 @@ class Session:
             kernel_sum_ms_per_token=ksum,
             gpu_busy_pct=busy, sm_active_pct=pm_avg.get("sm_active_pct"),
             small_grid_share_pct=_median([w.small_grid_share_pct for w in wins]) if wins else None,
-            hot_small_grids=tuple(small[:5]), sm_count=gpu.sm_count if gpu else 0,
-            top_kernel=(last.kernels[0].short_name, last.kernels[0].us_per_token) if last and last.kernels else None,
+            hot_small_grids=tuple(small[:5]), small_grids_long=len(rows) - len(short) if last else None,
+            small_grids_short=(len(short), sum(r.us_per_token for r in short)), small_grid_collectives=coll_small,
+            sm_count=gpu.sm_count if gpu else 0,
+            top_kernel=(last.kernels[0].label, last.kernels[0].us_per_token) if last and last.kernels else None,
             graph_launches_per_token=_median([w.graph_launches_per_token for w in wins]) if wins else None,
             dram_gbs=dram_bps / 1e9 if dram_bps else None, ranks=model.tp_degree if model else None,
             no_gpu=gpu is None and bool((f.hello and f.hello.gpu_unavailable)

@@ -48,9 +48,11 @@ def collectives_json(s: Snapshot) -> dict | None:
 
 
 def kernel_rows_json(w: WindowMetrics | None, sm_count: int, kernels: int = 15) -> list[dict]:
-    """The window's hottest `kernels` rows of the kernel table: time, grid against the SMs, occupancy."""
+    """The window's hottest `kernels` rows of the kernel table: time, grid against the SMs, occupancy. `label` is the
+    row's name on the screen and in DIAGNOSIS: `name` (the short name) with what tells it from another row of that
+    name, where two share one."""
     return [
-        {"name": r.short_name, "full_name": r.name, "calls_per_token": round(r.calls_per_token, 2),
+        {"name": r.short_name, "label": r.label, "full_name": r.name, "calls_per_token": round(r.calls_per_token, 2),
          "us_mean": round(r.us_mean, 2), "us_per_token": round(r.us_per_token, 1),
          "grid_blocks": r.grid_blocks, "block_threads": r.block_threads,
          "grid_vs_sms": f"{r.grid_blocks}/{sm_count}", "grid_coverage_pct": round(r.grid_coverage_pct, 1),

@@ -125,7 +125,7 @@ def diagnosis_markdown(s: Snapshot) -> str:
                 "| kernel | calls/token | µs/token | idle-SM µs/token | grid | SM coverage | occupancy |",
                 "|---|---|---|---|---|---|---|"]
         for r in sorted(w.kernels, key=lambda r: -r.idle_sm_us_per_token)[:5]:
-            out.append(f"| {markdown_code(r.short_name, cell=True)} | {r.calls_per_token:.1f} "
+            out.append(f"| {markdown_code(r.label, cell=True)} | {r.calls_per_token:.1f} "
                        f"| {r.us_per_token:.0f} "
                        f"| {r.idle_sm_us_per_token:.0f} | {r.grid_blocks}/{s.sm_count} "
                        f"| {r.grid_coverage_pct:.0f}% | {r.occupancy_pct:.0f}% |")
