@@ -267,8 +267,8 @@ def _launch_priced(i: Inputs, floor: float | None) -> tuple[Candidate, float | N
         waited = i.collective_wait_ms_per_token or 0.0
         detail = (f"{idle:.3g} ms/token no kernel explains ({100 * idle_share:.0f}% of the step"
                   + (f", {waited:.3g} ms of it collectives waiting for a late peer"
-                     if peer_wait_named(waited, i.ms_per_token) else "") + f") over {n:.0f} launches = {per:.3g} µs each; "
-                  + ("the step is a replayed CUDA graph: the host launches it once a step" if graphed
+                     if peer_wait_named(waited, i.ms_per_token) else "") + f") over {n:.0f} kernels = {per:.3g} µs each; "
+                  + (f"the step is a replayed CUDA graph: the host launches its {n:.0f} kernels in one graph launch" if graphed
                      else f"eager host launches cost {lo:g}–{hi:g} µs"))
         return Candidate(per, "µs/launch", thr, state, detail), per
     if floor is not None:  # the idle estimated as the step the bandwidth floor leaves unexplained
@@ -339,9 +339,10 @@ def _hot_small_grids(i: Inputs) -> str:
 def _occupancy(i: Inputs, bw_ratio: float | None = None) -> Candidate:
     # GPU busy here is the traced kernels' share of the step where a window has them (the screen's OCCUPANCY
     # inputs say so where that share and PM's busy fall on two sides of 50%)
-    thr = (f"GPU busy ≥50% (the traced kernels' share of the step, else PM's) and either "
+    thr = (f"kernel share ≥50% of the step (traced kernels' time ÷ ms/token; with no traced window, PM's GPU busy) "
+           f"and either "
            f"≥{OCCUPANCY_SMALL_SHARE_PCT:g}% of kernel time in grids under 25% of the SMs or SM active < half of "
-           "GPU busy binds; < 10% in small grids (SM active ≥ 80% of busy) ruled out")
+           "PM's GPU busy binds; < 10% in small grids (SM active ≥ 80% of busy) ruled out")
     if i.small_grid_share_pct is None:
         return _occupancy_by_counters(i, thr, bw_ratio)
     ratio = None
@@ -360,7 +361,7 @@ def _occupancy(i: Inputs, bw_ratio: float | None = None) -> Candidate:
     if i.kernel_sum_ms_per_token is not None and i.ms_per_token:
         step_busy = min(100.0, 100.0 * i.kernel_sum_ms_per_token / i.ms_per_token)
     if step_busy is not None and step_busy < 50:
-        where = "" if step_busy == busy else f" (the traced kernels fill {step_busy:.0f}% of it)"
+        where = "" if step_busy == busy else f" (the kernel share is {step_busy:.0f}% of it)"
         return Candidate(i.small_grid_share_pct, "% kernel time in small grids", thr, UNKNOWN,
                          detail + f"; the GPU is idle most of the step{where}, so grids are not yet what binds")
     small = i.small_grid_share_pct >= OCCUPANCY_SMALL_SHARE_PCT

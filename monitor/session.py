@@ -387,9 +387,10 @@ class Session:
             bw, bw_src = peak, (f"NVML peak (a spec figure: the copy measured {self.copy_gbs:.0f} GB/s, under "
                                 f"{COPY_PLAUSIBLE:.0%} of it, on a GPU the loop kept busy)")
         elif self.copy_gbs:
-            bw, bw_src = self.copy_gbs, "measured copy (decodemon, this device and driver)"
+            bw, bw_src = self.copy_gbs, "measured copy (decodemon's own, this device and driver)"
         elif model and model.measured_bandwidth_gbs:
-            bw, bw_src = model.measured_bandwidth_gbs, "measured copy (engine)"
+            bw, bw_src = (model.measured_bandwidth_gbs,
+                          "measured copy (the engine adapter's: the engine timed its own copy)")
         elif gpu and gpu.mem_bandwidth_gbs:
             bw, bw_src = gpu.mem_bandwidth_gbs, "NVML peak (a spec figure, not measured)"
         last = wins[-1] if wins else None
@@ -446,7 +447,7 @@ class Session:
         """Where the GPU busy figure comes from."""
         # without PM: the traced window's kernel time over the loop's own ms/token (the traced step is stretched by
         # tracing), so the label names both
-        return "PM counters (device-wide)" if len(self.feed.pm) else "traced kernel time ÷ ms/token"
+        return "PM counters (device-wide)" if len(self.feed.pm) else "the kernel share (traced kernel time ÷ ms/token)"
 
     def _diagnose(self, rx_ns: int):
         inp, ts, last, pm_avg, *_ = self._inputs(max(rx_ns - SPAN_NS, 0))

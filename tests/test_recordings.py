@@ -97,7 +97,8 @@ def test_graph_report_names_the_small_grid_kernels(tmp_path):
     assert "Binding ceiling: **OCCUPANCY**" in md
     assert "native::elementwise_kernel" in md and "/132" in md
     assert "would prove this wrong" in md
-    assert "the same 1 PM sample: GPU busy 100.0% from the counter, 95.7% from the traced kernels" in md
+    assert ("the same 1 PM sample: GPU busy 100.0% from PM's counter, traced-token busy 95.7% (the traced kernels' "
+            "union)") in md
 
 
 def test_bandwidth_by_construction_8b_graph():
@@ -133,7 +134,7 @@ def test_kernel_share_of_the_step_is_shown_beside_pm_busy(graph, eager):
     share = 100 * graph["kernel_sum_ms_per_token"] / graph["ms_per_token"]
     assert graph["kernel_share_of_step_pct"] == pytest.approx(min(100.0, share), abs=0.1)
     # eager recording without PM: busy is that same kernel share, so the two figures coincide
-    assert eager["gpu_busy_source"] == "traced kernel time ÷ ms/token"
+    assert eager["gpu_busy_source"] == "the kernel share (traced kernel time ÷ ms/token)"
     assert eager["kernel_share_of_step_pct"] == pytest.approx(eager["gpu_busy_pct"], abs=0.1)
 
 

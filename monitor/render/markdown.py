@@ -37,7 +37,8 @@ def _per_launch(s: Snapshot) -> str:
     per, n = s.diagnosis.us_per_launch, s.inputs.launches_per_token if s.inputs is not None else None
     if per is None or not n:
         return ""
-    return f"{n:.0f} kernels/token counted as launches"
+    graphed = s.window is not None and s.window.graph_launches_per_token >= 1
+    return f"{n:.0f} kernels/token" + (" (replayed in graph launches, not launched one by one)" if graphed else "")
 
 
 def _busy(s: Snapshot) -> list[str]:
@@ -75,13 +76,13 @@ def _figures(s: Snapshot) -> list[str]:
         out.append(_launches(s))
     over = _per_launch(s)
     if over:
-        out.append(f"- {d.us_per_launch:.2f} µs idle per launch, over {over}")
+        out.append(f"- {d.us_per_launch:.2f} µs idle per kernel, over {over}")
     out += _busy(s)
     if s.pm_check is not None:
         c = s.pm_check
         n = f"{c.samples} PM sample" + ("s" if c.samples != 1 else "")
         out.append(f"- over the traced tokens, the same {n}: GPU busy {c.pm_busy_pct:.1f}% from "
-                   f"the counter, {c.traced_busy_pct:.1f}% from the traced kernels")
+                   f"PM's counter, traced-token busy {c.traced_busy_pct:.1f}% (the traced kernels' union)")
     if d.bandwidth_floor_ms is not None:
         out.append(f"- bandwidth floor {d.bandwidth_floor_ms:.3f} ms/token "
                    f"({(s.bytes_per_token or 0) / 1e9:.3f} GB/token at {s.bandwidth_gbs:.0f} GB/s, "
