@@ -54,10 +54,10 @@ words, each with one meaning:
   GPU busy     the share of the step the GPU runs a kernel: PM's
                counter where PM samples (device-wide), else the
                kernel share stands in; its source is named beside it
-  kernel share the traced kernels' time ÷ the loop's median ms/token
-               (--json kernel_share_of_step_pct): the busy LAUNCH's
-               idle and OCCUPANCY's 50% rule read where a window is
-               traced, PM's GPU busy where none is
+  kernel share  the traced kernels' time ÷ the loop's median
+               ms/token (--json kernel_share_of_step_pct): the busy
+               LAUNCH's idle and OCCUPANCY's 50% rule read where a
+               window is traced, PM's GPU busy where none is
   traced-token busy  the traced kernels' union over the traced tokens'
                own time, which tracing stretches, so it reads lower
                (--json traced_token_busy_pct; traced_gpu_busy_pct is
