@@ -157,3 +157,13 @@ def test_the_readmes_screenshot_is_what_the_demo_draws_now():
     now = screenshots.svg_lines(asyncio.run(screenshots.replay_svg()))
     committed = screenshots.svg_lines(screenshots.REPLAY_SVG.read_text())
     assert committed == now, "docs/img/demo_replay.svg drifted: python benchmarks/screenshots.py --replay docs/img"
+
+
+def test_kernels_of_one_short_name_that_are_not_mangled_are_labelled_by_their_full_names():
+    from decodemon.monitor.analysis.names import kernel_tags, tagged
+
+    names = [("k1 [x]", "[x]", 8), ("k2 [x]", "[x]", 8), ("solo", "solo", 4)]
+    assert [tagged(s, t, f) for (f, s, _), t in zip(names, kernel_tags(names))] == ["k1 [x]", "k2 [x]", "solo"]
+    alike = [("_ZN2at6native6kernelILi4EEEvv", "native::kernel", 2),
+             ("_ZN2at6native6kernelILi8EEEvv", "native::kernel", 4)]
+    assert kernel_tags(alike) == ["grid 2", "grid 4"]  # no template word tells them apart: their grids do

@@ -136,7 +136,7 @@ def kernel_table(rec: TracedRecords, sm_count: int, cc: str = "9.0") -> tuple[Ke
         ))
     rows.sort(key=lambda r: -r.us_per_token)
     tags = kernel_tags([(r.name, r.short_name, r.grid_blocks) for r in rows])
-    return tuple(replace(r, label=tagged(r.short_name, t)) for r, t in zip(rows, tags))
+    return tuple(replace(r, label=tagged(r.short_name, t, r.name)) for r, t in zip(rows, tags))
 
 
 def small_grid_share_pct(rows: tuple[KernelRow, ...]) -> float:

@@ -140,13 +140,18 @@ def kernel_tags(names: list[tuple[str, str, int]]) -> list[str]:
     """For kernels given as (full name, short name, grid blocks), in table order: the few characters that tell apart
     two that share a short name (three `native::elementwise_kernel`s): their template arguments shortened (two
     words: one alone can mislead), where those leave two alike or say nothing their grids too, and where those are
-    alike too their places in the table; "" for a kernel whose short name is its own."""
+    alike too their places in the table; where none of them is mangled, their full names; "" for a kernel whose short
+    name is its own."""
     tags = [""] * len(names)
     groups: dict[str, list[int]] = {}
     for k, (_, short, _) in enumerate(names):
         groups.setdefault(short, []).append(k)
     for members in groups.values():
         if len(members) < 2:
+            continue
+        if not any(names[k][0].startswith("_Z") for k in members):  # names to read, each its own: said whole
+            for k in members:
+                tags[k] = names[k][0]
             continue
         cand = [",".join(template_words(names[k][0])[:2]) for k in members]
         cand = (_settle(cand, [""] * len(members)) or _settle(cand, [f"grid {names[k][2]}" for k in members])
@@ -156,6 +161,7 @@ def kernel_tags(names: list[tuple[str, str, int]]) -> list[str]:
     return tags
 
 
-def tagged(short: str, tag: str) -> str:
-    """A kernel's label: its short name, with the tag that tells it from another of that name."""
-    return f"{short}<{tag}>" if tag else short
+def tagged(short: str, tag: str, full: str = "") -> str:
+    """A kernel's label: its short name, with the tag that tells it from another of that name (the full name
+    itself where the tag is that: a name that is not mangled)."""
+    return tag if tag and tag == full else f"{short}<{tag}>" if tag else short

@@ -47,6 +47,8 @@ def kernel_label(short: str, full: str, width: int, label: str = "") -> str:
     the short name cut before it. Otherwise the full name when it fits, else the short one, cut with an ellipsis. A
     mangled full name (`_ZN2at6native…`) is not a name to read: the short one stands for it."""
     tag = label[len(short):] if label.startswith(short) else ""
+    if label and not tag and label != short:  # a full name that tells it from another of its short name
+        return label if len(label) <= width else label[: width - 1] + "…"
     if tag:
         if len(label) <= width:
             return label
