@@ -268,8 +268,8 @@ def _launch_priced(i: Inputs, floor: float | None) -> tuple[Candidate, float | N
         detail = (f"{idle:.3g} ms/token no kernel explains ({100 * idle_share:.0f}% of the step"
                   + (f", {waited:.3g} ms of it collectives waiting for a late peer"
                      if peer_wait_named(waited, i.ms_per_token) else "") + f") over {n:.0f} kernels = {per:.3g} µs each; "
-                  + (f"the step is a replayed CUDA graph: the host launches its {n:.0f} kernels in one graph launch" if graphed
-                     else f"eager host launches cost {lo:g}–{hi:g} µs"))
+                  + (f"the step is a replayed CUDA graph: the host launches its {n:.0f} kernels in one graph launch"
+                     if graphed else f"eager host launches cost {lo:g}–{hi:g} µs"))
         return Candidate(per, "µs/launch", thr, state, detail), per
     if floor is not None:  # the idle estimated as the step the bandwidth floor leaves unexplained
         gap = max(i.ms_per_token - floor, 0.0)
@@ -328,8 +328,8 @@ def _hot_small_grids(i: Inputs) -> str:
         if i.small_grids_long > len(listed) else []
     n, us = i.small_grids_short
     if n:
-        left.append(f"{n} kernel{'s' if n > 1 else ''} of calls under {SHORT_KERNEL_US:g} µs ({us:.0f} µs/token), held by their fixed latency, "
-                    "which more blocks do not shorten")
+        left.append(f"{n} kernel{'s' if n > 1 else ''} of calls under {SHORT_KERNEL_US:g} µs ({us:.0f} µs/token), "
+                    "held by their fixed latency, which more blocks do not shorten")
     if i.small_grid_collectives:
         left.append(f"{i.small_grid_collectives} collective{'s' if i.small_grid_collectives > 1 else ''} "
                     "(COMM prices them)")

@@ -121,7 +121,8 @@ def template_words(name: str) -> tuple[str, ...]:
                 all(c.isalnum() or c == "_" for c in word):
             i = j + n
             short = _shortened(word)
-            if n >= 3 and word[0].isalpha() and not _REFERENCE.search(word) and word not in head and word not in _PLUMBING and short not in out:
+            readable = n >= 3 and word[0].isalpha() and not _REFERENCE.search(word)
+            if readable and word not in head and word not in _PLUMBING and short not in out:
                 out.append(short)
         else:
             i += 1
