@@ -1,7 +1,9 @@
 """The live screen on a GPU machine, saved as SVG, and the monitor's own CPU cost.
 
     source benchmarks/device_setup.sh && python benchmarks/screenshots.py OUTDIR
-    python benchmarks/screenshots.py --replay OUTDIR      # any machine: the README's demo_replay.svg
+    python benchmarks/screenshots.py --replay docs/img    # any machine: the README's demo_replay.svg, redrawn
+                                                          # from the bundled recordings (tests/test_demo_screenshot.py
+                                                          # fails when the committed one drifts from it)
 
 1. Two demo engines (eager, graph) on the one GPU; `compare` on both, live, headless at 160x50 for 12 s; the
    screen is saved as OUTDIR/h200_live_compare.svg.
@@ -12,21 +14,32 @@
 from __future__ import annotations
 
 import asyncio
+import html
 import json
+import re
 import resource
 import sys
 import time
 from pathlib import Path
 
 from decodemon.monitor.app import DecodemonApp
-from decodemon.monitor.player import LivePlayer
-from decodemon.monitor.demo import spawn_engine
 
-OUT = Path([a for a in sys.argv[1:] if a != "--replay"][0] if len(sys.argv) > 1 else "out")
-OUT.mkdir(parents=True, exist_ok=True)
+# the README's screenshot: `decodemon demo` with no GPU, the bundled H200 recordings side by side, paused this far in
+REPLAY_AT_S = 6.0
+REPLAY_SIZE = (160, 50)
+REPLAY_SVG = Path(__file__).parents[1] / "docs" / "img" / "demo_replay.svg"
+
+
+def out_dir() -> Path:
+    """OUTDIR from the command line (default: out), made."""
+    out = Path([a for a in sys.argv[1:] if a != "--replay"][0] if len(sys.argv) > 1 else "out")
+    out.mkdir(parents=True, exist_ok=True)
+    return out
 
 
 def start(mode):
+    from decodemon.monitor.demo import spawn_engine
+
     return spawn_engine(["--mode", mode, "--tokens", "0"])
 
 
@@ -41,26 +54,53 @@ async def shoot(players, seconds, name, size=(160, 50)):
         c0, t0 = cpu_s(), time.monotonic()
         await asyncio.sleep(seconds)
         c1, t1 = cpu_s(), time.monotonic()
-        app.save_screenshot(filename=name, path=str(OUT))
+        app.save_screenshot(filename=name, path=str(out_dir()))
         await pilot.press("q")
     return (c1 - c0) / (t1 - t0)
 
 
-def replay_shot():
-    """`decodemon demo` with no GPU: the bundled H200 recordings side by side, 6 s in, at 160x50."""
+def replay_app() -> DecodemonApp:
+    """`decodemon demo` with no GPU: the bundled H200 recordings side by side, paused REPLAY_AT_S in (a still
+    the test can draw again and hold the committed screenshot to)."""
     from decodemon.monitor.demo import bundled_recordings
     from decodemon.monitor.player import make_player
 
     eager, graph = bundled_recordings()
     players = [make_player(eager, label="eager (H200)"), make_player(graph, label="graph (H200)")]
-    asyncio.run(shoot(players, 6, "demo_replay.svg"))
+    return DecodemonApp(players, start_at_s=REPLAY_AT_S, paused=True)
+
+
+async def replay_svg() -> str:
+    """The demo's screen at REPLAY_SIZE as SVG, as the README shows it."""
+    app = replay_app()
+    async with app.run_test(size=REPLAY_SIZE) as pilot:
+        await pilot.pause()
+        return app.export_screenshot()
+
+
+def svg_lines(svg: str) -> list[str]:
+    """The text an SVG screenshot shows, line by line (its runs joined by row), styles and ids left out."""
+    rows: dict[float, list[tuple[float, str]]] = {}
+    for attrs, body in re.findall(r"<text([^>]*)>(.*?)</text>", svg, re.S):
+        x, y = (float(re.search(fr'\b{k}="([-\d.]+)"', attrs).group(1)) for k in ("x", "y"))
+        rows.setdefault(y, []).append((x, html.unescape(body).replace("\u00a0", " ")))
+    return [re.sub(r"\s+$", "", "".join(t for _, t in sorted(runs))) for _, runs in sorted(rows.items())]
+
+
+def replay_shot(out: Path) -> Path:
+    """Write the README's demo_replay.svg into `out`."""
+    path = out / "demo_replay.svg"
+    path.write_text(asyncio.run(replay_svg()))
+    return path
 
 
 def main():
     if "--replay" in sys.argv[1:2]:
-        return replay_shot()
+        return print(replay_shot(out_dir()))
     res = {}
     (pe, eager), (pg, graph) = start("eager"), start("graph")
+    from decodemon.monitor.player import LivePlayer
+
     res["compare_cpu_fraction"] = asyncio.run(shoot(
         [LivePlayer(eager, label=f"eager pid {eager}"), LivePlayer(graph, label=f"graph pid {graph}")],
         12, "h200_live_compare.svg"))
@@ -71,7 +111,7 @@ def main():
     pg.terminate()
     pg.wait(timeout=30)
     res["date"] = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-    (OUT / "monitor_cpu.json").write_text(json.dumps(res, indent=1))
+    (out_dir() / "monitor_cpu.json").write_text(json.dumps(res, indent=1))
     print(json.dumps(res))
 
 

@@ -75,7 +75,12 @@ class Inputs:
     gpu_busy_pct: float | None = None
     sm_active_pct: float | None = None
     small_grid_share_pct: float | None = None
-    hot_small_grids: tuple[tuple[str, int, float], ...] = ()  # (kernel, grid blocks, µs/token)
+    hot_small_grids: tuple[tuple[str, int, float], ...] = ()  # (kernel, grid blocks, µs/token), longer calls first
+    # of the small grids (collectives aside): how many have calls of SHORT_KERNEL_US or more (hot_small_grids lists
+    # those first; None: not told), and the kernels and µs/token of those with shorter calls, held by latency
+    small_grids_long: int | None = None
+    small_grids_short: tuple[int, float] = (0, 0.0)
+    small_grid_collectives: int = 0  # collectives with small grids: left out of the share, COMM prices them
     sm_count: int = 0
     top_kernel: tuple[str, float] | None = None  # (name, µs/token)
     graph_launches_per_token: float | None = None  # ≥ 1: the step is already replayed as CUDA graph(s)
@@ -262,9 +267,9 @@ def _launch_priced(i: Inputs, floor: float | None) -> tuple[Candidate, float | N
         waited = i.collective_wait_ms_per_token or 0.0
         detail = (f"{idle:.3g} ms/token no kernel explains ({100 * idle_share:.0f}% of the step"
                   + (f", {waited:.3g} ms of it collectives waiting for a late peer"
-                     if peer_wait_named(waited, i.ms_per_token) else "") + f") over {n:.0f} launches = {per:.3g} µs each; "
-                  + ("the step is a replayed CUDA graph: the host launches it once a step" if graphed
-                     else f"eager host launches cost {lo:g}–{hi:g} µs"))
+                     if peer_wait_named(waited, i.ms_per_token) else "") + f") over {n:.0f} kernels = {per:.3g} µs each; "
+                  + (f"the step is a replayed CUDA graph: the host launches its {n:.0f} kernels in one graph launch"
+                     if graphed else f"eager host launches cost {lo:g}–{hi:g} µs"))
         return Candidate(per, "µs/launch", thr, state, detail), per
     if floor is not None:  # the idle estimated as the step the bandwidth floor leaves unexplained
         gap = max(i.ms_per_token - floor, 0.0)
@@ -312,19 +317,39 @@ def _occupancy_by_counters(i: Inputs, thr: str, bw_ratio: float | None = None) -
     return Candidate(100 * ratio, "% SM active of GPU busy", thr, state, detail)
 
 
+def _hot_small_grids(i: Inputs) -> str:
+    """The small grids widening could speed up, named as the kernel table names them, and what the list leaves out
+    and why: kernels of calls under SHORT_KERNEL_US (held by their fixed latency), collectives (COMM's)."""
+    listed = i.hot_small_grids[:3] if i.small_grids_long is None else i.hot_small_grids[:min(3, i.small_grids_long)]
+    hot = ", ".join(f"{n} grid={g} ({us:.0f} µs/token)" for n, g, us in listed)
+    if i.small_grids_long is None:
+        return hot
+    left = [f"{i.small_grids_long - len(listed)} more kernels of calls ≥{SHORT_KERNEL_US:g} µs"] \
+        if i.small_grids_long > len(listed) else []
+    n, us = i.small_grids_short
+    if n:
+        left.append(f"{n} kernel{'s' if n > 1 else ''} of calls under {SHORT_KERNEL_US:g} µs ({us:.0f} µs/token), "
+                    "held by their fixed latency, which more blocks do not shorten")
+    if i.small_grid_collectives:
+        left.append(f"{i.small_grid_collectives} collective{'s' if i.small_grid_collectives > 1 else ''} "
+                    "(COMM prices them)")
+    return (hot or f"none of calls ≥{SHORT_KERNEL_US:g} µs") + (f"; not listed: {', '.join(left)}" if left else "")
+
+
 def _occupancy(i: Inputs, bw_ratio: float | None = None) -> Candidate:
     # GPU busy here is the traced kernels' share of the step where a window has them (the screen's OCCUPANCY
     # inputs say so where that share and PM's busy fall on two sides of 50%)
-    thr = (f"GPU busy ≥50% (the traced kernels' share of the step, else PM's) and either "
+    thr = (f"kernel share ≥50% of the step (traced kernels' time ÷ ms/token; with no traced window, PM's GPU busy) "
+           f"and either "
            f"≥{OCCUPANCY_SMALL_SHARE_PCT:g}% of kernel time in grids under 25% of the SMs or SM active < half of "
-           "GPU busy binds; < 10% in small grids (SM active ≥ 80% of busy) ruled out")
+           "PM's GPU busy binds; < 10% in small grids (SM active ≥ 80% of busy) ruled out")
     if i.small_grid_share_pct is None:
         return _occupancy_by_counters(i, thr, bw_ratio)
     ratio = None
     if i.sm_active_pct is not None and i.gpu_busy_pct:
         ratio = i.sm_active_pct / i.gpu_busy_pct
     busy = i.gpu_busy_pct
-    hot = ", ".join(f"{n} grid={g} ({us:.0f} µs/token)" for n, g, us in i.hot_small_grids[:3])
+    hot = _hot_small_grids(i)
     detail = f"{i.small_grid_share_pct:.0f}% of kernel time in grids < 25% of {i.sm_count or '?'} SMs"
     if ratio is not None:
         detail += f"; SM active {i.sm_active_pct:.0f}% vs GPU busy {busy:.0f}%"
@@ -336,7 +361,7 @@ def _occupancy(i: Inputs, bw_ratio: float | None = None) -> Candidate:
     if i.kernel_sum_ms_per_token is not None and i.ms_per_token:
         step_busy = min(100.0, 100.0 * i.kernel_sum_ms_per_token / i.ms_per_token)
     if step_busy is not None and step_busy < 50:
-        where = "" if step_busy == busy else f" (the traced kernels fill {step_busy:.0f}% of it)"
+        where = "" if step_busy == busy else f" (the kernel share is {step_busy:.0f}% of it)"
         return Candidate(i.small_grid_share_pct, "% kernel time in small grids", thr, UNKNOWN,
                          detail + f"; the GPU is idle most of the step{where}, so grids are not yet what binds")
     small = i.small_grid_share_pct >= OCCUPANCY_SMALL_SHARE_PCT

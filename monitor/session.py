@@ -378,9 +378,10 @@ class Session:
             bw, bw_src = peak, (f"NVML peak (a spec figure: the copy measured {self.copy_gbs:.0f} GB/s, under "
                                 f"{COPY_PLAUSIBLE:.0%} of it, on a GPU the loop kept busy)")
         elif self.copy_gbs:
-            bw, bw_src = self.copy_gbs, "measured copy (decodemon, this device and driver)"
+            bw, bw_src = self.copy_gbs, "measured copy (decodemon's own, this device and driver)"
         elif model and model.measured_bandwidth_gbs:
-            bw, bw_src = model.measured_bandwidth_gbs, "measured copy (engine)"
+            bw, bw_src = (model.measured_bandwidth_gbs,
+                          "measured copy (the engine adapter's: the engine timed its own copy)")
         elif gpu and gpu.mem_bandwidth_gbs:
             bw, bw_src = gpu.mem_bandwidth_gbs, "NVML peak (a spec figure, not measured)"
         last = wins[-1] if wins else None
@@ -389,7 +390,9 @@ class Session:
         # more blocks do not shorten (fusing it does): the longer calls lead, as the ones widening could speed up
         rows = sorted((r for r in (last.kernels if last else ()) if r.grid_coverage_pct < 25 and not r.is_collective),
                       key=lambda r: (r.us_mean < dx.SHORT_KERNEL_US, -r.us_per_token))
-        small = [(r.short_name, r.grid_blocks, r.us_per_token) for r in rows]
+        small = [(r.label, r.grid_blocks, r.us_per_token) for r in rows]
+        short = [r for r in rows if r.us_mean < dx.SHORT_KERNEL_US]
+        coll_small = sum(1 for r in (last.kernels if last else ()) if r.grid_coverage_pct < 25 and r.is_collective)
         coll_calls = _median([w.collective_calls_per_token for w in wins]) if wins else None
         with_coll = [w for w in wins if w.collective_calls_per_token]
         # the idle a collective adds around itself needs its launch calls, except inside a graph: an eager window
@@ -418,8 +421,10 @@ class Session:
             kernel_sum_ms_per_token=ksum,
             gpu_busy_pct=busy, sm_active_pct=pm_avg.get("sm_active_pct"),
             small_grid_share_pct=_median([w.small_grid_share_pct for w in wins]) if wins else None,
-            hot_small_grids=tuple(small[:5]), sm_count=gpu.sm_count if gpu else 0,
-            top_kernel=(last.kernels[0].short_name, last.kernels[0].us_per_token) if last and last.kernels else None,
+            hot_small_grids=tuple(small[:5]), small_grids_long=len(rows) - len(short) if last else None,
+            small_grids_short=(len(short), sum(r.us_per_token for r in short)), small_grid_collectives=coll_small,
+            sm_count=gpu.sm_count if gpu else 0,
+            top_kernel=(last.kernels[0].label, last.kernels[0].us_per_token) if last and last.kernels else None,
             graph_launches_per_token=_median([w.graph_launches_per_token for w in wins]) if wins else None,
             dram_gbs=dram_bps / 1e9 if dram_bps else None, ranks=model.tp_degree if model else None,
             no_gpu=gpu is None and bool((f.hello and f.hello.gpu_unavailable)
@@ -433,7 +438,7 @@ class Session:
         """Where the GPU busy figure comes from."""
         # without PM: the traced window's kernel time over the loop's own ms/token (the traced step is stretched by
         # tracing), so the label names both
-        return "PM counters (device-wide)" if len(self.feed.pm) else "traced kernel time ÷ ms/token"
+        return "PM counters (device-wide)" if len(self.feed.pm) else "the kernel share (traced kernel time ÷ ms/token)"
 
     def _diagnose(self, rx_ns: int):
         inp, ts, last, pm_avg, *_ = self._inputs(max(rx_ns - SPAN_NS, 0))

@@ -61,7 +61,7 @@ def test_a_recordings_header_keeps_the_figure_the_live_attach_priced_the_floor_w
     snap = s.snapshot()
     assert snap.bandwidth_gbs == 4267.7 and snap.bandwidth_source.startswith("measured copy (decodemon")
     old = collect(str(REC["llama8b_graph"])).snapshot()  # recorded before the note: the engine's own copy
-    assert old.bandwidth_source == "measured copy (engine)"
+    assert old.bandwidth_source == "measured copy (the engine adapter's: the engine timed its own copy)"
 
 
 def test_the_cache_keeps_the_best_figure_a_busier_gpu_measures_less(own_dir, monkeypatch):

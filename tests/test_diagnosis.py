@@ -71,7 +71,7 @@ def test_one_diagnosis_reads_the_steps_idle_one_way_for_launch_and_occupancy():
                   small_grid_share_pct=70.3, sm_count=132)
     d = dx.diagnose(i)
     assert d.candidates["launch"].state == dx.BINDING and d.candidates["occupancy"].state == dx.UNKNOWN
-    assert "the traced kernels fill 11% of it" in d.candidates["occupancy"].detail
+    assert "the kernel share is 11% of it" in d.candidates["occupancy"].detail
     busy = dx.diagnose(dx.Inputs(ms_per_token=4.0, launches_per_token=1891, kernel_sum_ms_per_token=3.8,
                                  gpu_busy_pct=79.0, small_grid_share_pct=70.3, sm_count=132))
     assert busy.candidates["occupancy"].state == dx.BINDING  # kernels filling the step: grids are what binds

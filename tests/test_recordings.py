@@ -83,7 +83,7 @@ def test_graph_verdict_is_occupancy_not_launch(graph):
     assert graph["sm_active_pct"] < 0.5 * graph["gpu_busy_pct"]
     assert "Widen" in graph["falsify"]
     # the kernel it names is one more blocks could shorten: not a call of a few µs, held by its fixed latency
-    named = [k for k in graph["kernels"] if graph["falsify"].startswith(f"Widen {k['name']} from {k['grid_blocks']} ")]
+    named = [k for k in graph["kernels"] if graph["falsify"].startswith(f"Widen {k['label']} from {k['grid_blocks']} ")]
     assert named and named[0]["us_mean"] >= dx.SHORT_KERNEL_US, graph["falsify"]
     assert any(k["us_mean"] < dx.SHORT_KERNEL_US and k["grid_coverage_pct"] < 25 and k["us_per_token"] > named[0][
         "us_per_token"] for k in graph["kernels"])  # a shorter small grid held more of the token, and was passed over
@@ -98,10 +98,12 @@ def test_graph_report_names_the_small_grid_kernels(tmp_path):
     assert "native::elementwise_kernel" in md and "/132" in md
     assert "would prove this wrong" in md
     # the report covers the whole recording: PM against the traced kernels pooled over all its windows' samples
-    assert "the same 4 PM samples: GPU busy 100.0% from the counter, 95.9% from the traced kernels" in md
+    assert ("the same 4 PM samples: GPU busy 100.0% from PM's counter, traced-token busy 95.9% (the traced kernels' "
+            "union)") in md
     last = cli("report", REC["graph"], "--last", 5)  # the last 5 s: the one window in them, as the screen shows it
     assert last.returncode == 0, last.stderr
-    assert "the same 1 PM sample: GPU busy 100.0% from the counter, 95.7% from the traced kernels" in last.stdout
+    assert ("the same 1 PM sample: GPU busy 100.0% from PM's counter, traced-token busy 95.7% (the traced kernels' "
+            "union)") in last.stdout
 
 
 def test_bandwidth_by_construction_8b_graph():
@@ -142,7 +144,7 @@ def test_kernel_share_of_the_step_is_shown_beside_pm_busy(graph, eager):
     share = 100 * graph["kernel_sum_ms_per_token"] / graph["ms_per_token"]
     assert graph["kernel_share_of_step_pct"] == pytest.approx(min(100.0, share), abs=0.1)
     # eager recording without PM: busy is that same kernel share, so the two figures coincide
-    assert eager["gpu_busy_source"] == "traced kernel time ÷ ms/token"
+    assert eager["gpu_busy_source"] == "the kernel share (traced kernel time ÷ ms/token)"
     assert eager["kernel_share_of_step_pct"] == pytest.approx(eager["gpu_busy_pct"], abs=0.1)
 
 

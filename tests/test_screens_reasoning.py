@@ -125,14 +125,19 @@ def test_each_candidate_shows_its_threshold_and_inputs_with_their_sources():
     for k in ORDER:
         assert f"threshold: {s.diagnosis.candidates[k].threshold}" in text
     i = s.inputs
-    assert (f"{i.ms_per_token:.4g} ms/token (median of the last 5 s, mark_token) ÷ floor "
-            f"{s.diagnosis.bandwidth_floor_ms:.3g} ms = {i.bytes_per_token / 1e9:.3g} GB/token (model: weights + KV at "
-            f"depth {s.depth}) ÷ {i.bandwidth_gbs:.4g} GB/s (measured copy, engine)") in text
-    assert f"÷ {i.launches_per_token:.0f} kernels/token, each a launch (traced)" in text
-    assert f"GPU busy {i.gpu_busy_pct:.0f}% from traced kernel time ÷ ms/token" in text
+    floor = s.diagnosis.bandwidth_floor_ms
+    # every "=" holds: the ratio, then the floor's own parts
+    assert (f"{i.ms_per_token:.4g} ms/token (median of the last 5 s, {s.tokens.tokens} tokens timed, mark_token) ÷ "
+            f"floor {floor:.3g} ms = {i.ms_per_token / floor:.3g}×; floor {floor:.3g} ms = "
+            f"{i.bytes_per_token / 1e9:.3g} GB/token (model: weights + KV at depth {s.depth}) ÷ "
+            f"{i.bandwidth_gbs:.4g} GB/s (engine adapter's measured copy)") in text
+    assert f"÷ {i.launches_per_token:.0f} kernels/token (traced; each launched by the host)" in text
+    assert "each a launch" not in text
+    assert f"kernel share {s.kernel_share_pct:.0f}% of the step (traced kernels' time ÷ ms/token: its 50% rule" in text
     # the sentence that decides: OCCUPANCY's 70% would bind but for a GPU idle most of the step
     assert ("decides: OCCUPANCY is unknown, not binding, at 70.2% kernel time in small grids: the GPU is idle most "
-            f"of the step, so grids are not yet what binds (GPU busy {i.gpu_busy_pct:.0f}%, under the 50%") in text
+            f"of the step, so grids are not yet what binds (kernel share {s.kernel_share_pct:.0f}% of the step, under "
+            "the 50%") in text
     assert f"= {i.bytes_per_token / 1e9:.3g} GB (model" in t[HeaderPanel]  # the floor's parts in the header too
 
     s, t = texts(BUNDLED / "h200_graph.dmon", 10.0)
@@ -165,7 +170,7 @@ async def _why_at_80x24():
         why = app.screen.query_one("#why").render().plain
         for c in app.players[0].snapshot().diagnosis.candidates.values():
             assert c.threshold in why.replace("\n", " ") or c.threshold in why
-        assert "measured copy, engine" in why and "prove it wrong" in why
+        assert "engine adapter's measured copy" in why and "prove it wrong" in why
         box = app.screen.query_one(VerticalScroll)
         assert box.max_scroll_y > 0  # taller than the terminal: it scrolls
         await pilot.press("end")
@@ -221,7 +226,7 @@ def test_pm_armed_with_no_sample_says_so_after_a_few_seconds():
     assert "PM sampling: armed (in process" in early[TelemetryPanel] and "no sample" not in early[TelemetryPanel]
     said = late[TelemetryPanel].replace("\n", "")
     assert "PM sampling: armed in the target's agent thread, but no sample in 10 s" in said
-    assert "GPU busy comes from traced kernel time ÷ ms/token" in said and "--probe" not in said  # a replay: no advice to attach otherwise
+    assert "GPU busy comes from the kernel share (traced kernel time ÷ ms/token)" in said and "--probe" not in said  # a replay: no advice to attach otherwise
     s = texts(BUNDLED / "h200_eager.dmon", 10.0)[0]
     assert summary_json(s)["pm_silent"].replace("\n", "") in said  # --json says the same, where pm_* are null
     assert summary_json(texts(BUNDLED / "h200_eager.dmon", 2.0)[0])["pm_silent"] is None
@@ -369,7 +374,7 @@ async def _ratios():
         a, b = (p.snapshot() for p in app.players)
         text = str(app.query_one(RatioBar).render())
         assert f"ms/token median {a.tokens.ms_per_token:.2f} → {b.tokens.ms_per_token:.2f}" in text
-        assert f"GPU busy {a.gpu_busy_pct:.0f}% (traced) → {b.gpu_busy_pct:.0f}% (PM)" in text
+        assert f"GPU busy {a.gpu_busy_pct:.0f}% (kernel share) → {b.gpu_busy_pct:.0f}% (PM)" in text
 
 
 def test_demo_screen_snapshot_at_200x50(snap_compare):

@@ -10,11 +10,11 @@ run: the table sorts by time, and `idle_sm_us_per_token` ranks what widening the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from decodemon.monitor.analysis.names import is_collective_kernel, short_kernel_name
+from decodemon.monitor.analysis.names import is_collective_kernel, kernel_tags, short_kernel_name, tagged
 from decodemon.monitor.analysis.records import TracedRecords
 
 SMALL_GRID_FRACTION = 0.25  # a hot kernel whose grid covers under 25% of the SMs
@@ -70,6 +70,9 @@ class KernelRow:
     occupancy_pct: float  # theoretical, from block size, registers and shared memory
     idle_sm_us_per_token: float  # time x idle SMs: what a wider grid could win
     is_collective: bool
+    # the short name with what tells it from another row of that name (`native::elementwise_kernel<direct_copy,
+    # BFloat16>`): the name the screen, --json and DIAGNOSIS give the row
+    label: str = ""
 
 
 def _group_medians(v: np.ndarray, idx: np.ndarray, firsts: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -132,7 +135,8 @@ def kernel_table(rec: TracedRecords, sm_count: int, cc: str = "9.0") -> tuple[Ke
             is_collective=is_collective_kernel(nm) if k < len(names) else False,
         ))
     rows.sort(key=lambda r: -r.us_per_token)
-    return tuple(rows)
+    tags = kernel_tags([(r.name, r.short_name, r.grid_blocks) for r in rows])
+    return tuple(replace(r, label=tagged(r.short_name, t, r.name)) for r, t in zip(rows, tags))
 
 
 def small_grid_share_pct(rows: tuple[KernelRow, ...]) -> float:

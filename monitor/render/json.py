@@ -49,9 +49,11 @@ def collectives_json(s: Snapshot) -> dict | None:
 
 
 def kernel_rows_json(w: WindowMetrics | None, sm_count: int, kernels: int = 15) -> list[dict]:
-    """The window's hottest `kernels` rows of the kernel table: time, grid against the SMs, occupancy."""
+    """The window's hottest `kernels` rows of the kernel table: time, grid against the SMs, occupancy. `label` is the
+    row's name on the screen and in DIAGNOSIS: `name` (the short name) with what tells it from another row of that
+    name, where two share one."""
     return [
-        {"name": r.short_name, "full_name": r.name, "calls_per_token": round(r.calls_per_token, 2),
+        {"name": r.short_name, "label": r.label, "full_name": r.name, "calls_per_token": round(r.calls_per_token, 2),
          "us_mean": round(r.us_mean, 2), "us_per_token": round(r.us_per_token, 1),
          "grid_blocks": r.grid_blocks, "block_threads": r.block_threads,
          "grid_vs_sms": f"{r.grid_blocks}/{sm_count}", "grid_coverage_pct": round(r.grid_coverage_pct, 1),
@@ -84,7 +86,11 @@ def _busy_json(s: Snapshot) -> dict:
         "gpu_busy_source": s.busy_source if s.gpu_busy_pct is not None else None,
         "pm_gpu_busy_pct": round(s.pm["gpu_busy_pct"], 1) if s.pm else None,
         "pm_silent": pm_silence(s),  # PM armed with no sample: for how long, and what that leaves
+        # the kernels' union over the traced tokens' own wall clock, which tracing stretches (the help's "traced-token
+        # busy"); traced_gpu_busy_pct is its older name, kept
+        "traced_token_busy_pct": round(w.gpu_busy_pct, 1) if w else None,
         "traced_gpu_busy_pct": round(w.gpu_busy_pct, 1) if w else None,
+        # the traced kernels' time over the loop's median (untraced) step: the help's "kernel share"
         "kernel_share_of_step_pct": _r(s.kernel_share_pct, 1),
         # the traced kernels' share counts a collective spinning while it waits for a late peer as the step's idle
         "kernel_share_of_step_note": (f"the traced kernels less {i.collective_wait_ms_per_token:.3g} ms/token of "
@@ -94,6 +100,7 @@ def _busy_json(s: Snapshot) -> dict:
         "kernels_past_step": kernels_past_step(s) or None,  # the traced kernels' sum over the median step: why
         # GPU busy over the same PM samples inside the traced tokens: PM's counter and the traced kernels' union
         "pm_vs_window": ({"samples": c.samples, "pm_gpu_busy_pct": round(c.pm_busy_pct, 1),
+                          "traced_token_busy_pct": round(c.traced_busy_pct, 1),
                           "traced_gpu_busy_pct": round(c.traced_busy_pct, 1)} if c else None),
         "sm_active_pct": round(s.pm["sm_active_pct"], 1) if s.pm else None,
         "warps_active_pct": round(s.pm["warps_active_pct"], 1) if s.pm else None,

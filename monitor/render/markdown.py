@@ -38,7 +38,8 @@ def _per_launch(s: Snapshot) -> str:
     per, n = s.diagnosis.us_per_launch, s.inputs.launches_per_token if s.inputs is not None else None
     if per is None or not n:
         return ""
-    return f"{n:.0f} kernels/token counted as launches"
+    graphed = s.window is not None and s.window.graph_launches_per_token >= 1
+    return f"{n:.0f} kernels/token" + (" (replayed in graph launches, not launched one by one)" if graphed else "")
 
 
 def _busy(s: Snapshot) -> list[str]:
@@ -76,13 +77,13 @@ def _figures(s: Snapshot) -> list[str]:
         out.append(_launches(s))
     over = _per_launch(s)
     if over:
-        out.append(f"- {d.us_per_launch:.2f} µs idle per launch, over {over}")
+        out.append(f"- {d.us_per_launch:.2f} µs idle per kernel, over {over}")
     out += _busy(s)
     if s.pm_check is not None:
         c = s.pm_check
         n = f"{c.samples} PM sample" + ("s" if c.samples != 1 else "")
         out.append(f"- over the traced tokens, the same {n}: GPU busy {c.pm_busy_pct:.1f}% from "
-                   f"the counter, {c.traced_busy_pct:.1f}% from the traced kernels")
+                   f"PM's counter, traced-token busy {c.traced_busy_pct:.1f}% (the traced kernels' union)")
     if d.bandwidth_floor_ms is not None:
         out.append(f"- bandwidth floor {d.bandwidth_floor_ms:.3f} ms/token "
                    f"({(s.bytes_per_token or 0) / 1e9:.3f} GB/token at {s.bandwidth_gbs:.0f} GB/s, "
@@ -128,7 +129,7 @@ def diagnosis_markdown(s: Snapshot) -> str:
                 "| kernel | calls/token | µs/token | idle-SM µs/token | grid | SM coverage | occupancy |",
                 "|---|---|---|---|---|---|---|"]
         for r in sorted(w.kernels, key=lambda r: -r.idle_sm_us_per_token)[:5]:
-            out.append(f"| {markdown_code(r.short_name, cell=True)} | {r.calls_per_token:.1f} "
+            out.append(f"| {markdown_code(r.label, cell=True)} | {r.calls_per_token:.1f} "
                        f"| {r.us_per_token:.0f} "
                        f"| {r.idle_sm_us_per_token:.0f} | {r.grid_blocks}/{s.sm_count} "
                        f"| {r.grid_coverage_pct:.0f}% | {r.occupancy_pct:.0f}% |")

@@ -10,7 +10,7 @@ from decodemon.monitor.token_clock import PROVISIONAL_STEPS
 from decodemon.monitor.widgets import tcss
 from decodemon.monitor.widgets.format import Redraw, num
 from decodemon.monitor.widgets.probe_words import device_line
-from decodemon.monitor.widgets.reasons import bandwidth_short, bytes_short, span_words
+from decodemon.monitor.widgets.reasons import bandwidth_short, bytes_short, clock_span_words
 from decodemon.monitor.widgets.status_bar import short_label
 
 
@@ -41,11 +41,9 @@ class HeaderPanel(Redraw, Static):
         batched = s.tokens_per_step is not None  # a step is the unit: its rate is steps/s, tokens/s is the total's
         unit = "step" if batched else "token"
         t.append(f"{num(tk.ms_per_token if tk else None, '.3f')} ms/{unit}", style="bold cyan")
-        # the clock's own seconds where they are not the span's (a counted clock reaching back for its steps, or
-        # marks that began inside the span): the mean is over those
-        over = (f" over {tk.span_s:.1f} s" if tk and tk.span_s and s.span_s and abs(tk.span_s / s.span_s - 1) > 0.2
-                else "")
-        span = over or (f" of the last {span_words(s)}" if s.span_s else "")
+        # the clock's own seconds where they are not the span's: the median and the mean are over those (the
+        # candidates' inputs name the same seconds)
+        span = clock_span_words(s)
         t.append(f" median  {num(tk.tokens_per_s if tk else None, '.1f')} {'steps' if batched else 'tok'}/s mean{span}")
         if tk:  # both from one clock, named, with the count behind them (the count every panel gives)
             t.append(f" ({tk.tokens} {'steps' if batched else 'tokens'} timed, {s.token_clock or 'no clock'})",

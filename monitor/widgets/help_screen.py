@@ -29,8 +29,11 @@ decodemon keys
   q      quit
 
 hot kernels, column by column:
-  kernel       its name (in full where the panel is wide enough)
-  calls        launches of it per token
+  kernel       its name (in full where the panel is wide enough);
+               two that share a name carry a tag, <template
+               arguments>, else <grid N>, else <#N>, as in --json's
+               `label` and DIAGNOSIS
+  calls        calls of it per token
   µs           its mean duration in µs
   share        its part of the traced window's kernel time
   grid/SMs     thread blocks against the GPU's SMs (red: under a quarter
@@ -39,10 +42,36 @@ hot kernels, column by column:
                block size, registers and shared memory, as a share of
                the most warps an SM can hold
 
+words, each with one meaning:
+  traced       read from a traced window: CUPTI's records of one
+               process's kernels and launch calls over a few tokens,
+               which tracing stretches
+  kernel       one piece of GPU work; kernels/token counts them,
+               however they were launched
+  launch       a host call that starts GPU work: a kernel launch call
+               starts one kernel, a graph launch replays a whole
+               CUDA graph (a graphed step: 1 launch, ~1,800 kernels)
+  GPU busy     the share of the step the GPU runs a kernel: PM's
+               counter where PM samples (device-wide), else the
+               kernel share stands in; its source is named beside it
+  kernel share  the traced kernels' time ÷ the loop's median
+               ms/token (--json kernel_share_of_step_pct): the busy
+               LAUNCH's idle and OCCUPANCY's 50% rule read where a
+               window is traced, PM's GPU busy where none is
+  traced-token busy  the traced kernels' union over the traced tokens'
+               own time, which tracing stretches, so it reads lower
+               (--json traced_token_busy_pct; traced_gpu_busy_pct is
+               its older name)
+  engine       the program being watched (its decode loop); the
+               engine adapter is decodemon's code inside it. The
+               floor's bandwidth is decodemon's measured copy (a
+               device copy decodemon timed on this GPU and driver),
+               else the engine adapter's measured copy (one the
+               engine timed itself, per engine: two on one GPU can
+               read a few % apart), else NVML's peak (a spec figure)
+
 SM active and DRAM % come from PM counters, which cover the whole GPU:
-when two engines share one GPU they are device-wide. GPU busy comes
-from PM too where it samples, else from the traced kernels' time over
-ms/token; the screen names its source beside it. Launches, kernel
+when two engines share one GPU they are device-wide. Launches, kernel
 times, grids and gaps come from traced windows and belong to one
 process.
 """

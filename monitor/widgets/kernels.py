@@ -41,10 +41,19 @@ def kernel_name_width(panel_width: int) -> int:
     return max(MIN_NAME, panel_width - OTHER_COLUMNS)
 
 
-def kernel_label(short: str, full: str, width: int) -> str:
-    """The kernel's name in `width` characters: the full name when it fits (kernels that share a short name,
-    three `native::elementwise_kernel`s, are then told apart), else the short one, cut with an ellipsis. A mangled
-    full name (`_ZN2at6native…`) is not a name to read: the short one stands for it."""
+def kernel_label(short: str, full: str, width: int, label: str = "") -> str:
+    """The kernel's name in `width` characters. A row whose short name another row shares has a `label` with a tag
+    (`native::elementwise_kernel<direct_copy,BFloat16>`, as --json and DIAGNOSIS name it): the tag is kept whole and
+    the short name cut before it. Otherwise the full name when it fits, else the short one, cut with an ellipsis. A
+    mangled full name (`_ZN2at6native…`) is not a name to read: the short one stands for it."""
+    tag = label[len(short):] if label.startswith(short) else ""
+    if label and not tag and label != short:  # a full name that tells it from another of its short name
+        return label if len(label) <= width else label[: width - 1] + "…"
+    if tag:
+        if len(label) <= width:
+            return label
+        room = max(width - len(tag), 2)
+        return (short[: room - 1] + "…" + tag)[:width]
     if len(full) <= width and not full.startswith("_Z"):
         return full
     if short.endswith("…") and width > len(short):  # cut for a narrower column than this one: as much as fits
@@ -115,6 +124,6 @@ class KernelsPanel(SourceNamed, DataTable):
             grid = Text(f"{r.grid_blocks:>4}/{sms} {bar(frac, GRID_BAR)}", style=style)
             # the name as Text, as it reads: a str cell is read as Textual markup, and C++ names hold brackets
             # ("[lambda()#1]"), as may a target's own
-            name = Text(kernel_label(r.short_name, r.name, width), no_wrap=True, end="")
+            name = Text(kernel_label(r.short_name, r.name, width, r.label), no_wrap=True, end="")
             self.add_row(name, f"{r.calls_per_token:.0f}", f"{r.us_mean:.1f}", f"{r.share_pct:.0f}%", grid,
                          f"{r.occupancy_pct:.0f}%")

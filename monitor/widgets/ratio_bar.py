@@ -17,7 +17,7 @@ def _source(s) -> str:
     """GPU busy's source in a word, so two sides read from different instruments say so."""
     if s.gpu_busy_pct is None:
         return ""
-    return " (PM)" if s.busy_source.startswith("PM") else " (traced)"
+    return " (PM)" if s.busy_source.startswith("PM") else " (kernel share)"
 
 
 class RatioBar(Static):

@@ -31,19 +31,30 @@ def per(s) -> str:
     return f"ms/{unit(s)}"
 
 
+def clock_span_words(s) -> str:
+    """The seconds ms/token's median and tok/s's mean are over, as the header and the candidates both name them:
+    the clock's own seconds where they are not the span's (a clock reaching back for its steps, or marks that
+    began inside the span: " over 0.2 s"), else the span's (" of the last 5 s"); "" when neither is known."""
+    tk = s.tokens
+    if tk and tk.span_s and s.span_s and abs(tk.span_s / s.span_s - 1) > 0.2:
+        return f" over {tk.span_s:.1f} s"
+    return f" of the last {span_words(s)}" if s.span_s else ""
+
+
 def ms_source(s) -> str:
-    """What ms/token is: the median over the span, and its clock."""
-    span = f" of the last {span_words(s)}" if s.span_s else ""
+    """What ms/token is: the median of the clock's steps, over the seconds the header names, and its clock."""
+    tk = s.tokens
+    timed = f", {tk.tokens} {unit(s)}s timed" if tk else ""
     clock = f", {s.token_clock}" if s.token_clock else ""
-    return f"median{span}{clock}"
+    return f"median{clock_span_words(s)}{timed}{clock}"
 
 
 def bandwidth_short(source: str) -> str:
     """The bandwidth's source in a few words: measured copy (by whom) or spec figure."""
     if source.startswith("measured copy (decodemon"):
-        return "measured copy, decodemon"
-    if source.startswith("measured copy (engine"):
-        return "measured copy, engine"
+        return "decodemon's measured copy"
+    if source.startswith("measured copy (the engine adapter") or source.startswith("measured copy (engine"):
+        return "engine adapter's measured copy"
     if source.startswith("NVML peak"):
         return "spec: NVML peak, not measured"
     return source or "?"
@@ -69,9 +80,10 @@ def _bandwidth(s, c) -> str:
     i = s.inputs
     floor = s.diagnosis.bandwidth_floor_ms
     if floor is not None and i.bytes_per_token and i.bandwidth_gbs:
-        return (f"{i.ms_per_token:.4g} {per(s)} ({ms_source(s)}) ÷ floor {floor:.3g} ms = "
-                f"{i.bytes_per_token / 1e9:.3g} GB/{unit(s)} ({bytes_short(s)}) ÷ {i.bandwidth_gbs:.4g} GB/s "
-                f"({bandwidth_short(s.bandwidth_source)})")
+        # two equations, each of which holds: the ratio, then the floor it divides by
+        return (f"{i.ms_per_token:.4g} {per(s)} ({ms_source(s)}) ÷ floor {floor:.3g} ms = {c.value:.3g}×; "
+                f"floor {floor:.3g} ms = {i.bytes_per_token / 1e9:.3g} GB/{unit(s)} ({bytes_short(s)}) ÷ "
+                f"{i.bandwidth_gbs:.4g} GB/s ({bandwidth_short(s.bandwidth_source)})")
     if c.value is not None and i.dram_gbs and i.bandwidth_gbs:
         return (f"{i.bandwidth_gbs:.4g} GB/s ({bandwidth_short(s.bandwidth_source)}) ÷ {i.dram_gbs:.4g} GB/s DRAM "
                 "moved (PM counters): no token count needed")
@@ -117,9 +129,13 @@ def _launch(s, c) -> str:
         wait = i.kernel_sum_ms_per_token - kernels
         idle = max(i.ms_per_token - kernels, 0.0)
         waiting = f"; less {wait:.3g} ms NCCL waiting for a peer" if peer_wait_named(wait, i.ms_per_token) else ""
+        graphs = i.graph_launches_per_token or 0
+        # kernels are what it divides by; how they were launched is the launches panel's count of calls
+        how = (f"replayed in {graphs:.0f} graph launch{'es' if round(graphs) != 1 else ''}, not launched one by one"
+               if graphs >= 1 else "each launched by the host")
         out = (f"GPU idle {idle:.3g} ms = {i.ms_per_token:.4g} {per(s)} (median) − {kernels:.3g} ms "
                f"of kernels ({_windows(s)}{waiting}), {100 * idle / i.ms_per_token:.0f}% of the step, ÷ "
-               f"{i.launches_per_token:.0f} kernels/{unit(s)}, each a launch (traced)")
+               f"{i.launches_per_token:.0f} kernels/{unit(s)} (traced; {how})")
         past = kernels_past_step(s)
         if past:
             out += f"; ⚠ {past}"
@@ -140,12 +156,13 @@ def _occupancy(s, c) -> str:
     if i.small_grid_share_pct is not None:
         parts.append(f"{i.small_grid_share_pct:.0f}% of kernel time in grids under 25% of {i.sm_count or '?'} SMs "
                      f"({_windows(s)})")
-    if i.gpu_busy_pct is not None:
-        parts.append(f"GPU busy {i.gpu_busy_pct:.0f}% from {s.busy_source}")
-    step = s.kernel_share_pct  # the traced kernels' share of the step: the busy its rule reads where traced
-    # where the two sides of its 50% differ, the share the rule reads is said beside the busy figure shown
-    if step is not None and (i.gpu_busy_pct is None or (step < 50) != (i.gpu_busy_pct < 50)):
-        parts.append(f"the traced kernels fill {step:.0f}% of the step (the share its rule reads)")
+    step = s.kernel_share_pct  # the kernel share: what its 50% rule reads where a window is traced, before PM
+    if step is not None:
+        parts.append(f"kernel share {step:.0f}% of the step (traced kernels' time ÷ ms/{unit(s)}: its 50% rule "
+                     "reads this)")
+    if i.gpu_busy_pct is not None and not (step is not None and s.busy_source.startswith("the kernel share")):
+        rule = "" if step is not None else ": its 50% rule reads this, no window traced"
+        parts.append(f"GPU busy {i.gpu_busy_pct:.0f}% from {s.busy_source}{rule}")
     if i.sm_active_pct is not None:
         share = 100 * i.sm_active_pct / i.gpu_busy_pct if i.gpu_busy_pct else None
         near = share is not None and 45 <= share < 55  # one decimal, where rounding would cross its half
@@ -198,10 +215,12 @@ def decides(s) -> str:
             if why:
                 busy = s.inputs.gpu_busy_pct if s.inputs else None
                 gate = ""
-                if "so grids" in why and "traced kernels fill" in why:  # the step's own idle, LAUNCH's figure
+                if "so grids" in why and "kernel share is" in why:  # the step's own idle, LAUNCH's figure
                     gate = " (under the 50% its rule needs" + (
                         f"; PM's GPU busy reads {busy:.0f}%, device-wide over the span)" if s.pm and busy is not None
                         else ")")
+                elif "so grids" in why and s.kernel_share_pct is not None:  # the figure its rule reads
+                    gate = f" (kernel share {s.kernel_share_pct:.0f}% of the step, under the 50% its rule needs)"
                 elif "so grids" in why and busy is not None:
                     gate = f" (GPU busy {busy:.0f}%, under the 50% its rule needs)"
                 value = value_words(cands[k].value, cands[k].unit)

@@ -134,7 +134,7 @@ class TimelinePanel(Panel):
         elif s.kernel_share_pct is not None and s.pm:
             i = s.inputs
             waited = bool(i) and peer_wait_named(i.collective_wait_ms_per_token, i.ms_per_token)
-            t.append(f" · kernels {s.kernel_share_pct:.0f}% of the step (traced"
+            t.append(f" · kernel share {s.kernel_share_pct:.0f}% of the step (traced"
                      + ("; NCCL waiting for a peer counted as idle)" if waited else ")"), style="dim")
             apart = busy_disagreement(s.pm.get("gpu_busy_pct"), s.kernel_share_pct)
             if apart:
