@@ -285,6 +285,6 @@ def test_scaling_refuses_two_models():
 
     r = cli("scaling", DATA / "h200_tp1_graph_rank0.dmon", DATA / "h200_tp2_graph_llama8b_rank0.dmon")
     assert_one_line_error(r)
-    assert "is qwen3-0.6b and" in r.stderr and "is llama-8b" in r.stderr and r.stdout == ""
+    assert "is qwen3-0.6b (28 layers" in r.stderr and "(32 layers, hidden 4096" in r.stderr and r.stdout == ""
     r = cli("scaling", DATA / "h200_tp1_graph_rank0.dmon", DATA / "h200_tp2_graph_rank0.dmon")
     assert r.returncode == 0 and "serial fraction" in r.stdout, r.stderr
