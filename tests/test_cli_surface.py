@@ -146,7 +146,7 @@ def test_compare_json_has_both_summaries_and_the_ratios():
     assert ratio["tokens_per_s"] == pytest.approx(b["tokens_per_s"] / a["tokens_per_s"], rel=1e-3)
     # GPU busy from traced kernel time (eager, PM silent) over PM's (graphed): the ratio names both instruments
     busy_of = d["b_over_a_of"]["gpu_busy_pct"]
-    assert "A from traced kernel time" in busy_of and "B from PM" in busy_of
+    assert "A from the kernel share (traced kernel time" in busy_of and "B from PM" in busy_of
 
 
 def test_scaling_in_reverse_order_says_which_goes_first():
