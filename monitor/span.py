@@ -28,7 +28,16 @@ def summary_snapshot(sess: Session, last_s: float | None = None) -> Snapshot:
     """The snapshot a summary prints: over the whole feed, with the rolling 5 s beside it where the feed is
     longer; with `last_s`, over its last `last_s` seconds alone."""
     if last_s is not None:
-        return sess.snapshot(span_ns=int(last_s * 1e9))
+        whole = sess.snapshot(span_ns=None)
+        if whole.span_s is not None and last_s >= whole.span_s:
+            return whole  # the last S s hold the whole span: said as the whole
+        last = sess.snapshot(span_ns=int(last_s * 1e9))
+        if whole.span_tokens and not last.span_tokens:
+            from decodemon.monitor.sources import NothingMeasured
+
+            raise NothingMeasured(f"no token in the last {last_s:g} s of the {whole.span_s:.3g} s: --last takes "
+                                  "the seconds the figures cover, and these held none")
+        return last
     rolling = sess.snapshot()  # first: the session's own state (its clock, its bytes) ends at the whole span's
     whole = sess.snapshot(span_ns=None)
     if whole.span_s is not None and whole.span_s <= ROLLING_S:
@@ -71,8 +80,10 @@ def span_words(s: Snapshot) -> str:
     differ."""
     j = span_json(s)
     source = "attach" if str(s.label).isdigit() else "recording"  # a pid's label is its number
-    what = f"the whole {source}" if s.span_whole else f"the last {j['seconds']:g} s of the {source}"
-    line = f"Covers {what}: {j['seconds']:g} s, {j['from_s']:g}–{j['to_s']:g} s into it"
+    if s.span_whole:
+        line = f"Covers the whole {source}: {j['seconds']:g} s, {j['from_s']:g}–{j['to_s']:g} s into it"
+    else:  # the seconds up to where the summary was made: the source's end, or where the app was paused
+        line = f"Covers the {j['seconds']:g} s up to {j['to_s']:g} s into the {source} ({j['from_s']:g}–{j['to_s']:g} s)"
     counted = [f"{j['tokens']} tokens counted"] if j["tokens"] is not None else []
     if j["clock_steps"] is not None:
         counted.append(f"the rate over {j['clock_steps']} clock steps")

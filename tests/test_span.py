@@ -58,7 +58,7 @@ def test_the_report_says_first_what_it_covers(tmp_path):
     assert head[4].startswith("Covers the whole recording: 15.165 s, 0–15.165 s into it, 3560 tokens counted, "
                               "the rate over 3559 clock steps; the last 5 s alone read"), head
     r = cli("report", REC["graph"], "--last", 5, timeout=120)
-    assert r.stdout.splitlines()[4].startswith("Covers the last 5 s of the recording: 5 s, 10.165–15.165 s into it")
+    assert r.stdout.splitlines()[4].startswith("Covers the 5 s up to 15.165 s into the recording (10.165–15.165 s)")
 
 
 @pytest.mark.parametrize("verb", ["replay", "attach", "compare", "record", "report"])
@@ -139,3 +139,14 @@ def test_compare_names_a_missing_instrument_rather_than_none():
     d = compare_json(blind, b)
     assert "A from no instrument" in d["b_over_a_of"]["gpu_busy_pct"] and "None" not in str(d["b_over_a_of"])
     assert d["differ"]["device"].startswith("A ran on cpu (0 SMs), B on NVIDIA H200 (132 SMs)")
+
+
+def test_a_last_span_with_no_token_is_refused_and_one_past_the_recording_is_the_whole():
+    """--last 0.1 on a 21-s recording held no token: exit 3 with why, never the whole recording's figures under a
+    "last 0.1 s" label; --last 100 covers the whole recording and says so."""
+    from tests.conftest import BUNDLED, cli
+
+    r = cli("replay", BUNDLED / "h200_eager.dmon", "--json", "--last", 0.1)
+    assert r.returncode == 3 and "no token in the last 0.1 s" in r.stderr and "Traceback" not in r.stderr
+    r = cli("replay", BUNDLED / "h200_eager.dmon", "--json", "--last", 100)
+    assert r.returncode == 0 and json.loads(r.stdout)["span"]["covers"] == "whole"

@@ -39,10 +39,11 @@ def measure(a) -> tuple[dict, str]:
     """Collect SOURCE; (its summary_json, the loop's label)."""
     from decodemon.monitor.render import summary_json
     from decodemon.monitor.sources import collect, source_of
+    from decodemon.monitor.span import summary_snapshot
 
     kind, _ = source_of(a.source)
     sess = collect(a.source, attach_settings(a), a.seconds if kind == "pid" else None)
-    summary = summary_json(sess.snapshot())
+    summary = summary_json(summary_snapshot(sess))  # the whole span measured, as replay and report summarise it
     fallback = f"pid {a.source}" if kind == "pid" else str(a.source)
     argv = sess.feed.hello.argv if sess.feed.hello else ()
     return summary, a.label or ledger.loop_label(argv, fallback)
