@@ -62,12 +62,9 @@ async def shoot(players, seconds, name, size=(160, 50)):
 def replay_app() -> DecodemonApp:
     """`decodemon demo` with no GPU: the bundled H200 recordings side by side, paused REPLAY_AT_S in (a still
     the test can draw again and hold the committed screenshot to)."""
-    from decodemon.monitor.demo import bundled_recordings
-    from decodemon.monitor.player import make_player
+    from decodemon.monitor.demo import replay_players
 
-    eager, graph = bundled_recordings()
-    players = [make_player(eager, label="eager (H200)"), make_player(graph, label="graph (H200)")]
-    return DecodemonApp(players, start_at_s=REPLAY_AT_S, paused=True)
+    return DecodemonApp(replay_players(), start_at_s=REPLAY_AT_S, paused=True)
 
 
 async def replay_svg() -> str:

@@ -110,16 +110,23 @@ def live(replay: bool) -> bool:
     return not replay and gpu_available()
 
 
+def replay_players(speed: float = 1.0) -> list:
+    """The two players of `decodemon demo` with no GPU (the README's screenshot draws these very ones)."""
+    from decodemon.monitor.player import RecordingPlayer
+
+    a, b = bundled_recordings()
+    return [RecordingPlayer(a, "eager (H200 recording)", speed=speed, loop=True),
+            RecordingPlayer(b, "graph (H200 recording)", speed=speed, loop=True)]
+
+
 def run_demo(replay: bool = False, tokens: int = 0, speed: float = 1.0, seconds: float | None = None,
              refresh_s: float | None = None) -> int:
     """The app, live on a GPU, else on the bundled recordings."""
     from decodemon.monitor.app import DecodemonApp
-    from decodemon.monitor.player import LivePlayer, RecordingPlayer
+    from decodemon.monitor.player import LivePlayer
 
     if not live(replay):
-        a, b = bundled_recordings()
-        players = [RecordingPlayer(a, "eager (H200 recording)", speed=speed, loop=True),
-                   RecordingPlayer(b, "graph (H200 recording)", speed=speed, loop=True)]
+        players = replay_players(speed)
         # start a few seconds in, so the first screen already has a traced window and a verdict
         DecodemonApp(players, start_at_s=6.0, quit_after_s=seconds, refresh_s=refresh_s).run()
         return 0
