@@ -122,3 +122,14 @@ def test_options_that_cannot_apply_are_refused_in_one_line(args, words):
     assert words in r.stderr and r.stdout == ""
     if "cpu" in args and "--tp" not in args:
         assert "run on CPU (--device cpu)" in r.stderr
+
+
+def test_the_text_summary_says_what_it_measured_first():
+    """A CPU figure printed bare reads as a GPU's: the first line names the device, the ranks and the dtype."""
+    from decodemon.monitor.cli.allreduce import summary_text
+
+    s = {"device": "cpu", "tp": 2, "dtype": "float32", "method": "host clock around each synchronous gloo call",
+         "sizes": {}, "repeats": 1, "ratio_64x": None, "regime": "one size", "non_monotonic": [],
+         "out_of_order_within_noise": []}
+    assert summary_text(s).splitlines()[0] == ("all-reduce on cpu, 2 ranks, float32 (host clock around each "
+                                               "synchronous gloo call)")

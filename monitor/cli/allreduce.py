@@ -180,8 +180,9 @@ def summarise(runs: list[dict]) -> dict:
 
 
 def summary_text(s: dict) -> str:
-    """The summary as terminal lines."""
-    lines = []
+    """The summary as terminal lines, headed by what was measured (a CPU figure must not read as a GPU's)."""
+    lines = [f"all-reduce on {s.get('device', '?')}, {s.get('tp', '?')} ranks, {s.get('dtype', '?')}"
+             + (f" ({s['method']})" if s.get("method") else "")]
     for k, v in s["sizes"].items():
         lo, hi = v["us_per_call_range"]
         host, b2b = v.get("host_issued_us_per_call"), v.get("back_to_back_us_per_call")
