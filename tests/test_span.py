@@ -150,3 +150,12 @@ def test_a_last_span_with_no_token_is_refused_and_one_past_the_recording_is_the_
     assert r.returncode == 3 and "no token in the last 0.1 s" in r.stderr and "Traceback" not in r.stderr
     r = cli("replay", BUNDLED / "h200_eager.dmon", "--json", "--last", 100)
     assert r.returncode == 0 and json.loads(r.stdout)["span"]["covers"] == "whole"
+
+
+def test_compare_says_when_one_side_times_tokens_and_the_other_steps():
+    from tests.conftest import BUNDLED, DATA, cli
+
+    r = cli("compare", BUNDLED / "h200_eager.dmon", DATA / "h200_hf_cb_4.dmon", "--json")
+    assert r.returncode == 0, r.stderr
+    assert "A's marks are tokens, B's are steps" in json.loads(r.stdout)["differ"]["clock"]
+    assert "the clock differs" in r.stderr

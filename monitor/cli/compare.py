@@ -60,6 +60,11 @@ def differ(snap_a, snap_b) -> dict | None:
     why = device_difference(snap_a, snap_b)
     if why is not None:
         out["device"] = f"A ran on {why.replace(' against ', ', B on ', 1)}"
+    from decodemon.monitor.render.text import unit
+
+    if unit(snap_a) != unit(snap_b):  # a batched engine's marks are steps of several tokens
+        out["clock"] = (f"A's marks are {unit(snap_a)}s, B's are {unit(snap_b)}s: ms/token and tokens/s divide a "
+                        "token by a step; compare the throughput (tokens/s of every request) instead")
     return out or None
 
 
