@@ -183,7 +183,10 @@ def summary_json(s: Snapshot, kernels: int = 15) -> dict:
         "gap_ms_per_token": {k: round(v, 4) for k, v in aw.gap_ms_per_token.items()} if aw else None,
         # the traced token those gaps were read in: tracing stretches it past ms_per_token, so the gaps can sum to
         # more than the untraced token
-        "gap_traced_ms_per_token": round(aw.traced_ms_per_token, 4) if aw else None,
+        "gap_traced_ms_per_token": round(aw.traced_ms_per_token, 4) if aw else None,  # the older name of:
+        "traced_token_ms": round(aw.traced_ms_per_token, 4) if aw else None,
+        "gap_note": ("the idle gaps are read in the traced token (traced_token_ms), which tracing stretches past "
+                     "ms_per_token: they can sum to more than the untraced token" if aw else None),
         "launch_calls_traced_s_ago": _r(s.api_window_age_s, 1),
         "collectives": collectives_json(s),
         # NVTX ranges pushed from Python inside the latest window (engine_adapter/nvtx_ranges.py)
