@@ -8,12 +8,14 @@ from decodemon.monitor.cli._common import (add_last, add_probe, add_refresh, add
 
 JSON_SECONDS = 10.0
 # the figures whose ratio B/A says what a change did
-RATIOS = ("ms_per_token", "tokens_per_s", "launches_per_token", "kernel_sum_ms_per_token", "gpu_busy_pct",
-          "bytes_per_token")
+RATIOS = ("ms_per_token", "tokens_per_s", "kernels_per_token", "host_launch_calls_per_token",
+          "kernel_sum_ms_per_token", "gpu_busy_pct", "bytes_per_token")
 # what each ratio divides: the medians and the means of the tokens are different figures, so the JSON says which
 RATIO_OF = {"ms_per_token": "the median token's ms (a typical token)",
             "tokens_per_s": "tokens per second over the mean token (the throughput; slow tokens count)",
-            "launches_per_token": "kernels per token in the latest traced window",
+            "kernels_per_token": "kernels per token in the latest traced window",
+            "host_launch_calls_per_token": ("the host's launch calls per token: kernel launch calls plus graph "
+                                            "launches (a captured graph makes many kernels one call)"),
             "kernel_sum_ms_per_token": "the kernels' summed ms per token in the latest traced window",
             "gpu_busy_pct": "the share of time the GPU ran work",
             "bytes_per_token": "bytes read per token"}
@@ -68,6 +70,12 @@ def differ(snap_a, snap_b) -> dict | None:
     return out or None
 
 
+def _host_calls(j: dict) -> float | None:
+    """The host's launch calls a token: kernel launch calls (a window that traced them) plus graph launches."""
+    calls = j.get("kernel_launch_calls_per_token")
+    return None if calls is None else calls + (j.get("graph_launches_per_token") or 0.0)
+
+
 def compare_json(snap_a, snap_b) -> dict:
     """Both summaries, B over A for the figures a change moves, and where the model or device differ."""
     from decodemon.monitor.render import summary_json
@@ -83,7 +91,8 @@ def compare_json(snap_a, snap_b) -> dict:
     if apart is not None:  # each ratio then measures a change of model or device as well as of code
         verb = "differ" if len(apart) > 1 else "differs"
         of = {k: f"{v}; the {' and the '.join(apart)} {verb} between A and B" for k, v in of.items()}
-    return {"differ": apart, "a": ja, "b": jb, "b_over_a": {k: _ratio(jb.get(k), ja.get(k)) for k in RATIOS},
+    va, vb = {**ja, "host_launch_calls_per_token": _host_calls(ja)}, {**jb, "host_launch_calls_per_token": _host_calls(jb)}
+    return {"differ": apart, "a": ja, "b": jb, "b_over_a": {k: _ratio(vb.get(k), va.get(k)) for k in RATIOS},
             "b_over_a_of": of, "verdicts": [ja.get("verdict"), jb.get("verdict")]}
 
 

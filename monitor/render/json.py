@@ -171,6 +171,9 @@ def summary_json(s: Snapshot, kernels: int = 15) -> dict:
         "clock_end_unix_s": _r(s.clock_end_unix_s, 3),  # where the clock's steps end, if not at span_end_unix_s
         "clock_provisional": tk.tokens < PROVISIONAL_STEPS if tk else None,
         "throughput_tokens_per_s": _r(s.throughput_tokens_per_s, 2),
+        # kernels a token runs (LAUNCH divides its idle by them); `launches_per_token` is the older name of the same
+        # figure: the host's launch calls are kernel_launch_calls_per_token and graph_launches_per_token
+        "kernels_per_token": round(w.kernels_per_token, 1) if w else None,
         "launches_per_token": round(w.kernels_per_token, 1) if w else None,
         "graph_launches_per_token": round(w.graph_launches_per_token, 2) if w else None,
         # None until a window has traced the launch calls (an attach's second window: Attach.api_every)
