@@ -9,7 +9,7 @@
 #   bash benchmarks/llama_cpp.sh OUTDIR run     waits for what setup started, then the cases of llama_cpp_gpu.py in
 #                                               order, as far as ~9 minutes go (CASES=a,b picks some)
 #
-# Run from the repository root with .whl/ carried: the cp312 wheels (device_setup.sh), the Python-only
+# Run from the repository root with .whl/ carried (made by `bash benchmarks/wheels.sh`): the cp312 wheels (device_setup.sh), the Python-only
 # llama-cpp-python wheel and the stripped sdist llama_cpp_python-src.tar.gz. What setup starts lives under
 # /tmp/dm_llama: cuda/bin (whole only when built), build.log, llama-1b.gguf, llama-8b.gguf, and NAME.rc as each
 # finishes (its exit status and time). Each stage prints the device, driver, date and commit first, and its table
