@@ -91,6 +91,27 @@ def _looks_python(pid: int) -> bool:
 GONE_WAIT_S = 1.0  # how long a closed connection waits for its process to be gone before saying it still runs
 
 
+def start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (/proc/PID/stat), or None when it is gone: a pid with
+    another start time is another process."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+        return int(text[text.rindex(")") + 2:].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def process_age_s(pid: int) -> float | None:
+    """Seconds since `pid` started, or None where /proc does not say."""
+    ticks = start_time(pid)
+    try:
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+    except (OSError, ValueError):
+        return None
+    return None if ticks is None else max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK"))
+
+
 def _alive(pid: int) -> bool:
     """The process exists and is not a zombie (one that exited and waits to be reaped is gone)."""
     try:

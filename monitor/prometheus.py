@@ -43,7 +43,7 @@ from typing import Callable, Iterable
 
 import msgspec
 
-from decodemon.monitor.client import SourceError, live_frames
+from decodemon.monitor.client import SourceError, live_frames, start_time
 from decodemon.monitor.rolling import headline
 from decodemon.monitor.safe_text import visible
 from decodemon.probes import wire
@@ -206,16 +206,6 @@ def _span(t, counted, at_end: bool) -> tuple[float, float]:
         return float(counted[-1] - counted[i]), float(t[-1] - t[i]) / 1e9
     j = int(np.searchsorted(t, t[0] + RATE_SPAN_S * 1e9, side="right")) - 1
     return float(counted[j] - counted[0]), float(t[j] - t[0]) / 1e9
-
-
-def start_time(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (/proc/PID/stat), or None when it is gone: a pid with
-    another start time is another process."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-        return int(text[text.rindex(")") + 2:].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 class Watch:

@@ -62,11 +62,6 @@ class Column:
             vals = [int(v) for v in values]
         return cls(dtype, struct.pack(f"<{len(vals)}{code}", *vals))
 
-    def values(self) -> list:
-        """The column as a list of Python numbers."""
-        code = _STRUCT_CODES[self.dtype]
-        return list(struct.unpack(f"<{len(self.data) // struct.calcsize(code)}{code}", self.data))
-
     def wire_map(self) -> list:
         return [self.dtype, self.data]  # msgspec's array_like form
 

@@ -98,6 +98,13 @@ def packb(v) -> bytes:
     return bytes(out)
 
 
+_SIMPLE = {0xC0: None, 0xC2: False, 0xC3: True}
+_NUMS = {0xCC: _B, 0xCD: _H, 0xCE: _I, 0xCF: _Q, 0xD0: _b, 0xD1: _h, 0xD2: _i, 0xD3: _q, 0xCA: _F32, 0xCB: _F64}
+# type byte: (the struct of its length, what it holds)
+_SIZED = {0xD9: (_B, "text"), 0xDA: (_H, "text"), 0xDB: (_I, "text"), 0xC4: (_B, "blob"), 0xC5: (_H, "blob"),
+          0xC6: (_I, "blob"), 0xDC: (_H, "array"), 0xDD: (_I, "array"), 0xDE: (_H, "map"), 0xDF: (_I, "map")}
+
+
 class _Reader:
     def __init__(self, data: bytes, max_entries: int, max_depth: int) -> None:
         self.data, self.pos, self.max_entries, self.max_depth = memoryview(data), 0, max_entries, max_depth
@@ -131,19 +138,14 @@ class _Reader:
             return self.array(t & 0x0F, depth)
         if 0x80 <= t <= 0x8F:
             return self.map(t & 0x0F, depth)
-        simple = {0xC0: None, 0xC2: False, 0xC3: True}
-        if t in simple:
-            return simple[t]
-        nums = {0xCC: _B, 0xCD: _H, 0xCE: _I, 0xCF: _Q, 0xD0: _b, 0xD1: _h, 0xD2: _i, 0xD3: _q, 0xCA: _F32, 0xCB: _F64}
-        if t in nums:
-            return self.num(nums[t])
-        sized = {0xD9: (_B, self.text), 0xDA: (_H, self.text), 0xDB: (_I, self.text),
-                 0xC4: (_B, self.blob), 0xC5: (_H, self.blob), 0xC6: (_I, self.blob),
-                 0xDC: (_H, self.array), 0xDD: (_I, self.array), 0xDE: (_H, self.map), 0xDF: (_I, self.map)}
-        if t in sized:
-            size, read = sized[t]
+        if t in _SIMPLE:
+            return _SIMPLE[t]
+        if t in _NUMS:
+            return self.num(_NUMS[t])
+        if t in _SIZED:
+            size, kind = _SIZED[t]
             n = self.num(size)
-            return read(n, depth) if read in (self.array, self.map) else read(n)
+            return getattr(self, kind)(n, depth) if kind in ("array", "map") else getattr(self, kind)(n)
         raise UnpackError(f"type byte 0x{t:02x} is not read here")
 
     def text(self, n: int) -> str:

@@ -26,7 +26,7 @@ import msgspec
 from decodemon.probes.frames import (ATTACH_BOUNDS, ATTACH_CHOICES, ATTACH_FIELDS, GRAPH_REPLAYS,  # noqa: F401
                                      LEN as _LEN, LENT_TO_ANOTHER, MAX_ENTRIES, MAX_FRAME_BYTES, OBSERVER_STEPS,
                                      STEP_STARTS, WIRE_VERSION, HEARTBEAT_S, WireError,
-                                     attach_problem, lease_s)
+                                     attach_problem)
 
 MAGIC = b"DECODEMON-RECORDING\n"
 _REC = struct.Struct("<IQ")  # payload length, receive time (ns since recording start)

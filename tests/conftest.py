@@ -18,6 +18,32 @@ REC = {name: (BUNDLED if name in ("eager", "graph") else DATA) / f"h200_{name}.d
        for name in ("eager", "graph", "eager_pm", "llama8b_graph", "narrow12_graph", "eager_api2", "graph_api2")}
 
 
+# a decode loop that starts the agent itself and marks a token every ~2 ms of Python (the sockets' and lease's tests)
+AGENT_LOOP = """
+import time
+from decodemon.probes import agent
+agent.start()
+while True:
+    agent.mark_token(0)
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < 0.002:
+        pass
+"""
+
+
+@pytest.fixture(scope="module")
+def injection_library(own_dir_module) -> Path:
+    """decodemon's CUPTI injection library, built once per module in a cache only root or this user can write;
+    skipped where CUDA's headers are missing."""
+    from decodemon.monitor.inject import cupti_lib
+
+    try:
+        cupti_lib.cuda_include()
+    except cupti_lib.BuildError as exc:
+        pytest.skip(str(exc))
+    return cupti_lib.build(own_dir_module / "inject")
+
+
 def as_monitor_reads(frame):
     """A frame the agent built (probes/frames.py) as the monitor decodes it from the wire (probes/wire.py)."""
     from decodemon.probes import frames, wire

@@ -33,17 +33,8 @@ KCOLS = 16
 
 
 @pytest.fixture(scope="module")
-def lib_path(own_dir_module) -> Path:
-    try:
-        cupti_lib.cuda_include()
-    except cupti_lib.BuildError as exc:
-        pytest.skip(str(exc))
-    return cupti_lib.build(own_dir_module / "inject")  # a cache only root or this user can write: kept there
-
-
-@pytest.fixture(scope="module")
-def lib(lib_path):
-    so = ctypes.CDLL(str(lib_path))
+def lib(injection_library):
+    so = ctypes.CDLL(str(injection_library))
     so.decodemon_cupti_encode_window.argtypes = [ctypes.POINTER(ctypes.c_int64), ctypes.c_size_t,
                                                  ctypes.POINTER(ctypes.c_char_p), ctypes.c_size_t, ctypes.c_int64,
                                                  ctypes.c_int64, ctypes.c_int64,
@@ -56,12 +47,12 @@ def lib(lib_path):
     return so
 
 
-def test_the_build_is_kept_and_the_driver_finds_its_entry_point(lib_path, lib):
+def test_the_build_is_kept_and_the_driver_finds_its_entry_point(injection_library, lib):
     assert lib.InitializeInjection  # what the CUDA driver calls at cuInit (CUDA_INJECTION64_PATH)
     t0 = time.monotonic()
-    assert cupti_lib.build(lib_path.parent.parent) == lib_path  # the same source: the library already built
+    assert cupti_lib.build(injection_library.parent.parent) == injection_library  # the same source: the library already built
     assert time.monotonic() - t0 < 0.5
-    assert [p.name for p in lib_path.parent.iterdir()] == [cupti_lib.LIB_NAME]  # no build leftovers beside it
+    assert [p.name for p in injection_library.parent.iterdir()] == [cupti_lib.LIB_NAME]  # no build leftovers beside it
 
 
 def encode(lib, rows: np.ndarray, names: list[str], window_id=3, t_open=1_000, t_close=9_000_000) -> bytes:
@@ -152,9 +143,9 @@ def test_no_bytes_crash_the_control_reader(lib, data):
 
 
 @pytest.fixture
-def loaded(lib_path):
+def loaded(injection_library):
     """A real process (sleep) with the library loaded and started, as the CUDA driver would at cuInit."""
-    env = {**os.environ, "LD_PRELOAD": str(lib_path), "DECODEMON_CUPTI_START_AT_LOAD": "1"}
+    env = {**os.environ, "LD_PRELOAD": str(injection_library), "DECODEMON_CUPTI_START_AT_LOAD": "1"}
     p = subprocess.Popen(["sleep", "120"], env=env)
     path = wire.socket_path(p.pid)
     t0 = time.monotonic()
@@ -253,7 +244,6 @@ def test_the_cuda_recipe_is_valid_bash():
     assert "inject" in subprocess.run(["bash", str(recipe)], capture_output=True, text=True).stderr  # its usage
 
 
-
 def test_a_monitor_that_stalls_mid_frame_is_dropped_and_the_next_served(loaded):
     stalled = socket.socket(socket.AF_UNIX)
     stalled.connect(str(wire.socket_path(loaded.pid)))
@@ -267,8 +257,8 @@ def test_a_monitor_that_stalls_mid_frame_is_dropped_and_the_next_served(loaded):
     stalled.close()
 
 
-def test_an_argv_that_is_not_utf8_still_makes_a_hello(lib_path):
-    env = {**os.environ, "LD_PRELOAD": str(lib_path), "DECODEMON_CUPTI_START_AT_LOAD": "1"}
+def test_an_argv_that_is_not_utf8_still_makes_a_hello(injection_library):
+    env = {**os.environ, "LD_PRELOAD": str(injection_library), "DECODEMON_CUPTI_START_AT_LOAD": "1"}
     p = subprocess.Popen([b"bash", b"-c", b"sleep 120; :", b"caf\xe9\xff"], env=env)  # bash stays, argv as given
     try:
         t0 = time.monotonic()

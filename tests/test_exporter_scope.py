@@ -18,21 +18,12 @@ import pytest
 
 from decodemon.monitor import prometheus as prom
 from decodemon.probes import wire
-from tests.conftest import assert_one_line_error, cli
+from tests.conftest import AGENT_LOOP, assert_one_line_error, cli
 
 OTHER = 65534  # nobody
 # a Python process nobody asked decodemon to watch, its main thread at a safe point often (an agent could be loaded)
 PLAIN = "import time\nfor _ in range(2400):\n    time.sleep(0.05)"
-LOOP = """
-import time
-from decodemon.probes import agent
-agent.start()
-while True:
-    agent.mark_token(0)
-    t0 = time.perf_counter()
-    while time.perf_counter() - t0 < 0.002:
-        pass
-"""
+LOOP = AGENT_LOOP
 
 
 def threads_of(pid: int) -> list[str]:

@@ -20,6 +20,7 @@ from decodemon.monitor import agent_socket
 from decodemon.monitor.cli._common import print_json
 from decodemon.monitor.sources import write_bytes_whole
 from decodemon.probes import server, wire
+from tests.conftest import AGENT_LOOP
 
 ROOT = Path(__file__).resolve().parents[1]
 DM = [sys.executable, "-m", "decodemon.monitor.cli"]
@@ -113,16 +114,7 @@ def test_a_socket_planted_at_the_targets_path_is_not_taken_for_its_agent(tmp_pat
         target.wait()
 
 
-LOOP = """
-import time
-from decodemon.probes import agent
-agent.start()
-while True:
-    agent.mark_token(0)
-    t0 = time.perf_counter()
-    while time.perf_counter() - t0 < 0.002:
-        pass
-"""
+LOOP = AGENT_LOOP
 
 
 def _frames_after(path: Path, pid: int, attach: wire.Attach, until=wire.Bye) -> list:

@@ -12,25 +12,15 @@ import re
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from decodemon.monitor import agent_socket
 from decodemon.monitor.client import live_frames
-from decodemon.monitor.inject import cupti_lib
 from decodemon.probes import wire
+from tests.conftest import AGENT_LOOP
 
-LOOP = """
-import time
-from decodemon.probes import agent
-agent.start()
-while True:
-    agent.mark_token(0)
-    t0 = time.perf_counter()
-    while time.perf_counter() - t0 < 0.002:
-        pass
-"""
+LOOP = AGENT_LOOP
 
 # a neighbour of the same uid: one valid Attach, then neither a read nor a word; told on stdin, it reads what the
 # agent sent it, to the end, and prints the last frame's reason
@@ -54,14 +44,6 @@ print(frames[-1].reason if frames and isinstance(frames[-1], wire.Bye) else "no 
 LEASE_S = 5.0
 
 
-@pytest.fixture(scope="module")
-def lib_path(tmp_path_factory) -> Path:
-    try:
-        cupti_lib.cuda_include()
-    except cupti_lib.BuildError as exc:
-        pytest.skip(str(exc))
-    return cupti_lib.build(tmp_path_factory.mktemp("inject"))
-
 
 @pytest.fixture(params=["python", "library"])
 def target(request, tmp_path):
@@ -72,7 +54,7 @@ def target(request, tmp_path):
     if request.param == "python":
         proc = subprocess.Popen([sys.executable, "-c", LOOP], env=env)
     else:
-        lib = request.getfixturevalue("lib_path")
+        lib = request.getfixturevalue("injection_library")
         proc = subprocess.Popen(["sleep", "120"], env={**env, "LD_PRELOAD": str(lib),
                                                        "DECODEMON_CUPTI_START_AT_LOAD": "1"})
     try:
@@ -165,14 +147,14 @@ async def _paused_app(tmp_path):
 
 
 @pytest.mark.timing
-def test_the_outside_watchs_connection_to_the_library_keeps_the_slot_past_the_lease(lib_path, tmp_path):
+def test_the_outside_watchs_connection_to_the_library_keeps_the_slot_past_the_lease(injection_library, tmp_path):
     """llama-server's outside watch reads the library's windows through NativeTrace, taking them every quarter
     second: it keeps the slot, and its detach frees it."""
     from decodemon.monitor.outside import FRAME_S, NativeTrace
 
     xdg = tmp_path / "run"
     xdg.mkdir(mode=0o700)
-    env = {**os.environ, "XDG_RUNTIME_DIR": str(xdg), "LD_PRELOAD": str(lib_path),
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(xdg), "LD_PRELOAD": str(injection_library),
            "DECODEMON_CUPTI_START_AT_LOAD": "1"}
     proc = subprocess.Popen(["sleep", "120"], env=env)
     try:

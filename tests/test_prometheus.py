@@ -192,21 +192,27 @@ def test_prometheus_scrapes_the_exporter_attached_to_a_cpu_engine(tmp_path):
         engine.stop()
 
 
+def scrape_until(port: int, name: str, pid: int, seconds: float) -> tuple[list, str]:
+    """Scrape /metrics until a sample `name` of `pid` is served (or `seconds` pass): (those samples, the text)."""
+    found, text, deadline = [], "", time.monotonic() + seconds
+    while time.monotonic() < deadline and not found:
+        time.sleep(0.3)
+        try:
+            text = _get(f"http://127.0.0.1:{port}/metrics")
+        except OSError:
+            continue
+        found = [s for fam in text_string_to_metric_families(text) for s in fam.samples
+                 if s.name == name and s.labels["pid"] == str(pid)]
+    return found, text
+
+
 def test_serve_pid_serves_one_process_metrics(engine):
     port, done, rc = _free_port(), threading.Event(), []
     t = threading.Thread(target=lambda: rc.append(prom.serve_pid(engine.pid, "127.0.0.1", port, stop=done.is_set)),
                          daemon=True)
     t.start()
     try:
-        found, deadline = [], time.monotonic() + 20
-        while time.monotonic() < deadline and not found:
-            time.sleep(0.3)
-            try:
-                text = _get(f"http://127.0.0.1:{port}/metrics")
-            except OSError:
-                continue
-            found = [s for fam in text_string_to_metric_families(text) for s in fam.samples
-                     if s.name == "decodemon_tokens_per_second" and s.labels["pid"] == str(engine.pid)]
+        found, _ = scrape_until(port, "decodemon_tokens_per_second", engine.pid, 20)
         assert found and found[0].value > 0
     finally:
         done.set()

@@ -164,25 +164,14 @@ async def _live(pid):
 
 
 def test_metrics_label_values_show_the_reported_name_escaped(reporting_loop):
-    import socket
+    from tests.test_prometheus import _free_port, scrape_until
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    done, rc = threading.Event(), []
+    port, done, rc = _free_port(), threading.Event(), []
     t = threading.Thread(target=lambda: rc.append(prom.serve_pid(reporting_loop, "127.0.0.1", port,
                                                                  stop=done.is_set)), daemon=True)
     t.start()
     try:
-        info, text, deadline = [], "", time.monotonic() + 30
-        while time.monotonic() < deadline and not info:
-            time.sleep(0.3)
-            try:
-                text = _get(f"http://127.0.0.1:{port}/metrics")
-            except OSError:
-                continue
-            info = [s for fam in text_string_to_metric_families(text) for s in fam.samples
-                    if s.name == "decodemon_model_info" and s.labels["pid"] == str(reporting_loop)]
+        info, text = scrape_until(port, "decodemon_model_info", reporting_loop, 30)
         assert info, text[-2000:]
         assert info[0].labels["model"] == f"qwen3 {SHOWN}"  # the value a scraper reads: the escapes, as text
         no_raw(text)
@@ -208,13 +197,6 @@ def test_label_values_from_a_modified_recording_are_escaped(modified_recording):
     samples = [s for fam in text_string_to_metric_families(text) for s in fam.samples if s.labels.get("pid") == "7"]
     assert samples and all(s.labels["engine"] == "engine\\x1b]0;owned\\x07" for s in samples)
     assert any(s.labels.get("model") == f"qwen3 {SHOWN}" for s in samples)
-
-
-def _get(url: str) -> str:
-    import urllib.request
-
-    with urllib.request.urlopen(url, timeout=5) as r:
-        return r.read().decode()
 
 
 def test_visible_all_escapes_every_string_inside_and_hands_back_what_needs_none():

@@ -27,20 +27,12 @@ from decodemon.monitor.client import live_frames
 from decodemon.monitor.inject import cupti_lib
 from decodemon.probes import wire
 from decodemon.probes.wire_socket import clean_stale_sockets
+from tests.conftest import AGENT_LOOP
 
 OTHER = 65534  # nobody
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="a second uid's files need root to make (chown, setuid)")
 
-LOOP = """
-import time
-from decodemon.probes import agent
-agent.start()
-while True:
-    agent.mark_token(0)
-    t0 = time.perf_counter()
-    while time.perf_counter() - t0 < 0.002:
-        pass
-"""
+LOOP = AGENT_LOOP
 
 # the neighbour: swaps <dir>/decodemon with a directory of its own and with a link to a root directory, as fast as
 # it can, until <dir>/stop appears (or 120 s pass); prints its swaps
@@ -103,14 +95,6 @@ for _ in range(n):
 print(json.dumps({"tries": n, "ok": ok, "failed": failed}))
 """
 
-
-@pytest.fixture(scope="module")
-def lib_path(tmp_path_factory) -> Path:
-    try:
-        cupti_lib.cuda_include()
-    except cupti_lib.BuildError as exc:
-        pytest.skip(str(exc))
-    return cupti_lib.build(tmp_path_factory.mktemp("inject"))
 
 
 @pytest.fixture
@@ -194,9 +178,9 @@ def test_the_python_agents_socket_setup_never_changes_a_root_file_under_a_direct
 
 @needs_root
 def test_the_injection_librarys_socket_setup_never_changes_a_root_file_under_a_directory_swap(shared_tmp,
-                                                                                              lib_path):
+                                                                                              injection_library):
     env = {k: v for k, v in os.environ.items() if k != "DECODEMON_CUPTI_START_AT_LOAD"}
-    counts, swaps, before, after = race(shared_tmp, [C_SETUP, "", "2000", str(lib_path)], env)
+    counts, swaps, before, after = race(shared_tmp, [C_SETUP, "", "2000", str(injection_library)], env)
     assert counts["tries"] == 2000 and counts["ok"] > 0 and swaps > 0
     assert before == after, {k: (before.get(k), after.get(k)) for k in set(before) | set(after)
                              if before.get(k) != after.get(k)}
@@ -215,7 +199,7 @@ UNTIL_EOF = "import sys; sys.stdin.read()"  # a process that ends normally (its 
 
 
 @needs_root
-def test_a_socket_directory_another_uid_owns_gets_a_private_one_the_monitor_finds(tmp_path, lib_path):
+def test_a_socket_directory_another_uid_owns_gets_a_private_one_the_monitor_finds(tmp_path, injection_library):
     xdg = tmp_path / "run"
     xdg.mkdir(mode=0o755)
     theirs = xdg / "decodemon"
@@ -225,7 +209,7 @@ def test_a_socket_directory_another_uid_owns_gets_a_private_one_the_monitor_find
     python = subprocess.Popen([sys.executable, "-c", "from decodemon.probes import agent; agent.start(); " + UNTIL_EOF],
                               stdin=subprocess.PIPE, env=env)
     native = subprocess.Popen([sys.executable, "-c", UNTIL_EOF], stdin=subprocess.PIPE,
-                              env={**env, "LD_PRELOAD": str(lib_path), "DECODEMON_CUPTI_START_AT_LOAD": "1"})
+                              env={**env, "LD_PRELOAD": str(injection_library), "DECODEMON_CUPTI_START_AT_LOAD": "1"})
     try:
         for proc in (python, native):
             path = wait_for_agent(proc)
@@ -376,11 +360,11 @@ def test_a_neighbour_holding_the_python_agents_socket_cannot_lock_a_monitor_out(
         proc.wait()
 
 
-def test_a_neighbour_holding_the_injection_librarys_socket_cannot_lock_a_monitor_out(tmp_path, lib_path):
+def test_a_neighbour_holding_the_injection_librarys_socket_cannot_lock_a_monitor_out(tmp_path, injection_library):
     xdg = tmp_path / "run"
     xdg.mkdir(mode=0o700)
     proc = subprocess.Popen(["sleep", "120"], env={**os.environ, "XDG_RUNTIME_DIR": str(xdg),
-                                                   "LD_PRELOAD": str(lib_path), "DECODEMON_CUPTI_START_AT_LOAD": "1"})
+                                                   "LD_PRELOAD": str(injection_library), "DECODEMON_CUPTI_START_AT_LOAD": "1"})
     try:
         attach_under_siege(proc.pid, wait_for_agent(proc))
     finally:
@@ -389,14 +373,14 @@ def test_a_neighbour_holding_the_injection_librarys_socket_cannot_lock_a_monitor
 
 
 @pytest.mark.parametrize("agent", ["python", "library"])
-def test_a_second_monitor_is_told_who_is_attached(tmp_path, lib_path, agent):
+def test_a_second_monitor_is_told_who_is_attached(tmp_path, injection_library, agent):
     xdg = tmp_path / "run"
     xdg.mkdir(mode=0o700)
     env = {**os.environ, "XDG_RUNTIME_DIR": str(xdg)}
     if agent == "python":
         proc = subprocess.Popen([sys.executable, "-c", LOOP], env=env)
     else:
-        proc = subprocess.Popen(["sleep", "120"], env={**env, "LD_PRELOAD": str(lib_path),
+        proc = subprocess.Popen(["sleep", "120"], env={**env, "LD_PRELOAD": str(injection_library),
                                                        "DECODEMON_CUPTI_START_AT_LOAD": "1"})
     try:
         wait_for_agent(proc)

@@ -5,7 +5,6 @@ rank traced in its turn (`sources.staggered`)."""
 
 from __future__ import annotations
 
-import os
 import sys
 
 from decodemon.monitor.cli._common import (add_last, add_pid, add_probe, add_refresh, add_seconds, attach_settings,
@@ -45,7 +44,7 @@ def _collect_group(pids, settings, seconds):
 def attach_json(pid: int, settings, seconds: float, last_s: float | None = None) -> int:
     """Print the summary of `seconds` attached to `pid` (or to its group), or of their last `last_s`; 3 if it
     ended before a token."""
-    from decodemon.monitor.client import check_pid
+    from decodemon.monitor.client import check_pid, process_age_s
     from decodemon.monitor.ranks import combine, discover_ranks
     from decodemon.monitor.render import summary_json
     from decodemon.monitor.span import summary_snapshot
@@ -111,18 +110,6 @@ def attach_json(pid: int, settings, seconds: float, last_s: float | None = None)
 
 # a process this young that marked nothing may not have begun decoding (torch's import alone takes seconds)
 YOUNG_S = 60.0
-
-
-def process_age_s(pid: int) -> float | None:
-    """Seconds since `pid` started (from /proc), or None where /proc does not say."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        with open("/proc/uptime") as f:
-            uptime = float(f.read().split()[0])
-        return max(0.0, uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK"))
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def run(a) -> int:
