@@ -10,6 +10,8 @@ import os
 import socket
 import time
 from pathlib import Path
+
+import msgspec
 from typing import Iterator
 
 from decodemon.probes import wire, wire_file
@@ -160,7 +162,7 @@ def live_frames(pid: int, settings: wire.Attach | None = None, seconds: float | 
     deadline = None if seconds is None else time.monotonic() + seconds
     reader = wire.StreamReader()
     detached = None  # when the detach was sent
-    settings = settings or wire.Attach()
+    settings, library_error = _with_library(settings or wire.Attach())
     sidecar = None  # the device-wide counters' process (monitor/counters/sidecar.py), started once the hello names the GPU
     answered = False
     heart = agent_socket.Heartbeat(sock)  # the agent drops a monitor silent past its lease (Hello.lease_s)
@@ -199,6 +201,9 @@ def live_frames(pid: int, settings: wire.Attach | None = None, seconds: float | 
                 if isinstance(frame, wire.Hello):
                     heart.start(frame)
                     frame, payload = _with_monitors_facts(frame, payload, pid)
+                elif library_error and isinstance(frame, wire.ProbeStatus) and frame.trace_reason == "no_library":
+                    frame = msgspec.structs.replace(frame, trace_error=library_error)
+                    payload = wire.encode(frame)
                 yield rx, payload, frame
                 if isinstance(frame, wire.Bye):
                     return
@@ -212,6 +217,19 @@ def live_frames(pid: int, settings: wire.Attach | None = None, seconds: float | 
         sock.close()
         if sidecar is not None:
             sidecar.close()
+
+
+def _with_library(settings: wire.Attach) -> tuple[wire.Attach, str]:
+    """The Attach with decodemon's CUPTI library in it where windows are asked for (the agent traces with it and
+    loads nothing of the target's), and why it is not there ("" when it is or none is asked for)."""
+    if not settings.trace or settings.cupti_library:
+        return settings, ""
+    from decodemon.monitor.inject import cupti_lib
+
+    image, why = cupti_lib.image()
+    if not image:
+        return settings, f"decodemon could not build its CUPTI library: {why}"
+    return msgspec.structs.replace(settings, cupti_library=image), ""
 
 
 def _detach(sock: socket.socket, heart) -> float:

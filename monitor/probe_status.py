@@ -24,9 +24,9 @@ REASONS = {
     "hardware_busy": "counters held by another profiler (DCGM, Nsight, or an earlier session still releasing them)",
     "foreign_profiler": "torch.profiler is recording in the target",
     "sidecar_exited": "sidecar exited",
-    "not_importable": ("cupti-python is not in the target's own environment, and the agent brings nothing there: "
-                       "`python -m pip install cupti-python` in the engine's environment gives traced windows; the "
-                       "token clock and the counters work without it"),
+    "not_importable": "cupti-python is not in decodemon's own environment (pip install 'decodemon[gpu]' there)",
+    "no_library": "no CUPTI library for the agent's windows",
+    "library": "decodemon's CUPTI library did not load in the target",
     "libcupti": "no libcupti that PM sampling works with",
     "no_python": ("watched from outside: no Python in the process for an agent; a traced window needs CUPTI loaded "
                   "at its start (CUDA_INJECTION64_PATH)"),

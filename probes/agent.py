@@ -128,17 +128,10 @@ def is_helper(argv: list[str]) -> bool:
 
 
 def start_from_env() -> None:
-    """Start the agent if DECODEMON_AGENT=1 (set by `decodemon run`), unless this process is a helper; then load
-    cupti-python's libraries in the background while the program starts (preload.py), so no attach loads them
-    into a loop that is already decoding (on an H200 the whole load made one 300 ms token of an eager loop's ~25
-    ms). Only the libraries: their import, which runs Python and imports numpy, waits for the first attach (paced
-    there), never racing the program's own imports."""
+    """Start the agent if DECODEMON_AGENT=1 (set by `decodemon run`), unless this process is a helper. Nothing is
+    loaded ahead: an attach brings decodemon's CUPTI library itself, loaded with the GIL given up."""
     if os.environ.get("DECODEMON_AGENT") == "1" and not is_helper(list(getattr(sys, "orig_argv", sys.argv))):
-        if start() is not None and os.environ.get("DECODEMON_PRELOAD", "1") != "0":
-            from decodemon.probes.preload import no_pause, preload_cupti  # noqa: PLC0415
-
-            threading.Thread(target=preload_cupti, kwargs={"sleep": no_pause, "imports": False}, name="dm-preload",
-                             daemon=True).start()
+        start()
 
 
 def __getattr__(name: str):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 
 from decodemon.probes.frames import GpuInfo
 
@@ -126,10 +127,12 @@ def gpu_info(cuda_index: int | None = None, nvml: bool = True) -> GpuInfo:
 
 
 def cupti_version() -> str:
-    """The cupti-python package version, or '' when it is not installed."""
+    """The CUPTI API version of decodemon's CUPTI library once an attach has loaded it here ("" before: nothing is
+    looked up in the target's own environment)."""
+    lib = next(iter(getattr(sys.modules.get("decodemon.probes.native_tracer"), "_LIBS", {}).values()), None)
+    if lib is None:
+        return ""
     try:
-        from importlib.metadata import version
-
-        return version("cupti-python")
+        return str(int(lib.decodemon_cupti_api_version()))
     except Exception:
         return ""

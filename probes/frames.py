@@ -195,6 +195,10 @@ ATTACH_FIELDS: tuple[tuple[str, object, object], ...] = (
     # this monitor steps aside for one that does not yield (the exporter does: a user's attach is never "busy"
     # because of it)
     ("yields", bool, False),
+    # decodemon's CUPTI library (probes/cupti_inject), built in the monitor's environment, for a Python agent's
+    # traced windows (probes/native_tracer.py): the agent loads these bytes, and nothing from the target's own
+    # environment ("": the monitor has none, and says why; windows are then unavailable)
+    ("cupti_library", bytes, b""),
 )
 
 # each Attach field's bounds: (lo, hi, whole number, lo allowed); the CLI refuses out-of-range settings with these,
@@ -208,6 +212,8 @@ ATTACH_BOUNDS = {
     "agent_tick_s": (0.01, 1.0, False, True), "pm_pump_s": (0.1, 10, False, True),
     "time_window_s": (0.01, 5.0, False, True),
 }
+MAX_LIBRARY_BYTES = 1 << 20  # the CUPTI library an Attach carries (~60 KB)
+MAX_CONTROL_BYTES = MAX_LIBRARY_BYTES + 64 * 1024  # an Attach with it, as the agent's door reads one
 ATTACH_CHOICES: dict[str, tuple[str, ...]] = {}  # the fields that take one of a few words
 
 
@@ -225,6 +231,8 @@ def attach_problem(a) -> str | None:
     for key, words in ATTACH_CHOICES.items():
         if getattr(a, key) not in words:
             return f"{key}={getattr(a, key)!r} is not one of {', '.join(words)}"
+    if len(a.cupti_library) > MAX_LIBRARY_BYTES:
+        return f"cupti_library is over {MAX_LIBRARY_BYTES} bytes"
     if len(a.token_range) > 256 or not a.token_range.isprintable():
         return "token_range is not a name of at most 256 printable characters"
     return None
@@ -281,6 +289,8 @@ def _typed(name: str, kind, v):
             return float(v)
         if k is str and isinstance(v, str):
             return v
+        if k is bytes and isinstance(v, (bytes, bytearray)):
+            return bytes(v)
     raise WireError(f"malformed control message: Expected `{kind}`, got `{type(v).__name__}` - at `$.{name}`")
 
 

@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 
-from decodemon.probes import frames, held, hooks, preload
+from decodemon.probes import frames, held, hooks
 from decodemon.probes.attach_loop import AttachLoop
 from decodemon.probes.device import Unavailable, cuda_device_index, cupti_version, gpu_info
 from decodemon.probes.eventlog import EventLog
@@ -57,7 +57,7 @@ class _Newcomer:
 
     def __init__(self, conn: socket.socket, peer_pid: int) -> None:
         self.conn, self.peer_pid = conn, peer_pid
-        self.reader = StreamReader(max_frame=64 * 1024)
+        self.reader = StreamReader(max_frame=frames.MAX_CONTROL_BYTES)
         self.deadline = time.monotonic() + HANDSHAKE_S
 
 
@@ -315,11 +315,6 @@ class Agent:
                           pm="unavailable", pm_reason="no_gpu", nvml="unavailable", nvml_reason="no_gpu")
         else:
             status["gpu"] = "ok"
-            if settings.trace and "cupti.cupti" not in sys.modules:  # the process's first attach
-                t0 = time.time_ns()
-                preload.preload_cupti()
-                if ev is not None:
-                    ev.add("preload", time.time_ns() - t0)
             t0 = time.time_ns()
             tracer = self._arm_trace(settings, status)
             if ev is not None:
@@ -335,19 +330,26 @@ class Agent:
 
     @staticmethod
     def _arm_trace(settings: frames.Attach, status: dict):
+        """The tracer of this attach: decodemon's CUPTI library, from the Attach's bytes, loaded with the GIL given
+        up (native_tracer.load); None, with the reason in `status`, where there is none."""
         if not settings.trace:
             status["trace"] = "off"
             return None
-        try:
-            from decodemon.probes.tracer import WindowTracer  # noqa: PLC0415 - cupti only when a monitor attaches
+        if not settings.cupti_library:
+            status.update(trace="unavailable", trace_reason="no_library",
+                          trace_error="the monitor sent no CUPTI library")
+            return None
+        from decodemon.probes import native_tracer  # noqa: PLC0415 - ctypes only when a monitor asks for windows
 
-            tracer = WindowTracer()  # its first window keeps a guard token (policy.guard_for_window)
-        except ImportError as exc:  # cupti-python (or numpy) is not in the engine's own environment
-            status.update(trace="unavailable", trace_reason="not_importable", trace_error=f"{exc}")
+        try:
+            tracer = native_tracer.NativeTracer(native_tracer.load(settings.cupti_library))
+        except native_tracer.LibraryError as exc:  # its libcupti not found from this process, say
+            status.update(trace="unavailable", trace_reason="library", trace_error=str(exc))
             return None
         except Exception as exc:
             status.update(trace="unavailable", trace_reason="error", trace_error=f"{type(exc).__name__}: {exc}")
             return None
+        # its first window keeps a guard token (policy.guard_for_window)
         status.update(trace="armed", window_tokens=int(settings.window_tokens),
                       window_period_s=float(settings.window_period_s))
         return tracer

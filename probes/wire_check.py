@@ -120,7 +120,7 @@ def _dict_cols(c: _Cols, cols: dict, what: str, nonneg=()) -> dict:
     return out
 
 
-# CUPTI's records are uint64 fields packed as their int64 view (probes/tracer.py), and it returns a bogus end at
+# CUPTI's records are uint64 fields packed as their int64 view (decodemon_cupti.c), and it returns a bogus end at
 # times (monitor/analysis/records.py leaves such kernels out and counts them): of a window's records only the
 # dimensions, which CUPTI gives as 32-bit, are held to be whole numbers
 _DIMS = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")

@@ -215,25 +215,6 @@ def test_an_eager_loops_windows_open_at_most_5_s_apart_at_0_25_s_ticks():
     assert policy.cap_lead_s(tick, 4.0, 0) == pytest.approx(0.51)
 
 
-def test_guard_token_only_while_the_process_replays_graphs():
-    from decodemon.monitor.analysis.window import window_metrics
-    from decodemon.probes.tracer import WindowTracer
-
-    tr = object.__new__(WindowTracer)  # no CUPTI here: fill in what the buffer callback would have
-    tr._names, tr._rt_names, tr._drv_names = {"k": 0}, {}, {}
-    tr._reset()
-    tr.needs_guard = True
-    eager = (0, 10, 20, 1, 1, 1, 32, 1, 1, 8, 0, 0, 7, 0, 0, 1)  # graph id 0: launched one by one
-    tr.bounds, tr._kernels = [0, 100, 200], [eager]
-    w = as_monitor_reads(tr.collect(0, guard_tokens=1))
-    assert (w.tokens, w.guard_tokens) == (1, 1) and not tr.needs_guard
-    tr.bounds, tr._kernels = [0, 100], [eager[:13] + (3, 5, 1)]  # a graph kernel: the next window keeps a guard
-    w = as_monitor_reads(tr.collect(1, guard_tokens=0))
-    assert (w.tokens, w.guard_tokens) == (1, 0) and tr.needs_guard
-    m = window_metrics(w, sm_count=132)
-    assert m.tokens == 1 and m.kernels_per_token == 1
-
-
 def test_a_stopped_target_never_hangs_the_monitor(engine):
     os.kill(engine.pid, signal.SIGSTOP)  # the agent cannot answer: the kernel still accepts the connection
     try:
@@ -250,7 +231,7 @@ def test_a_stopped_target_never_hangs_the_monitor(engine):
 
 
 class _RecordingTracer:
-    """Stands in for WindowTracer: records the CUPTI calls the agent makes, and from which thread."""
+    """Stands in for NativeTracer: records the CUPTI calls the agent makes, and from which thread."""
 
     def __init__(self, active=True):
         import threading
@@ -337,22 +318,6 @@ def test_agent_bursts_hand_the_gil_back_quickly_and_restore_the_interval():
     assert sys.getswitchinterval() == before
 
 
-def test_collect_packs_records_in_chunks_without_changing_them():
-    import numpy as np
-
-    from decodemon.probes.tracer import _rows
-
-    recs = [(i, 10 * i, 10 * i + 7, 1, 1, 1) for i in range(1000)]  # more than three chunks
-    assert (_rows(recs, 6) == np.array(recs)).all()
-    assert _rows([], 16).shape == (0, 16)
-    # a uint64 field past int64 (a graph node id, say): its chunk still packs, that value as numpy's int64 view of
-    # it, every other value as it was (a memset's copy kind of -1 among them)
-    big = recs[:300] + [(5, 2**63 + 7, 2**64 - 1, -1, 0, 3)] + recs[300:]
-    out = _rows(big, 6)
-    assert out[300].tolist() == np.array([5, 2**63 + 7, 2**64 - 1], np.uint64).view(np.int64).tolist() + [-1, 0, 3]
-    assert (np.delete(out, 300, axis=0) == np.array(recs)).all()
-
-
 def test_agent_event_log_names_what_the_agent_thread_did(tmp_path, monkeypatch):
     monkeypatch.setenv("DECODEMON_AGENT_EVENTS", str(tmp_path / "ev"))
     log = eventlog.EventLog.from_env()
@@ -407,93 +372,11 @@ def test_first_window_waits_as_long_as_the_monitor_says():
     assert wire.decode_control(wire.encode(mcli._attach_settings(a))).first_window_s == 2.5
 
 
-def test_runtime_api_filter_keeps_what_the_timeline_draws_and_is_worked_out_once():
-    from decodemon.probes.tracer import WindowTracer
-
-    tr = WindowTracer()  # cupti-python imports without a driver; nothing is enabled here
-    dropped = {tr._rt_names[c] for c in tr._drop_cbids}
-    kept = set(tr._rt_names.values()) - dropped
-    assert {"cudaLaunchKernel_v7000", "cudaGraphLaunch_v10000", "cudaMemcpyAsync_v3020",
-            "cudaStreamSynchronize_v3020"} <= kept
-    assert "cudaGetDevice_v3020" in dropped and "cudaFree_v3020" in dropped
-
-
-
 def test_a_process_that_replayed_graphs_keeps_the_guard_in_every_window(monkeypatch):
-    monkeypatch.setattr(PROCESS, "graph_kernels_seen", False)  # (a new attach's WindowTracer starts guarded)
+    monkeypatch.setattr(PROCESS, "graph_kernels_seen", False)  # (a new attach's NativeTracer starts guarded)
     assert PROCESS.note_window_kernels(False) is False  # an eager window: the next one of this attach traces one token
     assert PROCESS.note_window_kernels(True) is True
     assert PROCESS.note_window_kernels(False) is True  # once a graph was replayed, every window keeps its guard
-
-
-class _P:
-    """A cupti-python params struct stand-in."""
-    ptr = 0
-    num_completed_samples = 3
-    overflow = 0
-    decode_stop_reason = 1  # END_OF_RECORDS
-
-
-
-_STUB_GIL_CHECK = r"""
-import ctypes, json, sys, threading, time
-d = sys.argv[1]
-ctypes.CDLL(d + "/libcuda.so.1", mode=ctypes.RTLD_GLOBAL)   # cupti-python asks the driver's version first
-ctypes.CDLL(d + "/libcupti.so.13", mode=ctypes.RTLD_GLOBAL) # then finds this libcupti already loaded
-from cupti import cupti as c
-out = {}
-for name in sys.argv[2:]:
-    box = {}
-    args = () if name in ("finalize", "get_timestamp") else (1,) if name.startswith("activity_") else (0,)
-    if name == "activity_register_callbacks":
-        args = (lambda: (1024, 0), lambda activities: None)
-    def run():
-        box["t0"] = time.perf_counter(); getattr(c, name)(*args); box["t1"] = time.perf_counter()
-    th = threading.Thread(target=run); th.start()
-    ticks = []
-    while th.is_alive():
-        ticks.append(time.perf_counter())
-    out[name] = (round(box["t1"] - box["t0"], 3), sum(box["t0"] + 0.02 < t < box["t1"] - 0.02 for t in ticks))
-print(json.dumps(out))
-"""
-
-
-def test_cupti_python_lets_go_of_the_gil_in_the_calls_the_agent_makes(tmp_path):
-    """The agent's PM arm and pumps and a window's CUPTI calls go through cupti-python while the other thread needs
-    the GIL. Against a stub libcupti whose functions sleep 0.2 s, another thread must keep running Python during
-    each call (it would not if the wrapper held the GIL: ctypes.PyDLL, which does, lets it run 0 times)."""
-    import shutil
-
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        pytest.skip("no C compiler for the stub libcupti")
-    (tmp_path / "cuda.c").write_text("int cuDriverGetVersion(int *v) { *v = 13020; return 0; }\n")
-    # the libcupti functions behind the agent's calls: PM arm, pumps and close; CUPTI's start-up before an eager
-    # window; a window's open, close, flush and detach on the decode thread (while the agent thread may need the GIL)
-    calls = {"cuptiPmSamplingEnable": "pm_sampling_enable", "cuptiPmSamplingSetConfig": "pm_sampling_set_config",
-             "cuptiPmSamplingStart": "pm_sampling_start", "cuptiPmSamplingStop": "pm_sampling_stop",
-             "cuptiProfilerHostInitialize": "profiler_host_initialize",
-             "cuptiPmSamplingCounterDataImageInitialize": "pm_sampling_counter_data_image_initialize",
-             "cuptiPmSamplingDecodeData": "pm_sampling_decode_data",
-             "cuptiProfilerHostEvaluateToGpuValues": "profiler_host_evaluate_to_gpu_values",
-             "cuptiActivityEnable": "activity_enable", "cuptiActivityDisable": "activity_disable",
-             "cuptiActivityFlushAll": "activity_flush_all", "cuptiFinalize": "finalize",
-             "cuptiGetTimestamp": "get_timestamp",
-             # the agent thread's CUPTI start-up before an eager window (tracer.prepare)
-             "cuptiActivityRegisterCallbacks": "activity_register_callbacks"}
-    (tmp_path / "cupti.c").write_text("#include <unistd.h>\n" + "".join(
-        f"int {fn}(void *p) {{ usleep(200000); return 0; }}\n" for fn in calls))
-    for src, lib in (("cuda.c", "libcuda.so.1"), ("cupti.c", "libcupti.so.13")):
-        subprocess.run([cc, "-shared", "-fPIC", "-o", str(tmp_path / lib), f"-Wl,-soname,{lib}",
-                        str(tmp_path / src)], check=True, capture_output=True)
-    r = subprocess.run([sys.executable, "-c", _STUB_GIL_CHECK, str(tmp_path), *calls.values()], capture_output=True,
-                       text=True, timeout=60)
-    assert r.returncode == 0, r.stderr[-800:]
-    res = json.loads(r.stdout.strip().splitlines()[-1])
-    for name in calls.values():
-        took, ticks = res[name]
-        assert took >= 0.19, (name, took)  # the stub was called
-        assert ticks > 1000, (name, ticks)  # and the other thread ran Python meanwhile
 
 
 def test_first_window_guard_follows_what_the_engine_says_about_cuda_graphs(monkeypatch):
@@ -549,34 +432,60 @@ def test_an_eager_engines_first_window_traces_one_token(monkeypatch):
     assert s.guard == 0 and tr.calls == ["open", "close", "flush", "detach"]  # opened, one token, closed
 
 
-class _FakeCupti:
-    """Stands in for cupti-python's module: notes each call and the thread that made it."""
+class _FakeLib:
+    """Stands in for decodemon's CUPTI library as probes/native_tracer.py calls it: notes each call, under the name
+    of the CUPTI call it makes, and the thread that made it; a window's take hands back empty columns."""
+
+    AS = {"decodemon_win_start": "activity_register_callbacks", "decodemon_win_open": "activity_enable",
+          "decodemon_win_close": "activity_disable", "decodemon_win_flush": "activity_flush_all",
+          "decodemon_win_finalize": "finalize", "decodemon_win_timestamp": "get_timestamp"}
 
     def __init__(self):
         import threading
 
-        self.calls, self._t, self._now = [], threading, 0
+        self.calls, self._t, self._now, self.opened_with, self._kept = [], threading, 0, [], []
+
+    def _tick(self) -> int:
+        self._now += 100
+        return self._now
 
     def __getattr__(self, name):
-        def call(*a, **k):
-            self.calls.append((name, self._t.current_thread().name))
-            if name == "get_timestamp":
-                self._now += 100
-                return self._now
+        def call(*a):
+            if name in self.AS:
+                self.calls.append((self.AS[name], self._t.current_thread().name))
+            if name == "decodemon_win_timestamp":
+                return self._tick()
+            if name == "decodemon_win_open":
+                self.opened_with.append(bool(a[0]))
+                a[1]._obj.value = self._tick()
+            if name == "decodemon_win_close":
+                a[0]._obj.value = self._tick()
+            if name == "decodemon_win_take":
+                import ctypes
+
+                from decodemon.probes import msgpack_std
+
+                cols = {part: {c: ["<i8", b""] for c in cols_} for part, cols_ in (
+                    ("kernels", ["name", "start", "end", "grid_x", "grid_y", "grid_z", "block_x", "block_y",
+                                 "block_z", "regs", "smem_static", "smem_dynamic", "stream", "graph_id",
+                                 "graph_node_id", "correlation"]),
+                    ("apis", ["cbid", "start", "end", "correlation", "domain"]),
+                    ("memcpys", ["start", "end", "bytes", "copy_kind"]))}
+                data = msgpack_std.packb({"names": [], **cols, "api_names": {}, "dropped_records": 0,
+                                          "graph_kernels": False})
+                buf = ctypes.create_string_buffer(data, len(data))
+                self._kept.append(buf)
+                a[0]._obj.value, a[1]._obj.value = ctypes.addressof(buf), len(data)
+            return 0
         return call
 
 
 def _fake_tracer():
-    from decodemon.probes.tracer import WindowTracer
+    from decodemon.probes.native_tracer import NativeTracer
 
-    tr = object.__new__(WindowTracer)
-    tr._c, tr._kinds, tr._api_filter, tr._drop_cbids = _FakeCupti(), [1, 2], False, []
-    tr._names, tr._rt_names, tr._drv_names = {}, {}, {}
-    tr._k_runtime, tr._k_driver, tr.with_apis, tr._enabled = 2, 3, True, []
-    tr._kinds_without_apis, tr._traces_runtime = [1], True
-    tr._reset()
-    tr.active = tr.initialised = tr.prepared = False
-    tr.last_ns, tr.needs_guard = {}, False
+    tr = NativeTracer(_FakeLib())
+    tr._c = tr._lib  # the tests read the calls there
+    tr.needs_guard = False
     return tr
 
 
@@ -599,7 +508,7 @@ def test_cupti_starts_on_the_agent_thread_and_the_decode_threads_open_only_enabl
         s.on_token(i)  # the decode thread (this one): open, then close + flush + finalize a token later
     names = [n for n, _ in tr._c.calls]
     assert "activity_register_callbacks" not in names  # no second start-up on the decode thread
-    assert names[:2] == ["activity_enable", "activity_enable"]
+    assert names[0] == "activity_enable" and names.count("activity_enable") == 1
     assert names[-2:] == ["activity_flush_all", "finalize"] and not tr.initialised and not tr.prepared
     assert {th_ for _, th_ in tr._c.calls} == {threading.current_thread().name}
     w = as_monitor_reads(tr.collect(0, guard_tokens=0))
@@ -719,11 +628,12 @@ def test_the_agent_loop_starts_cupti_where_the_prepare_lead_says(monkeypatch, le
             f = getattr(fake, name)
 
             def call(*a, **k):
-                calls.append((name, threading.current_thread().name, tokens[0]))
+                if name in _FakeLib.AS:
+                    calls.append((_FakeLib.AS[name], threading.current_thread().name, tokens[0]))
                 return f(*a, **k)
             return call
 
-    tr._c = Counting()
+    tr._lib = tr._c = Counting()
     st = wire.Attach(window_period_s=0.2, window_tokens=1, window_min_tokens=0, prepare_lead_tokens=lead,
                      prepare_first_window=False, agent_tick_s=0.25)  # a tick under the period: one window here
     s = sess.Session(st, tr)
@@ -772,15 +682,6 @@ def test_no_start_up_while_an_earlier_attachs_finalize_is_still_due(monkeypatch)
 
 
 
-class _SelfP:
-    """A params struct whose .ptr hands the struct itself to the fake libcupti call."""
-
-    @property
-    def ptr(self):
-        return self
-
-
-
 def test_pm_permission_refused_says_what_to_change():
     words = probe_status.describe(wire.ProbeStatus(pm="unavailable", pm_reason="no_permission", pm_where="sidecar"))
     assert "NVreg_RestrictProfilingToAdminUsers=0" in words["pm"] and "traced windows still work" in words["pm"]
@@ -804,38 +705,6 @@ def test_window_span_samples_travel_apart_and_stay_out_of_the_loops_averages():
     assert sorted(feed.pm_within(0, 10)["gpu_t0_ns"]) == [1, 2, 3]  # what the window check reads: all of them
 
 
-def test_the_buffer_callback_only_keeps_the_records_and_collect_reads_them():
-    """The callback runs inside flush() on the decode thread: it keeps cupti-python's record objects and reads no
-    field (an H200 eager window's flush went from 5.2 to 2.9 ms); collect() on the agent thread reads them."""
-    from types import SimpleNamespace as NS
-
-    tr = _fake_tracer()
-    tr._k_kernel, tr._k_runtime, tr._k_driver, tr._k_memcpy, tr._k_memset, tr._k_sync = 10, 5, 6, 1, 2, 38
-    reads = []
-
-    class Record(NS):
-        def __getattribute__(self, name):
-            if not name.startswith("__"):
-                reads.append(name)
-            return super().__getattribute__(name)
-
-    kernel = dict(kind=10, name="gemv", start=100, end=150, grid_x=32, grid_y=1, grid_z=1, block_x=128, block_y=1,
-                  block_z=1, registers_per_thread=40, static_shared_memory=0, dynamic_shared_memory=0, stream_id=7,
-                  graph_id=0, graph_node_id=0, correlation_id=11)
-    batch = [Record(**kernel), Record(kind=5, cbid=211, start=90, end=99, correlation_id=11),
-             Record(kind=1, start=160, end=170, bytes=2, copy_kind=2)]
-    tr.bounds = [80, 200]
-    tr._completed(batch)
-    assert reads == [] and tr._kernels == []  # nothing read on the decode thread
-    pauses = []
-    w = as_monitor_reads(tr.collect(0, guard_tokens=0, pause=lambda: pauses.append(len(reads))))
-    assert reads and pauses and pauses[0] > 0  # read here, on the collecting thread, which pauses between chunks
-    k = {c: col.array().tolist() for c, col in w.kernels.items()}
-    assert (w.names, k["start"], k["end"], k["grid_x"], k["correlation"]) == (["gemv"], [100], [150], [32], [11])
-    assert w.apis["cbid"].array().tolist() == [211] and w.memcpys["bytes"].array().tolist() == [2]
-    assert tr._batches == []  # the kept objects go with the window
-
-
 def test_launch_calls_are_traced_from_an_attachs_second_window_then_every_nth():
     sched = [policy.apis_in_window(i, 4) for i in range(10)]
     # a short attach's only window is the cheap kind; the launch calls come ~one period later, then every 4th
@@ -845,20 +714,17 @@ def test_launch_calls_are_traced_from_an_attachs_second_window_then_every_nth():
     assert wire.Attach().api_every == 4
 
 
-def test_a_kernels_only_window_enables_and_disables_no_runtime_records(monkeypatch):
+def test_a_kernels_only_window_enables_no_runtime_records(monkeypatch):
     monkeypatch.setattr(PROCESS, "engine_cuda_graphs", False)
-    tr = _fake_tracer()  # kinds [1, 2]: 2 stands for RUNTIME
-    enabled = []
-    tr._c.activity_enable = lambda k: enabled.append(("on", k))
-    tr._c.activity_disable = lambda k: enabled.append(("off", k))
-    for with_apis, kinds in ((False, [1]), (True, [1, 2])):
-        enabled.clear()
+    tr = _fake_tracer()
+    for with_apis in (False, True):
+        tr._c.opened_with.clear()
         tr.with_apis = with_apis
         s = sess.Session(wire.Attach(window_tokens=1), tr)
         s.want_window = True
         for i in range(3):
             s.on_token(i)
-        assert enabled == [("on", k) for k in kinds] + [("off", k) for k in kinds]
+        assert tr._c.opened_with == [with_apis]
         w = as_monitor_reads(tr.collect(0, guard_tokens=0))
         assert w.apis_traced is with_apis and w.tokens == 1
 
@@ -1188,14 +1054,3 @@ def test_a_batched_engines_step_is_kept_as_one_even_with_a_batch_of_one():
         assert sess.ACTIVE.session is None
     finally:
         sess.ACTIVE.session = None
-
-
-def test_a_target_without_cupti_python_gets_the_clock_and_counters_and_says_how_to_trace(monkeypatch):
-    """The agent brings nothing into the engine's environment: where cupti-python is not there, the trace is
-    unavailable with the one line that fixes it, and the attach goes on (token clock, the sidecar's counters)."""
-    monkeypatch.setitem(sys.modules, "decodemon.probes.tracer", None)  # import fails as in a bare environment
-    status: dict = {}
-    assert server.Agent._arm_trace(wire.Attach(), status) is None
-    assert (status["trace"], status["trace_reason"]) == ("unavailable", "not_importable")
-    words = probe_status.describe(wire.ProbeStatus(**status))["trace"]
-    assert "pip install cupti-python" in words and "token clock and the counters work without it" in words

@@ -229,10 +229,11 @@ PROBE_CHOICES = wire.ATTACH_CHOICES
 TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
 def probe_fields() -> dict:
-    """wire.Attach's field names with their defaults and types."""
+    """wire.Attach's field names a user may set, with their defaults and types (the CUPTI library the monitor
+    sends is its own to choose)."""
     import msgspec
 
-    return {f.name: (f.default, f.type) for f in msgspec.structs.fields(wire.Attach)}
+    return {f.name: (f.default, f.type) for f in msgspec.structs.fields(wire.Attach) if f.name != "cupti_library"}
 
 
 def probe_value(key: str, text: str, name: str | None = None):

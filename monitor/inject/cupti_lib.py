@@ -1,5 +1,6 @@
-"""decodemon's CUPTI injection library (probes/cupti_inject/decodemon_cupti.c): found, or built once with the C
-compiler, for `decodemon run` to load into a process with no Python (llama-server) through CUDA_INJECTION64_PATH.
+"""decodemon's CUPTI library (probes/cupti_inject/decodemon_cupti.c): found, or built once with the C compiler.
+`decodemon run` loads it into a process with no Python (llama-server) through CUDA_INJECTION64_PATH; a Python
+target's agent is sent its bytes in the Attach (`image`) and traces its windows with it (probes/native_tracer.py).
 
 The build needs a C compiler, CUPTI's headers and library (the nvidia-cuda-cupti wheel, decodemon's `gpu`
 extra) and CUDA's driver header, cuda.h (CUDA_HOME, /usr/local/cuda, or the CUDA wheels). The
@@ -110,6 +111,20 @@ def build(out_dir: Path | None = None) -> Path:
     finally:
         os.close(dfd)
     return Path(real) / LIB_NAME
+
+
+_IMAGE: list = []
+
+
+def image() -> tuple[bytes, str]:
+    """(the library's bytes, "") for an Attach to carry, or (b"", why it cannot be built here, in one line): built
+    once a process, then kept."""
+    if not _IMAGE:
+        try:
+            _IMAGE.append((build().read_bytes(), ""))
+        except (BuildError, OSError) as exc:
+            _IMAGE.append((b"", str(exc)))
+    return _IMAGE[0]
 
 
 def _private_dir(exc: own_files.NotOwn, cache: Path) -> str:

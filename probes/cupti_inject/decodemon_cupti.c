@@ -25,6 +25,8 @@
  */
 #define _GNU_SOURCE
 #include <cupti_activity.h>
+#include <cupti_callbacks.h>
+#include <cupti_runtime_cbid.h>
 #include <cupti_version.h>
 
 #include <dlfcn.h>
@@ -46,7 +48,8 @@
 #include <unistd.h>
 
 #define WIRE_VERSION 2
-#define MAX_CONTROL_BYTES (64 * 1024)
+#define MAX_CONTROL_BYTES (1024 * 1024 + 64 * 1024) /* frames.MAX_CONTROL_BYTES: an Attach carries a Python
+                                                    * agent's copy of this library */
 #define KCOLS 16
 #define BUF_BYTES (4u << 20)
 #define MAX_BUFS 16           /* 64 MiB of CUPTI buffers at most; past it CUPTI counts the records it drops */
@@ -464,7 +467,33 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
     pthread_mutex_unlock(&g_buf_lock);
 }
 
-static void take_records(window_t *w) {
+/* The rows a Python agent's window adds to its kernels: runtime-API calls and copies (MEMCPY and MEMSET). */
+typedef struct {
+    int64_t *v;
+    size_t n, cap, ncols;
+} rows_t;
+
+static void rows_add(rows_t *r, const int64_t *row, size_t *dropped) {
+    if (r->n >= MAX_ROWS) { (*dropped)++; return; }
+    if (r->n == r->cap) {
+        size_t cap = r->cap ? 2 * r->cap : 1024;
+        int64_t *p = realloc(r->v, cap * r->ncols * sizeof *p);
+        if (!p) { (*dropped)++; return; }
+        r->v = p;
+        r->cap = cap;
+    }
+    memcpy(r->v + r->n * r->ncols, row, r->ncols * sizeof *row);
+    r->n++;
+}
+
+typedef struct {
+    rows_t apis;   /* cbid, start, end, correlation, domain (0 runtime) */
+    rows_t copies; /* start, end, bytes, copy kind (-1: a memset) */
+} extra_t;
+
+/* The records CUPTI has handed back, as rows of `w` (kernels) and, when `x` is given, of `x` (API calls and
+ * copies; without it those kinds are skipped). Their buffers go back. */
+static void take_records(window_t *w, extra_t *x) {
     pthread_mutex_lock(&g_buf_lock);
     done_buf_t *d = g_done;
     g_done = NULL;
@@ -473,15 +502,31 @@ static void take_records(window_t *w) {
     while (d) {
         CUpti_Activity *rec = NULL;
         while (cuptiActivityGetNextRecord(d->p, d->valid, &rec) == CUPTI_SUCCESS) {
-            if (rec->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && rec->kind != CUPTI_ACTIVITY_KIND_KERNEL)
+            if (rec->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL || rec->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
+                /* every field read here sits at the same offset in CUpti_ActivityKernel9 to 13 (CUPTI 12.x and
+                 * 13.x), so the records of whichever libcupti the process loaded read alike */
+                const kernel_rec_t *k = (const kernel_rec_t *)rec;
+                if (k->start == 0 || k->end < k->start) { w->dropped++; continue; } /* incomplete: no times */
+                int64_t row[KCOLS] = {name_index(w, k->name), (int64_t)k->start, (int64_t)k->end, k->gridX,
+                                      k->gridY, k->gridZ, k->blockX, k->blockY, k->blockZ, k->registersPerThread,
+                                      k->staticSharedMemory, k->dynamicSharedMemory, k->streamId, k->graphId,
+                                      (int64_t)k->graphNodeId, k->correlationId};
+                add_row(w, row);
+            } else if (!x) {
                 continue;
-            const kernel_rec_t *k = (const kernel_rec_t *)rec;
-            if (k->start == 0 || k->end < k->start) { w->dropped++; continue; } /* incomplete: no times */
-            int64_t row[KCOLS] = {name_index(w, k->name), (int64_t)k->start, (int64_t)k->end, k->gridX, k->gridY,
-                                  k->gridZ, k->blockX, k->blockY, k->blockZ, k->registersPerThread,
-                                  k->staticSharedMemory, k->dynamicSharedMemory, k->streamId, k->graphId,
-                                  (int64_t)k->graphNodeId, k->correlationId};
-            add_row(w, row);
+            } else if (rec->kind == CUPTI_ACTIVITY_KIND_RUNTIME) {
+                const CUpti_ActivityAPI *a = (const CUpti_ActivityAPI *)rec;
+                int64_t row[5] = {a->cbid, (int64_t)a->start, (int64_t)a->end, a->correlationId, 0};
+                rows_add(&x->apis, row, &w->dropped);
+            } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
+                const CUpti_ActivityMemcpy6 *m = (const CUpti_ActivityMemcpy6 *)rec;
+                int64_t row[4] = {(int64_t)m->start, (int64_t)m->end, (int64_t)m->bytes, m->copyKind};
+                rows_add(&x->copies, row, &w->dropped);
+            } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
+                const CUpti_ActivityMemset4 *m = (const CUpti_ActivityMemset4 *)rec;
+                int64_t row[4] = {(int64_t)m->start, (int64_t)m->end, (int64_t)m->bytes, -1};
+                rows_add(&x->copies, row, &w->dropped);
+            }
         }
         done_buf_t *next = d->next;
         free(d->p);
@@ -560,7 +605,7 @@ static int trace_window(window_t *w, double seconds, int64_t *t_open, int64_t *t
         sleep_s(left < DRAIN_S * 1e9 ? (double)left / 1e9 : DRAIN_S);
         int64_t d0 = mono_ns();
         cuptiActivityFlushAll(0);
-        take_records(w);
+        take_records(w, NULL);
         host += mono_ns() - d0;
     }
     int64_t c0 = mono_ns();
@@ -571,7 +616,7 @@ static int trace_window(window_t *w, double seconds, int64_t *t_open, int64_t *t
     size_t seen = (size_t)-1;
     for (;;) {
         cuptiActivityFlushAll(0);
-        take_records(w);
+        take_records(w, NULL);
         size_t now_seen = records_seen();
         int64_t now = mono_ns();
         if (now_seen != seen) { seen = now_seen; last = now; }
@@ -579,10 +624,230 @@ static int trace_window(window_t *w, double seconds, int64_t *t_open, int64_t *t
         sleep_s(0.01);
     }
     cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-    take_records(w);
+    take_records(w, NULL);
     size_t lost = 0;
     if (cuptiActivityGetNumDroppedRecords(NULL, 0, &lost) == CUPTI_SUCCESS) w->dropped += lost;
     *host_ns = host + (mono_ns() - c0);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- a Python agent's windows
+ * A Python target's agent (probes/native_tracer.py) loads this library with ctypes, which lets go of the GIL
+ * for every call below, and drives one window at a time at the decode thread's token boundaries:
+ *
+ *   decodemon_win_start     agent thread, before the window: CUPTI's (re-)initialisation (its callbacks)
+ *   decodemon_win_open      decode thread, a boundary: kernels, copies, memsets and (with_apis) the runtime
+ *                           calls the timeline needs (launches, copies, syncs); CUPTI's clock then
+ *   decodemon_win_timestamp CUPTI's clock (a boundary inside the window)
+ *   decodemon_win_close     decode thread, the closing boundary: CUPTI's clock, then every kind off
+ *   decodemon_win_flush     decode thread, right after: the window's records into this library's buffers
+ *   decodemon_win_finalize  decode thread, right after: CUPTI detached (untraced tokens run at their own speed)
+ *   decodemon_win_take      agent thread: the records as the columns of wire.KernelWindow (msgpack), freed
+ *                           with decodemon_cupti_free
+ *
+ * The records are read on the agent thread, here, not in the decode thread's flush: CUPTI's buffer callback
+ * only queues its buffers. */
+static int g_runtime_filter_done;
+static uint8_t *g_runtime_keep; /* per runtime cbid: 1 traced, 0 not (worked out once) */
+static size_t g_runtime_n;
+
+static const char *KEEP_RUNTIME[] = {"cudaLaunch", "cudaGraphLaunch", "cudaMemcpy", "cudaMemset", "Synchronize",
+                                     "cudaEventSynchronize", "cudaStreamWaitEvent"};
+
+static int keep_runtime(const char *name) {
+    for (size_t i = 0; i < sizeof KEEP_RUNTIME / sizeof *KEEP_RUNTIME; i++)
+        if (strstr(name, KEEP_RUNTIME[i])) return 1;
+    return 0;
+}
+
+/* Which runtime calls a window records: those the timeline reads, by their names in the loaded CUPTI. */
+static void runtime_filter(void) {
+    if (g_runtime_filter_done) return;
+    g_runtime_filter_done = 1;
+    g_runtime_n = CUPTI_RUNTIME_TRACE_CBID_SIZE + 256; /* a newer libcupti may know calls these headers do not */
+    g_runtime_keep = calloc(g_runtime_n, 1);
+    if (!g_runtime_keep) { g_runtime_n = 0; return; }
+    for (size_t cbid = 1; cbid < g_runtime_n; cbid++) {
+        const char *name = NULL;
+        g_runtime_keep[cbid] = cuptiGetCallbackName(CUPTI_CB_DOMAIN_RUNTIME_API, (uint32_t)cbid, &name) !=
+                               CUPTI_SUCCESS || !name || keep_runtime(name);
+    }
+}
+
+static const CUpti_ActivityKind WINDOW_KINDS[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
+                                                  CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET};
+static int g_win_apis;       /* the open window records runtime calls */
+static window_t g_win;       /* the window's rows, filled by decodemon_win_take */
+static extra_t g_win_extra = {{0, 0, 0, 5}, {0, 0, 0, 4}};
+
+static void say(char *err, size_t n, const char *what, CUptiResult r) {
+    if (err && n) snprintf(err, n, "%s: %s", what, cupti_err(r));
+}
+
+/* CUPTI (re-)initialised, its buffers this library's. 0, or -1 with `err` set. */
+int decodemon_win_start(char *err, size_t n) {
+    CUptiResult r = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
+    if (r != CUPTI_SUCCESS) { say(err, n, "cuptiActivityRegisterCallbacks", r); return -1; }
+    runtime_filter();
+    return 0;
+}
+
+/* The loaded libcupti's CUPTI API version (Hello.cupti_version). */
+int decodemon_cupti_api_version(void) {
+    uint32_t v = 0;
+    return cuptiGetVersion(&v) == CUPTI_SUCCESS ? (int)v : 0;
+}
+
+int64_t decodemon_win_timestamp(void) {
+    uint64_t ts = 0;
+    cuptiGetTimestamp(&ts);
+    return (int64_t)ts;
+}
+
+int decodemon_win_open(int with_apis, int64_t *ts, char *err, size_t n) {
+    for (size_t i = 0; i < sizeof WINDOW_KINDS / sizeof *WINDOW_KINDS; i++) {
+        CUptiResult r = cuptiActivityEnable(WINDOW_KINDS[i]);
+        if (r != CUPTI_SUCCESS) { say(err, n, "cuptiActivityEnable", r); return -1; }
+    }
+    g_win_apis = with_apis != 0;
+    if (g_win_apis) {
+        CUptiResult r = cuptiActivityEnable(CUPTI_ACTIVITY_KIND_RUNTIME);
+        if (r != CUPTI_SUCCESS) { say(err, n, "cuptiActivityEnable(RUNTIME)", r); return -1; }
+        /* enabling RUNTIME enables every call again: filter at every open */
+        for (size_t cbid = 1; cbid < g_runtime_n; cbid++)
+            if (!g_runtime_keep[cbid]) cuptiActivityEnableRuntimeApi((CUpti_CallbackId)cbid, 0);
+    }
+    *ts = decodemon_win_timestamp();
+    return 0;
+}
+
+int decodemon_win_close(int64_t *ts) {
+    *ts = decodemon_win_timestamp();
+    for (size_t i = 0; i < sizeof WINDOW_KINDS / sizeof *WINDOW_KINDS; i++) cuptiActivityDisable(WINDOW_KINDS[i]);
+    if (g_win_apis) cuptiActivityDisable(CUPTI_ACTIVITY_KIND_RUNTIME);
+    return 0;
+}
+
+/* Every record CUPTI holds delivered (forced: a closed window's last ones too). The buffers wait for take. */
+int decodemon_win_flush(void) { return cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED) == CUPTI_SUCCESS ? 0 : -1; }
+
+/* Records CUPTI has delivered since the library was loaded (a window by time drains until this stops moving). */
+int64_t decodemon_win_records(void) { return (int64_t)records_seen(); }
+
+int decodemon_win_finalize(char *err, size_t n) {
+    CUptiResult r = cuptiFinalize();
+    if (r != CUPTI_SUCCESS) { say(err, n, "cuptiFinalize", r); return -1; }
+    return 0;
+}
+
+static void encode_rows(buf_t *b, const rows_t *r, const char *const *cols) {
+    mp_map(b, (uint32_t)r->ncols);
+    int64_t *col = malloc((r->n ? r->n : 1) * sizeof *col);
+    if (!col) { b->oom = 1; return; }
+    for (size_t j = 0; j < r->ncols; j++) {
+        for (size_t i = 0; i < r->n; i++) col[i] = r->v[i * r->ncols + j];
+        mp_str(b, cols[j]);
+        mp_col_i8(b, col, r->n);
+    }
+    free(col);
+}
+
+static const char *API_COLS[] = {"cbid", "start", "end", "correlation", "domain"};
+static const char *COPY_COLS[] = {"start", "end", "bytes", "copy_kind"};
+
+/* The window's columns: a msgpack map of names, kernels, apis, api_names ("0:cbid" -> the call's name),
+ * memcpys, dropped_records and graph_kernels (whether a kernel came from a CUDA graph). */
+static void encode_columns(buf_t *b, const window_t *w, const extra_t *x, size_t lost, int name_calls) {
+    mp_map(b, 7);
+    mp_str(b, "names");
+    mp_arr(b, (uint32_t)w->n_names);
+    for (size_t i = 0; i < w->n_names; i++) mp_str(b, w->names[i]);
+    rows_t k = {w->rows, w->n, w->cap, KCOLS};
+    mp_str(b, "kernels");
+    encode_rows(b, &k, KERNEL_COLS);
+    mp_str(b, "apis");
+    encode_rows(b, &x->apis, API_COLS);
+    mp_str(b, "memcpys");
+    encode_rows(b, &x->copies, COPY_COLS);
+    /* the calls' names, each cbid once */
+    uint32_t seen_n = 0;
+    uint8_t *seen = calloc(65536, 1);
+    if (!seen) { b->oom = 1; return; }
+    for (size_t i = 0; i < x->apis.n; i++) {
+        int64_t cbid = x->apis.v[i * 5];
+        if (cbid >= 0 && cbid < 65536 && !seen[cbid]) { seen[cbid] = 1; seen_n++; }
+    }
+    mp_str(b, "api_names");
+    mp_map(b, seen_n);
+    for (uint32_t cbid = 0; cbid < 65536 && seen_n; cbid++) {
+        if (!seen[cbid]) continue;
+        char key[24];
+        const char *name = NULL;
+        snprintf(key, sizeof key, "0:%u", cbid);
+        mp_str(b, key);
+        if (name_calls && cuptiGetCallbackName(CUPTI_CB_DOMAIN_RUNTIME_API, cbid, &name) == CUPTI_SUCCESS && name) mp_str(b, name);
+        else { snprintf(key, sizeof key, "cbid%u", cbid); mp_str(b, key); }
+    }
+    free(seen);
+    kv_int(b, "dropped_records", (int64_t)(w->dropped + lost));
+    int graph = 0;
+    for (size_t i = 0; i < w->n && !graph; i++) graph = w->rows[i * KCOLS + 13] != 0;
+    mp_str(b, "graph_kernels");
+    mp_bool(b, graph);
+}
+
+static void win_clear(void) {
+    window_clear(&g_win);
+    free(g_win.rows);
+    free(g_win.names);
+    memset(&g_win, 0, sizeof g_win);
+    free(g_win_extra.apis.v);
+    free(g_win_extra.copies.v);
+    g_win_extra.apis = (rows_t){0, 0, 0, 5};
+    g_win_extra.copies = (rows_t){0, 0, 0, 4};
+}
+
+/* The records delivered since the last take, as the window's columns (encode_columns) in *out, which the caller
+ * frees with decodemon_cupti_free. 0, or -1 out of memory. */
+int decodemon_win_take(uint8_t **out, size_t *out_n) {
+    take_records(&g_win, &g_win_extra);
+    size_t lost = 0;
+    if (cuptiActivityGetNumDroppedRecords(NULL, 0, &lost) != CUPTI_SUCCESS) lost = 0;
+    buf_t b = {0};
+    encode_columns(&b, &g_win, &g_win_extra, lost, 1);
+    win_clear();
+    if (b.oom) { free(b.p); return -1; }
+    *out = b.p;
+    *out_n = b.n;
+    return 0;
+}
+
+/* For CI (no GPU): the columns decodemon_win_take would give for these rows (kernels n x 16 as window_t's, API
+ * calls n_apis x 5, copies n_copies x 4), each call named "cbidN" (naming a call needs CUPTI). */
+int decodemon_win_encode(const int64_t *kern, size_t n, const char *const *names, size_t n_names,
+                         const int64_t *apis, size_t n_apis, const int64_t *copies, size_t n_copies,
+                         uint8_t **out, size_t *out_n) {
+    window_t w = {0};
+    extra_t x = {{0, 0, 0, 5}, {0, 0, 0, 4}};
+    int64_t row[KCOLS];
+    for (size_t i = 0; i < n; i++) {
+        memcpy(row, kern + i * KCOLS, sizeof row);
+        int64_t k = row[0];
+        row[0] = name_index(&w, (k >= 0 && (size_t)k < n_names) ? names[k] : "?");
+        add_row(&w, row);
+    }
+    for (size_t i = 0; i < n_apis; i++) rows_add(&x.apis, apis + i * 5, &w.dropped);
+    for (size_t i = 0; i < n_copies; i++) rows_add(&x.copies, copies + i * 4, &w.dropped);
+    buf_t b = {0};
+    encode_columns(&b, &w, &x, 0, 0);
+    window_clear(&w);
+    free(w.rows);
+    free(w.names);
+    free(x.apis.v);
+    free(x.copies.v);
+    if (b.oom) { free(b.p); return -1; }
+    *out = b.p;
+    *out_n = b.n;
     return 0;
 }
 
