@@ -31,7 +31,7 @@ case "$stage" in
     done_rc() { echo "$1 $(date -u +%T)" > "$work/$2.rc"; }
     export -f done_rc
     started build
-    JOBS=$(nproc) setsid nohup bash -c 'bash benchmarks/llama_cpp_build.sh once-cuda \
+    JOBS=${JOBS:-$(nproc)} setsid nohup bash -c 'bash benchmarks/llama_cpp_build.sh once-cuda \
       .whl/llama_cpp_python-src.tar.gz /tmp/dm_llama/cuda; done_rc $? build' >"$work/build.log" 2>&1 </dev/null &
     for shape in llama-1b llama-8b; do
       started "$shape"
@@ -57,7 +57,7 @@ import write_gguf; write_gguf(sys.argv[1], sys.argv[2])" "$0" "$1"; done_rc $? "
       python3 benchmarks/native_smoke.py "$out/native_$mode.json" 2>&1 | tail -6
       tail -n 3 "$out/native_$mode.err"
     done
-    for i in $(seq 100); do
+    for i in $(seq ${SETUP_WAIT:-100}); do
       [ -f "$work/build.rc" ] && [ -f "$work/llama-8b.rc" ] && break
       sleep 1
     done
@@ -68,7 +68,7 @@ import write_gguf; write_gguf(sys.argv[1], sys.argv[2])" "$0" "$1"; done_rc $? "
     tail -n 60 "$work/build.log" > "$out/build.log.tail"
     ;;
   run)
-    timeout 545 python3 benchmarks/llama_cpp_gpu.py "$out/llama_cpp" --cases "${CASES:-lcpp1b_graphs,lcpp1b_nographs,server8b,server8b_injected,server1b_np4,server1b_kvq8,lcpp8b_graphs,lcpp8b_nographs}" \
+    timeout ${LLAMA_S:-545} python3 benchmarks/llama_cpp_gpu.py "$out/llama_cpp" --cases "${CASES:-lcpp1b_graphs,lcpp1b_nographs,server8b,server8b_injected,server1b_np4,server1b_kvq8,lcpp8b_graphs,lcpp8b_nographs}" \
       > "$out/run.log" 2>&1
     echo "llama_cpp_gpu.py exit $?"
     grep '^\[' "$out/run.log" | cut -c1-160

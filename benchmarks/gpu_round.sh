@@ -1,0 +1,41 @@
+# One GPU lease's work, in two calls of the device, one right after the other (the machine stays warm 30 s):
+#
+#   bash benchmarks/gpu_round.sh OUTDIR one   starts llama.cpp's CUDA build detached on cores 8-15 (llama_cpp.sh's
+#                                            setup, which also smoke-tests decodemon's CUPTI library in the demo
+#                                            engine, eager and graphed); then, on cores 0-7, the first attach's cost
+#                                            to the eager manual transformers loop (cost.py) and the compiled Llama-8B
+#                                            loop with marks recorded five times in a row (counters.py)
+#   bash benchmarks/gpu_round.sh OUTDIR two   torch.profiler's count of the compiled 8B loop, then the llama.cpp
+#                                            cases (llama_cpp.sh run, CASES to choose) as far as the call goes
+#
+# Run from the repository root with .whl/ carried (`bash benchmarks/wheels.sh`). Each call leaves at most 8 files
+# under OUTDIR: the tables and a .tgz of the JSON, logs and recordings.
+set -u
+out=${1:?OUTDIR}
+stage=${2:?one or two}
+mkdir -p "$out"
+case "$stage" in
+  one)
+    # the setup returns once the smoke test is done; the build and the GGUFs go on in the background
+    JOBS=8 SETUP_WAIT=0 taskset -c 8-15 bash benchmarks/llama_cpp.sh "$out" setup 2>&1 | tail -n 40
+    . benchmarks/device_setup.sh
+    mkdir -p "$out/r"
+    taskset -c 0-7 timeout 250 python3 benchmarks/cost.py "$out/r/cost" --engines manual --pairs 4 --phase-s 3 \
+      --before-s 30 --after-s 45 --warm-s 20 > "$out/r/cost.log" 2>&1
+    echo "cost.py exit $?"; tail -n 25 "$out/r/cost.log"
+    taskset -c 0-7 timeout 200 python3 benchmarks/counters.py "$out/r/counters" --cases compiled8b_marks \
+      > "$out/r/counters.log" 2>&1
+    echo "counters.py exit $?"; tail -n 25 "$out/r/counters.log"
+    (cd "$out/r" && tar czf ../round_one.tgz .) && rm -rf "$out/r"
+    ;;
+  two)
+    . benchmarks/device_setup.sh
+    mkdir -p "$out/r"
+    timeout 170 python3 benchmarks/counters.py "$out/r/counters" --cases compiled8b_profile > "$out/r/profile.log" 2>&1
+    echo "counters.py (profile) exit $?"; tail -n 12 "$out/r/profile.log"
+    (cd "$out/r" && tar czf ../round_two.tgz .) && rm -rf "$out/r"
+    LLAMA_S=${LLAMA_S:-360} CASES=${CASES:-lcpp1b_graphs,lcpp1b_nographs,server1b_np4,server8b_injected,server1b_kvq8,server8b} \
+      bash benchmarks/llama_cpp.sh "$out" run
+    ;;
+  *) echo "no stage $stage: one or two"; exit 2 ;;
+esac
