@@ -17,13 +17,13 @@ mkdir -p "$out"
 case "$stage" in
   one)
     # the setup returns once the smoke test is done; the build and the GGUFs go on in the background
-    JOBS=8 SETUP_WAIT=0 taskset -c 8-15 bash benchmarks/llama_cpp.sh "$out" setup 2>&1 | tail -n 40
+    JOBS=8 SETUP_WAIT=0 CHECK_PM=0 taskset -c 8-15 bash benchmarks/llama_cpp.sh "$out" setup 2>&1 | tail -n 40
     . benchmarks/device_setup.sh
     mkdir -p "$out/r"
-    taskset -c 0-7 timeout 250 python3 benchmarks/cost.py "$out/r/cost" --engines manual --pairs 4 --phase-s 3 \
-      --before-s 30 --after-s 45 --warm-s 20 > "$out/r/cost.log" 2>&1
+    taskset -c 0-7 timeout 200 python3 benchmarks/cost.py "$out/r/cost" --engines manual --pairs 3 --phase-s 3 \
+      --before-s 30 --after-s 40 --warm-s 20 > "$out/r/cost.log" 2>&1
     echo "cost.py exit $?"; tail -n 25 "$out/r/cost.log"
-    taskset -c 0-7 timeout 200 python3 benchmarks/counters.py "$out/r/counters" --cases compiled8b_marks \
+    taskset -c 0-7 timeout 260 python3 benchmarks/counters.py "$out/r/counters" --cases compiled8b_marks \
       > "$out/r/counters.log" 2>&1
     echo "counters.py exit $?"; tail -n 25 "$out/r/counters.log"
     (cd "$out/r" && tar czf ../round_one.tgz .) && rm -rf "$out/r"

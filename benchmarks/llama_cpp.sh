@@ -40,7 +40,7 @@ import write_gguf; write_gguf(sys.argv[1], sys.argv[2])" "$0" "$1"; done_rc $? "
         >"$work/$shape.log" 2>&1 </dev/null &
     done
     # what can fail early, while those run: the reference reader on an idle GPU, the injection library, the wheel
-    echo 1 | timeout 60 python3 benchmarks/llama_cpp_gpu.py --pm-reader | tail -1
+    [ "${CHECK_PM:-1}" = 1 ] && echo 1 | timeout 60 python3 benchmarks/llama_cpp_gpu.py --pm-reader | tail -1
     timeout 60 python3 -c 'from decodemon.monitor.inject.cupti_lib import build; print("injection library", build())' \
       2>&1 | tail -2
     python3 -c 'import importlib.metadata as m; print("llama-cpp-python", m.version("llama-cpp-python"))' 2>&1 | tail -1
