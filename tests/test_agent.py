@@ -444,6 +444,7 @@ class _FakeLib:
         import threading
 
         self.calls, self._t, self._now, self.opened_with, self._kept = [], threading, 0, [], []
+        self.records = 0  # records the library was handed (a window by time drains until this stops moving)
 
     def _tick(self) -> int:
         self._now += 100
@@ -455,6 +456,8 @@ class _FakeLib:
                 self.calls.append((self.AS[name], self._t.current_thread().name))
             if name == "decodemon_win_timestamp":
                 return self._tick()
+            if name == "decodemon_win_records":
+                return self.records
             if name == "decodemon_win_open":
                 self.opened_with.append(bool(a[0]))
                 a[1]._obj.value = self._tick()

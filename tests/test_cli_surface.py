@@ -61,11 +61,12 @@ def test_probe_sets_any_attach_field():
 
 
 def test_probe_help_lists_each_user_key_with_its_default_and_help_all_the_benchmarks_knobs_too():
-    from decodemon.monitor.cli._common import DEVELOPER_KEYS
+    from decodemon.monitor.cli._common import DEVELOPER_KEYS, probe_fields
 
     user, every = cli("attach", "--probe", "help"), cli("attach", "--probe", "help-all")
     assert user.returncode == every.returncode == 0, (user.stderr, every.stderr)
-    for f in wire.Attach.__struct_fields__:
+    assert set(probe_fields()) == set(wire.Attach.__struct_fields__) - {"cupti_library"}  # the monitor's own choice
+    for f in probe_fields():
         pattern = rf"^\s*{f}\s.*{re.escape(str(getattr(wire.Attach(), f)))}.*$"
         line = re.search(pattern, every.stdout, re.M)
         assert line, f

@@ -1,5 +1,5 @@
 """Windows by time: a loop that never marks a token (or whose marks come in bursts) still gets traced windows,
-opened and closed by the agent thread, with CUPTI faked at the cupti-python boundary."""
+opened and closed by the agent thread, with decodemon's CUPTI library faked at its ctypes boundary."""
 
 from __future__ import annotations
 
@@ -14,37 +14,38 @@ from tests.test_agent import _fake_tracer, _run_agent_loop
 
 
 class _LateRecords:
-    """cupti-python's flush, for a GPU that runs behind the host: the first `late` flushes after the close each
+    """The library's flush, for a GPU that runs behind the host: the first `late` flushes after the close each
     deliver one more kernel record, `gap_s` apart."""
 
     def __init__(self, tr, late: int, gap_s: float) -> None:
         self.tr, self.late, self.gap_s, self.last = tr, late, gap_s, 0.0
 
-    def __call__(self, flag) -> None:
+    def __call__(self) -> int:
         now = time.monotonic()
         if self.late and now - self.last >= self.gap_s:
             self.late -= 1
             self.last = now
-            self.tr._completed([object()])
+            self.tr._c.records += 1
+        return 0
 
 
 def test_trace_for_opens_sleeps_closes_drains_the_late_records_then_finalizes():
     tr = _fake_tracer()
-    tr._c.activity_flush_all = _LateRecords(tr, late=3, gap_s=0.02)
+    tr._c.decodemon_win_flush = _LateRecords(tr, late=3, gap_s=0.02)
     slept = []
     t0 = time.monotonic()
     tr.trace_for(0.1, quiet_s=0.05, drain_max_s=1.0, sleep=lambda s: (slept.append(s), time.sleep(s)))
     took = time.monotonic() - t0
     names = [n for n, _ in tr._c.calls]
     assert names[0] == "activity_register_callbacks" and names[-1] == "finalize"
-    assert len(tr._batches) == 3  # every late record came in before the finalize
+    assert tr._c.records == 3  # every late record came in before the finalize
     assert slept[0] == 0.1 and 0.1 + 0.04 + 0.05 <= took < 0.6
     assert len(tr.bounds) == 2 and not tr.active and not tr.initialised
 
 
 def test_a_drain_that_never_goes_quiet_stops_at_its_cap():
     tr = _fake_tracer()
-    tr._c.activity_flush_all = _LateRecords(tr, late=10**6, gap_s=0.0)
+    tr._c.decodemon_win_flush = _LateRecords(tr, late=10**6, gap_s=0.0)
     t0 = time.monotonic()
     tr.trace_for(0.0, quiet_s=0.05, drain_max_s=0.2)
     assert 0.2 <= time.monotonic() - t0 < 0.5 and not tr.initialised

@@ -100,6 +100,13 @@ def test_scaling_refuses_an_n_its_recording_contradicts():
     assert r.returncode == 0 and json.loads(r.stdout)["n"] == 2
 
 
+def test_scaling_refuses_an_n_where_the_second_run_traced_no_collective():
+    # both TP=1 by their facts; the second's windows hold no collective, so no --n makes it a multi-rank run
+    r = cli("scaling", DATA / "h200_tp1_eager_rank0.dmon", DATA / "h200_tp1_graph_rank0.dmon", "--n", 2, timeout=120)
+    assert_one_line_error(r)
+    assert "no collective in them" in r.stderr and "is it the 2-rank run?" in r.stderr
+
+
 def test_scaling_matches_one_model_under_two_names_by_its_facts():
     # transformers' Qwen3ForCausalLM at TP=1 and the demo engine's qwen3-0.6b at TP=2: 28 layers, hidden 1024
     r = cli("scaling", DATA / "h200_hf_generate_eager.dmon", DATA / "h200_tp2_eager_rank0.dmon", "--json",

@@ -50,6 +50,11 @@ def _ranks(a, s1, sn) -> tuple[int, int]:
         raise UsageError(f"decodemon scaling: --n {a.n} contradicts {a.many}, whose model facts say {own} ranks "
                          f"(tp_degree {own}): leave --n out, or give --n {own}")
     nn = a.n or own
+    if a.n is not None and own == 1 and nn > 1 and sn.windows_seen and sn.inputs is not None \
+            and sn.inputs.collectives_per_token == 0:
+        raise UsageError(f"decodemon scaling: --n {a.n}: {a.many} traced {sn.windows_seen} window(s) and no "
+                         f"collective in them, and its model facts say 1 rank; a run across {a.n} ranks all-reduces "
+                         f"every layer: is it the {a.n}-rank run?")
     if nn > n1:
         return n1, nn
     if a.n is None and nn < n1:
