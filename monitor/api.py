@@ -15,10 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from decodemon.monitor.client import SourceError
+from decodemon.monitor.sources.errors import SourceError
 from decodemon.monitor.render import summary_json
 from decodemon.monitor.session import Snapshot
-from decodemon.monitor.sources import NothingMeasured
+from decodemon.monitor.sources.errors import NothingMeasured
 from decodemon.monitor.span import summary_snapshot
 
 __all__ = ["NothingMeasured", "SourceError", "Summary", "attach", "record", "replay", "summarize"]
@@ -57,7 +57,7 @@ def summarize(snap: Snapshot) -> Summary:
 
 def replay(path: str | Path, last_s: float | None = None) -> Summary:
     """Read a recording to its end: the figures over all of it (`last_s`: its last `last_s` seconds)."""
-    from decodemon.monitor.sources import collect_recording
+    from decodemon.monitor.sources.collect import collect_recording
 
     return summarize(summary_snapshot(collect_recording(str(path)), last_s))
 
@@ -65,7 +65,7 @@ def replay(path: str | Path, last_s: float | None = None) -> Summary:
 def attach(pid: int, seconds: float = 10.0, settings=None, last_s: float | None = None) -> Summary:
     """Attach to a process with the agent for `seconds`, then detach: the figures over all of them (`last_s`:
     their last `last_s` seconds)."""
-    from decodemon.monitor.sources import collect_pid
+    from decodemon.monitor.sources.collect import collect_pid
 
     return summarize(summary_snapshot(collect_pid(int(pid), settings, seconds), last_s))
 
@@ -75,6 +75,6 @@ def record(pid: int, path: str | Path, seconds: float = 10.0, settings=None, las
 
     The file appears only once it is whole and holds a token; otherwise `SourceError` (`NothingMeasured` when
     the target measured no token) says why, and no file is left."""
-    from decodemon.monitor.sources import collect_pid
+    from decodemon.monitor.sources.collect import collect_pid
 
     return summarize(summary_snapshot(collect_pid(int(pid), settings, seconds, record_to=str(path)), last_s))

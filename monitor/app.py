@@ -278,7 +278,7 @@ def run_app(specs, settings=None, speed: float = 1.0, loop: bool = False, labels
             refresh_s: float | None = None) -> int:
     """Open the app on one or two sources (pids or recordings), or on the ranks of one group (`group`; `settings`
     may then be a list, one per rank)."""
-    from decodemon.monitor.client import check_pid
+    from decodemon.monitor.sources.pids import check_pid
     from decodemon.monitor.player import make_player
 
     for s in specs:

@@ -18,7 +18,7 @@ import time
 from importlib import resources
 
 from decodemon.monitor.cli import UsageError
-from decodemon.monitor import agent_socket
+from decodemon.monitor.sources import agent_socket
 
 RECORDINGS = ("h200_eager.dmon", "h200_graph.dmon")
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import threading
 
-from decodemon.monitor.client import SourceError, live_frames, recording_frames
+from decodemon.monitor.sources.errors import SourceError
+from decodemon.monitor.sources.live import live_frames
+from decodemon.monitor.sources.recording import recording_frames
 from decodemon.monitor.session import Session
 from decodemon.probes import wire
 

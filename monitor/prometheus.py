@@ -43,7 +43,9 @@ from typing import Callable, Iterable
 
 import msgspec
 
-from decodemon.monitor.client import SourceError, live_frames, start_time
+from decodemon.monitor.sources.errors import SourceError
+from decodemon.monitor.sources.live import live_frames
+from decodemon.monitor.sources.pids import start_time
 from decodemon.monitor.rolling import headline
 from decodemon.monitor.safe_text import visible
 from decodemon.probes import wire
@@ -452,7 +454,7 @@ def attachable_pids(directory: Path | None = None) -> list[int]:
     """This user's processes whose own agent listens (each holds its listening `<pid>.sock`), named in
     `directory` (default: this user's socket directory and this host's listening sockets). A socket left by a
     process that is gone, or by one whose pid another process has since, names no attachable process."""
-    from decodemon.monitor import agent_socket
+    from decodemon.monitor.sources import agent_socket
 
     pids = []
     for pid in sorted(_named_sockets(directory)):
@@ -465,7 +467,7 @@ def serve_pid(pid: int, host: str, port: int, settings: wire.Attach | None = Non
               stop: Callable[[], bool] | None = None) -> int:
     """Attach to `pid` and serve its metrics until it ends, `seconds` pass, `stop()` is true or Ctrl-C; return
     the exit code (0, or 2 with one line on stderr when the address or the pid cannot be used)."""
-    from decodemon.monitor.client import check_pid
+    from decodemon.monitor.sources.pids import check_pid
 
     try:
         check_pid(pid)
@@ -510,7 +512,7 @@ class Exporter:
     def scan(self) -> None:
         """Attach to processes not yet watched; forget ended watches (retried after RETRY_AFTER_S if alive)."""
         now = time.monotonic()
-        from decodemon.monitor.outside import servers
+        from decodemon.monitor.sources.outside import servers
 
         named = [p for p in self.named if Path(f"/proc/{p}").exists()]
         found = [p for p in attachable_pids(self.directory) + servers() if self.only is None or self.only(p)]
@@ -599,7 +601,7 @@ def run(args) -> int:
     if not MIN_SCAN_S <= args.scan <= 3600:  # a scan is a look through /proc: never a busy loop
         print(f"decodemon exporter: --scan must be in [{MIN_SCAN_S:g}, 3600], got {args.scan:g}", file=sys.stderr)
         return 2
-    from decodemon.monitor.client import require_process
+    from decodemon.monitor.sources.pids import require_process
 
     for pid in args.pids:
         try:

@@ -9,7 +9,7 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from decodemon.monitor import agent_socket
+from decodemon.monitor.sources import agent_socket
 from decodemon.monitor.diagnosis import diagnose, serial_fraction
 from decodemon.monitor.render.json import collectives_json
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import stat
 
-from decodemon.monitor.client import SourceError
+from decodemon.monitor.sources.errors import SourceError
 
 MAX_LINKS = 40  # the kernel's own limit on links followed in one lookup
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC

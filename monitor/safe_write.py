@@ -362,3 +362,19 @@ def make_dir(path) -> Path:
             raise Refused(f"cannot write {shown}: it is {'a file' if stat.S_ISREG(st.st_mode) else _kind(st.st_mode)}; "
                           "give a directory")
         return Path(place.real)
+
+
+def check_output(path, inputs=()) -> Path:
+    """The output path, or SourceError (Refused) saying in one line why nothing can be written there:
+    a regular file of this user's or a new path, reached through no other user's link, or this process's own
+    stream ("-" is standard output); never a FIFO or a device; never one of the `inputs` (check)."""
+    check(path, inputs)
+    return Path("/dev/stdout" if str(path) == "-" else path)
+
+
+def check_recording_output(path) -> Path:
+    """check_output for a recording, which is made whole and then moved into place: a regular file only."""
+    if own_stream(path) is not None:
+        raise Refused(f"cannot record to {path}: not a regular file (a recording is made whole, then moved "
+                          "into place)")
+    return check_output(path)

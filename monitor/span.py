@@ -33,7 +33,7 @@ def summary_snapshot(sess: Session, last_s: float | None = None) -> Snapshot:
             return whole  # the last S s hold the whole span: said as the whole
         last = sess.snapshot(span_ns=int(last_s * 1e9))
         if whole.span_tokens and not last.span_tokens:
-            from decodemon.monitor.sources import NothingMeasured
+            from decodemon.monitor.sources.errors import NothingMeasured
 
             raise NothingMeasured(f"no token in the last {last_s:g} s of the {whole.span_s:.3g} s: --last takes "
                                   "the seconds the figures cover, and these held none")

@@ -26,7 +26,7 @@ from decodemon.monitor.analysis.agreement import kernels_past_step
 from decodemon.monitor.analysis.depth import session_depth_bands
 from decodemon.monitor.diagnosis import BANDWIDTH_RULED_OUT_RATIO, Inputs, bandwidth_floor_ms
 from decodemon.probes import wire
-from decodemon.monitor import agent_socket
+from decodemon.monitor.sources import agent_socket
 
 PLACEHOLDER = "{depth}"
 MS_NOTE = ("each point's ms_per_token is the median token of the span its run was watched over, and each depth "
@@ -118,7 +118,7 @@ def _wait_for_tokens(pid: int, timeout_s: float, attach_s: float = 2.0) -> None:
     whole timeout, then is attached all the same). Light attaches (no trace, no counters) of `attach_s` each, one
     after another: an engine adapter hooks the engine at the attach, and an engine imported after an attach began
     is hooked by the next one."""
-    from decodemon.monitor.client import live_frames
+    from decodemon.monitor.sources.live import live_frames
 
     seen: list = []
     deadline = time.monotonic() + timeout_s
@@ -154,8 +154,8 @@ def run_point(template: str, depth: int, name: str, seconds: float, settings=Non
               record_to=None) -> dict:
     """Start the command at `depth` under the agent, attach for `seconds`, stop it; the point (or its error)."""
     from decodemon.monitor.cli.run import agent_env
-    from decodemon.monitor.client import SourceError
-    from decodemon.monitor.sources import collect
+    from decodemon.monitor.sources.errors import SourceError
+    from decodemon.monitor.sources.collect import collect
 
     argv = argv_at(template, depth)
     with tempfile.NamedTemporaryFile("w+", prefix="decodemon-sweep-", suffix=".err", delete=False) as err:
@@ -227,7 +227,7 @@ def sweep(template: str, depths, reference: str | None = None, seconds: float = 
 
 def replay(outdir) -> dict:
     """The sweep rebuilt from the recordings its run kept in `outdir` (its sweep.json names them)."""
-    from decodemon.monitor.sources import collect
+    from decodemon.monitor.sources.collect import collect
 
     d = Path(outdir)
     if not d.is_dir():

@@ -34,12 +34,13 @@ def test_the_app_verbs_through_a_pipe_exit_at_once_with_a_hint(verb, sleeper):
 def test_attach_seconds_quits_the_app(monkeypatch):
     """`attach PID --seconds 3` opens the app for three seconds; without it the app stays until `q`."""
     from decodemon.monitor import app as app_mod
-    from decodemon.monitor import client, ranks
+    from decodemon.monitor import ranks
+    from decodemon.monitor.sources import pids
     from decodemon.monitor.cli import main
 
     seen = []
     monkeypatch.setattr(app_mod, "run_app", lambda specs, **kw: seen.append(kw.get("quit_after_s")) or 0)
-    monkeypatch.setattr(client, "check_pid", lambda pid, inject=True: None)
+    monkeypatch.setattr(pids, "check_pid", lambda pid, inject=True: None)
     monkeypatch.setattr(ranks, "discover_ranks", lambda pid: [pid])
     monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
     monkeypatch.setattr(sys.stdin, "isatty", lambda: True)

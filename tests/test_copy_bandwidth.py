@@ -47,7 +47,7 @@ def test_a_corrupt_cache_is_replaced_not_fatal(own_dir, monkeypatch):
 
 def test_a_recordings_header_keeps_the_figure_the_live_attach_priced_the_floor_with():
     from decodemon.monitor.counters.bandwidth import from_note, header_note
-    from decodemon.monitor.sources import collect
+    from decodemon.monitor.sources.collect import collect
     from decodemon.monitor.session import Session
     from decodemon.probes import wire
     from tests.conftest import REC
@@ -73,14 +73,14 @@ def test_the_cache_keeps_the_best_figure_a_busier_gpu_measures_less(own_dir, mon
 
 def test_every_live_consumer_prices_the_floor_with_the_measured_copy_the_hello_carries(monkeypatch):
     """The app, the exporter, `attach --json`, `record` and the sweep all read a live source through
-    client.live_frames, which adds decodemon's cached copy bandwidth to the hello (GpuInfo.copy_gbs): one floor
+    sources.live.live_frames, which adds decodemon's cached copy bandwidth to the hello (GpuInfo.copy_gbs): one floor
     for every consumer, and a recording replays with the figure its attach used."""
     import ast
     from pathlib import Path
 
     import msgspec
 
-    from decodemon.monitor import client
+    from decodemon.monitor.sources import live
     from decodemon.monitor.counters import bandwidth
     from decodemon.monitor.session import Session
     from decodemon.probes import wire
@@ -90,7 +90,7 @@ def test_every_live_consumer_prices_the_floor_with_the_measured_copy_the_hello_c
     frames = list(wire.read_recording(REC["llama8b_graph"]))[1:]
     hello = next(f for _, f in frames if isinstance(f, wire.Hello))
     hello = msgspec.structs.replace(hello, gpu=msgspec.structs.replace(hello.gpu, uuid="GPU-1"))
-    rewritten, payload = client._with_monitors_facts(hello, wire.encode(hello), pid=0)
+    rewritten, payload = live._with_monitors_facts(hello, wire.encode(hello), pid=0)
     assert rewritten.gpu.copy_gbs == 4267.7 and wire.decode_frame(payload) == rewritten
     s = Session()
     for rx, f in frames:
@@ -98,7 +98,7 @@ def test_every_live_consumer_prices_the_floor_with_the_measured_copy_the_hello_c
     snap = s.snapshot()
     assert snap.bandwidth_gbs == 4267.7 and snap.bandwidth_source.startswith("measured copy (decodemon")
     # no consumer prices the floor on its own: the Session reads the hello, and nothing else sets copy_gbs
-    monitor = Path(client.__file__).parent
+    monitor = Path(live.__file__).parents[1]
     setters = [p.relative_to(monitor).as_posix() for p in monitor.rglob("*.py")
                for node in ast.walk(ast.parse(p.read_text())) if isinstance(node, ast.Assign)
                for t in node.targets if isinstance(t, ast.Attribute) and t.attr == "copy_gbs"]

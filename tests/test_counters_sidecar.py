@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from decodemon.monitor import client
+from decodemon.monitor.sources import live
 from decodemon.probes import wire
 from decodemon.probes.server import ensure_dir
 
@@ -61,7 +61,7 @@ def _statuses(settings: wire.Attach, until) -> list[wire.ProbeStatus]:
     the machine's to time: seconds on a loaded 2-core one), or a minute has passed."""
     frames = []
     got = lambda: until([f for f in frames if isinstance(f, wire.ProbeStatus)])  # noqa: E731
-    for _, _, f in client.live_frames(os.getpid(), settings, seconds=60.0, stop=got):
+    for _, _, f in live.live_frames(os.getpid(), settings, seconds=60.0, stop=got):
         frames.append(f)
     assert isinstance(frames[0], wire.Hello) and isinstance(frames[-1], wire.Bye)
     return [f for f in frames if isinstance(f, wire.ProbeStatus)]

@@ -9,7 +9,7 @@ import pytest
 
 from decodemon.monitor.cli.record import counted
 from decodemon.monitor.render import summary_json
-from decodemon.monitor.sources import collect_recording
+from decodemon.monitor.sources.collect import collect_recording
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDINGS = sorted((ROOT / "tests" / "data").glob("*.dmon")) + sorted((ROOT / "monitor" / "data").glob("*.dmon"))

@@ -23,7 +23,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from decodemon.monitor.client import live_frames
+from decodemon.monitor.sources.live import live_frames
 from decodemon.monitor.inject import cupti_lib
 from decodemon.monitor.session import Session
 from decodemon.probes import wire

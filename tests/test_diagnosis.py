@@ -293,7 +293,7 @@ def test_two_sources_for_gpu_busy_that_disagree_are_flagged_with_the_likely_reas
     step it agrees."""
     from decodemon.monitor.analysis.agreement import busy_disagreement
     from decodemon.monitor.render import summary_json
-    from decodemon.monitor.sources import collect_recording
+    from decodemon.monitor.sources.collect import collect_recording
 
     j = summary_json(collect_recording(DATA / "h200_tp2_eager_samewindow_rank0.dmon").snapshot())
     # the TP rank's traced token waited for its peer inside the window: PM 42% (which counts a collective spinning

@@ -4,7 +4,7 @@ counters and the token clock that should tell one rate, checked on real H200 rec
 from __future__ import annotations
 
 from decodemon.monitor.render import summary_json
-from decodemon.monitor.sources import collect
+from decodemon.monitor.sources.collect import collect
 from tests.conftest import DATA
 
 

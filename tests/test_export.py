@@ -17,7 +17,7 @@ from decodemon.monitor.export import NothingToExport, export, trace_of, write_tr
 from decodemon.monitor.export import cli as export_cli
 from decodemon.monitor.export.lanes import Clock, nvtx_lane
 from decodemon.monitor.render.json import summary_json
-from decodemon.monitor.sources import collect
+from decodemon.monitor.sources.collect import collect
 from decodemon.probes import wire
 from tests.conftest import DATA, REC
 
@@ -163,7 +163,7 @@ def test_nvtx_ranges_appear_when_the_window_carries_them(eager):
 def test_one_window_by_id_and_a_missing_one(eager):
     wid = eager.feed.latest_window().window_id
     assert trace_of(eager, wid)["decodemon"]["windows"] == [wid]
-    from decodemon.monitor.client import SourceError
+    from decodemon.monitor.sources.errors import SourceError
 
     with pytest.raises(SourceError, match="no traced window 999") as exc:
         trace_of(eager, 999)

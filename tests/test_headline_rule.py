@@ -10,7 +10,7 @@ import pytest
 
 from decodemon.monitor.diagnosis import BINDING, ORDER, verdict
 from decodemon.monitor.render import summary_json
-from decodemon.monitor.sources import collect
+from decodemon.monitor.sources.collect import collect
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDINGS = sorted([*ROOT.glob("monitor/data/*.dmon"), *ROOT.glob("tests/data/**/*.dmon")])

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from decodemon.monitor import agent_socket
+from decodemon.monitor.sources import agent_socket
 from decodemon.monitor.cli._common import print_json
-from decodemon.monitor.sources import write_bytes_whole
+from decodemon.monitor.safe_write import write_whole
 from decodemon.probes import server, wire
 from tests.conftest import AGENT_LOOP
 
@@ -220,7 +220,7 @@ def test_a_killed_writers_hidden_part_is_removed_by_the_next_write(tmp_path):
     stale.write_bytes(b"half a recording")
     mine = tmp_path / f".run.dmon.{os.getpid()}.keep.part"  # a live writer's: kept
     mine.write_bytes(b"being written")
-    write_bytes_whole(target, b"whole")
+    write_whole(target, b"whole")
     assert not stale.exists() and mine.exists() and target.read_bytes() == b"whole"
 
 

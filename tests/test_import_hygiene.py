@@ -12,8 +12,8 @@ VERBS = ["run", "attach", "record", "replay", "report", "diagnose", "compare", "
 HEADLESS = ["decodemon.monitor.diagnosis", "decodemon.monitor.session", "decodemon.monitor.analysis.window",
             "decodemon.monitor.render.json", "decodemon.monitor.token_clock", "decodemon.monitor.ledger",
             "decodemon.monitor.plots", "decodemon.monitor.export", "decodemon.monitor.prometheus",
-            "decodemon.monitor.feed", "decodemon.monitor.cli", "decodemon.monitor.client",
-            "decodemon.monitor.sources", "decodemon.monitor.api", *(f"decodemon.monitor.cli.{v}" for v in VERBS)]
+            "decodemon.monitor.feed", "decodemon.monitor.cli", "decodemon.monitor.sources.live",
+            "decodemon.monitor.sources.collect", "decodemon.monitor.api", *(f"decodemon.monitor.cli.{v}" for v in VERBS)]
 PROBES = ["decodemon.probes.agent", "decodemon.probes.wire", "decodemon.engine_adapter"]
 
 
@@ -44,6 +44,21 @@ def test_the_public_api_replays_a_recording_without_textual_or_torch():
     verdict, tokens, mods = out[0], int(out[1]), set(out[2:])
     assert verdict != "unknown" and tokens > 0  # it really read the recording
     assert not {m for m in mods if m.split(".")[0] in ("textual", "torch", "cupti")}
+
+
+def test_a_replay_reads_the_recording_alone_nothing_of_the_live_socket_or_the_pid_checks():
+    """`decodemon replay REC --json` imports no live source: not the socket reader, the pid checks, the agent's
+    loading, the outside watch or the counters' sidecar."""
+    code = ("import sys; from importlib import resources; from decodemon.monitor.cli import main; "
+            "rc = main(['replay', str(resources.files('decodemon.monitor') / 'data' / 'h200_graph.dmon'), '--json']); "
+            "print(rc, ' '.join(sorted(sys.modules)), file=sys.stderr)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    rc, *mods = r.stderr.split()
+    assert rc == "0" and '"tokens"' in r.stdout  # it really replayed
+    live = ("decodemon.monitor.sources.live", "decodemon.monitor.sources.pids", "decodemon.monitor.sources.agent_socket",
+            "decodemon.monitor.sources.outside", "decodemon.monitor.inject", "decodemon.monitor.counters.sidecar")
+    assert not [m for m in mods if m.startswith(live)]
+    assert "decodemon.monitor.sources.recording" in mods
 
 
 def test_the_cli_parses_every_verb_without_textual():

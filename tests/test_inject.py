@@ -145,7 +145,7 @@ def test_a_bare_interpreter_with_nothing_installed_is_attached(tmp_path, exe):
     before = sorted(os.listdir(site)) if os.path.isdir(site) else []
     loop = Loop([exe, "-I", "-S", "-c", COUNTER], cwd=tmp_path)
     try:
-        from decodemon.monitor.client import live_frames
+        from decodemon.monitor.sources.live import live_frames
         from decodemon.probes.wire import Hello
 
         hello = next(f for _, _, f in list(live_frames(loop.pid, seconds=1)) if isinstance(f, Hello))  # detached
@@ -160,6 +160,21 @@ def test_a_bare_interpreter_with_nothing_installed_is_attached(tmp_path, exe):
     finally:
         loop.kill()
     assert (sorted(os.listdir(site)) if os.path.isdir(site) else []) == before
+
+
+def test_a_target_held_in_c_code_measured_nothing_and_says_why():
+    """A main thread that sits in a C call (libc's sleep through ctypes) never reaches a safe point to start the
+    agent: one line that says so, and exit 3 (nothing measured), not the 2 of a wrong argument; it runs on."""
+    held = ("import ctypes, time\nfor i in range(30): print(i, time.monotonic(), flush=True)\n"
+            "ctypes.CDLL(None).sleep(60)\n")
+    loop = Loop([sys.executable, "-c", held])
+    try:
+        r = cli("attach", loop.pid, "--json", "--seconds", 1, cwd="/")
+        assert_one_line_error(r, rc=3)
+        assert "did not start the agent" in r.stderr and "safe point" in r.stderr
+        assert loop.proc.poll() is None
+    finally:
+        loop.kill()
 
 
 def test_an_agent_that_cannot_load_in_the_target_is_one_line_with_its_reason(tmp_path):
@@ -287,7 +302,7 @@ def test_root_watches_another_users_process_and_that_user_cannot_watch_roots(tmp
         time.sleep(0.5)
         r = cli("attach", target.pid, "--json", "--seconds", "1")
         assert "belongs to uid" not in r.stderr and r.returncode in (0, 3), r.stderr
-        from decodemon.monitor import agent_socket
+        from decodemon.monitor.sources import agent_socket
 
         sock = agent_socket.find(target.pid)
         assert sock is not None and os.lstat(sock.parent).st_uid == 65534, sock

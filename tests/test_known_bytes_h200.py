@@ -10,7 +10,7 @@ import json
 import pytest
 
 from decodemon.monitor.render import summary_json
-from decodemon.monitor.sources import collect
+from decodemon.monitor.sources.collect import collect
 from tests.conftest import DATA, cli
 
 FACTS = json.loads((DATA / "h200_known_bytes.json").read_text())

@@ -13,7 +13,7 @@ from decodemon.monitor import ledger
 from decodemon.monitor.cli import grade as grade_cli, predict as predict_cli
 from decodemon.monitor import cli as cli_pkg
 from decodemon.monitor.render import summary_json
-from decodemon.monitor.sources import collect
+from decodemon.monitor.sources.collect import collect
 
 
 def main(argv) -> int:

@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from decodemon.monitor import agent_socket
-from decodemon.monitor.client import live_frames
+from decodemon.monitor.sources import agent_socket
+from decodemon.monitor.sources.live import live_frames
 from decodemon.probes import wire
 from tests.conftest import AGENT_LOOP
 
@@ -26,7 +26,7 @@ LOOP = AGENT_LOOP
 # agent sent it, to the end, and prints the last frame's reason
 SILENT = """
 import sys
-from decodemon.monitor import agent_socket
+from decodemon.monitor.sources import agent_socket
 from decodemon.probes import wire
 pid = int(sys.argv[1])
 s = agent_socket.connect(pid, agent_socket.find(pid))
@@ -150,7 +150,7 @@ async def _paused_app(tmp_path):
 def test_the_outside_watchs_connection_to_the_library_keeps_the_slot_past_the_lease(injection_library, tmp_path):
     """llama-server's outside watch reads the library's windows through NativeTrace, taking them every quarter
     second: it keeps the slot, and its detach frees it."""
-    from decodemon.monitor.outside import FRAME_S, NativeTrace
+    from decodemon.monitor.sources.outside import FRAME_S, NativeTrace
 
     xdg = tmp_path / "run"
     xdg.mkdir(mode=0o700)

@@ -221,15 +221,15 @@ def test_the_attach_carries_the_library_and_an_agent_reads_it_back():
 
 
 def test_the_monitor_puts_its_library_in_the_attach_or_says_why_not(monkeypatch):
-    from decodemon.monitor import client
+    from decodemon.monitor.sources import live
     from decodemon.monitor.inject import cupti_lib
     from decodemon.probes import wire
 
     monkeypatch.setattr(cupti_lib, "_IMAGE", [(b"", "no C compiler (cc or gcc) on PATH")])
-    a, why = client._with_library(wire.Attach())
+    a, why = live._with_library(wire.Attach())
     assert a.cupti_library == b"" and "no C compiler" in why
     monkeypatch.setattr(cupti_lib, "_IMAGE", [(b"\x7fELF...", "")])
-    a, why = client._with_library(wire.Attach())
+    a, why = live._with_library(wire.Attach())
     assert a.cupti_library == b"\x7fELF..." and why == ""
-    a, why = client._with_library(wire.Attach(trace=False))  # no windows asked for: nothing built or sent
+    a, why = live._with_library(wire.Attach(trace=False))  # no windows asked for: nothing built or sent
     assert a.cupti_library == b"" and why == ""

@@ -212,7 +212,7 @@ def test_an_h200_window_carries_the_loops_nvtx_ranges_to_the_summary_and_the_exp
 def test_the_timeline_draws_the_tokens_nvtx_range_under_its_kernels():
     from pathlib import Path
 
-    from decodemon.monitor.sources import collect
+    from decodemon.monitor.sources.collect import collect
     from decodemon.monitor.widgets.timeline import nvtx_row
 
     s = collect(str(Path(__file__).parent / "data" / "h200_graph_nvtx_range.dmon")).snapshot()

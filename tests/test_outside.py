@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from decodemon.monitor import outside
+from decodemon.monitor.sources import outside
 from decodemon.monitor.analysis.tokens import counter_stats, counter_throughput
 from decodemon.probes import wire
 from tests.conftest import assert_one_line_error, cli

@@ -16,7 +16,7 @@ from tests.conftest import REC
 from decodemon.monitor import plots
 from decodemon.monitor.plots.png import GLYPHS
 from decodemon.monitor.render import summary_json
-from decodemon.monitor.sources import collect
+from decodemon.monitor.sources.collect import collect
 
 SNAP = Path(__file__).parent / "baselines" / "plots"  # not under __snapshots__: syrupy would call them unused
 

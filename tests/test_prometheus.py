@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from decodemon.monitor import prometheus as prom
 from decodemon.monitor.feed import Feed
-from decodemon.monitor.sources import collect
+from decodemon.monitor.sources.collect import collect
 from decodemon.probes import wire
 from tests.conftest import DATA, REC, Engine
 

@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 
 from decodemon.monitor.cli import main
-from decodemon.monitor.client import SourceError
+from decodemon.monitor.sources.errors import SourceError
 from decodemon.monitor.render.json import summary_json
-from decodemon.monitor.sources import collect_recording
+from decodemon.monitor.sources.collect import collect_recording
 from decodemon.probes import wire
 from decodemon.probes.wire import _REC, MAGIC, MAX_FRAME_BYTES
 

@@ -11,7 +11,7 @@ from decodemon.monitor.analysis.agreement import kernels_past_step
 from decodemon.monitor.probe_status import pm_silence
 from decodemon.monitor.render.json import summary_json
 from decodemon.monitor.render.markdown import diagnosis_markdown
-from decodemon.monitor.sources import collect
+from decodemon.monitor.sources.collect import collect
 from tests.conftest import REC, cli
 
 

@@ -182,7 +182,7 @@ def test_metrics_label_values_show_the_reported_name_escaped(reporting_loop):
 
 
 def test_label_values_from_a_modified_recording_are_escaped(modified_recording):
-    from decodemon.monitor.sources import collect_recording
+    from decodemon.monitor.sources.collect import collect_recording
 
     snap = collect_recording(modified_recording).snapshot()
     hello = next(f for _, f in load_recording(modified_recording) if isinstance(f, wire.Hello))

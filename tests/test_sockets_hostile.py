@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from decodemon.monitor import agent_socket
-from decodemon.monitor.client import live_frames
+from decodemon.monitor.sources import agent_socket
+from decodemon.monitor.sources.live import live_frames
 from decodemon.monitor.inject import cupti_lib
 from decodemon.probes import wire
 from decodemon.probes.wire_socket import clean_stale_sockets

@@ -136,7 +136,7 @@ def test_compare_says_when_the_model_differs_and_never_prints_none(tmp_path):
 
 def test_compare_names_a_missing_instrument_rather_than_none():
     from decodemon.monitor.cli.compare import compare_json
-    from decodemon.monitor.sources import collect_recording
+    from decodemon.monitor.sources.collect import collect_recording
     from decodemon.monitor.span import summary_snapshot
     import dataclasses
 

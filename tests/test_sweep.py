@@ -13,7 +13,7 @@ from decodemon.monitor import cli as cli_pkg
 from decodemon.monitor import sweep
 from decodemon.monitor.cli import sweep as sweep_cli
 from decodemon.monitor.analysis.depth import band_of, depth_bands, session_depth_bands
-from decodemon.monitor.sources import collect
+from decodemon.monitor.sources.collect import collect
 
 
 def main(argv) -> int:

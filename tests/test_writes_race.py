@@ -24,7 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from decodemon.monitor import ledger, safe_write, sources
+from decodemon.monitor import ledger, safe_write
+from decodemon.monitor.sources import collect
 from tests.conftest import REC, cli
 
 OTHER = 65534  # nobody
@@ -148,7 +149,7 @@ def _direct_writers(out: Path, tries: int) -> dict[str, tuple[int, int]]:
     entry = {"kind": "grade"}
 
     def record(path):
-        rec = sources._Recorder(path, 1)  # the recording: checked, made beside, written by descriptor, committed
+        rec = collect._Recorder(path, 1)  # the recording: checked, made beside, written by descriptor, committed
         try:  # (a frame's payload is stored as it is: what it holds does not matter here)
             rec.write(1, b"a frame", None)
             rec.keep()

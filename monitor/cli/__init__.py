@@ -21,9 +21,10 @@ from decodemon.monitor.cli import (allreduce, attach, compare, demo, diagnose, e
                                    grade, predict, record, replay, report, run, scaling, sweep)
 from decodemon.monitor.cli._common import Parser, UsageError, resolve_pid, resolve_sources  # noqa: E402
 from decodemon.monitor.cli._common import attach_settings as _attach_settings  # noqa: E402
-from decodemon.monitor.client import SourceError  # noqa: E402
+from decodemon.monitor.sources.errors import SourceError  # noqa: E402
 from decodemon.monitor.safe_text import visible, visible_lines  # noqa: E402
-from decodemon.monitor.sources import VERSION, NothingMeasured, collect  # noqa: E402
+from decodemon.monitor.sources.collect import VERSION, collect  # noqa: E402
+from decodemon.monitor.sources.errors import NothingMeasured
 from decodemon.probes import wire  # noqa: E402
 
 __all__ = ["UsageError", "_attach_settings", "build_parser", "collect", "main", "resolve_pid"]

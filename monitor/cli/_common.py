@@ -107,7 +107,7 @@ def fail(verb: str, message: str, code: int = 2) -> int:
 def without_tokens(verb: str, snaps) -> int | None:
     """Exit 3 with one line if a source measured no token (a recording that holds only its header, a target
     that went away at once); None when every source has tokens."""
-    from decodemon.monitor.sources import measured_anything
+    from decodemon.monitor.sources.collect import measured_anything
 
     for s in snaps:
         if not measured_anything(s):

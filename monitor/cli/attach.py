@@ -9,7 +9,7 @@ import sys
 
 from decodemon.monitor.cli._common import (add_last, add_pid, add_probe, add_refresh, add_seconds, attach_settings,
                                            need_json_for_last, need_terminal, print_json, resolve_pid)
-from decodemon.monitor.sources import collect, collect_many, device_only, staggered
+from decodemon.monitor.sources.collect import collect, collect_many, device_only, staggered
 
 JSON_SECONDS = 10.0
 
@@ -44,7 +44,7 @@ def _collect_group(pids, settings, seconds):
 def attach_json(pid: int, settings, seconds: float, last_s: float | None = None) -> int:
     """Print the summary of `seconds` attached to `pid` (or to its group), or of their last `last_s`; 3 if it
     ended before a token."""
-    from decodemon.monitor.client import check_pid, process_age_s
+    from decodemon.monitor.sources.pids import check_pid, process_age_s
     from decodemon.monitor.ranks import combine, discover_ranks
     from decodemon.monitor.render import summary_json
     from decodemon.monitor.span import summary_snapshot
@@ -123,7 +123,7 @@ def run(a) -> int:
         return serve_pid(pid, *a.prometheus, settings=settings, seconds=a.seconds)
     if a.json:
         return attach_json(pid, settings, a.seconds or JSON_SECONDS, a.last)
-    from decodemon.monitor.client import check_pid, require_process
+    from decodemon.monitor.sources.pids import check_pid, require_process
 
     require_process(pid)  # a missing pid first: it is the news, not the terminal
     need_terminal("attach")

@@ -99,7 +99,7 @@ def compare_json(snap_a, snap_b) -> dict:
 def collect_both(specs, settings, seconds, last_s=None) -> list:
     """Both sources read at once (two pids are watched over the same seconds), each summarised over its whole
     span (or its last `last_s`); the first failure is raised."""
-    from decodemon.monitor.sources import collect_many
+    from decodemon.monitor.sources.collect import collect_many
     from decodemon.monitor.span import summary_snapshot
 
     sessions = collect_many(list(specs), settings, seconds)
@@ -111,7 +111,7 @@ def collect_both(specs, settings, seconds, last_s=None) -> list:
 
 def run(a) -> int:
     """The app on both, or their JSON."""
-    from decodemon.monitor.sources import source_of
+    from decodemon.monitor.sources.collect import source_of
 
     for s in (a.a, a.b):
         source_of(s)

@@ -38,7 +38,7 @@ def add_source_opts(p, json_help: str = "print the sealed entry as JSON") -> Non
 def measure(a) -> tuple[dict, str]:
     """Collect SOURCE; (its summary_json, the loop's label)."""
     from decodemon.monitor.render import summary_json
-    from decodemon.monitor.sources import collect, source_of
+    from decodemon.monitor.sources.collect import collect, source_of
     from decodemon.monitor.span import summary_snapshot
 
     kind, _ = source_of(a.source)

@@ -34,7 +34,8 @@ def counted(snap) -> str:
 
 def run(a) -> int:
     """Record, then say what was written."""
-    from decodemon.monitor.sources import check_recording_output, collect_pid
+    from decodemon.monitor.safe_write import check_recording_output
+    from decodemon.monitor.sources.collect import collect_pid
 
     pid = resolve_pid(a)
     need_json_for_last(a, "record")

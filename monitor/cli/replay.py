@@ -30,7 +30,7 @@ def add(sub) -> None:
 
 def run(a) -> int:
     """The summary (--json) or the app."""
-    from decodemon.monitor.sources import source_of
+    from decodemon.monitor.sources.collect import source_of
 
     for f in a.files:
         if source_of(f)[0] == "pid":
@@ -42,7 +42,7 @@ def run(a) -> int:
     need_json_for_last(a, "replay")
     snaps = None
     if a.json or len(a.files) > 1:
-        from decodemon.monitor.sources import collect_recording
+        from decodemon.monitor.sources.collect import collect_recording
         from decodemon.monitor.span import summary_snapshot
 
         snaps = [summary_snapshot(collect_recording(f), a.last) for f in a.files]

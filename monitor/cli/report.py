@@ -82,7 +82,8 @@ def run(a) -> int:
     """Collect the source, then print or write its report."""
     from decodemon.monitor.render import diagnosis_markdown, summary_json
     from decodemon.monitor.safe_text import visible_lines
-    from decodemon.monitor.sources import check_output, collect, source_of, write_text_whole
+    from decodemon.monitor.safe_write import check_output, write_text_whole
+    from decodemon.monitor.sources.collect import collect, source_of
 
     if a.json and a.output == "-":
         raise UsageError("decodemon report: --json and -o - would both print to standard output: give -o FILE, "

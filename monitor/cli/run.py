@@ -98,7 +98,7 @@ def run(a) -> int:
         raise UsageError("decodemon run: give a command after --, e.g. `decodemon run -- python loop.py` "
                          "(see `decodemon run --help`)")
     if a.pid_file is not None:
-        from decodemon.monitor.sources import check_output
+        from decodemon.monitor.safe_write import check_output
 
         check_output(a.pid_file)  # before the command starts, not after: no FIFO or device, no other user's link
     from decodemon.monitor.counters.bandwidth import measure_before_start
@@ -111,7 +111,7 @@ def run(a) -> int:
         raise UsageError(f"decodemon run: cannot start {cmd[0]}: {exc.strerror}") from None
     print(f"decodemon: started pid {proc.pid}; attach with `decodemon attach {proc.pid}`", file=sys.stderr, flush=True)
     if a.pid_file is not None:
-        from decodemon.monitor.sources import write_text_whole
+        from decodemon.monitor.safe_write import write_text_whole
 
         try:
             write_text_whole(a.pid_file, f"{proc.pid}\n")

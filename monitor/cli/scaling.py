@@ -30,7 +30,7 @@ def add(sub) -> None:
 
 
 def _timed(path: str):
-    from decodemon.monitor.sources import collect_recording
+    from decodemon.monitor.sources.collect import collect_recording
 
     if not Path(path).is_file():
         raise UsageError(f"decodemon scaling: {path}: no such recording")

@@ -48,7 +48,7 @@ def run(args) -> int:
     with nothing to export (NothingToExport, 3) are `decodemon`'s to report, as for every verb."""
     from decodemon.monitor.cli._common import say
     from decodemon.monitor.export.trace import export, write_trace
-    from decodemon.monitor.sources import check_output
+    from decodemon.monitor.safe_write import check_output
 
     check_output(args.output, inputs=[args.source])  # before an attach, not after it
     trace = export(args.source, args.window, live_settings(), args.seconds)

@@ -7,8 +7,9 @@ import json
 from pathlib import Path
 
 from decodemon.monitor.export import lanes
-from decodemon.monitor.client import SourceError
-from decodemon.monitor.sources import NothingMeasured, check_output, write_bytes_whole
+from decodemon.monitor.sources.errors import SourceError
+from decodemon.monitor.safe_write import check_output, write_whole
+from decodemon.monitor.sources.errors import NothingMeasured
 from decodemon.probes import wire
 
 
@@ -110,7 +111,7 @@ def trace_of(session, window_id: int | None = None) -> dict:
 def export(source, window_id: int | None = None, settings: wire.Attach | None = None,
            seconds: float | None = None) -> dict:
     """The trace dict of a recording path, a pid (attached for `seconds`) or a Session already read."""
-    from decodemon.monitor.sources import collect
+    from decodemon.monitor.sources.collect import collect
 
     session = source if hasattr(source, "feed") else collect(str(source), settings, seconds)
     return trace_of(session, window_id)
@@ -118,10 +119,10 @@ def export(source, window_id: int | None = None, settings: wire.Attach | None = 
 
 def write_trace(trace: dict, path) -> Path:
     """Write `trace` as JSON (gzipped when `path` ends in .gz), whole: a failure leaves no partial file
-    (sources.write_bytes_whole); SourceError with one line when it cannot be written."""
+    (sources.write_whole); SourceError with one line when it cannot be written."""
     target = check_output(path)
     data = json.dumps(trace, allow_nan=False, separators=(",", ":")).encode()
     if target.name.endswith(".gz"):
         data = gzip.compress(data, compresslevel=6)
-    write_bytes_whole(target, data)
+    write_whole(target, data)
     return target

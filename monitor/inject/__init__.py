@@ -127,6 +127,10 @@ class InjectError(RuntimeError):
         self.fix = fix
 
 
+class InjectTimeout(InjectError):
+    """The target did not run the agent in time: its main thread reached no safe point (held in C code, stopped)."""
+
+
 @dataclass(frozen=True)
 class Target:
     """What loading the agent into a process needs to know about it."""
@@ -204,7 +208,7 @@ def bootstrap_source(pid: int | None = None) -> str:
     """The bootstrap the target executes: decodemon's folder mapped in as the package where the target has none,
     then start the agent (with `pid`, a failure is written where `_wait_for_socket` reads it)."""
     import decodemon.probes.wire as w
-    from decodemon.monitor import agent_socket
+    from decodemon.monitor.sources import agent_socket
 
     pkg_root = Path(w.__file__).resolve().parent.parent  # the folder that holds `probes` (or decodemon/)
     # a note only where this user's own sockets live, and only from a target of this uid: another uid's target
@@ -325,7 +329,7 @@ def queue_source(pid: int, source: str) -> dict:
 
 
 def _wait_for_socket(pid: int, timeout_s: float) -> Path:
-    from decodemon.monitor import agent_socket
+    from decodemon.monitor.sources import agent_socket
 
     uid = agent_socket.target_uid(pid)
     t0 = time.monotonic()
@@ -341,13 +345,13 @@ def _wait_for_socket(pid: int, timeout_s: float) -> Path:
         except ProcessLookupError:
             raise InjectError(f"pid {pid} ended before its agent started") from None
         time.sleep(0.02)
-    raise InjectError(f"pid {pid} did not start the agent within {timeout_s:g} s: its main thread has not reached "
+    raise InjectTimeout(f"pid {pid} did not start the agent within {timeout_s:g} s: its main thread has not reached "
                       "a safe point (blocked in C code?) or is still loading it; the agent listens once it has")
 
 
 def inject(pid: int, timeout_s: float = 5.0) -> Path:
     """Load the agent into `pid`; return its socket path or raise InjectError. A running agent is reused."""
-    from decodemon.monitor import agent_socket
+    from decodemon.monitor.sources import agent_socket
 
     sock = agent_socket.find(pid)
     if sock is not None:
@@ -365,7 +369,7 @@ def inject(pid: int, timeout_s: float = 5.0) -> Path:
         if reason:
             raise InjectError(reason)
     else:
-        from decodemon.monitor.agent_socket import target_uid
+        from decodemon.monitor.sources.agent_socket import target_uid
 
         _remove_note(pid, target_uid(pid))  # a note from an earlier attempt is not this one's
         result = queue_source(pid, pending_call_source(pid=pid))

@@ -1,141 +1,21 @@
-"""Sources of frames: a live agent over its Unix socket, or a `.dmon` recording.
-
-Both yield `(rx_ns, payload, frame)` so everything downstream (recording,
-analysis, the app) reads one stream shape.
-"""
+"""A live agent over its Unix socket: the Attach sent (with decodemon's CUPTI library in it), the frames read back
+with the monitor's own facts added to the hello, heartbeats, the device-wide counters' sidecar started once the
+hello names the GPU, and the detach."""
 
 from __future__ import annotations
 
-import os
 import socket
 import time
-from pathlib import Path
-
-import msgspec
 from typing import Iterator
 
-from decodemon.probes import wire, wire_file
+import msgspec
 
-HOW_TO_ATTACH = ("start it with `decodemon run -- CMD ...`, or set DECODEMON_AGENT=1 and call "
-                 "decodemon.probes.agent.start_from_env(), or add `import decodemon.probes.autostart`")
+from decodemon.monitor.sources.errors import SourceError
+from decodemon.monitor.sources.pids import _closed, check_pid
+from decodemon.probes import wire
 
 
 DETACH_WAIT_S = 5.0
-
-
-class SourceError(RuntimeError):
-    """A source that cannot be read; str() is one line for the user."""
-
-
-def require_process(pid: int) -> None:
-    """SourceError unless `pid` names a running process."""
-    if pid <= 0:
-        raise SourceError(f"{pid} is not a valid pid")
-    if not Path(f"/proc/{pid}").exists():
-        raise SourceError(f"no process with pid {pid}")
-
-
-def check_pid(pid: int, inject: bool = True) -> Path | None:
-    """Return the agent socket of `pid` (loading the agent into a running CPython 3.10+ target if it has none),
-    None for llama-server (watched from outside), or raise SourceError saying exactly what is wrong."""
-    require_process(pid)
-    from decodemon.monitor import agent_socket
-
-    owner = agent_socket.target_uid(pid)
-    if owner is None:
-        raise SourceError(f"no process with pid {pid}")
-    if owner != os.getuid() and os.geteuid() != 0:
-        raise SourceError(f"pid {pid} belongs to uid {owner}; decodemon attaches only to your own processes "
-                          "(or, as root, to any)")
-    from decodemon.monitor import outside
-
-    if outside.is_llama_server(pid):
-        outside.endpoint_of(pid)  # its /slots is the token clock: say now if it has none
-        return None
-    path = agent_socket.find(pid)
-    if path is None and not _looks_python(pid):
-        gpu, no_gpu = outside.gpu_of(pid)
-        if gpu is not None:
-            return None  # a CUDA program with no Python: the device-wide view, watched from outside
-        if not inject:
-            raise SourceError(f"pid {pid} is not a Python process and {no_gpu}: nothing of it to watch")
-    if path is None:
-        # whatever sits where this user's agent would listen, an agent loaded now listens in a directory of its
-        # own (probes/wire_socket.socket_home) and is found by the socket it holds
-        if not inject:
-            raise SourceError(f"pid {pid} has no decodemon agent listening; {HOW_TO_ATTACH}")
-        from decodemon.monitor.inject import InjectError, inject as load_agent
-
-        try:
-            return load_agent(pid)
-        except InjectError as exc:
-            if not _looks_python(pid):
-                exc = f"{exc}, and {outside.gpu_of(pid)[1]}"
-            raise SourceError(f"pid {pid} has no decodemon agent listening and it cannot be loaded ({exc}); "
-                              f"{getattr(exc, 'fix', '') or HOW_TO_ATTACH}") from None
-    return path
-
-
-def _looks_python(pid: int) -> bool:
-    """The process runs a CPython (its executable's name, or a libpython mapped); unreadable counts as Python (the
-    loader then says what it cannot read)."""
-    from decodemon.monitor.inject import elf
-
-    try:
-        exe = os.readlink(f"/proc/{pid}/exe").removesuffix(" (deleted)")
-        if "python" in Path(exe).name:
-            return True
-        return any(elf.LIBPYTHON.search(Path(m.path).name) for m in elf.read_maps(pid))
-    except OSError:
-        return True
-
-
-GONE_WAIT_S = 1.0  # how long a closed connection waits for its process to be gone before saying it still runs
-
-
-def start_time(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (/proc/PID/stat), or None when it is gone: a pid with
-    another start time is another process."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-        return int(text[text.rindex(")") + 2:].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def process_age_s(pid: int) -> float | None:
-    """Seconds since `pid` started, or None where /proc does not say."""
-    ticks = start_time(pid)
-    try:
-        with open("/proc/uptime") as f:
-            uptime = float(f.read().split()[0])
-    except (OSError, ValueError):
-        return None
-    return None if ticks is None else max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK"))
-
-
-def _alive(pid: int) -> bool:
-    """The process exists and is not a zombie (one that exited and waits to be reaped is gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[-1].split()[:1] != ["Z"]
-
-
-def _closed(pid: int, answered: bool) -> str:
-    """Why a connection to `pid`'s agent ended without a Bye: the process went away, or (while it lives) its
-    agent closed the connection, before or after answering."""
-    deadline = time.monotonic() + GONE_WAIT_S
-    while _alive(pid):  # a process that is exiting closes its sockets a moment before it is gone
-        if time.monotonic() >= deadline:
-            break
-        time.sleep(0.02)
-    else:
-        return f"pid {pid} went away"
-    if not answered:
-        return f"the agent of pid {pid} closed the connection without answering (pid {pid} still runs)"
-    return f"the agent of pid {pid} closed the connection (pid {pid} still runs)"
 
 
 def live_frames(pid: int, settings: wire.Attach | None = None, seconds: float | None = None,
@@ -146,11 +26,11 @@ def live_frames(pid: int, settings: wire.Attach | None = None, seconds: float | 
     llama-server, and any CUDA program with no Python, are watched from outside (monitor/outside.py)."""
     path = check_pid(pid, inject=inject)
     if path is None:
-        from decodemon.monitor import outside
+        from decodemon.monitor.sources import outside
 
         yield from outside.frames(pid, seconds, stop, settings)
         return
-    from decodemon.monitor import agent_socket
+    from decodemon.monitor.sources import agent_socket
 
     try:
         sock = agent_socket.connect(pid, path)
@@ -296,20 +176,3 @@ def _start_sidecar(hello: wire.Hello, pid: int, settings: wire.Attach):
                                       **({} if not pm_here else dict(pm="unavailable", pm_reason="error",
                                                                        pm_error=f"sidecar: {exc}")))
     return side, (wire.ProbeStatus(pm="off") if not settings.pm else None)
-
-
-def recording_frames(path) -> Iterator[tuple[int, bytes, object]]:
-    """Yield the frames of a recording (header included), as a live source would. A recording cut short (its
-    writer killed, its disk full) plays the whole frames before the cut, then ends as a live source that went
-    away does: with a Bye that says so."""
-    rx = 0
-    try:
-        for rx, frame in wire.read_recording(path):
-            yield rx, b"", frame
-    except wire_file.Truncated as exc:
-        if exc.whole_frames < 2:  # the header alone, or not even that: nothing to play
-            raise SourceError(str(exc) if str(path) in str(exc) else f"{path}: {exc}") from None
-        yield rx, b"", wire.Bye(reason=f"the recording is cut short after {exc.whole_frames - 1} whole frames")
-    except wire.WireError as exc:
-        text = str(exc)
-        raise SourceError(text if str(path) in text else f"{path}: {text}") from None

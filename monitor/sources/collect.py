@@ -15,14 +15,12 @@ import time
 from pathlib import Path
 
 from decodemon.monitor import safe_write
-from decodemon.monitor.client import SourceError, live_frames, recording_frames
+from decodemon.monitor.sources.errors import NothingMeasured, SourceError
+from decodemon.monitor.sources.recording import recording_frames
 from decodemon.probes import wire
 
+
 VERSION = "0.1.0"
-
-
-class NothingMeasured(SourceError):
-    """The source ended (or the time ran out) before a single token was measured."""
 
 
 def source_of(spec) -> tuple[str, object]:
@@ -35,37 +33,11 @@ def source_of(spec) -> tuple[str, object]:
     return ("file", spec)
 
 
-def check_output(path, inputs=()) -> Path:
-    """The output path, or SourceError (safe_write.Refused) saying in one line why nothing can be written there:
-    a regular file of this user's or a new path, reached through no other user's link, or this process's own
-    stream ("-" is standard output); never a FIFO or a device; never one of the `inputs` (safe_write.check)."""
-    safe_write.check(path, inputs)
-    return Path("/dev/stdout" if str(path) == "-" else path)
-
-
-def check_recording_output(path) -> Path:
-    """check_output for a recording, which is made whole and then moved into place: a regular file only."""
-    if safe_write.own_stream(path) is not None:
-        raise SourceError(f"cannot record to {path}: not a regular file (a recording is made whole, then moved "
-                          "into place)")
-    return check_output(path)
-
-
-def write_bytes_whole(path, data: bytes) -> None:
-    """Write `data` to `path` whole (safe_write.write_whole): a failure (or an interrupt) leaves no partial file."""
-    safe_write.write_whole(path, data)
-
-
-def write_text_whole(path, text: str) -> None:
-    """Write `text` to `path` whole (write_bytes_whole)."""
-    write_bytes_whole(path, text.encode())
-
-
 class _Recorder:
     """Frames of a live source into a temporary file, renamed to the target by `keep()`."""
 
     def __init__(self, target, pid: int) -> None:
-        self.target = check_recording_output(target)
+        self.target = safe_write.check_recording_output(target)
         self.pid = pid
         self.tmp: safe_write.Pending | None = None
         self.writer = None
@@ -175,6 +147,7 @@ def collect_pid(pid: int, settings: wire.Attach | None = None, seconds: float | 
     A recording is kept only if a token was measured; otherwise NothingMeasured says why and no file is left.
     Ctrl-C ends the attach early and keeps what was recorded, then re-raises."""
     from decodemon.monitor.session import Session
+    from decodemon.monitor.sources.live import live_frames  # a replay never imports the live socket
 
     sess = Session(label=str(pid))
     recorder = _Recorder(record_to, pid) if record_to else None

@@ -34,7 +34,7 @@ import urllib.request
 from pathlib import Path
 from typing import Iterator
 
-from decodemon.monitor.client import SourceError
+from decodemon.monitor.sources.errors import SourceError
 from decodemon.monitor.counters.sidecar import Sidecar
 from decodemon.probes import wire
 
@@ -191,7 +191,7 @@ def _hello(pid: int, nvml: int | None, why: str) -> wire.Hello:
             from decodemon.probes.device import gpu_info
 
             os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # CUDA's device numbers as NVML's
-            from decodemon.monitor.client import with_copy_gbs
+            from decodemon.monitor.sources.live import with_copy_gbs
 
             gpu = with_copy_gbs(wire.GpuInfo(**gpu_info(nvml).given()))  # the agent's plain value, as the schema's
         except Exception as exc:  # noqa: BLE001 - no driver in this process: the watch goes on without it
@@ -225,7 +225,7 @@ class NativeTrace:
     why, for the status."""
 
     def __init__(self, pid: int, settings: wire.Attach) -> None:
-        from decodemon.monitor import agent_socket
+        from decodemon.monitor.sources import agent_socket
 
         self.sock, self.why, self.ended, self.heart = None, "", False, None
         self.reader = wire.StreamReader()

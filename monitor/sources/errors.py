@@ -1,0 +1,16 @@
+"""What a source that cannot be read raises: one line for the user, and the CLI's exit status by its kind."""
+
+from __future__ import annotations
+
+
+class SourceError(RuntimeError):
+    """A source that cannot be read; str() is one line for the user."""
+
+
+class NothingMeasured(SourceError):
+    """The source ended (or the time ran out) before a single token was measured."""
+
+
+class NotAnswering(NothingMeasured):
+    """The target did not answer in time (stopped, or its main thread held in C code): nothing was measured, and
+    nothing the user gave was wrong."""
