@@ -5,6 +5,7 @@ not alike, rather than guessing."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -84,11 +85,29 @@ def test_attach_json_summarises_the_seconds_asked_for():
         assert r.returncode == 0, r.stderr
         j = json.loads(r.stdout)
         assert next(iter(j)) == "span" and j["span"]["covers"] == "whole"
-        assert j["span"]["seconds"] > 6.0, j["span"]  # the 7 s asked, not the last 5
+        assert 6.0 < j["span"]["seconds"] < 7.3, j["span"]  # the 7 s asked, not the last 5
         assert j["span"]["tokens"] == j["tokens"] and j["rolling_5s"]["seconds"] == 5.0
         assert j["rolling_5s"]["clock_steps"] < j["clock_steps"]
     finally:
         e.stop()
+
+
+def test_an_attach_to_a_loop_with_no_token_covers_the_seconds_asked_not_the_agents_wait_after():
+    """A loop that marks nothing: the agent waits up to a second for a boundary after the detach; what arrives then
+    tells of the seconds before it, so the summary covers the 3 s asked."""
+    import subprocess
+    import sys
+
+    idle = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(0.001)"])
+    try:
+        time.sleep(0.5)
+        r = cli("attach", idle.pid, "--json", "--seconds", 3, timeout=60)
+        assert r.returncode == 3 and "before any tokens were measured" in r.stderr, r.stderr
+        span = json.loads(r.stdout)["span"]
+        assert 2.9 < span["seconds"] < 3.3, span
+    finally:
+        idle.kill()
+        idle.wait()
 
 
 def test_scaling_refuses_an_n_its_recording_contradicts():

@@ -42,6 +42,13 @@ def live_frames(pid: int, settings: wire.Attach | None = None, seconds: float | 
     deadline = None if seconds is None else time.monotonic() + seconds
     reader = wire.StreamReader()
     detached = None  # when the detach was sent
+    # what arrives after the detach (the marks the agent still held, its Bye) tells of the seconds before it: its
+    # receive time is the detach's, so an attach of `seconds` covers that many, not the agent's wait for a boundary
+    detach_rx = None
+
+    def now_rx() -> int:
+        n = time.monotonic_ns() - t0
+        return n if detach_rx is None else min(n, detach_rx)
     settings, library_error = _with_library(settings or wire.Attach())
     sidecar = None  # the device-wide counters' process (monitor/counters/sidecar.py), started once the hello names the GPU
     answered = False
@@ -52,28 +59,29 @@ def live_frames(pid: int, settings: wire.Attach | None = None, seconds: float | 
         while True:
             heart.beat()
             if detached is None and ((deadline is not None and time.monotonic() >= deadline) or (stop and stop())):
+                detach_rx = time.monotonic_ns() - t0
                 detached = _detach(sock, heart)
             if sidecar is not None:
                 for payload, frame in sidecar.take():
-                    yield time.monotonic_ns() - t0, payload, frame
+                    yield now_rx(), payload, frame
                 if sidecar.ended:
                     sidecar.close()
                     lost, sidecar = sidecar.lost(), None
-                    yield time.monotonic_ns() - t0, b"", lost
+                    yield now_rx(), b"", lost
             try:
                 data = sock.recv(1 << 20)
             except socket.timeout:
                 if detached is not None and time.monotonic() - detached > DETACH_WAIT_S:
                     # a target that holds its GIL (or is stopped) cannot answer; do not wait with it
-                    yield (time.monotonic_ns() - t0, b"",
+                    yield (now_rx(), b"",
                            wire.Bye(reason=f"pid {pid} did not answer the detach within {DETACH_WAIT_S:g} s"))
                     return
                 continue
             if not data:
                 if detached is None:
-                    yield time.monotonic_ns() - t0, b"", wire.Bye(reason=_closed(pid, answered))
+                    yield now_rx(), b"", wire.Bye(reason=_closed(pid, answered))
                 return
-            rx = time.monotonic_ns() - t0
+            rx = now_rx()
             for payload in reader.feed(data):
                 answered = True
                 heart.beat()  # between frames too: a consumer may take a while over each
@@ -92,7 +100,7 @@ def live_frames(pid: int, settings: wire.Attach | None = None, seconds: float | 
                     if status is not None:
                         yield rx, wire.encode(status), status
     except (ConnectionResetError, BrokenPipeError):
-        yield time.monotonic_ns() - t0, b"", wire.Bye(reason=_closed(pid, answered))
+        yield now_rx(), b"", wire.Bye(reason=_closed(pid, answered))
     finally:
         sock.close()
         if sidecar is not None:
