@@ -279,14 +279,14 @@ def run_app(specs, settings=None, speed: float = 1.0, loop: bool = False, labels
     """Open the app on one or two sources (pids or recordings), or on the ranks of one group (`group`; `settings`
     may then be a list, one per rank)."""
     from decodemon.monitor.sources.pids import check_pid
-    from decodemon.monitor.player import make_player
+    from decodemon.monitor.player import in_step, make_player
 
     for s in specs:
         if s.isdigit():
             check_pid(int(s))  # one clear line before the screen opens
     labels = labels or [None] * len(specs)
     each = settings if isinstance(settings, list) else [settings] * len(specs)
-    players = [make_player(s, st, speed=speed, loop=loop, label=lab) for s, st, lab in zip(specs, each, labels)]
+    players = in_step([make_player(s, st, speed=speed, loop=loop, label=lab) for s, st, lab in zip(specs, each, labels)])
     DecodemonApp(players, quit_after_s=quit_after_s, start_at_s=start_at_s, paused=paused, group=group,
                  refresh_s=refresh_s).run()
     return 0

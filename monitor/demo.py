@@ -112,11 +112,11 @@ def live(replay: bool) -> bool:
 
 def replay_players(speed: float = 1.0) -> list:
     """The two players of `decodemon demo` with no GPU (the README's screenshot draws these very ones)."""
-    from decodemon.monitor.player import RecordingPlayer
+    from decodemon.monitor.player import RecordingPlayer, in_step
 
     a, b = bundled_recordings()
-    return [RecordingPlayer(a, "eager (H200 recording)", speed=speed, loop=True),
-            RecordingPlayer(b, "graph (H200 recording)", speed=speed, loop=True)]
+    return in_step([RecordingPlayer(a, "eager (H200 recording)", speed=speed, loop=True),
+                    RecordingPlayer(b, "graph (H200 recording)", speed=speed, loop=True)])
 
 
 def run_demo(replay: bool = False, tokens: int = 0, speed: float = 1.0, seconds: float | None = None,

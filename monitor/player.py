@@ -24,6 +24,9 @@ class RecordingPlayer:
         self.path, self.label, self.speed, self.loop = path, label or path, speed, loop
         self.frames = [(rx, fr) for rx, _, fr in recording_frames(path)]
         self.end_ns = self.frames[-1][0] if self.frames else 0
+        # a loop's pass: the recording's length, or longer where players shown side by side pass together (the
+        # shorter holds its end until the longer ends: `in_step`)
+        self.period_ns = self.end_ns
         self.paused = False
         self._lock = threading.Lock()
         self._previous = None  # a loop's finished pass: shown until the new pass has a traced window
@@ -34,6 +37,7 @@ class RecordingPlayer:
         self.session = Session(label=self.label)
         self._i = 0
         self.clock_ns = 0
+        self.pass_ns = 0  # the loop's clock: past end_ns while a player in step with a longer one holds its end
 
     def _advance_to(self, t_ns: int) -> None:
         while self._i < len(self.frames) and self.frames[self._i][0] <= t_ns:
@@ -48,16 +52,18 @@ class RecordingPlayer:
             if t_ns < self.clock_ns:
                 self._reset()
             self._advance_to(t_ns)
+            self.pass_ns = t_ns
 
     def tick(self, dt_s: float) -> None:
         """Advance the virtual clock by `dt_s` of wall time at the current speed."""
         with self._lock:
             if self.paused:
                 return
-            t = self.clock_ns + int(dt_s * self.speed * 1e9)
-            if t > self.end_ns and self.loop:
+            t = self.pass_ns + int(dt_s * self.speed * 1e9)
+            if t > self.period_ns and self.loop:
                 self._reset(looped=True)
                 t = 0
+            self.pass_ns = t
             self._advance_to(min(t, self.end_ns))
 
     def snapshot(self):
@@ -76,6 +82,16 @@ class RecordingPlayer:
         else:
             state = "paused" if self.paused else f"playing ×{self.speed:g}"
         return f"{self.clock_ns / 1e9:5.1f}/{self.end_ns / 1e9:.1f} s {state}"
+
+
+def in_step(players: list) -> list:
+    """Recording players that loop side by side, made to pass together: each pass lasts as long as the longest
+    recording's, so the sides start again at one instant instead of drifting apart pass after pass."""
+    period = max((p.period_ns for p in players if not p.live), default=0)
+    for p in players:
+        if not p.live:
+            p.period_ns = period
+    return players
 
 
 class LivePlayer:

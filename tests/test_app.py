@@ -495,6 +495,24 @@ def test_a_looping_replay_keeps_its_last_pass_on_screen_until_the_next_pass_has_
     assert p.session.metrics and p.snapshot().rx_ns <= p.clock_ns
 
 
+def test_side_by_side_replays_that_loop_start_each_pass_together():
+    from decodemon.monitor.player import in_step
+
+    a, b = in_step([RecordingPlayer(str(REC["eager"]), "eager", loop=True),
+                    RecordingPlayer(str(REC["graph"]), "graph", loop=True)])
+    short, long_ = sorted((a, b), key=lambda p: p.end_ns)
+    assert short.end_ns < long_.end_ns and a.period_ns == b.period_ns == long_.end_ns
+    restarts = {id(a): [], id(b): []}
+    for i in range(int(2.5 * long_.end_ns / 1e9 / 0.25)):  # two and a half passes of the longer, 0.25 s a tick
+        for p in (a, b):
+            before = p.clock_ns
+            p.tick(0.25)
+            if p.clock_ns < before:
+                restarts[id(p)].append(i)
+        assert short.clock_ns <= short.end_ns  # the shorter holds its end while the longer plays on
+    assert len(restarts[id(a)]) == 2 and restarts[id(a)] == restarts[id(b)]  # the sides start again at one tick
+
+
 def _serving_app(at=5.0):
     from tests.conftest import DATA
 
