@@ -27,7 +27,7 @@ import numpy as np
 
 from decodemon.monitor.analysis.gaps import IdleGaps, classify_gaps, idle_gaps
 from decodemon.monitor.analysis.launches import count_launches, launch_calls
-from decodemon.monitor.analysis.names import demangle_head, range_name
+from decodemon.monitor.analysis.names import demangle_head, kernel_tags, range_name, tagged
 from decodemon.monitor.analysis.records import TracedRecords, analysed_records
 from decodemon.probes import wire
 
@@ -92,11 +92,27 @@ def launch_lane(w: wire.KernelWindow, clock: Clock, cpu_pid: int, corr_offset: i
     return out
 
 
+def kernel_labels(names: list[str], k: dict) -> list[str]:
+    """Each kernel name's slice name: its qualified name, tagged as the screen tags it where two share one (three
+    `at::native::elementwise_kernel`s: their template words, else their grids), so a trace and the hot-kernels
+    table name a kernel alike."""
+    grids: dict[int, dict[int, int]] = {}
+    for i, n in enumerate(k.get("name", ())):
+        g = k["grid_x"][i] * k["grid_y"][i] * k["grid_z"][i]
+        grids.setdefault(n, {}).setdefault(g, 0)
+        grids[n][g] += 1
+    heads = [demangle_head(n) for n in names]
+    mode = [max(grids[j], key=grids[j].get) if j in grids else 0 for j in range(len(names))]
+    tags = kernel_tags(list(zip(names, heads, mode)))
+    return [tagged(h, t, n) for n, h, t in zip(names, heads, tags)]
+
+
 def kernel_lane(w: wire.KernelWindow, clock: Clock, device: int, sm_count: int, corr_offset: int = 0) -> list[dict]:
     """Every kernel on its stream's thread of the GPU process, with Kineto's kernel args."""
     k = {name: col.array().tolist() for name, col in w.kernels.items()}
     if "start" not in k:
         return []
+    labels = kernel_labels(w.names, k)
     out = []
     for i, (t0, t1) in enumerate(zip(k["start"], k["end"])):
         grid = [k["grid_x"][i], k["grid_y"][i], k["grid_z"][i]]
@@ -114,7 +130,8 @@ def kernel_lane(w: wire.KernelWindow, clock: Clock, device: int, sm_count: int, 
         if sm_count:
             args["blocks per SM"] = round(blocks / sm_count, 4)
             args["warps per SM"] = round(blocks * warps_per_block / sm_count, 4)
-        out.append({"ph": "X", "cat": "kernel", "name": demangle_head(name), "pid": device, "tid": stream,
+        label = labels[k["name"][i]] if 0 <= k["name"][i] < len(labels) else name
+        out.append({"ph": "X", "cat": "kernel", "name": label, "pid": device, "tid": stream,
                     "ts": clock.ts(t0), "dur": clock.dur(t0, t1), "args": args})
     return out
 
