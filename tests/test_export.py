@@ -223,7 +223,7 @@ def test_export_from_a_live_cpu_engine_says_it_traced_no_window(engine, tmp_path
 
 
 def test_export_and_prometheus_import_without_the_app():
-    code = ("import sys, decodemon.monitor.export.cli, decodemon.monitor.prometheus; "
+    code = ("import sys, decodemon.monitor.export.cli, decodemon.monitor.exporter.serve; "
             "print(sorted(m for m in ('textual', 'torch') if m in sys.modules))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
