@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from decodemon.monitor import diagnosis as dx
+from decodemon.monitor.ceilings import SHORT_KERNEL_US, own_kernel_ms
 from decodemon.monitor.analysis.agreement import dram_check
 from decodemon.monitor.analysis.busy import PmWindowCheck, pm_window_check
 from decodemon.monitor.analysis.observer import observer_cost
@@ -389,9 +390,9 @@ class Session:
         # as the small grids' share counts them; a kernel of a few µs a call is held by its fixed latency, which
         # more blocks do not shorten (fusing it does): the longer calls lead, as the ones widening could speed up
         rows = sorted((r for r in (last.kernels if last else ()) if r.grid_coverage_pct < 25 and not r.is_collective),
-                      key=lambda r: (r.us_mean < dx.SHORT_KERNEL_US, -r.us_per_token))
+                      key=lambda r: (r.us_mean < SHORT_KERNEL_US, -r.us_per_token))
         small = [(r.label, r.grid_blocks, r.us_per_token) for r in rows]
-        short = [r for r in rows if r.us_mean < dx.SHORT_KERNEL_US]
+        short = [r for r in rows if r.us_mean < SHORT_KERNEL_US]
         coll_small = sum(1 for r in (last.kernels if last else ()) if r.grid_coverage_pct < 25 and r.is_collective)
         coll_calls = _median([w.collective_calls_per_token for w in wins]) if wins else None
         with_coll = [w for w in wins if w.collective_calls_per_token]
@@ -404,7 +405,7 @@ class Session:
         # Without PM counters, GPU busy is estimated as kernel time over the untraced step: the traced
         # token's own wall clock is stretched by tracing and would understate it. A collective spinning while it
         # waits for a late peer is not busy (the diagnosis counts it as the step's idle).
-        own = dx.own_kernel_ms(ksum, coll_wait)
+        own = own_kernel_ms(ksum, coll_wait)
         busy = pm_avg.get("gpu_busy_pct") if pm_avg else (
             min(100.0, 100.0 * own / ts.ms_per_token) if (own is not None and ts and ts.ms_per_token > 0) else None)
         host = f.host_collectives(since)
@@ -497,7 +498,7 @@ class Session:
                               self._clock_end_rx is not None and self._clock == STEP_STARTS else None),
             series=self.series(rx), host_collectives=f.host_collectives(since),
             host_clock_is_collective=host_clock_times_collectives(f.hello.model if f.hello else None, gpu),
-            kernel_share_pct=(min(100.0, 100.0 * dx.own_kernel_ms(inp.kernel_sum_ms_per_token,
+            kernel_share_pct=(min(100.0, 100.0 * own_kernel_ms(inp.kernel_sum_ms_per_token,
                                                                 inp.collective_wait_ms_per_token) / inp.ms_per_token)
                               if inp.kernel_sum_ms_per_token is not None and inp.ms_per_token else None),
             inputs=inp, observer=self.observer_cost(ts), pm_check=self.pm_check(since),

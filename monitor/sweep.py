@@ -24,7 +24,7 @@ from types import SimpleNamespace
 
 from decodemon.monitor.analysis.agreement import kernels_past_step
 from decodemon.monitor.analysis.depth import session_depth_bands
-from decodemon.monitor.diagnosis import BANDWIDTH_RULED_OUT_RATIO, Inputs, bandwidth_floor_ms
+from decodemon.monitor.ceilings import BANDWIDTH_RULED_OUT_RATIO, Inputs, bandwidth_floor_ms
 from decodemon.probes import wire
 from decodemon.monitor import agent_socket
 

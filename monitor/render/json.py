@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from decodemon.monitor.analysis.agreement import busy_disagreement, kernels_past_step
-from decodemon.monitor.diagnosis import peer_wait_named
+from decodemon.monitor.ceilings import peer_wait_named
 from decodemon.monitor.render.text import unit
 from decodemon.monitor.rolling import headline
 from decodemon.monitor.span import rolling_json, span_json

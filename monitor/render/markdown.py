@@ -7,7 +7,7 @@ import time
 from typing import TYPE_CHECKING
 
 from decodemon.monitor.analysis.agreement import busy_disagreement, kernels_past_step
-from decodemon.monitor.diagnosis import ORDER
+from decodemon.monitor.ceilings import ORDER
 from decodemon.monitor.rolling import headline
 from decodemon.monitor.span import span_words
 from decodemon.monitor.safe_text import markdown as md
