@@ -13,7 +13,7 @@ from decodemon.monitor.token_clock import CLOCK_NOTES, PROVISIONAL_STEPS
 
 if TYPE_CHECKING:
     from decodemon.monitor.analysis.window import WindowMetrics
-    from decodemon.monitor.session import Snapshot
+    from decodemon.monitor.snapshot import Snapshot
 
 
 def collectives_json(s: Snapshot) -> dict | None:

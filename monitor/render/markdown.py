@@ -15,7 +15,7 @@ from decodemon.monitor.safe_text import markdown_code, visible_lines
 from decodemon.monitor.render.text import counted, in_marks, rejected_text
 
 if TYPE_CHECKING:
-    from decodemon.monitor.session import Snapshot
+    from decodemon.monitor.snapshot import Snapshot
 
 
 def _launches(s: Snapshot) -> str:
