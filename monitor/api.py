@@ -17,7 +17,7 @@ from pathlib import Path
 
 from decodemon.monitor.sources.errors import SourceError
 from decodemon.monitor.render import summary_json
-from decodemon.monitor.session import Snapshot
+from decodemon.monitor.snapshot import Snapshot
 from decodemon.monitor.sources.errors import NothingMeasured
 from decodemon.monitor.span import summary_snapshot
 

@@ -3,7 +3,7 @@ safe to show: on a terminal every control character and escape sequence appears 
 `\\n`, `\\u202e`), never as a command to the terminal; in Markdown the characters that would make a link, an
 image, HTML, emphasis or a new table cell are escaped too. JSON needs neither: `cli._common.print_json` escapes
 what its encoder leaves raw. The app escapes each snapshot whole before any panel draws it (`visible_all`), and
-the exporter each label value (`prometheus._add`).
+the exporter each label value (`exporter.collector._add`).
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """What a summary covers: the whole span asked for (a recording, an attach's seconds) or its last seconds.
 
-The live screen shows the rolling figures of the last 5 s (session.SPAN_NS): a loop's state now. A summary
+The live screen shows the rolling figures of the last 5 s (snapshot_builder.SPAN_NS): a loop's state now. A summary
 (`attach --json --seconds N`, `replay --json`, `report`, `compare --json`, `record --json`, the API) answers for
-what was asked: the whole recording, or the N seconds attached; `--last S` gives the last S seconds instead.
-Beside a whole span the rolling 5-s figures ride along (Snapshot.rolling_5s) where the two spans differ, and
-every summary says first what it covers: seconds, from-to, the clock's steps and the tokens counted.
+what was asked: the whole recording, or the N seconds attached; `--last S` gives the last S seconds instead. Beside
+a whole span the rolling 5-s figures ride along (Snapshot.rolling_5s) where the two spans differ, and every summary
+says first what it covers: seconds, from-to, the clock's steps and the tokens counted.
 """
 
 from __future__ import annotations
@@ -13,10 +13,11 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from decodemon.monitor.session import Session, Snapshot
+    from decodemon.monitor.session import Session
+    from decodemon.monitor.snapshot import Snapshot
 
-# session.SPAN_NS in seconds (not imported: render/json.py imports this module, and the session's imports are heavy;
-# tests/test_span.py holds the two equal)
+# snapshot_builder.SPAN_NS in seconds (not imported: render/json.py imports this module, and the builder's imports
+# are heavy; tests/test_span.py holds the two equal)
 ROLLING_S = 5.0
 # the rolling object's figures: the ones a reader compares with the whole span's (the clock's and the verdict's)
 ROLLING_KEYS = ("ms_per_token", "ms_per_token_p90", "ms_per_token_p99", "tokens_per_s", "clock_steps",

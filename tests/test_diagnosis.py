@@ -7,6 +7,7 @@ import json
 import pytest
 
 from decodemon.monitor import diagnosis as dx
+from decodemon.monitor.ceilings import LAUNCH_IDLE_THRESHOLD
 from decodemon.monitor.rolling import Rolling, advance
 from tests.conftest import DATA, assert_one_line_error, cli
 
@@ -49,7 +50,7 @@ def test_launch_has_one_rule_worded_once_whatever_prices_its_idle():
             "nothing": dx.Inputs(ms_per_token=3.93)}
     for way, i in ways.items():
         c = dx.diagnose(i).candidates["launch"]
-        assert c.threshold == dx.LAUNCH_IDLE_THRESHOLD, way
+        assert c.threshold == LAUNCH_IDLE_THRESHOLD, way
         assert c.state == (dx.UNKNOWN if way == "nothing" else dx.BINDING), way
     # launches that cannot fill the gap over the floor at an eager launch's cost do not explain it alone; the
     # estimate leaves LAUNCH unknown (not ruled out at 100% of the step idle), and kernel time is what decides

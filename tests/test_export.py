@@ -14,7 +14,6 @@ import pytest
 from hta.common.trace import parse_trace_file
 
 from decodemon.monitor.export import NothingToExport, export, trace_of, write_trace
-from decodemon.monitor.export import cli as export_cli
 from decodemon.monitor.export.lanes import Clock, nvtx_lane
 from decodemon.monitor.render.json import summary_json
 from decodemon.monitor.sources.collect import collect
@@ -241,7 +240,7 @@ def test_export_from_a_live_cpu_engine_says_it_traced_no_window(engine, tmp_path
 
 
 def test_export_and_prometheus_import_without_the_app():
-    code = ("import sys, decodemon.monitor.export.cli, decodemon.monitor.prometheus; "
+    code = ("import sys, decodemon.monitor.cli.export, decodemon.monitor.exporter.serve; "
             "print(sorted(m for m in ('textual', 'torch') if m in sys.modules))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr

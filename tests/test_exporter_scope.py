@@ -16,7 +16,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from decodemon.monitor import prometheus as prom
+from decodemon.monitor.exporter import collector, scan, serve, watch
 from decodemon.probes import wire
 from tests.conftest import AGENT_LOOP, assert_one_line_error, cli
 
@@ -41,7 +41,7 @@ def leave_stale_socket(pid: int) -> Path:
     return d / f"{pid}.sock"
 
 
-def scan_until(ex: prom.Exporter, done, timeout_s: float = 30.0, every_s: float = 0.1) -> None:
+def scan_until(ex: scan.Exporter, done, timeout_s: float = 30.0, every_s: float = 0.1) -> None:
     """Scan as the exporter's loop does, every `every_s`, until `done()` (bounded in time)."""
     t_end = time.monotonic() + timeout_s
     while not done():
@@ -63,9 +63,9 @@ def plain(monkeypatch, tmp_path):
 def test_a_stale_socket_beside_a_live_python_process_gets_it_no_agent(plain):
     target = plain[0]
     stale = leave_stale_socket(target.pid)
-    ex = prom.Exporter(only=lambda p: p == target.pid)  # other engines on this host are not this test's
+    ex = scan.Exporter(only=lambda p: p == target.pid)  # other engines on this host are not this test's
     stop = threading.Event()
-    served = threading.Thread(target=prom.run_exporter, args=("127.0.0.1", 0),
+    served = threading.Thread(target=serve.run_exporter, args=("127.0.0.1", 0),
                               kwargs=dict(scan_every_s=0.1, stop=stop.is_set, exporter=ex))
     served.start()
     try:
@@ -84,7 +84,7 @@ def test_a_stale_socket_beside_a_live_python_process_gets_it_no_agent(plain):
 def test_a_named_pid_gets_an_agent_only_with_inject_and_no_other_process_does(plain):
     named, bystander = plain
     leave_stale_socket(bystander.pid)
-    ex = prom.Exporter(pids=[named.pid], only=lambda p: p in (named.pid, bystander.pid))
+    ex = scan.Exporter(pids=[named.pid], only=lambda p: p in (named.pid, bystander.pid))
     try:
         ex.scan()
         w = ex.watches[named.pid]  # held: a later scan drops a watch that has ended
@@ -96,7 +96,7 @@ def test_a_named_pid_gets_an_agent_only_with_inject_and_no_other_process_does(pl
         assert len(threads_of(named.pid)) == 1 and bystander.pid not in ex.watches
     finally:
         ex.stop()
-    ex = prom.Exporter(pids=[named.pid], inject=True, only=lambda p: p in (named.pid, bystander.pid))
+    ex = scan.Exporter(pids=[named.pid], inject=True, only=lambda p: p in (named.pid, bystander.pid))
     try:
         scan_until(ex, lambda: "dm-agent" in threads_of(named.pid))  # the one named and injected
         ex.scan()
@@ -106,7 +106,7 @@ def test_a_named_pid_gets_an_agent_only_with_inject_and_no_other_process_does(pl
 
 
 def test_a_hello_from_another_process_ends_the_watch(plain):
-    w = prom.Watch(plain[0].pid)
+    w = watch.Watch(plain[0].pid)
     hello = wire.Hello(wire_version=wire.WIRE_VERSION, pid=plain[0].pid, argv=["python"], python="3.11",
                        hostname="h", gpu=None, gpu_unavailable="", cupti_version="", model=None, settings={})
     assert w.not_the_process(hello) is None
@@ -124,7 +124,7 @@ def test_an_agent_in_a_private_directory_is_found_and_watched(tmp_path, monkeypa
     theirs.mkdir(mode=0o755)
     os.chown(theirs, OTHER, OTHER)
     proc = subprocess.Popen([sys.executable, "-c", LOOP], env={**os.environ, "XDG_RUNTIME_DIR": str(tmp_path)})
-    ex = prom.Exporter(only=lambda p: p == proc.pid)
+    ex = scan.Exporter(only=lambda p: p == proc.pid)
     try:
         scan_until(ex, lambda: [s for _, s in ex.targets() if s.tokens is not None])
         (labels, snap), = ex.targets()
@@ -137,8 +137,8 @@ def test_an_agent_in_a_private_directory_is_found_and_watched(tmp_path, monkeypa
 
 
 def test_an_idle_scrape_connection_closes_without_a_traceback(capfd, monkeypatch):
-    monkeypatch.setattr(prom, "IDLE_CONNECTION_S", 0.3)
-    server = prom.start_server(prom.SnapshotCollector(lambda: []), "127.0.0.1", 0)
+    monkeypatch.setattr(serve, "IDLE_CONNECTION_S", 0.3)
+    server = serve.start_server(collector.SnapshotCollector(lambda: []), "127.0.0.1", 0)
     port = server.server_address[1]
     idle = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(5)]
     idle[0].sendall(b"GET /metr")  # half a request line, then nothing
@@ -165,7 +165,7 @@ def test_bad_exporter_arguments_are_one_line():
 def test_a_named_pid_it_cannot_watch_is_said_once_on_stderr(capsys, tmp_path):
     """`decodemon exporter 1`: pid 1 has no agent (and is not this user's): one line says why it serves nothing
     for it, not one per retry."""
-    ex = prom.Exporter(directory=tmp_path, only=lambda pid: False, pids=[1])
+    ex = scan.Exporter(directory=tmp_path, only=lambda pid: False, pids=[1])
     try:
         ex.scan()
         deadline = time.monotonic() + 20

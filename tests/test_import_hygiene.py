@@ -11,7 +11,7 @@ VERBS = ["run", "attach", "record", "replay", "report", "diagnose", "compare", "
          "sweep", "predict", "grade", "export", "exporter"]
 HEADLESS = ["decodemon.monitor.diagnosis", "decodemon.monitor.session", "decodemon.monitor.analysis.window",
             "decodemon.monitor.render.json", "decodemon.monitor.token_clock", "decodemon.monitor.ledger",
-            "decodemon.monitor.plots", "decodemon.monitor.export", "decodemon.monitor.prometheus",
+            "decodemon.monitor.plots", "decodemon.monitor.export", "decodemon.monitor.exporter.serve",
             "decodemon.monitor.feed", "decodemon.monitor.cli", "decodemon.monitor.sources.live",
             "decodemon.monitor.sources.collect", "decodemon.monitor.api", *(f"decodemon.monitor.cli.{v}" for v in VERBS)]
 PROBES = ["decodemon.probes.agent", "decodemon.probes.wire", "decodemon.engine_adapter"]

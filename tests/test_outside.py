@@ -337,7 +337,8 @@ def test_a_recording_of_llama_server_replays_its_token_clock(server, tmp_path):
 def test_the_exporter_watches_llama_server_from_outside(server, tmp_path):
     """`decodemon exporter`'s scan finds the server (no agent socket anywhere: an empty socket folder) and its
     snapshot carries the server's tokens a second."""
-    from decodemon.monitor.prometheus import Exporter, metric_families
+    from decodemon.monitor.exporter.collector import metric_families
+    from decodemon.monitor.exporter.scan import Exporter
 
     proc, _ = server
     ex = Exporter(directory=tmp_path, only=lambda p: p == proc.pid)

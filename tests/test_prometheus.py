@@ -19,7 +19,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from decodemon.monitor import prometheus as prom
+from decodemon.monitor.exporter import collector, scan, serve, watch
 from decodemon.monitor.feed import Feed
 from decodemon.monitor.sources.collect import collect
 from decodemon.probes import wire
@@ -45,8 +45,8 @@ def _samples(collector) -> dict:
 def test_a_batched_engines_tokens_per_second_counts_every_sequence():
     sess = collect(DATA / "h200_hf_cb_16.dmon")  # 16 requests a step
     snap = sess.snapshot()
-    labels = prom.target_labels(sess.feed.hello, 4242)
-    got = {k[0]: v for k, v in _samples(prom.SnapshotCollector(lambda: [(labels, snap)])).items()}
+    labels = collector.target_labels(sess.feed.hello, 4242)
+    got = {k[0]: v for k, v in _samples(collector.SnapshotCollector(lambda: [(labels, snap)])).items()}
     assert got["decodemon_tokens_per_step"] == snap.tokens_per_step == 16
     # the engine's throughput, not its steps a second (~19.5)
     assert got["decodemon_tokens_per_second"] == pytest.approx(snap.throughput_tokens_per_s)
@@ -56,8 +56,8 @@ def test_a_batched_engines_tokens_per_second_counts_every_sequence():
 def test_collector_gauges_from_a_recordings_snapshot():
     sess = collect(REC["graph"])
     snap = sess.snapshot()
-    labels = prom.target_labels(sess.feed.hello, 4242)
-    got = _samples(prom.SnapshotCollector(lambda: [(labels, snap)]))
+    labels = collector.target_labels(sess.feed.hello, 4242)
+    got = _samples(collector.SnapshotCollector(lambda: [(labels, snap)]))
     base = (("engine", labels["engine"]), ("gpu", "0"), ("pid", "4242"))
     assert got[("decodemon_seconds_per_token", base)] == pytest.approx(snap.tokens.ms_per_token / 1e3)
     assert got[("decodemon_tokens_per_second", base)] == pytest.approx(snap.tokens.tokens_per_s)
@@ -76,14 +76,14 @@ def test_collector_gauges_from_a_recordings_snapshot():
 def test_collector_flags_series_that_are_not_current():
     sess = collect(REC["graph"])
     snap = sess.snapshot()
-    labels = prom.target_labels(sess.feed.hello, 4242)
+    labels = collector.target_labels(sess.feed.hello, 4242)
     base = (("engine", labels["engine"]), ("gpu", "0"), ("pid", "4242"))
-    got = _samples(prom.SnapshotCollector(lambda: [(labels, snap, prom.Currency(False, 3.5, 120))]))
+    got = _samples(collector.SnapshotCollector(lambda: [(labels, snap, collector.Currency(False, 3.5, 120))]))
     assert got[("decodemon_watch_up", base)] == 0.0
     assert got[("decodemon_snapshot_age_seconds", base)] == 3.5
     assert got[("decodemon_tokens_estimated_total", base)] == 120
     assert got[("decodemon_tokens_total", base)] == snap.tokens_total
-    got = _samples(prom.SnapshotCollector(lambda: [(labels, snap, prom.Currency(True, 0.2))]))
+    got = _samples(collector.SnapshotCollector(lambda: [(labels, snap, collector.Currency(True, 0.2))]))
     assert got[("decodemon_watch_up", base)] == 1.0 and got[("decodemon_tokens_estimated_total", base)] == 0
 
 
@@ -99,40 +99,40 @@ def test_the_tokens_of_a_lent_stretch_are_estimated_at_the_rate_on_either_side()
     """1,000 tokens a second before and after a 4 s stretch another monitor had the agent: about 4,000 made then,
     less the first one after, which the new attach counts; never more than the time the watch was away allows (a
     loop idle while watched made none)."""
-    w = prom.Watch(os.getpid())
+    w = watch.Watch(os.getpid())
     before, after = _marks_feed(100.0, 12.0, 1000), _marks_feed(116.0, 2.0, 1000)
-    t, counted = prom._token_points(before)
-    w._lent_from = (float(t[-1]), prom._span(t, counted, at_end=True), 50.0)
+    t, counted = watch._token_points(before)
+    w._lent_from = (float(t[-1]), watch._span(t, counted, at_end=True), 50.0)
     assert w._estimate_lent(after, hello_at=54.0) == pytest.approx(4000, abs=3)
     assert w._lent_from is None  # once a stretch
-    w._lent_from = (float(t[-1]), prom._span(t, counted, at_end=True), 50.0)
-    assert w._estimate_lent(after, hello_at=51.0) == pytest.approx((1 + prom.LENT_SLACK_S) * 1000, abs=3)
-    w._lent_from = (float(t[-1]), prom._span(t, counted, at_end=True), 50.0)
+    w._lent_from = (float(t[-1]), watch._span(t, counted, at_end=True), 50.0)
+    assert w._estimate_lent(after, hello_at=51.0) == pytest.approx((1 + watch.LENT_SLACK_S) * 1000, abs=3)
+    w._lent_from = (float(t[-1]), watch._span(t, counted, at_end=True), 50.0)
     assert w._estimate_lent(_marks_feed(116.0, 0.0005, 1000), hello_at=54.0) is None  # one point: not yet
 
 
 def test_collector_leaves_out_what_was_not_measured():
-    got = _samples(prom.SnapshotCollector(lambda: []))
+    got = _samples(collector.SnapshotCollector(lambda: []))
     assert not any(name.startswith("decodemon_") for name, _labels in got)
 
 
 @pytest.mark.parametrize("text,want", [("127.0.0.1:9464", ("127.0.0.1", 9464)), (":9000", ("0.0.0.0", 9000)),
                                        ("[::1]:9464", ("::1", 9464))])
 def test_address_spellings(text, want):
-    assert prom.parse_address(text) == want
+    assert serve.parse_address(text) == want
 
 
 @pytest.mark.parametrize("text", ["9464", "host:", "host:port", "h:70000", "h:0"])
 def test_bad_address_is_one_clear_line(text):
     with pytest.raises(argparse.ArgumentTypeError, match="HOST:PORT"):
-        prom.parse_address(text)
+        serve.parse_address(text)
 
 
 def test_a_taken_port_is_one_line(capsys):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
-        rc = prom.run_exporter("127.0.0.1", s.getsockname()[1], stop=lambda: True)
+        rc = serve.run_exporter("127.0.0.1", s.getsockname()[1], stop=lambda: True)
     assert rc == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("decodemon exporter: cannot listen on 127.0.0.1:")
@@ -155,17 +155,17 @@ def _query(api: str, expr: str) -> list:
                     reason="the prometheus binary is absent (Debian package `prometheus`)")
 def test_prometheus_scrapes_the_exporter_attached_to_a_cpu_engine(tmp_path):
     engine = Engine()
-    exporter = prom.Exporter(only=lambda pid: pid == engine.pid)  # other engines on this host are not ours
+    exporter = scan.Exporter(only=lambda pid: pid == engine.pid)  # other engines on this host are not ours
     done = threading.Event()
     port, prom_port = _free_port(), _free_port()
-    serving = threading.Thread(target=prom.run_exporter, args=("127.0.0.1", port),
+    serving = threading.Thread(target=serve.run_exporter, args=("127.0.0.1", port),
                                kwargs={"scan_every_s": 0.5, "stop": done.is_set, "exporter": exporter}, daemon=True)
     (tmp_path / "prometheus.yml").write_text(
         "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
         f"scrape_configs:\n  - job_name: decodemon\n    static_configs: [{{targets: ['127.0.0.1:{port}']}}]\n")
     server = None
     try:
-        assert engine.pid in prom.attachable_pids()
+        assert engine.pid in scan.attachable_pids()
         serving.start()
         server = subprocess.Popen(["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
                                    f"--storage.tsdb.path={tmp_path / 'tsdb'}",
@@ -208,7 +208,7 @@ def scrape_until(port: int, name: str, pid: int, seconds: float) -> tuple[list, 
 
 def test_serve_pid_serves_one_process_metrics(engine):
     port, done, rc = _free_port(), threading.Event(), []
-    t = threading.Thread(target=lambda: rc.append(prom.serve_pid(engine.pid, "127.0.0.1", port, stop=done.is_set)),
+    t = threading.Thread(target=lambda: rc.append(serve.serve_pid(engine.pid, "127.0.0.1", port, stop=done.is_set)),
                          daemon=True)
     t.start()
     try:
@@ -221,7 +221,7 @@ def test_serve_pid_serves_one_process_metrics(engine):
 
 
 def test_serve_pid_without_an_agent_is_one_line(capsys):
-    assert prom.serve_pid(2**22 + 1, "127.0.0.1", _free_port()) == 2
+    assert serve.serve_pid(2**22 + 1, "127.0.0.1", _free_port()) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no process with pid" in err[0]
 
@@ -249,7 +249,7 @@ def test_an_attach_beside_the_exporter_leaves_its_series_continuous(tmp_path, mo
     times_file = tmp_path / "times.json"
     engine = Engine("--times-file", str(times_file))
     attaches = []  # per attach of the exporter: [first, last] token mark it got (engine clock, ns), if any
-    real_frames = prom.live_frames
+    real_frames = watch._live_frames
 
     def frames_seen(*args, **kwargs):
         marks = []
@@ -260,10 +260,10 @@ def test_an_attach_beside_the_exporter_leaves_its_series_continuous(tmp_path, mo
                 marks[:] = [marks[0] if marks else int(t[0]), int(t[-1])]
             yield rx, payload, frame
 
-    monkeypatch.setattr(prom, "live_frames", frames_seen)
+    monkeypatch.setattr(watch, "_live_frames", frames_seen)
     port = _free_port()
-    exporter = prom.Exporter(only=lambda p: p == engine.pid)
-    server = prom.start_server(prom.SnapshotCollector(exporter.series), "127.0.0.1", port)
+    exporter = scan.Exporter(only=lambda p: p == engine.pid)
+    server = serve.start_server(collector.SnapshotCollector(exporter.series), "127.0.0.1", port)
     scrapes, done = [], threading.Event()
 
     def scrape_every_200_ms():
@@ -277,7 +277,7 @@ def test_an_attach_beside_the_exporter_leaves_its_series_continuous(tmp_path, mo
         while not any(snap.tokens for _labels, snap in exporter.targets()) and time.monotonic() < t_end:
             time.sleep(0.2)
         assert exporter.targets(), "the exporter never timed the engine's tokens"
-        watch = exporter.watches[engine.pid]
+        watched = exporter.watches[engine.pid]
         scraper.start()
         t_end = time.monotonic() + 10
         while len(scrapes) < 2 and time.monotonic() < t_end:
@@ -291,16 +291,16 @@ def test_an_attach_beside_the_exporter_leaves_its_series_continuous(tmp_path, mo
         user_tokens = json.loads(r.stdout)["tokens"]
         assert user_tokens > 0
         t_end = time.monotonic() + 30
-        while not (watch.attaches >= 2 and scrapes and scrapes[-1][1].get("decodemon_watch_up") == 1
+        while not (watched.attaches >= 2 and scrapes and scrapes[-1][1].get("decodemon_watch_up") == 1
                    and scrapes[-1][1]["decodemon_tokens_total"] > before):
-            assert time.monotonic() < t_end, f"the exporter did not watch again: {watch.ended or watch.lent}"
+            assert time.monotonic() < t_end, f"the exporter did not watch again: {watched.ended or watched.lent}"
             time.sleep(0.1)
-        assert watch.running and watch.ended is None
+        assert watched.running and watched.ended is None
         time.sleep(1.5)
         done.set()
         scraper.join(15)
         exporter.stop()  # the watch's last snapshot: every token it got
-        total, estimated = watch.latest.tokens_total, watch.tokens_estimated
+        total, estimated = watched.latest.tokens_total, watched.tokens_estimated
     finally:
         done.set()
         exporter.stop()

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from decodemon.monitor import diagnosis as dx
+from decodemon.monitor.ceilings import SHORT_KERNEL_US
 from decodemon.monitor.render.json import summary_json
 from decodemon.monitor.session import Session
 from decodemon.probes import wire
@@ -84,8 +84,8 @@ def test_graph_verdict_is_occupancy_not_launch(graph):
     assert "Widen" in graph["falsify"]
     # the kernel it names is one more blocks could shorten: not a call of a few µs, held by its fixed latency
     named = [k for k in graph["kernels"] if graph["falsify"].startswith(f"Widen {k['label']} from {k['grid_blocks']} ")]
-    assert named and named[0]["us_mean"] >= dx.SHORT_KERNEL_US, graph["falsify"]
-    assert any(k["us_mean"] < dx.SHORT_KERNEL_US and k["grid_coverage_pct"] < 25 and k["us_per_token"] > named[0][
+    assert named and named[0]["us_mean"] >= SHORT_KERNEL_US, graph["falsify"]
+    assert any(k["us_mean"] < SHORT_KERNEL_US and k["grid_coverage_pct"] < 25 and k["us_per_token"] > named[0][
         "us_per_token"] for k in graph["kernels"])  # a shorter small grid held more of the token, and was passed over
 
 

@@ -15,7 +15,7 @@ import msgspec
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from decodemon.monitor import prometheus as prom
+from decodemon.monitor.exporter import collector, serve
 from decodemon.monitor.app import DecodemonApp
 from decodemon.monitor.player import LivePlayer, RecordingPlayer
 from decodemon.monitor.safe_text import visible
@@ -167,7 +167,7 @@ def test_metrics_label_values_show_the_reported_name_escaped(reporting_loop):
     from tests.test_prometheus import _free_port, scrape_until
 
     port, done, rc = _free_port(), threading.Event(), []
-    t = threading.Thread(target=lambda: rc.append(prom.serve_pid(reporting_loop, "127.0.0.1", port,
+    t = threading.Thread(target=lambda: rc.append(serve.serve_pid(reporting_loop, "127.0.0.1", port,
                                                                  stop=done.is_set)), daemon=True)
     t.start()
     try:
@@ -191,7 +191,7 @@ def test_label_values_from_a_modified_recording_are_escaped(modified_recording):
     from prometheus_client.registry import CollectorRegistry
 
     reg = CollectorRegistry()
-    reg.register(prom.SnapshotCollector(lambda: [(prom.target_labels(hello, 7), snap)]))
+    reg.register(collector.SnapshotCollector(lambda: [(collector.target_labels(hello, 7), snap)]))
     text = generate_latest(reg).decode()
     no_raw(text)
     samples = [s for fam in text_string_to_metric_families(text) for s in fam.samples if s.labels.get("pid") == "7"]

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from decodemon.monitor import diagnosis as dx
+from decodemon.monitor.advice import NO_GPU_FALSIFY, NO_GPU_REMEDY
 from decodemon.monitor.app import DecodemonApp
 from decodemon.monitor.diagnosis import ORDER
 from decodemon.monitor.player import RecordingPlayer
@@ -332,11 +332,11 @@ async def _cpu(monkeypatch):
         assert "a traced window" not in text and "measure more" not in text
         # the falsifier and the remedy --json and report give are the screen's: nothing asks for a GPU's figure
         d = s.diagnosis.as_json()
-        assert d["ceiling"] == "unknown" and d["remedy"] == dx.NO_GPU_REMEDY and d["falsify"] == dx.NO_GPU_FALSIFY
+        assert d["ceiling"] == "unknown" and d["remedy"] == NO_GPU_REMEDY and d["falsify"] == NO_GPU_FALSIFY
         assert all("traced window" not in c["detail"] for c in d["candidates"].values()), d["candidates"]
         j = summary_json(s)
         assert j["gpu_busy_pct"] is None and j["gpu_busy_source"] is None  # no source named for no figure
-        assert f"remedy: {dx.NO_GPU_REMEDY}" in text and f"prove it wrong: {dx.NO_GPU_FALSIFY}" in text
+        assert f"remedy: {NO_GPU_REMEDY}" in text and f"prove it wrong: {NO_GPU_FALSIFY}" in text
         n = s.tokens.tokens
         assert f"({n} tokens timed" in header and f"still measured: {n} tokens timed" in text
 

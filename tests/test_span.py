@@ -10,7 +10,7 @@ import time
 import pytest
 
 from decodemon.monitor import api
-from decodemon.monitor.session import SPAN_NS
+from decodemon.monitor.snapshot_builder import SPAN_NS
 from decodemon.monitor.span import ROLLING_S
 from tests.conftest import DATA, REC, Engine, assert_one_line_error, cli
 

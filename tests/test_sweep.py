@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import REC
 from decodemon.monitor import cli as cli_pkg
-from decodemon.monitor import sweep
+from decodemon.monitor import divergence, sweep
 from decodemon.monitor.cli import sweep as sweep_cli
 from decodemon.monitor.analysis.depth import band_of, depth_bands, session_depth_bands
 from decodemon.monitor.sources.collect import collect
@@ -137,7 +137,7 @@ def test_the_h200_graph_sweep_reads_its_rise_against_the_bandwidth(capsys):
     a, b = pts[0], pts[-1]
     rise = b["ms_per_token"] - a["ms_per_token"]
     cost = (b["bytes_per_token"] / b["bandwidth_gbs"] - a["bytes_per_token"] / a["bandwidth_gbs"]) / 1e6
-    assert sweep.MARGINAL_FLAT * cost <= rise <= sweep.MARGINAL_ABOUT * cost  # the rule: bandwidth at the margin
+    assert divergence.MARGINAL_FLAT * cost <= rise <= divergence.MARGINAL_ABOUT * cost  # the rule: bandwidth at the margin
     s = got["divergence"]
     extra_gb = (b["bytes_per_token"] - a["bytes_per_token"]) / 1e9
     assert (f"the rise of {rise:.2g} ms is about what the extra {extra_gb:.2g} GB of KV per token costs at "

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from decodemon.monitor import diagnosis as dx
+from decodemon.monitor.ceilings import COMM_RULED_OUT_PCT
 from decodemon.monitor.cli import collect
 from decodemon.monitor.ranks import combine
 from decodemon.monitor.render.json import summary_json
@@ -125,11 +126,11 @@ def test_microbenchmark_ways_measure_different_things():
 def test_comm_only_above_the_threshold(snaps):
     for stem in ("tp2_eager", "tp2_eager_samewindow", "tp2_graph", "tp2_graph_llama8b"):
         for r in group(snaps, stem)["ranks"]:
-            assert r["collectives"]["share_of_step_pct"] < dx.COMM_RULED_OUT_PCT
+            assert r["collectives"]["share_of_step_pct"] < COMM_RULED_OUT_PCT
             assert r["verdict"] != "comm"
     # the same graphed rank with its all-reduces priced higher: COMM exactly where the share crosses 10%
     s = snaps["tp2_graph_rank1"]
-    at_threshold_us = dx.COMM_RULED_OUT_PCT / 100 * s.inputs.ms_per_token * 1e3 / s.inputs.collectives_per_token
+    at_threshold_us = COMM_RULED_OUT_PCT / 100 * s.inputs.ms_per_token * 1e3 / s.inputs.collectives_per_token
     below = dx.diagnose(replace(s.inputs, us_per_collective=at_threshold_us * 0.97))
     above = dx.diagnose(replace(s.inputs, us_per_collective=at_threshold_us * 1.03))
     assert below.ceiling != "comm" and below.candidates["comm"].state == dx.RULED_OUT

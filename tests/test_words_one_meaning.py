@@ -10,7 +10,7 @@ import re
 import sys
 from pathlib import Path
 
-from decodemon.monitor.diagnosis import SHORT_KERNEL_US
+from decodemon.monitor.ceilings import SHORT_KERNEL_US
 from decodemon.monitor.render.json import summary_json
 from decodemon.monitor.render.markdown import diagnosis_markdown
 from decodemon.monitor.widgets.help_screen import HELP

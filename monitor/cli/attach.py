@@ -29,9 +29,10 @@ def add(sub) -> None:
     add_last(p)
     add_probe(p)
     add_refresh(p)
-    from decodemon.monitor.prometheus import add_prometheus_option
+    from decodemon.monitor.exporter.serve import parse_address
 
-    add_prometheus_option(p)
+    p.add_argument("--prometheus", type=parse_address, default=None, metavar="HOST:PORT",
+                   help="serve this process's metrics for Prometheus at HOST:PORT/metrics instead of the app")
     p.set_defaults(fn=run)
 
 
@@ -118,7 +119,7 @@ def run(a) -> int:
     settings = attach_settings(a)
     need_json_for_last(a, "attach")
     if a.prometheus is not None:
-        from decodemon.monitor.prometheus import serve_pid
+        from decodemon.monitor.exporter.serve import serve_pid
 
         return serve_pid(pid, *a.prometheus, settings=settings, seconds=a.seconds)
     if a.json:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from decodemon.monitor.analysis.agreement import busy_disagreement, kernels_past_step
-from decodemon.monitor.diagnosis import peer_wait_named
+from decodemon.monitor.ceilings import peer_wait_named
 from decodemon.monitor.render.text import unit
 from decodemon.monitor.rolling import headline
 from decodemon.monitor.span import rolling_json, span_json
@@ -13,7 +13,7 @@ from decodemon.monitor.token_clock import CLOCK_NOTES, PROVISIONAL_STEPS
 
 if TYPE_CHECKING:
     from decodemon.monitor.analysis.window import WindowMetrics
-    from decodemon.monitor.session import Snapshot
+    from decodemon.monitor.snapshot import Snapshot
 
 
 def collectives_json(s: Snapshot) -> dict | None:

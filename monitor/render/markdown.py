@@ -7,7 +7,7 @@ import time
 from typing import TYPE_CHECKING
 
 from decodemon.monitor.analysis.agreement import busy_disagreement, kernels_past_step
-from decodemon.monitor.diagnosis import ORDER
+from decodemon.monitor.ceilings import ORDER
 from decodemon.monitor.rolling import headline
 from decodemon.monitor.span import span_words
 from decodemon.monitor.safe_text import markdown as md
@@ -15,7 +15,7 @@ from decodemon.monitor.safe_text import markdown_code, visible_lines
 from decodemon.monitor.render.text import counted, in_marks, rejected_text
 
 if TYPE_CHECKING:
-    from decodemon.monitor.session import Snapshot
+    from decodemon.monitor.snapshot import Snapshot
 
 
 def _launches(s: Snapshot) -> str:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from decodemon.monitor.diagnosis import ORDER, Diagnosis
+from decodemon.monitor.ceilings import ORDER
+from decodemon.monitor.diagnosis import Diagnosis
 from decodemon.monitor.safe_text import visible
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from decodemon.monitor.diagnosis import peer_wait_named
+from decodemon.monitor.ceilings import peer_wait_named
 from decodemon.monitor.widgets import tcss
 from decodemon.monitor.widgets.panel import Panel
 from decodemon.monitor.widgets.probe_words import tracing_unavailable

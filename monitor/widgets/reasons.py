@@ -8,7 +8,7 @@ re-derived, so the screen says what the diagnosis was given.
 from __future__ import annotations
 
 from decodemon.monitor.analysis.agreement import kernels_past_step
-from decodemon.monitor.diagnosis import BINDING, ORDER, UNKNOWN, own_kernel_ms, peer_wait_named
+from decodemon.monitor.ceilings import BINDING, ORDER, UNKNOWN, own_kernel_ms, peer_wait_named
 from decodemon.monitor.render.text import in_marks, unit  # noqa: F401 - the widgets' words for a mark
 from decodemon.monitor.rolling import headline
 from decodemon.monitor.widgets.format import value_words

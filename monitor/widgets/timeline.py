@@ -7,7 +7,7 @@ from rich.text import Text
 from textual.reactive import reactive
 
 from decodemon.monitor.analysis.agreement import busy_disagreement, kernels_past_step
-from decodemon.monitor.diagnosis import peer_wait_named
+from decodemon.monitor.ceilings import peer_wait_named
 from decodemon.monitor.render.text import observer_parts
 from decodemon.monitor.widgets import tcss
 from decodemon.monitor.widgets.format import num

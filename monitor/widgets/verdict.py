@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from decodemon.monitor.diagnosis import ORDER
+from decodemon.monitor.ceilings import ORDER
 from decodemon.monitor.rolling import headline
 from decodemon.monitor.widgets import tcss
 from decodemon.monitor.widgets.format import value_words

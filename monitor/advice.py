@@ -1,0 +1,146 @@
+"""What to do about a verdict: the remedy family, the one measurement that would prove it wrong, and the win
+it predicts, in words, from the figures the candidates were priced on.
+
+Pure: frozen values in, strings out.
+"""
+
+from __future__ import annotations
+
+from decodemon.monitor.ceilings import (BANDWIDTH_BINDING_RATIO, BANDWIDTH_NEAR_RATIO, SHORT_KERNEL_US, Candidate,
+                                        Inputs, kernels_fill_step, priced_by_idle)
+
+
+def _kernels_slow_off_the_floor(i: Inputs, ratio: float) -> tuple[str, str, str]:
+    """Everything measured, the kernels fill the step, and none binds: the token is more than 2x its floor, its
+    grids are not small and it is not launched from the host. What was measured, and what would decide."""
+    dram = (f", DRAM at {100 * i.dram_gbs / i.bandwidth_gbs:.0f}% of {i.bandwidth_gbs:.0f} GB/s"
+            if i.dram_gbs and i.bandwidth_gbs else "")
+    grids = (f", {i.small_grid_share_pct:.0f}% of kernel time in small grids" if i.small_grid_share_pct is not None
+             else "")
+    sm = f", SM active {i.sm_active_pct:.0f}%" if i.sm_active_pct is not None else ""
+    top = i.top_kernel
+    hot = f"{top[0]} ({top[1]:.0f} µs/token)" if top else "the hottest kernel"
+    return (f"none of the four binds: the kernels fill the step at {ratio:.3g}× the bandwidth floor{dram}{grids}{sm}; "
+            f"past the seeds' {BANDWIDTH_BINDING_RATIO:g}× the bytes do not set the time, and the grids do not either: "
+            "the kernels themselves read memory below the device's rate",
+            f"Time {hot} alone at this step's shapes: if it reads memory near the device's bandwidth there, the "
+            "step's own mix holds it back (order, sizes, sync); if it does not, the kernel is the fix (a faster "
+            "kernel, or another quantization).",
+            "n/a: no ceiling claimed")
+
+
+NO_GPU_REMEDY = ("none to measure on the GPU: the target runs on the CPU, so ms/token is the figure; a kernel, launch "
+                 "or bandwidth ceiling needs a GPU")
+NO_GPU_FALSIFY = ("No ceiling is claimed: the target has no GPU, so bandwidth, launches and grids are not priced here; "
+                  "run the same loop on a GPU to price them.")
+
+
+def advice(ceiling: str, i: Inputs, floor: float | None, comm_ms: float | None,
+           launch: Candidate, priced: tuple[str, ...] = (), missing: str = "") -> tuple[str, str, str]:
+    """(remedy, falsifier, predicted win) for `ceiling`; with none binding, what to measure next (`missing`: the
+    one measurement that would decide, `priced`: the candidates that have a number)."""
+    ms = i.ms_per_token or 0.0
+    if i.no_gpu and ceiling == "unknown":
+        return NO_GPU_REMEDY, NO_GPU_FALSIFY, ""
+    if ceiling == "launch":
+        return _launch_advice(i, floor, ms)
+    if ceiling == "bandwidth":
+        return _bandwidth_advice(i, ms)
+    if ceiling == "occupancy":
+        return _occupancy_advice(i)
+    if ceiling == "comm":
+        return _comm_advice(comm_ms)
+    return _open_advice(i, floor, ms, launch, priced, missing)
+
+
+def _launch_advice(i: Inputs, floor: float | None, ms: float) -> tuple[str, str, str]:
+    """LAUNCH: the host's work per step (no traced window), between replays (a CUDA graph), or eager launches."""
+    if priced_by_idle(i):
+        busy_ms = ms * i.gpu_busy_pct / 100
+        return ("the host's work per step binds (sampling, detokenizing, serving, launches): move it off the "
+                "critical path or onto the device; a traced window would say how much of it is launches",
+                f"Cut the host's work per step: if ms/token does not fall from {ms:.3g} toward {busy_ms:.3g} ms "
+                "(the GPU's busy time), the host was not what bound the token.",
+                f"no host work between steps: {ms:.3g} → ~{busy_ms:.3g} ms/token")
+    target = i.kernel_sum_ms_per_token if i.kernel_sum_ms_per_token is not None else floor
+    tgt = f"{target:.3g} ms" if target else "the kernel time"
+    if (i.graph_launches_per_token or 0) >= 1:
+        return ("the step is already a CUDA graph: the host's work between replays binds (sampling, stop checks, "
+                "cache and position bookkeeping, Python per token): keep it on the device, check stops every N "
+                "tokens, or run the host ahead of the GPU",
+                f"Cut the host's work between replays: if ms/token does not fall from {ms:.3g} toward {tgt}, "
+                "the host was not what bound the token.",
+                f"no host work between replays: {ms:.3g} → ~{tgt}/token")
+    return ("fuse kernels, capture the step as a CUDA graph, make the step device-resident",
+            f"Replay the same step as a CUDA graph: if ms/token does not fall from {ms:.3g} toward {tgt}, "
+            "the gaps were not launch overhead.",
+            f"graph capture: {ms:.3g} → ~{tgt}/token" + (f" ({100 * (1 - target / ms):.0f}% less)" if target and ms else ""))
+
+
+def _bandwidth_advice(i: Inputs, ms: float) -> tuple[str, str, str]:
+    """BANDWIDTH: fewer bytes a token (or a step, where the DRAM counters alone priced it: no token clock)."""
+    if not ms:
+        return ("read fewer bytes per step: quantize weights, compress or shrink the KV cache",
+                "Halve the bytes each step reads: the program's own rate should nearly double while DRAM stays near "
+                f"{i.dram_gbs or 0:.4g} GB/s; if it does not, bandwidth was not the binding ceiling.",
+                "halving the bytes a step reads halves the step")
+    return ("read fewer bytes per token: quantize weights, compress or shrink the KV cache",
+            f"Halve the bytes read per token (e.g. 8-bit weights): ms/token should fall close to half of "
+            f"{ms:.3g}; if it does not, bandwidth was not the binding ceiling.",
+            f"halving bytes/token: {ms:.3g} → ~{ms / 2:.3g} ms/token" if ms else "halving bytes/token halves the token")
+
+
+def _occupancy_advice(i: Inputs) -> tuple[str, str, str]:
+    """OCCUPANCY: reshape the grids, the hottest small one named with what widening it would save."""
+    hot = i.hot_small_grids[0] if i.hot_small_grids else None
+    if not hot:
+        return ("reshape grids: split over another axis, widen blocks",
+                "Widen the hottest small grid to the SM count: if its time does not fall, it was not occupancy.",
+                "unknown without a traced window")
+    name, grid, us = hot
+    cov = min(grid, i.sm_count or grid) / max(i.sm_count or grid, 1)
+    save = us * (1 - cov) / 1e3
+    return ("reshape grids: split over another axis (context, value tiles, split-K), widen blocks; fuse the "
+            f"small grids of a few µs a call (under {SHORT_KERNEL_US:g} µs, more blocks do not shorten them)",
+            f"Widen {name} from {grid} blocks to ≥{i.sm_count or 'SM count'}: if its µs/token "
+            f"({us:.0f}) does not fall, it was not occupancy-bound.",
+            f"up to {save:.3g} ms/token from {name} alone ({us:.0f} µs at {100 * cov:.0f}% of the SMs)")
+
+
+def _comm_advice(comm_ms: float | None) -> tuple[str, str, str]:
+    """COMM: change the collective, and the microbenchmark that tells bytes from calls."""
+    c = comm_ms or 0.0
+    return ("change the collective: fewer calls, a different algorithm or payload, or move the reduce",
+            "Microbenchmark one all-reduce at 1×, 8× and 64× the payload: if µs/call scales with bytes "
+            "it is bandwidth, if it barely moves the target is the call count; if the share of the step "
+            "is under 10% when measured alone, COMM was wrong.",
+            f"halving calls/token saves ~{c / 2:.3g} ms/token")
+
+
+def _open_advice(i: Inputs, floor: float | None, ms: float, launch: Candidate, priced: tuple[str, ...],
+                 missing: str) -> tuple[str, str, str]:
+    """No ceiling binds: the measurement that would decide, or, with everything measured and the kernels filling
+    the step, what was measured off the floor."""
+    if missing and kernels_fill_step(i, launch):
+        top = i.top_kernel
+        t = f" ({top[0]}, {top[1]:.0f} µs/token)" if top else ""
+        far = bool(floor) and ms / floor > BANDWIDTH_NEAR_RATIO  # too far above the floor for BANDWIDTH
+        return (f"the kernels fill the step{t} and no ceiling binds at these numbers: measure {missing} to say "
+                + ("whether grids bind (the floor is too far below the token for bytes to)" if far else
+                   "whether bytes or grids bind"),
+                (f"Measure {missing}: with small grids or SM active far below GPU busy it is OCCUPANCY (the token "
+                 f"is {floor and ms / floor:.3g}× its bandwidth floor, too far for BANDWIDTH)."
+                 if floor and ms / floor > BANDWIDTH_NEAR_RATIO else
+                 f"Measure {missing}: with small grids or SM active far below GPU busy it is OCCUPANCY; BANDWIDTH "
+                 f"binds only within {BANDWIDTH_BINDING_RATIO:g}× of bytes ÷ bandwidth."),
+                f"n/a: first measure {missing}")
+    if missing:
+        return (f"measure {missing}",
+                (f"Nothing binds at these numbers ({', '.join(priced)} priced, none binding): {missing} "
+                 "decides, not a fix." if priced else "n/a until a candidate has a number"), "n/a")
+    if floor and ms and kernels_fill_step(i, launch):
+        return _kernels_slow_off_the_floor(i, ms / floor)
+    return ("measure more: " + ("the PM counters (GPU busy, DRAM): no window can be traced here"
+                                if i.untraced else "a traced window, or ms/token with launches/token and bytes/token"),
+            (f"Nothing binds at these numbers ({', '.join(priced)} priced, none binding): the next "
+             "measurement decides, not a fix." if priced else "n/a until a candidate has a number"), "n/a")
