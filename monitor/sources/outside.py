@@ -295,7 +295,7 @@ class NativeTrace:
 
 def frames(pid: int, seconds: float | None = None, stop=None, settings: wire.Attach | None = None
            ) -> Iterator[tuple[int, bytes, object]]:
-    """Watch llama-server `pid` from outside: yield (rx ns, payload, frame) as `client.live_frames` does, until
+    """Watch llama-server `pid` from outside: yield (rx ns, payload, frame) as `live.live_frames` does, until
     `seconds` pass, `stop()` is true, or the process ends."""
     settings = settings or wire.Attach()
     server = is_llama_server(pid)  # else a CUDA program with no clock to read: the device-wide view alone
