@@ -1,10 +1,12 @@
 # One GPU lease's work, in two calls of the device, one right after the other (the machine stays warm 30 s):
 #
 #   bash benchmarks/gpu_round.sh OUTDIR one   starts llama.cpp's CUDA build detached on cores 8-15 (llama_cpp.sh's
-#                                            setup, which also smoke-tests decodemon's CUPTI library in the demo
-#                                            engine, eager and graphed); then, on cores 0-7, the first attach's cost
+#                                            setup); then, on cores 0-7, decodemon's CUPTI library smoke-tested in the
+#                                            demo engine (eager and graphed, attached by pid), the first attach's cost
 #                                            to the eager manual transformers loop (cost.py) and the compiled Llama-8B
 #                                            loop with marks recorded five times in a row (counters.py)
+#   bash benchmarks/gpu_round.sh OUTDIR solo  `one` without llama.cpp's build, for a lease of a single call
+#                                            (COST_S and COUNTERS_S shorten its two benchmarks to fit the call)
 #   bash benchmarks/gpu_round.sh OUTDIR two   torch.profiler's count of the compiled 8B loop, then the llama.cpp
 #                                            cases (llama_cpp.sh run, CASES to choose) as far as the call goes
 #
@@ -14,16 +16,31 @@ set -u
 out=${1:?OUTDIR}
 stage=${2:?one or two}
 mkdir -p "$out"
+smoke() {  # decodemon's CUPTI library in Python targets (probes/native_tracer.py): the demo engine, plainly started
+  for mode in eager graph; do
+    python3 -m decodemon.engine_adapter.demo --mode $mode --tokens 0 >"$out/r/demo_$mode.log" 2>&1 &
+    dp=$!
+    sleep 12
+    timeout 40 python3 -m decodemon.monitor.cli attach $dp --json --seconds 8 >"$out/r/native_$mode.json" \
+      2>"$out/r/native_$mode.err"
+    echo "native $mode attach exit $?"
+    kill $dp 2>/dev/null; wait $dp 2>/dev/null
+    python3 benchmarks/native_smoke.py "$out/r/native_$mode.json" 2>&1 | tail -8
+    tail -n 3 "$out/r/native_$mode.err"
+  done
+}
 case "$stage" in
-  one)
-    # the setup returns once the smoke test is done; the build and the GGUFs go on in the background
-    JOBS=8 SETUP_WAIT=0 CHECK_PM=0 taskset -c 8-15 bash benchmarks/llama_cpp.sh "$out" setup 2>&1 | tail -n 40
+  one|solo)
+    # the setup returns at once; the build and the GGUFs go on in the background
+    [ "$stage" = one ] && JOBS=8 SETUP_WAIT=0 CHECK_PM=0 taskset -c 8-15 bash benchmarks/llama_cpp.sh "$out" setup 2>&1 | tail -n 20
     . benchmarks/device_setup.sh
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u +%FT%TZ
     mkdir -p "$out/r"
-    taskset -c 0-7 timeout 200 python3 benchmarks/cost.py "$out/r/cost" --engines manual --pairs 3 --phase-s 3 \
+    taskset -c 0-7 bash -c "$(declare -f smoke); out=$out smoke"
+    taskset -c 0-7 timeout ${COST_S:-200} python3 benchmarks/cost.py "$out/r/cost" --engines manual --pairs 3 --phase-s 3 \
       --before-s 30 --after-s 40 --warm-s 20 > "$out/r/cost.log" 2>&1
     echo "cost.py exit $?"; tail -n 25 "$out/r/cost.log"
-    taskset -c 0-7 timeout 260 python3 benchmarks/counters.py "$out/r/counters" --cases compiled8b_marks \
+    taskset -c 0-7 timeout ${COUNTERS_S:-260} python3 benchmarks/counters.py "$out/r/counters" --cases compiled8b_marks \
       > "$out/r/counters.log" 2>&1
     echo "counters.py exit $?"; tail -n 25 "$out/r/counters.log"
     (cd "$out/r" && tar czf ../round_one.tgz .) && rm -rf "$out/r"

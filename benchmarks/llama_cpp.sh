@@ -44,19 +44,6 @@ import write_gguf; write_gguf(sys.argv[1], sys.argv[2])" "$0" "$1"; done_rc $? "
     timeout 60 python3 -c 'from decodemon.monitor.inject.cupti_lib import build; print("injection library", build())' \
       2>&1 | tail -2
     python3 -c 'import importlib.metadata as m; print("llama-cpp-python", m.version("llama-cpp-python"))' 2>&1 | tail -1
-    # decodemon's CUPTI library in Python targets (probes/native_tracer.py): the demo engine eager and graphed,
-    # started plainly and attached by pid while the build runs (the smoke test of the traced windows' one tracer)
-    for mode in eager graph; do
-      python3 -m decodemon.engine_adapter.demo --mode $mode --tokens 0 >"$work/demo_$mode.log" 2>&1 &
-      dp=$!
-      sleep 12
-      timeout 40 python3 -m decodemon.monitor.cli attach $dp --json --seconds 8 >"$out/native_$mode.json" \
-        2>"$out/native_$mode.err"
-      echo "native $mode attach exit $?"
-      kill $dp 2>/dev/null; wait $dp 2>/dev/null
-      python3 benchmarks/native_smoke.py "$out/native_$mode.json" 2>&1 | tail -6
-      tail -n 3 "$out/native_$mode.err"
-    done
     for i in $(seq ${SETUP_WAIT:-100}); do
       [ -f "$work/build.rc" ] && [ -f "$work/llama-8b.rc" ] && break
       sleep 1
