@@ -31,6 +31,8 @@ def _kernels_slow_off_the_floor(i: Inputs, ratio: float) -> tuple[str, str, str]
 
 NO_GPU_REMEDY = ("none to measure on the GPU: the target runs on the CPU, so ms/token is the figure; a kernel, launch "
                  "or bandwidth ceiling needs a GPU")
+NO_CLOCK_REMEDY = ("none to measure on the GPU: the target runs on the CPU and no token was timed; an engine adapter, "
+                   "mark_token() or --token-range NAME gives it a clock, and then ms/token is the figure")
 NO_GPU_FALSIFY = ("No ceiling is claimed: the target has no GPU, so bandwidth, launches and grids are not priced here; "
                   "run the same loop on a GPU to price them.")
 
@@ -41,7 +43,7 @@ def advice(ceiling: str, i: Inputs, floor: float | None, comm_ms: float | None,
     one measurement that would decide, `priced`: the candidates that have a number)."""
     ms = i.ms_per_token or 0.0
     if i.no_gpu and ceiling == "unknown":
-        return NO_GPU_REMEDY, NO_GPU_FALSIFY, ""
+        return (NO_GPU_REMEDY if i.ms_per_token else NO_CLOCK_REMEDY), NO_GPU_FALSIFY, ""
     if ceiling == "launch":
         return _launch_advice(i, floor, ms)
     if ceiling == "bandwidth":

@@ -347,3 +347,11 @@ def test_static_cache_generate_injected_into_plain_python_is_the_host_between_re
     assert "between replays" in launch["detail"] and "idle 47%" in launch["detail"]
     assert j["kernel_sum_ms_per_token"] == pytest.approx(1.81, abs=0.05) and j["graph_launches_per_token"] == 1.0
     assert j["kernel_sum_ms_per_token"] < 0.6 * j["ms_per_token"]
+
+
+def test_a_cpu_target_with_no_token_timed_is_told_how_to_give_it_a_clock():
+    from decodemon.monitor.advice import NO_CLOCK_REMEDY, NO_GPU_REMEDY
+
+    d = dx.diagnose(dx.Inputs(no_gpu=True))
+    assert d.ceiling == "unknown" and d.remedy == NO_CLOCK_REMEDY and "mark_token()" in d.remedy
+    assert dx.diagnose(dx.Inputs(no_gpu=True, ms_per_token=4.2)).remedy == NO_GPU_REMEDY
