@@ -93,6 +93,14 @@ def diagnose(i: Inputs, speedup: float | None = None, n: int | None = None) -> D
         occ = Candidate(occ.value, occ.unit, occ.threshold, UNKNOWN,
                         f"{occ.detail}; not what binds: the GPU's idle between replays is more of the step than the "
                         "small grids' share (LAUNCH)")
+    if comm.state == BINDING and launch.state == BINDING and comm_ms is not None and i.ms_per_token \
+            and i.kernel_sum_ms_per_token is not None and i.ms_per_token - i.kernel_sum_ms_per_token > comm_ms:
+        # both bind by their own thresholds: the one that is more of the step binds (the seeds stop "when one of
+        # them is obviously binding"), weighed as LAUNCH and OCCUPANCY are above
+        idle = i.ms_per_token - i.kernel_sum_ms_per_token
+        comm = Candidate(comm.value, comm.unit, comm.threshold, UNKNOWN,
+                         f"{comm.detail}; not what binds: the GPU's idle between kernels ({idle:.3g} ms a token, "
+                         f"LAUNCH) is more of the step than the collectives' {comm_ms:.3g} ms")
     cands = {"bandwidth": bw, "comm": comm, "launch": launch, "occupancy": occ}
     if i.no_gpu:  # nothing a GPU would measure is asked for where there is none
         cands = {k: c if c.value is not None else replace(c, detail="not priced: the target has no GPU")

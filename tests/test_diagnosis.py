@@ -355,3 +355,15 @@ def test_a_cpu_target_with_no_token_timed_is_told_how_to_give_it_a_clock():
     d = dx.diagnose(dx.Inputs(no_gpu=True))
     assert d.ceiling == "unknown" and d.remedy == NO_CLOCK_REMEDY and "mark_token()" in d.remedy
     assert dx.diagnose(dx.Inputs(no_gpu=True, ms_per_token=4.2)).remedy == NO_GPU_REMEDY
+
+
+def test_collectives_that_are_a_tenth_of_the_step_do_not_outrank_an_idle_that_is_most_of_it():
+    # 21 collectives of 100 µs (10.5% of a 20 ms step) beside 1863 kernels that fill 3.88 ms of it: LAUNCH binds
+    d = dx.diagnose(dx.Inputs(ms_per_token=20.0, launches_per_token=1863, kernel_sum_ms_per_token=3.88,
+                              collectives_per_token=21, us_per_collective=100))
+    assert d.ceiling == "launch", d.candidates
+    assert d.candidates["comm"].state == dx.UNKNOWN and "not what binds" in d.candidates["comm"].detail
+    # the same collectives in a step the kernels fill: COMM still binds
+    d = dx.diagnose(dx.Inputs(ms_per_token=20.0, launches_per_token=200, kernel_sum_ms_per_token=19.5,
+                              collectives_per_token=21, us_per_collective=100))
+    assert d.ceiling == "comm", d.candidates
