@@ -17,8 +17,8 @@ import subprocess
 import time
 from importlib import resources
 
-from decodemon.monitor.cli import UsageError
 from decodemon.monitor.sources import agent_socket
+from decodemon.monitor.sources.errors import SourceError
 
 RECORDINGS = ("h200_eager.dmon", "h200_graph.dmon")
 
@@ -29,7 +29,7 @@ def bundled_recordings() -> list[str]:
     paths = [str(base / name) for name in RECORDINGS]
     missing = [p for p in paths if not os.path.exists(p)]
     if missing:
-        raise UsageError(f"decodemon demo: bundled recording missing: {missing[0]}")
+        raise SourceError(f"bundled recording missing: {missing[0]}")
     return paths
 
 
@@ -74,8 +74,8 @@ def spawn_engine(args: list[str], stdout=subprocess.DEVNULL, timeout_s: float = 
                 time.sleep(0.05)
             return proc, pid
     proc.kill()
-    raise UsageError("decodemon demo: the demo engine did not start (is torch with CUDA installed?); "
-                     "try `decodemon demo --replay`")
+    raise SourceError("the demo engine did not start (is torch with CUDA installed?); "
+                      "try `decodemon demo --replay`")
 
 
 def demo_settings():
