@@ -65,6 +65,7 @@ def test_a_recording_cut_short_plays_its_whole_frames_and_says_so(tmp_path, cut)
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout)
     assert "cut short after" in got["ended"]
+    assert r.stderr.count("\n") == 1 and "is cut short after" in r.stderr and "of what it holds" in r.stderr
     assert 100 < got["tokens"] < whole["tokens"]
     assert got["ceiling"] == whole["ceiling"]
     r = cli("report", p, "-o", tmp_path / "D.md")

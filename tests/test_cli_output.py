@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -120,8 +121,15 @@ def test_a_recording_stopped_with_sigterm_keeps_what_it_has_and_no_part_file(tmp
         rec.send_signal(signal.SIGTERM)
         _, err = rec.communicate(timeout=30)
         assert rec.returncode == 130, err
+        assert err.strip() == f"decodemon record: stopped by an interrupt: what arrived before it is kept in {out}"
         assert sorted(os.listdir(tmp_path)) == ["run.dmon"]
-        assert sum(isinstance(f, wire.TokenMarks) for _, f in wire.read_recording(out)) > 0
+        frames = [f for _, f in wire.read_recording(out)]
+        assert sum(isinstance(f, wire.TokenMarks) for f in frames) > 0
+        # it ends as a detach does, saying how: a replay of it tells why it stopped
+        assert isinstance(frames[-1], wire.Bye) and frames[-1].reason.startswith("stopped by an interrupt")
+        r = subprocess.run([sys.executable, "-m", "decodemon.monitor.cli", "replay", str(out), "--json"],
+                           capture_output=True, text=True, timeout=60)
+        assert json.loads(r.stdout)["ended"].startswith("stopped by an interrupt"), r.stderr
         assert stat.S_IMODE(out.stat().st_mode) == 0o666 & ~_umask()
     finally:
         e.stop()

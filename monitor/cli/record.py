@@ -44,7 +44,14 @@ def run(a) -> int:
 
         a.output = f"decodemon-{pid}-{time.strftime('%Y%m%d-%H%M%S')}.dmon"
     check_recording_output(a.output)  # before attaching: a bad path costs the target nothing
-    sess = collect_pid(pid, attach_settings(a), a.seconds, record_to=a.output)
+    try:
+        sess = collect_pid(pid, attach_settings(a), a.seconds, record_to=a.output)
+    except KeyboardInterrupt:  # the recording is kept whole, ending with the interrupt's Bye
+        import os
+
+        if os.path.isfile(a.output):
+            say("record", f"stopped by an interrupt: what arrived before it is kept in {a.output}")
+        raise
     snap = sess.snapshot()
     say("record", f"{counted(snap)}, {snap.windows_seen} traced windows written to {a.output}")
     if a.json:

@@ -6,7 +6,7 @@ Several files are the ranks of one tensor-parallel group, shown as the group (tw
 from __future__ import annotations
 
 from decodemon.monitor.cli._common import (UsageError, add_last, add_refresh, bounded, need_json_for_last,
-                                           need_terminal, print_json, without_tokens)
+                                           need_terminal, print_json, say, without_tokens)
 
 
 def add(sub) -> None:
@@ -58,6 +58,9 @@ def run(a) -> int:
         empty = without_tokens("replay", snaps)
         if empty is not None:
             return empty
+        for f, snap in zip(a.files, snaps):  # its figures stand, over what the file holds: said once, on stderr
+            if (snap.ended or "").startswith("the recording is cut short"):
+                say("replay", f"{f}: {snap.ended}; the figures are of what it holds")
         out = summary_json(snaps[0])
         if len(snaps) > 1:
             from decodemon.monitor.ranks import combine

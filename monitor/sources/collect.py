@@ -140,6 +140,9 @@ def _server_reads(sess, snap) -> str:
                                                                                  else "") + ")")
 
 
+INTERRUPTED = "stopped by an interrupt (Ctrl-C or SIGTERM); what arrived before it is kept"
+
+
 def collect_pid(pid: int, settings: wire.Attach | None = None, seconds: float | None = None, record_to=None,
                 on_frame=None):
     """Attach to `pid` for `seconds` into a Session; with `record_to`, also write what arrived as a recording.
@@ -158,6 +161,10 @@ def collect_pid(pid: int, settings: wire.Attach | None = None, seconds: float | 
         if recorder is None:
             raise
         interrupted = True
+        # said in the recording as a detach is, so a replay of it tells how it ended
+        bye = wire.Bye(reason=INTERRUPTED)
+        recorder.write(sess.feed.last_rx_ns, b"", bye)
+        sess.add(sess.feed.last_rx_ns, bye)
     except BaseException:
         if recorder is not None:
             recorder.discard()
