@@ -92,7 +92,7 @@ def start(argv: list[str], log: Path, out: Path, name: str, warm_s: float, run: 
     return once it has decoded for `warm_s` (its log exists)."""
     env = dict(os.environ)
     if run:
-        from decodemon.monitor.cli.run import agent_env
+        from decodemon.monitor.sources.pids import agent_env
 
         env = agent_env()
     # the agent's event log (probes/eventlog.py): what its thread did and when, to name what a slow token overlapped

@@ -142,7 +142,7 @@ def _tail(path: Path) -> str:
 def run_point(template: str, depth: int, name: str, seconds: float, settings=None, start_timeout_s: float = 180,
               record_to=None) -> dict:
     """Start the command at `depth` under the agent, attach for `seconds`, stop it; the point (or its error)."""
-    from decodemon.monitor.cli.run import agent_env
+    from decodemon.monitor.sources.pids import agent_env
     from decodemon.monitor.sources.errors import SourceError
     from decodemon.monitor.sources.collect import collect
 

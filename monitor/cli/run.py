@@ -24,22 +24,6 @@ def add(sub) -> None:
     p.set_defaults(fn=run)
 
 
-def agent_env() -> dict:
-    """This process's environment with the agent's bootstrap on PYTHONPATH."""
-    import importlib.util
-
-    from pathlib import Path
-
-    # the bootstrap of the decodemon running now, by its absolute path: a relative one would be read from wherever
-    # the command starts
-    boot = os.path.abspath(list(importlib.util.find_spec("decodemon.probes._bootstrap").submodule_search_locations)[0])
-    env = dict(os.environ)
-    env["DECODEMON_AGENT"] = "1"
-    env["DECODEMON_PKG_ROOT"] = str(Path(boot).resolve().parent.parent)  # for an interpreter without decodemon
-    env["PYTHONPATH"] = boot + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return env
-
-
 def runs_python(cmd: list[str]) -> bool:
     """Does CMD start a Python interpreter (directly, or a script whose #! line names one)? Those get the Python
     agent; anything else (llama-server) the CUPTI injection library."""
@@ -105,6 +89,8 @@ def run(a) -> int:
 
     measure_before_start()  # the floor's copy bandwidth, while the GPU is still idle (an attach never measures)
     try:
+        from decodemon.monitor.sources.pids import agent_env
+
         env = agent_env()
         proc = subprocess.Popen(cmd, env=env if runs_python(cmd) else native_env(env, cmd))
     except OSError as exc:

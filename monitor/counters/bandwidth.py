@@ -15,6 +15,18 @@ TIMEOUT_S = 30.0
 CACHE_NOTE = "decodemon: the cache "
 
 
+def with_copy_gbs(gpu):
+    """`gpu` (wire.GpuInfo) with decodemon's measured copy bandwidth from the cache, where one was measured for this
+    device and driver: every live source's hello carries it, so the app, the exporter, `attach --json`, `record`
+    and the sweep price one floor."""
+    import msgspec
+
+    if gpu.copy_gbs:
+        return gpu
+    gbs = measured_copy_gbs(gpu)
+    return msgspec.structs.replace(gpu, copy_gbs=float(gbs)) if gbs else gpu
+
+
 def measured_copy_gbs(gpu) -> float | None:
     """GB/s (read + write) for a `wire.GpuInfo` from the cache, or None when it was never measured here.
 

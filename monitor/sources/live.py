@@ -138,6 +138,7 @@ def _with_monitors_facts(hello: wire.Hello, payload: bytes, pid: int) -> tuple[w
     import msgspec
 
     from decodemon.monitor import gguf
+    from decodemon.monitor.counters.bandwidth import with_copy_gbs
     from decodemon.probes.device import nvml_facts
 
     changes = {}
@@ -151,20 +152,6 @@ def _with_monitors_facts(hello: wire.Hello, payload: bytes, pid: int) -> tuple[w
         return hello, payload
     hello = msgspec.structs.replace(hello, **changes)
     return hello, wire.encode(hello)
-
-
-def with_copy_gbs(gpu: wire.GpuInfo) -> wire.GpuInfo:
-    """`gpu` with decodemon's measured copy bandwidth from the cache, where one was measured for this device and
-    driver: every live source's hello carries it, so the app, the exporter, `attach --json`, `record` and the sweep
-    price one floor."""
-    import msgspec
-
-    from decodemon.monitor.counters.bandwidth import measured_copy_gbs
-
-    if gpu.copy_gbs:
-        return gpu
-    gbs = measured_copy_gbs(gpu)
-    return msgspec.structs.replace(gpu, copy_gbs=float(gbs)) if gbs else gpu
 
 
 def _start_sidecar(hello: wire.Hello, pid: int, settings: wire.Attach):

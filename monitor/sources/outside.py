@@ -191,7 +191,7 @@ def _hello(pid: int, nvml: int | None, why: str) -> wire.Hello:
             from decodemon.probes.device import gpu_info
 
             os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # CUDA's device numbers as NVML's
-            from decodemon.monitor.sources.live import with_copy_gbs
+            from decodemon.monitor.counters.bandwidth import with_copy_gbs
 
             gpu = with_copy_gbs(wire.GpuInfo(**gpu_info(nvml).given()))  # the agent's plain value, as the schema's
         except Exception as exc:  # noqa: BLE001 - no driver in this process: the watch goes on without it

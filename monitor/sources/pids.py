@@ -125,3 +125,20 @@ def _closed(pid: int, answered: bool) -> str:
     if not answered:
         return f"the agent of pid {pid} closed the connection without answering (pid {pid} still runs)"
     return f"the agent of pid {pid} closed the connection (pid {pid} still runs)"
+
+
+def agent_env() -> dict:
+    """This process's environment with the agent's bootstrap on PYTHONPATH: a program started with it loads the
+    agent at its start (`decodemon run`, the sweep's runs)."""
+    import importlib.util
+
+    from pathlib import Path
+
+    # the bootstrap of the decodemon running now, by its absolute path: a relative one would be read from wherever
+    # the command starts
+    boot = os.path.abspath(list(importlib.util.find_spec("decodemon.probes._bootstrap").submodule_search_locations)[0])
+    env = dict(os.environ)
+    env["DECODEMON_AGENT"] = "1"
+    env["DECODEMON_PKG_ROOT"] = str(Path(boot).resolve().parent.parent)  # for an interpreter without decodemon
+    env["PYTHONPATH"] = boot + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
