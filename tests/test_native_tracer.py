@@ -14,30 +14,41 @@ from pathlib import Path
 import pytest
 
 # the stand-in: each window's flush hands back 3 kernels (the last from a CUDA graph), 2 runtime calls (a launch,
-# and a cudaGetDevice the library must have filtered out), a copy and a memset; every call is slow
+# and a graph launch), a copy and a memset; every call is slow. As in CUPTI, a kernel record's name points into
+# the stand-in's own memory, which its finalize unmaps: a name read after the finalize is a segfault here, as it
+# was on an H100. Every CUPTI call made after a finalize (it would start CUPTI again) is counted
 _STUB = r"""
 #include <cupti_activity.h>
 #include <cupti_callbacks.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 static CUpti_BuffersCallbackRequestFunc req;
 static CUpti_BuffersCallbackCompleteFunc done;
-static int enabled[64], runtime_off[1024], finalized, flushes;
+static int enabled[64], runtime_off[1024], finalized, flushes, after_finalize;
+static char *name_page;
+#define AFTER if (finalized) after_finalize++
 static unsigned long long clock_ns = 4000; /* the window opens at 5000: the kernels fall in its first token */
 #define SLOW usleep(SLOW_US)
 CUptiResult cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFunc r, CUpti_BuffersCallbackCompleteFunc d)
-{ SLOW; req = r; done = d; finalized = 0; return CUPTI_SUCCESS; }
+{ SLOW; req = r; done = d; finalized = 0;
+  name_page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  strcpy(name_page, "gemv_kernel"); strcpy(name_page + 64, "rms_norm"); strcpy(name_page + 128, "flash_decode");
+  return CUPTI_SUCCESS; }
 CUptiResult cuptiActivityEnable(CUpti_ActivityKind k) { enabled[k] = 1; return CUPTI_SUCCESS; }
 CUptiResult cuptiActivityDisable(CUpti_ActivityKind k) { enabled[k] = 0; return CUPTI_SUCCESS; }
 CUptiResult cuptiActivityEnableRuntimeApi(CUpti_CallbackId c, uint8_t on) { if (c < 1024) runtime_off[c] = !on;
                                                                           return CUPTI_SUCCESS; }
-CUptiResult cuptiGetTimestamp(uint64_t *t) { *t = (clock_ns += 1000); return CUPTI_SUCCESS; }
-CUptiResult cuptiFinalize(void) { SLOW; finalized = 1; return CUPTI_SUCCESS; }
+CUptiResult cuptiGetTimestamp(uint64_t *t) { AFTER; *t = (clock_ns += 1000); return CUPTI_SUCCESS; }
+CUptiResult cuptiFinalize(void) { SLOW; finalized = 1; munmap(name_page, 4096); name_page = NULL;
+                                  return CUPTI_SUCCESS; }
 CUptiResult cuptiGetVersion(uint32_t *v) { *v = 130400; return CUPTI_SUCCESS; }
 CUptiResult cuptiGetResultString(CUptiResult r, const char **s) { *s = "stub"; return CUPTI_SUCCESS; }
-CUptiResult cuptiActivityGetNumDroppedRecords(CUcontext c, uint32_t s, size_t *n) { *n = 0; return CUPTI_SUCCESS; }
+CUptiResult cuptiActivityGetNumDroppedRecords(CUcontext c, uint32_t s, size_t *n) { AFTER; *n = 0;
+                                                                                  return CUPTI_SUCCESS; }
 CUptiResult cuptiGetCallbackName(CUpti_CallbackDomain d, uint32_t cbid, const char **name) {
+    AFTER;
     if (cbid == 211) { *name = "cudaLaunchKernel_v7000"; return CUPTI_SUCCESS; }
     if (cbid == 5) { *name = "cudaGetDevice_v3020"; return CUPTI_SUCCESS; }
     if (cbid == 311) { *name = "cudaGraphLaunch_v10000"; return CUPTI_SUCCESS; }
@@ -46,14 +57,15 @@ CUptiResult cuptiGetCallbackName(CUpti_CallbackDomain d, uint32_t cbid, const ch
 }
 #define SLOT 512
 CUptiResult cuptiActivityGetNextRecord(uint8_t *buf, size_t valid, CUpti_Activity **rec) {
+    AFTER;
     uint8_t *next = *rec ? (uint8_t *)*rec + SLOT : buf;
     if (next + SLOT > buf + valid) return CUPTI_ERROR_MAX_LIMIT_REACHED;
     *rec = (CUpti_Activity *)next;
     return CUPTI_SUCCESS;
 }
-static const char *names[3] = {"gemv_kernel", "rms_norm", "flash_decode"};
 CUptiResult cuptiActivityFlushAll(uint32_t flag) {
     SLOW;
+    AFTER;
     if (flushes++ % 2) return CUPTI_SUCCESS;  /* every other flush finds nothing new */
     uint8_t *b; size_t size, max;
     req(&b, &size, &max);
@@ -63,7 +75,7 @@ CUptiResult cuptiActivityFlushAll(uint32_t flag) {
         k->kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
         k->start = 5000 + 100 * i; k->end = k->start + 40 + i; k->gridX = 66 * (i + 1); k->gridY = 1; k->gridZ = 1;
         k->blockX = 128; k->blockY = 1; k->blockZ = 1; k->registersPerThread = 32 + i; k->staticSharedMemory = 16;
-        k->dynamicSharedMemory = 1024 * i; k->streamId = 7; k->correlationId = 100 + i; k->name = names[i];
+        k->dynamicSharedMemory = 1024 * i; k->streamId = 7; k->correlationId = 100 + i; k->name = name_page + 64 * i;
         k->graphId = i == 2 ? 9 : 0; k->graphNodeId = i == 2 ? 0xFFFFFFFFFFFFFFF0ull : 0;
     }
     CUpti_ActivityAPI *a = (CUpti_ActivityAPI *)(b + 3 * SLOT);
@@ -77,9 +89,9 @@ CUptiResult cuptiActivityFlushAll(uint32_t flag) {
     done(NULL, 0, b, size, 7 * SLOT);
     return CUPTI_SUCCESS;
 }
-int stub_state(int *en, int *rt_off_5, int *rt_off_211) {
+int stub_state(int *en, int *rt_off_5, int *rt_off_211, int *after) {
     for (int i = 0; i < 64; i++) en[i] = enabled[i];
-    *rt_off_5 = runtime_off[5]; *rt_off_211 = runtime_off[211];
+    *rt_off_5 = runtime_off[5]; *rt_off_211 = runtime_off[211]; *after = after_finalize;
     return finalized;
 }
 """
@@ -110,11 +122,12 @@ tr.with_apis = True
 tr.open(); tr.boundary(); tr.close()
 timed("flush", tr.flush)
 timed("detach", tr.detach)
-en = (ctypes.c_int * 64)(); off5 = ctypes.c_int(); off211 = ctypes.c_int()
-out["finalized"] = stub.stub_state(en, ctypes.byref(off5), ctypes.byref(off211))
+en = (ctypes.c_int * 64)(); off5 = ctypes.c_int(); off211 = ctypes.c_int(); after = ctypes.c_int()
+w = tr.collect(7, guard_tokens=1)  # on the agent thread, after the decode thread's finalize
+out["finalized"] = stub.stub_state(en, ctypes.byref(off5), ctypes.byref(off211), ctypes.byref(after))
 out["enabled_after"] = [i for i in range(64) if en[i]]
 out["runtime_off"] = {"cudaGetDevice": off5.value, "cudaLaunchKernel": off211.value}
-w = tr.collect(7, guard_tokens=1)
+out["cupti_calls_after_finalize"] = after.value
 out["needs_guard"] = tr.needs_guard
 sys.stdout.buffer.write(json.dumps(out).encode() + b"\n" + frames.encode(w))
 """
@@ -187,6 +200,7 @@ def test_a_window_from_the_c_library_reads_as_the_monitor_reads_any_window(built
 def test_the_window_leaves_cupti_as_it_found_it_and_filters_runtime_calls(built, tmp_path):
     out, _ = _run_window(built, tmp_path)
     assert out["finalized"] == 1 and out["enabled_after"] == []
+    assert out["cupti_calls_after_finalize"] == 0  # the take read its own copies: CUPTI was not started again
     assert out["runtime_off"] == {"cudaGetDevice": 1, "cudaLaunchKernel": 0}
 
 

@@ -300,6 +300,7 @@ static int parse_control(const uint8_t *p, size_t n, settings_t *s, char *why, s
 }
 
 /* ---------------------------------------------------------------- a traced window's rows */
+#define NAME_PTRS 256
 typedef struct {
     int64_t *rows; /* n x KCOLS: name index, start, end, grid xyz, block xyz, regs, smem static, smem dynamic,
                       stream, graph id, graph node id, correlation (wire.KernelWindow's columns, in order) */
@@ -307,6 +308,7 @@ typedef struct {
     char **names;
     size_t n_names, cap_names;
     size_t dropped;
+    const char *seen[NAME_PTRS]; /* the pointer each of the first names came as (CUPTI's, for this window only) */
 } window_t;
 
 static const char *KERNEL_COLS[KCOLS] = {"name", "start", "end", "grid_x", "grid_y", "grid_z", "block_x",
@@ -315,6 +317,9 @@ static const char *KERNEL_COLS[KCOLS] = {"name", "start", "end", "grid_x", "grid
 
 static int64_t name_index(window_t *w, const char *name) {
     if (!name) name = "?";
+    /* CUPTI hands the same pointer for a name: matched by pointer first, then by text */
+    for (size_t i = 0; i < w->n_names && i < NAME_PTRS; i++)
+        if (w->seen[i] == name) return (int64_t)i;
     for (size_t i = 0; i < w->n_names; i++)  /* a window holds tens of distinct kernels, not thousands */
         if (strcmp(w->names[i], name) == 0) return (int64_t)i;
     if (w->n_names == w->cap_names) {
@@ -327,6 +332,7 @@ static int64_t name_index(window_t *w, const char *name) {
     char *copy = strdup(name);
     if (!copy) return -1;
     w->names[w->n_names] = copy;
+    if (w->n_names < NAME_PTRS) w->seen[w->n_names] = name;
     return (int64_t)w->n_names++;
 }
 
@@ -640,15 +646,18 @@ static int trace_window(window_t *w, double seconds, int64_t *t_open, int64_t *t
  *                           calls the timeline needs (launches, copies, syncs); CUPTI's clock then
  *   decodemon_win_timestamp CUPTI's clock (a boundary inside the window)
  *   decodemon_win_close     decode thread, the closing boundary: CUPTI's clock, then every kind off
- *   decodemon_win_flush     decode thread, right after: the window's records into this library's buffers
+ *   decodemon_win_flush     decode thread, right after: the window's records read into this library's rows
  *   decodemon_win_finalize  decode thread, right after: CUPTI detached (untraced tokens run at their own speed)
- *   decodemon_win_take      agent thread: the records as the columns of wire.KernelWindow (msgpack), freed
- *                           with decodemon_cupti_free
+ *   decodemon_win_take      agent thread: those rows as the columns of wire.KernelWindow (msgpack), freed
+ *                           with decodemon_cupti_free; it calls no CUPTI function
  *
- * The records are read on the agent thread, here, not in the decode thread's flush: CUPTI's buffer callback
- * only queues its buffers. */
+ * The records are read at the flush, before the finalize: a kernel record's name points into CUPTI's own memory,
+ * which the finalize frees (on an H100 a take that read the names after it ended the loop with a segfault), and
+ * any CUPTI call after a finalize would start CUPTI again on the agent thread. Reading ~3,700 records in C costs
+ * the decode thread well under a millisecond (names matched by pointer first: CUPTI hands one string per name). */
 static int g_runtime_filter_done;
 static uint8_t *g_runtime_keep; /* per runtime cbid: 1 traced, 0 not (worked out once) */
+static char **g_runtime_names;  /* per runtime cbid: its name in the loaded CUPTI, copied (NULL: none known) */
 static size_t g_runtime_n;
 
 static const char *KEEP_RUNTIME[] = {"cudaLaunch", "cudaGraphLaunch", "cudaMemcpy", "cudaMemset", "Synchronize",
@@ -666,18 +675,20 @@ static void runtime_filter(void) {
     g_runtime_filter_done = 1;
     g_runtime_n = CUPTI_RUNTIME_TRACE_CBID_SIZE + 256; /* a newer libcupti may know calls these headers do not */
     g_runtime_keep = calloc(g_runtime_n, 1);
-    if (!g_runtime_keep) { g_runtime_n = 0; return; }
+    g_runtime_names = calloc(g_runtime_n, sizeof *g_runtime_names);
+    if (!g_runtime_keep || !g_runtime_names) { g_runtime_n = 0; return; }
     for (size_t cbid = 1; cbid < g_runtime_n; cbid++) {
         const char *name = NULL;
-        g_runtime_keep[cbid] = cuptiGetCallbackName(CUPTI_CB_DOMAIN_RUNTIME_API, (uint32_t)cbid, &name) !=
-                               CUPTI_SUCCESS || !name || keep_runtime(name);
+        int known = cuptiGetCallbackName(CUPTI_CB_DOMAIN_RUNTIME_API, (uint32_t)cbid, &name) == CUPTI_SUCCESS && name;
+        g_runtime_keep[cbid] = !known || keep_runtime(name);
+        if (known && g_runtime_keep[cbid]) g_runtime_names[cbid] = strdup(name);
     }
 }
 
 static const CUpti_ActivityKind WINDOW_KINDS[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
                                                   CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET};
 static int g_win_apis;       /* the open window records runtime calls */
-static window_t g_win;       /* the window's rows, filled by decodemon_win_take */
+static window_t g_win;       /* the window's rows, filled at each flush */
 static extra_t g_win_extra = {{0, 0, 0, 5}, {0, 0, 0, 4}};
 
 static void say(char *err, size_t n, const char *what, CUptiResult r) {
@@ -729,7 +740,17 @@ int decodemon_win_close(int64_t *ts) {
 }
 
 /* Every record CUPTI holds delivered (forced: a closed window's last ones too). The buffers wait for take. */
-int decodemon_win_flush(void) { return cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED) == CUPTI_SUCCESS ? 0 : -1; }
+static size_t g_win_lost; /* records CUPTI dropped, counted at each flush */
+
+/* Every record CUPTI holds delivered (forced: a closed window's last ones too) and read into the window's rows,
+ * names copied, before any finalize can free what they point to. */
+int decodemon_win_flush(void) {
+    int rc = cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED) == CUPTI_SUCCESS ? 0 : -1;
+    take_records(&g_win, &g_win_extra);
+    size_t lost = 0;
+    if (cuptiActivityGetNumDroppedRecords(NULL, 0, &lost) == CUPTI_SUCCESS) g_win_lost += lost;
+    return rc;
+}
 
 /* Records CUPTI has delivered since the library was loaded (a window by time drains until this stops moving). */
 int64_t decodemon_win_records(void) { return (int64_t)records_seen(); }
@@ -785,7 +806,8 @@ static void encode_columns(buf_t *b, const window_t *w, const extra_t *x, size_t
         const char *name = NULL;
         snprintf(key, sizeof key, "0:%u", cbid);
         mp_str(b, key);
-        if (name_calls && cuptiGetCallbackName(CUPTI_CB_DOMAIN_RUNTIME_API, cbid, &name) == CUPTI_SUCCESS && name) mp_str(b, name);
+        if (name_calls && cbid < g_runtime_n && g_runtime_names[cbid]) name = g_runtime_names[cbid];
+        if (name) mp_str(b, name);
         else { snprintf(key, sizeof key, "cbid%u", cbid); mp_str(b, key); }
     }
     free(seen);
@@ -810,12 +832,10 @@ static void win_clear(void) {
 /* The records delivered since the last take, as the window's columns (encode_columns) in *out, which the caller
  * frees with decodemon_cupti_free. 0, or -1 out of memory. */
 int decodemon_win_take(uint8_t **out, size_t *out_n) {
-    take_records(&g_win, &g_win_extra);
-    size_t lost = 0;
-    if (cuptiActivityGetNumDroppedRecords(NULL, 0, &lost) != CUPTI_SUCCESS) lost = 0;
     buf_t b = {0};
-    encode_columns(&b, &g_win, &g_win_extra, lost, 1);
+    encode_columns(&b, &g_win, &g_win_extra, g_win_lost, 1);
     win_clear();
+    g_win_lost = 0;
     if (b.oom) { free(b.p); return -1; }
     *out = b.p;
     *out_n = b.n;
