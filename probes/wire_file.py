@@ -175,6 +175,76 @@ class Refused(WireError):
     the frames before the refusal were yielded."""
 
 
+def _open_regular(path) -> tuple[int, os.stat_result]:
+    """A descriptor of `path` and its stat, or WireError: a missing file, or one that is not a regular file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO with no writer would block a plain open
+    except OSError as exc:
+        raise WireError(f"cannot open recording {path}: {exc.strerror}") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise WireError(f"{path} is not a decodemon recording (not a regular file)")
+    return fd, st
+
+
+def _payloads(gz, path, size: int) -> Iterator[tuple[int, bytes]]:
+    """(receive ns, payload) of each whole frame after the magic line; Refused before the bytes of a frame past
+    what a `size`-byte file holds are asked for, Truncated where the stream ends inside a frame."""
+    room = ROOM_PER_BYTE * size + ROOM_BYTES
+    max_frames = FRAMES_BASE + size // BYTES_PER_FRAME
+    count, taken = 0, len(MAGIC)
+    while True:
+        try:
+            head = gz.read(_REC.size)
+            if not head:
+                return
+            if len(head) < _REC.size:
+                raise EOFError
+            n, rx_ns = _REC.unpack(head)
+            taken += _REC.size + n
+            if n > MAX_FRAME_BYTES:
+                raise WireError(f"{path} is corrupt: a frame claims {n} bytes")
+            if taken > room:  # before the frame's bytes are asked for
+                raise Refused(f"{path} is refused: frame {count + 1} claims {n} bytes, past what a "
+                              f"{size}-byte recording holds ({ROOM_PER_BYTE}x its size)")
+            if count >= max_frames:
+                raise Refused(f"{path} is refused: it holds more than {max_frames} frames, more than a "
+                              f"{size}-byte recording holds")
+            payload = gz.read(n)
+            if len(payload) < n:
+                raise EOFError
+        except EOFError:  # the stream ends inside a frame: cut short
+            raise Truncated(f"{path} is truncated after the last whole frame", count) from None
+        except (OSError, zlib.error, gzip.BadGzipFile):  # bytes that are not what was written
+            raise WireError(f"{path} is corrupt after the last whole frame") from None
+        count += 1
+        yield rx_ns, payload
+
+
+def _check_place(path, frame, count: int, rx_ns: int, last_rx: int, frame_problem) -> None:
+    """Refused (or WireError) for a frame out of place: no header first, a header too new or impossible, a second
+    header, or a receive time that runs backwards or past any recording's length."""
+    if count == 0:
+        if not isinstance(frame, RecordingHeader):
+            raise WireError(f"{path} has no recording header")
+        if frame.wire_version > WIRE_VERSION:
+            raise WireError(
+                f"{path} uses wire version {frame.wire_version}; this decodemon reads "
+                f"versions up to {WIRE_VERSION}: upgrade decodemon to read it"
+            )
+        why = frame_problem(frame)
+        if why:
+            raise Refused(f"{path} is refused: its header's {why}")
+    elif isinstance(frame, RecordingHeader):
+        raise Refused(f"{path} is refused: frame {count + 1} is a second recording header (two recordings "
+                      "joined, or a damaged one)")
+    if rx_ns < last_rx or rx_ns > MAX_RX_NS:
+        raise Refused(f"{path} is refused: frame {count + 1}'s receive time "
+                      + (f"runs backwards ({rx_ns} ns after {last_rx})" if rx_ns < last_rx else
+                         f"is {rx_ns} ns, past any recording's length"))
+
+
 def read_recording(path) -> Iterator[tuple[int, Frame]]:
     """Yield (receive ns, frame) from a `.dmon` file; the header frame comes first.
 
@@ -188,16 +258,7 @@ def read_recording(path) -> Iterator[tuple[int, Frame]]:
     """
     from decodemon.probes.wire_check import frame_problem  # here: wire_check imports the wire, which imports this
 
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO with no writer would block a plain open
-    except OSError as exc:
-        raise WireError(f"cannot open recording {path}: {exc.strerror}") from None
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        raise WireError(f"{path} is not a decodemon recording (not a regular file)")
-    room = ROOM_PER_BYTE * st.st_size + ROOM_BYTES
-    max_frames = FRAMES_BASE + st.st_size // BYTES_PER_FRAME
+    fd, st = _open_regular(path)
     max_cost = COST_BASE + st.st_size // BYTES_PER_COST
     with os.fdopen(fd, "rb") as raw:
         gz = gzip.GzipFile(fileobj=raw, mode="rb")
@@ -207,53 +268,11 @@ def read_recording(path) -> Iterator[tuple[int, Frame]]:
             raise WireError(f"{path} is not a decodemon recording (not gzip data)") from None
         if magic != MAGIC:
             raise WireError(f"{path} is not a decodemon recording (bad magic)")
-        count = cost = 0
+        count = cost = last_rx = 0
         seen = _Read()
-        taken = len(MAGIC)
-        last_rx = 0
-        while True:
-            try:
-                head = gz.read(_REC.size)
-                if not head:
-                    return
-                if len(head) < _REC.size:
-                    raise EOFError
-                n, rx_ns = _REC.unpack(head)
-                taken += _REC.size + n
-                if n > MAX_FRAME_BYTES:
-                    raise WireError(f"{path} is corrupt: a frame claims {n} bytes")
-                if taken > room:  # before the frame's bytes are asked for
-                    raise Refused(f"{path} is refused: frame {count + 1} claims {n} bytes, past what a "
-                                  f"{st.st_size}-byte recording holds ({ROOM_PER_BYTE}x its size)")
-                if count >= max_frames:
-                    raise Refused(f"{path} is refused: it holds more than {max_frames} frames, more than a "
-                                  f"{st.st_size}-byte recording holds")
-                payload = gz.read(n)
-                if len(payload) < n:
-                    raise EOFError
-            except EOFError:  # the stream ends inside a frame: cut short
-                raise Truncated(f"{path} is truncated after the last whole frame", count) from None
-            except (OSError, zlib.error, gzip.BadGzipFile):  # bytes that are not what was written
-                raise WireError(f"{path} is corrupt after the last whole frame") from None
+        for rx_ns, payload in _payloads(gz, path, st.st_size):
             frame = decode_frame(payload)
-            if count == 0:
-                if not isinstance(frame, RecordingHeader):
-                    raise WireError(f"{path} has no recording header")
-                if frame.wire_version > WIRE_VERSION:
-                    raise WireError(
-                        f"{path} uses wire version {frame.wire_version}; this decodemon reads "
-                        f"versions up to {WIRE_VERSION}: upgrade decodemon to read it"
-                    )
-                why = frame_problem(frame)
-                if why:
-                    raise Refused(f"{path} is refused: its header's {why}")
-            elif isinstance(frame, RecordingHeader):
-                raise Refused(f"{path} is refused: frame {count + 1} is a second recording header (two recordings "
-                              "joined, or a damaged one)")
-            if rx_ns < last_rx or rx_ns > MAX_RX_NS:
-                raise Refused(f"{path} is refused: frame {count + 1}'s receive time "
-                              + (f"runs backwards ({rx_ns} ns after {last_rx})" if rx_ns < last_rx else
-                                 f"is {rx_ns} ns, past any recording's length"))
+            _check_place(path, frame, count, rx_ns, last_rx, frame_problem)
             last_rx = rx_ns
             if isinstance(frame, TokenMarks):
                 seen.add(rx_ns, frame)

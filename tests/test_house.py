@@ -86,3 +86,28 @@ def test_the_import_check_catches_each_spelling_of_a_reach_into_cli(tmp_path, li
     assert reaches_into([f], "decodemon.monitor.export", "decodemon.monitor.cli") == {"trace.py": [
         m for m in sorted(imported_modules(f, "decodemon.monitor.export")) if m.startswith("decodemon.monitor.cli")]}
     assert reaches_into([f], "decodemon.monitor.export", "decodemon.monitor.cli")
+
+
+MAX_FUNCTION_LINES = 80
+
+
+def long_functions(paths, max_lines: int = MAX_FUNCTION_LINES) -> dict[str, int]:
+    """The functions among `paths` (methods and nested ones too) over `max_lines` lines, with their lengths."""
+    out = {}
+    for p in paths:
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > max_lines:
+                    out[f"{p.relative_to(ROOT) if p.is_relative_to(ROOT) else p}:{node.name}"] = n
+    return out
+
+
+def test_no_product_function_is_over_80_lines():
+    assert long_functions(_python_files()) == {}
+
+
+def test_the_function_check_finds_a_long_one(tmp_path):
+    f = tmp_path / "long.py"
+    f.write_text("def short():\n    return 1\n\n\ndef long():\n" + "    x = 1\n" * 81)
+    assert long_functions([f]) == {f"{f}:long": 82}

@@ -135,20 +135,10 @@ def step_bytes_json(s: Snapshot) -> dict:
     return out
 
 
-def summary_json(s: Snapshot, kernels: int = 15) -> dict:
-    """The JSON summary of `attach --json`, `replay --json` and `report --json`."""
-    w, tk = s.window, s.tokens
-    aw = s.api_window or w
-    out = {
-        # first: what the figures cover (the whole recording or attach, or its last seconds: monitor/span.py)
-        "span": span_json(s),
-        "source": s.label, "pid": s.pid, "device": s.device, "sm_count": s.sm_count,
-        "tp_degree": s.model.tp_degree if s.model else None,
-        "tp_rank": s.model.tp_rank if s.model else None,
-        "tokens": s.tokens_total,
-        # the figures below are over span_s seconds of the feed, ending at span_end_unix_s ("span" above)
-        "span_s": _r(s.span_s, 3),
-        "span_end_unix_s": _r(s.span_end_unix_s, 3),
+def _clock_json(s: Snapshot) -> dict:
+    """The token clock's figures over the span: the median token, its p90 and p99, the rate and what a mark is."""
+    tk = s.tokens
+    return {
         # the median token of the span (a counted clock: its seconds over its steps); tokens_per_s is over the mean
         "ms_per_token": round(tk.ms_per_token, 4) if tk else None,
         "ms_per_token_p90": round(tk.ms_per_token_p90, 4) if tk else None,
@@ -171,6 +161,15 @@ def summary_json(s: Snapshot, kernels: int = 15) -> dict:
         "clock_end_unix_s": _r(s.clock_end_unix_s, 3),  # where the clock's steps end, if not at span_end_unix_s
         "clock_provisional": tk.tokens < PROVISIONAL_STEPS if tk else None,
         "throughput_tokens_per_s": _r(s.throughput_tokens_per_s, 2),
+    }
+
+
+def _window_json(s: Snapshot) -> dict:
+    """What the latest traced window read: kernels and launches a token, GPU busy, the idle's causes, the
+    collectives and the NVTX ranges."""
+    w = s.window
+    aw = s.api_window or w
+    return {
         # kernels a token runs (LAUNCH divides its idle by them); `launches_per_token` is the older name of the same
         # figure: the host's launch calls are kernel_launch_calls_per_token and graph_launches_per_token
         "kernels_per_token": round(w.kernels_per_token, 1) if w else None,
@@ -195,6 +194,24 @@ def summary_json(s: Snapshot, kernels: int = 15) -> dict:
         # NVTX ranges pushed from Python inside the latest window (engine_adapter/nvtx_ranges.py)
         "nvtx_ranges": [{"name": n, "per_token": round(k, 3), "us": round(us, 2), "level": lv}
                         for n, k, us, lv in w.nvtx] if w else None,
+    }
+
+
+def summary_json(s: Snapshot, kernels: int = 15) -> dict:
+    """The JSON summary of `attach --json`, `replay --json` and `report --json`."""
+    w = s.window
+    out = {
+        # first: what the figures cover (the whole recording or attach, or its last seconds: monitor/span.py)
+        "span": span_json(s),
+        "source": s.label, "pid": s.pid, "device": s.device, "sm_count": s.sm_count,
+        "tp_degree": s.model.tp_degree if s.model else None,
+        "tp_rank": s.model.tp_rank if s.model else None,
+        "tokens": s.tokens_total,
+        # the figures below are over span_s seconds of the feed, ending at span_end_unix_s ("span" above)
+        "span_s": _r(s.span_s, 3),
+        "span_end_unix_s": _r(s.span_end_unix_s, 3),
+        **_clock_json(s),
+        **_window_json(s),
         "bytes_per_token": s.bytes_per_token,
         "bytes_per_token_measured": round(s.bytes_per_token_measured) if s.bytes_per_token_measured else None,
         "bytes_per_token_model": round(s.bytes_per_token_model) if s.bytes_per_token_model else None,

@@ -10,6 +10,7 @@ from typing import Iterator
 
 import msgspec
 
+from decodemon.monitor.sources import agent_socket
 from decodemon.monitor.sources.errors import SourceError
 from decodemon.monitor.sources.pids import _closed, check_pid
 from decodemon.probes import wire
@@ -30,14 +31,7 @@ def live_frames(pid: int, settings: wire.Attach | None = None, seconds: float | 
 
         yield from outside.frames(pid, seconds, stop, settings)
         return
-    from decodemon.monitor.sources import agent_socket
-
-    try:
-        sock = agent_socket.connect(pid, path)
-    except agent_socket.Refused as exc:
-        raise SourceError(str(exc)) from None
-    except OSError as exc:
-        raise SourceError(f"cannot connect to the agent of pid {pid}: {exc.strerror or exc}") from None
+    sock = _connect(pid, path)
     t0 = time.monotonic_ns()
     deadline = None if seconds is None else time.monotonic() + seconds
     reader = wire.StreamReader()
@@ -85,13 +79,9 @@ def live_frames(pid: int, settings: wire.Attach | None = None, seconds: float | 
             for payload in reader.feed(data):
                 answered = True
                 heart.beat()  # between frames too: a consumer may take a while over each
-                frame = wire.decode_frame(payload)
+                frame, payload = _as_read(payload, pid, library_error)
                 if isinstance(frame, wire.Hello):
                     heart.start(frame)
-                    frame, payload = _with_monitors_facts(frame, payload, pid)
-                elif library_error and isinstance(frame, wire.ProbeStatus) and frame.trace_reason == "no_library":
-                    frame = msgspec.structs.replace(frame, trace_error=library_error)
-                    payload = wire.encode(frame)
                 yield rx, payload, frame
                 if isinstance(frame, wire.Bye):
                     return
@@ -105,6 +95,28 @@ def live_frames(pid: int, settings: wire.Attach | None = None, seconds: float | 
         sock.close()
         if sidecar is not None:
             sidecar.close()
+
+
+def _connect(pid: int, path):
+    """The agent's socket, connected and its peer checked; SourceError in one line otherwise."""
+    try:
+        return agent_socket.connect(pid, path)
+    except agent_socket.Refused as exc:
+        raise SourceError(str(exc)) from None
+    except OSError as exc:
+        raise SourceError(f"cannot connect to the agent of pid {pid}: {exc.strerror or exc}") from None
+
+
+def _as_read(payload: bytes, pid: int, library_error: str) -> tuple[object, bytes]:
+    """One frame from the agent, and its payload, with what this process adds: its own facts in the hello, and
+    why it sent no CUPTI library in a status that says the agent had none."""
+    frame = wire.decode_frame(payload)
+    if isinstance(frame, wire.Hello):
+        frame, payload = _with_monitors_facts(frame, payload, pid)
+    elif library_error and isinstance(frame, wire.ProbeStatus) and frame.trace_reason == "no_library":
+        frame = msgspec.structs.replace(frame, trace_error=library_error)
+        payload = wire.encode(frame)
+    return frame, payload
 
 
 def _with_library(settings: wire.Attach) -> tuple[wire.Attach, str]:
