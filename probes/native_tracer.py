@@ -82,11 +82,11 @@ def load(image: bytes) -> ctypes.CDLL:
     return lib
 
 
-def columns(lib: ctypes.CDLL, take=None) -> dict:
+def columns(lib: ctypes.CDLL) -> dict:
     """The records the library holds, as the columns of a window (a dict: names, kernels, apis, api_names,
-    memcpys, dropped_records, graph_kernels), each column a Column. `take` is the library's take function."""
+    memcpys, dropped_records, graph_kernels), each column a Column."""
     out, n = ctypes.c_void_p(), ctypes.c_size_t()
-    if (take or lib.decodemon_win_take)(ctypes.byref(out), ctypes.byref(n)) != 0:
+    if lib.decodemon_win_take(ctypes.byref(out), ctypes.byref(n)) != 0:
         raise MemoryError("out of memory packing a window's records")
     try:
         data = ctypes.string_at(out.value, n.value)

@@ -842,35 +842,6 @@ int decodemon_win_take(uint8_t **out, size_t *out_n) {
     return 0;
 }
 
-/* For CI (no GPU): the columns decodemon_win_take would give for these rows (kernels n x 16 as window_t's, API
- * calls n_apis x 5, copies n_copies x 4), each call named "cbidN" (naming a call needs CUPTI). */
-int decodemon_win_encode(const int64_t *kern, size_t n, const char *const *names, size_t n_names,
-                         const int64_t *apis, size_t n_apis, const int64_t *copies, size_t n_copies,
-                         uint8_t **out, size_t *out_n) {
-    window_t w = {0};
-    extra_t x = {{0, 0, 0, 5}, {0, 0, 0, 4}};
-    int64_t row[KCOLS];
-    for (size_t i = 0; i < n; i++) {
-        memcpy(row, kern + i * KCOLS, sizeof row);
-        int64_t k = row[0];
-        row[0] = name_index(&w, (k >= 0 && (size_t)k < n_names) ? names[k] : "?");
-        add_row(&w, row);
-    }
-    for (size_t i = 0; i < n_apis; i++) rows_add(&x.apis, apis + i * 5, &w.dropped);
-    for (size_t i = 0; i < n_copies; i++) rows_add(&x.copies, copies + i * 4, &w.dropped);
-    buf_t b = {0};
-    encode_columns(&b, &w, &x, 0, 0);
-    window_clear(&w);
-    free(w.rows);
-    free(w.names);
-    free(x.apis.v);
-    free(x.copies.v);
-    if (b.oom) { free(b.p); return -1; }
-    *out = b.p;
-    *out_n = b.n;
-    return 0;
-}
-
 /* ---------------------------------------------------------------- the socket */
 static int send_all(int fd, const uint8_t *p, size_t n) {
     while (n) {
