@@ -23,15 +23,17 @@ from pathlib import Path
 OUT = Path(sys.argv[1] if len(sys.argv) > 1 else "out")
 LOGS = Path("/tmp/decodemon-capture-logs")
 LOGS.mkdir(parents=True, exist_ok=True)
-PY = sys.executable
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness.pythons import DM, engine_env  # noqa: E402
+from harness.pythons import ENGINE_PY as PY  # noqa: E402
+
 DEMO = [PY, "-m", "decodemon.engine_adapter.demo"]
-DM = [PY, "-m", "decodemon.monitor.cli"]
 summary: dict = {"started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
 
 
 def sh(cmd, name, timeout=300):
     t0 = time.time()
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=engine_env(cmd))
     (LOGS / f"{name}.out").write_text(r.stdout)
     (LOGS / f"{name}.err").write_text(r.stderr)
     print(f"[{time.time() - t0:6.1f}s] {name}: rc={r.returncode} {r.stderr.strip().splitlines()[-1:] }", flush=True)
@@ -43,7 +45,7 @@ def start_engine(name, args):
     err = open(LOGS / f"{name}.engine.err", "w")
     pidf = LOGS / f"{name}.pid"
     p = subprocess.Popen(DM + ["run", "--pid-file", str(pidf), "--"] + DEMO + args + ["--tokens", "0", "--log-every", "0.5"],
-                         stdout=log, stderr=err)
+                         stdout=log, stderr=err, env=engine_env(DEMO))
     t0 = time.time()
     while time.time() - t0 < 180:
         if "decoding" in (LOGS / f"{name}.engine.err").read_text():

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness.pythons import engine_env  # noqa: E402
 from unmodified import DM, LOOPS, PY, cli_json, stop, thread_cpu  # noqa: E402
 
 ENGINES = ("hf_eager", "manual", "gptfast_eager", "compiled", "demo_eager", "demo_graph")
@@ -95,6 +96,7 @@ def start(argv: list[str], log: Path, out: Path, name: str, warm_s: float, run: 
         from decodemon.monitor.sources.pids import agent_env
 
         env = agent_env()
+    env = engine_env(argv, env)
     # the agent's event log (probes/eventlog.py): what its thread did and when, to name what a slow token overlapped
     with open(out / f"{name}.engine.log", "w") as sink:  # the child keeps its own copy of the descriptor
         proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,

@@ -34,8 +34,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LOOPS = ROOT / "benchmarks" / "loops"
-PY = sys.executable
-DM = [PY, "-m", "decodemon.monitor.cli"]
+from harness.pythons import DM, engine_env  # noqa: E402
+from harness.pythons import ENGINE_PY as PY  # noqa: E402
 RECORDS = 5  # records in a row of the compiled loop (--records)
 CASES = ("cuda_loop", "reduce1.5", "reduce1.5_marks", "reduce8.6", "reduce8.6_marks", "kv262k", "kv262k_marks",
          "kv262k_profile", "kv262k_mm_marks", "compiled8b_marks", "compiled8b_profile")
@@ -110,7 +110,8 @@ def run_case(case: str, out: Path, attach_s: float, record_s: float, warm_s: flo
     argv = case_argv(case, log)
     res: dict = {"case": case, "argv": " ".join(argv[1:])}
     with open(out_log, "w") as sink:
-        proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True, text=True)
+        proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True, text=True,
+                                env=engine_env(argv))
     try:
         t0 = time.time()
         while not (known_bytes(out_log, log) if not case.startswith("compiled8b") else

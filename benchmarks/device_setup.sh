@@ -1,9 +1,31 @@
-# Source on the GPU machine from the repository root, before any benchmarks/*.py: installs the wheels carried in
-# .whl/ (what the machine's image lacks: cupti-python, msgspec, textual and theirs) into /tmp/site, then decodemon
-# itself, editable. NCCL's NVLink multicast stays off (tensor_parallel.py).
+# Source on the GPU machine from the repository root, before any benchmarks/*.py. It makes the two environments a
+# user has (benchmarks/harness/pythons.py), from the wheels carried in .whl/ (benchmarks/wheels.sh):
+#   /tmp/engine  the engine's: the image's torch 2.11.0 and transformers (--system-site-packages) and llama-cpp-python's
+#                Python side; nothing of decodemon. Its `pip freeze` is written to /tmp/freeze/ before decodemon is
+#                installed and right after (freeze_engine NAME writes another, after the attaches).
+#   /tmp/dm      decodemon's own, by the README's GPU line: `python3 -m venv DIR && DIR/bin/pip install '.[gpu]'`
+#                (--no-index --find-links .whl). The benchmarks run in it.
+# and two folders reached by PYTHONPATH alone: /tmp/dm_marks (decodemon with no dependencies: mark_token for the loops
+# that mark) and /tmp/site (the helpers' wheels: the reference PM reader, the GGUF writer). NCCL's NVLink multicast
+# stays off (tensor_parallel.py).
 set -u
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
-# decodemon's children run `python -I` (no PYTHONPATH): the wheels reach them through a .pth in the site-packages
-echo /tmp/site > "$(python3 -c 'import site; print(site.getsitepackages()[0])')/decodemon_wheels.pth"
-python3 -m pip install -q --no-build-isolation --no-deps -e . >/dev/null 2>&1 || { echo "editable install failed"; exit 1; }
+freeze_engine() { mkdir -p /tmp/freeze && /tmp/engine/bin/python -m pip freeze --all > "/tmp/freeze/$1.txt"; }
+if [ ! -x /tmp/engine/bin/python ]; then
+  python3 -m venv --system-site-packages /tmp/engine &&
+    /tmp/engine/bin/pip install -q --no-index --no-deps .whl/llama_cpp_python-*-none-*.whl .whl/diskcache-*.whl ||
+    { echo "the engine's venv failed"; return 1 2>/dev/null || exit 1; }
+fi
+if [ ! -x /tmp/dm/bin/decodemon ]; then
+  freeze_engine before_install
+  python3 -m venv /tmp/dm && /tmp/dm/bin/pip install -q --no-index --find-links .whl '.[gpu]' >/tmp/dm_install.log 2>&1 ||
+    { tail -5 /tmp/dm_install.log; echo "decodemon's own venv failed"; return 1 2>/dev/null || exit 1; }
+  freeze_engine after_install
+  /tmp/dm/bin/pip install -q --no-index --find-links .whl --no-deps --target /tmp/dm_marks . >/dev/null 2>&1 ||
+    echo "decodemon for the marks failed"
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    $(ls .whl/*.whl | grep -v -e /numpy- -e /setuptools- -e /llama_cpp_python-) \
+    >/dev/null 2>&1 || echo "the helpers' wheels failed"
+fi
+export ENGINE_PY=/tmp/engine/bin/python DM_PY=/tmp/dm/bin/python ENGINE_MARKS_PATH=/tmp/dm_marks TOOLS_PATH=/tmp/site
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
+export -f freeze_engine

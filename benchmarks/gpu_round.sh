@@ -18,38 +18,50 @@ stage=${2:?one or two}
 mkdir -p "$out"
 smoke() {  # decodemon's CUPTI library in Python targets (probes/native_tracer.py): the demo engine, plainly started
   for mode in eager graph; do
-    python3 -m decodemon.engine_adapter.demo --mode $mode --tokens 0 >"$out/r/demo_$mode.log" 2>&1 &
+    PYTHONPATH=$ENGINE_MARKS_PATH $ENGINE_PY -m decodemon.engine_adapter.demo --mode $mode --tokens 0 \
+      >"$out/r/demo_$mode.log" 2>&1 &
     dp=$!
     sleep 12
-    timeout 40 python3 -m decodemon.monitor.cli attach $dp --json --seconds 8 >"$out/r/native_$mode.json" \
+    timeout 40 $DM_PY -m decodemon.monitor.cli record $dp -o "$out/r/demo_$mode.dmon" --seconds 8 \
       2>"$out/r/native_$mode.err"
-    echo "native $mode attach exit $?"
+    echo "native $mode record exit $?; target $(kill -0 $dp 2>/dev/null && echo alive || echo GONE)"
     kill $dp 2>/dev/null; wait $dp 2>/dev/null
-    python3 benchmarks/native_smoke.py "$out/r/native_$mode.json" 2>&1 | tail -8
+    $DM_PY -m decodemon.monitor.cli replay "$out/r/demo_$mode.dmon" --json >"$out/r/native_$mode.json" 2>>"$out/r/native_$mode.err"
+    $DM_PY benchmarks/native_smoke.py "$out/r/native_$mode.json" 2>&1 | tail -12
     tail -n 3 "$out/r/native_$mode.err"
   done
+}
+freeze_check() {  # the engine venv's pip freeze against the one before decodemon was installed
+  freeze_engine "after_$1"
+  for f in after_install "after_$1"; do
+    if cmp -s /tmp/freeze/before_install.txt "/tmp/freeze/$f.txt"; then echo "engine pip freeze $f: unchanged"
+    else echo "engine pip freeze $f: CHANGED"; diff /tmp/freeze/before_install.txt "/tmp/freeze/$f.txt" | head; fi
+  done
+  cp -r /tmp/freeze "$out/r/"
 }
 case "$stage" in
   one|solo)
     # the setup returns at once; the build and the GGUFs go on in the background
     [ "$stage" = one ] && JOBS=8 SETUP_WAIT=0 CHECK_PM=0 taskset -c 8-15 bash benchmarks/llama_cpp.sh "$out" setup 2>&1 | tail -n 20
-    . benchmarks/device_setup.sh
-    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u +%FT%TZ
+    t0=$(date +%s); . benchmarks/device_setup.sh || exit 1; echo "device_setup $(( $(date +%s) - t0 )) s"
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u +%FT%TZ; git log -1 --format=%h 2>/dev/null
     mkdir -p "$out/r"
     taskset -c 0-7 bash -c "$(declare -f smoke); out=$out smoke"
-    taskset -c 0-7 timeout ${COST_S:-200} python3 benchmarks/cost.py "$out/r/cost" --engines manual --pairs 3 --phase-s 3 \
+    taskset -c 0-7 timeout ${COST_S:-170} $DM_PY benchmarks/cost.py "$out/r/cost" --engines manual --pairs 3 --phase-s 3 \
       --before-s 30 --after-s 40 --warm-s 20 > "$out/r/cost.log" 2>&1
     echo "cost.py exit $?"; tail -n 25 "$out/r/cost.log"
-    taskset -c 0-7 timeout ${COUNTERS_S:-260} python3 benchmarks/counters.py "$out/r/counters" --cases compiled8b_marks \
+    taskset -c 0-7 timeout ${COUNTERS_S:-230} $DM_PY benchmarks/counters.py "$out/r/counters" --cases compiled8b_marks \
       > "$out/r/counters.log" 2>&1
     echo "counters.py exit $?"; tail -n 25 "$out/r/counters.log"
+    freeze_check one
     (cd "$out/r" && tar czf ../round_one.tgz .) && rm -rf "$out/r"
     ;;
   two)
-    . benchmarks/device_setup.sh
+    . benchmarks/device_setup.sh || exit 1
     mkdir -p "$out/r"
-    timeout 170 python3 benchmarks/counters.py "$out/r/counters" --cases compiled8b_profile > "$out/r/profile.log" 2>&1
+    timeout 170 $DM_PY benchmarks/counters.py "$out/r/counters" --cases compiled8b_profile > "$out/r/profile.log" 2>&1
     echo "counters.py (profile) exit $?"; tail -n 12 "$out/r/profile.log"
+    freeze_check two
     (cd "$out/r" && tar czf ../round_two.tgz .) && rm -rf "$out/r"
     LLAMA_S=${LLAMA_S:-360} CASES=${CASES:-lcpp1b_graphs,lcpp1b_nographs,server1b_np4,server8b_injected,server1b_kvq8,server8b} \
       bash benchmarks/llama_cpp.sh "$out" run

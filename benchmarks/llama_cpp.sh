@@ -19,7 +19,7 @@ out=${1:?OUTDIR}
 stage=${2:?setup or run}
 mkdir -p "$out"
 export work=/tmp/dm_llama
-. benchmarks/device_setup.sh
+. benchmarks/device_setup.sh || exit 1
 export PATH=/usr/local/cuda/bin:$PATH
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv,noheader
 date -u +%FT%TZ
@@ -35,15 +35,15 @@ case "$stage" in
       .whl/llama_cpp_python-src.tar.gz /tmp/dm_llama/cuda; done_rc $? build' >"$work/build.log" 2>&1 </dev/null &
     for shape in llama-1b llama-8b; do
       started "$shape"
-      setsid nohup bash -c 'python3 -c "import sys; sys.path.insert(0, \"benchmarks/loops\"); from llama_cpp_decode \
+      PYTHONPATH=$TOOLS_PATH setsid nohup bash -c 'python3 -c "import sys; sys.path.insert(0, \"benchmarks/loops\"); from llama_cpp_decode \
 import write_gguf; write_gguf(sys.argv[1], sys.argv[2])" "$0" "$1"; done_rc $? "$1"' "$work/$shape.gguf" "$shape" \
         >"$work/$shape.log" 2>&1 </dev/null &
     done
     # what can fail early, while those run: the reference reader on an idle GPU, the injection library, the wheel
-    [ "${CHECK_PM:-1}" = 1 ] && echo 1 | timeout 60 python3 benchmarks/llama_cpp_gpu.py --pm-reader | tail -1
-    timeout 60 python3 -c 'from decodemon.monitor.inject.cupti_lib import build; print("injection library", build())' \
+    [ "${CHECK_PM:-1}" = 1 ] && echo 1 | PYTHONPATH=$TOOLS_PATH timeout 60 $ENGINE_PY benchmarks/llama_cpp_gpu.py --pm-reader | tail -1
+    timeout 60 $DM_PY -c 'from decodemon.monitor.inject.cupti_lib import build; print("injection library", build())' \
       2>&1 | tail -2
-    python3 -c 'import importlib.metadata as m; print("llama-cpp-python", m.version("llama-cpp-python"))' 2>&1 | tail -1
+    $ENGINE_PY -c 'import importlib.metadata as m; print("llama-cpp-python", m.version("llama-cpp-python"))' 2>&1 | tail -1
     for i in $(seq ${SETUP_WAIT:-100}); do
       [ -f "$work/build.rc" ] && [ -f "$work/llama-8b.rc" ] && break
       sleep 1
@@ -55,7 +55,7 @@ import write_gguf; write_gguf(sys.argv[1], sys.argv[2])" "$0" "$1"; done_rc $? "
     tail -n 60 "$work/build.log" > "$out/build.log.tail"
     ;;
   run)
-    timeout ${LLAMA_S:-545} python3 benchmarks/llama_cpp_gpu.py "$out/llama_cpp" --cases "${CASES:-lcpp1b_graphs,lcpp1b_nographs,server8b,server8b_injected,server1b_np4,server1b_kvq8,lcpp8b_graphs,lcpp8b_nographs}" \
+    timeout ${LLAMA_S:-545} $DM_PY benchmarks/llama_cpp_gpu.py "$out/llama_cpp" --cases "${CASES:-lcpp1b_graphs,lcpp1b_nographs,server8b,server8b_injected,server1b_np4,server1b_kvq8,lcpp8b_graphs,lcpp8b_nographs}" \
       > "$out/run.log" 2>&1
     echo "llama_cpp_gpu.py exit $?"
     grep '^\[' "$out/run.log" | cut -c1-160

@@ -63,8 +63,8 @@ LOOPS = ROOT / "benchmarks" / "loops"
 sys.path.insert(0, str(LOOPS))
 from llama_cpp_decode import SHAPES, vocab  # noqa: E402
 
-PY = sys.executable
-DM = [PY, "-m", "decodemon.monitor.cli"]
+from harness.pythons import DM, tools_env  # noqa: E402
+from harness.pythons import ENGINE_PY as PY  # noqa: E402
 WORK = Path("/tmp/dm_llama")  # the GPU machine's build (WORK/cuda/bin), GGUFs and their markers (llama_cpp.sh)
 CPU_BUILD = Path.home() / ".cache/decodemon-ci/llama-cpp-0.3.36"  # `llama_cpp_build.sh once`'s OUTDIR
 CASES = ("lcpp1b_graphs", "lcpp1b_nographs", "server8b", "server8b_injected", "server1b_np4", "server1b_kvq8",
@@ -296,7 +296,7 @@ class Reference:
     def __init__(self, s: Setup, sink: Path) -> None:
         self.s, self.proc = s, None
         if not s.smoke:
-            self.proc = subprocess.Popen([PY, __file__, "--pm-reader"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            self.proc = subprocess.Popen([PY, __file__, "--pm-reader"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=tools_env(),
                                          stderr=open(sink, "a"), text=True, start_new_session=True)
 
     def read(self) -> dict:

@@ -28,8 +28,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LOOPS = ROOT / "benchmarks" / "loops"
-PY = sys.executable
-DM = [PY, "-m", "decodemon.monitor.cli"]
+from harness.pythons import DM, engine_env  # noqa: E402
+from harness.pythons import ENGINE_PY as PY  # noqa: E402
 PROBE: list[str] = []  # --probe KEY=VALUE arguments given to every record and attach (main's --probe)
 ATTACH_S = 2.0  # each re-attach's seconds (--attach-s)
 INJECTED_IDLE_S = 3.0  # seconds between the injection and the first attach
@@ -60,7 +60,7 @@ def start(argv: list[str], log_path: Path | None, warm_s: float, plain: bool = F
     """`decodemon run -- argv` (plain: argv as it is, no agent); returns once the loop has logged tokens. The
     loop's own output goes to `engine_log`."""
     sink = open(engine_log, "w") if engine_log else subprocess.DEVNULL
-    env = dict(os.environ)
+    env = engine_env(argv)
     if engine_log:  # the agent's event log (probes/eventlog.py) beside the loop's own
         env["DECODEMON_AGENT_EVENTS"] = str(engine_log.with_suffix(".events"))
     proc = subprocess.Popen(argv if plain else [*DM, "run", "--", *argv], stdout=sink,
