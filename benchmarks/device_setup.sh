@@ -4,7 +4,8 @@
 #                Python side; nothing of decodemon. Its `pip freeze` is written to /tmp/freeze/ before decodemon is
 #                installed and right after (freeze_engine NAME writes another, after the attaches).
 #   /tmp/dm      decodemon's own, by the README's GPU line: `python3 -m venv DIR && DIR/bin/pip install '.[gpu]'`
-#                (--no-index --find-links .whl). The benchmarks run in it.
+#                (--no-index --find-links .whl). The benchmarks run in it. It sees the image's site-packages for numpy
+#                alone (numpy's wheel does not fit the carry); its cupti-python, 13.4 libcupti and the rest are its own.
 # and two folders reached by PYTHONPATH alone: /tmp/dm_marks (decodemon with no dependencies: mark_token for the loops
 # that mark) and /tmp/site (the helpers' wheels: the reference PM reader, the GGUF writer). NCCL's NVLink multicast
 # stays off (tensor_parallel.py).
@@ -17,7 +18,7 @@ if [ ! -x /tmp/engine/bin/python ]; then
 fi
 if [ ! -x /tmp/dm/bin/decodemon ]; then
   freeze_engine before_install
-  python3 -m venv /tmp/dm && /tmp/dm/bin/pip install -q --no-index --find-links .whl '.[gpu]' >/tmp/dm_install.log 2>&1 ||
+  python3 -m venv --system-site-packages /tmp/dm && /tmp/dm/bin/pip install -q --no-index --find-links .whl '.[gpu]' >/tmp/dm_install.log 2>&1 ||
     { tail -5 /tmp/dm_install.log; echo "decodemon's own venv failed"; return 1 2>/dev/null || exit 1; }
   freeze_engine after_install
   /tmp/dm/bin/pip install -q --no-index --find-links .whl --no-deps --target /tmp/dm_marks . >/dev/null 2>&1 ||
