@@ -167,7 +167,7 @@ def main():
     for k in ("eager_replay", "graph_replay", "llama8b_graph_replay", "narrow12_graph_replay"):
         v = summary.get(k)
         if isinstance(v, dict):
-            print(k, {x: v.get(x) for x in ("ms_per_token", "launches_per_token", "kernel_sum_ms_per_token",
+            print(k, {x: v.get(x) for x in ("ms_per_token", "kernels_per_token", "kernel_sum_ms_per_token",
                                             "gpu_busy_pct", "sm_active_pct", "dram_pct", "ceiling", "verdict")})
         else:
             print(k, str(v)[-500:])

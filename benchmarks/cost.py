@@ -122,7 +122,7 @@ def attach(pid: int, seconds: float, probe: list[str]) -> dict:
     j, err = cli_json("attach", pid, "--seconds", seconds, *probe, timeout=seconds + 120)
     t1 = time.time()
     p = (j or {}).get("probe") or {}
-    keep = ("verdict", "ms_per_token", "tokens", "token_clock", "launches_per_token", "bytes_per_token_measured",
+    keep = ("verdict", "ms_per_token", "tokens", "token_clock", "kernels_per_token", "bytes_per_token_measured",
             "gpu_busy_pct")
     try:
         cpu = float(p.get("agent_cpu_ms_per_s"))

@@ -174,7 +174,7 @@ def _figures(j: dict) -> dict:
     keys = ("tokens", "ms_per_token", "token_clock", "bytes_per_token", "bytes_per_token_measured",
             "bytes_per_token_model", "bandwidth_gbs", "bandwidth_source", "gpu_busy_pct", "gpu_busy_source",
             "pm_gpu_busy_pct", "sm_active_pct", "dram_pct", "dram_gbs", "kernel_sum_ms_per_token",
-            "launches_per_token", "verdict", "windows", "ended", "observer_cost")
+            "kernels_per_token", "verdict", "windows", "ended", "observer_cost")
     out = {k: j.get(k) for k in keys}
     out.update(pm=p.get("pm"), agent_cpu_ms_per_s=p.get("agent_cpu_ms_per_s"), trace=p.get("trace"))
     return out
@@ -193,7 +193,7 @@ def table(results: list[dict]) -> str:
             f, own = x["record"], x["own"]
             lines.append(f"{r['case']} #{k} | own {own.get('ms_per_step', 0):.3f} ms | dm {f.get('ms_per_token')} ms "
                          f"{f.get('token_clock')} | kernels {f.get('kernel_sum_ms_per_token')} ms, "
-                         f"{f.get('launches_per_token')} launches | bytes {f.get('bytes_per_token_measured')} | "
+                         f"{f.get('kernels_per_token')} launches | bytes {f.get('bytes_per_token_measured')} | "
                          f"{f.get('verdict')} {f.get('error') or ''}")
         if r.get("records"):
             continue

@@ -380,7 +380,7 @@ def kv_third_depth(shape: str) -> int:
 
 
 KEEP = ("tokens", "span_s", "span_end_unix_s", "ms_per_token", "ms_per_token_p90", "tokens_per_s", "token_clock",
-        "tokens_per_step", "throughput_tokens_per_s", "launches_per_token", "graph_launches_per_token",
+        "tokens_per_step", "throughput_tokens_per_s", "kernels_per_token", "graph_launches_per_token",
         "kernel_sum_ms_per_token", "gpu_busy_pct", "gpu_busy_source", "sm_active_pct", "dram_gbs", "dram_pct",
         "bytes_per_token_measured", "bytes_per_token_model", "bytes_per_token_note", "bandwidth_gbs",
         "bandwidth_floor_ms", "windows", "verdict", "ceiling", "verdict_pending", "ended", "errors")
@@ -541,7 +541,7 @@ def table(results: list[dict]) -> str:
         lines.append(" | ".join(str(x) for x in (
             f"| {r['case']}", _g(own.get("ms_per_token")), _g(d.get("ms_per_token")),
             _g(d.get("bytes_per_token_measured"), 1e9), refcol, _g(d.get("bytes_per_token_model"), 1e9),
-            _g(d.get("launches_per_token"), nd=1), d.get("gpu_busy_pct"),
+            _g(d.get("kernels_per_token"), nd=1), d.get("gpu_busy_pct"),
             f"{d.get('tokens_per_step')}" + (f" / {r['slots']}" if "slots" in r else ""),
             f"{d.get('throughput_tokens_per_s') or d.get('tokens_per_s')} ({own_tps})",
             r.get("headline"), cand)) + " |")

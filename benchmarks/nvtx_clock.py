@@ -43,7 +43,7 @@ def main() -> int:
                 r = subprocess.run([*DM, "record", str(pid), "-o", str(rec), "--seconds", str(a.seconds), *extra],
                                    capture_output=True, text=True, timeout=a.seconds + 120)
                 j, err = cli_json("replay", rec) if rec.exists() else (None, r.stderr.strip()[-800:])
-                keep = ("tokens", "ms_per_token", "token_clock", "launches_per_token", "verdict", "windows",
+                keep = ("tokens", "ms_per_token", "token_clock", "kernels_per_token", "verdict", "windows",
                         "nvtx_ranges")
                 summary["runs"].append({"clock": clock, "recording": rec.name, "error": err if j is None else "",
                                         **{k: (j or {}).get(k) for k in keep}})

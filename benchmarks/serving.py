@@ -86,7 +86,7 @@ def seen(j: dict | None) -> dict:
     """What decodemon said of the engine."""
     j = j or {}
     return {k: j.get(k) for k in ("ms_per_token", "tokens_per_step", "throughput_tokens_per_s", "steps", "tokens",
-                                  "token_clock", "verdict", "ceiling", "launches_per_token", "gpu_busy_pct",
+                                  "token_clock", "verdict", "ceiling", "kernels_per_token", "gpu_busy_pct",
                                   "bytes_per_token_measured")}
 
 

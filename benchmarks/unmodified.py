@@ -204,7 +204,7 @@ def watch(case: str, out: Path, tiny: bool, record_s: float, attaches: int, cost
         for _ in range(attaches):
             j, err = cli_json("attach", pid, "--seconds", ATTACH_S, *PROBE)
             res["attaches"].append({k: (j or {}).get(k) for k in (
-                "verdict", "ceiling", "ms_per_token", "launches_per_token", "tokens", "token_clock", "gpu_busy_pct",
+                "verdict", "ceiling", "ms_per_token", "kernels_per_token", "tokens", "token_clock", "gpu_busy_pct",
                 "bytes_per_token_measured", "errors")} | {"pm": ((j or {}).get("probe") or {}).get("pm"),
                                                           "probe": (j or {}).get("probe"),
                                                           "error": err if j is None else ""})

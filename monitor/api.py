@@ -2,7 +2,7 @@
 
     from decodemon.monitor import api
     s = api.replay("run.dmon")
-    print(s.verdict, s.ms_per_token, s.launches_per_token)
+    print(s.verdict, s.ms_per_token, s.kernels_per_token)
 
 The figures cover the whole recording (or the seconds attached); `last_s=5` gives the live screen's last 5 s.
 
@@ -33,7 +33,7 @@ class Summary:
     ceiling: str  # the latest traced window's ceiling
     ms_per_token: float | None
     tokens_per_s: float | None
-    launches_per_token: float | None
+    kernels_per_token: float | None
     gpu_busy_pct: float | None
     bytes_per_token: float | None
     falsify: str
@@ -50,7 +50,7 @@ def summarize(snap: Snapshot) -> Summary:
     """A Summary of one Snapshot."""
     j = summary_json(snap, kernels=0)
     return Summary(source=snap.label, verdict=j["verdict"], ceiling=j["ceiling"], ms_per_token=j["ms_per_token"],
-                   tokens_per_s=j["tokens_per_s"], launches_per_token=j["launches_per_token"],
+                   tokens_per_s=j["tokens_per_s"], kernels_per_token=j["kernels_per_token"],
                    gpu_busy_pct=j["gpu_busy_pct"], bytes_per_token=j["bytes_per_token"], falsify=j["falsify"],
                    tokens=j["tokens"], windows=j["windows"], snapshot=snap)
 

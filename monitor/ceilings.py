@@ -9,7 +9,7 @@ Pure: frozen values in, frozen values out.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 BINDING, RULED_OUT, UNKNOWN = "binding", "ruled_out", "unknown"
 ORDER = ("bandwidth", "comm", "launch", "occupancy")
@@ -36,21 +36,39 @@ LAUNCH_IDLE_THRESHOLD = ("GPU idle > 50% of the step binds (graphed: above any o
 LAUNCH_IDLE_RULED_OUT = 0.2  # the idle share under which LAUNCH is ruled out (LAUNCH_IDLE_THRESHOLD)
 
 
+# what a candidate's `value` is, one name a quantity (QUANTITIES): a ceiling priced two ways holds two quantities,
+# and the JSON names which, so two runs' values are compared only where the quantity is one
+QUANTITIES = {
+    "ms_per_token_over_floor": "ms/token ÷ the bandwidth floor (bytes/token ÷ the device's bandwidth)",
+    "bandwidth_over_dram_gbs": "the device's bandwidth ÷ the DRAM GB/s the PM counters saw (no token count)",
+    "collective_share_of_step_pct": "collectives' ms a token (calls × µs a call) as a % of ms/token",
+    "idle_us_per_kernel": "the traced step's idle (ms/token − the kernels' ms) ÷ kernels/token, µs",
+    "floor_gap_us_per_kernel": "(ms/token − the bandwidth floor) ÷ kernels/token, µs: the idle estimated, no "
+                               "kernel time traced",
+    "step_us_per_kernel": "ms/token ÷ kernels/token, µs: available per kernel, no kernel time and no floor",
+    "gpu_idle_pct_of_step": "100 − PM's GPU busy: the step's idle, no traced window",
+    "small_grid_kernel_time_pct": "% of the traced kernels' time in grids under 25% of the SMs",
+    "sm_active_pct_of_gpu_busy": "PM's SM active as a % of PM's GPU busy: no traced window, so no grids",
+}
+
+
 @dataclass(frozen=True)
 class Candidate:
-    """One ceiling's number and what it says."""
+    """One ceiling's number and what it says; `quantity` names what the number is (a key of QUANTITIES)."""
 
     value: float | None
     unit: str
     threshold: str
     state: str
     detail: str = ""
+    quantity: str | None = None
 
     def as_json(self) -> dict:
-        """The candidate as the JSON contract spells it."""
+        """The candidate as the JSON contract spells it: `quantity` says which figure `value` holds (null: none
+        was priced and none would be, e.g. a candidate decodemon did not price)."""
         v = None if self.value is None else round(float(self.value), 4)
-        return {"value": v, "unit": self.unit, "threshold": self.threshold, "state": self.state,
-                "detail": self.detail}
+        return {"value": v, "quantity": self.quantity, "unit": self.unit, "threshold": self.threshold,
+                "state": self.state, "detail": self.detail}
 
 
 @dataclass(frozen=True)
@@ -58,7 +76,7 @@ class Inputs:
     """Whatever is known about one token; every field optional."""
 
     ms_per_token: float | None = None
-    launches_per_token: float | None = None
+    kernels_per_token: float | None = None
     bytes_per_token: float | None = None
     bandwidth_gbs: float | None = None
     collectives_per_token: float | None = None
@@ -96,7 +114,7 @@ def _bandwidth_from_dram(i: Inputs, thr: str) -> Candidate:
     state = BINDING if ratio <= BANDWIDTH_BINDING_RATIO else RULED_OUT if ratio >= BANDWIDTH_RULED_OUT_RATIO else UNKNOWN
     return Candidate(ratio, "× floor", thr, state,
                      f"DRAM moved {i.dram_gbs:.4g} GB/s of the device's {i.bandwidth_gbs:.4g} GB/s: the token "
-                     f"runs at {ratio:.3g}× its floor (no token count needed)")
+                     f"runs at {ratio:.3g}× its floor (no token count needed)", "bandwidth_over_dram_gbs")
 
 
 def _needs(*figures: tuple[str, object]) -> str:
@@ -112,7 +130,8 @@ def price_bandwidth(i: Inputs) -> tuple[Candidate, float | None]:
             return _bandwidth_from_dram(i, thr), None
         return Candidate(None, "× floor", thr, UNKNOWN, _needs(("ms/token", i.ms_per_token),
                                                               ("bytes/token", i.bytes_per_token),
-                                                              ("bandwidth", i.bandwidth_gbs))), None
+                                                              ("bandwidth", i.bandwidth_gbs)),
+                         "ms_per_token_over_floor"), None
     floor = bandwidth_floor_ms(i.bytes_per_token, i.bandwidth_gbs)
     ratio = i.ms_per_token / floor
     state = BINDING if ratio <= BANDWIDTH_BINDING_RATIO else RULED_OUT if ratio >= BANDWIDTH_RULED_OUT_RATIO else UNKNOWN
@@ -120,7 +139,7 @@ def price_bandwidth(i: Inputs) -> tuple[Candidate, float | None]:
     detail = (f"floor {floor:.3g} ms/token ({i.bytes_per_token / 1e9:.3g} GB ÷ {i.bandwidth_gbs:.4g} GB/s, "
               f"a {ceiling_tps:.4g} tok/s ceiling); measured {i.ms_per_token:.4g} ms is {ratio:.3g}× the floor; "
               f"achieved {i.bytes_per_token / (i.ms_per_token * 1e-3) / 1e9:.4g} GB/s")
-    return Candidate(ratio, "× floor", thr, state, detail), floor
+    return Candidate(ratio, "× floor", thr, state, detail, "ms_per_token_over_floor"), floor
 
 
 def price_comm(i: Inputs) -> tuple[Candidate, float | None]:
@@ -128,12 +147,12 @@ def price_comm(i: Inputs) -> tuple[Candidate, float | None]:
     if i.collectives_per_token is None or i.ms_per_token is None:
         return Candidate(None, "% of step", thr, UNKNOWN, _needs(("ms/token", i.ms_per_token),
                                                                 ("collectives/token", i.collectives_per_token),
-                                                                ("µs/call", i.us_per_collective))), None
+                                                                ("µs/call", i.us_per_collective)), "collective_share_of_step_pct"), None
     if i.collectives_per_token == 0:
         why = "one rank (TP=1): nothing to reduce" if i.ranks == 1 else "no collective kernel in the traced windows"
-        return Candidate(0.0, "% of step", thr, RULED_OUT, why), 0.0
+        return Candidate(0.0, "% of step", thr, RULED_OUT, why, "collective_share_of_step_pct"), 0.0
     if i.us_per_collective is None:
-        return Candidate(None, "% of step", thr, UNKNOWN, "needs µs per collective"), None
+        return Candidate(None, "% of step", thr, UNKNOWN, "needs µs per collective", "collective_share_of_step_pct"), None
     comm_ms = i.collectives_per_token * i.us_per_collective / 1e3
     share = 100.0 * comm_ms / i.ms_per_token
     state = RULED_OUT if share < COMM_RULED_OUT_PCT else BINDING
@@ -147,12 +166,12 @@ def price_comm(i: Inputs) -> tuple[Candidate, float | None]:
             state = UNKNOWN
             detail += ("; unknown: the calls waited longer than they ran, so their own latency is not measured "
                        "here; a window in which the ranks run in step prices it")
-    return Candidate(share, "% of step", thr, state, detail), comm_ms
+    return Candidate(share, "% of step", thr, state, detail, "collective_share_of_step_pct"), comm_ms
 
 
 def priced_by_idle(i: Inputs) -> bool:
     """LAUNCH has no launch count to price and no traced window will come: PM's GPU busy prices it."""
-    return bool(i.untraced and i.ms_per_token and i.gpu_busy_pct is not None and not i.launches_per_token)
+    return bool(i.untraced and i.ms_per_token and i.gpu_busy_pct is not None and not i.kernels_per_token)
 
 
 def _host_idle(i: Inputs) -> Candidate:
@@ -162,7 +181,8 @@ def _host_idle(i: Inputs) -> Candidate:
     state = BINDING if idle >= 50 else RULED_OUT if idle < 20 else UNKNOWN
     return Candidate(idle, "% of step GPU idle", LAUNCH_IDLE_THRESHOLD, state,
                      f"the GPU is idle {idle:.0f}% of the {i.ms_per_token:.4g} ms token (PM's GPU busy "
-                     f"{i.gpu_busy_pct:.0f}%): the host's work between steps; launches per token need a traced window")
+                     f"{i.gpu_busy_pct:.0f}%): the host's work between steps; kernels per token need a traced window",
+                     "gpu_idle_pct_of_step")
 
 
 GRAPH_BUSY_PCT = 90.0  # a replayed graph on a GPU this busy: the host's launches are not what the step waits for
@@ -174,12 +194,11 @@ def price_launch(i: Inputs, floor: float | None) -> tuple[Candidate, float | Non
     c, per = _launch_priced(i, floor)
     if (c.state == BINDING and (i.graph_launches_per_token or 0) >= 1 and i.gpu_busy_pct is not None
             and i.gpu_busy_pct >= GRAPH_BUSY_PCT):
-        c = Candidate(c.value, c.unit, c.threshold, RULED_OUT,
-                      f"{c.detail}; ruled out: the step is a replayed CUDA graph and the GPU is "
-                      f"{i.gpu_busy_pct:.0f}% busy")
+        c = replace(c, state=RULED_OUT, detail=f"{c.detail}; ruled out: the step is a replayed CUDA graph and the "
+                                               f"GPU is {i.gpu_busy_pct:.0f}% busy")
     host = host_between_replays(i, floor)
     if c.state == UNKNOWN and host:
-        c = Candidate(c.value, c.unit, c.threshold, BINDING, f"{c.detail}; binds: {host}")
+        c = replace(c, state=BINDING, detail=f"{c.detail}; binds: {host}")
     return c, per
 
 
@@ -204,10 +223,11 @@ def _launch_priced(i: Inputs, floor: float | None) -> tuple[Candidate, float | N
     lo, hi = EAGER_LAUNCH_US
     if priced_by_idle(i):
         return _host_idle(i), None
-    if not (i.ms_per_token and i.launches_per_token):
+    if not (i.ms_per_token and i.kernels_per_token):
         return Candidate(None, "µs/launch", LAUNCH_IDLE_THRESHOLD, UNKNOWN,
-                         _needs(("ms/token", i.ms_per_token), ("launches/token", i.launches_per_token))), None
-    n = i.launches_per_token
+                         _needs(("ms/token", i.ms_per_token), ("kernels/token", i.kernels_per_token)),
+                         "idle_us_per_kernel"), None
+    n = i.kernels_per_token
     if i.kernel_sum_ms_per_token is not None:
         idle = max(i.ms_per_token - i.kernel_sum_ms_per_token, 0.0)
         idle_share = idle / i.ms_per_token
@@ -221,7 +241,7 @@ def _launch_priced(i: Inputs, floor: float | None) -> tuple[Candidate, float | N
                      if peer_wait_named(waited, i.ms_per_token) else "") + f") over {n:.0f} kernels = {per:.3g} µs each; "
                   + (f"the step is a replayed CUDA graph: the host launches its {n:.0f} kernels in one graph launch"
                      if graphed else f"eager host launches cost {lo:g}–{hi:g} µs"))
-        return Candidate(per, "µs/launch", thr, state, detail), per
+        return Candidate(per, "µs/launch", thr, state, detail, "idle_us_per_kernel"), per
     if floor is not None:  # the idle estimated as the step the bandwidth floor leaves unexplained
         gap = max(i.ms_per_token - floor, 0.0)
         per = gap * 1e3 / n
@@ -238,7 +258,7 @@ def _launch_priced(i: Inputs, floor: float | None) -> tuple[Candidate, float | N
                      "time (a traced window) tells slow kernels from the host's other work" if per < lo else
                      f"more than the {hi:g} µs an eager launch costs at most: launches alone do not explain it, "
                      "and the kernels' time (a traced window) tells the host's other work from slow kernels"))
-        return Candidate(per, "µs/launch", LAUNCH_IDLE_THRESHOLD, state, detail), per
+        return Candidate(per, "µs/launch", LAUNCH_IDLE_THRESHOLD, state, detail, "floor_gap_us_per_kernel"), per
     # neither kernel time nor a floor: the idle taken as the host's launching at the low end of an eager launch's cost
     per = i.ms_per_token * 1e3 / n
     share = min(1.0, lo / per)
@@ -246,14 +266,15 @@ def _launch_priced(i: Inputs, floor: float | None) -> tuple[Candidate, float | N
     detail = (f"no kernel time traced and no floor: {i.ms_per_token:.4g} ms ÷ {n:g} launches = {per:.4g} µs "
               f"available per kernel; at {lo:g} µs a launch (the low end of an eager launch) the host's launching "
               f"leaves the GPU idle {100 * share:.0f}% of the step")
-    return Candidate(per, "µs/kernel", LAUNCH_IDLE_THRESHOLD, state, detail), per
+    return Candidate(per, "µs/kernel", LAUNCH_IDLE_THRESHOLD, state, detail, "step_us_per_kernel"), per
 
 
 def _occupancy_by_counters(i: Inputs, thr: str, bw_ratio: float | None = None) -> Candidate:
     """No grid dims (no traced window): OCCUPANCY priced by PM's SM active against GPU busy alone. Weaker than
     grids (gaps inside a graph count as busy), so it does not bind where the token is near its bandwidth floor."""
     if i.sm_active_pct is None or not i.gpu_busy_pct:
-        return Candidate(None, "% kernel time in small grids", thr, UNKNOWN, "needs a traced window (grid dims)")
+        return Candidate(None, "% kernel time in small grids", thr, UNKNOWN, "needs a traced window (grid dims)",
+                         "small_grid_kernel_time_pct")
     ratio = i.sm_active_pct / i.gpu_busy_pct
     detail = (f"SM active {i.sm_active_pct:.0f}% vs GPU busy {i.gpu_busy_pct:.0f}% (PM counters; no traced window, "
               "so no grid dims)")
@@ -265,7 +286,7 @@ def _occupancy_by_counters(i: Inputs, thr: str, bw_ratio: float | None = None) -
         if state == BINDING and bw_ratio is not None and bw_ratio <= BANDWIDTH_NEAR_RATIO:
             state = UNKNOWN
             detail += f"; the token is {bw_ratio:.2g}× its bandwidth floor, which the counters alone do not rule out"
-    return Candidate(100 * ratio, "% SM active of GPU busy", thr, state, detail)
+    return Candidate(100 * ratio, "% SM active of GPU busy", thr, state, detail, "sm_active_pct_of_gpu_busy")
 
 
 def _hot_small_grids(i: Inputs) -> str:
@@ -314,7 +335,7 @@ def price_occupancy(i: Inputs, bw_ratio: float | None = None) -> Candidate:
     if step_busy is not None and step_busy < 50:
         where = "" if step_busy == busy else f" (the kernel share is {step_busy:.0f}% of it)"
         return Candidate(i.small_grid_share_pct, "% kernel time in small grids", thr, UNKNOWN,
-                         detail + f"; the GPU is idle most of the step{where}, so grids are not yet what binds")
+                         detail + f"; the GPU is idle most of the step{where}, so grids are not yet what binds", "small_grid_kernel_time_pct")
     small = i.small_grid_share_pct >= OCCUPANCY_SMALL_SHARE_PCT
     if (busy is not None and not small and ratio is not None and ratio < 0.5 and bw_ratio is not None
             and bw_ratio <= BANDWIDTH_NEAR_RATIO):
@@ -322,14 +343,14 @@ def price_occupancy(i: Inputs, bw_ratio: float | None = None) -> Candidate:
         # the counters do not tell the two apart (as where there are no grids: _occupancy_by_counters)
         return Candidate(i.small_grid_share_pct, "% kernel time in small grids", thr, UNKNOWN,
                          detail + f"; SM active under half of GPU busy, but the token is {bw_ratio:.2g}× its "
-                                  "bandwidth floor, which SM active alone does not rule out")
+                                  "bandwidth floor, which SM active alone does not rule out", "small_grid_kernel_time_pct")
     if busy is not None and (small or (ratio is not None and ratio < 0.5)):
         state = BINDING
     elif i.small_grid_share_pct < 10 and (ratio is None or ratio >= 0.8):
         state = RULED_OUT
     else:
         state = UNKNOWN
-    return Candidate(i.small_grid_share_pct, "% kernel time in small grids", thr, state, detail)
+    return Candidate(i.small_grid_share_pct, "% kernel time in small grids", thr, state, detail, "small_grid_kernel_time_pct")
 
 
 PEER_WAIT_NAMED_SHARE = 0.01  # a collective's wait for a late peer is named where it is this share of the step

@@ -43,22 +43,28 @@ class Diagnosis:
 
     def as_json(self) -> dict:
         """The JSON contract shared by `diagnose`, `report`, `attach --json`."""
-        out = {
+        # every key always there; a figure not measured (or a prediction not made) is null, never "n/a" or absent
+        return {
             "ceiling": self.ceiling,
             "candidates": {k: c.as_json() for k, c in self.candidates.items()},
             "remedy": self.remedy,
-            "falsify": self.falsify,
-            "predicted_win": self.predicted_win,
+            "falsify": _said(self.falsify),
+            "predicted_win": _said(self.predicted_win),
+            "us_per_launch": _round(self.us_per_launch, 3),
+            "bandwidth_floor_ms": _round(self.bandwidth_floor_ms, 4),
+            "serial_fraction": _round(self.serial_fraction, 4),
+            "notes": list(self.notes),
         }
-        if self.us_per_launch is not None:
-            out["us_per_launch"] = round(self.us_per_launch, 3)
-        if self.bandwidth_floor_ms is not None:
-            out["bandwidth_floor_ms"] = round(self.bandwidth_floor_ms, 4)
-        if self.serial_fraction is not None:
-            out["serial_fraction"] = round(self.serial_fraction, 4)
-        if self.notes:
-            out["notes"] = list(self.notes)
-        return out
+
+
+def _round(x: float | None, nd: int) -> float | None:
+    return None if x is None else round(x, nd)
+
+
+def _said(text: str) -> str | None:
+    """The screen's "n/a ..." (no falsifier, no predicted win: nothing was priced or claimed) as JSON's null; the
+    reason is in `remedy`, which names what to measure."""
+    return None if not text or text.startswith("n/a") else text
 
 
 def serial_fraction(speedup: float, n: int) -> float:
@@ -90,17 +96,16 @@ def diagnose(i: Inputs, speedup: float | None = None, n: int | None = None) -> D
     if launch.state == BINDING and occ.state == BINDING and host_between_replays(i, floor):
         # LAUNCH bound by weighing the idle between replays against the small grids' share of the step: the
         # grids lost that comparison, so they are not what binds
-        occ = Candidate(occ.value, occ.unit, occ.threshold, UNKNOWN,
-                        f"{occ.detail}; not what binds: the GPU's idle between replays is more of the step than the "
-                        "small grids' share (LAUNCH)")
+        occ = replace(occ, state=UNKNOWN, detail=f"{occ.detail}; not what binds: the GPU's idle between replays is "
+                                                 "more of the step than the small grids' share (LAUNCH)")
     if comm.state == BINDING and launch.state == BINDING and comm_ms is not None and i.ms_per_token \
             and i.kernel_sum_ms_per_token is not None and i.ms_per_token - i.kernel_sum_ms_per_token > comm_ms:
         # both bind by their own thresholds: the one that is more of the step binds (the seeds stop "when one of
         # them is obviously binding"), weighed as LAUNCH and OCCUPANCY are above
         idle = i.ms_per_token - i.kernel_sum_ms_per_token
-        comm = Candidate(comm.value, comm.unit, comm.threshold, UNKNOWN,
-                         f"{comm.detail}; not what binds: the GPU's idle between kernels ({idle:.3g} ms a token, "
-                         f"LAUNCH) is more of the step than the collectives' {comm_ms:.3g} ms")
+        comm = replace(comm, state=UNKNOWN, detail=f"{comm.detail}; not what binds: the GPU's idle between kernels "
+                                                   f"({idle:.3g} ms a token, LAUNCH) is more of the step than the "
+                                                   f"collectives' {comm_ms:.3g} ms")
     cands = {"bandwidth": bw, "comm": comm, "launch": launch, "occupancy": occ}
     if i.no_gpu:  # nothing a GPU would measure is asked for where there is none
         cands = {k: c if c.value is not None else replace(c, detail="not priced: the target has no GPU")
@@ -135,8 +140,7 @@ def _kernels_are_the_cost(i: Inputs, cands: dict) -> dict:
                 if i.small_grid_share_pct is not None and i.small_grid_share_pct >= OCCUPANCY_LEANING_SHARE_PCT
                 else f"SM active {100 * sm_ratio:.0f}% of GPU busy (< 50%)")
         why = f"binds: {fill}, {lean}" + (f", at {ratio:.3g}× the floor" if ratio is not None else "")
-        return {**cands, "occupancy": Candidate(occ.value, occ.unit, occ.threshold, BINDING,
-                                                f"{occ.detail}; {why}".lstrip("; "))}
+        return {**cands, "occupancy": replace(occ, state=BINDING, detail=f"{occ.detail}; {why}".lstrip("; "))}
     return cands
 
 
@@ -154,8 +158,8 @@ def _missing(i: Inputs, cands: dict) -> str:
         return "the device's bandwidth (a GPU: its measured copy, or NVML's peak)"
     if kernels_fill_step(i, cands["launch"]) and i.small_grid_share_pct is None:
         return "the grids (a traced window)"
-    if i.launches_per_token is None and not i.untraced:
-        return "launches per token (a traced window)"
+    if i.kernels_per_token is None and not i.untraced:
+        return "kernels per token (a traced window)"
     if i.kernel_sum_ms_per_token is None and cands["launch"].state == UNKNOWN and not i.untraced:
         return "the kernels' time per token (a traced window)"
     return ""

@@ -54,7 +54,7 @@ def state_of(summary: dict) -> dict:
     return {"verdict": summary.get("verdict") or summary.get("ceiling") or "unknown",
             "ceiling": summary.get("ceiling") or "unknown",
             "ms_per_token": summary.get("ms_per_token"),
-            "launches_per_token": summary.get("launches_per_token"),
+            "kernels_per_token": summary.get("kernels_per_token"),
             "bytes_per_token": summary.get("bytes_per_token"),
             "serial_fraction": summary.get("serial_fraction"),
             "candidates": {k: (c or {}).get("value") for k, c in cands.items()},

@@ -99,7 +99,7 @@ def combine(snaps: list) -> dict:
         rows.append({"pid": s.pid, "tp_rank": s.model.tp_rank if s.model else None,
                      "ms_per_token": round(s.tokens.ms_per_token, 4) if s.tokens else None,
                      "gpu_busy_pct": round(s.gpu_busy_pct, 1) if s.gpu_busy_pct is not None else None,
-                     "launches_per_token": round(w.kernels_per_token, 1) if w else None,
+                     "kernels_per_token": round(w.kernels_per_token, 1) if w else None,
                      "verdict": s.diagnosis.ceiling, "collectives": collectives_json(s)})
     timed = [r for r in rows if r["ms_per_token"] is not None]
     slowest = max(timed, key=lambda r: r["ms_per_token"]) if timed else None

@@ -272,7 +272,7 @@ class SnapshotBuilder:
             coll_calls = 0.0  # one rank: nothing to reduce
         inp = dx.Inputs(
             ms_per_token=ts.ms_per_token if ts else None,
-            launches_per_token=_median([w.kernels_per_token for w in wins]) if wins else None,
+            kernels_per_token=_median([w.kernels_per_token for w in wins]) if wins else None,
             bytes_per_token=bpt, bandwidth_gbs=bw,
             collectives_per_token=coll_calls, us_per_collective=coll_us, collective_wait_ms_per_token=coll_wait,
             kernel_sum_ms_per_token=ksum,
@@ -302,7 +302,7 @@ class SnapshotBuilder:
         inp, ts, last, pm_avg, *_ = self._inputs(max(rx_ns - SPAN_NS, 0))
         d = dx.diagnose(inp)
         figs = {"ms/token": inp.ms_per_token, "GPU busy %": inp.gpu_busy_pct,
-                "launches/token": inp.launches_per_token}
+                "kernels/token": inp.kernels_per_token}
         return d, figs
 
     def snapshot(self, at_rx_ns: int | None = None, span_ns: int | None = SPAN_NS) -> Snapshot:

@@ -21,8 +21,8 @@ if TYPE_CHECKING:
 ROLLING_S = 5.0
 # the rolling object's figures: the ones a reader compares with the whole span's (the clock's and the verdict's)
 ROLLING_KEYS = ("ms_per_token", "ms_per_token_p90", "ms_per_token_p99", "tokens_per_s", "clock_steps",
-                "clock_span_s", "throughput_tokens_per_s", "launches_per_token", "gpu_busy_pct",
-                "bytes_per_token", "ceiling", "verdict")
+                "clock_span_s", "throughput_tokens_per_s", "kernels_per_token", "host_launch_calls_per_token",
+                "gpu_busy_pct", "bytes_per_token", "ceiling", "verdict")
 
 
 def summary_snapshot(sess: Session, last_s: float | None = None) -> Snapshot:

@@ -79,7 +79,7 @@ def point_of(summary: dict, bands: list[dict], name: str, depth: int, model=None
     verdict = summary.get("verdict") or "unknown"
     cand = (summary.get("candidates") or {}).get(verdict) or {}
     return {"command": name, "depth": int(depth), "ms_per_token": summary.get("ms_per_token"),
-            "launches_per_token": summary.get("launches_per_token"), "bytes_per_token": summary.get("bytes_per_token"),
+            "kernels_per_token": summary.get("kernels_per_token"), "bytes_per_token": summary.get("bytes_per_token"),
             "bytes_source": bytes_source(summary), "bandwidth_gbs": summary.get("bandwidth_gbs"),
             "kernels_past_step": summary.get("kernels_past_step"),
             "verdict": verdict, "ceiling_value": cand.get("value"), "ceiling_unit": cand.get("unit", ""),
@@ -264,7 +264,7 @@ def markdown(result: dict) -> str:
         lines.append(f"- {md(name)}: {markdown_code(cmd)}")
     lines += ["", f"Attached {result['seconds']:g} s at each depth; the figures are the last 5 s of each attach "
               "(median ms/token: the median of those seconds' token steps).", "",
-              "| depth | command | median ms/token | launches/token | MB/token | ceiling | its number |",
+              "| depth | command | median ms/token | kernels/token | MB/token | ceiling | its number |",
               "|---:|---|---:|---:|---:|---|---|"]
     for p in result["points"]:
         if p.get("error"):
@@ -272,7 +272,7 @@ def markdown(result: dict) -> str:
             continue
         num = (f"{p['ceiling_value']:.4g} {md(p['ceiling_unit'])}" if p.get("ceiling_value") is not None else "—")
         mb = f"{p['bytes_per_token'] / 1e6:.4g}" if p.get("bytes_per_token") else "—"
-        lp = f"{p['launches_per_token']:.0f}" if p.get("launches_per_token") else "—"
+        lp = f"{p['kernels_per_token']:.0f}" if p.get("kernels_per_token") else "—"
         lines.append(f"| {p['depth']:,} | {md(p['command'])} | {p['ms_per_token']:.4g} | {lp} | {mb} "
                      f"| {md(str(p['verdict']).upper())} | {num} |")
     lines += ["", result["divergence"], ""]

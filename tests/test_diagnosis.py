@@ -43,10 +43,10 @@ def test_6_us_per_kernel_is_launch_bound():
 def test_launch_has_one_rule_worded_once_whatever_prices_its_idle():
     """Kernel time traced, a floor, PM's GPU busy, or the launch count alone: each estimates the idle its own way
     (said in the detail), and every one is held to the same threshold."""
-    ways = {"traced": dx.Inputs(ms_per_token=20.0, launches_per_token=1864, kernel_sum_ms_per_token=4.0),
-            "floor": dx.Inputs(ms_per_token=20.0, launches_per_token=1864, bytes_per_token=1.2e9, bandwidth_gbs=4081),
+    ways = {"traced": dx.Inputs(ms_per_token=20.0, kernels_per_token=1864, kernel_sum_ms_per_token=4.0),
+            "floor": dx.Inputs(ms_per_token=20.0, kernels_per_token=1864, bytes_per_token=1.2e9, bandwidth_gbs=4081),
             "pm": dx.Inputs(ms_per_token=12.0, gpu_busy_pct=14.0, untraced=True),
-            "count": dx.Inputs(ms_per_token=3.93, launches_per_token=1864),
+            "count": dx.Inputs(ms_per_token=3.93, kernels_per_token=1864),
             "nothing": dx.Inputs(ms_per_token=3.93)}
     for way, i in ways.items():
         c = dx.diagnose(i).candidates["launch"]
@@ -54,13 +54,13 @@ def test_launch_has_one_rule_worded_once_whatever_prices_its_idle():
         assert c.state == (dx.UNKNOWN if way == "nothing" else dx.BINDING), way
     # launches that cannot fill the gap over the floor at an eager launch's cost do not explain it alone; the
     # estimate leaves LAUNCH unknown (not ruled out at 100% of the step idle), and kernel time is what decides
-    far = dx.diagnose(dx.Inputs(ms_per_token=20.0, launches_per_token=200, bytes_per_token=1.2e9, bandwidth_gbs=4081))
+    far = dx.diagnose(dx.Inputs(ms_per_token=20.0, kernels_per_token=200, bytes_per_token=1.2e9, bandwidth_gbs=4081))
     assert far.candidates["launch"].state == dx.UNKNOWN and "do not explain" in far.candidates["launch"].detail
     assert far.ceiling == "unknown" and "kernels' time per token" in far.remedy
     assert "kernels fill the step" not in far.remedy + far.falsify  # no kernel time was given
     # too many launches for the gap: under an eager launch's least cost a host could not have launched them one by
     # one (the graphed step's 1864 kernels in 3.93 ms), so the estimate does not bind LAUNCH either
-    quick = dx.diagnose(dx.Inputs(ms_per_token=3.93, launches_per_token=1864, bytes_per_token=1.2e9,
+    quick = dx.diagnose(dx.Inputs(ms_per_token=3.93, kernels_per_token=1864, bytes_per_token=1.2e9,
                                   bandwidth_gbs=4081)).candidates["launch"]
     assert quick.state == dx.UNKNOWN and "less than the 5 µs an eager launch costs at least" in quick.detail
 
@@ -68,12 +68,12 @@ def test_launch_has_one_rule_worded_once_whatever_prices_its_idle():
 def test_one_diagnosis_reads_the_steps_idle_one_way_for_launch_and_occupancy():
     """A TP rank on the H200: its traced kernels fill 11% of the step, while PM's device-wide GPU busy reads 79%.
     LAUNCH binds on the step's idle; OCCUPANCY does not read the GPU as busy from the other instrument."""
-    i = dx.Inputs(ms_per_token=34.87, launches_per_token=1891, kernel_sum_ms_per_token=3.8, gpu_busy_pct=79.0,
+    i = dx.Inputs(ms_per_token=34.87, kernels_per_token=1891, kernel_sum_ms_per_token=3.8, gpu_busy_pct=79.0,
                   small_grid_share_pct=70.3, sm_count=132)
     d = dx.diagnose(i)
     assert d.candidates["launch"].state == dx.BINDING and d.candidates["occupancy"].state == dx.UNKNOWN
     assert "the kernel share is 11% of it" in d.candidates["occupancy"].detail
-    busy = dx.diagnose(dx.Inputs(ms_per_token=4.0, launches_per_token=1891, kernel_sum_ms_per_token=3.8,
+    busy = dx.diagnose(dx.Inputs(ms_per_token=4.0, kernels_per_token=1891, kernel_sum_ms_per_token=3.8,
                                  gpu_busy_pct=79.0, small_grid_share_pct=70.3, sm_count=132))
     assert busy.candidates["occupancy"].state == dx.BINDING  # kernels filling the step: grids are what binds
 
@@ -159,7 +159,7 @@ def test_scaling_figure_before_the_last_verdict_change_is_stale():
 
 
 # "The kernels are the cost" (§3.1) resolves into a ceiling whenever the counters can decide.
-FULL = dict(ms_per_token=7.7, launches_per_token=2256, kernel_sum_ms_per_token=7.6, gpu_busy_pct=99.0,
+FULL = dict(ms_per_token=7.7, kernels_per_token=2256, kernel_sum_ms_per_token=7.6, gpu_busy_pct=99.0,
             collectives_per_token=0.0, sm_count=132)
 
 
@@ -204,13 +204,13 @@ def test_the_headline_is_always_a_binding_candidate_or_unknown():
 
 def test_launch_bound_between_graph_replays_does_not_say_capture_a_graph():
     # a graphed step whose host work between replays binds (transformers' static-cache generate on the H200)
-    i = dx.Inputs(ms_per_token=4.0, launches_per_token=553, kernel_sum_ms_per_token=1.9, gpu_busy_pct=47.0,
+    i = dx.Inputs(ms_per_token=4.0, kernels_per_token=553, kernel_sum_ms_per_token=1.9, gpu_busy_pct=47.0,
                   collectives_per_token=0.0, graph_launches_per_token=1.0, sm_count=132)
     d = dx.diagnose(i)
     assert d.ceiling == "launch"
     assert "between replays" in d.remedy and "capture" not in d.falsify.lower()
     assert "host" in d.falsify
-    eager = dx.diagnose(dx.Inputs(ms_per_token=31.0, launches_per_token=1636, kernel_sum_ms_per_token=3.4,
+    eager = dx.diagnose(dx.Inputs(ms_per_token=31.0, kernels_per_token=1636, kernel_sum_ms_per_token=3.4,
                                   gpu_busy_pct=12.0, collectives_per_token=0.0, graph_launches_per_token=0.0))
     assert "CUDA graph" in eager.falsify
 
@@ -283,7 +283,7 @@ def test_diagnose_refuses_the_physically_impossible_and_its_words_follow_what_wa
     r = dm("--ms-per-token", "1", "--collectives-per-token", "54", "--us-per-collective", "100")
     assert r.returncode == 2 and "540% of the 1 ms step" in r.stderr
     r = dm("--ms-per-token", "7.8")
-    assert r.returncode == 3 and "needs launches/token" in r.stdout and "needs ms/token" not in r.stdout
+    assert r.returncode == 3 and "needs kernels/token" in r.stdout and "needs ms/token" not in r.stdout
     assert dm().returncode == 3
     assert dm("--ms-per-token", "7.8", "--launches-per-token", "900").returncode == 0
 
@@ -310,10 +310,10 @@ def test_two_sources_for_gpu_busy_that_disagree_are_flagged_with_the_likely_reas
 def test_launch_never_binds_on_a_replayed_graph_with_the_gpu_busy():
     """The step a replayed CUDA graph, the GPU 94% busy: whatever the idle between launches works out to, the host
     is not what the step waits for. The same numbers eager still bind."""
-    graphed = dx.diagnose(dx.Inputs(ms_per_token=5.9, launches_per_token=776, graph_launches_per_token=1.0,
+    graphed = dx.diagnose(dx.Inputs(ms_per_token=5.9, kernels_per_token=776, graph_launches_per_token=1.0,
                                     gpu_busy_pct=94.0))
     assert graphed.candidates["launch"].state == dx.RULED_OUT and "94% busy" in graphed.candidates["launch"].detail
-    eager = dx.diagnose(dx.Inputs(ms_per_token=5.9, launches_per_token=776, gpu_busy_pct=94.0))
+    eager = dx.diagnose(dx.Inputs(ms_per_token=5.9, kernels_per_token=776, gpu_busy_pct=94.0))
     assert eager.candidates["launch"].state == dx.BINDING
 
 
@@ -322,7 +322,7 @@ def test_a_host_that_idles_the_gpu_between_replays_is_named_when_its_share_is_th
     the step has no kernel, more than the small grids (37% of the kernel time, 24% of the step) or the floor could
     claim. LAUNCH binds as the host's work between replays, and the falsifier is to move that work, not to capture
     a graph; with the kernels filling the step it does not."""
-    i = dx.Inputs(ms_per_token=3.1, launches_per_token=553, kernel_sum_ms_per_token=2.03, gpu_busy_pct=60.0,
+    i = dx.Inputs(ms_per_token=3.1, kernels_per_token=553, kernel_sum_ms_per_token=2.03, gpu_busy_pct=60.0,
                   graph_launches_per_token=1.0, small_grid_share_pct=37.0, collectives_per_token=0.0,
                   bytes_per_token=1.2e9, bandwidth_gbs=4248.0, sm_count=132)
     d = dx.diagnose(i)
@@ -359,11 +359,11 @@ def test_a_cpu_target_with_no_token_timed_is_told_how_to_give_it_a_clock():
 
 def test_collectives_that_are_a_tenth_of_the_step_do_not_outrank_an_idle_that_is_most_of_it():
     # 21 collectives of 100 µs (10.5% of a 20 ms step) beside 1863 kernels that fill 3.88 ms of it: LAUNCH binds
-    d = dx.diagnose(dx.Inputs(ms_per_token=20.0, launches_per_token=1863, kernel_sum_ms_per_token=3.88,
+    d = dx.diagnose(dx.Inputs(ms_per_token=20.0, kernels_per_token=1863, kernel_sum_ms_per_token=3.88,
                               collectives_per_token=21, us_per_collective=100))
     assert d.ceiling == "launch", d.candidates
     assert d.candidates["comm"].state == dx.UNKNOWN and "not what binds" in d.candidates["comm"].detail
     # the same collectives in a step the kernels fill: COMM still binds
-    d = dx.diagnose(dx.Inputs(ms_per_token=20.0, launches_per_token=200, kernel_sum_ms_per_token=19.5,
+    d = dx.diagnose(dx.Inputs(ms_per_token=20.0, kernels_per_token=200, kernel_sum_ms_per_token=19.5,
                               collectives_per_token=21, us_per_collective=100))
     assert d.ceiling == "comm", d.candidates

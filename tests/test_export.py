@@ -56,7 +56,7 @@ def test_hta_loads_the_trace_with_decodemons_kernels_per_token(which, suffix, re
     kernels = df[(df.cat_name == "kernel") & (df.stream >= 0) & (df.correlation >= 0)]
     inside = kernels[(kernels.ts >= lo - HALF_NS_US) & (kernels.end <= hi + HALF_NS_US)]
     per_token = len(inside) / last.tokens
-    assert per_token == pytest.approx(summary_json(sess.snapshot())["launches_per_token"], abs=0.05)
+    assert per_token == pytest.approx(summary_json(sess.snapshot())["kernels_per_token"], abs=0.05)
     # every kernel of every window came through, and HTA linked each to the launch call that queued it
     assert len(kernels) == sum(len(w.kernels["start"].array()) for _rx, w in sess.feed.windows)
     launched = kernels[kernels.index_correlation > 0]

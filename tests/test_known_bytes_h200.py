@@ -49,7 +49,7 @@ def test_the_kv_steps_traced_kernels_match_torch_profiler():
     loop (no decodemon in it)."""
     j, prof = _summary("h200_known_kv262k_marks.dmon"), FACTS["kv262k_profiler"]
     assert j["kernel_sum_ms_per_token"] == pytest.approx(prof["kernel_ms_per_step"], rel=0.10)
-    assert j["launches_per_token"] == pytest.approx(prof["kernels_per_step"], rel=0.10)
+    assert j["kernels_per_token"] == pytest.approx(prof["kernels_per_step"], rel=0.10)
 
 
 def test_a_cuda_program_with_no_python_gets_the_device_wide_view():
@@ -72,7 +72,7 @@ def test_a_window_whose_kernels_came_back_without_times_is_not_read_as_zero(k):
     said to be: kernel time and launches unknown, never wrong, and ms/token still from the loop's own clock."""
     name = f"h200_compiled_llama8b_enqueue_{k}.dmon"
     j = _summary(name)
-    assert j["kernel_sum_ms_per_token"] is None and j["launches_per_token"] is None
+    assert j["kernel_sum_ms_per_token"] is None and j["kernels_per_token"] is None
     assert any("without times" in e and "not counted" in e for e in j["errors"])
     own = FACTS["compiled_llama8b_enqueue"]["own_ms_per_token"][name]
     assert j["ms_per_token"] == pytest.approx(own, rel=0.05)
@@ -93,8 +93,8 @@ def test_the_compiled_loop_marking_at_enqueue_reads_torch_profilers_kernels_once
     assert j["bytes_per_token_measured"] == pytest.approx(15.0e9, rel=0.10)
     assert j["verdict"] == "bandwidth"
     if k == 1:
-        assert j["windows"] == 0 and j["kernel_sum_ms_per_token"] is None and j["launches_per_token"] is None
+        assert j["windows"] == 0 and j["kernel_sum_ms_per_token"] is None and j["kernels_per_token"] is None
         return
     assert j["kernel_sum_ms_per_token"] == pytest.approx(prof["kernel_ms_per_step"], rel=0.10)
-    assert j["launches_per_token"] == pytest.approx(prof["kernels_per_step"], rel=0.10)
+    assert j["kernels_per_token"] == pytest.approx(prof["kernels_per_step"], rel=0.10)
     assert j["candidates"]["launch"]["state"] == "ruled_out"

@@ -217,7 +217,7 @@ def test_launches_counted_from_correlation_ids_equal_those_from_the_launch_calls
             assert b.kernel_launch_calls_per_token * b.tokens == a.kernel_launch_calls_per_token * a.tokens + untraced
 
 
-def test_launches_per_token_are_the_kernels_launched_in_the_traced_tokens(windows):
+def test_kernels_per_token_are_the_kernels_launched_in_the_traced_tokens(windows):
     """For a loop that syncs per token, the kernels that ran inside the analysed tokens; for one whose host runs
     ahead (transformers' static-cache generate()), every kernel launched in the traced tokens: torch.profiler's
     553 a token, where only 130-172 ran inside the marks."""

@@ -1,4 +1,4 @@
-"""Every committed H200 recording keeps its verdict, launches per token and ms per token.
+"""Every committed H200 recording keeps its verdict, kernels per token and ms per token.
 
 The figures are pinned: any refactor of the probe, wire, feed,
 analyzers or verdict must reproduce them exactly (ms/token to 1 µs).
@@ -13,7 +13,7 @@ from tests.conftest import BUNDLED, DATA
 
 # the figures of the last 5 s (the live screen's rolling span, `--last 5`): a summary's default, the whole recording,
 # moves with what the recording holds before them, which no refactor should be held to
-PINNED = [  # recording, rolling verdict, last window's ceiling, launches/token, ms/token
+PINNED = [  # recording, rolling verdict, last window's ceiling, kernels/token, ms/token
     ("h200_eager.dmon", "launch", "launch", 1863.0, 20.4039),
     ("h200_eager_api2.dmon", "launch", "launch", 1863.0, 23.8085),
     ("h200_eager_pm.dmon", "launch", "launch", 1863.0, 40.8674),
@@ -40,5 +40,5 @@ def test_recording_figures_unchanged(name, verdict, ceiling, launches, ms):
     snap = replay((BUNDLED if name in ("h200_eager.dmon", "h200_graph.dmon") else DATA) / name, last_s=5)
     assert snap.verdict == verdict
     assert snap.ceiling == ceiling
-    assert snap.launches_per_token == pytest.approx(launches, abs=1e-6)
+    assert snap.kernels_per_token == pytest.approx(launches, abs=1e-6)
     assert snap.ms_per_token == pytest.approx(ms, abs=1e-3)

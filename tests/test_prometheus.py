@@ -61,7 +61,7 @@ def test_collector_gauges_from_a_recordings_snapshot():
     base = (("engine", labels["engine"]), ("gpu", "0"), ("pid", "4242"))
     assert got[("decodemon_seconds_per_token", base)] == pytest.approx(snap.tokens.ms_per_token / 1e3)
     assert got[("decodemon_tokens_per_second", base)] == pytest.approx(snap.tokens.tokens_per_s)
-    assert got[("decodemon_launches_per_token", base)] == pytest.approx(snap.window.kernels_per_token)
+    assert got[("decodemon_kernels_per_token", base)] == pytest.approx(snap.window.kernels_per_token)
     assert got[("decodemon_gpu_busy_ratio", base)] == pytest.approx(snap.gpu_busy_pct / 100)
     assert got[("decodemon_bytes_per_token", base)] == pytest.approx(snap.bytes_per_token)
     assert got[("decodemon_tokens_total", base)] == snap.tokens_total

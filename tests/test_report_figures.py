@@ -49,7 +49,7 @@ def test_the_report_names_the_launch_figures_as_the_launches_panel_does(eager, g
 
 def test_every_us_per_launch_in_the_report_says_what_it_divides_by(eager):
     md = diagnosis_markdown(eager)
-    n = eager.inputs.launches_per_token
+    n = eager.inputs.kernels_per_token
     assert n == 1863 and eager.window.kernels_per_token == n  # the kernels, not the 1638 kernel launch calls
     assert f"- {eager.diagnosis.us_per_launch:.2f} µs idle per kernel, over 1863 kernels/token" in md
     row = next(line for line in md.splitlines() if line.startswith("| LAUNCH |"))

@@ -131,7 +131,7 @@ def test_each_candidate_shows_its_threshold_and_inputs_with_their_sources():
             f"floor {floor:.3g} ms = {i.ms_per_token / floor:.3g}×; floor {floor:.3g} ms = "
             f"{i.bytes_per_token / 1e9:.3g} GB/token (model: weights + KV at depth {s.depth}) ÷ "
             f"{i.bandwidth_gbs:.4g} GB/s (engine adapter's measured copy)") in text
-    assert f"÷ {i.launches_per_token:.0f} kernels/token (traced; each launched by the host)" in text
+    assert f"÷ {i.kernels_per_token:.0f} kernels/token (traced; each launched by the host)" in text
     assert "each a launch" not in text
     assert f"kernel share {s.kernel_share_pct:.0f}% of the step (traced kernels' time ÷ ms/token: its 50% rule" in text
     # the sentence that decides: OCCUPANCY's 70% would bind but for a GPU idle most of the step

@@ -33,4 +33,4 @@ def test_each_batch_gets_a_verdict_with_its_numbers(name):
     assert j["verdict"] == "launch"
     c = j["candidates"]
     assert c["launch"]["value"] > 0 and c["bandwidth"]["value"] > 10 and c["launch"]["state"] == "binding"
-    assert j["launches_per_token"] > 1000  # a step's launches, not a token's share of them
+    assert j["kernels_per_token"] > 1000  # a step's launches, not a token's share of them

@@ -42,7 +42,7 @@ def test_each_band_times_only_steps_of_one_position():
     assert list(by) == ["0-63", "64-127"]
     assert by["64-127"].ms_per_token == 1.0 and by["64-127"].tokens == 6  # the steps into depths 64..69
     assert by["0-63"].ms_per_token == 2.0 and by["0-63"].tokens == 7  # the 50 ms across the reset counts nowhere
-    assert by["64-127"].launches_per_token == 900 and by["0-63"].launches_per_token == 300
+    assert by["64-127"].kernels_per_token == 900 and by["0-63"].kernels_per_token == 300
 
 
 @pytest.mark.parametrize("name, verdict", [("eager", "launch"), ("graph", "occupancy")])
@@ -282,8 +282,8 @@ def test_an_h200_sweep_replays_on_cpu_to_its_own_table(name, tmp_path, capsys):
     ref = json.loads((d / "sweep.json").read_text())
     assert main(["sweep", "--replay", d, "--json", "-o", tmp_path / "out"]) == 0
     got = json.loads(capsys.readouterr().out)
-    key = [(p["depth"], p["verdict"], p["ms_per_token"], p["launches_per_token"]) for p in ref["points"]]
-    assert [(p["depth"], p["verdict"], p["ms_per_token"], p["launches_per_token"]) for p in got["points"]] == key
+    key = [(p["depth"], p["verdict"], p["ms_per_token"], p["kernels_per_token"]) for p in ref["points"]]
+    assert [(p["depth"], p["verdict"], p["ms_per_token"], p["kernels_per_token"]) for p in got["points"]] == key
     assert [p["depth"] for p in got["points"]] == [64, 512, 2048, 8192]
     verdict, reading = H200_SWEEPS[name]
     assert {p["verdict"] for p in got["points"]} == {verdict}

@@ -61,7 +61,7 @@ def test_group_view_names_ranks_and_the_rank_the_others_wait_for(snaps):
     assert [r["tp_rank"] for r in g["ranks"]] == [0, 1]
     assert g["tp"] == 2
     for r in g["ranks"]:
-        assert r["launches_per_token"] == pytest.approx(1892, abs=2)  # 1864 at TP=1 plus the 56 all-reduces ...
+        assert r["kernels_per_token"] == pytest.approx(1892, abs=2)  # 1864 at TP=1 plus the 56 all-reduces ...
         assert r["gpu_busy_pct"] > 90
     kern = {r["tp_rank"]: r["collectives"]["kernel_us_per_call"] for r in g["ranks"]}
     last = g["last_to_arrive_rank"]

@@ -31,7 +31,7 @@ def test_generate_eager_is_launch_bound_with_torch_profilers_kernel_count(hf_eag
     assert hf_eager["verdict"] == "launch"
     assert hf_eager["token_clock"] == "mark_token"  # the transformers adapter marked every step
     assert hf_eager["clock_unit"] == "token"  # one request: a step is a token
-    assert hf_eager["launches_per_token"] == profile("hf_generate_eager")["kernels_per_step"] == 1636
+    assert hf_eager["kernels_per_token"] == profile("hf_generate_eager")["kernels_per_step"] == 1636
     assert hf_eager["graph_launches_per_token"] == 0
     assert "CUDA graph" in hf_eager["falsify"]
 
@@ -58,7 +58,7 @@ def test_generate_attached_by_injection_into_plain_python_reads_the_same():
     hello = next(f for _, f in wire.read_recording(DATA / "h200_hf_generate_injected.dmon")
                  if isinstance(f, wire.Hello))
     assert hello.argv[0].endswith("hf_generate.py")  # started as `python3 hf_generate.py`, no decodemon run
-    assert j["verdict"] == "launch" and j["launches_per_token"] == 1636 and j["token_clock"] == "mark_token"
+    assert j["verdict"] == "launch" and j["kernels_per_token"] == 1636 and j["token_clock"] == "mark_token"
 
 
 def test_static_cache_generate_is_read_on_the_gpu_step_its_host_marks_ahead_of():
@@ -71,7 +71,7 @@ def test_static_cache_generate_is_read_on_the_gpu_step_its_host_marks_ahead_of()
     j = replay(DATA / "h200_hf_generate_static.dmon").as_json()
     prof = profile("hf_generate_static")
     assert j["graph_launches_per_token"] == 1.0
-    assert j["launches_per_token"] == pytest.approx(prof["kernels_per_step"], rel=0.01)
+    assert j["kernels_per_token"] == pytest.approx(prof["kernels_per_step"], rel=0.01)
     assert j["kernel_sum_ms_per_token"] == pytest.approx(prof["kernel_ms_per_step"], rel=0.1)
     assert j["kernel_share_of_step_pct"] == pytest.approx(j["pm_gpu_busy_pct"], abs=5)
     assert j["busy_sources_disagree"] is None
@@ -90,7 +90,7 @@ def test_the_demo_engine_with_its_marks_off_gets_the_verdict_it_gets_with_them_o
     # nothing marked: the GPU's own steps are the clock, and their count stands beside the rate
     assert off["tokens"] > 0 and off["token_clock"] == "kernel period"
     assert off["verdict"] == on["verdict"] == "launch"
-    assert off["launches_per_token"] == on["launches_per_token"] == 1863
+    assert off["kernels_per_token"] == on["kernels_per_token"] == 1863
 
 
 def test_a_compiled_8b_loop_that_never_syncs_per_token_reads_right_off_its_gpu_steps():
@@ -158,7 +158,7 @@ def test_the_compiled_8b_loop_is_timed_by_its_graph_replays_with_no_window_at_al
     assert not any(isinstance(f, (wire.KernelWindow, wire.TokenMarks)) for f in frames)
     weights = 2 * (32 * (2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336) + 128256 * 4096)
     assert j["token_clock"] == "replay_count" and abs(j["ms_per_token"] / 5.700 - 1) < 0.03
-    assert j["tokens"] >= 800 and j["launches_per_token"] is None  # no window: no launch count, and none made up
+    assert j["tokens"] >= 800 and j["kernels_per_token"] is None  # no window: no launch count, and none made up
     assert abs(j["bytes_per_token_measured"] / weights - 1) < 0.10
     assert j["ceiling"] == "bandwidth" and j["candidates"]["bandwidth"]["state"] == "binding"
     assert j["candidates"]["bandwidth"]["value"] == pytest.approx(1.74, abs=0.03)

@@ -48,11 +48,11 @@ def test_occupancys_threshold_source_line_and_help_read_the_same_instrument_firs
 
 def test_launch_divides_by_kernels_and_never_calls_a_graphed_kernel_a_launch():
     s, t = texts(EAGER, 10.0)
-    assert f"÷ {s.inputs.launches_per_token:.0f} kernels/token (traced; each launched by the host)" in t[VerdictPanel]
+    assert f"÷ {s.inputs.kernels_per_token:.0f} kernels/token (traced; each launched by the host)" in t[VerdictPanel]
     g, t = texts(GRAPH, 10.0)
     line = _line(t[VerdictPanel], "launch")
     assert "each a launch" not in line and "launches" not in line.split("÷")[-1]
-    assert f"÷ {g.inputs.launches_per_token:.0f} kernels/token (traced; replayed in 1 graph launch" in line
+    assert f"÷ {g.inputs.kernels_per_token:.0f} kernels/token (traced; replayed in 1 graph launch" in line
     assert "over 1864 kernels = 0 µs each" in g.diagnosis.candidates["launch"].detail
     assert "- 0.00 µs idle per kernel, over 1864 kernels/token (replayed in graph launches" in diagnosis_markdown(g)
 

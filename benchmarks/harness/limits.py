@@ -4,7 +4,7 @@
     p99 ratio per pair ≤ 1.1×
     a traced window at least every 5 s
     PM sampling armed and nothing lost in every default and long attach
-    launches/token equal to torch.profiler's kernels/token
+    kernels/token equal to torch.profiler's kernels/token
     kernel ms/token within 3% of torch.profiler's
     PM GPU busy within 5 points of the traced kernels' union over the same samples
 """
@@ -50,7 +50,7 @@ def pm_continuous(r: dict) -> tuple[int, int]:
 
 def _accuracy_parts(acc: dict) -> list[str]:
     parts = []
-    la, lp = acc.get("decodemon_launches_per_token"), acc.get("profiler_kernels_per_token")
+    la, lp = acc.get("decodemon_kernels_per_token"), acc.get("profiler_kernels_per_token")
     if la is not None and lp is not None:
         parts.append(f"launches {la:.1f} vs {lp:.1f} ({'met' if round(la, 1) == round(lp, 1) else 'not met'})")
     km, kp = acc.get("decodemon_kernel_ms_per_token"), acc.get("profiler_kernel_ms_per_token")

@@ -71,7 +71,7 @@ def pooled_table(results: list[dict]) -> list[str]:
 def accuracy_table(results: list[dict]) -> list[str]:
     """decodemon against torch.profiler, and PM against the traced kernels."""
     lines = ["", "## Accuracy, same run", "",
-             "| mode | launches/token decodemon vs torch.profiler | kernel ms/token decodemon vs torch.profiler | "
+             "| mode | kernels/token decodemon vs torch.profiler | kernel ms/token decodemon vs torch.profiler | "
              "GPU busy over the traced tokens, same PM samples: PM vs traced kernel union | GPU busy: PM (whole "
              "attach) vs traced kernels ÷ untraced step |", "|---|---|---|---|---|"]
     for r in results:
@@ -82,7 +82,7 @@ def accuracy_table(results: list[dict]) -> list[str]:
         same = (f"{c['pm_gpu_busy_pct']:.1f}% vs {c['traced_gpu_busy_pct']:.1f}% "
                 f"({c['pm_gpu_busy_pct'] - c['traced_gpu_busy_pct']:+.1f} points; {c['samples']} samples of "
                 f"{c['attaches']} attaches, widest attach {c['max_attach_gap_points']:g})" if c else "n/a")
-        lines.append(f"| {r['mode']} | {fmt(a['decodemon_launches_per_token'], '.1f')} vs "
+        lines.append(f"| {r['mode']} | {fmt(a['decodemon_kernels_per_token'], '.1f')} vs "
                      f"{fmt(a['profiler_kernels_per_token'], '.1f')} | {fmt(kd)} vs {fmt(kp)}{diff} | {same} | "
                      f"{fmt(a['pm_gpu_busy_pct'], '.1f', '%')} vs {fmt(a.get('kernel_share_of_step_pct'), '.1f', '%')} |")
     return lines

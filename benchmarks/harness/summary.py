@@ -113,12 +113,12 @@ def accuracy(a: dict, b: dict | None, phase_s: float) -> dict:
     """decodemon's launches and kernel time per token (default attaches) against torch.profiler's kernels, and
     PM's GPU busy against the traced kernels' union over the same samples."""
     profs = b["profs"] if b else []
-    ok = [x for lab, x in a["attach"] if lab == "D" and "error" not in x and x.get("launches_per_token")]
+    ok = [x for lab, x in a["attach"] if lab == "D" and "error" not in x and x.get("kernels_per_token")]
     last = ok[-1].get("probe") or {} if ok else {}
     return {
         "profiler_kernels_per_token": _median([p["kernels_per_token"] for p in profs]),
         "profiler_kernel_ms_per_token": _median([p["kernel_ms_per_token"] for p in profs]),
-        "decodemon_launches_per_token": _median([x["launches_per_token"] for x in ok]),
+        "decodemon_kernels_per_token": _median([x["kernels_per_token"] for x in ok]),
         "decodemon_kernel_ms_per_token": _median([x.get("kernel_sum_ms_per_token") for x in ok]),
         "pm_gpu_busy_pct": _median([x.get("pm_gpu_busy_pct") for x in ok]),
         "traced_gpu_busy_pct": _median([x.get("traced_gpu_busy_pct") for x in ok]),

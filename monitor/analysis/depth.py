@@ -1,4 +1,4 @@
-"""The diagnosis per context depth: ms/token, launches/token, bytes/token and the verdict for each depth band.
+"""The diagnosis per context depth: ms/token, kernels/token, bytes/token and the verdict for each depth band.
 
 The mix that binds a token moves with depth: near an empty KV cache the weights dominate the bytes read, deep in
 a long generation the attention's reduction over the cache does (and a kernel with one block per head leaves the
@@ -34,7 +34,7 @@ class DepthBand:
     tokens: int  # token steps measured inside the band
     depth_median: int
     ms_per_token: float | None
-    launches_per_token: float | None
+    kernels_per_token: float | None
     bytes_per_token: float | None
     kernel_sum_ms_per_token: float | None
     windows: int  # traced windows that fell in the band
@@ -50,7 +50,7 @@ class DepthBand:
         r = (lambda x, nd: None if x is None else round(float(x), nd))
         return {"depth_band": self.label, "lo": self.lo, "hi": self.hi, "tokens": self.tokens,
                 "depth_median": self.depth_median, "ms_per_token": r(self.ms_per_token, 4),
-                "launches_per_token": r(self.launches_per_token, 1), "bytes_per_token": r(self.bytes_per_token, 0),
+                "kernels_per_token": r(self.kernels_per_token, 1), "bytes_per_token": r(self.bytes_per_token, 0),
                 "kernel_sum_ms_per_token": r(self.kernel_sum_ms_per_token, 4), "windows": self.windows,
                 "verdict": self.verdict}
 
@@ -126,14 +126,14 @@ def _band(lo: int, hi: int, dt_ms: np.ndarray, dmed: int, wins: list, model, bas
     if ksum is not None and b.sm_active_pct is None:  # no PM counters: busy is kernel time over the step
         busy = min(100.0, 100.0 * ksum / ms) if ms else None
     inp = replace(b, ms_per_token=ms, bytes_per_token=bpt if bpt is not None else b.bytes_per_token,
-                  launches_per_token=launches if launches is not None else b.launches_per_token,
+                  kernels_per_token=launches if launches is not None else b.kernels_per_token,
                   kernel_sum_ms_per_token=ksum if ksum is not None else b.kernel_sum_ms_per_token,
                   gpu_busy_pct=busy,
                   small_grid_share_pct=(_median([w.small_grid_share_pct for w in wins]) if wins
                                         else b.small_grid_share_pct))
     verdict = dx.diagnose(inp).ceiling
     return DepthBand(lo=lo, hi=hi, tokens=int(len(dt_ms)), depth_median=dmed, ms_per_token=ms,
-                     launches_per_token=inp.launches_per_token, bytes_per_token=inp.bytes_per_token,
+                     kernels_per_token=inp.kernels_per_token, bytes_per_token=inp.bytes_per_token,
                      kernel_sum_ms_per_token=inp.kernel_sum_ms_per_token, windows=len(wins), verdict=verdict)
 
 

@@ -1,4 +1,4 @@
-"""The recent history the app draws: GPU busy, SM active, DRAM, clocks and power, ms/token and launches per token,
+"""The recent history the app draws: GPU busy, SM active, DRAM, clocks and power, ms/token and kernels per token,
 in fixed bins of the feed's receive clock (NaN where a bin holds nothing)."""
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def series(f, metrics: list, rx: int, points: int = 60, step_ns: int = 500_000_0
         per[~counter_intervals(c) | ~np.isfinite(per) | (per <= 0)] = np.nan
         ms = _bin_means((c["rx_ns"][1:] - lo) // step_ns, per, points)
     out["ms_per_token"] = tuple(ms)
-    out["launches_per_token"] = tuple(m.kernels_per_token for rxw, m in metrics if rxw <= rx)[-points:]
+    out["kernels_per_token"] = tuple(m.kernels_per_token for rxw, m in metrics if rxw <= rx)[-points:]
     out["graph_launches_per_token"] = tuple(m.graph_launches_per_token for rxw, m in metrics
                                             if rxw <= rx)[-points:]
     return out

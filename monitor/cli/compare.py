@@ -70,12 +70,6 @@ def differ(snap_a, snap_b) -> dict | None:
     return out or None
 
 
-def _host_calls(j: dict) -> float | None:
-    """The host's launch calls a token: kernel launch calls (a window that traced them) plus graph launches."""
-    calls = j.get("kernel_launch_calls_per_token")
-    return None if calls is None else calls + (j.get("graph_launches_per_token") or 0.0)
-
-
 def compare_json(snap_a, snap_b) -> dict:
     """Both summaries, B over A for the figures a change moves, and where the model or device differ."""
     from decodemon.monitor.render import summary_json
@@ -91,8 +85,7 @@ def compare_json(snap_a, snap_b) -> dict:
     if apart is not None:  # each ratio then measures a change of model or device as well as of code
         verb = "differ" if len(apart) > 1 else "differs"
         of = {k: f"{v}; the {' and the '.join(apart)} {verb} between A and B" for k, v in of.items()}
-    va, vb = {**ja, "host_launch_calls_per_token": _host_calls(ja)}, {**jb, "host_launch_calls_per_token": _host_calls(jb)}
-    return {"differ": apart, "a": ja, "b": jb, "b_over_a": {k: _ratio(vb.get(k), va.get(k)) for k in RATIOS},
+    return {"differ": apart, "a": ja, "b": jb, "b_over_a": {k: _ratio(jb.get(k), ja.get(k)) for k in RATIOS},
             "b_over_a_of": of, "verdicts": [ja.get("verdict"), jb.get("verdict")]}
 
 

@@ -14,8 +14,9 @@ def add(sub) -> None:
                               "could, 2 for bad input.")
     p.add_argument("--ms-per-token", type=bounded("--ms-per-token", 0, 1e7), metavar="MS",
                    help="the step, token to token")
-    p.add_argument("--launches-per-token", type=bounded("--launches-per-token", 0, 1e9), metavar="N",
-                   help="kernels launched per token")
+    p.add_argument("--kernels-per-token", "--launches-per-token", type=bounded("--kernels-per-token", 0, 1e9),
+                   metavar="N", help="kernels a token runs, however launched (--launches-per-token: its older "
+                                     "spelling)")
     p.add_argument("--kernel-ms-per-token", type=bounded("--kernel-ms-per-token", 0.0, 1e7, allow_zero=True),
                    metavar="MS", help="the kernels' own time per token (their durations summed, e.g. from a "
                                       "profiler): with it, the idle between them prices LAUNCH")
@@ -64,7 +65,7 @@ def run(a) -> int:
                              "100%, so --collectives-per-token, --us-per-collective or --ms-per-token is wrong")
     if a.n is not None and a.n < 2:
         raise UsageError("decodemon diagnose: --n must be at least 2 for a serial fraction")
-    inp = dx.Inputs(ms_per_token=a.ms_per_token, launches_per_token=a.launches_per_token,
+    inp = dx.Inputs(ms_per_token=a.ms_per_token, kernels_per_token=a.kernels_per_token,
                     kernel_sum_ms_per_token=a.kernel_ms_per_token,
                     bytes_per_token=a.bytes_per_token, bandwidth_gbs=a.bandwidth_gbs,
                     collectives_per_token=a.collectives_per_token, us_per_collective=a.us_per_collective)

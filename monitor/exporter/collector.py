@@ -9,6 +9,7 @@ import dataclasses
 from pathlib import Path
 from typing import Callable, Iterable
 
+from decodemon.monitor.render.json import host_launch_calls
 from decodemon.monitor.rolling import headline
 from decodemon.monitor.safe_text import visible
 from decodemon.probes import wire
@@ -36,8 +37,11 @@ GAUGES = (
      (s.tokens.tokens_per_s if s.tokens else None)),
     ("decodemon_tokens_per_step", "A batched engine's tokens per step (one per sequence in it).",
      lambda s: s.tokens_per_step),
-    ("decodemon_launches_per_token", "Kernels per token in the latest traced window.",
+    ("decodemon_kernels_per_token", "Kernels per token in the latest traced window, however launched.",
      lambda s: s.window.kernels_per_token if s.window else None),
+    ("decodemon_host_launch_calls_per_token", "The host's launch calls per token (kernel launch calls plus graph "
+     "launches) in the latest window that traced them.",
+     host_launch_calls),
     ("decodemon_gpu_busy_ratio", "Fraction of the time the GPU ran work (PM counters, else traced kernels).",
      lambda s: _ratio(s.gpu_busy_pct)),
     ("decodemon_sm_active_ratio", "Fraction of cycles the SMs were active (PM counters).", _pm("sm_active_pct")),

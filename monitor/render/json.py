@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from decodemon.monitor.analysis.agreement import busy_disagreement, kernels_past_step
@@ -14,6 +15,17 @@ from decodemon.monitor.token_clock import CLOCK_NOTES, PROVISIONAL_STEPS
 if TYPE_CHECKING:
     from decodemon.monitor.analysis.window import WindowMetrics
     from decodemon.monitor.snapshot import Snapshot
+
+
+COLLECTIVES_KEYS = ("source", "calls_per_token", "us_per_call", "kernel_us_per_call", "launch_gap_us_per_call",
+                    "kernel_us_per_call_mean", "wait_ms_per_token", "payload_bytes", "counted_per_token",
+                    "host_enqueue_us_per_call", "share_of_step_pct")
+# the idle's causes, each always said: `unsplit` is 0 where the window traced its launch calls (every gap split)
+GAP_KEYS = ("host_late", "short", "other", "tracing", "unsplit")
+# what the observer's steps cost the tokens they overlapped: null where no step's span is known
+SLOWED_KEYS = ("slowed_tokens", "slowed_extra_ms", "slowed_by")
+# the words a figure that was not measured has worn; the summary says each as null
+NOT_MEASURED = ("", "-", "—", "n/a")
 
 
 def collectives_json(s: Snapshot) -> dict | None:
@@ -45,7 +57,8 @@ def collectives_json(s: Snapshot) -> dict | None:
         out["host_enqueue_us_per_call"] = round(s.host_collectives[1], 2)  # what an eager loop pays per call
     if out and c is not None and c.value is not None:
         out["share_of_step_pct"] = round(c.value, 2)
-    return out or None
+    # one set of keys whatever the source: a figure it does not give is null
+    return {k: out.get(k) for k in COLLECTIVES_KEYS} if out else None
 
 
 def kernel_rows_json(w: WindowMetrics | None, sm_count: int, kernels: int = 15) -> list[dict]:
@@ -164,25 +177,34 @@ def _clock_json(s: Snapshot) -> dict:
     }
 
 
+def host_launch_calls(s: Snapshot) -> float | None:
+    """The host's launch calls a token: kernel launch calls plus graph launches, both from the latest window that
+    traced its launch calls (None before one has: a kernels-only window counts kernels, not calls)."""
+    aw = s.api_window
+    if aw is None:
+        return None
+    return round(aw.kernel_launch_calls_per_token + aw.graph_launches_per_token, 2)
+
+
 def _window_json(s: Snapshot) -> dict:
     """What the latest traced window read: kernels and launches a token, GPU busy, the idle's causes, the
     collectives and the NVTX ranges."""
     w = s.window
     aw = s.api_window or w
     return {
-        # kernels a token runs (LAUNCH divides its idle by them); `launches_per_token` is the older name of the same
-        # figure: the host's launch calls are kernel_launch_calls_per_token and graph_launches_per_token
+        # kernels a token runs, however launched (LAUNCH divides its idle by them); a launch is a host call (the
+        # help's "launch"): kernel launch calls, one kernel each, and graph launches, a whole graph each
         "kernels_per_token": round(w.kernels_per_token, 1) if w else None,
-        "launches_per_token": round(w.kernels_per_token, 1) if w else None,
         "graph_launches_per_token": round(w.graph_launches_per_token, 2) if w else None,
         # None until a window has traced the launch calls (an attach's second window: Attach.api_every)
         "kernel_launch_calls_per_token": (round(s.api_window.kernel_launch_calls_per_token, 1)
                                           if s.api_window is not None else None),
+        "host_launch_calls_per_token": host_launch_calls(s),
         "memcpys_per_token": round(w.memcpys_per_token, 2) if w else None,
         "kernel_sum_ms_per_token": round(w.kernel_sum_ms_per_token, 4) if w else None,
         **_busy_json(s),
         # the idle's causes and the launch calls from the latest window that traced its launch calls
-        "gap_ms_per_token": {k: round(v, 4) for k, v in aw.gap_ms_per_token.items()} if aw else None,
+        "gap_ms_per_token": _gaps_json(aw.gap_ms_per_token) if aw else None,
         # the traced token those gaps were read in: tracing stretches it past ms_per_token, so the gaps can sum to
         # more than the untraced token
         "gap_traced_ms_per_token": round(aw.traced_ms_per_token, 4) if aw else None,  # the older name of:
@@ -197,6 +219,35 @@ def _window_json(s: Snapshot) -> dict:
     }
 
 
+def _gaps_json(gaps: dict) -> dict:
+    """The idle's causes, ms a token, with every cause said (GAP_KEYS first). A window that traced no launch calls
+    cannot tell a host launching late (`host_late` null: not measured, as the timeline says) from the rest of the
+    idle it leaves `unsplit`; one that traced them split every gap (`unsplit` 0)."""
+    out = {k: round(gaps.get(k, 0.0), 4) for k in (*GAP_KEYS, *(k for k in gaps if k not in GAP_KEYS))}
+    if "unsplit" in gaps:
+        out["host_late"] = None
+    return out
+
+
+def _observer_json(o: dict | None) -> dict | None:
+    """The observer's cost with the slowed tokens' keys always said (null where not known)."""
+    return None if o is None else {**o, **{k: o.get(k) for k in SLOWED_KEYS}}
+
+
+def not_measured_as_null(x):
+    """`x` with every empty word (NOT_MEASURED) and every NaN or infinity made null: the summary has one way to
+    say that a figure was not measured."""
+    if isinstance(x, dict):
+        return {k: not_measured_as_null(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [not_measured_as_null(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, str) and x.strip() in NOT_MEASURED:
+        return None
+    return x
+
+
 def summary_json(s: Snapshot, kernels: int = 15) -> dict:
     """The JSON summary of `attach --json`, `replay --json` and `report --json`."""
     w = s.window
@@ -206,7 +257,7 @@ def summary_json(s: Snapshot, kernels: int = 15) -> dict:
         "source": s.label, "pid": s.pid, "device": s.device, "sm_count": s.sm_count,
         "tp_degree": s.model.tp_degree if s.model else None,
         "tp_rank": s.model.tp_rank if s.model else None,
-        "tokens": s.tokens_total,
+        "tokens": s.tokens_total if (s.tokens_total or s.token_clock) else None,  # no clock: none counted
         # the figures below are over span_s seconds of the feed, ending at span_end_unix_s ("span" above)
         "span_s": _r(s.span_s, 3),
         "span_end_unix_s": _r(s.span_end_unix_s, 3),
@@ -223,7 +274,7 @@ def summary_json(s: Snapshot, kernels: int = 15) -> dict:
         "nvml": s.nvml,
         "other_gpu_pids": list(s.other_pids),
         "probe": s.probe,
-        "observer_cost": s.observer,
+        "observer_cost": _observer_json(s.observer),
         "dropped_records": s.dropped_records,
         "errors": list(s.errors),
         # frames left out as impossible (NaN, negative counts, time running backwards), with the first few reasons
@@ -233,20 +284,19 @@ def summary_json(s: Snapshot, kernels: int = 15) -> dict:
     }
     # the last 5 s alone, beside a longer span: the live screen's figures, the loop's state at the end
     out["rolling_5s"] = rolling_json(s, summary_json)
-    return _verdict_json(s, out)
+    return not_measured_as_null(_verdict_json(s, out))
 
 
 def _verdict_json(s: Snapshot, out: dict) -> dict:
     """The diagnosis, a batched engine's step figures, the headline verdict and its history, after `out`."""
     out.update(s.diagnosis.as_json())
-    if s.tokens_per_step is not None:  # a batched engine: ms/token is a step's, each sequence's latency
-        out["tokens_per_step"] = s.tokens_per_step
-        out["steps"] = s.steps_total
-        out["time_to_first_token"] = s.first_token
-        out.update(step_bytes_json(s))
+    batched = s.tokens_per_step is not None  # a batched engine: ms/token is a step's, each sequence's latency
+    out["tokens_per_step"] = s.tokens_per_step
+    out["steps"] = s.steps_total if batched else None
+    out["time_to_first_token"] = s.first_token if batched else None
+    out.update(step_bytes_json(s) if batched else {"bytes_per_step_measured": None, "bytes_per_step_model": None})
     out["verdict"], pending = headline(s.diagnosis, s.rolling)
     out["verdict_pending"] = pending or None
     out["history"] = [c.text() for c in s.rolling.history]
-    if s.ended:
-        out["ended"] = s.ended
+    out["ended"] = s.ended or None  # why the source ended; null while it runs
     return out

@@ -35,7 +35,7 @@ def _launches(s: Snapshot) -> str:
 
 def _per_launch(s: Snapshot) -> str:
     """What µs per launch divides by: every kernel a token runs counted as one launch ("" with no such figure)."""
-    per, n = s.diagnosis.us_per_launch, s.inputs.launches_per_token if s.inputs is not None else None
+    per, n = s.diagnosis.us_per_launch, s.inputs.kernels_per_token if s.inputs is not None else None
     if per is None or not n:
         return ""
     graphed = s.window is not None and s.window.graph_launches_per_token >= 1

@@ -46,7 +46,7 @@ class LaunchesPanel(Panel):
                              "through the driver)\n", style="dim")
             if s.dropped_records:
                 t.append(f"{s.dropped_records} records dropped or invalid\n", style="red")
-            hist = (s.series or {}).get("launches_per_token", ())
+            hist = (s.series or {}).get("kernels_per_token", ())
             if hist:
                 t.append(f"kernels/{unit(s)} per traced window:\n", style="dim")
                 t.append(spark(hist, 30, lo=0), style="cyan")

@@ -123,7 +123,7 @@ def _launch(s, c) -> str:
     i = s.inputs
     if c.value is None:
         return c.detail
-    if i.kernel_sum_ms_per_token is not None and i.launches_per_token:
+    if i.kernel_sum_ms_per_token is not None and i.kernels_per_token:
         # as the diagnosis counts it: a collective spinning while it waits for a late peer is the step's idle
         kernels = own_kernel_ms(i.kernel_sum_ms_per_token, i.collective_wait_ms_per_token)
         wait = i.kernel_sum_ms_per_token - kernels
@@ -135,14 +135,14 @@ def _launch(s, c) -> str:
                if graphs >= 1 else "each launched by the host")
         out = (f"GPU idle {idle:.3g} ms = {i.ms_per_token:.4g} {per(s)} (median) − {kernels:.3g} ms "
                f"of kernels ({_windows(s)}{waiting}), {100 * idle / i.ms_per_token:.0f}% of the step, ÷ "
-               f"{i.launches_per_token:.0f} kernels/{unit(s)} (traced; {how})")
+               f"{i.kernels_per_token:.0f} kernels/{unit(s)} (traced; {how})")
         past = kernels_past_step(s)
         if past:
             out += f"; ⚠ {past}"
         if c.state != BINDING and idle / i.ms_per_token >= 0.5:
             out += f"; {c.detail.rsplit('; ', 1)[-1]}"
         return out
-    if i.launches_per_token is None and i.gpu_busy_pct is not None:
+    if i.kernels_per_token is None and i.gpu_busy_pct is not None:
         return (f"GPU idle {c.value:.0f}% = 100% − GPU busy {i.gpu_busy_pct:.0f}% from {s.busy_source}; "
                 "no traced window")
     return c.detail
