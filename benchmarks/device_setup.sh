@@ -4,8 +4,8 @@
 #                Python side; nothing of decodemon. Its `pip freeze` is written to /tmp/freeze/ before decodemon is
 #                installed and right after (freeze_engine NAME writes another, after the attaches).
 #   /tmp/dm      decodemon's own, by the README's GPU line: `python3 -m venv DIR && DIR/bin/pip install '.[gpu]'`
-#                (--no-index --find-links .whl). The benchmarks run in it. It reads the image's numpy alone, by a .pth
-#                (numpy's wheel does not fit the carry); its cupti-python, 13.4 libcupti and the rest are its own.
+#                (--no-index --find-links .whl). The benchmarks run in it. It reads the image's numpy and yaml alone, by a
+#                .pth (numpy's wheel does not fit the carry); gguf joins it for the llama.cpp benchmark's own code; its cupti-python, 13.4 libcupti and the rest are its own.
 # and two folders reached by PYTHONPATH alone: /tmp/dm_marks (decodemon with no dependencies: mark_token for the loops
 # that mark) and /tmp/site (the helpers' wheels: the reference PM reader, the GGUF writer). NCCL's NVLink multicast
 # stays off (tensor_parallel.py).
@@ -21,10 +21,13 @@ if [ ! -x /tmp/engine/bin/python ]; then
 fi
 if [ ! -x /tmp/dm/bin/decodemon ]; then
   freeze_engine before_install
-  mkdir -p /tmp/dm_numpy && ln -sfn "$img"/numpy "$img"/numpy-*.dist-info "$img"/numpy.libs /tmp/dm_numpy/ 2>/dev/null
-  python3 -m venv /tmp/dm && pth /tmp/dm/bin/python /tmp/dm_numpy image_numpy && /tmp/dm/bin/pip install -q --no-index --find-links .whl '.[gpu]' >/tmp/dm_install.log 2>&1 ||
+  # numpy (decodemon's), and yaml for the gguf reader the llama.cpp benchmark's own code uses (installed below)
+  mkdir -p /tmp/dm_image && ln -sfn "$img"/numpy "$img"/numpy-*.dist-info "$img"/numpy.libs "$img"/yaml "$img"/_yaml \
+    "$img"/[Pp]y[Yy][Aa][Mm][Ll]-*.dist-info /tmp/dm_image/ 2>/dev/null
+  python3 -m venv /tmp/dm && pth /tmp/dm/bin/python /tmp/dm_image image_numpy && /tmp/dm/bin/pip install -q --no-index --find-links .whl '.[gpu]' >/tmp/dm_install.log 2>&1 ||
     { tail -5 /tmp/dm_install.log; echo "decodemon's own venv failed"; return 1 2>/dev/null || exit 1; }
   freeze_engine after_install
+  /tmp/dm/bin/pip install -q --no-index --no-deps .whl/gguf-*.whl || echo "gguf for the benchmarks failed"
   /tmp/dm/bin/pip install -q --no-index --find-links .whl --no-deps --target /tmp/dm_marks . >/dev/null 2>&1 ||
     echo "decodemon for the marks failed"
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \

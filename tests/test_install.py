@@ -46,3 +46,16 @@ def test_decodemon_beside_torch_keeps_torch_and_its_nvidia_packages_and_its_gpu_
     own = got["own"]
     assert "torch" not in own  # decodemon's own environment carries no engine
     assert own["nvidia-cuda-cupti"].startswith("13.4") and "cupti-python" in own
+
+
+def test_every_package_of_the_tree_is_in_the_wheel():
+    """A non-editable install carries only the packages pyproject names: one left out imports in the tree (and in an
+    editable install) and fails in the wheel a user installs."""
+    import tomllib
+
+    cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    named = set(cfg["packages"])
+    for top in cfg["package-dir"].values():
+        for init in (ROOT / top).rglob("__init__.py"):
+            pkg = "decodemon." + ".".join(init.parent.relative_to(ROOT).parts)
+            assert pkg in named, f"{pkg} is not in pyproject's [tool.setuptools] packages"
