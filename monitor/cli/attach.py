@@ -133,6 +133,8 @@ def run(a) -> int:
 
     check_pid(pid)
     pids = discover_ranks(pid)
+    for p in pids:  # each rank, this one again, answers before the screen opens (one clear line if not)
+        check_pid(p)
     if len(pids) > 1:  # a tensor-parallel group: every rank side by side, under the group's figures
         return run_app([str(p) for p in pids], settings=staggered(settings, len(pids)),
                        labels=[f"rank {r} · pid {p}" for r, p in enumerate(pids)], group=True, refresh_s=a.refresh,
