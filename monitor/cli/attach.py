@@ -9,7 +9,7 @@ import sys
 
 from decodemon.monitor.cli._common import (add_last, add_pid, add_probe, add_refresh, add_seconds, attach_settings,
                                            need_json_for_last, need_terminal, print_json, resolve_pid)
-from decodemon.monitor.sources.collect import collect, collect_many, device_only, staggered
+from decodemon.monitor.sources.collect import collect, collect_many, staggered
 
 JSON_SECONDS = 10.0
 
@@ -72,7 +72,7 @@ def attach_json(pid: int, settings, seconds: float, last_s: float | None = None)
         return 0 if snaps else 3  # no rank answered: nothing was measured
     sess = collect(pid, settings, seconds)
     snap = summary_snapshot(sess, last_s)
-    if device_only(snap) and snap.tokens is None:
+    if snap.device_only and snap.tokens is None:
         if not snap.pm:
             why = snap.probe.get("pm") or "no PM sample arrived"
             print(f"decodemon attach: pid {pid} has no clock decodemon can read, and its GPU's counters gave "
