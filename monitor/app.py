@@ -277,16 +277,9 @@ def run_app(specs, settings=None, speed: float = 1.0, loop: bool = False, labels
             start_at_s: float | None = None, paused: bool = False, group: bool = False,
             refresh_s: float | None = None) -> int:
     """Open the app on one or two sources (pids or recordings), or on the ranks of one group (`group`; `settings`
-    may then be a list, one per rank)."""
-    from decodemon.monitor.sources.pids import check_pid
-    from decodemon.monitor.player import in_step, make_player
+    may then be a list, one per rank). A pid is checked by the verb that takes it (`check_pid`), before this."""
+    from decodemon.monitor.player import make_players
 
-    for s in specs:
-        if s.isdigit():
-            check_pid(int(s))  # one clear line before the screen opens
-    labels = labels or [None] * len(specs)
-    each = settings if isinstance(settings, list) else [settings] * len(specs)
-    players = in_step([make_player(s, st, speed=speed, loop=loop, label=lab) for s, st, lab in zip(specs, each, labels)])
-    DecodemonApp(players, quit_after_s=quit_after_s, start_at_s=start_at_s, paused=paused, group=group,
-                 refresh_s=refresh_s).run()
+    DecodemonApp(make_players(specs, settings, speed=speed, loop=loop, labels=labels), quit_after_s=quit_after_s,
+                 start_at_s=start_at_s, paused=paused, group=group, refresh_s=refresh_s).run()
     return 0

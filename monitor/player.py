@@ -151,3 +151,11 @@ def make_player(spec: str, settings=None, speed: float = 1.0, loop: bool = False
     if spec.isdigit():
         return LivePlayer(int(spec), settings, label)
     return RecordingPlayer(spec, label, speed=speed, loop=loop)
+
+
+def make_players(specs, settings=None, speed: float = 1.0, loop: bool = False, labels=None) -> list:
+    """A player for each spec, in step (`in_step`); `settings` is one Attach for all, or a list with one per
+    spec."""
+    labels = labels or [None] * len(specs)
+    each = settings if isinstance(settings, list) else [settings] * len(specs)
+    return in_step([make_player(s, st, speed=speed, loop=loop, label=lab) for s, st, lab in zip(specs, each, labels)])

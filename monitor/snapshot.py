@@ -91,6 +91,23 @@ class Snapshot:
     rejected_why: tuple[str, ...] = ()
 
     @property
+    def device_only(self) -> bool:
+        """A CUDA program with no Python and no clock to read, watched from outside: its device-wide counters
+        alone."""
+        return self.probe.get("token_clock") == "none"
+
+    @property
+    def measured_anything(self) -> bool:
+        """Tokens marked by the engine, or GPU steps read in a traced window (a loop that marks nothing); watched
+        from outside, a rate over whole intervals of the server's steps, or for a program with no clock its
+        counters."""
+        if self.probe.get("token_clock") == "server_metrics":
+            return self.tokens is not None
+        if self.device_only:
+            return bool(self.pm) or self.tokens is not None
+        return bool(self.tokens_total) or self.tokens is not None
+
+    @property
     def collective_us_priced(self) -> float | None:
         """µs per collective as the diagnosis priced it, else the last window's in-step figure."""
         if self.inputs is not None and self.inputs.us_per_collective:

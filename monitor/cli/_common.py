@@ -107,10 +107,8 @@ def fail(verb: str, message: str, code: int = 2) -> int:
 def without_tokens(verb: str, snaps) -> int | None:
     """Exit 3 with one line if a source measured no token (a recording that holds only its header, a target
     that went away at once); None when every source has tokens."""
-    from decodemon.monitor.sources.collect import measured_anything
-
     for s in snaps:
-        if not measured_anything(s):
+        if not s.measured_anything:
             where = f"pid {s.label}" if str(s.label).isdigit() else s.label
             why = f" ({s.ended})" if s.ended else ""
             return fail(verb, f"{where} holds no tokens{why}: nothing was measured", 3)

@@ -9,7 +9,7 @@ import sys
 
 from decodemon.monitor.cli._common import (add_last, add_pid, add_probe, add_refresh, add_seconds, attach_settings,
                                            need_json_for_last, need_terminal, print_json, resolve_pid)
-from decodemon.monitor.sources.collect import collect, collect_many, device_only, staggered
+from decodemon.monitor.sources.collect import collect, collect_many, staggered
 
 JSON_SECONDS = 10.0
 
@@ -72,7 +72,7 @@ def attach_json(pid: int, settings, seconds: float, last_s: float | None = None)
         return 0 if snaps else 3  # no rank answered: nothing was measured
     sess = collect(pid, settings, seconds)
     snap = summary_snapshot(sess, last_s)
-    if device_only(snap) and snap.tokens is None:
+    if snap.device_only and snap.tokens is None:
         if not snap.pm:
             why = snap.probe.get("pm") or "no PM sample arrived"
             print(f"decodemon attach: pid {pid} has no clock decodemon can read, and its GPU's counters gave "
@@ -133,6 +133,8 @@ def run(a) -> int:
 
     check_pid(pid)
     pids = discover_ranks(pid)
+    for p in pids:  # each rank, this one again, answers before the screen opens (one clear line if not)
+        check_pid(p)
     if len(pids) > 1:  # a tensor-parallel group: every rank side by side, under the group's figures
         return run_app([str(p) for p in pids], settings=staggered(settings, len(pids)),
                        labels=[f"rank {r} · pid {p}" for r, p in enumerate(pids)], group=True, refresh_s=a.refresh,

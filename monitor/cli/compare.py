@@ -122,6 +122,11 @@ def run(a) -> int:
         return 0
     need_terminal("compare", "add --json for the two summaries instead")
     from decodemon.monitor.app import run_app
+    from decodemon.monitor.sources.pids import check_pid
+
+    for s in (a.a, a.b):
+        if s.isdigit():
+            check_pid(int(s))  # one clear line before the screen opens
 
     return run_app([a.a, a.b], settings=settings, speed=a.speed, start_at_s=a.at, paused=a.paused,
                    refresh_s=a.refresh, quit_after_s=a.seconds)

@@ -45,7 +45,10 @@ def run(a) -> int:
         from decodemon.monitor.sources.collect import collect_recording
         from decodemon.monitor.span import summary_snapshot
 
-        snaps = [summary_snapshot(collect_recording(f), a.last) for f in a.files]
+        snaps = []
+        for f in a.files:  # each read to its end, then summarised
+            sess = collect_recording(f)
+            snaps.append(summary_snapshot(sess, a.last))
     if len(a.files) > 1:  # one recording per rank: the group view, as `attach --json` shows it live
         from decodemon.monitor.ranks import not_one_group
 

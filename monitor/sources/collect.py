@@ -107,21 +107,6 @@ def collect_recording(path, on_frame=None):
     return _feed(Session(label=str(path)), recording_frames(str(path)), on_frame)
 
 
-def device_only(snap) -> bool:
-    """A CUDA program with no Python and no clock to read, watched from outside: its device-wide counters alone."""
-    return snap.probe.get("token_clock") == "none"
-
-
-def measured_anything(snap) -> bool:
-    """Tokens marked by the engine, or GPU steps read in a traced window (a loop that marks nothing); watched from
-    outside, a rate over whole intervals of the server's steps, or for a program with no clock its counters."""
-    if snap.probe.get("token_clock") == "server_metrics":
-        return snap.tokens is not None
-    if device_only(snap):
-        return bool(snap.pm) or snap.tokens is not None
-    return bool(snap.tokens_total) or snap.tokens is not None
-
-
 def _server_reads(sess, snap) -> str:
     """For a server watched from outside that measured nothing: what its reads saw, in words ("" otherwise)."""
     if snap.probe.get("token_clock") != "server_metrics":
@@ -171,7 +156,7 @@ def collect_pid(pid: int, settings: wire.Attach | None = None, seconds: float | 
         raise
     if recorder is not None:
         snap = sess.snapshot()
-        if not measured_anything(snap):
+        if not snap.measured_anything:
             recorder.discard()
             why = snap.ended or (f"pid {pid} decoded no token in {seconds:g} s" if seconds else
                                  f"pid {pid} decoded no token")
