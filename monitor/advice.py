@@ -143,6 +143,6 @@ def _open_advice(i: Inputs, floor: float | None, ms: float, launch: Candidate, p
     if floor and ms and kernels_fill_step(i, launch):
         return _kernels_slow_off_the_floor(i, ms / floor)
     return ("measure more: " + ("the PM counters (GPU busy, DRAM): no window can be traced here"
-                                if i.untraced else "a traced window, or ms/token with kernels/token and bytes/token"),
+                                if i.untraced and i.gpu_busy_pct is None else "a traced window, or ms/token with kernels/token and bytes/token"),
             (f"Nothing binds at these numbers ({', '.join(priced)} priced, none binding): the next "
              "measurement decides, not a fix." if priced else "n/a until a candidate has a number"), "n/a")

@@ -150,6 +150,10 @@ def _missing(i: Inputs, cands: dict) -> str:
         return ""
     if i.untraced and i.gpu_busy_pct is None and i.dram_gbs is None:
         return "the PM counters (GPU busy, DRAM; no window can be traced here)"
+    if i.untraced and cands["launch"].state == UNKNOWN:
+        # watched from outside (llama-server by pid): PM says how much of the step the GPU idles, not whose it is
+        return ("a traced window (start the target under `decodemon run`): from outside, the GPU's idle share "
+                "cannot be told host gaps from kernels")
     if i.ms_per_token is None:
         return "a token clock (ms/token)"
     if cands["bandwidth"].value is None and not i.bytes_per_token:

@@ -25,7 +25,7 @@ SHAPES = {
     "llama-1b": dict(embd=2048, layers=16, ff=8192, heads=32, heads_kv=8, extra_vocab=32_000),
     "llama-8b": dict(embd=4096, layers=32, ff=14336, heads=32, heads_kv=8, extra_vocab=32_000),
 }
-CTX = 4096
+CTX = 131072  # the training context the GGUF states (Llama 3.1's): llama-server caps a slot at it (server1b_kvq8 goes ~60k deep)
 
 
 def vocab(extra: int) -> tuple[list[bytes], list[float], list[int]]:
