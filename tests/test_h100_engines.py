@@ -1,6 +1,7 @@
-"""gpt-fast's compiled Llama-8B loop with marks on an H100, five records in a row of one process, attached from
-decodemon's own venv with nothing of decodemon installed in the engine's: the traced windows come from decodemon's
-CUPTI library loaded into the target (tests/data/h100_compiled_llama8b_marks.json)."""
+"""Engines on an H100 attached by pid from decodemon's own venv, with nothing of decodemon installed in the engine's:
+gpt-fast's compiled Llama-8B loop with marks, five records in a row of one process (tests/data/
+h100_compiled_llama8b_marks.json), and the demo engine, eager and graphed. The traced windows come from decodemon's
+CUPTI library loaded into the target; PM from the sidecar in decodemon's process."""
 
 from __future__ import annotations
 
@@ -36,3 +37,13 @@ def test_pm_is_read_in_decodemons_own_process_from_its_own_libcupti(name):
     j = replay(DATA / name).as_json()
     assert "in the sidecar" in j["probe"]["pm"] and "nvidia-cuda-cupti 13.4" in j["probe"]["pm"]
     assert j["bytes_per_token_measured"] > 0 and j["verdict"] == "bandwidth"
+
+
+@pytest.mark.parametrize("mode", ["eager", "graph"])
+def test_the_demo_engine_on_the_h100_shows_a_measured_byte_beside_the_models(mode):
+    """The demo engine recorded 8 s by pid from decodemon's own venv, PM armed in the sidecar: bytes a token from the
+    DRAM counters beside the model's, and the window traced by decodemon's CUPTI library."""
+    j = replay(DATA / f"h100_demo_{mode}_pm.dmon").as_json()
+    assert j["bytes_per_token_measured"] == pytest.approx(j["bytes_per_token_model"], rel=0.10)
+    assert j["windows"] >= 1 and j["kernels_per_token"] in (1863, 1864)
+    assert j["verdict"] == {"eager": "launch", "graph": "occupancy"}[mode]
