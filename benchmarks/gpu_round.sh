@@ -9,6 +9,11 @@
 #                                            (COST_S and COUNTERS_S shorten its two benchmarks to fit the call)
 #   bash benchmarks/gpu_round.sh OUTDIR two   torch.profiler's count of the compiled 8B loop, then the llama.cpp
 #                                            cases (llama_cpp.sh run, CASES to choose) as far as the call goes
+#   bash benchmarks/gpu_round.sh OUTDIR rest  llama.cpp's build detached, as `one`; then the first attach held 60 s
+#                                            before and after (cost.py), the compiled 8B loop with no marks attached
+#                                            by pid five times (unmodified.py compiled_8b_plain) and a C++ CUDA loop
+#                                            (counters.py cuda_loop); follow it with
+#                                            `CASES=server1b_kvq8 bash benchmarks/llama_cpp.sh OUTDIR run`
 #
 # Run from the repository root with .whl/ carried (`bash benchmarks/wheels.sh`). Each call leaves at most 8 files
 # under OUTDIR: the tables and a .tgz of the JSON, logs and recordings.
@@ -66,5 +71,23 @@ case "$stage" in
     LLAMA_S=${LLAMA_S:-360} CASES=${CASES:-lcpp1b_graphs,lcpp1b_nographs,server1b_np4,server8b_injected,server1b_kvq8,server8b} \
       bash benchmarks/llama_cpp.sh "$out" run
     ;;
-  *) echo "no stage $stage: one or two"; exit 2 ;;
+  rest)
+    JOBS=8 SETUP_WAIT=0 CHECK_PM=0 taskset -c 8-15 bash benchmarks/llama_cpp.sh "$out" setup 2>&1 | tail -n 8
+    . benchmarks/device_setup.sh || exit 1
+    export PATH=/usr/local/cuda/bin:$PATH
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u +%FT%TZ
+    mkdir -p "$out/r"
+    taskset -c 0-7 timeout ${COST_S:-230} $DM_PY benchmarks/cost.py "$out/r/cost" --engines manual --pairs 4 \
+      --phase-s 3 --before-s 60 --after-s 60 --warm-s 30 > "$out/r/cost.log" 2>&1
+    echo "cost.py exit $?"; tail -n 6 "$out/r/cost.log"
+    taskset -c 0-7 timeout 190 $DM_PY benchmarks/unmodified.py "$out/r/unmodified" --cases compiled_8b_plain \
+      --attaches 5 > "$out/r/unmodified.log" 2>&1
+    echo "unmodified.py exit $?"; tail -n 8 "$out/r/unmodified.log"
+    taskset -c 0-7 timeout 100 $DM_PY benchmarks/counters.py "$out/r/counters" --cases cuda_loop \
+      > "$out/r/counters.log" 2>&1
+    echo "counters.py exit $?"; tail -n 4 "$out/r/counters.log"
+    freeze_check rest
+    (cd "$out/r" && tar czf ../round_rest.tgz .) && rm -rf "$out/r"
+    ;;
+  *) echo "no stage $stage: one, two, solo or rest"; exit 2 ;;
 esac
