@@ -58,7 +58,7 @@ def test_a_cuda_program_with_no_python_gets_the_device_wide_view():
     r = cli("replay", DATA / "h200_cuda_loop_8gib.dmon", "--json")
     assert r.returncode == 0, r.stderr
     j, own = json.loads(r.stdout), CASES["h200_cuda_loop_8gib.dmon"]["own"]
-    assert j["tokens"] == 0 and j["ms_per_token"] is None and j["probe"]["token_clock"] == "none"
+    assert j["tokens"] is None and j["ms_per_token"] is None and j["probe"]["token_clock"] == "none"
     assert j["dram_gbs"] == pytest.approx(own["gbs"], rel=0.05)
     assert j["pm_gpu_busy_pct"] > 95
     assert j["verdict"] == "bandwidth" and j["candidates"]["bandwidth"]["state"] == "binding"

@@ -16,7 +16,11 @@ from tests.conftest import REC
 # the recordings of loops whose host marks tokens ahead of the GPU: transformers' static-cache generate() (marked
 # by its adapter, and injected into plain python) and the compiled 8B loop that marks at enqueue
 STATIC_GENERATE = ("h200_hf_generate_static", "h200_hf_static_plain")
-HOST_AHEAD = STATIC_GENERATE + ("h200_compiled_llama8b_marks_",)
+HOST_AHEAD = STATIC_GENERATE + ("h200_compiled_llama8b_marks_", "h100_compiled_llama8b_marks_")
+# llama.cpp's 8B with ggml's graphs, in the window that traced launch calls: its graph launch queued 547 kernels,
+# of which 62 ran after the token's mark (the window without launch calls counts 485, all inside); which of the two
+# a token reads is not settled by these recordings
+PAST_THE_MARK = ("h100_llama_cpp_lcpp8b_graphs",)
 
 def first_window(name):
     return next(f for _, f in wire.read_recording(REC[name]) if isinstance(f, wire.KernelWindow))
@@ -172,6 +176,8 @@ def test_gap_classes_sum_to_the_idle_time_of_every_window(windows):
         if stem.startswith("h200_known_reduce"):
             continue  # one kernel a step: no gap between two kernels to classify (the idle is the host's sync)
         s, e, lo, hi = _analysed_kernels(f)
+        if stem.startswith(HOST_AHEAD) and len(s) < 2:
+            continue  # marked at enqueue: the window's kernels ran after its marks (the summary reads GPU steps)
         idle_ns = (hi - lo) - _busy_ns(s, e)
         assert sum(m.gap_ms_per_token.values()) * m.tokens * 1e6 == pytest.approx(idle_ns, rel=1e-9), stem
         # GPU busy is the kernels' union over the tokens, less a graphed window's tracing head
@@ -182,11 +188,12 @@ def test_gap_classes_sum_to_the_idle_time_of_every_window(windows):
 def test_a_graphed_windows_idle_head_is_the_tracers_and_an_eager_one_has_none(windows):
     for stem, _, m in windows:
         g = m.gap_ms_per_token
-        if stem.startswith(("h200_hf_", "h200_compiled_", "h200_known_")):
+        if stem.startswith(("h200_hf_", "h200_compiled_", "h200_known_", "h100_compiled_", "h100_llama_cpp_server")):
             # transformers' loops and the compiled one: graphs whose host enqueues ahead or works between; the
-            # calibration loops of known bytes: graphs of one reduction kernel a step, no tracer's head to see
+            # calibration loops of known bytes: graphs of one reduction kernel a step, no tracer's head to see;
+            # llama-server under `decodemon run`: windows by time over ggml's graphs, its name says no mode
             continue
-        if "graph" in stem:
+        if "graph" in stem and "nographs" not in stem:
             assert m.graph_launches_per_token == 1.0 and g["host_late"] == 0, stem
             assert g["tracing"] == pytest.approx(m.tracing_head_ms) and m.tracing_head_ms > 0.5, stem
         else:
@@ -226,6 +233,8 @@ def test_kernels_per_token_are_the_kernels_launched_in_the_traced_tokens(windows
         if stem.startswith(HOST_AHEAD):  # torch.profiler's 553 (generate) and 776 (the compiled 8B) a token
             assert m.kernels_per_token == (553.0 if stem in STATIC_GENERATE else 776.0), stem
             assert len(s) / m.tokens < m.kernels_per_token / 2, stem  # most ran outside the marks
+        elif stem in PAST_THE_MARK and f.apis_traced:
+            assert m.kernels_per_token > len(s) / m.tokens, stem
         else:
             assert m.kernels_per_token == len(s) / m.tokens, stem
 
@@ -274,12 +283,14 @@ def test_the_kernel_table_adds_up_to_the_kernel_time(windows):
         rows = m.kernels
         assert [r.us_per_token for r in rows] == sorted((r.us_per_token for r in rows), reverse=True), stem
         assert sum(r.us_per_token for r in rows) / 1e3 == pytest.approx(m.kernel_sum_ms_per_token, rel=1e-9), stem
-        if not stem.startswith(HOST_AHEAD):  # there the table holds what ran in the marks, not all launched
+        if not stem.startswith(HOST_AHEAD) and stem not in PAST_THE_MARK:  # the table: what ran in the marks
             assert sum(r.calls_per_token for r in rows) == pytest.approx(m.kernels_per_token), stem
         for r in rows:
             assert r.calls_per_token * r.us_mean == pytest.approx(r.us_per_token, rel=1e-9), (stem, r.name)
         # the small grids' share of the kernels other than collectives (their grid is COMM's, not OCCUPANCY's)
         own = [r for r in rows if not r.is_collective]
+        if not own:
+            continue  # marked at enqueue: no kernel ran inside the window's marks
         small = sum(r.us_per_token for r in own if r.grid_coverage_pct < 25)
         assert m.small_grid_share_pct == pytest.approx(100 * small / sum(r.us_per_token for r in own)), stem
 

@@ -174,7 +174,7 @@ def test_token_range_on_a_real_process_gives_its_own_ms_per_token(tmp_path):
         assert j["tokens"] > 100 and j["token_clock"] == "nvtx_range:decode_step", (r.stderr, j["probe"])
         assert abs(j["ms_per_token"] - own_ms) / own_ms < 0.15
         r = cli("attach", pid, "--json", "--seconds", 2, "--no-pm")  # without it: no token clock at all
-        assert json.loads(r.stdout)["tokens"] == 0
+        assert json.loads(r.stdout)["tokens"] is None
     finally:
         proc.terminate()
         proc.wait(10)
