@@ -95,6 +95,11 @@ class Inputs:
     sm_count: int = 0
     top_kernel: tuple[str, float] | None = None  # (name, µs/token)
     graph_launches_per_token: float | None = None  # ≥ 1: the step is already replayed as CUDA graph(s)
+    kernel_launch_calls_per_token: float | None = None  # the host's kernel launch calls (None: not traced)
+    # the KV depth the model's bytes were priced at (the span's last token), and the depths the span ran over;
+    # None where the bytes are the DRAM counters' (no depth prices them)
+    kv_depth: int | None = None
+    kv_depth_span: tuple[int, int] | None = None
     dram_gbs: float | None = None  # DRAM read + write the counters saw, GB/s: the floor's ratio with no token count
     ranks: int | None = None  # tensor-parallel degree when the engine said it
     untraced: bool = False  # no traced window can come (watched from outside, tracing off): GPU busy prices LAUNCH
@@ -138,8 +143,17 @@ def price_bandwidth(i: Inputs) -> tuple[Candidate, float | None]:
     ceiling_tps = 1e3 / floor
     detail = (f"floor {floor:.3g} ms/token ({i.bytes_per_token / 1e9:.3g} GB ÷ {i.bandwidth_gbs:.4g} GB/s, "
               f"a {ceiling_tps:.4g} tok/s ceiling); measured {i.ms_per_token:.4g} ms is {ratio:.3g}× the floor; "
-              f"achieved {i.bytes_per_token / (i.ms_per_token * 1e-3) / 1e9:.4g} GB/s")
+              f"achieved {i.bytes_per_token / (i.ms_per_token * 1e-3) / 1e9:.4g} GB/s" + _depth_words(i))
     return Candidate(ratio, "× floor", thr, state, detail, "ms_per_token_over_floor"), floor
+
+
+def _depth_words(i: Inputs) -> str:
+    """Which KV depth the model's bytes were priced at, where the model priced them ("" where counters did)."""
+    if i.kv_depth is None:
+        return ""
+    lo, hi = i.kv_depth_span or (i.kv_depth, i.kv_depth)
+    ran = f"; the span ran at depths {lo}–{hi}" if lo != hi else ""
+    return f"; the model's bytes priced at KV depth {i.kv_depth}, the last token's{ran}"
 
 
 def price_comm(i: Inputs) -> tuple[Candidate, float | None]:
@@ -219,6 +233,18 @@ def host_between_replays(i: Inputs, floor: float | None) -> str:
             f"({parts}): the host's work between replays sets the token, not kernel launches")
 
 
+def _launches_counted(i: Inputs) -> str:
+    """What the host was counted launching a token for its kernels: kernel launch calls (where traced) and graph
+    launches."""
+    g = i.graph_launches_per_token or 0.0
+    graphs = f"{g:g} graph launch{'es' if g != 1 else ''}"
+    if i.kernel_launch_calls_per_token is None:
+        return f"{graphs} a token for {i.kernels_per_token:.0f} kernels (kernel launch calls not traced)"
+    calls = i.kernel_launch_calls_per_token
+    return (f"{calls:.0f} kernel launch call{'s' if round(calls) != 1 else ''} and {graphs} a token for "
+            f"{i.kernels_per_token:.0f} kernels")
+
+
 def _launch_priced(i: Inputs, floor: float | None) -> tuple[Candidate, float | None]:
     lo, hi = EAGER_LAUNCH_US
     if priced_by_idle(i):
@@ -236,10 +262,11 @@ def _launch_priced(i: Inputs, floor: float | None) -> tuple[Candidate, float | N
         state = BINDING if idle_share >= 0.5 else RULED_OUT if idle_share < 0.2 else UNKNOWN
         graphed = (i.graph_launches_per_token or 0) >= 1
         waited = i.collective_wait_ms_per_token or 0.0
-        detail = (f"{idle:.3g} ms/token no kernel explains ({100 * idle_share:.0f}% of the step"
+        detail = (f"{idle:.3g} ms/token no kernel explains ({100 * idle_share:.0f}% of the step: {i.ms_per_token:.4g} "
+                  f"− {i.kernel_sum_ms_per_token:.4g} ms of kernels"
                   + (f", {waited:.3g} ms of it collectives waiting for a late peer"
                      if peer_wait_named(waited, i.ms_per_token) else "") + f") over {n:.0f} kernels = {per:.3g} µs each; "
-                  + (f"the step is a replayed CUDA graph: the host launches its {n:.0f} kernels in one graph launch"
+                  + (f"the step is a replayed CUDA graph: {_launches_counted(i)}"
                      if graphed else f"eager host launches cost {lo:g}–{hi:g} µs"))
         return Candidate(per, "µs/launch", thr, state, detail, "idle_us_per_kernel"), per
     if floor is not None:  # the idle estimated as the step the bandwidth floor leaves unexplained

@@ -58,6 +58,10 @@ class Snapshot:
     # Attach.api_every): the timeline's CPU lane, the host-late share of the gaps and the launch-call count
     api_window: WindowMetrics | None = None
     api_window_age_s: float | None = None  # how long before the snapshot it arrived (0: it is `window`)
+    # when `window` arrived (the feed's receive clock), and how many traced windows arrived in the span: none, and
+    # the kernel figures are the latest window's before the span
+    window_rx_ns: int | None = None
+    windows_in_span: int = 0
     # which clock ms/token comes from: "mark_token" (the engine's marks, host time), "nvtx_range:NAME" (the closes
     # of the NVTX range the attach named), the GPU's own steps in the traced windows ("graph replays" or "kernel
     # period") when the loop marks nothing or runs ahead of the GPU, "replay_count" (the CUDA graph replays the

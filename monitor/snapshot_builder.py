@@ -214,7 +214,21 @@ class SnapshotBuilder:
         d = np.diff(t)
         return hit & (d > np.percentile(d[~hit], 90))
 
-    def _inputs(self, since: int, span_ns: int | None = SPAN_NS):
+    def api_window(self, until: int | None = None) -> tuple[int | None, WindowMetrics | None]:
+        """The latest window that traced its launch calls, received by `until` (any time: None), with when."""
+        return next(((r, m) for r, m in reversed(self.metrics) if (until is None or r <= until) and m.apis_traced),
+                    (None, None))
+
+    def _depth_priced(self, since: int, bpt_measured: float | None) -> dict:
+        """The KV depth the model's bytes were priced at (the feed's last token) and the span's depths, where the
+        model prices the bytes (none where the DRAM counters do)."""
+        f = self.feed
+        if bpt_measured or f.hello is None or f.hello.model is None:
+            return {}
+        d = f.depths(since)
+        return {"kv_depth": f.depth(), "kv_depth_span": (int(d.min()), int(d.max())) if len(d) else None}
+
+    def _inputs(self, since: int, span_ns: int | None = SPAN_NS, until: int | None = None):
         f = self.feed
         wins = self._span_metrics(since)
         pm_avg = self._pm_average(since)
@@ -242,6 +256,7 @@ class SnapshotBuilder:
         elif gpu and gpu.mem_bandwidth_gbs:
             bw, bw_src = gpu.mem_bandwidth_gbs, "NVML peak (a spec figure, not measured)"
         last = wins[-1] if wins else None
+        _, api = self.api_window(until)
         ksum = _median([w.kernel_sum_ms_per_token for w in wins]) if wins else None
         # as the small grids' share counts them; a kernel of a few µs a call is held by its fixed latency, which
         # more blocks do not shorten (fusing it does): the longer calls lead, as the ones widening could speed up
@@ -283,6 +298,8 @@ class SnapshotBuilder:
             sm_count=gpu.sm_count if gpu else 0,
             top_kernel=(last.kernels[0].label, last.kernels[0].us_per_token) if last and last.kernels else None,
             graph_launches_per_token=_median([w.graph_launches_per_token for w in wins]) if wins else None,
+            kernel_launch_calls_per_token=api.kernel_launch_calls_per_token if api is not None else None,
+            **self._depth_priced(since, bpt_measured),
             dram_gbs=dram_bps / 1e9 if dram_bps else None, ranks=model.tp_degree if model else None,
             no_gpu=gpu is None and bool((f.hello and f.hello.gpu_unavailable)
                                         or f.status.gpu.startswith("unavailable")),
@@ -299,7 +316,7 @@ class SnapshotBuilder:
 
     def diagnose(self, rx_ns: int):
         """The diagnosis of the span before `rx_ns`, and the figures the rolling verdict keeps beside it."""
-        inp, ts, last, pm_avg, *_ = self._inputs(max(rx_ns - SPAN_NS, 0))
+        inp, ts, last, pm_avg, *_ = self._inputs(max(rx_ns - SPAN_NS, 0), until=rx_ns)
         d = dx.diagnose(inp)
         figs = {"ms/token": inp.ms_per_token, "GPU busy %": inp.gpu_busy_pct,
                 "kernels/token": inp.kernels_per_token}
@@ -311,7 +328,7 @@ class SnapshotBuilder:
         f = self.feed
         rx = f.last_rx_ns if at_rx_ns is None else at_rx_ns
         since = max(rx - span_ns, 0) if span_ns is not None else 0
-        inp, ts, last, pm_avg, bpt, bw, bw_src = self._inputs(since, span_ns)
+        inp, ts, last, pm_avg, bpt, bw, bw_src = self._inputs(since, span_ns, rx)
         d = dx.diagnose(inp)
         gpu = f.hello.gpu if f.hello else None
         nv = {}
@@ -324,7 +341,9 @@ class SnapshotBuilder:
         others = tuple(f.nvml[-1][1].other_pids) if f.nvml else ()
         batch = batch_figures(f.token_times_ns(since), f.batch_since(since)) \
             if f.batched else (None, None)
-        api_rx, api_w = next(((r, m) for r, m in reversed(self.metrics) if r <= rx and m.apis_traced), (None, None))
+        api_rx, api_w = self.api_window(rx)
+        # where the kernel figures come from: the latest of the span's windows, else the latest before it
+        win_rx = next((r for r, m in reversed(self.metrics) if m is last), None)
         throughput = batch[1] if f.batched else counter_throughput(f.counts_since(since)) \
             if len(f.counts) and f.counts_source not in (wire.GRAPH_REPLAYS, wire.STEP_STARTS) else None
         # a server's own counters (llama-server's slots): a step makes a token of every request in it, so its
@@ -336,6 +355,7 @@ class SnapshotBuilder:
         origin = self._session.clock_origin_unix_s
         return Snapshot(
             api_window=api_w, api_window_age_s=(rx - api_rx) / 1e9 if api_rx is not None else None,
+            window_rx_ns=win_rx, windows_in_span=sum(1 for r, _ in self.metrics if since <= r <= rx),
             label=self._session.label or (f"pid {f.hello.pid}" if f.hello else "?"),
             gpu_busy_pct=inp.gpu_busy_pct, busy_source=self.busy_source(),
             pid=f.hello.pid if f.hello else 0,

@@ -106,10 +106,7 @@ def _busy_json(s: Snapshot) -> dict:
         # the traced kernels' time over the loop's median (untraced) step: the help's "kernel share"
         "kernel_share_of_step_pct": _r(s.kernel_share_pct, 1),
         # the traced kernels' share counts a collective spinning while it waits for a late peer as the step's idle
-        "kernel_share_of_step_note": (f"the traced kernels less {i.collective_wait_ms_per_token:.3g} ms/token of "
-                                      "collectives waiting for a late peer (the step's idle, as LAUNCH counts it)"
-                                      if i is not None and peer_wait_named(i.collective_wait_ms_per_token,
-                                                                           i.ms_per_token) else None),
+        "kernel_share_of_step_note": kernel_share_note(s),
         "kernels_past_step": kernels_past_step(s) or None,  # the traced kernels' sum over the median step: why
         # GPU busy over the same PM samples inside the traced tokens: PM's counter and the traced kernels' union
         "pm_vs_window": ({"samples": c.samples, "pm_gpu_busy_pct": round(c.pm_busy_pct, 1),
@@ -122,6 +119,60 @@ def _busy_json(s: Snapshot) -> dict:
         "dram_gbs": _r(s.inputs.dram_gbs, 1) if s.inputs is not None else None,
         "busy_sources_disagree": busy_disagreement(s.pm["gpu_busy_pct"] if s.pm else None, s.kernel_share_pct),
     }
+
+
+def _windows_words(s: Snapshot) -> str:
+    """Which traced windows a figure the diagnosis was given is the median of."""
+    n = s.windows_in_span
+    if n > 1:
+        return f"the median of the span's {n} traced windows"
+    return "the span's one traced window" if n == 1 else "the latest traced window, before the span"
+
+
+def kernel_share_note(s: Snapshot) -> str | None:
+    """The arithmetic of kernel_share_of_step_pct, with the figures it used: the traced kernels' ms a token (the
+    median of the span's windows, where kernel_sum_ms_per_token is the latest's), less the collectives' wait for a
+    late peer where it is named, over the median step."""
+    i = s.inputs
+    if s.kernel_share_pct is None or i is None or i.kernel_sum_ms_per_token is None or not i.ms_per_token:
+        return None
+    k, step = i.kernel_sum_ms_per_token, i.ms_per_token
+    wait = i.collective_wait_ms_per_token if peer_wait_named(i.collective_wait_ms_per_token, step) else None
+    own = k - min(wait or 0.0, k)
+    where = _windows_words(s)
+    several = s.windows_in_span > 1  # the JSON's kernel_sum_ms_per_token and wait_ms_per_token are the latest's
+    line = f"the traced kernels {k:.4g} ms/token ({where}" + ("; kernel_sum_ms_per_token is the latest window's)"
+                                                            if several else ")")
+    if wait:
+        line += (f" less {wait:.3g} ms/token of collectives waiting for a late peer (the step's idle, as LAUNCH "
+                 f"counts it; {where}" + ("; collectives.wait_ms_per_token is the latest window's)" if several
+                                          else ")") + f" = {own:.4g} ms")
+    pct = 100.0 * own / step
+    return line + f" over the {step:.4g} ms median step = {pct:.1f}%" + (", capped at 100" if pct > 100 else "")
+
+
+def kernels_from_json(s: Snapshot) -> dict | None:
+    """Which traced window the kernel figures (kernels and launches a token, kernel time, the gaps, the kernel
+    table, the collectives) are read from: the span's latest, or, where the span received none, the latest
+    before it, with when it arrived (seconds into the source, the span's clock)."""
+    if s.window is None or s.window_rx_ns is None:
+        return None
+    at_s = s.window_rx_ns / 1e9
+    start_s = s.rx_ns / 1e9 - (s.span_s or 0.0)
+    inside = s.windows_in_span > 0
+    return {"window": "the span's latest traced window" if inside else "the latest traced window, before the span",
+            "window_received_s": round(at_s, 3), "windows_in_span": s.windows_in_span, "in_span": inside,
+            "s_before_span": None if inside else round(max(start_s - at_s, 0.0), 3)}
+
+
+def kernels_from_words(s: Snapshot) -> str:
+    """A report's line where the kernel figures come from a window outside the span ("" where inside)."""
+    k = kernels_from_json(s)
+    if k is None or k["in_span"]:
+        return ""
+    start_s = s.rx_ns / 1e9 - (s.span_s or 0.0)
+    return (f"kernel figures: the latest traced window, received at {k['window_received_s']:g} s, before this "
+            f"span ({start_s:.3f}–{s.rx_ns / 1e9:.3f} s), which traced none")
 
 
 def bytes_note(measured: float | None, model: float | None) -> str | None:
@@ -212,6 +263,8 @@ def _window_json(s: Snapshot) -> dict:
         "gap_note": ("the idle gaps are read in the traced token (traced_token_ms), which tracing stretches past "
                      "ms_per_token: they can sum to more than the untraced token" if aw else None),
         "launch_calls_traced_s_ago": _r(s.api_window_age_s, 1),
+        # which window the figures above and the kernel table are read from: outside the span where it traced none
+        "kernels_from": kernels_from_json(s),
         "collectives": collectives_json(s),
         # NVTX ranges pushed from Python inside the latest window (engine_adapter/nvtx_ranges.py)
         "nvtx_ranges": [{"name": n, "per_token": round(k, 3), "us": round(us, 2), "level": lv}
@@ -266,6 +319,8 @@ def summary_json(s: Snapshot, kernels: int = 15) -> dict:
         "bytes_per_token": s.bytes_per_token,
         "bytes_per_token_measured": round(s.bytes_per_token_measured) if s.bytes_per_token_measured else None,
         "bytes_per_token_model": round(s.bytes_per_token_model) if s.bytes_per_token_model else None,
+        # the KV depth the model's bytes are priced at: the last token's, where the depth changed over the span
+        "bytes_per_token_model_depth": s.depth if s.bytes_per_token_model else None,
         "bytes_per_token_note": bytes_note(s.bytes_per_token_measured, s.bytes_per_token_model),
         "dram_check": s.dram_check,
         "bandwidth_gbs": s.bandwidth_gbs,

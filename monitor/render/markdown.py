@@ -12,6 +12,7 @@ from decodemon.monitor.rolling import headline
 from decodemon.monitor.span import span_words
 from decodemon.monitor.safe_text import markdown as md
 from decodemon.monitor.safe_text import markdown_code, visible_lines
+from decodemon.monitor.render.json import kernels_from_words
 from decodemon.monitor.render.text import counted, in_marks, rejected_text
 
 if TYPE_CHECKING:
@@ -74,6 +75,8 @@ def _figures(s: Snapshot) -> list[str]:
                    f"{tk.tokens_per_s:.1f} tokens/s over the last {tk.tokens} tokens"
                    + (f" ({s.tokens_total} in all)" if s.tokens_total > tk.tokens else ""))
     if w:
+        elsewhere = kernels_from_words(s)  # the span traced no window: say whose kernel figures these are
+        out += [f"- ⚠ {elsewhere}"] if elsewhere else []
         out.append(_launches(s))
     over = _per_launch(s)
     if over:
