@@ -98,6 +98,30 @@ def _same_source(one: str, many: str) -> bool:
         return False
 
 
+def _one_run(a, s1, sn) -> None:
+    """Two ranks of one run are not two runs: refuse them by their facts."""
+    m1, mn = s1.model, sn.model
+    if m1 is not None and mn is not None and m1.tp_degree > 1 and m1.tp_degree == mn.tp_degree \
+            and m1.tp_rank != mn.tp_rank:
+        raise UsageError(f"decodemon scaling: {a.one} and {a.many} are ranks {m1.tp_rank} and {mn.tp_rank} of one "
+                         f"run at tp {m1.tp_degree}: the serial fraction needs a baseline run at fewer ranks "
+                         "(usually TP=1) against one of them")
+
+
+def cautions(a, s1, sn) -> list[str]:
+    """What the two runs leave open, said beside the figure: a model nothing matches, a change of launch mode."""
+    out = []
+    for path, snap in ((a.one, s1), (a.many, sn)):
+        if snap.model is None:
+            out.append(f"{path} carries no model facts: nothing says the two runs are one model")
+    g = [snap.window.graph_launches_per_token if snap.window else None for snap in (s1, sn)]
+    if None not in g and (g[0] > 0) != (g[1] > 0):
+        graphed, eager = (a.one, a.many) if g[0] > 0 else (a.many, a.one)
+        out.append(f"{graphed} replays CUDA graphs and {eager} launches its kernels one by one: the speedup mixes "
+                   "that change with the rank count")
+    return out
+
+
 def run(a) -> int:
     """Print the serial fraction."""
     if Path(a.one).is_file() and _same_source(a.one, a.many):
@@ -109,7 +133,9 @@ def run(a) -> int:
         raise UsageError(f"decodemon scaling: {a.one} is {model_words(s1.model)} and {a.many} is "
                          f"{model_words(sn.model)} ({differ}): the serial fraction compares one model at two rank "
                          "counts")
+    _one_run(a, s1, sn)
     res = scaling_result(a, s1, sn)
+    res["cautions"] = cautions(a, s1, sn)
     if a.json:
         print_json(res)
         return 0
@@ -120,4 +146,6 @@ def run(a) -> int:
         note = f" (STALE: {res['note']})"
     print(f"speedup {res['speedup']:.3f}x at N={res['n']} over N={res['n1']}: serial fraction "
           f"s = {res['serial_fraction']:.3f}{note}")
+    for c in res["cautions"]:
+        print(f"  caution: {c}")
     return 0
