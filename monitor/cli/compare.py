@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from decodemon.monitor.cli._common import (add_last, add_probe, add_refresh, add_seconds, add_source, attach_settings,
-                                           bounded, need_json_for_last, need_terminal, print_json, say,
+                                           bounded, live_seconds, need_json_for_last, need_terminal, print_json, say,
                                            without_tokens)
 
 JSON_SECONDS = 10.0
@@ -111,7 +111,8 @@ def run(a) -> int:
     settings = attach_settings(a)
     need_json_for_last(a, "compare")
     if a.json:
-        snaps = collect_both((a.a, a.b), settings, a.seconds or JSON_SECONDS, a.last)
+        seconds = live_seconds(a, "compare", [a.a, a.b], JSON_SECONDS)
+        snaps = collect_both((a.a, a.b), settings, seconds, a.last)
         empty = without_tokens("compare", snaps)
         if empty is not None:
             return empty
