@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
+from decodemon.monitor.alike import differences
 from decodemon.monitor.render.json import host_launch_calls
 from decodemon.monitor.widgets import tcss
 from decodemon.monitor.widgets.format import num
@@ -26,6 +27,10 @@ class RatioBar(Static):
 
     DEFAULT_CSS = tcss(__file__)
 
+    def __init__(self, same_source: bool = False) -> None:
+        super().__init__()
+        self.same_source = same_source  # both sides name one recording (or one pid): alike.differences says so
+
     def show(self, a, b) -> None:
         """Draw the ratios of snapshot `b` to snapshot `a`."""
         ms_a = a.tokens.ms_per_token if a.tokens else None
@@ -38,4 +43,7 @@ class RatioBar(Static):
         t.append(f"ms/token median {num(ms_a, '.2f')} → {num(ms_b, '.2f')} ({_ratio(ms_a, ms_b)})  ")
         t.append(f"host launch calls/token {num(calls_a, '.0f')} → {num(calls_b, '.0f')}  ")
         t.append(f"GPU busy {num(a.gpu_busy_pct, '.0f')}%{_source(a)} → {num(b.gpu_busy_pct, '.0f')}%{_source(b)}")
+        # what the ratios hold besides a change of code, in `compare --json`'s `differ` words
+        for why in (differences(a, b, self.same_source) or {}).values():
+            t.append(f"\n⚠ {why}", style="yellow")
         self.update(t)
