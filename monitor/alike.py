@@ -49,3 +49,57 @@ def device_difference(sa, sb) -> str | None:
     if sa.device != sb.device or sa.sm_count != sb.sm_count:
         return f"{sa.device} ({sa.sm_count} SMs) against {sb.device} ({sb.sm_count} SMs)"
     return None
+
+
+def tp_difference(a, b) -> str | None:
+    """Why ModelFacts `a` and `b` ran at two tensor-parallel degrees, or None (one degree, or either unknown):
+    a rank's bytes, weights and KV cache are its shard's, so their ratio holds the degree."""
+    if a is None or b is None or max(a.tp_degree, 1) == max(b.tp_degree, 1):
+        return None
+    return (f"A ran at TP {max(a.tp_degree, 1)}, B at TP {max(b.tp_degree, 1)}: each side's figures are one rank's, "
+            "and bytes/token are per rank (a rank reads its shard of the weights)")
+
+
+def differences(snap_a, snap_b, same_source: bool = False) -> dict | None:
+    """Where A and B are not two runs of one model on one kind of device at one degree, keyed by what differs
+    ("source", "model", "tp", "device", "clock"), in words; None where nothing does: their ratios then measure a
+    change of code. `same_source`: both name one recording (or one pid), so every ratio is 1 by construction."""
+    from decodemon.monitor.render.text import unit
+
+    out = {}
+    if same_source:
+        one = (f"one pid ({snap_a.label}): the ratios hold the loop against itself" if str(snap_a.label).isdigit()
+               else f"one recording ({snap_a.label}): every ratio is 1 by construction")
+        out["source"] = f"A and B are {one}; give the run before a change and the run after it"
+    why = model_difference(snap_a.model, snap_b.model)
+    if why is not None:
+        out["model"] = f"A is {model_words(snap_a.model)}, B is {model_words(snap_b.model)} ({why})"
+    elif (snap_a.model is None) != (snap_b.model is None):
+        out["model"] = (f"A is {model_words(snap_a.model)}, B is {model_words(snap_b.model)}: one run has no "
+                        "model facts to match by")
+    why = tp_difference(snap_a.model, snap_b.model)
+    if why is not None:
+        out["tp"] = why
+    why = device_difference(snap_a, snap_b)
+    if why is not None:
+        out["device"] = f"A ran on {why.replace(' against ', ', B on ', 1)}"
+    if unit(snap_a) != unit(snap_b):  # a batched engine's marks are steps of several tokens
+        out["clock"] = (f"A's marks are {unit(snap_a)}s, B's are {unit(snap_b)}s: ms/token and tokens/s divide a "
+                        "token by a step; compare the throughput (tokens/s of every request) instead")
+    return out or None
+
+
+def same_source(a: str, b: str) -> bool:
+    """Both specs name one source: one pid, or one file (the same resolved path, or a hard link to it)."""
+    import os
+    from pathlib import Path
+
+    a, b = str(a), str(b)
+    if a.isdigit() or b.isdigit():
+        return a.isdigit() and b.isdigit() and int(a) == int(b)
+    if Path(a).resolve() == Path(b).resolve():
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False

@@ -110,7 +110,7 @@ class DecodemonApp(App):
             if self.group:
                 yield GroupBar()
             elif len(self.players) == 2:
-                yield RatioBar()
+                yield RatioBar(same_source=_one_source(self.players))
             with Horizontal(id="panes"):
                 for side in sides(len(self.players)):
                     yield SourcePane(side=side)
@@ -271,6 +271,14 @@ class DecodemonApp(App):
                 return
             written.append(f"{path} (of {p.label})")
         self.notify(visible("wrote " + "; ".join(written)), markup=False)
+
+
+def _one_source(players) -> bool:
+    """Both players read one recording, or watch one pid."""
+    from decodemon.monitor.alike import same_source
+
+    specs = [str(getattr(p, "path", None) or getattr(p, "pid", None) or "") for p in players]
+    return all(specs) and same_source(*specs)
 
 
 def run_app(specs, settings=None, speed: float = 1.0, loop: bool = False, labels=None, quit_after_s=None,

@@ -289,3 +289,40 @@ def test_scaling_refuses_two_models():
     assert "is qwen3-0.6b (28 layers" in r.stderr and "(32 layers, hidden 4096" in r.stderr and r.stdout == ""
     r = cli("scaling", DATA / "h200_tp1_graph_rank0.dmon", DATA / "h200_tp2_graph_rank0.dmon")
     assert r.returncode == 0 and "serial fraction" in r.stdout, r.stderr
+
+
+@pytest.mark.parametrize("args, last", [
+    (["report", REC["eager"]], True),
+    (["report", REC["eager"], "--json"], True),
+    (["compare", REC["eager"], REC["graph"], "--json"], True),
+    (["export", REC["eager"], "-o", "trace.json"], False),
+    (["predict", REC["eager"], "--change", "x", "--expect", "-10%", "--ledger", "l.jsonl"], False),
+    (["grade", REC["eager"], "--ledger", "l.jsonl"], False),
+])
+def test_seconds_on_a_recording_is_refused_not_ignored(args, last, tmp_path):
+    # a recording is read whole: `--seconds 3` would be silently dropped, and the figures cover all 21 s
+    r = cli(*args, "--seconds", 3, cwd=tmp_path)
+    assert_one_line_error(r)
+    assert "--seconds is how long a live pid is watched" in r.stderr and r.stdout == ""
+    assert ("--last S" in r.stderr) == last  # named where the verb has it
+    assert list(tmp_path.iterdir()) == []  # no trace, no ledger written
+
+
+def test_seconds_is_kept_where_one_source_is_a_pid():
+    import argparse
+
+    from decodemon.monitor.cli._common import UsageError, live_seconds
+
+    a = argparse.Namespace(seconds=3.0, last=None)
+    assert live_seconds(a, "compare", ["123", str(REC["eager"])], 10.0) == 3.0
+    assert live_seconds(argparse.Namespace(seconds=None), "report", [str(REC["eager"])], None) is None
+    with pytest.raises(UsageError, match="are recordings, each read whole; --last S"):
+        live_seconds(a, "compare", [str(REC["eager"]), str(REC["graph"])], 10.0)
+
+
+def test_seconds_on_a_sweep_replay_is_refused_not_ignored():
+    from tests.conftest import DATA
+
+    r = cli("sweep", "--replay", DATA / "h200_sweep_demo_eager", "--seconds", 3)
+    assert_one_line_error(r)
+    assert "--seconds is how long each run of a sweep is attached" in r.stderr and r.stdout == ""

@@ -110,5 +110,19 @@ def test_a_batched_engines_report_names_steps_and_its_throughput():
     s = collect(str(DATA / "h200_hf_cb_16.dmon")).snapshot()
     md = diagnosis_markdown(s)
     assert f"{s.tokens_per_step:g} tokens/step, {s.throughput_tokens_per_s:.1f} tokens/s in all" in md
-    assert f"{s.tokens.ms_per_token:.3f} ms/step median" in md and "steps/s over the last" in md
+    assert f"{s.tokens.ms_per_token:.3f} ms/step median" in md
+    assert f"steps/s over {s.tokens.tokens} clock steps;" in md and "over the last" not in md
     assert "ms/token" not in md and "kernels/token" not in md  # a step is what the diagnosis priced
+
+
+def test_the_report_says_its_rate_is_over_clock_steps_and_how_many_tokens_it_counted():
+    # 912 token marks make 911 steps from one mark to the next: the rate is over the steps, not "the last 911 tokens"
+    r = cli("report", REC["eager"], timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert ("44.3 tokens/s over 911 clock steps (a clock step: from one token mark to the next), 912 tokens counted\n"
+            in r.stdout)
+    assert "over the last" not in r.stdout
+    r = cli("report", REC["eager"], "--last", 3, timeout=300)  # a part of the recording: its tokens of all of them
+    assert r.returncode == 0, r.stderr
+    assert "tokens/s over 124 clock steps (a clock step: from one token mark to the next), 125 tokens counted of 912 " \
+           "in all\n" in r.stdout

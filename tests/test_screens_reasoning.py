@@ -375,6 +375,10 @@ async def _ratios():
         text = str(app.query_one(RatioBar).render())
         assert f"ms/token median {a.tokens.ms_per_token:.2f} → {b.tokens.ms_per_token:.2f}" in text
         assert f"GPU busy {a.gpu_busy_pct:.0f}% (kernel share) → {b.gpu_busy_pct:.0f}% (PM)" in text
+        # the figure `compare --json` calls host_launch_calls_per_token: a captured graph is one launch call, not 0
+        calls = [summary_json(s)["host_launch_calls_per_token"] for s in (a, b)]
+        assert calls[1] >= 1 and calls[0] > 1000
+        assert f"host launch calls/token {calls[0]:.0f} → {calls[1]:.0f}  " in text
 
 
 def test_demo_screen_snapshot_at_200x50(snap_compare):

@@ -185,3 +185,50 @@ def test_compare_says_when_one_side_times_tokens_and_the_other_steps():
     assert r.returncode == 0, r.stderr
     assert "A's marks are tokens, B's are steps" in json.loads(r.stdout)["differ"]["clock"]
     assert "the clock differs" in r.stderr
+
+
+def test_compare_says_when_a_and_b_are_one_recording(tmp_path):
+    from tests.conftest import BUNDLED, cli
+
+    rec = tmp_path / "eager.dmon"
+    rec.write_bytes((BUNDLED / "h200_eager.dmon").read_bytes())
+    (tmp_path / "sub").mkdir()
+    for b in ("eager.dmon", "./sub/../eager.dmon"):
+        r = cli("compare", "eager.dmon", b, "--json", cwd=tmp_path, timeout=120)
+        assert r.returncode == 0, r.stderr  # said, not refused: the figures are still each side's
+        d = json.loads(r.stdout)
+        assert "A and B are one recording (eager.dmon): every ratio is 1" in d["differ"]["source"]
+        assert "A and B are one source" in d["b_over_a_of"]["ms_per_token"]
+        assert "decodemon compare: A and B are one recording" in r.stderr
+
+
+def test_compare_says_when_the_tp_degree_differs_and_bytes_are_per_rank():
+    from tests.conftest import DATA, cli
+
+    r = cli("compare", DATA / "h200_tp1_eager_rank0.dmon", DATA / "h200_tp2_eager_rank0.dmon", "--json", timeout=120)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["differ"]["tp"].startswith("A ran at TP 1, B at TP 2") and "bytes/token are per rank" in d["differ"]["tp"]
+    assert "model" not in d["differ"]  # one model (qwen3-0.6b) at two degrees
+    assert "the TP degree differs between A and B" in d["b_over_a_of"]["bytes_per_token"]
+    assert "decodemon compare: the TP degree differs: A ran at TP 1, B at TP 2" in r.stderr
+
+
+def test_the_compare_screen_says_what_its_ratios_hold_besides_a_change_of_code():
+    import asyncio
+
+    asyncio.run(_screen_differ())
+
+
+async def _screen_differ():
+    from decodemon.monitor.app import DecodemonApp, RatioBar
+    from decodemon.monitor.player import RecordingPlayer
+    from tests.conftest import DATA
+
+    for names, says in ((("tp1_eager_rank0", "tp2_eager_rank0"), "⚠ A ran at TP 1, B at TP 2"),
+                        (("tp1_eager_rank0", "tp1_eager_rank0"), "⚠ A and B are one recording")):
+        players = [RecordingPlayer(str(DATA / f"h200_{n}.dmon"), n) for n in names]
+        app = DecodemonApp(players, start_at_s=3.0, paused=True)
+        async with app.run_test(size=(200, 50)) as pilot:
+            await pilot.pause()
+            assert says in str(app.query_one(RatioBar).render())

@@ -173,6 +173,23 @@ def add_seconds(p, default, what: str) -> None:
                    metavar="S", help=what)
 
 
+def live_seconds(a, verb: str, sources, default: float | None) -> float | None:
+    """`--seconds` for the pids among `sources` (`default` when not given); UsageError in one line when it was
+    given and no source is a pid: a recording is read whole, and `--last S` (where the verb has it) picks its
+    last S seconds."""
+    from decodemon.monitor.sources.collect import source_of
+
+    if a.seconds is None:
+        return default
+    if any(source_of(s)[0] == "pid" for s in sources):
+        return a.seconds
+    what = "a recording, read whole" if len(sources) == 1 else "recordings, each read whole"
+    last = "; --last S summarises the last S seconds" if hasattr(a, "last") else ""
+    raise UsageError(f"decodemon {verb}: --seconds is how long a live pid is watched, and "
+                     f"{' and '.join(map(str, sources))} {'is' if len(sources) == 1 else 'are'} {what}{last} "
+                     f"(see `decodemon {verb} --help`)")
+
+
 def add_last(p, what: str = "the summary") -> None:
     """`--last S`: the summary over the last S seconds (the live screen's rolling span is the last 5) instead of
     the whole span asked for."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from decodemon.monitor.cli._common import (add_last, add_probe, add_refresh, add_seconds, add_source, attach_settings,
-                                           bounded, need_json_for_last, need_terminal, print_json, say,
+                                           bounded, live_seconds, need_json_for_last, need_terminal, print_json, say,
                                            without_tokens)
 
 JSON_SECONDS = 10.0
@@ -28,8 +28,8 @@ def add(sub) -> None:
     add_source(p, ("a", "b"))
     p.add_argument("--json", action="store_true",
                    help="print both summaries, each over its whole recording or the seconds watched, and the ratios "
-                        "B/A (ms/token: of the medians; tokens/s: of the means); `differ` says where the model or "
-                        "the device is not the same")
+                        "B/A (ms/token: of the medians; tokens/s: of the means); `differ` says where the model, "
+                        "the TP degree, the device or the clock is not the same, or A and B are one source")
     add_seconds(p, None, f"pids: seconds to watch (app: until q; --json: {JSON_SECONDS:g}, all of them summarised)")
     add_last(p, "each summary")
     p.add_argument("--speed", type=bounded("--speed", 0, 1000), default=1.0, help="recordings: playback speed")
@@ -41,37 +41,28 @@ def add(sub) -> None:
     p.set_defaults(fn=run)
 
 
+# what each of `differ`'s keys names, in words ("source": A and B are one, said whole)
+DIFFER_NAMES = {"model": "model", "tp": "TP degree", "device": "device", "clock": "clock"}
+
+
+def _apart_words(apart: dict) -> str:
+    """What a ratio holds besides a change of code, for b_over_a_of."""
+    if "source" in apart:
+        return "A and B are one source, so it is 1 by construction"
+    names = [DIFFER_NAMES.get(k, k) for k in apart]
+    return f"the {' and the '.join(names)} {'differ' if len(names) > 1 else 'differs'} between A and B"
+
+
 def _ratio(b, a):
     if isinstance(a, (int, float)) and isinstance(b, (int, float)) and a:
         return round(b / a, 4)
     return None
 
 
-def differ(snap_a, snap_b) -> dict | None:
-    """Where A and B are not one model on one kind of device ({"model": why, "device": why}), or None: their
-    ratios then hold a change of model or device, not of code."""
-    from decodemon.monitor.alike import device_difference, model_difference, model_words
-
-    out = {}
-    why = model_difference(snap_a.model, snap_b.model)
-    if why is not None:
-        out["model"] = f"A is {model_words(snap_a.model)}, B is {model_words(snap_b.model)} ({why})"
-    elif (snap_a.model is None) != (snap_b.model is None):
-        out["model"] = (f"A is {model_words(snap_a.model)}, B is {model_words(snap_b.model)}: one run has no "
-                        "model facts to match by")
-    why = device_difference(snap_a, snap_b)
-    if why is not None:
-        out["device"] = f"A ran on {why.replace(' against ', ', B on ', 1)}"
-    from decodemon.monitor.render.text import unit
-
-    if unit(snap_a) != unit(snap_b):  # a batched engine's marks are steps of several tokens
-        out["clock"] = (f"A's marks are {unit(snap_a)}s, B's are {unit(snap_b)}s: ms/token and tokens/s divide a "
-                        "token by a step; compare the throughput (tokens/s of every request) instead")
-    return out or None
-
-
-def compare_json(snap_a, snap_b) -> dict:
-    """Both summaries, B over A for the figures a change moves, and where the model or device differ."""
+def compare_json(snap_a, snap_b, same_source: bool = False) -> dict:
+    """Both summaries, B over A for the figures a change moves, and where the two are not two runs of one model on
+    one kind of device at one degree (`differ`: alike.differences; `same_source`: both name one recording)."""
+    from decodemon.monitor.alike import differences
     from decodemon.monitor.render import summary_json
 
     ja, jb = summary_json(snap_a), summary_json(snap_b)
@@ -81,10 +72,9 @@ def compare_json(snap_a, snap_b) -> dict:
         of["gpu_busy_pct"] += (f" (A from {src_a or 'no instrument: no GPU busy figure'}, "
                                f"B from {src_b or 'no instrument: no GPU busy figure'}"
                                + (": two instruments)" if src_a and src_b else ")"))
-    apart = differ(snap_a, snap_b)
+    apart = differences(snap_a, snap_b, same_source)
     if apart is not None:  # each ratio then measures a change of model or device as well as of code
-        verb = "differ" if len(apart) > 1 else "differs"
-        of = {k: f"{v}; the {' and the '.join(apart)} {verb} between A and B" for k, v in of.items()}
+        of = {k: f"{v}; {_apart_words(apart)}" for k, v in of.items()}
     return {"differ": apart, "a": ja, "b": jb, "b_over_a": {k: _ratio(jb.get(k), ja.get(k)) for k in RATIOS},
             "b_over_a_of": of, "verdicts": [ja.get("verdict"), jb.get("verdict")]}
 
@@ -104,6 +94,7 @@ def collect_both(specs, settings, seconds, last_s=None) -> list:
 
 def run(a) -> int:
     """The app on both, or their JSON."""
+    from decodemon.monitor.alike import same_source
     from decodemon.monitor.sources.collect import source_of
 
     for s in (a.a, a.b):
@@ -111,13 +102,15 @@ def run(a) -> int:
     settings = attach_settings(a)
     need_json_for_last(a, "compare")
     if a.json:
-        snaps = collect_both((a.a, a.b), settings, a.seconds or JSON_SECONDS, a.last)
+        seconds = live_seconds(a, "compare", [a.a, a.b], JSON_SECONDS)
+        snaps = collect_both((a.a, a.b), settings, seconds, a.last)
         empty = without_tokens("compare", snaps)
         if empty is not None:
             return empty
-        out = compare_json(*snaps)
+        out = compare_json(*snaps, same_source=same_source(a.a, a.b))
         for what, why in (out["differ"] or {}).items():  # said where a reader of the ratios looks first, too
-            say("compare", f"the {what} differs: {why}; the ratios B/A hold that difference too")
+            say("compare", why if what == "source" else
+                f"the {DIFFER_NAMES.get(what, what)} differs: {why}; the ratios B/A hold that difference too")
         print_json(out)
         return 0
     need_terminal("compare", "add --json for the two summaries instead")

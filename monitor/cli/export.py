@@ -3,7 +3,7 @@ Perfetto, chrome://tracing and HTA."""
 
 from __future__ import annotations
 
-from decodemon.monitor.cli._common import add_source, bounded, say
+from decodemon.monitor.cli._common import add_source, bounded, live_seconds, say
 from decodemon.probes import wire
 
 HELP = "write the traced windows as a trace for Perfetto, chrome://tracing and HTA"
@@ -26,8 +26,8 @@ def add(sub) -> None:
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="the trace to write (.json or .json.gz)")
     p.add_argument("--window", type=_window, default=None, metavar="ID",
                    help="only the traced window with this id (default: every window kept)")
-    p.add_argument("--seconds", "--duration", dest="seconds", type=_seconds, default=LIVE_SECONDS, metavar="S",
-                   help=f"for a pid: seconds to attach (default {LIVE_SECONDS:g})")
+    p.add_argument("--seconds", "--duration", dest="seconds", type=_seconds, default=None, metavar="S",
+                   help=f"for a pid: seconds to attach (default {LIVE_SECONDS:g}); a recording is read whole")
     p.set_defaults(fn=run, run=run)
 
 
@@ -42,8 +42,9 @@ def run(a) -> int:
     from decodemon.monitor.export.trace import export, write_trace
     from decodemon.monitor.safe_write import check_output
 
+    seconds = live_seconds(a, "export", [a.source], LIVE_SECONDS)  # a recording ignores it: it is read whole
     check_output(a.output, inputs=[a.source])  # before an attach, not after it
-    trace = export(a.source, a.window, live_settings(), a.seconds)
+    trace = export(a.source, a.window, live_settings(), seconds)
     path = write_trace(trace, a.output)
     n = sum(1 for e in trace["traceEvents"] if e.get("cat") == "kernel")
     nw = len(trace["decodemon"]["windows"])

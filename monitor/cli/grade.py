@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 
 from decodemon.monitor import ledger
-from decodemon.monitor.cli._common import UsageError, print_json, say
+from decodemon.monitor.cli._common import UsageError, live_seconds, print_json, say
 from decodemon.monitor.cli.predict import add_source_opts, measure, read_ledger
 from decodemon.monitor.safe_text import visible_lines
 
@@ -29,6 +29,7 @@ add = add_parser
 
 def run(a) -> int:
     """Measure, grade, append, print the grade; exit 3 when there is no open prediction for the loop."""
+    live_seconds(a, "grade", [a.source], None)  # --seconds on a recording: said before the ledger is read
     try:
         entries = read_ledger(a.ledger)
         if not ledger.open_predictions(entries, a.label):  # --label: its own, known before the attach

@@ -11,8 +11,10 @@ import re
 
 from decodemon.monitor import ledger
 from decodemon.monitor.cli._common import (UsageError, add_probe, add_seconds, add_source, attach_settings, bounded,
-                                           print_json, say)
+                                           live_seconds, print_json, say)
 from decodemon.monitor.safe_text import visible
+
+LIVE_SECONDS = 10.0
 
 
 def _label(text: str) -> str:
@@ -31,7 +33,7 @@ def add_source_opts(p, json_help: str = "print the sealed entry as JSON") -> Non
     p.add_argument("--label", metavar="NAME", type=_label,
                    help="what names this loop across runs (default: its script or -m module)")
     p.add_argument("--json", action="store_true", help=json_help)
-    add_seconds(p, 10.0, "a pid: seconds to measure (default 10)")
+    add_seconds(p, None, f"a pid: seconds to measure (default {LIVE_SECONDS:g}); a recording is read whole")
     add_probe(p)
 
 
@@ -42,7 +44,8 @@ def measure(a) -> tuple[dict, str]:
     from decodemon.monitor.span import summary_snapshot
 
     kind, _ = source_of(a.source)
-    sess = collect(a.source, attach_settings(a), a.seconds if kind == "pid" else None)
+    seconds = live_seconds(a, a.command, [a.source], LIVE_SECONDS if kind == "pid" else None)
+    sess = collect(a.source, attach_settings(a), seconds)
     summary = summary_json(summary_snapshot(sess))  # the whole span measured, as replay and report summarise it
     fallback = f"pid {a.source}" if kind == "pid" else str(a.source)
     argv = sess.feed.hello.argv if sess.feed.hello else ()
@@ -83,6 +86,7 @@ def run(a) -> int:
     if not a.change.strip():
         raise UsageError("decodemon predict: --change says what you will change, e.g. \"capture a graph\"; it is "
                          "empty")
+    live_seconds(a, "predict", [a.source], None)  # --seconds on a recording: said before the ledger is read
     try:
         ledger.parse_expect(a.expect)  # a typo costs no attach
         read_ledger(a.ledger)

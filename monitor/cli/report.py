@@ -4,7 +4,9 @@ from __future__ import annotations
 
 
 from decodemon.monitor.cli._common import (UsageError, add_last, add_probe, add_seconds, add_source, attach_settings,
-                                           print_json, say, without_tokens)
+                                           live_seconds, print_json, say, without_tokens)
+
+LIVE_SECONDS = 10.0
 
 
 def add(sub) -> None:
@@ -16,7 +18,8 @@ def add(sub) -> None:
     add_source(p)
     p.add_argument("-o", "--output", metavar="FILE", help="write the Markdown here instead of stdout")
     p.add_argument("--json", action="store_true", help="print the JSON summary (with -o, the file is written too)")
-    add_seconds(p, 10.0, "a pid: seconds to watch, all of them reported (default 10)")
+    add_seconds(p, None, f"a pid: seconds to watch, all of them reported (default {LIVE_SECONDS:g}); a recording "
+                          "is read whole")
     add_last(p, "the report")
     p.add_argument("--ledger", default=None, metavar="PATH",
                    help="the prediction ledger to grade and include (default ./decodemon.ledger.jsonl, if there)")
@@ -94,9 +97,10 @@ def run(a) -> int:
         # before a pid is attached; the ledger it may grade (the default one too) is an input as well
         check_output(a.output, inputs=[a.source, getattr(a, "ledger", None) or ledger.DEFAULT_PATH])
     kind, _ = source_of(a.source)
+    seconds = live_seconds(a, "report", [a.source], LIVE_SECONDS if kind == "pid" else None)
     from decodemon.monitor.span import summary_snapshot
 
-    sess = collect(a.source, attach_settings(a), a.seconds if kind == "pid" else None)
+    sess = collect(a.source, attach_settings(a), seconds)
     snap = summary_snapshot(sess, a.last)
     empty = without_tokens("report", [snap])
     if empty is not None:

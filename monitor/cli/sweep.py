@@ -15,6 +15,7 @@ from decodemon.monitor.safe_text import visible, visible_lines
 
 
 DEFAULT_DEPTHS = (64, 512, 2048, 8192)
+SECONDS = 15.0  # attached at each depth
 
 
 def depth_list(text: str) -> list[int]:
@@ -42,7 +43,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("-o", "--output", metavar="DIR",
                    help="write sweep.json, sweep.md, sweep.svg, sweep.png and each run's recording here")
     p.add_argument("--replay", metavar="DIR", help="rebuild a sweep from the recordings a sweep -o DIR kept")
-    add_seconds(p, 15.0, "seconds attached at each depth (default 15; the figures are the last 5 s)")
+    add_seconds(p, None, f"seconds attached at each depth (default {SECONDS:g}; the figures are the last 5 s)")
     p.add_argument("--start-timeout", type=bounded("--start-timeout", 0, 3600), default=180.0, metavar="S",
                    help="seconds a run may take to load its agent (default 180)")
     p.add_argument("--json", action="store_true", help="print the sweep as JSON instead of the table")
@@ -74,7 +75,11 @@ def run(a) -> int:
     if a.replay and a.depths is not None:
         raise UsageError("decodemon sweep: --depths is for a sweep that runs; a replay has the depths its "
                          "recordings hold")
+    if a.replay and a.seconds is not None:
+        raise UsageError("decodemon sweep: --seconds is how long each run of a sweep is attached; a replay reads "
+                         "the recordings it kept whole (see `decodemon sweep --help`)")
     a.depths = a.depths or list(DEFAULT_DEPTHS)
+    a.seconds = a.seconds if a.seconds is not None else SECONDS
     try:
         for t in ([] if a.replay else [a.cmd] + ([a.reference] if a.reference else [])):
             sweep.argv_at(t, a.depths[0])

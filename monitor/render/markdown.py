@@ -62,18 +62,30 @@ def _busy(s: Snapshot) -> list[str]:
     return out
 
 
+def _tokens_counted(s: Snapshot) -> str:
+    """What the clock's steps span, in tokens: a clock step runs from one token mark to the next, so N tokens
+    counted give N - 1 steps; and the source's tokens in all where the span holds fewer."""
+    words = " (a clock step: from one token mark to the next)"
+    if s.span_tokens is not None:
+        words += f", {s.span_tokens} tokens counted"
+        if s.tokens_total > s.span_tokens:
+            words += f" of {s.tokens_total} in all"
+    elif s.tokens_total:
+        words += f", {s.tokens_total} tokens in all"
+    return words
+
+
 def _figures(s: Snapshot) -> list[str]:
     """The measured figures as bullet lines: token clock, launches, GPU busy and PM counters, the bandwidth floor."""
     d, tk, w = s.diagnosis, s.tokens, s.window
     out = []
     if tk and s.tokens_per_step is not None:  # a batched engine: a step is the mark, and makes a token a sequence
         out.append(f"- {tk.ms_per_token:.3f} ms/step median (p90 {tk.ms_per_token_p90:.3f}), "
-                   f"{tk.tokens_per_s:.1f} steps/s over the last {tk.tokens} steps; {s.tokens_per_step:g} tokens/step, "
+                   f"{tk.tokens_per_s:.1f} steps/s over {tk.tokens} clock steps; {s.tokens_per_step:g} tokens/step, "
                    f"{s.throughput_tokens_per_s or 0:.1f} tokens/s in all")
     elif tk:
         out.append(f"- {tk.ms_per_token:.3f} ms/token median (p90 {tk.ms_per_token_p90:.3f}), "
-                   f"{tk.tokens_per_s:.1f} tokens/s over the last {tk.tokens} tokens"
-                   + (f" ({s.tokens_total} in all)" if s.tokens_total > tk.tokens else ""))
+                   f"{tk.tokens_per_s:.1f} tokens/s over {tk.tokens} clock steps{_tokens_counted(s)}")
     if w:
         elsewhere = kernels_from_words(s)  # the span traced no window: say whose kernel figures these are
         out += [f"- ⚠ {elsewhere}"] if elsewhere else []
