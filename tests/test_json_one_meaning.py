@@ -99,3 +99,13 @@ def test_zero_is_a_measured_zero_and_what_was_not_measured_is_null():
     eager = summary(EAGER)
     assert eager["gap_ms_per_token"]["unsplit"] == 0 and eager["gap_ms_per_token"]["host_late"] > 10
     assert eager["tokens_per_step"] is None and eager["steps"] is None and eager["serial_fraction"] is None
+
+
+def test_a_batched_engines_candidates_speak_of_steps_as_its_screen_does():
+    """A batched engine's marks are steps: the diagnosis prices one, and the JSON's words name it a step's (its
+    bandwidth ceiling is steps a second, not tokens)."""
+    j = summary(DATA / "h200_hf_cb_16.dmon")
+    assert j["tokens_per_step"] and j["tokens_per_step"] > 1
+    detail = j["candidates"]["bandwidth"]["detail"]
+    assert "steps/s ceiling" in detail and "ms/step" in detail
+    assert not any("tok/s ceiling" in c["detail"] or "ms/token" in c["detail"] for c in j["candidates"].values())

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from decodemon.monitor.analysis.agreement import busy_disagreement, kernels_past_step
 from decodemon.monitor.ceilings import peer_wait_named
-from decodemon.monitor.render.text import unit
+from decodemon.monitor.render.text import in_marks, unit
 from decodemon.monitor.rolling import headline
 from decodemon.monitor.span import rolling_json, span_json
 from decodemon.monitor.token_clock import CLOCK_NOTES, PROVISIONAL_STEPS
@@ -346,6 +346,10 @@ def _verdict_json(s: Snapshot, out: dict) -> dict:
     """The diagnosis, a batched engine's step figures, the headline verdict and its history, after `out`."""
     out.update(s.diagnosis.as_json())
     batched = s.tokens_per_step is not None  # a batched engine: ms/token is a step's, each sequence's latency
+    if unit(s) == "step":  # the diagnosis prices one mark, a batched engine's step: its words say so, as on screen
+        for c in out["candidates"].values():
+            c["detail"] = in_marks(s, c["detail"])
+        out.update({k: in_marks(s, out[k]) for k in ("remedy", "falsify", "predicted_win") if out[k]})
     out["tokens_per_step"] = s.tokens_per_step
     out["steps"] = s.steps_total if batched else None
     out["time_to_first_token"] = s.first_token if batched else None
