@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-from decodemon.monitor.alike import model_difference, model_words
+from decodemon.monitor.alike import model_difference, model_words, same_source
 from decodemon.monitor.cli._common import UsageError, bounded, print_json
 
 STALE = ("the binding ceiling differs between the two runs: the figure mixes two bottlenecks; re-derive it once "
@@ -88,16 +87,6 @@ def scaling_result(a, s1, sn) -> dict:
     return res
 
 
-def _same_source(one: str, many: str) -> bool:
-    """Both arguments name one file: the same resolved path, or one file under two names (a hard link)."""
-    if Path(one).resolve() == Path(many).resolve():
-        return True
-    try:
-        return os.path.samefile(one, many)
-    except OSError:
-        return False
-
-
 def _one_run(a, s1, sn) -> None:
     """Two ranks of one run are not two runs: refuse them by their facts."""
     m1, mn = s1.model, sn.model
@@ -124,7 +113,7 @@ def cautions(a, s1, sn) -> list[str]:
 
 def run(a) -> int:
     """Print the serial fraction."""
-    if Path(a.one).is_file() and _same_source(a.one, a.many):
+    if Path(a.one).is_file() and same_source(a.one, a.many):
         raise UsageError(f"decodemon scaling: {a.one} and {a.many} are the same recording: the serial fraction "
                          "compares two runs at different rank counts, so give two recordings")
     s1, sn = _timed(a.one), _timed(a.many)
