@@ -13,7 +13,11 @@
 #                                            before and after (cost.py), the compiled 8B loop with no marks attached
 #                                            by pid five times (unmodified.py compiled_8b_plain) and a C++ CUDA loop
 #                                            (counters.py cuda_loop); follow it with
-#                                            `CASES=server1b_kvq8 bash benchmarks/llama_cpp.sh OUTDIR run`
+#                                            `CASES=server1b_kvq8 bash benchmarks/llama_cpp.sh OUTDIR run`, or with `last`
+#   bash benchmarks/gpu_round.sh OUTDIR last  the compiled 8B loop with marks recorded five times in a row (counters.py:
+#                                            its later windows' CUPTI start-up off the decode thread, the agent's CPU
+#                                            over each record), then the quantized-KV llama-server case on the build
+#                                            `rest` started (CASES to choose)
 #
 # Run from the repository root with .whl/ carried (`bash benchmarks/wheels.sh`). Each call leaves at most 8 files
 # under OUTDIR: the tables and a .tgz of the JSON, logs and recordings.
@@ -89,5 +93,15 @@ case "$stage" in
     freeze_check rest
     (cd "$out/r" && tar czf ../round_rest.tgz .) && rm -rf "$out/r"
     ;;
-  *) echo "no stage $stage: one, two, solo or rest"; exit 2 ;;
+  last)
+    . benchmarks/device_setup.sh || exit 1
+    mkdir -p "$out/r"
+    taskset -c 0-7 timeout ${COUNTERS_S:-230} $DM_PY benchmarks/counters.py "$out/r/counters" --cases compiled8b_marks \
+      > "$out/r/counters.log" 2>&1
+    echo "counters.py exit $?"; tail -n 12 "$out/r/counters.log"
+    freeze_check last
+    (cd "$out/r" && tar czf ../round_last.tgz .) && rm -rf "$out/r"
+    LLAMA_S=${LLAMA_S:-300} CASES=${CASES:-server1b_kvq8} bash benchmarks/llama_cpp.sh "$out" run
+    ;;
+  *) echo "no stage $stage: one, two, solo, rest or last"; exit 2 ;;
 esac

@@ -56,7 +56,9 @@ class AttachLoop:
         self.starts_shipped = 0  # step starts sent so far (_ship_starts)
         self.marks_seen, self.last_mark_at = 0, None  # marks counted at the last tick, and when one last came
         self.recent_marks: deque = deque(maxlen=policy.BURST_MARKS)  # perf_counter ns of the newest marks
-        self.cpu_prev = (now, time.thread_time())  # this thread's CPU, for agent_cpu_ms_per_s
+        # this thread's CPU since the attach began, for agent_cpu_ms_per_s; CUPTI's start-up (prepare, made here
+        # with the GIL given up) is counted apart in startup_cpu_s, and reported as its own figure
+        self.cpu_t0, self.startup_cpu_s = (now, time.thread_time()), 0.0
         self.window_id = 0
         self.skipped_seen = self.windows_seen = 0
         self.open_after: int | None = None  # token count at which a prepared window is asked for
@@ -171,11 +173,12 @@ class AttachLoop:
         # with a prepare lead, CUPTI starts here, in this thread, and the window opens that many tokens later;
         # without one (the default) the opening boundary starts it, in the traced token
         lead = st.prepare_lead_tokens
-        if PROCESS.windows_in_process == 0 and st.prepare_first_window:
+        if policy.start_off_loop(PROCESS.windows_in_process, PROCESS.cupti_start_ns, st.prepare_first_window):
             lead = max(lead, FIRST_WINDOW_LEAD_TOKENS)
-        t0 = time.perf_counter_ns()
+        t0, cpu0 = time.perf_counter_ns(), time.thread_time()
         prep_ns = s.prepare_window() if lead > 0 else 0
         if prep_ns:
+            self.startup_cpu_s += time.thread_time() - cpu0
             s.note_step("prepare", t0)
         if self.ev is not None:
             self.ev.add("prepare", prep_ns)
@@ -228,6 +231,7 @@ class AttachLoop:
                 win = s.tracer.collect(self.window_id, guard_tokens, pause=held.Pacer(COLLECT_SLEEP_RATIO), clock=clock)
             # collect() set needs_guard from this window's records; once graphs were seen, always guard
             s.tracer.needs_guard = PROCESS.note_window_kernels(bool(s.tracer.needs_guard))
+            PROCESS.cupti_start_ns = getattr(s.tracer, "start_ns", 0) or PROCESS.cupti_start_ns
             self.window_id += 1
             self.out += frames.pack(win)
             if self.ev is not None:
@@ -320,11 +324,14 @@ class AttachLoop:
             status["decode_waits_per_s"] = round(waits, 1)
         if PROCESS.step_count_ns and s.start_log is not None:  # the step-start hook's cost a call, while it counts
             status["step_count_ns"] = round(PROCESS.step_count_ns, 1)
-        cpu_now = (now, time.thread_time())  # the agent thread's own CPU (libcupti's included)
-        if cpu_now[0] > self.cpu_prev[0]:
-            status["agent_cpu_ms_per_s"] = round(
-                1e3 * (cpu_now[1] - self.cpu_prev[1]) / (cpu_now[0] - self.cpu_prev[0]), 1)
-        self.cpu_prev = cpu_now
+        # the agent thread's own CPU a second over the attach so far: its Python and the library's reading of the
+        # records, not CUPTI's start-up (a GIL-free call, once a window at most: cupti_start_cpu_ms)
+        wall = now - self.cpu_t0[0]
+        if wall > 0:
+            used = time.thread_time() - self.cpu_t0[1] - self.startup_cpu_s
+            status["agent_cpu_ms_per_s"] = round(1e3 * max(used, 0.0) / wall, 1)
+        if self.startup_cpu_s:
+            status["cupti_start_cpu_ms"] = round(1e3 * self.startup_cpu_s, 1)
         if s.skipped_windows > self.skipped_seen:
             self.skipped_seen = s.skipped_windows
             status.update(trace="paused", trace_reason="foreign_profiler")

@@ -20,6 +20,7 @@ class ProcessFacts:
     # attach's first window can trace one token without a guard; None = not said, and the first window guards.
     engine_cuda_graphs: bool | None = None
     windows_in_process: int = 0  # traced windows closed (CUPTI finalized) in this process, over every attach
+    cupti_start_ns: int = 0  # how long the last CUPTI start-up took, on whichever thread made it (policy.start_off_loop)
     pm_armed_before: bool = False  # a PM session was armed in this process already
     pm_last_release: list = field(default_factory=list)  # the steps that failed releasing the last PM session
     gpu: dict = field(default_factory=dict)  # wire.GpuInfo by CUDA index, read at the first attach that found it

@@ -109,6 +109,7 @@ class NativeTracer:
         self._reset()
         self.active = False
         self.initialised = False
+        self.start_ns = 0  # how long the last CUPTI start-up (decodemon_win_start) took
         self.prepared = False  # prepare() ran (agent thread) and no window has opened since
         self.last_ns: dict[str, int] = {}  # how long each step of the last window took (for the agent's event log)
         # A guard token is traced after the analysed ones only while the process replays CUDA graphs (their
@@ -149,8 +150,10 @@ class NativeTracer:
     def _start(self) -> None:
         self._reset()
         self.last_ns = {}
+        t0 = time.perf_counter_ns()
         if self._lib.decodemon_win_start(self._err, _ERR) != 0:
             raise self._fail("CUPTI's start-up failed")
+        self.start_ns = time.perf_counter_ns() - t0  # on whichever thread made it (facts.cupti_start_ns)
         self.initialised = True
 
     # -- decode thread, at token boundaries -----------------------------------

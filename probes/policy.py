@@ -92,6 +92,20 @@ def budget_state(windows_in_process: int, window_budget: int) -> str:
     return "open"
 
 
+# A CUPTI start-up that took longer than this in the process (its last one, measured) is made on the agent thread,
+# a few tokens before the window, for every later window too, graphed ones included: on an H100 the compiled
+# Llama-8B loop's re-start-ups took 660-740 ms, each one token that long when the opening boundary made it. Below
+# it the opening boundary makes it (an initialised CUPTI slows the graphed tokens between prepare and open 8-12%).
+START_OFF_LOOP_NS = 50_000_000
+
+
+def start_off_loop(windows_in_process: int, last_start_ns: int, prepare_first_window: bool = True) -> bool:
+    """Is CUPTI's start-up for the next window made on the agent thread (off the decode thread)? For the process's
+    first window (its start-up instruments the CUDA context), and whenever its last start-up ran past
+    START_OFF_LOOP_NS."""
+    return (windows_in_process == 0 and prepare_first_window) or last_start_ns > START_OFF_LOOP_NS
+
+
 def guard_for_window(tracer_needs_guard: bool, graph_kernels_seen: bool, engine_cuda_graphs: bool | None) -> bool:
     """Does the window about to open keep a guard token (traced after the analysed ones, then discarded)?
 

@@ -160,6 +160,9 @@ class Session:
         earlier attach's tracer waits for the next boundary to finalize CUPTI (that finalize would undo this
         start-up). A prepare that fails leaves the start-up to open().
 
+        A process whose last start-up ran past policy.START_OFF_LOOP_NS has every window prepared here, guarded
+        or not: the compiled Llama-8B loop's re-start-ups took 660-740 ms on an H100, one token that long each.
+
         The process's first window is always prepared here (`Attach.prepare_first_window`): CUPTI's first start-up
         in a process loads libcupti and instruments the CUDA context, ~0.5 s on an H200, which at an opening
         boundary is one token half a second long."""
@@ -167,8 +170,9 @@ class Session:
         prepare = getattr(tr, "prepare", None)
         first = PROCESS.windows_in_process == 0 and not PROCESS.graph_kernels_seen and \
             self.settings.prepare_first_window
+        costly = PROCESS.cupti_start_ns > policy.START_OFF_LOOP_NS  # its last start-up was a long token's worth
         if prepare is not None and self.pending_detach is None and not foreign_profiler_active() \
-                and (first or not guard_for_window(getattr(tr, "needs_guard", True))):
+                and (first or costly or not guard_for_window(getattr(tr, "needs_guard", True))):
             try:
                 ns = prepare()
             except Exception as exc:

@@ -307,7 +307,9 @@ class ProbeStatus(msgspec.Struct, frozen=True, tag="status"):
     nvml_error: str = ""
     nvml_hz: float = 0.0
     decode_waits_per_s: Union[float, None] = None  # the decode thread's voluntary context switches a second
-    agent_cpu_ms_per_s: Union[float, None] = None  # the agent thread's own CPU, libcupti's calls included
+    # the agent thread's own CPU a second over the attach so far, CUPTI's start-up not in it (cupti_start_cpu_ms)
+    agent_cpu_ms_per_s: Union[float, None] = None
+    cupti_start_cpu_ms: Union[float, None] = None  # the CPU of CUPTI's start-ups made on the agent thread (GIL-free)
     windows_in_process: int = 0  # traced windows closed (CUPTI finalized) in this process, over every attach
     window_budget: int = 0  # Attach.window_budget
     window_budget_state: str = ""  # "open", "rationed" (one window every policy.BUDGET_PERIOD_S) or "spent"

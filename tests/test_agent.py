@@ -564,6 +564,30 @@ def test_a_failed_prepare_is_noted_and_leaves_the_start_up_to_open(monkeypatch):
     assert s.prepare_window() == 0 and "CUPTI_ERROR_NOT_INITIALIZED" in s.errors[0]
 
 
+def test_a_process_whose_start_up_was_long_has_every_window_prepared_graphed_or_not(monkeypatch):
+    """The compiled Llama-8B loop's CUPTI re-start-ups took 660-740 ms on an H100: at an opening boundary each was
+    one token that long. Once the process's last start-up ran past policy.START_OFF_LOOP_NS, the agent thread
+    makes it for every window, guarded ones too; a start-up under it leaves graphed windows to open()."""
+    from decodemon.probes import policy
+
+    monkeypatch.setattr(PROCESS, "engine_cuda_graphs", None)
+    monkeypatch.setattr(PROCESS, "graph_kernels_seen", True)
+    monkeypatch.setattr(PROCESS, "windows_in_process", 4)
+    tr = _fake_tracer()
+    tr.needs_guard = True
+    s = sess.Session(wire.Attach(), tr)
+    monkeypatch.setattr(PROCESS, "cupti_start_ns", policy.START_OFF_LOOP_NS - 1)
+    assert s.prepare_window() == 0 and not tr.prepared
+    assert not policy.start_off_loop(4, policy.START_OFF_LOOP_NS - 1)
+    monkeypatch.setattr(PROCESS, "cupti_start_ns", 700_000_000)
+    assert policy.start_off_loop(4, 700_000_000) and policy.start_off_loop(0, 0)
+    assert not policy.start_off_loop(0, 0, prepare_first_window=False)
+    assert s.prepare_window() > 0 and tr.prepared and tr.start_ns > 0
+    s.want_window = True
+    s.on_token(0)  # the opening boundary only enables
+    assert [n for n, _ in tr._c.calls].count("activity_register_callbacks") == 1 and tr.active
+
+
 def test_graphed_windows_start_cupti_in_open_not_on_the_agent_thread(monkeypatch):
     """A process that replays CUDA graphs (said, or seen in a window) keeps the start-up at the opening boundary."""
     monkeypatch.setattr(PROCESS, "engine_cuda_graphs", None)
@@ -1003,6 +1027,40 @@ def test_the_probe_state_carries_the_decode_threads_waits():
     assert s.switches.tid == threading.get_native_id()
     s.release()
     assert s.switches.fd is None
+
+
+def test_the_agents_cpu_is_over_the_attach_and_cupti_start_up_is_counted_apart(monkeypatch):
+    """agent_cpu_ms_per_s is the agent thread's CPU a second since the attach began; the CPU of CUPTI's start-up,
+    made on that thread with the GIL given up (prepare), is not in it but in cupti_start_cpu_ms."""
+    monkeypatch.setattr(PROCESS, "graph_kernels_seen", False)
+    monkeypatch.setattr(PROCESS, "engine_cuda_graphs", False)
+    monkeypatch.setattr(PROCESS, "windows_in_process", 0)  # the process's first window: prepared off the loop
+    tr = _fake_tracer()
+    real_prepare = tr.prepare
+
+    def slow_prepare():  # a start-up that burns 0.4 s of this thread's CPU, as a big process's does
+        t0 = time.thread_time()
+        while time.thread_time() - t0 < 0.4:
+            pass
+        return real_prepare()
+
+    tr.prepare = slow_prepare
+    s = sess.Session(wire.Attach(window_tokens=2, window_period_s=0.5, pm=False), tr)
+    loop, result, got, theirs = _run_agent_loop(s)
+    t_end = time.monotonic() + 3.2
+    while time.monotonic() < t_end:
+        s.on_token(1)
+        time.sleep(0.005)
+    time.sleep(0.3)
+    theirs.shutdown(socket.SHUT_RDWR)
+    loop.join(5)
+    stats = [f for f in (wire.decode_frame(x) for x in wire.StreamReader(max_frame=1 << 22).feed(bytes(got)))
+             if isinstance(f, wire.ProbeStatus)]
+    start = [f.cupti_start_cpu_ms for f in stats if f.cupti_start_cpu_ms is not None]
+    assert start and 390 <= start[-1] < 2000, start
+    cpu = [f.agent_cpu_ms_per_s for f in stats if f.agent_cpu_ms_per_s is not None]
+    assert cpu and cpu[-1] < 100, cpu  # 400 ms in ~3 s would read ~130 ms/s were the start-up in it
+    s.release()
 
 
 def test_the_agents_threads_carry_their_own_os_names():

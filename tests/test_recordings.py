@@ -330,4 +330,8 @@ def test_the_bill_names_the_decode_threads_waits_when_the_probe_reads_them():
     sess.feed.state["agent_cpu_ms_per_s"] = "41.3"
     o2 = sess.snapshot().observer
     assert o2["agent_cpu_ms_per_s"] == 41.3
-    assert observer_parts(o2)[-1] == "; the agent thread used 41 ms of CPU a second"
+    assert observer_parts(o2)[-1] == "; the agent thread used 41.3 ms of CPU a second over the attach"
+    sess.feed.state["cupti_start_cpu_ms"] = "812.0"  # CUPTI's start-up, made on the agent thread, is named apart
+    assert observer_parts(sess.snapshot().observer)[-2:] == [
+        "; the agent thread used 41.3 ms of CPU a second over the attach",
+        " (and 812 ms in CUPTI's start-up, without the GIL)"]

@@ -58,6 +58,8 @@ def observer_cost(metrics: list, state: dict, ts) -> dict | None:
             # not in the share: each is a wait of the decode thread, mostly for the GIL the agent thread took
             # back (an eager decode thread made 0 a second unobserved on the H200, 45-78 attached)
             "decode_waits_per_s": round(waits, 1) if waits is not None else None,
-            # the agent thread's own CPU, ms a second (libcupti's GIL-free calls included): on another core,
-            # but while it holds the GIL the decode thread waits
-            "agent_cpu_ms_per_s": round(agent_cpu, 1) if agent_cpu is not None else None}
+            # the agent thread's own CPU, ms a second over the attach (the library's reading of the records in
+            # it; CUPTI's start-up, GIL-free, apart): on another core, but while it holds the GIL the decode
+            # thread waits
+            "agent_cpu_ms_per_s": round(agent_cpu, 1) if agent_cpu is not None else None,
+            "cupti_start_cpu_ms": probe_figure("cupti_start_cpu_ms")}

@@ -76,7 +76,9 @@ def observer_parts(o: dict | None) -> list[str]:
     if o.get("decode_waits_per_s") is not None:
         parts.append(f"; the decode thread blocked {o['decode_waits_per_s']:.0f}×/s (waits for the GIL, its own too)")
     if o.get("agent_cpu_ms_per_s") is not None:
-        parts.append(f"; the agent thread used {o['agent_cpu_ms_per_s']:.0f} ms of CPU a second")
+        parts.append(f"; the agent thread used {o['agent_cpu_ms_per_s']:.1f} ms of CPU a second over the attach")
+        if o.get("cupti_start_cpu_ms"):
+            parts.append(f" (and {o['cupti_start_cpu_ms']:.0f} ms in CUPTI's start-up, without the GIL)")
     if slowed:
         parts.append(f"; {slowed}")
     return parts
