@@ -24,7 +24,7 @@ from pathlib import Path
 
 from decodemon.monitor.app import DecodemonApp
 
-# the README's screenshot: `decodemon demo` with no GPU, the bundled H200 recordings side by side, paused this far in
+# the README's screenshot: `decodemon demo` with no GPU, the bundled H100 recordings side by side, paused this far in
 REPLAY_AT_S = 6.0
 REPLAY_SIZE = (160, 50)
 REPLAY_SVG = Path(__file__).parents[1] / "docs" / "img" / "demo_replay.svg"
@@ -60,7 +60,7 @@ async def shoot(players, seconds, name, size=(160, 50)):
 
 
 def replay_app() -> DecodemonApp:
-    """`decodemon demo` with no GPU: the bundled H200 recordings side by side, paused REPLAY_AT_S in (a still
+    """`decodemon demo` with no GPU: the bundled H100 recordings side by side, paused REPLAY_AT_S in (a still
     the test can draw again and hold the committed screenshot to)."""
     from decodemon.monitor.demo import replay_players
 

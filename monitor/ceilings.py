@@ -250,7 +250,7 @@ def _launch_priced(i: Inputs, floor: float | None) -> tuple[Candidate, float | N
     if priced_by_idle(i):
         return _host_idle(i), None
     if not (i.ms_per_token and i.kernels_per_token):
-        return Candidate(None, "µs/launch", LAUNCH_IDLE_THRESHOLD, UNKNOWN,
+        return Candidate(None, "µs idle/kernel", LAUNCH_IDLE_THRESHOLD, UNKNOWN,
                          _needs(("ms/token", i.ms_per_token), ("kernels/token", i.kernels_per_token)),
                          "idle_us_per_kernel"), None
     n = i.kernels_per_token
@@ -268,7 +268,7 @@ def _launch_priced(i: Inputs, floor: float | None) -> tuple[Candidate, float | N
                      if peer_wait_named(waited, i.ms_per_token) else "") + f") over {n:.0f} kernels = {per:.3g} µs each; "
                   + (f"the step is a replayed CUDA graph: {_launches_counted(i)}"
                      if graphed else f"eager host launches cost {lo:g}–{hi:g} µs"))
-        return Candidate(per, "µs/launch", thr, state, detail, "idle_us_per_kernel"), per
+        return Candidate(per, "µs idle/kernel", thr, state, detail, "idle_us_per_kernel"), per
     if floor is not None:  # the idle estimated as the step the bandwidth floor leaves unexplained
         gap = max(i.ms_per_token - floor, 0.0)
         per = gap * 1e3 / n
@@ -278,19 +278,19 @@ def _launch_priced(i: Inputs, floor: float | None) -> tuple[Candidate, float | N
         # kernels, which only kernel time tells apart, so it leaves LAUNCH unknown, not ruled out
         state = (RULED_OUT if share < LAUNCH_IDLE_RULED_OUT else BINDING if fits and share >= 0.5 else UNKNOWN)
         detail = (f"no kernel time traced: the idle taken as the step over the floor, ({i.ms_per_token:.4g} − "
-                  f"{floor:.3g}) ms = {100 * share:.0f}% of the step; ÷ {n:.0f} launches = {per:.3g} µs each, "
+                  f"{floor:.3g}) ms = {100 * share:.0f}% of the step; ÷ {n:.0f} kernels = {per:.3g} µs each, "
                   + (f"within the {lo:g}–{hi:g} µs an eager launch costs" if fits else
                      f"less than the {lo:g} µs an eager launch costs at least: a host launching them one by one "
                      "could not fit them in the step (a replayed graph launches them together), and the kernels' "
                      "time (a traced window) tells slow kernels from the host's other work" if per < lo else
                      f"more than the {hi:g} µs an eager launch costs at most: launches alone do not explain it, "
                      "and the kernels' time (a traced window) tells the host's other work from slow kernels"))
-        return Candidate(per, "µs/launch", LAUNCH_IDLE_THRESHOLD, state, detail, "floor_gap_us_per_kernel"), per
+        return Candidate(per, "µs idle/kernel", LAUNCH_IDLE_THRESHOLD, state, detail, "floor_gap_us_per_kernel"), per
     # neither kernel time nor a floor: the idle taken as the host's launching at the low end of an eager launch's cost
     per = i.ms_per_token * 1e3 / n
     share = min(1.0, lo / per)
     state = BINDING if share >= 0.5 else RULED_OUT if share < LAUNCH_IDLE_RULED_OUT else UNKNOWN
-    detail = (f"no kernel time traced and no floor: {i.ms_per_token:.4g} ms ÷ {n:g} launches = {per:.4g} µs "
+    detail = (f"no kernel time traced and no floor: {i.ms_per_token:.4g} ms ÷ {n:g} kernels = {per:.4g} µs "
               f"available per kernel; at {lo:g} µs a launch (the low end of an eager launch) the host's launching "
               f"leaves the GPU idle {100 * share:.0f}% of the step")
     return Candidate(per, "µs/kernel", LAUNCH_IDLE_THRESHOLD, state, detail, "step_us_per_kernel"), per

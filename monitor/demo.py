@@ -4,7 +4,7 @@ With an NVIDIA GPU (and no --replay) it starts the demo engine twice, eager
 and graph, and opens `compare` on both, live. Two engines on one GPU share
 its time and its PM counters: the traced-window figures (launches, kernel
 times, grids, gaps) stay per process, and the screen says which figures are
-device-wide. Without a GPU it plays the H200 recordings bundled with the
+device-wide. Without a GPU it plays the H100 recordings bundled with the
 package, looping.
 """
 
@@ -20,7 +20,7 @@ from importlib import resources
 from decodemon.monitor.sources import agent_socket
 from decodemon.monitor.sources.errors import SourceError
 
-RECORDINGS = ("h200_eager.dmon", "h200_graph.dmon")
+RECORDINGS = ("h100_eager.dmon", "h100_graph.dmon")
 
 
 def bundled_recordings() -> list[str]:
@@ -115,8 +115,8 @@ def replay_players(speed: float = 1.0) -> list:
     from decodemon.monitor.player import RecordingPlayer, in_step
 
     a, b = bundled_recordings()
-    return in_step([RecordingPlayer(a, "eager (H200 recording)", speed=speed, loop=True),
-                    RecordingPlayer(b, "graph (H200 recording)", speed=speed, loop=True)])
+    return in_step([RecordingPlayer(a, "eager (H100 recording)", speed=speed, loop=True),
+                    RecordingPlayer(b, "graph (H100 recording)", speed=speed, loop=True)])
 
 
 def run_demo(replay: bool = False, tokens: int = 0, speed: float = 1.0, seconds: float | None = None,

@@ -33,7 +33,7 @@ class Diagnosis:
 
     ceiling: str
     candidates: dict
-    us_per_launch: float | None
+    us_per_kernel: float | None
     bandwidth_floor_ms: float | None
     remedy: str
     falsify: str
@@ -50,7 +50,7 @@ class Diagnosis:
             "remedy": self.remedy,
             "falsify": _said(self.falsify),
             "predicted_win": _said(self.predicted_win),
-            "us_per_launch": _round(self.us_per_launch, 3),
+            "us_per_kernel": _round(self.us_per_kernel, 3),
             "bandwidth_floor_ms": _round(self.bandwidth_floor_ms, 4),
             "serial_fraction": _round(self.serial_fraction, 4),
             "notes": list(self.notes),
@@ -116,7 +116,7 @@ def diagnose(i: Inputs, speedup: float | None = None, n: int | None = None) -> D
     priced = tuple(k.upper() for k in ORDER if cands[k].value is not None)
     remedy, falsify, win = advice(ceiling, i, floor, comm_ms, launch, priced, _missing(i, cands))
     sf = serial_fraction(speedup, n) if (speedup and n and n > 1) else None
-    return Diagnosis(ceiling=ceiling, candidates=cands, us_per_launch=per_launch, bandwidth_floor_ms=floor,
+    return Diagnosis(ceiling=ceiling, candidates=cands, us_per_kernel=per_launch, bandwidth_floor_ms=floor,
                      remedy=remedy, falsify=falsify, predicted_win=win, serial_fraction=sf)
 
 

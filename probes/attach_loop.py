@@ -330,6 +330,7 @@ class AttachLoop:
         if wall > 0:
             used = time.thread_time() - self.cpu_t0[1] - self.startup_cpu_s
             status["agent_cpu_ms_per_s"] = round(1e3 * max(used, 0.0) / wall, 1)
+            status["agent_cpu_over_s"] = round(wall, 1)
         if self.startup_cpu_s:
             status["cupti_start_cpu_ms"] = round(1e3 * self.startup_cpu_s, 1)
         if s.skipped_windows > self.skipped_seen:

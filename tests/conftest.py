@@ -14,7 +14,7 @@ import pytest
 
 DATA = Path(__file__).parent / "data"
 BUNDLED = Path(__file__).parents[1] / "monitor" / "data"  # the package's own copy: `decodemon demo` replays these
-REC = {name: (BUNDLED if name in ("eager", "graph") else DATA) / f"h200_{name}.dmon"
+REC = {name: DATA / f"h200_{name}.dmon"
        for name in ("eager", "graph", "eager_pm", "llama8b_graph", "narrow12_graph", "eager_api2", "graph_api2")}
 
 

@@ -1060,6 +1060,8 @@ def test_the_agents_cpu_is_over_the_attach_and_cupti_start_up_is_counted_apart(m
     assert start and 390 <= start[-1] < 2000, start
     cpu = [f.agent_cpu_ms_per_s for f in stats if f.agent_cpu_ms_per_s is not None]
     assert cpu and cpu[-1] < 100, cpu  # 400 ms in ~3 s would read ~130 ms/s were the start-up in it
+    over = [f.agent_cpu_over_s for f in stats if f.agent_cpu_over_s is not None]
+    assert over and 2.5 <= over[-1] <= 4.0, over  # it covers the attach so far
     s.release()
 
 

@@ -100,7 +100,7 @@ def test_run_of_missing_program():
     assert_one_line_error(r)
 
 
-@pytest.mark.parametrize("args", [["predict", "monitor/data/h200_eager.dmon", "--change", "x", "--expect", "-60%",
+@pytest.mark.parametrize("args", [["predict", "monitor/data/h100_eager.dmon", "--change", "x", "--expect", "-60%",
                                    "--tolerance", "nan"],
                                   ["sweep", "--start-timeout", "-1", "python x.py {depth}"],
                                   ["attach", "1", "--probe", "time_window_s=0"]])

@@ -52,8 +52,8 @@ def test_attach_seconds_quits_the_app(monkeypatch):
 
 
 @pytest.mark.parametrize("argv, status", [(["diagnose", "--launches-per-token", "1000"], 3),
-                                          (["replay", "monitor/data/h200_graph.dmon", "--json"], 0),
-                                          (["report", "monitor/data/h200_eager.dmon"], 0)])
+                                          (["replay", "monitor/data/h100_graph.dmon", "--json"], 0),
+                                          (["report", "monitor/data/h100_eager.dmon"], 0)])
 def test_the_exit_status_survives_a_reader_that_closed_the_pipe(argv, status):
     """`decodemon diagnose ... | head -4`: the reader may be gone before decodemon writes; the status is still the
     verb's (3: nothing binds), with nothing on stderr. The pipe here is closed before decodemon starts."""

@@ -28,7 +28,7 @@ def test_bandwidth_ceiling_3600_tok_s_is_not_the_constraint():
 
 def test_101_us_per_kernel_is_not_launch_the_kernels_are_slow():
     d = diagnose("--ms-per-token", 281.6, "--launches-per-token", 2790)
-    assert d["us_per_launch"] == pytest.approx(101, abs=0.5)
+    assert d["us_per_kernel"] == pytest.approx(101, abs=0.5)
     assert d["candidates"]["launch"]["state"] == "ruled_out"
     # the kernels are the cost, and with no bytes per token nothing says which ceiling: unknown, and what decides
     assert d["ceiling"] == "unknown" and "bytes per token" in d["remedy"]
@@ -36,7 +36,7 @@ def test_101_us_per_kernel_is_not_launch_the_kernels_are_slow():
 
 def test_6_us_per_kernel_is_launch_bound():
     d = diagnose("--ms-per-token", 16.6, "--launches-per-token", 2790)
-    assert d["us_per_launch"] == pytest.approx(5.95, abs=0.1)
+    assert d["us_per_kernel"] == pytest.approx(5.95, abs=0.1)
     assert d["ceiling"] == "launch"
 
 
@@ -85,11 +85,11 @@ def test_92_collectives_are_2_percent_comm_ruled_out():
     assert c["state"] == "ruled_out"
 
 
-def test_below_the_floor_17_us_per_launch_is_launch():
+def test_below_the_floor_17_us_per_kernel_is_launch():
     d = diagnose("--ms-per-token", 7.80, "--bytes-per-token", 1.19e9, "--bandwidth-gbs", 380,
                  "--launches-per-token", 280)
     assert d["bandwidth_floor_ms"] == pytest.approx(3.13, abs=0.01)
-    assert d["us_per_launch"] == pytest.approx(16.7, abs=0.1)
+    assert d["us_per_kernel"] == pytest.approx(16.7, abs=0.1)
     assert d["ceiling"] == "launch"
     assert d["candidates"]["bandwidth"]["state"] == "unknown"  # 2.5x: neither within 2x nor 10x below
 
@@ -232,7 +232,7 @@ def test_watched_from_outside_an_idle_gpu_is_the_hosts_step_with_its_number():
     assert d.ceiling == "launch" and launch.state == dx.BINDING
     assert launch.value == pytest.approx(86.0) and launch.unit == "% of step GPU idle"
     assert "1.68 ms" in d.falsify and "host" in d.falsify  # toward the GPU's busy time, 14% of 12 ms
-    assert d.us_per_launch is None  # no launch count: no µs a launch is claimed
+    assert d.us_per_kernel is None  # no launch count: no µs a launch is claimed
     # where a traced window is still to come, the counters alone do not price LAUNCH: the window will
     assert dx.diagnose(dx.Inputs(ms_per_token=12.0, gpu_busy_pct=14.0)).candidates["launch"].state == dx.UNKNOWN
 

@@ -12,7 +12,7 @@ import pytest
 from decodemon.monitor.render.json import summary_json
 from decodemon.monitor.sources.collect import collect_recording
 from decodemon.monitor.span import summary_snapshot
-from tests.conftest import BUNDLED, DATA, cli
+from tests.conftest import DATA, cli
 
 
 def _json(*args):
@@ -22,20 +22,20 @@ def _json(*args):
 
 
 def test_a_span_that_traced_no_window_says_its_kernel_figures_come_from_one_before_it():
-    j = _json("replay", BUNDLED / "h200_graph.dmon", "--last", "1")
+    j = _json("replay", DATA / "h200_graph.dmon", "--last", "1")
     k = j["kernels_from"]
     assert k["in_span"] is False and k["windows_in_span"] == 0
     # the window arrived before the span began, and the summary says when, on the span's own clock
     assert k["window_received_s"] < j["span"]["from_s"]
     assert k["s_before_span"] == pytest.approx(j["span"]["from_s"] - k["window_received_s"], abs=0.002)
     # the figures themselves are that window's, as they were
-    sess = collect_recording(str(BUNDLED / "h200_graph.dmon"))
+    sess = collect_recording(str(DATA / "h200_graph.dmon"))
     rx, latest = sess.metrics[-1]
     assert k["window_received_s"] == round(rx / 1e9, 3)
     assert j["kernel_sum_ms_per_token"] == round(latest.kernel_sum_ms_per_token, 4)
     assert j["kernels_per_token"] == round(latest.kernels_per_token, 1)
     # the report says it in a line of its own
-    r = cli("report", BUNDLED / "h200_graph.dmon", "--last", "1")
+    r = cli("report", DATA / "h200_graph.dmon", "--last", "1")
     assert r.returncode == 0, r.stderr
     line = next(ln for ln in r.stdout.splitlines() if "kernel figures:" in ln)
     assert f"received at {k['window_received_s']:g} s, before this span" in line
@@ -43,10 +43,10 @@ def test_a_span_that_traced_no_window_says_its_kernel_figures_come_from_one_befo
 
 
 def test_a_span_that_traced_windows_says_its_kernel_figures_are_its_own():
-    j = _json("replay", BUNDLED / "h200_graph.dmon")
+    j = _json("replay", DATA / "h200_graph.dmon")
     assert j["kernels_from"]["in_span"] is True and j["kernels_from"]["windows_in_span"] == j["windows"]
     assert j["kernels_from"]["s_before_span"] is None
-    r = cli("report", BUNDLED / "h200_graph.dmon")
+    r = cli("report", DATA / "h200_graph.dmon")
     assert "kernel figures:" not in r.stdout
 
 
@@ -55,7 +55,7 @@ def _numbers(note: str) -> list[float]:
 
 
 @pytest.mark.parametrize("path", [DATA / "h200_tp2_eager_samewindow_rank0.dmon",
-                                  DATA / "h200_tp2_eager_samewindow_rank1.dmon", BUNDLED / "h200_eager.dmon"])
+                                  DATA / "h200_tp2_eager_samewindow_rank1.dmon", DATA / "h200_eager.dmon"])
 def test_the_kernel_share_note_states_the_figures_its_arithmetic_used(path):
     snap = summary_snapshot(collect_recording(str(path)))
     j = summary_json(snap)
@@ -94,7 +94,7 @@ def test_launch_on_a_replayed_graph_says_the_launch_calls_and_graph_launches_it_
 
 
 def test_the_model_bytes_say_the_kv_depth_they_were_priced_at():
-    path = BUNDLED / "h200_eager.dmon"
+    path = DATA / "h200_eager.dmon"
     sess = collect_recording(str(path))
     depths = sess.feed.depths(0)
     assert depths.min() < depths.max()  # the depth changed over the recording

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from decodemon.monitor.api import replay
-from tests.conftest import DATA
+from tests.conftest import BUNDLED, DATA
 
 FACTS = json.loads((DATA / "h100_compiled_llama8b_marks.json").read_text())
 RECORDS = sorted(FACTS["own_ms_per_token"])
@@ -43,7 +43,7 @@ def test_pm_is_read_in_decodemons_own_process_from_its_own_libcupti(name):
 def test_the_demo_engine_on_the_h100_shows_a_measured_byte_beside_the_models(mode):
     """The demo engine recorded 8 s by pid from decodemon's own venv, PM armed in the sidecar: bytes a token from the
     DRAM counters beside the model's, and the window traced by decodemon's CUPTI library."""
-    j = replay(DATA / f"h100_demo_{mode}_pm.dmon").as_json()
+    j = replay(BUNDLED / f"h100_{mode}.dmon").as_json()
     assert j["bytes_per_token_measured"] == pytest.approx(j["bytes_per_token_model"], rel=0.10)
     assert j["windows"] >= 1 and j["kernels_per_token"] in (1863, 1864)
     assert j["verdict"] == {"eager": "launch", "graph": "occupancy"}[mode]

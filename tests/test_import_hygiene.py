@@ -38,7 +38,7 @@ def test_probes_never_import_textual_or_the_analysis(module):
 
 def test_the_public_api_replays_a_recording_without_textual_or_torch():
     code = ("import sys; from importlib import resources; from decodemon.monitor import api; "
-            "s = api.replay(resources.files('decodemon.monitor') / 'data' / 'h200_graph.dmon'); "
+            "s = api.replay(resources.files('decodemon.monitor') / 'data' / 'h100_graph.dmon'); "
             "print(s.verdict, s.tokens, ' '.join(sorted(sys.modules)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     verdict, tokens, mods = out[0], int(out[1]), set(out[2:])
@@ -50,7 +50,7 @@ def test_a_replay_reads_the_recording_alone_nothing_of_the_live_socket_or_the_pi
     """`decodemon replay REC --json` imports no live source: not the socket reader, the pid checks, the agent's
     loading, the outside watch or the counters' sidecar."""
     code = ("import sys; from importlib import resources; from decodemon.monitor.cli import main; "
-            "rc = main(['replay', str(resources.files('decodemon.monitor') / 'data' / 'h200_graph.dmon'), '--json']); "
+            "rc = main(['replay', str(resources.files('decodemon.monitor') / 'data' / 'h100_graph.dmon'), '--json']); "
             "print(rc, ' '.join(sorted(sys.modules)), file=sys.stderr)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     rc, *mods = r.stderr.split()

@@ -9,9 +9,9 @@ from functools import cache
 import pytest
 
 from decodemon.monitor.ceilings import QUANTITIES
-from tests.conftest import BUNDLED, DATA, cli
+from tests.conftest import DATA, cli
 
-EAGER, GRAPH = BUNDLED / "h200_eager.dmon", BUNDLED / "h200_graph.dmon"
+EAGER, GRAPH = DATA / "h200_eager.dmon", DATA / "h200_graph.dmon"
 # one of each shape: eager and graphed with PM, grids from counters alone, no token clock, a batched engine whose
 # windows traced no launch calls, a rank of a TP=2 loop, and nothing priced at all
 SHAPES = (EAGER, GRAPH, DATA / "h200_compiled_llama8b_enqueue_1.dmon", DATA / "h200_cuda_loop_8gib.dmon",
@@ -90,7 +90,7 @@ def test_zero_is_a_measured_zero_and_what_was_not_measured_is_null():
     nothing = summary(DATA / "h200_compiled_llama8b_marks_5.dmon")
     assert nothing["ceiling"] == "unknown" and nothing["predicted_win"] is None and nothing["falsify"] is None
     assert nothing["remedy"].startswith("measure ")  # what would decide, said once, in words
-    assert nothing["bandwidth_floor_ms"] is None and nothing["us_per_launch"] is None
+    assert nothing["bandwidth_floor_ms"] is None and nothing["us_per_kernel"] is None
     # windows that traced no launch calls cannot tell a host launching late: host_late is null, the rest unsplit
     batched = summary(DATA / "h200_hf_cb_4.dmon")
     assert batched["gap_ms_per_token"]["host_late"] is None and batched["gap_ms_per_token"]["unsplit"] > 0

@@ -1,4 +1,4 @@
-"""Every committed H200 recording keeps its verdict, kernels per token and ms per token.
+"""Every committed recording of the bundled demo and of the H200 keeps its verdict, kernels per token and ms per token.
 
 The figures are pinned: any refactor of the probe, wire, feed,
 analyzers or verdict must reproduce them exactly (ms/token to 1 µs).
@@ -14,6 +14,8 @@ from tests.conftest import BUNDLED, DATA
 # the figures of the last 5 s (the live screen's rolling span, `--last 5`): a summary's default, the whole recording,
 # moves with what the recording holds before them, which no refactor should be held to
 PINNED = [  # recording, rolling verdict, last window's ceiling, kernels/token, ms/token
+    ("h100_eager.dmon", "launch", "launch", 1863.0, 23.5229),  # the bundled pair `decodemon demo` plays
+    ("h100_graph.dmon", "occupancy", "occupancy", 1864.0, 3.7274),
     ("h200_eager.dmon", "launch", "launch", 1863.0, 20.4039),
     ("h200_eager_api2.dmon", "launch", "launch", 1863.0, 23.8085),
     ("h200_eager_pm.dmon", "launch", "launch", 1863.0, 40.8674),
@@ -37,7 +39,7 @@ PINNED = [  # recording, rolling verdict, last window's ceiling, kernels/token, 
 
 @pytest.mark.parametrize("name,verdict,ceiling,launches,ms", PINNED, ids=[p[0] for p in PINNED])
 def test_recording_figures_unchanged(name, verdict, ceiling, launches, ms):
-    snap = replay((BUNDLED if name in ("h200_eager.dmon", "h200_graph.dmon") else DATA) / name, last_s=5)
+    snap = replay((BUNDLED if name in ("h100_eager.dmon", "h100_graph.dmon") else DATA) / name, last_s=5)
     assert snap.verdict == verdict
     assert snap.ceiling == ceiling
     assert snap.kernels_per_token == pytest.approx(launches, abs=1e-6)

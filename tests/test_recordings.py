@@ -72,7 +72,7 @@ def test_eager_verdict_is_launch(eager):
     assert eager["candidates"]["launch"]["state"] == "binding"
     assert eager["candidates"]["bandwidth"]["state"] == "ruled_out"
     assert eager["candidates"]["comm"]["state"] == "ruled_out"
-    assert 5 <= eager["us_per_launch"] <= 20  # an eager launch costs the host 5-20 µs
+    assert 5 <= eager["us_per_kernel"] <= 20  # an eager launch costs the host 5-20 µs
     assert "graph" in eager["falsify"].lower()
 
 
@@ -330,8 +330,10 @@ def test_the_bill_names_the_decode_threads_waits_when_the_probe_reads_them():
     sess.feed.state["agent_cpu_ms_per_s"] = "41.3"
     o2 = sess.snapshot().observer
     assert o2["agent_cpu_ms_per_s"] == 41.3
-    assert observer_parts(o2)[-1] == "; the agent thread used 41.3 ms of CPU a second over the attach"
+    assert observer_parts(o2)[-1] == ("; the agent thread used 41.3 ms of CPU in the last second its probe read (a probe that did not read "
+                                    "it over the attach)")
     sess.feed.state["cupti_start_cpu_ms"] = "812.0"  # CUPTI's start-up, made on the agent thread, is named apart
+    sess.feed.state["agent_cpu_over_s"] = "12.0"  # a probe that reads it over the attach says over how long
     assert observer_parts(sess.snapshot().observer)[-2:] == [
-        "; the agent thread used 41.3 ms of CPU a second over the attach",
+        "; the agent thread used 41.3 ms of CPU a second over the attach's 12 s",
         " (and 812 ms in CUPTI's start-up, without the GIL)"]

@@ -47,13 +47,13 @@ def test_the_report_names_the_launch_figures_as_the_launches_panel_does(eager, g
     assert "1864 kernels/token: 0 kernel launch calls · 1 graph launch · 3 copies" in diagnosis_markdown(graph)
 
 
-def test_every_us_per_launch_in_the_report_says_what_it_divides_by(eager):
+def test_every_us_per_kernel_in_the_report_says_what_it_divides_by(eager):
     md = diagnosis_markdown(eager)
     n = eager.inputs.kernels_per_token
     assert n == 1863 and eager.window.kernels_per_token == n  # the kernels, not the 1638 kernel launch calls
-    assert f"- {eager.diagnosis.us_per_launch:.2f} µs idle per kernel, over 1863 kernels/token" in md
+    assert f"- {eager.diagnosis.us_per_kernel:.2f} µs idle per kernel, over 1863 kernels/token" in md
     row = next(line for line in md.splitlines() if line.startswith("| LAUNCH |"))
-    assert "8.869 µs/launch (1863 kernels/token)" in row
+    assert "8.869 µs idle/kernel (1863 kernels/token)" in row
 
 
 def test_the_eager_report_says_gpu_busy_with_its_source_and_that_pm_was_silent(eager, graph):

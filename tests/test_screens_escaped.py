@@ -24,7 +24,7 @@ from decodemon.monitor.widgets.kernels import KernelsPanel
 from decodemon.monitor.widgets.verdict import VerdictPanel
 from decodemon.probes import wire
 from decodemon.probes.wire_file import load_recording, recording_bytes
-from tests.conftest import BUNDLED, run_script
+from tests.conftest import DATA, run_script
 
 # a terminal title, a screen clear, then what Textual would read as markup
 EVIL = "\x1b]0;owned\x07\x1b[2J[bold red]x[/]"
@@ -41,7 +41,7 @@ def modified_recording(tmp_path_factory):
     """A modified copy of the bundled H200 eager recording: the model's name (as report_model() gives it), the
     GPU's name and UUID, every kernel's name and the Bye's reason replaced by ones holding EVIL; every other byte
     of every frame as recorded, the frames encoded again by the wire's own writer."""
-    frames = load_recording(BUNDLED / "h200_eager.dmon")
+    frames = load_recording(DATA / "h200_eager.dmon")
     header, out = frames[0][1], []
     for rx, f in frames[1:]:
         if isinstance(f, wire.Hello):

@@ -21,7 +21,7 @@ from decodemon.monitor.widgets.header import HeaderPanel
 from decodemon.monitor.widgets.telemetry import TelemetryPanel
 from decodemon.monitor.widgets.timeline import TimelinePanel
 from decodemon.monitor.widgets.verdict import VerdictPanel
-from tests.conftest import BUNDLED, DATA
+from tests.conftest import DATA
 from tests.test_app import engine_frames, live_app, settle
 from tests.test_screens_trust import SCREENS
 
@@ -94,7 +94,7 @@ def test_no_headline_pending_line_or_history_contradicts_the_candidates(name):
 def test_a_headline_the_windows_have_not_yet_recorded_says_so_beside_the_history():
     """Windows that voted COMM while the candidates now support LAUNCH: the pending line says LAUNCH binds now and
     the history keeps COMM, never "COMM → LAUNCH?" under a LAUNCH headline."""
-    s = texts(BUNDLED / "h200_eager.dmon", 10.0)[0]
+    s = texts(DATA / "h200_eager.dmon", 10.0)[0]
     voted = advance(Rolling(), "comm", "0.0 s", {})
     ceiling, pending = headline(s.diagnosis, voted)
     assert ceiling == "launch" and "?" not in pending
@@ -120,7 +120,7 @@ def test_a_first_window_whose_collectives_all_waited_for_a_peer_votes_no_comm():
 
 
 def test_each_candidate_shows_its_threshold_and_inputs_with_their_sources():
-    s, t = texts(BUNDLED / "h200_eager.dmon", 10.0)
+    s, t = texts(DATA / "h200_eager.dmon", 10.0)
     text = t[VerdictPanel]
     for k in ORDER:
         assert f"threshold: {s.diagnosis.candidates[k].threshold}" in text
@@ -140,7 +140,7 @@ def test_each_candidate_shows_its_threshold_and_inputs_with_their_sources():
             "the 50%") in text
     assert f"= {i.bytes_per_token / 1e9:.3g} GB (model" in t[HeaderPanel]  # the floor's parts in the header too
 
-    s, t = texts(BUNDLED / "h200_graph.dmon", 10.0)
+    s, t = texts(DATA / "h200_graph.dmon", 10.0)
     assert f"GPU busy {s.inputs.gpu_busy_pct:.0f}% from PM counters (device-wide)" in t[VerdictPanel]
     assert f"SM active {s.inputs.sm_active_pct:.0f}% from PM counters" in t[VerdictPanel]
 
@@ -160,7 +160,7 @@ async def _why_at_80x24():
 
     from decodemon.monitor.widgets.why_screen import WhyScreen
 
-    app = _app(BUNDLED / "h200_eager.dmon", 10.0)
+    app = _app(DATA / "h200_eager.dmon", 10.0)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
         compact = app.query_one(VerdictPanel)._put_last.plain
@@ -191,7 +191,7 @@ async def _help_scrolls():
 
     assert "↑ ↓, PgUp PgDn, Home End scroll it" in HELP
     assert "as a share of\n               the most warps an SM can hold" in HELP  # the occ sentence ends
-    app = _app(BUNDLED / "h200_eager.dmon", 10.0)
+    app = _app(DATA / "h200_eager.dmon", 10.0)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press("question_mark")
         await pilot.pause()
@@ -204,7 +204,7 @@ async def _help_scrolls():
 
 
 def test_kernels_past_the_step_are_flagged_not_clipped():
-    s, t = texts(BUNDLED / "h200_graph.dmon", 10.0)
+    s, t = texts(DATA / "h200_graph.dmon", 10.0)
     i = s.inputs
     assert i.kernel_sum_ms_per_token > i.ms_per_token
     flag = (f"⚠ kernels {i.kernel_sum_ms_per_token:.3g} ms are "
@@ -212,7 +212,7 @@ def test_kernels_past_the_step_are_flagged_not_clipped():
     assert flag in t[TimelinePanel] and flag in t[VerdictPanel]
     assert "kernels 100% of the step" not in t[TimelinePanel]
     assert summary_json(s)["kernels_past_step"].startswith(flag[2:])  # --json flags it beside its share (clipped)
-    s, t = texts(BUNDLED / "h200_eager.dmon", 10.0)
+    s, t = texts(DATA / "h200_eager.dmon", 10.0)
     assert "⚠ kernels" not in t[TimelinePanel] and summary_json(s)["kernels_past_step"] is None
     # the eager token drawn is the traced one, which tracing stretched past the median step: said beside it
     drawn = s.window.timeline.token_ns / 1e6
@@ -222,20 +222,20 @@ def test_kernels_past_the_step_are_flagged_not_clipped():
 
 
 def test_pm_armed_with_no_sample_says_so_after_a_few_seconds():
-    early, late = texts(BUNDLED / "h200_eager.dmon", 2.0)[1], texts(BUNDLED / "h200_eager.dmon", 10.0)[1]
+    early, late = texts(DATA / "h200_eager.dmon", 2.0)[1], texts(DATA / "h200_eager.dmon", 10.0)[1]
     assert "PM sampling: armed (in process" in early[TelemetryPanel] and "no sample" not in early[TelemetryPanel]
     said = late[TelemetryPanel].replace("\n", "")
     assert "PM sampling: armed in the target's agent thread, but no sample in 10 s" in said
     assert "GPU busy comes from the kernel share (traced kernel time ÷ ms/token)" in said and "--probe" not in said  # a replay: no advice to attach otherwise
-    s = texts(BUNDLED / "h200_eager.dmon", 10.0)[0]
+    s = texts(DATA / "h200_eager.dmon", 10.0)[0]
     assert summary_json(s)["pm_silent"].replace("\n", "") in said  # --json says the same, where pm_* are null
-    assert summary_json(texts(BUNDLED / "h200_eager.dmon", 2.0)[0])["pm_silent"] is None
-    s, graph = texts(BUNDLED / "h200_graph.dmon", 10.0)
+    assert summary_json(texts(DATA / "h200_eager.dmon", 2.0)[0])["pm_silent"] is None
+    s, graph = texts(DATA / "h200_graph.dmon", 10.0)
     assert "no sample" not in graph[TelemetryPanel] and summary_json(s)["pm_silent"] is None  # its PM delivers
 
 
 def test_every_ms_per_token_says_what_it_is():
-    s, t = texts(BUNDLED / "h200_eager.dmon", 10.0)
+    s, t = texts(DATA / "h200_eager.dmon", 10.0)
     assert f"{s.tokens.ms_per_token:.3f} ms/token median" in t[HeaderPanel] and "mean of the last 5 s" in t[HeaderPanel]
     assert "ms/token its median" in t[TelemetryPanel]
 
@@ -290,7 +290,7 @@ async def _bars_at_80():
     from decodemon.monitor.widgets.group_bar import group_parts
     from decodemon.monitor.widgets.status_bar import StatusBar
 
-    app = DecodemonApp([RecordingPlayer(str(BUNDLED / f"h200_{n}.dmon"), f"{n} (H200)") for n in ("eager", "graph")],
+    app = DecodemonApp([RecordingPlayer(str(DATA / f"h200_{n}.dmon"), f"{n} (H200)") for n in ("eager", "graph")],
                        start_at_s=10.0, paused=True)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
@@ -367,7 +367,7 @@ def test_a_comparison_names_what_its_ratios_compare():
 async def _ratios():
     from decodemon.monitor.app import RatioBar
 
-    app = DecodemonApp([RecordingPlayer(str(BUNDLED / f"h200_{n}.dmon"), n) for n in ("eager", "graph")],
+    app = DecodemonApp([RecordingPlayer(str(DATA / f"h200_{n}.dmon"), n) for n in ("eager", "graph")],
                        start_at_s=10.0, paused=True)
     async with app.run_test(size=(160, 50)) as pilot:
         await pilot.pause()
@@ -383,7 +383,7 @@ async def _ratios():
 
 def test_demo_screen_snapshot_at_200x50(snap_compare):
     """`decodemon demo` replaying the bundled recordings: each side's verdict with its reasoning on the main screen."""
-    app = DecodemonApp([RecordingPlayer(str(BUNDLED / f"h200_{n}.dmon"), f"{n} (H200)") for n in ("eager", "graph")],
+    app = DecodemonApp([RecordingPlayer(str(DATA / f"h200_{n}.dmon"), f"{n} (H200)") for n in ("eager", "graph")],
                        start_at_s=10.0, paused=True)
     assert snap_compare(app, terminal_size=(200, 50))
 
@@ -400,8 +400,8 @@ def test_a_number_is_never_wrapped_away_from_its_unit():
 async def _number_beside_unit():
     from decodemon.monitor.widgets.format import value_words
 
-    # the demo at 6 s: eager's launch candidate is 8.82 µs/launch, one cell too wide beside its state at 80x24
-    app = _app(BUNDLED / "h200_eager.dmon", 6.0, BUNDLED / "h200_graph.dmon")
+    # the demo at 6 s: eager's launch candidate is 8.82 µs idle/kernel, one cell too wide beside its state at 80x24
+    app = _app(DATA / "h200_eager.dmon", 6.0, DATA / "h200_graph.dmon")
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
         for side, panel in zip(app.players, app.query(VerdictPanel)):
@@ -410,7 +410,7 @@ async def _number_beside_unit():
                 if c.value is not None:
                     core = value_words(c.value, c.unit.split(" ")[0])
                     assert any(core in line for line in lines), (core, lines)
-    app = _app(BUNDLED / "h200_eager.dmon", 6.0, BUNDLED / "h200_graph.dmon")
+    app = _app(DATA / "h200_eager.dmon", 6.0, DATA / "h200_graph.dmon")
     async with app.run_test(size=(200, 50)) as pilot:
         await pilot.pause()
         for side, panel in zip(app.players, app.query(HeaderPanel)):
@@ -448,7 +448,7 @@ def test_a_source_another_monitor_holds_says_so_where_the_verdict_is():
 
     from decodemon.monitor.widgets.verdict import verdict_text
 
-    s = RecordingPlayer(str(BUNDLED / "h200_eager.dmon")).snapshot()
+    s = RecordingPlayer(str(DATA / "h200_eager.dmon")).snapshot()
     held = replace(s, ended="busy: monitor pid 23449 is attached; one monitor at a time")
     first = verdict_text(held, 200).plain.splitlines()[0]
     assert "not watched: busy: monitor pid 23449 is attached" in first and "the source ended" not in first

@@ -10,15 +10,15 @@ import pytest
 from decodemon.monitor.app import DecodemonApp
 from decodemon.monitor.player import RecordingPlayer
 from decodemon.monitor.rolling import headline
-from tests.conftest import BUNDLED, DATA
+from tests.conftest import DATA
 
 SCREENS = {  # name: (recording, seconds into it)
     "tp2_rank0": (DATA / "h200_tp2_eager_samewindow_rank0.dmon", None),  # its end: "the source ended"
     "compiled_8b_at_3s": (DATA / "h200_compiled_llama8b_replays.dmon", 3.0),
     "hf_static": (DATA / "h200_hf_generate_static.dmon", None),
-    "demo_eager": (BUNDLED / "h200_eager.dmon", 10.0),
+    "demo_eager": (DATA / "h200_eager.dmon", 10.0),
     "compiled_8b_nomarks": (DATA / "h200_compiled_llama8b_nomarks.dmon", None),
-    "demo_graph": (BUNDLED / "h200_graph.dmon", 10.0),  # kernels traced past the untraced step
+    "demo_graph": (DATA / "h200_graph.dmon", 10.0),  # kernels traced past the untraced step
     "serving_16": (DATA / "h200_hf_cb_16.dmon", 5.0),
     "tp2_eager_rank1": (DATA / "h200_tp2_eager_rank1.dmon", None),  # LAUNCH binds; PM and the kernels disagree
 }
@@ -71,7 +71,7 @@ def test_the_gaps_and_kernels_add_up_to_the_token_they_were_read_in():
 
     from tests.conftest import cli
 
-    j = json.loads(cli("replay", BUNDLED / "h200_eager.dmon", "--json").stdout)
+    j = json.loads(cli("replay", DATA / "h200_eager.dmon", "--json").stdout)
     parts = sum(j["gap_ms_per_token"].values()) + j["kernel_sum_ms_per_token"]
     assert parts == pytest.approx(j["gap_traced_ms_per_token"], rel=0.01)
     assert j["gap_traced_ms_per_token"] > j["ms_per_token"]

@@ -170,28 +170,28 @@ def test_compare_names_a_missing_instrument_rather_than_none():
 def test_a_last_span_with_no_token_is_refused_and_one_past_the_recording_is_the_whole():
     """--last 0.1 on a 21-s recording held no token: exit 3 with why, never the whole recording's figures under a
     "last 0.1 s" label; --last 100 covers the whole recording and says so."""
-    from tests.conftest import BUNDLED, cli
+    from tests.conftest import cli
 
-    r = cli("replay", BUNDLED / "h200_eager.dmon", "--json", "--last", 0.1)
+    r = cli("replay", DATA / "h200_eager.dmon", "--json", "--last", 0.1)
     assert r.returncode == 3 and "no token in the last 0.1 s" in r.stderr and "Traceback" not in r.stderr
-    r = cli("replay", BUNDLED / "h200_eager.dmon", "--json", "--last", 100)
+    r = cli("replay", DATA / "h200_eager.dmon", "--json", "--last", 100)
     assert r.returncode == 0 and json.loads(r.stdout)["span"]["covers"] == "whole"
 
 
 def test_compare_says_when_one_side_times_tokens_and_the_other_steps():
-    from tests.conftest import BUNDLED, DATA, cli
+    from tests.conftest import cli
 
-    r = cli("compare", BUNDLED / "h200_eager.dmon", DATA / "h200_hf_cb_4.dmon", "--json")
+    r = cli("compare", DATA / "h200_eager.dmon", DATA / "h200_hf_cb_4.dmon", "--json")
     assert r.returncode == 0, r.stderr
     assert "A's marks are tokens, B's are steps" in json.loads(r.stdout)["differ"]["clock"]
     assert "the clock differs" in r.stderr
 
 
 def test_compare_says_when_a_and_b_are_one_recording(tmp_path):
-    from tests.conftest import BUNDLED, cli
+    from tests.conftest import cli
 
     rec = tmp_path / "eager.dmon"
-    rec.write_bytes((BUNDLED / "h200_eager.dmon").read_bytes())
+    rec.write_bytes((DATA / "h200_eager.dmon").read_bytes())
     (tmp_path / "sub").mkdir()
     for b in ("eager.dmon", "./sub/../eager.dmon"):
         r = cli("compare", "eager.dmon", b, "--json", cwd=tmp_path, timeout=120)

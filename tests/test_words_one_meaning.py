@@ -15,13 +15,13 @@ from decodemon.monitor.render.json import summary_json
 from decodemon.monitor.render.markdown import diagnosis_markdown
 from decodemon.monitor.widgets.help_screen import HELP
 from decodemon.monitor.widgets.verdict import VerdictPanel
-from tests.conftest import BUNDLED, cli
+from tests.conftest import DATA, cli
 from tests.test_screens_reasoning import _app, texts
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
 import screenshots  # noqa: E402
 
-EAGER, GRAPH = BUNDLED / "h200_eager.dmon", BUNDLED / "h200_graph.dmon"
+EAGER, GRAPH = DATA / "h200_eager.dmon", DATA / "h200_graph.dmon"
 
 
 def _line(text: str, name: str) -> str:

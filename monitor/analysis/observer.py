@@ -62,4 +62,6 @@ def observer_cost(metrics: list, state: dict, ts) -> dict | None:
             # it; CUPTI's start-up, GIL-free, apart): on another core, but while it holds the GIL the decode
             # thread waits
             "agent_cpu_ms_per_s": round(agent_cpu, 1) if agent_cpu is not None else None,
+            # the seconds it covers: the attach so far; None from a probe that read its last second alone
+            "agent_cpu_over_s": probe_figure("agent_cpu_over_s"),
             "cupti_start_cpu_ms": probe_figure("cupti_start_cpu_ms")}

@@ -1,4 +1,4 @@
-"""`decodemon demo`: eager vs CUDA-graphed side by side, live on a GPU or from the bundled H200 recordings."""
+"""`decodemon demo`: eager vs CUDA-graphed side by side, live on a GPU or from the bundled H100 recordings."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ JSON_SECONDS = 10.0
 
 def add(sub) -> None:
     """Register the verb."""
-    p = sub.add_parser("demo", help="eager vs graphed, live on a GPU or from bundled H200 recordings",
+    p = sub.add_parser("demo", help="eager vs graphed, live on a GPU or from bundled H100 recordings",
                        description="The demo engine eager and CUDA-graphed side by side: live with an NVIDIA GPU, "
-                                   "otherwise the H200 recordings shipped with decodemon, looping.")
+                                   "otherwise the H100 recordings shipped with decodemon, looping.")
     p.add_argument("--replay", action="store_true", help="play the bundled recordings even with a GPU")
     p.add_argument("--json", action="store_true", help="print both summaries and the ratios, as `compare --json`")
     p.add_argument("--tokens", type=bounded("--tokens", 0, 1e9, True, allow_zero=True), default=None,

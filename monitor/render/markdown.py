@@ -35,8 +35,8 @@ def _launches(s: Snapshot) -> str:
 
 
 def _per_launch(s: Snapshot) -> str:
-    """What µs per launch divides by: every kernel a token runs counted as one launch ("" with no such figure)."""
-    per, n = s.diagnosis.us_per_launch, s.inputs.kernels_per_token if s.inputs is not None else None
+    """What the µs idle per kernel divides by: every kernel a token runs ("" with no such figure)."""
+    per, n = s.diagnosis.us_per_kernel, s.inputs.kernels_per_token if s.inputs is not None else None
     if per is None or not n:
         return ""
     graphed = s.window is not None and s.window.graph_launches_per_token >= 1
@@ -92,7 +92,7 @@ def _figures(s: Snapshot) -> list[str]:
         out.append(_launches(s))
     over = _per_launch(s)
     if over:
-        out.append(f"- {d.us_per_launch:.2f} µs idle per kernel, over {over}")
+        out.append(f"- {d.us_per_kernel:.2f} µs idle per kernel, over {over}")
     out += _busy(s)
     if s.pm_check is not None:
         c = s.pm_check
@@ -136,7 +136,7 @@ def diagnosis_markdown(s: Snapshot) -> str:
     for k in ORDER:
         c = d.candidates[k]
         v = "?" if c.value is None else f"{c.value:.4g} {c.unit}"
-        if k == "launch" and c.value is not None and c.value == d.us_per_launch and _per_launch(s):
+        if k == "launch" and c.value is not None and c.value == d.us_per_kernel and _per_launch(s):
             v += f" ({_per_launch(s)})"  # what it divides by: kernels, not the kernel launch calls
         out.append(f"| {k.upper()} | {c.state} | {v} | {c.threshold} | {md(c.detail)} |")  # it names kernels
     if w and w.kernels:

@@ -39,9 +39,9 @@ def diagnose_text(d: Diagnosis) -> str:
         v = "?" if c.value is None else f"{c.value:.4g} {c.unit}"
         lines.append(f"  {k:<10} {c.state:<9} {v:<28} {c.detail}")
         lines.append(f"  {'':<10} threshold: {c.threshold}")  # the rule it was held to, as on screen
-    if d.us_per_launch is not None:
+    if d.us_per_kernel is not None:
         per_kernel = d.candidates["launch"].unit == "µs/kernel"  # numbers alone: the time each kernel has
-        lines.append(f"{'µs available per kernel' if per_kernel else 'µs per launch'}: {d.us_per_launch:.3g}")
+        lines.append(f"{'µs available per kernel' if per_kernel else 'µs idle per kernel'}: {d.us_per_kernel:.3g}")
     if d.serial_fraction is not None:
         s = d.serial_fraction
         lines.append(f"serial fraction: {s:.3f}" + ("" if 0.0 <= s <= 1.0 else
@@ -76,7 +76,9 @@ def observer_parts(o: dict | None) -> list[str]:
     if o.get("decode_waits_per_s") is not None:
         parts.append(f"; the decode thread blocked {o['decode_waits_per_s']:.0f}×/s (waits for the GIL, its own too)")
     if o.get("agent_cpu_ms_per_s") is not None:
-        parts.append(f"; the agent thread used {o['agent_cpu_ms_per_s']:.1f} ms of CPU a second over the attach")
+        parts.append(f"; the agent thread used {o['agent_cpu_ms_per_s']:.1f} ms of CPU "
+                     + (f"a second over the attach's {o['agent_cpu_over_s']:.0f} s" if o.get("agent_cpu_over_s")
+                        else "in the last second its probe read (a probe that did not read it over the attach)"))
         if o.get("cupti_start_cpu_ms"):
             parts.append(f" (and {o['cupti_start_cpu_ms']:.0f} ms in CUPTI's start-up, without the GIL)")
     if slowed:

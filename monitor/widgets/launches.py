@@ -37,7 +37,7 @@ class LaunchesPanel(Panel):
                                              else "not traced in this recording" if s.ended
                                              else "not traced yet (from an attach's second window on)")
                          + "\n", style="dim")
-            per = s.diagnosis.us_per_launch
+            per = s.diagnosis.us_per_kernel
             t.append(f"{num(per, '.2f')} µs idle per kernel\n", style="yellow")
             if aw is not None and not w.graph_launches_per_token:
                 extra = w.kernels_per_token - aw.kernel_launch_calls_per_token
