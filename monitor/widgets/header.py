@@ -64,6 +64,10 @@ class HeaderPanel(Redraw, Static):
                 t.append(f" = {i.bytes_per_token / 1e9:.3g} GB ({bytes_short(s)}) ÷ {i.bandwidth_gbs:.4g} GB/s "
                          f"({bandwidth_short(s.bandwidth_source)})", style="dim")
             self._append_whole(t, "  ", f"{tk.ms_per_token / floor:.1f}× floor", width, style="bold yellow")
+        measured, model_b = s.bytes_per_token_measured, s.bytes_per_token_model
+        if measured and model_b and not batched:  # the DRAM counters' bytes a token beside the model's own figure
+            self._append_whole(t, "  ", f"{measured / 1e9:.3g} GB/token measured (PM DRAM), the model's "
+                               f"{model_b / 1e9:.3g}", width, style="dim")
         if s.ended:
             t.append(f"\n■ {s.ended} (last data kept)", style="bold red")
         if s.rejected_frames:
