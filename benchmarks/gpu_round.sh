@@ -10,14 +10,12 @@
 #   bash benchmarks/gpu_round.sh OUTDIR two   torch.profiler's count of the compiled 8B loop, then the llama.cpp
 #                                            cases (llama_cpp.sh run, CASES to choose) as far as the call goes
 #   bash benchmarks/gpu_round.sh OUTDIR rest  llama.cpp's build detached, as `one`; then the first attach held 60 s
-#                                            before and after (cost.py), the compiled 8B loop with no marks attached
-#                                            by pid five times (unmodified.py compiled_8b_plain) and a C++ CUDA loop
-#                                            (counters.py cuda_loop); follow it with
-#                                            `CASES=server1b_kvq8 bash benchmarks/llama_cpp.sh OUTDIR run`, or with `last`
-#   bash benchmarks/gpu_round.sh OUTDIR last  the compiled 8B loop with marks recorded five times in a row (counters.py:
-#                                            its later windows' CUPTI start-up off the decode thread, the agent's CPU
-#                                            over each record), then the quantized-KV llama-server case on the build
-#                                            `rest` started (CASES to choose)
+#                                            before and after (cost.py) and the compiled 8B loop with marks recorded
+#                                            five times in a row (counters.py: its later windows' CUPTI start-up off
+#                                            the decode thread, the agent's CPU over each record); follow it with
+#   bash benchmarks/gpu_round.sh OUTDIR last  a C++ CUDA loop (counters.py cuda_loop), the compiled 8B loop with no
+#                                            marks attached by pid five times (unmodified.py compiled_8b_plain), then
+#                                            the quantized-KV llama-server case on the build `rest` started (CASES)
 #
 # Run from the repository root with .whl/ carried (`bash benchmarks/wheels.sh`). Each call leaves at most 8 files
 # under OUTDIR: the tables and a .tgz of the JSON, logs and recordings.
@@ -84,24 +82,25 @@ case "$stage" in
     taskset -c 0-7 timeout ${COST_S:-230} $DM_PY benchmarks/cost.py "$out/r/cost" --engines manual --pairs 4 \
       --phase-s 3 --before-s 60 --after-s 60 --warm-s 30 > "$out/r/cost.log" 2>&1
     echo "cost.py exit $?"; tail -n 6 "$out/r/cost.log"
-    taskset -c 0-7 timeout 190 $DM_PY benchmarks/unmodified.py "$out/r/unmodified" --cases compiled_8b_plain \
-      --attaches 5 > "$out/r/unmodified.log" 2>&1
-    echo "unmodified.py exit $?"; tail -n 8 "$out/r/unmodified.log"
-    taskset -c 0-7 timeout 100 $DM_PY benchmarks/counters.py "$out/r/counters" --cases cuda_loop \
+    taskset -c 0-7 timeout ${COUNTERS_S:-230} $DM_PY benchmarks/counters.py "$out/r/counters" --cases compiled8b_marks \
       > "$out/r/counters.log" 2>&1
-    echo "counters.py exit $?"; tail -n 4 "$out/r/counters.log"
+    echo "counters.py exit $?"; tail -n 12 "$out/r/counters.log"
     freeze_check rest
     (cd "$out/r" && tar czf ../round_rest.tgz .) && rm -rf "$out/r"
     ;;
   last)
     . benchmarks/device_setup.sh || exit 1
+    export PATH=/usr/local/cuda/bin:$PATH
     mkdir -p "$out/r"
-    taskset -c 0-7 timeout ${COUNTERS_S:-230} $DM_PY benchmarks/counters.py "$out/r/counters" --cases compiled8b_marks \
+    taskset -c 0-7 timeout 100 $DM_PY benchmarks/counters.py "$out/r/counters" --cases cuda_loop \
       > "$out/r/counters.log" 2>&1
-    echo "counters.py exit $?"; tail -n 12 "$out/r/counters.log"
+    echo "counters.py exit $?"; tail -n 4 "$out/r/counters.log"
+    taskset -c 0-7 timeout 190 $DM_PY benchmarks/unmodified.py "$out/r/unmodified" --cases compiled_8b_plain \
+      --attaches 5 > "$out/r/unmodified.log" 2>&1
+    echo "unmodified.py exit $?"; tail -n 8 "$out/r/unmodified.log"
     freeze_check last
     (cd "$out/r" && tar czf ../round_last.tgz .) && rm -rf "$out/r"
-    LLAMA_S=${LLAMA_S:-300} CASES=${CASES:-server1b_kvq8} bash benchmarks/llama_cpp.sh "$out" run
+    LLAMA_S=${LLAMA_S:-280} CASES=${CASES:-server1b_kvq8} bash benchmarks/llama_cpp.sh "$out" run
     ;;
   *) echo "no stage $stage: one, two, solo, rest or last"; exit 2 ;;
 esac
