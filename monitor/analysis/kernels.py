@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from decodemon.monitor.analysis.names import is_collective_kernel, kernel_tags, short_kernel_name, tagged
+from decodemon.monitor.analysis.names import NAME_WHOLE, is_collective_kernel, kernel_tags, short_kernel_name, tagged
 from decodemon.monitor.analysis.records import TracedRecords
 
 SMALL_GRID_FRACTION = 0.25  # a hot kernel whose grid covers under 25% of the SMs
@@ -125,7 +125,8 @@ def kernel_table(rec: TracedRecords, sm_count: int, cc: str = "9.0") -> tuple[Ke
         tot_us = d.sum() / 1e3
         nm = names[k] if k < len(names) else "?"
         rows.append(KernelRow(
-            name=nm, short_name=short_kernel_name(nm), calls_per_token=len(m) / tokens,
+            # whole: the report, --json and the verdict name it as it is; the screen cuts it to its column
+            name=nm, short_name=short_kernel_name(nm, NAME_WHOLE), calls_per_token=len(m) / tokens,
             us_mean=float(d.mean() / 1e3), us_per_token=tot_us / tokens,
             share_pct=100.0 * d.sum() / max(kernel_sum, 1), grid_blocks=g, block_threads=b, regs=r,
             smem_bytes=sm_b, grid_coverage_pct=100.0 * cov,

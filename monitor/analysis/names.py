@@ -31,6 +31,9 @@ def demangle_head(name: str) -> str:
     return "::".join("(anon)" if p.startswith("_GLOBAL__N") else p for p in parts)
 
 
+NAME_WHOLE = 1 << 16  # a width no name reaches: short_kernel_name cuts nothing
+
+
 @lru_cache(maxsize=8192)  # every window names the same kernels again
 def short_kernel_name(name: str, width: int = 48) -> str:
     """A readable kernel name: demangled, templates and argument lists dropped, namespaces trimmed."""
