@@ -62,6 +62,9 @@ def test_four_slots_in_flight_read_as_four_tokens_a_step_and_the_clients_total_r
     assert j["tokens_per_step"] == pytest.approx(4, rel=0.10)
     assert j["throughput_tokens_per_s"] == pytest.approx(f["own"]["tokens_per_s"], rel=0.05)
     # a step's bytes are named as a step's; a token's are the step's over its tokens
+    # every bytes_per_token_* is a token's, every bytes_per_step_* a step's: the floor's bytes too
+    assert j["bytes_per_step"] == pytest.approx(j["bytes_per_token"] * j["tokens_per_step"], rel=1e-9)
+    assert j["bytes_per_step"] == pytest.approx(j["bytes_per_step_measured"], rel=1e-6)
     assert j["bytes_per_step_measured"] == pytest.approx(j["bytes_per_token_measured"] * j["tokens_per_step"],
                                                          rel=0.02)
 

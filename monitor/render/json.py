@@ -191,9 +191,11 @@ def step_bytes_json(s: Snapshot) -> dict:
     """A batched engine's bytes: the DRAM counters and the model price a step (every sequence's KV, the weights
     once), named as a step's here, and divided by the step's tokens where `bytes_per_token_*` means a token's."""
     tps = s.tokens_per_step
-    out = {"bytes_per_step_measured": round(s.bytes_per_token_measured) if s.bytes_per_token_measured else None,
+    out = {"bytes_per_step": s.bytes_per_token,  # what the floor divides: a step's bytes, as its ms/step is a step's
+           "bytes_per_step_measured": round(s.bytes_per_token_measured) if s.bytes_per_token_measured else None,
            "bytes_per_step_model": round(s.bytes_per_token_model) if s.bytes_per_token_model else None}
     if tps:
+        out["bytes_per_token"] = s.bytes_per_token / tps if s.bytes_per_token else None
         out["bytes_per_token_measured"] = round(s.bytes_per_token_measured / tps) if s.bytes_per_token_measured else None
         out["bytes_per_token_model"] = round(s.bytes_per_token_model / tps) if s.bytes_per_token_model else None
     return out
@@ -353,7 +355,8 @@ def _verdict_json(s: Snapshot, out: dict) -> dict:
     out["tokens_per_step"] = s.tokens_per_step
     out["steps"] = s.steps_total if batched else None
     out["time_to_first_token"] = s.first_token if batched else None
-    out.update(step_bytes_json(s) if batched else {"bytes_per_step_measured": None, "bytes_per_step_model": None})
+    out.update(step_bytes_json(s) if batched else {"bytes_per_step": None, "bytes_per_step_measured": None,
+                                                   "bytes_per_step_model": None})
     out["verdict"], pending = headline(s.diagnosis, s.rolling)
     out["verdict_pending"] = pending or None
     out["history"] = [c.text() for c in s.rolling.history]
