@@ -98,6 +98,7 @@ class Feed:
     counts: Ring = None  # rows: COUNT_COLS, step counts at each read (a server's, or the agent's graph replays)
     counts_source: str = ""  # whose (StepCounts.server: "llama.cpp", wire.GRAPH_REPLAYS)
     steps_seen: float = 0.0  # steps the count moved since the first read
+    counts_depth: int = 0  # the KV positions the decoding requests held at the last read (StepCounts.depth)
     _last_steps: float | None = None
     status: wire.ProbeStatus = field(default_factory=wire.ProbeStatus)  # the probe's status, frames merged
     state: dict = field(default_factory=dict)  # the status in words (probe_status.describe)
@@ -175,6 +176,11 @@ class Feed:
             self.counts.extend(np.vstack([np.full(n, rx_ns, np.float64), *(c[:n] for c in cols)]))
             steps = cols[1][:n]
             self.counts_source = frame.server
+            if frame.depth is not None and n:  # the last read with a request decoding (idle reads hold none)
+                d = frame.depth.array()[:n]
+                d = d[(cols[3][:n] > 0)[:len(d)]]
+                if len(d):
+                    self.counts_depth = int(d[-1])
             if len(steps):  # only ever up: a ring that wraps, or a server's count that starts again, takes nothing
                 prev = np.concatenate([[steps[0] if self._last_steps is None else self._last_steps], steps[:-1]])
                 self.steps_seen += float(np.clip(steps - prev, 0.0, None).sum())
@@ -251,8 +257,9 @@ class Feed:
         return self.marks.since(1, since_rx_ns)[2] if since_rx_ns else self.marks.view()[2]
 
     def depth(self) -> int:
-        """Latest context depth reported by the token clock."""
-        return int(self.marks.view()[2, -1]) if len(self.marks) else 0
+        """Latest context depth reported by the token clock (a server's step counts: the KV positions its decoding
+        requests hold, summed)."""
+        return int(self.marks.view()[2, -1]) if len(self.marks) else self.counts_depth
 
     def pm_since(self, since_rx_ns: int = 0) -> dict[str, np.ndarray]:
         """PM columns (PM_COLS) of the samples received at or after `since_rx_ns`."""

@@ -146,7 +146,8 @@ ProbeStatus = _struct(
     "pm_held_calls pm_handbacks_per_pump pm_full_pumps pm_overflow_pumps pm_image_samples pm_pump_s nvml nvml_reason "
     "nvml_error nvml_hz decode_waits_per_s agent_cpu_ms_per_s agent_cpu_over_s cupti_start_cpu_ms windows_in_process window_budget window_budget_state "
     "windows errors recent_errors dropped_records")
-StepCounts = _struct("StepCounts", "counts", "url t_ns steps tokens busy ended server", "url t_ns steps tokens busy ended")
+StepCounts = _struct("StepCounts", "counts", "url t_ns steps tokens busy ended server depth",
+                     "url t_ns steps tokens busy ended")
 Bye = _struct("Bye", "bye", "reason", "reason")
 
 

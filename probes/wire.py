@@ -335,6 +335,9 @@ class StepCounts(msgspec.Struct, frozen=True, tag="counts"):
     busy: Column  # requests in progress at the read
     ended: Column  # requests that ended since the previous read (the interval also holds a reply and a prompt)
     server: str = ""  # whose counts ("llama.cpp")
+    # the KV positions the decoding requests hold at each read, summed over them (llama-server's /slots
+    # `n_prompt_tokens`, prompt and generated tokens alike): the depth a step's KV is read at; None: not read
+    depth: Union[Column, None] = None
 
 
 class Bye(msgspec.Struct, frozen=True, tag="bye"):

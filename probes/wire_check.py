@@ -193,6 +193,8 @@ def _nvml_problem(f: wire.NvmlSamples, c: _Cols) -> None:
 def _counts_problem(f: wire.StepCounts, c: _Cols) -> None:
     t = c.get(f.t_ns, "t_ns", lo=0)
     cols = {"t_ns": t, **{k: c.get(getattr(f, k), k, lo=0) for k in ("steps", "tokens", "busy", "ended")}}
+    if f.depth is not None:
+        cols["depth"] = c.get(f.depth, "depth", lo=0)
     c.same_length(cols, "step counts")
     c.forward(t, "t_ns", DAY_NS)
 

@@ -91,22 +91,31 @@ def test_the_endpoint_comes_from_the_servers_command_line_and_environment(args, 
         p.wait()
 
 
-def _slot(i, task, n, busy=True, left=-1):
-    return {"id": i, "id_task": task, "is_processing": busy, "next_token": [{"n_decoded": n, "n_remain": left}]}
+def _slot(i, task, n, busy=True, left=-1, held=0):
+    return {"id": i, "id_task": task, "is_processing": busy, "n_prompt_tokens": held,
+            "next_token": [{"n_decoded": n, "n_remain": left}]}
 
 
 def test_steps_are_the_busiest_slots_count_and_tokens_every_slots():
     c = outside.StepCounter()
-    assert c.read([_slot(0, 7, 10), _slot(1, 8, 3)]) == (0, 0, 2, 0)  # the first read only sets where counts stand
-    assert c.read([_slot(0, 7, 40), _slot(1, 8, 33)]) == (30, 60, 2, 0)  # one step gave each request a token
+    assert c.read([_slot(0, 7, 10), _slot(1, 8, 3)]) == (0, 0, 2, 0, 0)  # the first read only sets where counts stand
+    assert c.read([_slot(0, 7, 40), _slot(1, 8, 33)]) == (30, 60, 2, 0, 0)  # one step gave each request a token
     # a slot still reading its prompt (no token decoded yet) is not decoding
     assert outside.StepCounter().read([_slot(0, 7, 0), _slot(1, 8, 3)])[2] == 1
     # slot 0 began a new request, slot 1 finished: two ends; the old request's last tokens unknown (no budget)
-    assert c.read([_slot(0, 9, 5), _slot(1, 8, 50, busy=False)]) == (47, 82, 1, 2)
+    assert c.read([_slot(0, 9, 5), _slot(1, 8, 50, busy=False)]) == (47, 82, 1, 2, 0)
     # a request 4 tokens short of its budget ended: those 4, then 6 of the next, and the interval is an end's
-    assert c.read([_slot(0, 9, 36, left=4), _slot(1, 8, 50, busy=False)]) == (78, 113, 1, 0)
-    assert c.read([_slot(0, 10, 6), _slot(1, 8, 50, busy=False)]) == (88, 123, 1, 1)
-    assert c.read([_slot(0, 10, 20), _slot(1, 8, 50, busy=False)]) == (102, 137, 1, 0)  # decoding on: no end
+    assert c.read([_slot(0, 9, 36, left=4), _slot(1, 8, 50, busy=False)]) == (78, 113, 1, 0, 0)
+    assert c.read([_slot(0, 10, 6), _slot(1, 8, 50, busy=False)]) == (88, 123, 1, 1, 0)
+    assert c.read([_slot(0, 10, 20), _slot(1, 8, 50, busy=False)]) == (102, 137, 1, 0, 0)  # decoding on: no end
+
+
+def test_the_kv_depth_is_the_positions_the_decoding_requests_hold():
+    """A step reads the KV of every request it decodes: the depth is their `n_prompt_tokens` (prompt and generated
+    tokens) summed; a slot still reading its prompt, or idle, holds none the step reads."""
+    c = outside.StepCounter()
+    assert c.read([_slot(0, 7, 10, held=4010), _slot(1, 8, 3, held=513)])[4] == 4523
+    assert c.read([_slot(0, 7, 0, held=4000), _slot(1, 8, 3, busy=False, held=513)])[4] == 0
 
 
 def _counts(t, steps, busy, ended=None):
@@ -265,6 +274,9 @@ def test_llama_server_tokens_per_s_matches_its_own_metrics(gguf, tmp_path):
         post = lambda: json.loads(urllib.request.urlopen(urllib.request.Request(  # noqa: E731
             s.base + "/completion", data=body, headers={"Content-Type": "application/json"}), timeout=120).read())
         post()  # the prompt into the server's cache: every request after it decodes at the same depth
+        prompt_tokens = len(json.loads(urllib.request.urlopen(urllib.request.Request(
+            s.base + "/tokenize", data=json.dumps({"content": "hello " * 250}).encode(),
+            headers={"Content-Type": "application/json"}), timeout=60).read())["tokens"])
         for attempt in range(3):  # a watch that read nothing it could count says so, with its reads: again
             j, done, err = _record_llama_server(s, post, tmp_path / f"rec{attempt}" / "server.dmon")
             if j is not None:
@@ -280,6 +292,9 @@ def test_llama_server_tokens_per_s_matches_its_own_metrics(gguf, tmp_path):
     print(f"decodemon {j['tokens_per_s']} tok/s, llama-server's own {own:.1f} tok/s over {len(done)} requests")
     assert j["token_clock"] == "server_metrics" and j["tokens"] > 100
     assert j["tokens_per_s"] == pytest.approx(own, rel=0.03)
+    # the model's bytes priced at the KV depth the server's /slots read: the prompt and up to 400 tokens after it
+    assert prompt_tokens <= j["bytes_per_token_model_depth"] <= prompt_tokens + 401, (j["bytes_per_token_model_depth"],
+                                                                                     prompt_tokens)
     assert "watched from outside" in j["probe"]["trace"]
 
 

@@ -133,20 +133,23 @@ class StepCounter:
         self._last: dict[int, tuple[int, int, int, bool]] = {}  # slot id -> (task, n_decoded, n_remain, working)
         self._recent = 0  # the largest slot's tokens in the last interval
 
-    def read(self, slots: list[dict]) -> tuple[int, int, int, int]:
-        """Fold one read in; (steps, tokens, requests decoding, requests that ended since the last read).
+    def read(self, slots: list[dict]) -> tuple[int, int, int, int, int]:
+        """Fold one read in; (steps, tokens, requests decoding, requests that ended since the last read, the KV
+        positions the decoding requests hold: their `n_prompt_tokens`, which count prompt and generated tokens).
 
         A request that ends between two reads made tokens after the first: the slot's count is the next
         request's by the second. If the first read's `n_remain` (its budget left) is as few tokens as an
         interval makes, it ran to its budget and those are its last tokens; otherwise (an end-of-sequence, a stop
         word) they are unknown and the steps under-counted. Either way the interval also holds the reply and the
         next request's prompt, which make no decode step, and the clock leaves it out (`counter_intervals`)."""
-        deltas, busy, ended = [], 0, 0
+        deltas, busy, ended, depth = [], 0, 0, 0
         for s in slots:
             nt = (s.get("next_token") or [{}])[0]
             task, n, left = s.get("id_task", -1), int(nt.get("n_decoded", 0) or 0), int(nt.get("n_remain", -1))
             working = bool(s.get("is_processing"))
             busy += working and n > 0  # decoding: a slot still reading its prompt has no token yet
+            if working and n > 0:
+                depth += max(int(s.get("n_prompt_tokens", 0) or 0), 0)
             prev = self._last.get(s["id"])
             if prev is not None:
                 if prev[0] == task and n >= prev[1]:
@@ -162,7 +165,7 @@ class StepCounter:
         self._recent = max(deltas, default=0)
         self.steps += self._recent
         self.tokens += sum(deltas)
-        return self.steps, self.tokens, busy, ended
+        return self.steps, self.tokens, busy, ended, depth
 
 
 def _gpus_of(pid: int) -> tuple[int | None, str]:
@@ -319,7 +322,7 @@ def frames(pid: int, seconds: float | None = None, stop=None, settings: wire.Att
         rows.clear()
         f8 = lambda i: wire.Column.of([float(v) for v in cols[i]], "<f8")  # noqa: E731
         return wire.StepCounts(url=url, t_ns=wire.Column.of(list(cols[0])), steps=f8(1), tokens=f8(2),
-                                 busy=f8(3), ended=f8(4), server="llama.cpp")
+                                 busy=f8(3), ended=f8(4), server="llama.cpp", depth=f8(5))
 
     hello = _hello(pid, *_gpus_of(pid))
     yield out(hello)
