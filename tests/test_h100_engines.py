@@ -33,6 +33,26 @@ def test_every_record_the_first_included_traces_a_window_that_agrees_with_torch_
 
 
 @pytest.mark.parametrize("name", RECORDS)
+def test_cupti_starts_off_the_decode_thread_in_every_record_and_the_agent_stays_under_2_ms_a_second(name):
+    """The process's CUPTI start-ups took 0.7-1.2 s here: made on the agent thread before each window
+    (probes/policy.start_off_loop), the decode thread's share of a window is a few ms, not a token that long; and
+    the agent thread's own CPU over the attach, start-up apart, stays under 2 ms a second, the first record's too."""
+    o = replay(DATA / name).as_json()["observer_cost"]
+    assert o["cupti_start_off_thread_ms"] > 500 and o["probe_ms_per_window"] < 20
+    assert o["agent_cpu_ms_per_s"] <= 2.0 and o["agent_cpu_over_s"] >= 3
+
+
+def test_a_record_whose_newest_marks_hold_one_bursts_tail_is_still_read_over_whole_bursts():
+    """Its last 256 marks were mostly at the GPU's own pace (a full launch queue), so they alone did not look like
+    bursts, and the token clock read the enqueues: 0.90 ms a token against the loop's own 7.11. Over the span's
+    every mark they do."""
+    name = "h100_compiled_llama8b_marks_5.dmon"
+    j = replay(DATA / name).as_json()
+    assert j["token_clock"] == "mark_bursts"
+    assert j["ms_per_token"] == pytest.approx(FACTS["own_ms_per_token"][name], rel=0.02)
+
+
+@pytest.mark.parametrize("name", RECORDS)
 def test_pm_is_read_in_decodemons_own_process_from_its_own_libcupti(name):
     j = replay(DATA / name).as_json()
     assert "in the sidecar" in j["probe"]["pm"] and "nvidia-cuda-cupti 13.4" in j["probe"]["pm"]
