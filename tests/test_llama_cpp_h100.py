@@ -83,3 +83,24 @@ def test_ggml_graphs_on_and_off_side_by_side_in_compare(shape):
     assert c["b_over_a"]["host_launch_calls_per_token"] == pytest.approx(b["host_launch_calls_per_token"]
                                                                         / a["host_launch_calls_per_token"])
     assert c["b_over_a"]["ms_per_token"] > 1  # graphs off is the slower of the two
+
+
+KVQ = FACTS["kv_quantized"]
+
+
+@pytest.mark.parametrize("name", sorted(KVQ))
+def test_a_quantized_kv_cache_a_third_of_the_bytes_is_measured_within_10_percent_of_weights_plus_kv(name):
+    """A q8_0 KV cache at ~60k positions, a third of what a token reads: the DRAM counters' bytes a token against
+    the weights a token reads plus the KV at the run's depth (between the prompt and the context's end) in q8_0,
+    and against the reference; the model's figure names the cache's type. (This recording's /slots reads carried
+    no depth, so its own model figure is the weights alone: the depth came with StepCounts.depth after it.)"""
+    f, j = KVQ[name], _json(name)
+    kv = f["shape_bytes"]["kv_per_position"]  # q8_0: 34 bytes per 32 values, K and V over every layer
+    lo, hi = (f["shape_bytes"]["weights_read"] + kv * d for d in (f["prompt_tokens"], f["ctx"]))
+    assert min(f["kv_share"]) >= 1 / 3 - 0.01  # the KV is a third of the bytes
+    measured = j["bytes_per_token_measured"]
+    assert 0.9 * lo <= measured <= 1.1 * hi
+    assert measured == pytest.approx(f["reference"]["bytes_per_token"], rel=0.10)
+    assert j["ms_per_token"] == pytest.approx(f["own"]["ms_per_token"], rel=0.05)
+    assert j["bytes_per_token_model_kv_dtype"] == "q8_0"
+    assert j["verdict"] in (*FOUR, "unknown") and j["verdict"] != "kernels"

@@ -187,6 +187,11 @@ def bytes_note(measured: float | None, model: float | None) -> str | None:
             "the floor")
 
 
+def _kv_dtype(s: Snapshot) -> str | None:
+    m = s.model
+    return (m.kv_dtype or m.dtype or None) if m is not None else None
+
+
 def step_bytes_json(s: Snapshot) -> dict:
     """A batched engine's bytes: the DRAM counters and the model price a step (every sequence's KV, the weights
     once), named as a step's here, and divided by the step's tokens where `bytes_per_token_*` means a token's."""
@@ -323,6 +328,8 @@ def summary_json(s: Snapshot, kernels: int = 15) -> dict:
         "bytes_per_token_model": round(s.bytes_per_token_model) if s.bytes_per_token_model else None,
         # the KV depth the model's bytes are priced at: the last token's, where the depth changed over the span
         "bytes_per_token_model_depth": s.depth if s.bytes_per_token_model else None,
+        # the type the model's KV bytes are priced in (llama.cpp's cache: f16, q8_0, q4_0; else the weights' own)
+        "bytes_per_token_model_kv_dtype": _kv_dtype(s) if s.bytes_per_token_model else None,
         "bytes_per_token_note": bytes_note(s.bytes_per_token_measured, s.bytes_per_token_model),
         "dram_check": s.dram_check,
         "bandwidth_gbs": s.bandwidth_gbs,

@@ -67,7 +67,8 @@ def bytes_short(s) -> str:
         return "PM DRAM counters"
     if b is not None and s.bytes_per_token_model:
         # a depth of 0 where tokens were made: the engine reported none (a batch's steps), so no KV is counted
-        return (f"model: weights + KV at depth {s.depth}" if s.depth or not s.tokens_total
+        kv = f"{s.model.kv_dtype} KV" if s.model is not None and s.model.kv_dtype else "KV"
+        return (f"model: weights + {kv} at depth {s.depth}" if s.depth or not s.tokens_total
                 else "model: weights only, no depth reported, so no KV counted")
     return "?"
 
