@@ -300,7 +300,7 @@ class SnapshotBuilder:
             sm_count=gpu.sm_count if gpu else 0,
             top_kernel=(last.kernels[0].label, last.kernels[0].us_per_token) if last and last.kernels else None,
             graph_launches_per_token=_median([w.graph_launches_per_token for w in wins]) if wins else None,
-            kernel_launch_calls_per_token=api.kernel_launch_calls_per_token if api is not None else None,
+            kernel_launch_calls_per_token=last.kernel_launch_calls_per_token if last is not None else None,
             **self._depth_priced(since, bpt_measured),
             dram_gbs=dram_bps / 1e9 if dram_bps else None, ranks=model.tp_degree if model else None,
             no_gpu=gpu is None and bool((f.hello and f.hello.gpu_unavailable)

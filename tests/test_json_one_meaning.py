@@ -34,9 +34,11 @@ def test_kernels_per_token_counts_kernels_and_launch_calls_count_the_hosts_calls
     # graphed: ~1,864 kernels a token, started by one graph launch and no kernel launch call
     assert graph["graph_launches_per_token"] == 1.0 and graph["kernel_launch_calls_per_token"] == 0
     assert graph["host_launch_calls_per_token"] == 1.0 == graph["rolling_5s"]["host_launch_calls_per_token"]
-    # eager: every launch call is a kernel's (cuBLAS launches some through the driver, which counts no call)
+    # eager: every kernel is one host launch call, the runtime's or (cuBLAS's) the driver's; the runtime's own
+    # count is named apart
     assert eager["graph_launches_per_token"] == 0
-    assert eager["host_launch_calls_per_token"] == eager["kernel_launch_calls_per_token"] < eager["kernels_per_token"]
+    assert eager["host_launch_calls_per_token"] == eager["kernel_launch_calls_per_token"] == eager["kernels_per_token"]
+    assert eager["runtime_launch_calls_per_token"] == 1638 and graph["runtime_launch_calls_per_token"] == 0
     c = json.loads(cli("compare", EAGER, GRAPH, "--json").stdout)
     assert c["b_over_a"]["host_launch_calls_per_token"] == round(1.0 / eager["host_launch_calls_per_token"], 4)
     assert c["b_over_a"]["kernels_per_token"] == pytest.approx(1.0, abs=0.01)

@@ -204,7 +204,8 @@ def test_a_graphed_windows_idle_head_is_the_tracers_and_an_eager_one_has_none(wi
 
 @pytest.mark.parametrize("name", ["eager_api2", "graph_api2"])
 def test_launches_counted_from_correlation_ids_equal_those_from_the_launch_calls(name):
-    """Strip a full window of its API records: the kernels' correlation ids count the same launches."""
+    """Strip a full window of its API records: the kernels' correlation ids count the same launches, and the full
+    window's runtime count is the traced runtime calls alone (the driver's, cuBLAS's, are not in it)."""
     import msgspec
 
     full = [f for _, f in wire.read_recording(REC[name]) if isinstance(f, wire.KernelWindow) and f.apis_traced]
@@ -219,9 +220,11 @@ def test_launches_counted_from_correlation_ids_equal_those_from_the_launch_calls
         untraced = len({c for c in corr.tolist() if c not in traced})
         if name == "graph_api2":  # every kernel of the token came from one traced cudaGraphLaunch
             assert a.graph_launches_per_token == 1.0 and a.kernel_launch_calls_per_token == 0 == b.kernel_launch_calls_per_token
+            assert a.runtime_launch_calls_per_token == 0 and b.runtime_launch_calls_per_token is None
         else:  # the traced runtime calls, plus the kernels cuBLAS launched through the driver (untraced here)
             assert untraced > 0
-            assert b.kernel_launch_calls_per_token * b.tokens == a.kernel_launch_calls_per_token * a.tokens + untraced
+            assert b.kernel_launch_calls_per_token == a.kernel_launch_calls_per_token
+            assert b.kernel_launch_calls_per_token * b.tokens == a.runtime_launch_calls_per_token * a.tokens + untraced
 
 
 def test_kernels_per_token_are_the_kernels_launched_in_the_traced_tokens(windows):
@@ -337,7 +340,7 @@ def test_the_timeline_draws_the_last_token_cpu_over_gpu(windows):
         elif m.graph_launches_per_token:
             assert len(t.cpu) <= 2, stem  # the token's cudaGraphLaunch (and the guard's, when it began inside)
         else:
-            assert len(t.cpu) == m.kernel_launch_calls_per_token, stem
+            assert len(t.cpu) == m.runtime_launch_calls_per_token, stem  # the runtime calls it traced
 
 
 def test_token_stats_drop_repeated_marks_and_order_their_percentiles():

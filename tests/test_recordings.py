@@ -273,8 +273,10 @@ def test_kernels_only_windows_count_the_launches_the_full_windows_count(name):
             # the idle the host caused is not split out without launch calls; it is most of the token
             g = w.gap_ms_per_token
             assert g["unsplit"] > 10 * (g["other"] + g["short"]) and g["unsplit"] > 0.5 * w.traced_ms_per_token
-        for w in full:  # the runtime layer's own launch calls (cuBLAS launches through the driver)
-            assert 0 < w.kernel_launch_calls_per_token < w.kernels_per_token and "unsplit" not in w.gap_ms_per_token
+        for w in full:  # the host's, from the same correlation ids; the runtime layer's own fewer (cuBLAS
+            # launches through the driver)
+            assert w.kernel_launch_calls_per_token == w.kernels_per_token and "unsplit" not in w.gap_ms_per_token
+            assert 0 < w.runtime_launch_calls_per_token < w.kernels_per_token
 
 
 def test_a_kernels_only_window_leaves_the_launch_calls_to_the_last_window_that_traced_them():
@@ -293,18 +295,20 @@ def test_a_kernels_only_window_leaves_the_launch_calls_to_the_last_window_that_t
                 js = summary_json(snap)
                 assert js["launch_calls_traced_s_ago"] == round(snap.api_window_age_s, 1)
                 assert js["gap_ms_per_token"]["unsplit"] == 0 and js["gap_ms_per_token"]["host_late"] > 0
-                assert js["kernel_launch_calls_per_token"] == round(snap.api_window.kernel_launch_calls_per_token, 1)
+                assert js["runtime_launch_calls_per_token"] == round(snap.api_window.runtime_launch_calls_per_token, 1)
+                assert js["kernel_launch_calls_per_token"] == round(snap.window.kernel_launch_calls_per_token, 1)
     assert kinds[:4] == [True, False, True, False]
 
 
-def test_before_any_window_traced_the_launch_calls_json_has_none_and_the_gaps_say_unsplit():
+def test_before_any_window_traced_the_runtime_calls_json_has_none_of_theirs_and_the_gaps_say_unsplit():
     s = Session()
     for rx, f in wire.read_recording(REC["graph_api2"]):
         s.add(rx, f)
         if isinstance(f, wire.KernelWindow) and not f.apis_traced:
             s.metrics = [(r, m) for r, m in s.metrics if not m.apis_traced]  # as if no traced one had come yet
             js = summary_json(s.snapshot())
-            assert js["kernel_launch_calls_per_token"] is None and js["launch_calls_traced_s_ago"] is None
+            assert js["runtime_launch_calls_per_token"] is None and js["launch_calls_traced_s_ago"] is None
+            assert js["kernel_launch_calls_per_token"] == 0 and js["host_launch_calls_per_token"] == 1.0
             assert js["gap_ms_per_token"]["unsplit"] is not None and js["graph_launches_per_token"] == 1.0
             assert js["gap_ms_per_token"]["host_late"] is None  # no launch calls: not measured, not 0
             return

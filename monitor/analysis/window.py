@@ -59,9 +59,12 @@ class WindowMetrics:
     probe_host_ms: float = 0.0
     prepare_ms: float = 0.0  # CUPTI's start-up on the agent thread before the window (0: made in open, or older)
     guard_tokens: int = 0
-    # False: the window traced kernels only (Attach.api_every): launches counted from the kernels' correlation
-    # ids, no CPU lane, and idle longer than a short gap is "unsplit" (its host part needs the launch calls)
+    # False: the window traced kernels only (Attach.api_every): no CPU lane, no runtime count, and idle longer
+    # than a short gap is "unsplit" (its host part needs the launch calls)
     apis_traced: bool = True
+    # the kernel launch calls the runtime API made (None: its calls not traced); kernel_launch_calls_per_token
+    # counts the host's, runtime and driver alike, from the kernels' correlation ids
+    runtime_launch_calls_per_token: float | None = None
     # NVTX ranges pushed from Python in the window: (name, calls a token, mean µs a call, nesting level), the
     # most time first (nvtx_table)
     nvtx: tuple = ()
@@ -132,6 +135,8 @@ def window_metrics(w: wire.KernelWindow, sm_count: int, cc: str = "9.0") -> Wind
         window_id=w.window_id, tokens=tokens, traced_ms_per_token=rec.wall_ns / tokens / 1e6,
         kernels_per_token=max(launches.kernels / tokens, launched_per_token(w)), graph_launches_per_token=launches.graph_launches / tokens,
         kernel_launch_calls_per_token=launches.kernel_launch_calls / tokens,
+        runtime_launch_calls_per_token=(launches.runtime_launch_calls / tokens
+                                        if launches.runtime_launch_calls is not None else None),
         memcpys_per_token=launches.memcpys / tokens,
         kernel_sum_ms_per_token=int(rec.duration_ns.sum()) / tokens / 1e6,
         gpu_busy_pct=window_busy_pct(rec, gaps.tracing_head_ns),

@@ -14,8 +14,9 @@ RATIOS = ("ms_per_token", "tokens_per_s", "kernels_per_token", "host_launch_call
 RATIO_OF = {"ms_per_token": "the median token's ms (a typical token)",
             "tokens_per_s": "tokens per second over the mean token (the throughput; slow tokens count)",
             "kernels_per_token": "kernels per token in the latest traced window",
-            "host_launch_calls_per_token": ("the host's launch calls per token: kernel launch calls plus graph "
-                                            "launches (a captured graph makes many kernels one call)"),
+            "host_launch_calls_per_token": ("the host's launch calls per token: kernel launch calls (runtime and "
+                                            "driver) plus graph launches (a captured graph makes many kernels one "
+                                            "call)"),
             "kernel_sum_ms_per_token": "the kernels' summed ms per token in the latest traced window",
             "gpu_busy_pct": "the share of time the GPU ran work",
             "bytes_per_token": "bytes read per token"}

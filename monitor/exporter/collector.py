@@ -39,8 +39,8 @@ GAUGES = (
      lambda s: s.tokens_per_step),
     ("decodemon_kernels_per_token", "Kernels per token in the latest traced window, however launched.",
      lambda s: s.window.kernels_per_token if s.window else None),
-    ("decodemon_host_launch_calls_per_token", "The host's launch calls per token (kernel launch calls plus graph "
-     "launches) in the latest window that traced them.",
+    ("decodemon_host_launch_calls_per_token", "The host's launch calls per token (kernel launch calls, runtime and "
+     "driver, plus graph launches) in the latest traced window.",
      host_launch_calls),
     ("decodemon_gpu_busy_ratio", "Fraction of the time the GPU ran work (PM counters, else traced kernels).",
      lambda s: _ratio(s.gpu_busy_pct)),

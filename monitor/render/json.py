@@ -236,12 +236,12 @@ def _clock_json(s: Snapshot) -> dict:
 
 
 def host_launch_calls(s: Snapshot) -> float | None:
-    """The host's launch calls a token: kernel launch calls plus graph launches, both from the latest window that
-    traced its launch calls (None before one has: a kernels-only window counts kernels, not calls)."""
-    aw = s.api_window
-    if aw is None:
+    """The host's launch calls a token: kernel launch calls (runtime and driver alike) plus graph launches, from
+    the latest traced window (None before one)."""
+    w = s.window
+    if w is None:
         return None
-    return round(aw.kernel_launch_calls_per_token + aw.graph_launches_per_token, 2)
+    return round(w.kernel_launch_calls_per_token + w.graph_launches_per_token, 2)
 
 
 def _window_json(s: Snapshot) -> dict:
@@ -254,9 +254,13 @@ def _window_json(s: Snapshot) -> dict:
         # help's "launch"): kernel launch calls, one kernel each, and graph launches, a whole graph each
         "kernels_per_token": round(w.kernels_per_token, 1) if w else None,
         "graph_launches_per_token": round(w.graph_launches_per_token, 2) if w else None,
-        # None until a window has traced the launch calls (an attach's second window: Attach.api_every)
-        "kernel_launch_calls_per_token": (round(s.api_window.kernel_launch_calls_per_token, 1)
-                                          if s.api_window is not None else None),
+        # the host's, whichever API layer made them (the kernels' correlation ids)
+        "kernel_launch_calls_per_token": round(w.kernel_launch_calls_per_token, 1) if w else None,
+        # those the runtime API made, from the latest window that traced its calls (an attach's second window:
+        # Attach.api_every); the rest came through the driver (libraries such as cuBLAS launch some there)
+        "runtime_launch_calls_per_token": (round(s.api_window.runtime_launch_calls_per_token, 1)
+                                           if s.api_window is not None
+                                           and s.api_window.runtime_launch_calls_per_token is not None else None),
         "host_launch_calls_per_token": host_launch_calls(s),
         "memcpys_per_token": round(w.memcpys_per_token, 2) if w else None,
         "kernel_sum_ms_per_token": round(w.kernel_sum_ms_per_token, 4) if w else None,

@@ -13,7 +13,7 @@ from decodemon.monitor.span import span_words
 from decodemon.monitor.safe_text import markdown as md
 from decodemon.monitor.safe_text import markdown_code, visible_lines
 from decodemon.monitor.render.json import kernels_from_words
-from decodemon.monitor.render.text import counted, in_marks, rejected_text
+from decodemon.monitor.render.text import counted, in_marks, rejected_text, runtime_split
 
 if TYPE_CHECKING:
     from decodemon.monitor.snapshot import Snapshot
@@ -22,15 +22,10 @@ if TYPE_CHECKING:
 def _launches(s: Snapshot) -> str:
     """The launch bill in the launches panel's words: kernels, kernel launch calls, graph launches and copies a
     token, and where the launch calls were traced."""
-    w, aw = s.window, s.api_window
-    calls = f"{aw.kernel_launch_calls_per_token:.0f}" if aw is not None else "—"
-    line = (f"- {w.kernels_per_token:.0f} kernels/token: {calls} kernel launch calls · "
-            f"{counted(w.graph_launches_per_token, 'graph launch', 'graph launches')} · "
+    w = s.window
+    line = (f"- {w.kernels_per_token:.0f} kernels/token: {w.kernel_launch_calls_per_token:.0f} kernel launch calls"
+            f"{runtime_split(s)} · {counted(w.graph_launches_per_token, 'graph launch', 'graph launches')} · "
             f"{counted(w.memcpys_per_token, 'copy', 'copies')}")
-    if aw is None:
-        line += " (launch calls not traced in this recording)" if s.ended else " (launch calls not traced yet)"
-    elif aw is not w:
-        line += f" (launch calls traced {s.api_window_age_s:.0f} s before the last frame read)"
     return line + f"; kernel time {w.kernel_sum_ms_per_token:.3f} ms/token"
 
 

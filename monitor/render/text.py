@@ -7,6 +7,20 @@ from decodemon.monitor.diagnosis import Diagnosis
 from decodemon.monitor.safe_text import visible
 
 
+def runtime_split(s) -> str:
+    """How the host's kernel launch calls split between the runtime API and the driver (a library's), where a
+    window traced the runtime's calls and the two differ: " (1638 through the runtime, 225 through the driver)"."""
+    w, aw = s.window, s.api_window
+    if w is None or aw is None or aw.runtime_launch_calls_per_token is None:
+        return ""
+    rt = aw.runtime_launch_calls_per_token
+    drv = w.kernel_launch_calls_per_token - rt
+    if round(drv) < 1:
+        return ""
+    when = f", the runtime's calls traced {s.api_window_age_s:.0f} s ago" if aw is not w and s.api_window_age_s else ""
+    return f" ({rt:.0f} through the runtime, {drv:.0f} through the driver{when})"
+
+
 def counted(n: float, one: str, many: str) -> str:
     """A count with its noun: "1 graph launch", "0 graph launches", "4 copies"."""
     return f"{n:.0f} {one if round(n) == 1 else many}"

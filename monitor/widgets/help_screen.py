@@ -50,7 +50,9 @@ words, each with one meaning:
                however they were launched
   launch       a host call that starts GPU work: a kernel launch call
                starts one kernel, a graph launch replays a whole
-               CUDA graph (a graphed step: 1 launch, ~1,800 kernels)
+               CUDA graph (a graphed step: 1 launch, ~1,800 kernels);
+               the runtime's and the driver's calls alike (libraries
+               such as cuBLAS launch through the driver)
   GPU busy     the share of the step the GPU runs a kernel: PM's
                counter where PM samples (device-wide), else the
                kernel share stands in; its source is named beside it
