@@ -178,10 +178,10 @@ class Server:
     than the server's own figures do would then read another rate."""
 
     def __init__(self, gguf, slots: int = 1, clients: int = 1, n_predict: int = 400, prompt: str = "hello " * 250,
-                 env: dict | None = None) -> None:
+                 env: dict | None = None, args: tuple = ()) -> None:
         port = _free_port()
         self.proc = subprocess.Popen([SERVER, "-m", str(gguf), "--port", str(port), "-c", str(4096 * slots),
-                                      "-np", str(slots), "-t", "1", "--no-warmup"],
+                                      "-np", str(slots), "-t", "1", "--no-warmup", *args],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
         self.base, self.pid = f"http://127.0.0.1:{port}", self.proc.pid
         self.done: list[tuple[float, float, int, float]] = []
@@ -404,3 +404,31 @@ def test_a_server_that_ends_mid_watch_ends_the_watch_with_what_was_measured(gguf
         assert j["ended"] == f"pid {s.pid} went away" and j["tokens_per_s"] > 0, err
     finally:
         s.close()
+
+
+@needs_server
+def test_a_quantized_kv_cache_is_priced_in_its_own_type_at_the_depth_slots_reads(tmp_path_factory, tmp_path):
+    """llama-server with a q8_0 cache (`--cache-type-k/-v q8_0`), recorded by pid: the model's bytes a token are the
+    weights a token reads plus the KV of the positions the decoding request holds (/slots' n_prompt_tokens), priced
+    at q8_0's 34 bytes per 32 values, and --json names the type."""
+    pytest.importorskip("gguf")
+    sys.path.insert(0, str(LOOP_DIR))
+    from llama_cpp_decode import write_gguf
+
+    path = write_gguf(tmp_path_factory.mktemp("gguf32") / "tiny-kv32.gguf", "tiny-kv32")
+    s = Server(path, clients=1, n_predict=2000, args=("--cache-type-k", "q8_0", "--cache-type-v", "q8_0"))
+    try:
+        out = tmp_path / "q8.dmon"
+        r = cli("record", s.pid, "-o", out, "--seconds", 2)
+        assert r.returncode == 0, r.stderr
+    finally:
+        s.close()
+    j = json.loads(cli("replay", out, "--json").stdout)
+    assert j["bytes_per_token_model_kv_dtype"] == "q8_0"
+    depth = j["bytes_per_token_model_depth"]
+    assert depth > 250  # the ~250-token prompt and the tokens after it, from /slots
+    hello = next(f for _, f in wire.read_recording(out) if isinstance(f, wire.Hello))
+    m = hello.model
+    # K and V, 2 layers, 1 KV head of 32 values: 2 x 2 x 32 values, at 34 bytes per block of 32
+    assert m.kv_dtype == "q8_0" and m.kv_bytes_per_position == 2 * 2 * 34
+    assert j["bytes_per_token_model"] == m.weight_bytes + m.kv_bytes_per_position * depth

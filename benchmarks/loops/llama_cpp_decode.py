@@ -22,6 +22,8 @@ from common import TokenLog, stop_on_term  # noqa: E402
 # the 259 byte and special tokens
 SHAPES = {
     "tiny": dict(embd=64, layers=2, ff=128, heads=4, heads_kv=2, extra_vocab=253),
+    # heads of 32: a quantized KV cache (q8_0, q4_0: blocks of 32) fits them, where tiny's 16 do not
+    "tiny-kv32": dict(embd=64, layers=2, ff=128, heads=2, heads_kv=1, extra_vocab=253),
     "llama-1b": dict(embd=2048, layers=16, ff=8192, heads=32, heads_kv=8, extra_vocab=32_000),
     "llama-8b": dict(embd=4096, layers=32, ff=14336, heads=32, heads_kv=8, extra_vocab=32_000),
 }
