@@ -138,8 +138,8 @@ def _open_advice(i: Inputs, floor: float | None, ms: float, launch: Candidate, p
                 f"n/a: first measure {missing}")
     if missing:
         return (f"measure {missing}",
-                (f"Nothing binds at these numbers ({', '.join(priced)} priced, none binding): {missing} "
-                 "decides, not a fix." if priced else "n/a until a candidate has a number"), "n/a")
+                (f"Nothing binds at these numbers ({', '.join(priced)} priced, none binding). The measurement "
+                 f"that decides, not a fix: {missing}." if priced else "n/a until a candidate has a number"), "n/a")
     if floor and ms and kernels_fill_step(i, launch):
         return _kernels_slow_off_the_floor(i, ms / floor)
     return ("measure more: " + ("the PM counters (GPU busy, DRAM): no window can be traced here"

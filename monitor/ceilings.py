@@ -264,6 +264,8 @@ def _launch_priced(i: Inputs, floor: float | None) -> tuple[Candidate, float | N
         waited = i.collective_wait_ms_per_token or 0.0
         detail = (f"{idle:.3g} ms/token no kernel explains ({100 * idle_share:.0f}% of the step: {i.ms_per_token:.4g} "
                   f"− {i.kernel_sum_ms_per_token:.4g} ms of kernels"
+                  + (", taken as 0: the traced kernels run longer than the untraced step"
+                     if i.kernel_sum_ms_per_token > i.ms_per_token else "")
                   + (f", {waited:.3g} ms of it collectives waiting for a late peer"
                      if peer_wait_named(waited, i.ms_per_token) else "") + f") over {n:.0f} kernels = {per:.3g} µs each; "
                   + (f"the step is a replayed CUDA graph: {_launches_counted(i)}"

@@ -152,8 +152,8 @@ def _missing(i: Inputs, cands: dict) -> str:
         return "the PM counters (GPU busy, DRAM; no window can be traced here)"
     if i.untraced and cands["launch"].state == UNKNOWN:
         # watched from outside (llama-server by pid): PM says how much of the step the GPU idles, not whose it is
-        return ("a traced window (start the target under `decodemon run`): from outside, the GPU's idle share "
-                "cannot be told host gaps from kernels")
+        return ("a traced window (start the target under `decodemon run`), which tells the host's gaps from the "
+                "kernels' (from outside, PM says how long the GPU idles, not why)")
     if i.ms_per_token is None:
         return "a token clock (ms/token)"
     if cands["bandwidth"].value is None and not i.bytes_per_token:

@@ -239,7 +239,9 @@ class SnapshotBuilder:
         gpu = f.hello.gpu if f.hello else None
         bpt_model = float(model.bytes_per_token(f.depth())) if model else None
         dram_bps = self._dram_bytes_per_s(since)
-        bpt_measured = dram_bps * ts.ms_per_token / 1e3 if (dram_bps and ts) else None
+        # the bytes the DRAM counters read over the span, over the tokens (a batched engine's steps) the clock counted
+        # in it: the slow tokens move their bytes too, so the rate is divided by the mean's, not the median's
+        bpt_measured = dram_bps / ts.tokens_per_s if (dram_bps and ts and ts.tokens_per_s) else None
         if self._clock in ("graph replays", "kernel period") and self._step_bytes:
             bpt_measured = self._step_bytes  # the steps' own samples: what tracing stretched, it did not add to
         bpt = bpt_measured if bpt_measured else bpt_model
@@ -370,7 +372,7 @@ class SnapshotBuilder:
             bandwidth_gbs=bw, bandwidth_source=bw_src, diagnosis=d, rolling=self._session.rolling,
             probe=dict(f.state),
             errors=tuple(f.errors), dropped_records=f.dropped_records, other_pids=others, rx_ns=rx, ended=f.bye,
-            dram_check=dram_check(self._bytes[0], ts.ms_per_token if ts else None,
+            dram_check=dram_check(self._bytes[0], ts.tokens_per_s if ts else None,
                                   pm_avg.get("dram_pct") if pm_avg else None, gpu.mem_bandwidth_gbs if gpu else None),
             span_s=(rx - since) / 1e9, span_whole=span_ns is None,
             span_tokens=f.tokens_since(since),

@@ -46,6 +46,10 @@ CLOCK_NOTES = {
                  "held against the GPU's steps in the traced windows",
 }
 
+# the clocks whose ms/token is their intervals' seconds over the steps in them (tokens.interval_stats), a mean: a
+# server's own count read at intervals, whole bursts of marks, the graph replays the agent counted
+MEAN_CLOCKS = frozenset({"server_metrics", MARK_BURSTS, "replay_count"})
+
 MIN_PERIOD = 4  # kernels: shorter repeats are elementwise chains, not steps
 MATCH_SHARE = 0.9  # of kernels equal to the kernel one period later
 ANCHORS = 48  # the rarest names tried as period anchors

@@ -111,3 +111,14 @@ def test_a_batched_engines_candidates_speak_of_steps_as_its_screen_does():
     detail = j["candidates"]["bandwidth"]["detail"]
     assert "steps/s ceiling" in detail and "ms/step" in detail
     assert not any("tok/s ceiling" in c["detail"] or "ms/token" in c["detail"] for c in j["candidates"].values())
+
+
+def test_compare_of_two_batched_engines_gives_the_throughput_ratio_and_says_tokens_per_s_counts_steps():
+    """hf_cb at 1 and 16 requests in flight: steps a second fall while every request's tokens a second rise
+    ~8.8x; the ratio of the throughput is there, and tokens_per_s's ratio says it counts the clock's marks."""
+    c = json.loads(cli("compare", DATA / "h200_hf_cb_1.dmon", DATA / "h200_hf_cb_16.dmon", "--json").stdout)
+    a, b = c["a"], c["b"]
+    assert c["b_over_a"]["throughput_tokens_per_s"] == round(b["throughput_tokens_per_s"] / a["throughput_tokens_per_s"], 4)
+    assert c["b_over_a"]["throughput_tokens_per_s"] > 5 and c["b_over_a"]["tokens_per_s"] < 1
+    assert "a batched engine's steps" in c["b_over_a_of"]["tokens_per_s"]
+    assert "DRAM bytes (read + write)" in c["b_over_a_of"]["bytes_per_token"]

@@ -43,15 +43,15 @@ def kernels_past_step(s) -> str:
 DRAM_CHECK_PCT = 10.0  # bytes per token × tokens a second against PM's DRAM share of the peak: apart by more is said
 
 
-def dram_check(bytes_per_token: float | None, ms_per_token: float | None, dram_pct: float | None,
+def dram_check(bytes_per_token: float | None, tokens_per_s: float | None, dram_pct: float | None,
                peak_gbs: float | None) -> dict | None:
-    """Bytes per token times tokens a second against PM's DRAM throughput (a share of the device's peak, NVML's
-    figure, which is what PM's percentage is of): two counters and the token clock that should tell one rate.
-    None when any is missing; "apart" names a disagreement over DRAM_CHECK_PCT (bytes per token taken over other
-    GPU time than the steps it is divided by, say)."""
-    if not (bytes_per_token and ms_per_token and dram_pct and peak_gbs):
+    """Bytes per token times tokens a second (the DRAM byte counters' rate over the span, as bytes a token are
+    that rate over the tokens counted) against PM's DRAM throughput counter, a share of the device's peak (NVML's
+    figure, which is what PM's percentage is of): two counters that should tell one rate. None when any is
+    missing; "apart" names a disagreement over DRAM_CHECK_PCT."""
+    if not (bytes_per_token and tokens_per_s and dram_pct and peak_gbs):
         return None
-    by_tokens = bytes_per_token / (ms_per_token * 1e-3) / 1e9
+    by_tokens = bytes_per_token * tokens_per_s / 1e9
     by_pm = dram_pct / 100.0 * peak_gbs
     off = 100.0 * (by_tokens / by_pm - 1.0)
     out = {"bytes_x_tokens_per_s_gbs": round(by_tokens, 1), "pm_dram_pct_x_peak_gbs": round(by_pm, 1),

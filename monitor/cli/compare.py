@@ -8,18 +8,22 @@ from decodemon.monitor.cli._common import (add_last, add_probe, add_refresh, add
 
 JSON_SECONDS = 10.0
 # the figures whose ratio B/A says what a change did
-RATIOS = ("ms_per_token", "tokens_per_s", "kernels_per_token", "host_launch_calls_per_token",
+RATIOS = ("ms_per_token", "tokens_per_s", "throughput_tokens_per_s", "kernels_per_token", "host_launch_calls_per_token",
           "kernel_sum_ms_per_token", "gpu_busy_pct", "bytes_per_token")
 # what each ratio divides: the medians and the means of the tokens are different figures, so the JSON says which
-RATIO_OF = {"ms_per_token": "the median token's ms (a typical token)",
-            "tokens_per_s": "tokens per second over the mean token (the throughput; slow tokens count)",
+RATIO_OF = {"ms_per_token": "the clock's ms a mark (a token, or a batched engine's step): the median mark's, or a "
+                            "counted clock's mean (ms_per_token_note says which)",
+            "tokens_per_s": "the clock's marks a second over the mean mark (slow ones count): tokens, or a batched "
+                            "engine's steps",
+            "throughput_tokens_per_s": "every request's tokens a second (a batched engine's throughput; null for a "
+                                       "loop of one sequence, whose throughput is tokens_per_s)",
             "kernels_per_token": "kernels per token in the latest traced window",
             "host_launch_calls_per_token": ("the host's launch calls per token: kernel launch calls (runtime and "
                                             "driver) plus graph launches (a captured graph makes many kernels one "
                                             "call)"),
             "kernel_sum_ms_per_token": "the kernels' summed ms per token in the latest traced window",
             "gpu_busy_pct": "the share of time the GPU ran work",
-            "bytes_per_token": "bytes read per token"}
+            "bytes_per_token": "DRAM bytes (read + write) a mark, the floor's: measured, else the model's"}
 
 
 def add(sub) -> None:

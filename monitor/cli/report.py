@@ -18,8 +18,8 @@ def add(sub) -> None:
     add_source(p)
     p.add_argument("-o", "--output", metavar="FILE", help="write the Markdown here instead of stdout")
     p.add_argument("--json", action="store_true", help="print the JSON summary (with -o, the file is written too)")
-    add_seconds(p, None, f"a pid: seconds to watch, all of them reported (default {LIVE_SECONDS:g}); a recording "
-                          "is read whole")
+    add_seconds(p, None, f"a pid only: seconds to watch, all of them reported (default {LIVE_SECONDS:g}); "
+                          "refused for a recording, which is read whole (--last S for its last seconds)")
     add_last(p, "the report")
     p.add_argument("--ledger", default=None, metavar="PATH",
                    help="the prediction ledger to grade and include (default ./decodemon.ledger.jsonl, if there)")

@@ -10,7 +10,7 @@ from decodemon.monitor.ceilings import peer_wait_named
 from decodemon.monitor.render.text import in_marks, unit
 from decodemon.monitor.rolling import headline
 from decodemon.monitor.span import rolling_json, span_json
-from decodemon.monitor.token_clock import CLOCK_NOTES, PROVISIONAL_STEPS
+from decodemon.monitor.token_clock import CLOCK_NOTES, MEAN_CLOCKS, PROVISIONAL_STEPS
 
 if TYPE_CHECKING:
     from decodemon.monitor.analysis.window import WindowMetrics
@@ -200,7 +200,6 @@ def step_bytes_json(s: Snapshot) -> dict:
            "bytes_per_step_measured": round(s.bytes_per_token_measured) if s.bytes_per_token_measured else None,
            "bytes_per_step_model": round(s.bytes_per_token_model) if s.bytes_per_token_model else None}
     if tps:
-        out["bytes_per_token"] = s.bytes_per_token / tps if s.bytes_per_token else None
         out["bytes_per_token_measured"] = round(s.bytes_per_token_measured / tps) if s.bytes_per_token_measured else None
         out["bytes_per_token_model"] = round(s.bytes_per_token_model / tps) if s.bytes_per_token_model else None
     return out
@@ -214,10 +213,16 @@ def _clock_json(s: Snapshot) -> dict:
         "ms_per_token": round(tk.ms_per_token, 4) if tk else None,
         "ms_per_token_p90": round(tk.ms_per_token_p90, 4) if tk else None,
         "ms_per_token_p99": round(tk.ms_per_token_p99, 4) if tk else None,
-        "ms_per_token_note": ("ms_per_token is the median of the clock's steps, with their p90 and p99; "
-                              "tokens_per_s is over their mean"
+        "ms_per_token_note": (("ms_per_token is the clock's intervals' seconds over the steps in them (a mean), "
+                               "with the p90 and p99 of each interval's own ms a step; tokens_per_s is its inverse"
+                               if s.token_clock in MEAN_CLOCKS else
+                               "ms_per_token is the median of the clock's steps, with their p90 and p99; "
+                               "tokens_per_s is over their mean")
                               + ("; the clock's marks are a batched engine's decode steps, so both are per step "
-                                 "(ms per step, steps/s) and throughput_tokens_per_s counts every request's tokens"
+                                 "(ms per step, steps/s), as is every other *_per_token figure (bytes_per_token, "
+                                 "the floor's, too) but bytes_per_token_measured and bytes_per_token_model, a "
+                                 "token's (bytes_per_step_* are the step's); throughput_tokens_per_s counts every "
+                                 "request's tokens"
                                  if s.tokens_per_step is not None else "")) if tk else None,
         # what one of the clock's marks is: "step" for a batched engine (tokens_per_step tokens each), else "token"
         "clock_unit": unit(s) if tk else None,

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from decodemon.monitor.analysis.agreement import busy_disagreement, kernels_past_step
 from decodemon.monitor.ceilings import ORDER
 from decodemon.monitor.rolling import headline
+from decodemon.monitor.token_clock import MEAN_CLOCKS
 from decodemon.monitor.span import span_words
 from decodemon.monitor.safe_text import markdown as md
 from decodemon.monitor.safe_text import markdown_code, visible_lines
@@ -17,6 +18,11 @@ from decodemon.monitor.render.text import counted, in_marks, rejected_text, runt
 
 if TYPE_CHECKING:
     from decodemon.monitor.snapshot import Snapshot
+
+
+def _kind(s: Snapshot) -> str:
+    """What the clock's ms/token is: a counted clock's seconds over its steps (a mean), else the median mark."""
+    return "mean" if s.token_clock in MEAN_CLOCKS else "median"
 
 
 def _launches(s: Snapshot) -> str:
@@ -75,11 +81,11 @@ def _figures(s: Snapshot) -> list[str]:
     d, tk, w = s.diagnosis, s.tokens, s.window
     out = []
     if tk and s.tokens_per_step is not None:  # a batched engine: a step is the mark, and makes a token a sequence
-        out.append(f"- {tk.ms_per_token:.3f} ms/step median (p90 {tk.ms_per_token_p90:.3f}), "
+        out.append(f"- {tk.ms_per_token:.3f} ms/step {_kind(s)} (p90 {tk.ms_per_token_p90:.3f}), "
                    f"{tk.tokens_per_s:.1f} steps/s over {tk.tokens} clock steps; {s.tokens_per_step:g} tokens/step, "
                    f"{s.throughput_tokens_per_s or 0:.1f} tokens/s in all")
     elif tk:
-        out.append(f"- {tk.ms_per_token:.3f} ms/token median (p90 {tk.ms_per_token_p90:.3f}), "
+        out.append(f"- {tk.ms_per_token:.3f} ms/token {_kind(s)} (p90 {tk.ms_per_token_p90:.3f}), "
                    f"{tk.tokens_per_s:.1f} tokens/s over {tk.tokens} clock steps{_tokens_counted(s)}")
     if w:
         elsewhere = kernels_from_words(s)  # the span traced no window: say whose kernel figures these are

@@ -6,7 +6,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from decodemon.monitor.render.text import rejected_text
-from decodemon.monitor.token_clock import PROVISIONAL_STEPS
+from decodemon.monitor.token_clock import MEAN_CLOCKS, PROVISIONAL_STEPS
 from decodemon.monitor.widgets import tcss
 from decodemon.monitor.widgets.format import Redraw, num
 from decodemon.monitor.widgets.probe_words import device_line
@@ -44,7 +44,9 @@ class HeaderPanel(Redraw, Static):
         # the clock's own seconds where they are not the span's: the median and the mean are over those (the
         # candidates' inputs name the same seconds)
         span = clock_span_words(s)
-        t.append(f" median  {num(tk.tokens_per_s if tk else None, '.1f')} {'steps' if batched else 'tok'}/s mean{span}")
+        # a counted clock's ms/token is its seconds over its steps, a mean: said so (token_clock.MEAN_CLOCKS)
+        kind = "mean" if s.token_clock in MEAN_CLOCKS else "median"
+        t.append(f" {kind}  {num(tk.tokens_per_s if tk else None, '.1f')} {'steps' if batched else 'tok'}/s mean{span}")
         if tk:  # both from one clock, named, with the count behind them (the count every panel gives)
             t.append(f" ({tk.tokens} {'steps' if batched else 'tokens'} timed, {s.token_clock or 'no clock'})",
                      style="dim")

@@ -41,6 +41,15 @@ def kernel_name_width(panel_width: int) -> int:
     return max(MIN_NAME, panel_width - OTHER_COLUMNS)
 
 
+def cut(name: str, width: int) -> str:
+    """`name` in `width` characters, cut in its middle where it is longer: names that share a long head differ in
+    their tails (a Triton kernel's fused ops, `..._where_5` and `..._where_6`), so the tail stays."""
+    if len(name) <= width:
+        return name
+    tail = min(14, max(width - 1, 0) // 3)
+    return name[: width - 1 - tail] + "…" + (name[-tail:] if tail else "")
+
+
 def kernel_label(short: str, full: str, width: int, label: str = "") -> str:
     """The kernel's name in `width` characters. A row whose short name another row shares has a `label` with a tag
     (`native::elementwise_kernel<direct_copy,BFloat16>`, as --json and DIAGNOSIS name it): the tag is kept whole and
@@ -48,7 +57,7 @@ def kernel_label(short: str, full: str, width: int, label: str = "") -> str:
     mangled full name (`_ZN2at6native…`) is not a name to read: the short one stands for it."""
     tag = label[len(short):] if label.startswith(short) else ""
     if label and not tag and label != short:  # a full name that tells it from another of its short name
-        return label if len(label) <= width else label[: width - 1] + "…"
+        return cut(label, width)
     if tag:
         if len(label) <= width:
             return label
@@ -58,9 +67,7 @@ def kernel_label(short: str, full: str, width: int, label: str = "") -> str:
         return full
     if short.endswith("…") and width > len(short):  # cut for a narrower column than this one: as much as fits
         short = short_kernel_name(full, width)
-    if len(short) <= width:
-        return short
-    return short[: width - 1] + "…"
+    return cut(short, width)
 
 
 class KernelsPanel(SourceNamed, DataTable):
