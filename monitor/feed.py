@@ -98,6 +98,8 @@ class Feed:
     counts: Ring = None  # rows: COUNT_COLS, step counts at each read (a server's, or the agent's graph replays)
     counts_source: str = ""  # whose (StepCounts.server: "llama.cpp", wire.GRAPH_REPLAYS)
     steps_seen: float = 0.0  # steps the count moved since the first read
+    count_tokens_seen: float = 0.0  # tokens the count moved since the first read (a server's: every request's)
+    _last_count_tokens: float | None = None
     counts_depth: int = 0  # the KV positions the decoding requests held at the last read (StepCounts.depth)
     _last_steps: float | None = None
     status: wire.ProbeStatus = field(default_factory=wire.ProbeStatus)  # the probe's status, frames merged
@@ -185,6 +187,11 @@ class Feed:
                 prev = np.concatenate([[steps[0] if self._last_steps is None else self._last_steps], steps[:-1]])
                 self.steps_seen += float(np.clip(steps - prev, 0.0, None).sum())
                 self._last_steps = float(steps[-1])
+                toks = cols[2][:n]
+                prev_t = np.concatenate([[toks[0] if self._last_count_tokens is None else self._last_count_tokens],
+                                         toks[:-1]])
+                self.count_tokens_seen += float(np.clip(toks - prev_t, 0.0, None).sum())
+                self._last_count_tokens = float(toks[-1])
         elif isinstance(frame, wire.ProbeStatus):
             self._take_status(frame, frame.dropped_records, frame.recent_errors)
         elif isinstance(frame, wire.Stats):  # wire version 1: a dict of words, read into a ProbeStatus

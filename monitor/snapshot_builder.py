@@ -365,7 +365,10 @@ class SnapshotBuilder:
             pid=f.hello.pid if f.hello else 0,
             device=gpu.name if gpu else (f"unavailable ({f.hello.gpu_unavailable})" if f.hello else "?"),
             sm_count=gpu.sm_count if gpu else 0, cc=gpu.cc if gpu else "",
-            tokens_total=(f.batch_tokens_seen if f.batched else f.tokens_seen) or int(f.steps_seen)
+            # every token counted: a batched engine's every request's; a server's own count, its tokens (every
+            # request's), not its steps; the agent's graph replays or step starts, a token a step
+            tokens_total=(f.batch_tokens_seen if f.batched else f.tokens_seen)
+            or int(f.count_tokens_seen if f.counts_source == "llama.cpp" else f.steps_seen)
             or sum(st.steps for st in self.steps.values()), tokens=ts, window=last, windows_seen=len(self.metrics),
             pm=pm_avg,
             nvml=nv, model=f.hello.model if f.hello else None, depth=f.depth(), bytes_per_token=bpt,

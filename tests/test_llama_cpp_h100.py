@@ -104,4 +104,12 @@ def test_a_quantized_kv_cache_a_third_of_the_bytes_is_measured_within_10_percent
     assert measured == pytest.approx(f["reference"]["bytes_per_token"], rel=0.10)
     assert j["ms_per_token"] == pytest.approx(f["own"]["ms_per_token"], rel=0.05)
     assert j["bytes_per_token_model_kv_dtype"] == "q8_0"
+    assert "weights alone: no KV depth came with these tokens" in j["bytes_per_token_note"]  # said, not hidden
     assert j["verdict"] in (*FOUR, "unknown") and j["verdict"] != "kernels"
+
+
+def test_a_servers_tokens_are_every_requests_not_its_steps():
+    """llama-server with four slots, watched from outside: `tokens` counts every request's tokens, as the span's
+    count does and as a batched transformers engine's does; `steps` the decode steps."""
+    j = _json("h100_llama_cpp_server1b_np4.dmon")
+    assert j["tokens"] == j["span"]["tokens"] and j["tokens"] == pytest.approx(4 * j["steps"], rel=0.05)

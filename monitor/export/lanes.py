@@ -76,7 +76,8 @@ def max_correlation(w: wire.KernelWindow) -> int:
 
 
 def launch_lane(w: wire.KernelWindow, clock: Clock, cpu_pid: int, corr_offset: int = 0) -> list[dict]:
-    """The launch calls (every runtime and driver API record) on the decode process's launch thread."""
+    """The launch calls on the decode process's launch thread: every API record the window traced (the runtime's;
+    kernels a library launched through the driver have no record here, only their kernels on the GPU lane)."""
     cols = {k: v.array() for k, v in w.apis.items()}
     if "start" not in cols:
         return []

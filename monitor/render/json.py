@@ -187,6 +187,16 @@ def bytes_note(measured: float | None, model: float | None) -> str | None:
             "the floor")
 
 
+def _no_depth_note(s: Snapshot) -> str | None:
+    """The model's bytes priced with no KV where tokens were made but no depth came with them (a recording of
+    llama-server made before its /slots depth was read, or an engine that reports none)."""
+    m = s.model
+    if s.bytes_per_token_model and not s.depth and s.tokens_total and m is not None and m.kv_bytes_per_position:
+        return ("the model's bytes are its weights alone: no KV depth came with these tokens, so the KV cache "
+                f"({m.kv_bytes_per_position} bytes a position) is not counted")
+    return None
+
+
 def _kv_dtype(s: Snapshot) -> str | None:
     m = s.model
     return (m.kv_dtype or m.dtype or None) if m is not None else None
@@ -274,7 +284,6 @@ def _window_json(s: Snapshot) -> dict:
         "gap_ms_per_token": _gaps_json(aw.gap_ms_per_token) if aw else None,
         # the traced token those gaps were read in: tracing stretches it past ms_per_token, so the gaps can sum to
         # more than the untraced token
-        "gap_traced_ms_per_token": round(aw.traced_ms_per_token, 4) if aw else None,  # the older name of:
         "traced_token_ms": round(aw.traced_ms_per_token, 4) if aw else None,
         "gap_note": ("the idle gaps are read in the traced token (traced_token_ms), which tracing stretches past "
                      "ms_per_token: they can sum to more than the untraced token" if aw else None),
@@ -339,7 +348,8 @@ def summary_json(s: Snapshot, kernels: int = 15) -> dict:
         "bytes_per_token_model_depth": s.depth if s.bytes_per_token_model else None,
         # the type the model's KV bytes are priced in (llama.cpp's cache: f16, q8_0, q4_0; else the weights' own)
         "bytes_per_token_model_kv_dtype": _kv_dtype(s) if s.bytes_per_token_model else None,
-        "bytes_per_token_note": bytes_note(s.bytes_per_token_measured, s.bytes_per_token_model),
+        "bytes_per_token_note": (bytes_note(s.bytes_per_token_measured, s.bytes_per_token_model)
+                                 or _no_depth_note(s)),
         "dram_check": s.dram_check,
         "bandwidth_gbs": s.bandwidth_gbs,
         "bandwidth_source": s.bandwidth_source,
