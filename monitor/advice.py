@@ -127,7 +127,11 @@ def _open_advice(i: Inputs, floor: float | None, ms: float, launch: Candidate, p
         top = i.top_kernel
         t = f" ({top[0]}, {top[1]:.0f} µs/token)" if top else ""
         far = bool(floor) and ms / floor > BANDWIDTH_NEAR_RATIO  # too far above the floor for BANDWIDTH
-        return (f"the kernels fill the step{t} and no ceiling binds at these numbers: measure {missing} to say "
+        fill = (f"the kernels fill {100 * i.kernel_sum_ms_per_token / ms:.0f}% of the step{t}"
+                if i.kernel_sum_ms_per_token is not None and ms else
+                f"the GPU is busy {i.gpu_busy_pct:.0f}% of the step (a launch's share is ruled out){t}"
+                if i.gpu_busy_pct is not None else f"a launch's share of the step is ruled out{t}")
+        return (f"{fill} and no ceiling binds at these numbers: measure {missing} to say "
                 + ("whether grids bind (the floor is too far below the token for bytes to)" if far else
                    "whether bytes or grids bind"),
                 (f"Measure {missing}: with small grids or SM active far below GPU busy it is OCCUPANCY (the token "
