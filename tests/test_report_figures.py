@@ -110,7 +110,8 @@ def test_a_batched_engines_report_names_steps_and_its_throughput():
 
     s = collect(str(DATA / "h200_hf_cb_16.dmon")).snapshot()
     md = diagnosis_markdown(s)
-    assert f"{s.tokens_per_step:g} tokens/step, {s.throughput_tokens_per_s:.1f} tokens/s in all" in md
+    assert (f"{s.tokens_per_step:g} tokens/step; {s.throughput_tokens_per_s:.1f} tokens/s in all (the tokens "
+            "counted, not steps/s × tokens/step)") in md
     assert f"{s.tokens.ms_per_token:.3f} ms/step median" in md
     assert f"steps/s over {s.tokens.tokens} clock steps;" in md and "over the last" not in md
     assert "ms/token" not in md and "kernels/token" not in md  # a step is what the diagnosis priced
