@@ -119,6 +119,17 @@ def _comm_advice(comm_ms: float | None) -> tuple[str, str, str]:
             f"halving calls/token saves ~{c / 2:.3g} ms/token")
 
 
+def _counters_said(i: Inputs) -> str:
+    """What PM's counters alone already say of OCCUPANCY, for a falsifier that asks for the grids."""
+    if i.sm_active_pct is None or not i.gpu_busy_pct:
+        return " (or with SM active far below GPU busy)"
+    r = i.sm_active_pct / i.gpu_busy_pct
+    if r >= 0.8:
+        return (f", though PM's counters alone rule it out (SM active {i.sm_active_pct:.0f}% against GPU busy "
+                f"{i.gpu_busy_pct:.0f}%): the grids would overrule them")
+    return f" (SM active is {100 * r:.0f}% of GPU busy)"
+
+
 def _open_advice(i: Inputs, floor: float | None, ms: float, launch: Candidate, priced: tuple[str, ...],
                  missing: str) -> tuple[str, str, str]:
     """No ceiling binds: the measurement that would decide, or, with everything measured and the kernels filling
@@ -134,10 +145,10 @@ def _open_advice(i: Inputs, floor: float | None, ms: float, launch: Candidate, p
         return (f"{fill} and no ceiling binds at these numbers: measure {missing} to say "
                 + ("whether grids bind (the floor is too far below the token for bytes to)" if far else
                    "whether bytes or grids bind"),
-                (f"Measure {missing}: with small grids or SM active far below GPU busy it is OCCUPANCY (the token "
+                (f"Measure {missing}: with small grids it is OCCUPANCY{_counters_said(i)} (the token "
                  f"is {floor and ms / floor:.3g}× its bandwidth floor, too far for BANDWIDTH)."
                  if floor and ms / floor > BANDWIDTH_NEAR_RATIO else
-                 f"Measure {missing}: with small grids or SM active far below GPU busy it is OCCUPANCY; BANDWIDTH "
+                 f"Measure {missing}: with small grids it is OCCUPANCY{_counters_said(i)}; BANDWIDTH "
                  f"binds only within {BANDWIDTH_BINDING_RATIO:g}× of bytes ÷ bandwidth."),
                 f"n/a: first measure {missing}")
     if missing:
