@@ -1029,6 +1029,7 @@ def test_the_probe_state_carries_the_decode_threads_waits():
     assert s.switches.fd is None
 
 
+@pytest.mark.timing
 def test_the_agents_cpu_is_over_the_attach_and_cupti_start_up_is_counted_apart(monkeypatch):
     """agent_cpu_ms_per_s is the agent thread's CPU a second since the attach began; the CPU of CUPTI's start-up,
     made on that thread with the GIL given up (prepare), is not in it but in cupti_start_cpu_ms."""
