@@ -239,8 +239,7 @@ class SnapshotBuilder:
         gpu = f.hello.gpu if f.hello else None
         bpt_model = float(model.bytes_per_token(f.depth())) if model else None
         dram_bps = self._dram_bytes_per_s(since)
-        # the bytes the DRAM counters read over the span, over the tokens (a batched engine's steps) the clock counted
-        # in it: the slow tokens move their bytes too, so the rate is divided by the mean's, not the median's
+        # the DRAM counters' bytes over the tokens (steps) counted: slow ones move theirs too, so the mean's rate
         bpt_measured = dram_bps / ts.tokens_per_s if (dram_bps and ts and ts.tokens_per_s) else None
         if self._clock in ("graph replays", "kernel period") and self._step_bytes:
             bpt_measured = self._step_bytes  # the steps' own samples: what tracing stretched, it did not add to

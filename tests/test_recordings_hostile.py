@@ -33,8 +33,8 @@ BUNDLED = sorted(DATA.glob("*.dmon")) + sorted((ROOT / "monitor" / "data").glob(
 SOURCES = {**{DATA / f"h200_compiled_llama8b_marks_{i}.dmon": 90 for i in range(1, 6)},
            DATA / "h200_compiled_llama8b_replays.dmon": 110, DATA / "h200_hf_cb_4.dmon": 100,
            DATA / "h200_hf_generate_static.dmon": 100, DATA / "h200_tp2_graph_rank0.dmon": 100,
-           DATA / "h200_graph_nvtx_range.dmon": 100, ROOT / "monitor" / "data" / "h200_graph.dmon": 70,
-           ROOT / "monitor" / "data" / "h200_eager.dmon": 70}
+           DATA / "h200_graph_nvtx_range.dmon": 100, ROOT / "monitor" / "data" / "h100_graph.dmon": 70,
+           ROOT / "monitor" / "data" / "h100_eager.dmon": 70}
 SEED = 20261202
 READ_LIMIT_S = 5.0  # CPU seconds a read of a recording of at most 10 MB may take
 
