@@ -128,3 +128,13 @@ def test_the_report_says_its_rate_is_over_clock_steps_and_how_many_tokens_it_cou
     assert r.returncode == 0, r.stderr
     assert "tokens/s over 124 clock steps (a clock step: from one token mark to the next), 125 tokens counted of 912 " \
            "in all\n" in r.stdout
+
+
+def test_a_counted_clocks_steps_are_not_called_mark_to_mark_and_a_batched_step_is_not_a_token():
+    from tests.conftest import DATA
+
+    md = diagnosis_markdown(collect(str(DATA / "h100_compiled_llama8b_marks_1.dmon")).snapshot())
+    assert "ms/token mean" in md and "(a clock step: one step of the clock's counted intervals" in md
+    assert "from one token mark to the next" not in md
+    np4 = diagnosis_markdown(collect(str(DATA / "h100_llama_cpp_server1b_np4.dmon")).snapshot())
+    assert "ms token" not in np4 and "ms step" in np4

@@ -13,7 +13,8 @@ RATIOS = ("ms_per_token", "tokens_per_s", "throughput_tokens_per_s", "kernels_pe
 # what each ratio divides: the medians and the means of the tokens are different figures, so the JSON says which
 RATIO_OF = {"ms_per_token": "the clock's ms a mark (a token, or a batched engine's step): the median mark's, or a "
                             "counted clock's mean (ms_per_token_note says which)",
-            "tokens_per_s": "the clock's marks a second over the mean mark (slow ones count): tokens, or a batched "
+            "tokens_per_s": "the clock's marks a second over the mean mark (slow ones count; those the observer's own "
+                            "steps overlapped are left out, observer_cost.slowed_tokens): tokens, or a batched "
                             "engine's steps",
             "throughput_tokens_per_s": "every request's tokens a second (a batched engine's throughput; null for a "
                                        "loop of one sequence, whose throughput is tokens_per_s)",

@@ -66,7 +66,8 @@ def _busy(s: Snapshot) -> list[str]:
 def _tokens_counted(s: Snapshot) -> str:
     """What the clock's steps span, in tokens: a clock step runs from one token mark to the next, so N tokens
     counted give N - 1 steps; and the source's tokens in all where the span holds fewer."""
-    words = " (a clock step: from one token mark to the next)"
+    words = (" (a clock step: one step of the clock's counted intervals, whole bursts of marks or a server's reads)"
+             if s.token_clock in MEAN_CLOCKS else " (a clock step: from one token mark to the next)")
     if s.span_tokens is not None:
         words += f", {s.span_tokens} tokens counted"
         if s.tokens_total > s.span_tokens:
