@@ -259,7 +259,6 @@ class SnapshotBuilder:
         elif gpu and gpu.mem_bandwidth_gbs:
             bw, bw_src = gpu.mem_bandwidth_gbs, "NVML peak (a spec figure, not measured)"
         last = wins[-1] if wins else None
-        _, api = self.api_window(until)
         ksum = _median([w.kernel_sum_ms_per_token for w in wins]) if wins else None
         # as the small grids' share counts them; a kernel of a few µs a call is held by its fixed latency, which
         # more blocks do not shorten (fusing it does): the longer calls lead, as the ones widening could speed up

@@ -1004,21 +1004,27 @@ def test_the_switch_counter_reads_a_threads_voluntary_switches_per_second():
     assert sc.fd is None
 
 
+def _statuses_while_marking(s, seconds: float) -> list:
+    """Serve session `s` from an agent loop while this thread marks a token every ~5 ms for `seconds`, then end
+    the attach: the ProbeStatus frames the monitor got."""
+    loop, result, got, theirs = _run_agent_loop(s)
+    t_end = time.monotonic() + seconds
+    while time.monotonic() < t_end:
+        s.on_token(1)
+        time.sleep(0.005)
+    time.sleep(0.3)
+    theirs.shutdown(socket.SHUT_RDWR)
+    loop.join(5)
+    return [f for f in (wire.decode_frame(x) for x in wire.StreamReader(max_frame=1 << 22).feed(bytes(got)))
+            if isinstance(f, wire.ProbeStatus)]
+
+
 def test_the_probe_state_carries_the_decode_threads_waits():
     """At its stats ticks the agent reads the voluntary switches of the thread that marks tokens and puts them
     in the probe state (`decode_waits_per_s`), which reaches the monitor's bill; a thread that sleeps between
     tokens blocks at each, so the figure is there and not small."""
     s = sess.Session(wire.Attach(trace=False, pm=False), None)
-    loop, result, got, theirs = _run_agent_loop(s)
-    t_end = time.monotonic() + 2.6
-    while time.monotonic() < t_end:
-        s.on_token(1)
-        time.sleep(0.005)  # ~200 tokens a second, each after a voluntary switch
-    time.sleep(0.3)
-    theirs.shutdown(socket.SHUT_RDWR)
-    loop.join(5)
-    stats = [f for f in (wire.decode_frame(x) for x in wire.StreamReader(max_frame=1 << 22).feed(bytes(got)))
-             if isinstance(f, wire.ProbeStatus)]
+    stats = _statuses_while_marking(s, 2.6)  # ~200 tokens a second, each after a voluntary switch
     waits = [f.decode_waits_per_s for f in stats if f.decode_waits_per_s is not None]
     assert waits and min(waits) > 50, waits
     # and the agent thread's own CPU a second: a loop that mostly sleeps uses little (well under a whole CPU)
@@ -1047,16 +1053,7 @@ def test_the_agents_cpu_is_over_the_attach_and_cupti_start_up_is_counted_apart(m
 
     tr.prepare = slow_prepare
     s = sess.Session(wire.Attach(window_tokens=2, window_period_s=0.5, pm=False), tr)
-    loop, result, got, theirs = _run_agent_loop(s)
-    t_end = time.monotonic() + 3.2
-    while time.monotonic() < t_end:
-        s.on_token(1)
-        time.sleep(0.005)
-    time.sleep(0.3)
-    theirs.shutdown(socket.SHUT_RDWR)
-    loop.join(5)
-    stats = [f for f in (wire.decode_frame(x) for x in wire.StreamReader(max_frame=1 << 22).feed(bytes(got)))
-             if isinstance(f, wire.ProbeStatus)]
+    stats = _statuses_while_marking(s, 3.2)
     start = [f.cupti_start_cpu_ms for f in stats if f.cupti_start_cpu_ms is not None]
     assert start and 390 <= start[-1] < 2000, start
     cpu = [f.agent_cpu_ms_per_s for f in stats if f.agent_cpu_ms_per_s is not None]
