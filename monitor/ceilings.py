@@ -42,10 +42,11 @@ QUANTITIES = {
     "ms_per_token_over_floor": "ms/token ÷ the bandwidth floor (bytes/token ÷ the device's bandwidth)",
     "bandwidth_over_dram_gbs": "the device's bandwidth ÷ the DRAM GB/s the PM counters saw (no token count)",
     "collective_share_of_step_pct": "collectives' ms a token (calls × µs a call) as a % of ms/token",
-    "idle_us_per_kernel": "the traced step's idle (ms/token − the kernels' ms) ÷ kernels/token, µs",
-    "floor_gap_us_per_kernel": "(ms/token − the bandwidth floor) ÷ kernels/token, µs: the idle estimated, no "
-                               "kernel time traced",
-    "step_us_per_kernel": "ms/token ÷ kernels/token, µs: available per kernel, no kernel time and no floor",
+    "idle_pct_of_step": "the traced step's idle (ms/token − the kernels' ms) as a % of ms/token",
+    "floor_gap_pct_of_step": "(ms/token − the bandwidth floor) as a % of ms/token: the idle estimated, no kernel "
+                             "time traced",
+    "launching_pct_of_step": "kernels/token × an eager launch's least cost as a % of ms/token: the idle the host's "
+                             "launching leaves, estimated with no kernel time and no floor",
     "gpu_idle_pct_of_step": "100 − PM's GPU busy: the step's idle, no traced window",
     "small_grid_kernel_time_pct": "% of the traced kernels' time in grids under 25% of the SMs",
     "sm_active_pct_of_gpu_busy": "PM's SM active as a % of PM's GPU busy: no traced window, so no grids",
@@ -142,9 +143,19 @@ def price_bandwidth(i: Inputs) -> tuple[Candidate, float | None]:
     state = BINDING if ratio <= BANDWIDTH_BINDING_RATIO else RULED_OUT if ratio >= BANDWIDTH_RULED_OUT_RATIO else UNKNOWN
     ceiling_tps = 1e3 / floor
     detail = (f"floor {floor:.3g} ms/token ({i.bytes_per_token / 1e9:.3g} GB ÷ {i.bandwidth_gbs:.4g} GB/s, "
-              f"a {ceiling_tps:.4g} tok/s ceiling); measured {i.ms_per_token:.4g} ms is {ratio:.3g}× the floor; "
-              f"achieved {i.bytes_per_token / (i.ms_per_token * 1e-3) / 1e9:.4g} GB/s" + _depth_words(i))
+              f"a {ceiling_tps:.4g} tok/s ceiling); measured {i.ms_per_token:.4g} ms is {ratio:.3g}× the floor"
+              + _rate_words(i) + _depth_words(i))
     return Candidate(ratio, "× floor", thr, state, detail, "ms_per_token_over_floor"), floor
+
+
+def _rate_words(i: Inputs) -> str:
+    """The rate the ratio implies (bytes ÷ the median token), named, beside the rate the DRAM counters read (their
+    mean over the span), which differs where the tokens do."""
+    rate = i.bytes_per_token / (i.ms_per_token * 1e-3) / 1e9
+    out = f"; {i.bytes_per_token / 1e9:.3g} GB in the {i.ms_per_token:.4g} ms median token is {rate:.4g} GB/s"
+    if i.dram_gbs:
+        return out + f" (DRAM moved {i.dram_gbs:.4g} GB/s on average, PM counters)"
+    return out + " (the model's bytes: no DRAM counters)"
 
 
 def _depth_words(i: Inputs) -> str:
@@ -152,6 +163,8 @@ def _depth_words(i: Inputs) -> str:
     if i.kv_depth is None:
         return ""
     lo, hi = i.kv_depth_span or (i.kv_depth, i.kv_depth)
+    if hi == 0:  # a decoded token always has a depth: none was reported (a batch's steps), so no KV is counted
+        return "; the model's bytes are its weights alone: no KV depth was reported, so no KV is counted"
     ran = f"; the span ran at depths {lo}–{hi}" if lo != hi else ""
     return f"; the model's bytes priced at KV depth {i.kv_depth}, the last token's{ran}"
 
@@ -195,7 +208,8 @@ def _host_idle(i: Inputs) -> Candidate:
     state = BINDING if idle >= 50 else RULED_OUT if idle < 20 else UNKNOWN
     return Candidate(idle, "% of step GPU idle", LAUNCH_IDLE_THRESHOLD, state,
                      f"the GPU is idle {idle:.0f}% of the {i.ms_per_token:.4g} ms token (PM's GPU busy "
-                     f"{i.gpu_busy_pct:.0f}%): the host's work between steps; kernels per token need a traced window",
+                     f"{i.gpu_busy_pct:.0f}%); PM says how long the GPU idles, not why: the host's work between steps "
+                     "and waits inside the step look alike from outside, and a traced window tells them apart",
                      "gpu_idle_pct_of_step")
 
 
@@ -250,9 +264,9 @@ def _launch_priced(i: Inputs, floor: float | None) -> tuple[Candidate, float | N
     if priced_by_idle(i):
         return _host_idle(i), None
     if not (i.ms_per_token and i.kernels_per_token):
-        return Candidate(None, "µs idle/kernel", LAUNCH_IDLE_THRESHOLD, UNKNOWN,
+        return Candidate(None, "% of step GPU idle", LAUNCH_IDLE_THRESHOLD, UNKNOWN,
                          _needs(("ms/token", i.ms_per_token), ("kernels/token", i.kernels_per_token)),
-                         "idle_us_per_kernel"), None
+                         "idle_pct_of_step"), None
     n = i.kernels_per_token
     if i.kernel_sum_ms_per_token is not None:
         idle = max(i.ms_per_token - i.kernel_sum_ms_per_token, 0.0)
@@ -270,7 +284,7 @@ def _launch_priced(i: Inputs, floor: float | None) -> tuple[Candidate, float | N
                      if peer_wait_named(waited, i.ms_per_token) else "") + f") over {n:.0f} kernels = {per:.3g} µs each; "
                   + (f"the step is a replayed CUDA graph: {_launches_counted(i)}"
                      if graphed else f"eager host launches cost {lo:g}–{hi:g} µs"))
-        return Candidate(per, "µs idle/kernel", thr, state, detail, "idle_us_per_kernel"), per
+        return Candidate(100 * idle_share, "% of step GPU idle", thr, state, detail, "idle_pct_of_step"), per
     if floor is not None:  # the idle estimated as the step the bandwidth floor leaves unexplained
         gap = max(i.ms_per_token - floor, 0.0)
         per = gap * 1e3 / n
@@ -287,7 +301,8 @@ def _launch_priced(i: Inputs, floor: float | None) -> tuple[Candidate, float | N
                      "time (a traced window) tells slow kernels from the host's other work" if per < lo else
                      f"more than the {hi:g} µs an eager launch costs at most: launches alone do not explain it, "
                      "and the kernels' time (a traced window) tells the host's other work from slow kernels"))
-        return Candidate(per, "µs idle/kernel", LAUNCH_IDLE_THRESHOLD, state, detail, "floor_gap_us_per_kernel"), per
+        return Candidate(100 * share, "% of step GPU idle (est.)", LAUNCH_IDLE_THRESHOLD, state, detail,
+                         "floor_gap_pct_of_step"), per
     # neither kernel time nor a floor: the idle taken as the host's launching at the low end of an eager launch's cost
     per = i.ms_per_token * 1e3 / n
     share = min(1.0, lo / per)
@@ -295,7 +310,8 @@ def _launch_priced(i: Inputs, floor: float | None) -> tuple[Candidate, float | N
     detail = (f"no kernel time traced and no floor: {i.ms_per_token:.4g} ms ÷ {n:g} kernels = {per:.4g} µs "
               f"available per kernel; at {lo:g} µs a launch (the low end of an eager launch) the host's launching "
               f"leaves the GPU idle {100 * share:.0f}% of the step")
-    return Candidate(per, "µs/kernel", LAUNCH_IDLE_THRESHOLD, state, detail, "step_us_per_kernel"), per
+    return Candidate(100 * share, "% of step GPU idle (est.)", LAUNCH_IDLE_THRESHOLD, state, detail,
+                     "launching_pct_of_step"), per
 
 
 def _occupancy_by_counters(i: Inputs, thr: str, bw_ratio: float | None = None) -> Candidate:

@@ -53,6 +53,11 @@ def covers_words(s: Snapshot) -> str:
     return f"the last {s.span_s:g} s" if s.span_s is not None else "an unknown span"
 
 
+SPAN_COUNTS = ("span.tokens and span.clock_steps count this span alone (clock_steps: the steps the rate rests on); "
+               "the top level's tokens, steps and windows count the whole source, kernels_from.windows_in_span the "
+               "span's windows")
+
+
 def span_json(s: Snapshot) -> dict:
     """The span the figures cover: its seconds, from and to (seconds into the source and unix time), the steps
     the clock's rate rests on and the tokens counted in it."""
@@ -63,7 +68,9 @@ def span_json(s: Snapshot) -> dict:
             "from_s": round(start_s, 3), "to_s": round(end_s, 3),
             "from_unix_s": _r(s.span_end_unix_s - s.span_s) if s.span_end_unix_s is not None and s.span_s is not None
             else None,
-            "to_unix_s": _r(s.span_end_unix_s), "clock_steps": tk.tokens if tk else None, "tokens": s.span_tokens}
+            "to_unix_s": _r(s.span_end_unix_s), "clock_steps": tk.tokens if tk else None, "tokens": s.span_tokens,
+            # which count is which: the top level's are the source's whole, these the span's
+            "counts": SPAN_COUNTS}
 
 
 def rolling_json(s: Snapshot, summary) -> dict | None:

@@ -121,7 +121,11 @@ def test_the_kernels_own_time_lets_launch_read_the_idle_as_a_recording_does():
     figs = ["--ms-per-token", 40.9, "--launches-per-token", 1863, "--bytes-per-token", 1.242e9, "--bandwidth-gbs", 4128]
     assert diagnose(*figs)["ceiling"] == "unknown"  # 32.9x the floor: neither bandwidth nor grids bind
     d = diagnose(*figs, "--kernel-ms-per-token", 3.88)
-    assert d["ceiling"] == "launch" and d["candidates"]["launch"]["value"] == pytest.approx(19.87, abs=0.01)
+    launch = d["candidates"]["launch"]
+    assert d["ceiling"] == "launch" and d["us_per_kernel"] == pytest.approx(19.87, abs=0.01)
+    # the number is what its threshold reads: the idle's share of the step
+    assert launch["value"] == pytest.approx(100 * (40.9 - 3.88) / 40.9, abs=0.01)
+    assert launch["unit"] == "% of step GPU idle" and launch["quantity"] == "idle_pct_of_step"
 
 
 def test_nothing_known_is_unknown_and_exits_as_nothing_measured():

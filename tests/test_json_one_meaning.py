@@ -57,7 +57,7 @@ def test_each_candidate_names_the_quantity_its_value_holds():
                          "h200_compiled_llama8b_enqueue_1.dmon": "sm_active_pct_of_gpu_busy"}
     assert summary(SHAPES[3])["candidates"]["bandwidth"]["quantity"] == "bandwidth_over_dram_gbs"
     assert summary(EAGER)["candidates"]["bandwidth"]["quantity"] == "ms_per_token_over_floor"
-    assert {summary(p)["candidates"]["launch"]["quantity"] for p in (EAGER, GRAPH)} == {"idle_us_per_kernel"}
+    assert {summary(p)["candidates"]["launch"]["quantity"] for p in (EAGER, GRAPH)} == {"idle_pct_of_step"}
 
 
 def _values(x, path=""):

@@ -53,7 +53,10 @@ def test_every_us_per_kernel_in_the_report_says_what_it_divides_by(eager):
     assert n == 1863 and eager.window.kernels_per_token == n  # the kernels, not the 1638 runtime launch calls
     assert f"- {eager.diagnosis.us_per_kernel:.2f} µs idle per kernel, over 1863 kernels/token" in md
     row = next(line for line in md.splitlines() if line.startswith("| LAUNCH |"))
-    assert "8.869 µs idle/kernel (1863 kernels/token)" in row
+    # the number is the idle share its threshold reads; the seeds' µs a kernel beside it, with what it divides by
+    launch = eager.diagnosis.candidates["launch"]
+    assert f"| {launch.value:.4g} % of step GPU idle (8.87 µs idle per kernel, 1863 kernels/token) |" in row
+    assert launch.value == pytest.approx(100 * (1 - eager.inputs.kernel_sum_ms_per_token / eager.inputs.ms_per_token))
 
 
 def test_the_eager_report_says_gpu_busy_with_its_source_and_that_pm_was_silent(eager, graph):

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from decodemon.monitor.analysis.agreement import busy_disagreement, kernels_past_step
 from decodemon.monitor.ceilings import ORDER
 from decodemon.monitor.rolling import headline
-from decodemon.monitor.token_clock import MEAN_CLOCKS
+from decodemon.monitor.token_clock import MEAN_CLOCKS, PROVISIONAL_STEPS
 from decodemon.monitor.span import span_words
 from decodemon.monitor.safe_text import markdown as md
 from decodemon.monitor.safe_text import markdown_code, visible_lines
@@ -32,7 +32,16 @@ def _launches(s: Snapshot) -> str:
     line = (f"- {w.kernels_per_token:.0f} kernels/token: {w.kernel_launch_calls_per_token:.0f} kernel launch calls"
             f"{runtime_split(s)} · {counted(w.graph_launches_per_token, 'graph launch', 'graph launches')} · "
             f"{counted(w.memcpys_per_token, 'copy', 'copies')}")
-    return line + f"; kernel time {w.kernel_sum_ms_per_token:.3f} ms/token"
+    line += f"; kernel time {w.kernel_sum_ms_per_token:.3f} ms/token in the latest window"
+    med = s.inputs.kernel_sum_ms_per_token if s.inputs is not None else None
+    if med is not None and f"{med:.3f}" != f"{w.kernel_sum_ms_per_token:.3f}":  # say which one LAUNCH reads
+        line += f" (LAUNCH reads the span's windows' median, {med:.3f})"
+    return line
+
+
+def _available(d) -> bool:
+    """The per-kernel figure is the step's time a kernel (no kernel time, no floor), not an idle."""
+    return d.candidates["launch"].quantity == "launching_pct_of_step"
 
 
 def _per_launch(s: Snapshot) -> str:
@@ -74,7 +83,14 @@ def _tokens_counted(s: Snapshot) -> str:
             words += f" of {s.tokens_total} in all"
     elif s.tokens_total:
         words += f", {s.tokens_total} tokens in all"
-    return words
+    return words + _provisional(s)
+
+
+def _provisional(s: Snapshot) -> str:
+    """As --json's clock_provisional: a rate from fewer than PROVISIONAL_STEPS steps says so."""
+    if s.tokens is None or s.tokens.tokens >= PROVISIONAL_STEPS:
+        return ""
+    return f"; provisional: the rate rests on fewer than {PROVISIONAL_STEPS} steps"
 
 
 def _figures(s: Snapshot) -> list[str]:
@@ -85,7 +101,7 @@ def _figures(s: Snapshot) -> list[str]:
         out.append(f"- {tk.ms_per_token:.3f} ms/step {_kind(s)} (p90 {tk.ms_per_token_p90:.3f}), "
                    f"{tk.tokens_per_s:.1f} steps/s over {tk.tokens} clock steps; {s.tokens_per_step:g} tokens/step; "
                    f"{s.throughput_tokens_per_s or 0:.1f} tokens/s in all (the tokens counted, not steps/s × "
-                   "tokens/step)")
+                   f"tokens/step){_provisional(s)}")
     elif tk:
         out.append(f"- {tk.ms_per_token:.3f} ms/token {_kind(s)} (p90 {tk.ms_per_token_p90:.3f}), "
                    f"{tk.tokens_per_s:.1f} tokens/s over {tk.tokens} clock steps{_tokens_counted(s)}")
@@ -95,7 +111,7 @@ def _figures(s: Snapshot) -> list[str]:
         out.append(_launches(s))
     over = _per_launch(s)
     if over:
-        out.append(f"- {d.us_per_kernel:.2f} µs idle per kernel, over {over}")
+        out.append(f"- {d.us_per_kernel:.2f} µs {'available' if _available(d) else 'idle'} per kernel, over {over}")
     out += _busy(s)
     if s.pm_check is not None:
         c = s.pm_check
@@ -139,8 +155,9 @@ def diagnosis_markdown(s: Snapshot) -> str:
     for k in ORDER:
         c = d.candidates[k]
         v = "?" if c.value is None else f"{c.value:.4g} {c.unit}"
-        if k == "launch" and c.value is not None and c.value == d.us_per_kernel and _per_launch(s):
-            v += f" ({_per_launch(s)})"  # what it divides by: kernels, not the kernel launch calls
+        if k == "launch" and c.value is not None and d.us_per_kernel is not None and _per_launch(s):
+            # the seeds' figure beside it, and what it divides by: kernels, not the kernel launch calls
+            v += f" ({d.us_per_kernel:.3g} µs {'available' if _available(d) else 'idle'} per kernel, {_per_launch(s)})"
         out.append(f"| {k.upper()} | {c.state} | {v} | {c.threshold} | {md(c.detail)} |")  # it names kernels
     if w and w.kernels:
         out += ["", "## Kernels that leave the most SMs idle (grid vs SMs)", "",

@@ -54,7 +54,7 @@ def diagnose_text(d: Diagnosis) -> str:
         lines.append(f"  {k:<10} {c.state:<9} {v:<28} {c.detail}")
         lines.append(f"  {'':<10} threshold: {c.threshold}")  # the rule it was held to, as on screen
     if d.us_per_kernel is not None:
-        per_kernel = d.candidates["launch"].unit == "µs/kernel"  # numbers alone: the time each kernel has
+        per_kernel = d.candidates["launch"].quantity == "launching_pct_of_step"  # numbers alone: the time each kernel has
         lines.append(f"{'µs available per kernel' if per_kernel else 'µs idle per kernel'}: {d.us_per_kernel:.3g}")
     if d.serial_fraction is not None:
         s = d.serial_fraction

@@ -31,7 +31,8 @@ class LaunchesPanel(Panel):
                      f"{counted(w.graph_launches_per_token, 'graph launch', 'graph launches')} · "
                      f"{counted(w.memcpys_per_token, 'copy', 'copies')}\n")
             per = s.diagnosis.us_per_kernel
-            t.append(f"{num(per, '.2f')} µs idle per kernel\n", style="yellow")
+            what = "available" if s.diagnosis.candidates["launch"].quantity == "launching_pct_of_step" else "idle"
+            t.append(f"{num(per, '.2f')} µs {what} per kernel\n", style="yellow")
             if s.dropped_records:
                 t.append(f"{s.dropped_records} records dropped or invalid\n", style="red")
             hist = (s.series or {}).get("kernels_per_token", ())

@@ -135,8 +135,9 @@ def _launch(s, c) -> str:
         how = (f"replayed in {graphs:.0f} graph launch{'es' if round(graphs) != 1 else ''}, not launched one by one"
                if graphs >= 1 else "each launched by the host")
         out = (f"GPU idle {idle:.3g} ms = {i.ms_per_token:.4g} {per(s)} (median) − {kernels:.3g} ms "
-               f"of kernels ({_windows(s)}{waiting}), {100 * idle / i.ms_per_token:.0f}% of the step, ÷ "
-               f"{i.kernels_per_token:.0f} kernels/{unit(s)} (traced; {how})")
+               f"of kernels ({_windows(s)}{waiting}): {100 * idle / i.ms_per_token:.0f}% of the step; "
+               f"{idle:.3g} ms ÷ {i.kernels_per_token:.0f} kernels/{unit(s)} (traced; {how}) = "
+               f"{1e3 * idle / i.kernels_per_token:.3g} µs idle per kernel")
         past = kernels_past_step(s)
         if past:
             out += f"; ⚠ {past}"

@@ -1,0 +1,86 @@
+"""Each figure on the bundled and committed recordings says what it measured: the rate the bandwidth ratio implies is
+told from the DRAM counters' rate, LAUNCH's number is in its threshold's unit, a batched engine with no depth is not
+"priced at depth 0", PM's idle is not blamed on the host, the report names which window's kernel time it shows, the
+top level's counts are told from the span's, and a provisional clock says so in the report too."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from decodemon.monitor.render.markdown import diagnosis_markdown
+from decodemon.monitor.sources.collect import collect_recording
+from decodemon.monitor.span import summary_snapshot
+from tests.conftest import BUNDLED, DATA, cli
+
+
+def _json(path, *args):
+    r = cli("replay", (BUNDLED if path.startswith("h100_eager") or path.startswith("h100_graph") else DATA) / path,
+            "--json", *args)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_bandwidths_rate_is_named_as_the_median_tokens_beside_the_dram_counters_mean():
+    j = _json("h100_eager.dmon")
+    detail, i = j["candidates"]["bandwidth"]["detail"], j
+    rate = i["bytes_per_token"] / (i["ms_per_token"] * 1e-3) / 1e9
+    assert f"in the {i['ms_per_token']:.4g} ms median token is {rate:.4g} GB/s" in detail
+    moved = float(re.search(r"\(DRAM moved ([\d.]+) GB/s on average, PM counters\)", detail).group(1))
+    assert moved == pytest.approx(i["dram_gbs"], rel=1e-3) and abs(moved - rate) > 1  # two rates, both named
+    assert "achieved" not in detail
+    plain = _json("h200_eager.dmon")["candidates"]["bandwidth"]["detail"]  # no PM: the model's bytes, said so
+    assert "(the model's bytes: no DRAM counters)" in plain and "DRAM moved" not in plain
+
+
+@pytest.mark.parametrize("path", ["h100_eager.dmon", "h100_graph.dmon", "h100_llama_cpp_server1b_np4.dmon",
+                                  "h200_compiled_llama8b_nomarks.dmon"])
+def test_launchs_number_is_the_idle_share_its_threshold_reads(path):
+    j = _json(path)
+    c = j["candidates"]["launch"]
+    assert c["unit"].startswith("% of step GPU idle") and c["threshold"].startswith("GPU idle > 50% of the step")
+    assert c["state"] == ("binding" if c["value"] >= 50 else "ruled_out" if c["value"] < 20 else "unknown") \
+        or "graph" in c["detail"]  # a replayed graph's rule is its other candidates' shares
+    if j["kernel_sum_ms_per_token"] is not None and j["kernels_per_token"]:
+        idle = max(0.0, j["ms_per_token"] - j["kernel_sum_ms_per_token"])
+        assert c["value"] == pytest.approx(100 * idle / j["ms_per_token"], abs=0.01)
+        assert j["us_per_kernel"] == pytest.approx(1e3 * idle / j["kernels_per_token"], abs=0.01)
+
+
+def test_a_batched_engine_with_no_depth_is_priced_at_its_weights_and_says_so():
+    j = _json("h200_hf_cb_4.dmon")
+    detail = j["candidates"]["bandwidth"]["detail"]
+    assert "no KV depth was reported, so no KV is counted" in detail and "KV depth 0" not in detail
+
+
+def test_pms_idle_watched_from_outside_is_not_blamed_on_the_host():
+    c = _json("h100_llama_cpp_server1b_np4.dmon")["candidates"]["launch"]
+    assert c["state"] == "unknown" and "PM says how long the GPU idles, not why" in c["detail"]
+    assert "the host's work between steps;" not in c["detail"]
+
+
+def test_the_reports_kernel_time_names_its_window_and_the_median_launch_reads():
+    s = summary_snapshot(collect_recording(str(DATA / "h200_eager.dmon")))
+    md = diagnosis_markdown(s)
+    line = next(ln for ln in md.splitlines() if "kernel time" in ln and "kernels/token:" in ln)
+    assert f"kernel time {s.window.kernel_sum_ms_per_token:.3f} ms/token in the latest window" in line
+    med = s.inputs.kernel_sum_ms_per_token
+    assert (f"LAUNCH reads the span's windows' median, {med:.3f}" in line) == (
+        f"{med:.3f}" != f"{s.window.kernel_sum_ms_per_token:.3f}")
+
+
+def test_the_top_levels_counts_are_told_from_the_spans():
+    whole, last = _json("h200_hf_cb_1.dmon"), _json("h200_hf_cb_1.dmon", "--last", "2")
+    assert last["span"]["covers"] == "last" and last["span"]["tokens"] < last["tokens"] == whole["tokens"]
+    assert last["steps"] == whole["steps"] and last["clock_steps"] < last["steps"]
+    counts = last["span"]["counts"]
+    assert "top level's tokens, steps and windows count the whole source" in counts and "span.tokens" in counts
+
+
+def test_a_provisional_clock_says_so_in_the_report_as_in_json():
+    for path, provisional in (("h200_hf_cb_16.dmon", True), ("h200_hf_cb_1.dmon", False)):
+        assert _json(path)["clock_provisional"] is provisional
+        md = diagnosis_markdown(summary_snapshot(collect_recording(str(DATA / path))))
+        assert ("provisional: the rate rests on fewer than 100 steps" in md) is provisional
