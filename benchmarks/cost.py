@@ -11,7 +11,8 @@ watched as a new user would:
     then `--pairs` times:  U | A (attached) | U | C (A/A control: nothing attached, read as if it were)
 
 The first attach's after-effect is the median token of the `--after-s` after the detach against the `--before-s`
-before the attach, and its slowest token against that median. Each A phase is held against the mean of the U
+before the attach, and the slowest token that ended while it ran against that median; beside it, the loop's own
+slowest with nothing running: in stretches of the before period as long as the attach, and in the after period. Each A phase is held against the mean of the U
 phases on either side, and so is each C phase: the C ratios are the run's noise floor. Medians and p99 are over
 single tokens (a generation's first token, its prefill, is left out). The agent's own CPU a second
 (`agent_cpu_ms_per_s`) is each attach's. Everything lands in OUTDIR/cost.json, with a table on stdout.
@@ -194,19 +195,34 @@ def slow_tokens(gens: list[list[float]], t0: float, t1: float, median_ms: float,
     return sorted(out, key=lambda r: -r["ms"])[:keep]
 
 
+def control(gens: list[list[float]], fa: dict, m: float | None) -> dict:
+    """The before period cut into stretches as long as the first attach: how many of them, nothing attached, held a
+    token over 2x the median (the odds that a ≤ 2x bound fails on the loop's own noise), and their slowest."""
+    (b0, b1), (a0, a1) = fa["before"], fa["attach"]["t"]
+    n = int((b1 - b0) // (a1 - a0)) if a1 > a0 else 0
+    worst = [max(xs) / m for k in range(n) if (xs := intervals(gens, b0 + k * (a1 - a0), b0 + (k + 1) * (a1 - a0)))] \
+        if m else []
+    return {"control_stretches": len(worst), "control_stretches_over_2x": sum(w > 2 for w in worst),
+            "control_slowest_over_median": max(worst) if worst else None}
+
+
 def judge(gens: list[list[float]], fa: dict, ps: list[dict], tail: list[float], events: list | None = None) -> dict:
     """The figures: the first attach's after-effect, then the cost and the A/A floor over the pairs."""
     res: dict = {}
     if fa:
         before = intervals(gens, *fa["before"])
-        during = intervals(gens, *fa["attach"]["t"]) + intervals(gens, *fa["after"])
+        during = intervals(gens, *fa["attach"]["t"])  # the tokens that ended while the attach ran
         after = intervals(gens, *fa["after"])
         m = med(before)
         res["first"] = {"before_median_ms": m, "after_median_ms": med(after),
                         "after_change_pct": 100 * (med(after) / m - 1) if (m and after) else None,
                         "slowest_ms": max(during) if during else None,
                         "slowest_over_median": max(during) / m if (m and during) else None,
-                        "tokens_before": len(before), "tokens_after": len(after),
+                        # the loop's own slowest, nothing of decodemon running: the after period (the agent idle),
+                        # and the before period cut into stretches as long as the attach, nothing attached yet
+                        "after_slowest_over_median": max(after) / m if (m and after) else None,
+                        **control(gens, fa, m),
+                        "tokens_before": len(before), "tokens_during": len(during), "tokens_after": len(after),
                         "slow_tokens": slow_tokens(gens, fa["attach"]["t"][0], fa["after"][1], m, events or [])
                         if m else []}
     us = [p["u"] for p in ps] + [p["u2"] for p in ps] + ([tail] if tail else [])
@@ -264,7 +280,8 @@ PROBE: list[str] = []
 
 def table(results: list[dict]) -> str:
     """One line per engine."""
-    rows = ["engine | first attach: slowest/median, after vs before | attached: median cost, A/A median, A/A floor,"
+    rows = ["engine | first attach: slowest/median during it, after vs before | control: stretches of its length "
+            "before it over 2x, slowest; after it, slowest | attached: median cost, A/A median, A/A floor,"
             " p99 ratio | agent CPU ms/s | pairs"]
     for r in results:
         if "error" in r:
@@ -275,7 +292,9 @@ def table(results: list[dict]) -> str:
         def g(x, fmt="{:+.2f}%"):
             return "-" if x is None else fmt.format(x)
         rows.append(f"{r['engine']}{'/' + r['tag'] if r['tag'] else ''} | {g(f.get('slowest_over_median'), '{:.2f}x')}, "
-                    f"{g(f.get('after_change_pct'))} | {g(p.get('median_cost_pct'))}, {g(p.get('median_aa_pct'))}, "
+                    f"{g(f.get('after_change_pct'))} | {f.get('control_stretches_over_2x')} of "
+                    f"{f.get('control_stretches')}, {g(f.get('control_slowest_over_median'), '{:.2f}x')}; "
+                    f"{g(f.get('after_slowest_over_median'), '{:.2f}x')} | {g(p.get('median_cost_pct'))}, {g(p.get('median_aa_pct'))}, "
                     f"±{g(p.get('aa_floor_pct'), '{:.2f}%')}, {g(p.get('p99_attached_over_unobserved'), '{:.3f}x')} | "
                     f"{g(p.get('agent_cpu_ms_per_s_median'), '{:.1f}')} | {p.get('n')}")
     return "\n".join(rows)
