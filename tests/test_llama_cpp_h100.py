@@ -93,8 +93,7 @@ KVQ = FACTS["kv_quantized"]
 def test_a_quantized_kv_cache_a_third_of_the_bytes_is_measured_within_10_percent_of_weights_plus_kv(name):
     """A q8_0 KV cache at ~60k positions, a third of what a token reads: the DRAM counters' bytes a token against
     the weights a token reads plus the KV at the run's depth (between the prompt and the context's end) in q8_0,
-    and against the reference; the model's figure names the cache's type. (This recording's /slots reads carried
-    no depth, so its own model figure is the weights alone: the depth came with StepCounts.depth after it.)"""
+    and against the reference; the model's own figure is priced at the depth /slots read, in the cache's type."""
     f, j = KVQ[name], _json(name)
     kv = f["shape_bytes"]["kv_per_position"]  # q8_0: 34 bytes per 32 values, K and V over every layer
     lo, hi = (f["shape_bytes"]["weights_read"] + kv * d for d in (f["prompt_tokens"], f["ctx"]))
@@ -104,7 +103,10 @@ def test_a_quantized_kv_cache_a_third_of_the_bytes_is_measured_within_10_percent
     assert measured == pytest.approx(f["reference"]["bytes_per_token"], rel=0.10)
     assert j["ms_per_token"] == pytest.approx(f["own"]["ms_per_token"], rel=0.05)
     assert j["bytes_per_token_model_kv_dtype"] == "q8_0"
-    assert "weights alone: no KV depth came with these tokens" in j["bytes_per_token_note"]  # said, not hidden
+    depth = j["bytes_per_token_model_depth"]
+    assert f["prompt_tokens"] <= depth <= f["ctx"]  # the live depth, read from /slots
+    assert j["bytes_per_token_model"] == f["shape_bytes"]["weights_read"] + kv * depth  # priced in q8_0
+    assert measured == pytest.approx(j["bytes_per_token_model"], rel=0.10) and j["bytes_per_token_note"] is None
     assert j["verdict"] in (*FOUR, "unknown") and j["verdict"] != "kernels"
 
 
