@@ -77,6 +77,7 @@ class Inputs:
     """Whatever is known about one token; every field optional."""
 
     ms_per_token: float | None = None
+    ms_kind: str = ""  # what ms_per_token is: "median" or "mean" (token_clock.clock_kind); "" given by hand
     kernels_per_token: float | None = None
     bytes_per_token: float | None = None
     bandwidth_gbs: float | None = None
@@ -143,7 +144,7 @@ def price_bandwidth(i: Inputs) -> tuple[Candidate, float | None]:
     state = BINDING if ratio <= BANDWIDTH_BINDING_RATIO else RULED_OUT if ratio >= BANDWIDTH_RULED_OUT_RATIO else UNKNOWN
     ceiling_tps = 1e3 / floor
     detail = (f"floor {floor:.3g} ms/token ({i.bytes_per_token / 1e9:.3g} GB ÷ {i.bandwidth_gbs:.4g} GB/s, "
-              f"a {ceiling_tps:.4g} tok/s ceiling); measured {i.ms_per_token:.4g} ms is {ratio:.3g}× the floor"
+              f"a {ceiling_tps:.4g} tok/s ceiling); the token's {i.ms_per_token:.4g} ms is {ratio:.3g}× the floor"
               + _rate_words(i) + _depth_words(i))
     return Candidate(ratio, "× floor", thr, state, detail, "ms_per_token_over_floor"), floor
 
@@ -152,10 +153,11 @@ def _rate_words(i: Inputs) -> str:
     """The rate the ratio implies (bytes ÷ the median token), named, beside the rate the DRAM counters read (their
     mean over the span), which differs where the tokens do."""
     rate = i.bytes_per_token / (i.ms_per_token * 1e-3) / 1e9
-    out = f"; {i.bytes_per_token / 1e9:.3g} GB in the {i.ms_per_token:.4g} ms median token is {rate:.4g} GB/s"
+    kind = f" {i.ms_kind}" if i.ms_kind else ""
+    out = f"; {i.bytes_per_token / 1e9:.3g} GB in the {i.ms_per_token:.4g} ms{kind} token is {rate:.4g} GB/s"
     if i.dram_gbs:
         return out + f" (DRAM moved {i.dram_gbs:.4g} GB/s on average, PM counters)"
-    return out + " (the model's bytes: no DRAM counters)"
+    return out + (" (the model's bytes: no DRAM counters)" if i.ms_kind else " (the figures given)")
 
 
 def _depth_words(i: Inputs) -> str:

@@ -27,6 +27,15 @@ __all__ = ["BINDING", "ORDER", "RULED_OUT", "UNKNOWN", "Candidate", "Diagnosis",
            "scaling", "serial_fraction", "verdict"]
 
 
+# how us_per_kernel was reached, by the LAUNCH candidate's quantity: measured, or estimated with what was missing
+US_PER_KERNEL_NOTES = {
+    "idle_pct_of_step": "measured: the traced step's idle (ms/token − the kernels' ms) ÷ kernels/token",
+    "floor_gap_pct_of_step": "estimated: (ms/token − the bandwidth floor) ÷ kernels/token, no kernel time traced "
+                             "(the kernels taken to run at the floor)",
+    "launching_pct_of_step": "ms/token ÷ kernels/token: the time available a kernel, no kernel time and no floor",
+}
+
+
 @dataclass(frozen=True)
 class Diagnosis:
     """The verdict and its receipts."""
@@ -51,6 +60,8 @@ class Diagnosis:
             "falsify": _said(self.falsify),
             "predicted_win": _said(self.predicted_win),
             "us_per_kernel": _round(self.us_per_kernel, 3),
+            "us_per_kernel_note": US_PER_KERNEL_NOTES.get(self.candidates["launch"].quantity)
+            if self.us_per_kernel is not None else None,
             "bandwidth_floor_ms": _round(self.bandwidth_floor_ms, 4),
             "serial_fraction": _round(self.serial_fraction, 4),
             "notes": list(self.notes),

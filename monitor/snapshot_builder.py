@@ -27,7 +27,7 @@ from decodemon.monitor.analysis.tokens import (TokenStats, batch_figures, counte
 from decodemon.monitor.analysis.window import WindowMetrics
 from decodemon.monitor.ceilings import SHORT_KERNEL_US, own_kernel_ms
 from decodemon.monitor.snapshot import Snapshot
-from decodemon.monitor.token_clock import MARK_BURSTS, STARTS_AGREE, STEP_STARTS
+from decodemon.monitor.token_clock import MARK_BURSTS, STARTS_AGREE, STEP_STARTS, clock_kind
 from decodemon.probes import wire
 
 SPAN_NS = 5_000_000_000  # figures are taken over the last 5 s of the feed
@@ -288,7 +288,7 @@ class SnapshotBuilder:
         elif coll_calls is None and model is not None and model.tp_degree == 1:
             coll_calls = 0.0  # one rank: nothing to reduce
         inp = dx.Inputs(
-            ms_per_token=ts.ms_per_token if ts else None,
+            ms_per_token=ts.ms_per_token if ts else None, ms_kind=clock_kind(self._clock),
             kernels_per_token=_median([w.kernels_per_token for w in wins]) if wins else None,
             bytes_per_token=bpt, bandwidth_gbs=bw,
             collectives_per_token=coll_calls, us_per_collective=coll_us, collective_wait_ms_per_token=coll_wait,

@@ -50,6 +50,11 @@ CLOCK_NOTES = {
 # server's own count read at intervals, whole bursts of marks, the graph replays the agent counted
 MEAN_CLOCKS = frozenset({"server_metrics", MARK_BURSTS, "replay_count"})
 
+
+def clock_kind(token_clock: str | None) -> str:
+    """What a clock's ms/token is: a counted clock's seconds over its steps (a mean), else the median mark."""
+    return "mean" if token_clock in MEAN_CLOCKS else "median"
+
 MIN_PERIOD = 4  # kernels: shorter repeats are elementwise chains, not steps
 MATCH_SHARE = 0.9  # of kernels equal to the kernel one period later
 ANCHORS = 48  # the rarest names tried as period anchors

@@ -84,3 +84,25 @@ def test_a_provisional_clock_says_so_in_the_report_as_in_json():
         assert _json(path)["clock_provisional"] is provisional
         md = diagnosis_markdown(summary_snapshot(collect_recording(str(DATA / path))))
         assert ("provisional: the rate rests on fewer than 100 steps" in md) is provisional
+
+
+def test_a_counted_clocks_mean_is_called_a_mean_wherever_its_ms_is_quoted():
+    j = _json("h100_llama_cpp_server1b_np4.dmon")
+    assert j["token_clock"] == "server_metrics" and "(a mean)" in j["ms_per_token_note"]
+    detail = j["candidates"]["bandwidth"]["detail"]
+    assert f"in the {j['ms_per_token']:.4g} ms mean step" in detail and "median" not in detail
+    md = diagnosis_markdown(summary_snapshot(collect_recording(str(DATA / "h100_llama_cpp_server1b_np4.dmon"))))
+    assert "median step" not in md and "ms/step mean" in md
+
+
+def test_diagnose_by_hand_says_its_figures_were_given_and_its_graph_win_is_at_best_the_floor():
+    r = cli("diagnose", "--ms-per-token", 21.79, "--kernels-per-token", 1863, "--bytes-per-token", 1235129185,
+            "--bandwidth-gbs", 2906, "--json")
+    j = json.loads(r.stdout)
+    assert "(the figures given)" in j["candidates"]["bandwidth"]["detail"]
+    assert "median" not in j["candidates"]["bandwidth"]["detail"]
+    assert j["us_per_kernel_note"].startswith("estimated: (ms/token − the bandwidth floor)")
+    assert "at best ~0.425 ms/token" in j["predicted_win"] and "not traced" in j["predicted_win"]
+    traced = json.loads(cli("diagnose", "--ms-per-token", 21.79, "--kernels-per-token", 1863, "--kernel-ms-per-token",
+                            3.997, "--json").stdout)
+    assert traced["us_per_kernel_note"].startswith("measured:") and "at best" not in traced["predicted_win"]

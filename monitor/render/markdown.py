@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from decodemon.monitor.analysis.agreement import busy_disagreement, kernels_past_step
 from decodemon.monitor.ceilings import ORDER
 from decodemon.monitor.rolling import headline
-from decodemon.monitor.token_clock import MEAN_CLOCKS, PROVISIONAL_STEPS
+from decodemon.monitor.token_clock import MEAN_CLOCKS, PROVISIONAL_STEPS, clock_kind
 from decodemon.monitor.span import span_words
 from decodemon.monitor.safe_text import markdown as md
 from decodemon.monitor.safe_text import markdown_code, visible_lines
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 def _kind(s: Snapshot) -> str:
     """What the clock's ms/token is: a counted clock's seconds over its steps (a mean), else the median mark."""
-    return "mean" if s.token_clock in MEAN_CLOCKS else "median"
+    return clock_kind(s.token_clock)
 
 
 def _launches(s: Snapshot) -> str:

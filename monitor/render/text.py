@@ -32,7 +32,7 @@ def unit(s) -> str:
 
 
 _PER_TOKEN = ("ms/token", "µs/token", "launches/token", "kernels/token", "calls/token", "GB/token", "traced token",
-              "median token", "latest token", "ms token")
+              "median token", "mean token", "latest token", "ms token", "the token's")
 
 
 def in_marks(s, text: str) -> str:

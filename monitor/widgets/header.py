@@ -6,7 +6,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from decodemon.monitor.render.text import rejected_text
-from decodemon.monitor.token_clock import MEAN_CLOCKS, PROVISIONAL_STEPS
+from decodemon.monitor.token_clock import PROVISIONAL_STEPS, clock_kind
 from decodemon.monitor.widgets import tcss
 from decodemon.monitor.widgets.format import Redraw, num
 from decodemon.monitor.widgets.probe_words import device_line
@@ -45,7 +45,7 @@ class HeaderPanel(Redraw, Static):
         # candidates' inputs name the same seconds)
         span = clock_span_words(s)
         # a counted clock's ms/token is its seconds over its steps, a mean: said so (token_clock.MEAN_CLOCKS)
-        kind = "mean" if s.token_clock in MEAN_CLOCKS else "median"
+        kind = clock_kind(s.token_clock)
         t.append(f" {kind}  {num(tk.tokens_per_s if tk else None, '.1f')} {'steps' if batched else 'tok'}/s mean{span}")
         if tk:  # both from one clock, named, with the count behind them (the count every panel gives)
             t.append(f" ({tk.tokens} {'steps' if batched else 'tokens'} timed, {s.token_clock or 'no clock'})",

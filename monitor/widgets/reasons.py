@@ -11,6 +11,7 @@ from decodemon.monitor.analysis.agreement import kernels_past_step
 from decodemon.monitor.ceilings import BINDING, ORDER, UNKNOWN, own_kernel_ms, peer_wait_named
 from decodemon.monitor.render.text import in_marks, unit  # noqa: F401 - the widgets' words for a mark
 from decodemon.monitor.rolling import headline
+from decodemon.monitor.token_clock import clock_kind
 from decodemon.monitor.widgets.format import value_words
 from decodemon.monitor.widgets.probe_words import has_no_gpu
 
@@ -46,7 +47,7 @@ def ms_source(s) -> str:
     tk = s.tokens
     timed = f", {tk.tokens} {unit(s)}s timed" if tk else ""
     clock = f", {s.token_clock}" if s.token_clock else ""
-    return f"median{clock_span_words(s)}{timed}{clock}"
+    return f"{clock_kind(s.token_clock)}{clock_span_words(s)}{timed}{clock}"
 
 
 def bandwidth_short(source: str) -> str:
@@ -114,7 +115,7 @@ def _comm(s, c) -> str:
     src = (f"a call priced at its kernel when not waiting plus its launch gap, the lowest of the {_windows(s)}"
            if traced else "a call timed by the engine's clock around it")
     out = (f"{i.collectives_per_token:g} calls/{unit(s)} × {i.us_per_collective:.3g} µs = "
-           f"{i.collectives_per_token * i.us_per_collective / 1e3:.3g} ms of {i.ms_per_token:.4g} {per(s)} (median); "
+           f"{i.collectives_per_token * i.us_per_collective / 1e3:.3g} ms of {i.ms_per_token:.4g} {per(s)} ({clock_kind(s.token_clock)}); "
            f"{src}")
     wait = peer_wait(s)
     return out + (f"; {wait}" if wait else "")
@@ -134,7 +135,7 @@ def _launch(s, c) -> str:
         # kernels are what it divides by; how they were launched is the launches panel's count of calls
         how = (f"replayed in {graphs:.0f} graph launch{'es' if round(graphs) != 1 else ''}, not launched one by one"
                if graphs >= 1 else "each launched by the host")
-        out = (f"GPU idle {idle:.3g} ms = {i.ms_per_token:.4g} {per(s)} (median) − {kernels:.3g} ms "
+        out = (f"GPU idle {idle:.3g} ms = {i.ms_per_token:.4g} {per(s)} ({clock_kind(s.token_clock)}) − {kernels:.3g} ms "
                f"of kernels ({_windows(s)}{waiting}): {100 * idle / i.ms_per_token:.0f}% of the step; "
                f"{idle:.3g} ms ÷ {i.kernels_per_token:.0f} kernels/{unit(s)} (traced; {how}) = "
                f"{1e3 * idle / i.kernels_per_token:.3g} µs idle per kernel")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from decodemon.monitor.rolling import headline
+from decodemon.monitor.token_clock import clock_kind
 from decodemon.monitor.widgets import tcss
 from decodemon.monitor.widgets.panel import Panel
 
@@ -18,7 +19,7 @@ def serving_lines(s) -> Text:
         t.append("waiting for the engine's steps", style="dim")
         return t
     t.append(f"step {tk.ms_per_token:.2f} ms", style="bold")
-    t.append(f" (median of {tk.tokens} steps; p90 {tk.ms_per_token_p90:.2f}, p99 {tk.ms_per_token_p99:.2f})\n",
+    t.append(f" ({clock_kind(s.token_clock)} of {tk.tokens} steps; p90 {tk.ms_per_token_p90:.2f}, p99 {tk.ms_per_token_p99:.2f})\n",
              style="dim")
     t.append(f"batch {s.tokens_per_step:g} tokens/step", style="bold")
     t.append(" (the requests each step ran)  ", style="dim")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from decodemon.monitor.token_clock import clock_kind
 from decodemon.monitor.widgets import tcss
 from decodemon.monitor.widgets.format import num, spark
 from decodemon.monitor.widgets.panel import Panel
@@ -32,8 +33,8 @@ class TelemetryPanel(Panel):
             last = next((v for v in reversed(vals) if v == v), None)
             t.append(f"{label:<11}{num(last, '.4g'):>8} ", style="bold")
             t.append(spark(vals, width, lo, hi) + "\n", style="cyan")
-        t.append("each bar ½ s: ms/token its median (the header's is the median of the span), the others their "
-                 "mean\n", style="dim")
+        t.append(f"each bar ½ s, the number its latest: ms/token its median (the header's is the "
+                 f"{clock_kind(s.token_clock)} of the span), the others their mean\n", style="dim")
         from decodemon.monitor.probe_status import pm_silence  # with the feed, not the app
 
         pm_lost, pm_note = probe_field(s, "pm_lost"), probe_field(s, "pm_note")

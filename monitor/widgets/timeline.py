@@ -9,6 +9,7 @@ from textual.reactive import reactive
 from decodemon.monitor.analysis.agreement import busy_disagreement, kernels_past_step
 from decodemon.monitor.ceilings import peer_wait_named
 from decodemon.monitor.render.text import observer_parts
+from decodemon.monitor.token_clock import clock_kind
 from decodemon.monitor.widgets import tcss
 from decodemon.monitor.widgets.format import num
 from decodemon.monitor.widgets.panel import Panel
@@ -123,7 +124,8 @@ class TimelinePanel(Panel):
                      "(CUPTI instrumenting the graph; µs untraced)", style="dim")
         drawn_ms, median = w.timeline.token_ns / 1e6, (s.tokens.ms_per_token if s.tokens else None)
         if median and drawn_ms > STRETCHED * median:  # the figures above it are the untraced loop's, this is not
-            t.append(in_marks(s, f"\nthe traced token took {drawn_ms:.3g} ms against the {median:.3g} ms median "
+            t.append(in_marks(s, f"\nthe traced token took {drawn_ms:.3g} ms against the {median:.3g} ms "
+                                 f"{clock_kind(s.token_clock)} "
                                  "step: tracing stretched it, so its gaps are wider than untraced ones"), style="dim")
         g = w.gap_ms_per_token
         total = sum(g.values()) or 1e-9
