@@ -83,6 +83,13 @@ def differences(snap_a, snap_b, same_source: bool = False) -> dict | None:
     why = device_difference(snap_a, snap_b)
     if why is not None:
         out["device"] = f"A ran on {why.replace(' against ', ', B on ', 1)}"
+    kv_a, kv_b = (s.model.kv_dtype if s.model is not None else None for s in (snap_a, snap_b))
+    if kv_a and kv_b and kv_a != kv_b:  # llama.cpp's cache type: a token reads other KV bytes a position
+        out["kv"] = f"A's KV cache is {kv_a}, B's is {kv_b}: a position's KV bytes differ"
+    per_a, per_b = (s.tokens_per_step for s in (snap_a, snap_b))
+    if per_a is not None and per_b is not None and abs(per_a - per_b) > 0.1 * max(per_a, per_b):
+        out["batch"] = (f"A ran {per_a:g} token{'s' if per_a != 1 else ''} a step, B {per_b:g}: a step's bytes "
+                        "and time are shared by its tokens")
     if unit(snap_a) != unit(snap_b):  # a batched engine's marks are steps of several tokens
         out["clock"] = (f"A's marks are {unit(snap_a)}s, B's are {unit(snap_b)}s: ms/token and tokens/s divide a "
                         "token by a step; compare the throughput (tokens/s of every request) instead")

@@ -106,3 +106,18 @@ def test_diagnose_by_hand_says_its_figures_were_given_and_its_graph_win_is_at_be
     traced = json.loads(cli("diagnose", "--ms-per-token", 21.79, "--kernels-per-token", 1863, "--kernel-ms-per-token",
                             3.997, "--json").stdout)
     assert traced["us_per_kernel_note"].startswith("measured:") and "at best" not in traced["predicted_win"]
+
+
+def test_compare_says_when_the_kv_type_or_the_batch_differ_and_gives_a_one_sequence_loops_throughput():
+    def both(a, b):
+        r = cli("compare", a, b, "--json")
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+    j = both(DATA / "h100_llama_cpp_server1b_kvq8.dmon", DATA / "h100_llama_cpp_server1b_np4.dmon")
+    assert "q8_0" in j["differ"]["kv"] and "f16" in j["differ"]["kv"]
+    assert j["differ"]["batch"].startswith("A ran 1 token a step, B 4")
+    assert "the KV cache type and the batch differ" in j["b_over_a_of"]["bytes_per_token"]
+    j = both(BUNDLED / "h100_eager.dmon", DATA / "h200_hf_cb_4.dmon")
+    assert j["a"]["throughput_tokens_per_s"] is None and "compare the throughput" in j["differ"]["clock"]
+    assert j["b_over_a"]["throughput_tokens_per_s"] == pytest.approx(
+        j["b"]["throughput_tokens_per_s"] / j["a"]["tokens_per_s"], rel=1e-3)

@@ -16,8 +16,8 @@ RATIO_OF = {"ms_per_token": "the clock's ms a mark (a token, or a batched engine
             "tokens_per_s": "the clock's marks a second over the mean mark (slow ones count; those the observer's own "
                             "steps overlapped are left out, observer_cost.slowed_tokens): tokens, or a batched "
                             "engine's steps",
-            "throughput_tokens_per_s": "every request's tokens a second (a batched engine's throughput; null for a "
-                                       "loop of one sequence, whose throughput is tokens_per_s)",
+            "throughput_tokens_per_s": "every request's tokens a second: a batched engine's throughput, a loop of one "
+                                       "sequence's tokens_per_s",
             "kernels_per_token": "kernels per token in the latest traced window",
             "host_launch_calls_per_token": ("the host's launch calls per token: kernel launch calls (runtime and "
                                             "driver) plus graph launches (a captured graph makes many kernels one "
@@ -35,7 +35,8 @@ def add(sub) -> None:
     p.add_argument("--json", action="store_true",
                    help="print both summaries, each over its whole recording or the seconds watched, and the ratios "
                         "B/A (ms/token: of the medians; tokens/s: of the means); `differ` says where the model, "
-                        "the TP degree, the device or the clock is not the same, or A and B are one source")
+                        "the TP degree, the device, the KV cache type, the batch or the clock is not the same, or A "
+                        "and B are one source")
     add_seconds(p, None, f"pids: seconds to watch (app: until q; --json: {JSON_SECONDS:g}, all of them summarised)")
     add_last(p, "each summary")
     p.add_argument("--speed", type=bounded("--speed", 0, 1000), default=1.0, help="recordings: playback speed")
@@ -48,7 +49,8 @@ def add(sub) -> None:
 
 
 # what each of `differ`'s keys names, in words ("source": A and B are one, said whole)
-DIFFER_NAMES = {"model": "model", "tp": "TP degree", "device": "device", "clock": "clock"}
+DIFFER_NAMES = {"model": "model", "tp": "TP degree", "device": "device", "kv": "KV cache type", "batch": "batch",
+                "clock": "clock"}
 
 
 def _apart_words(apart: dict) -> str:
@@ -63,6 +65,13 @@ def _ratio(b, a):
     if isinstance(a, (int, float)) and isinstance(b, (int, float)) and a:
         return round(b / a, 4)
     return None
+
+
+def _throughput(j: dict) -> float | None:
+    """Every request's tokens a second: a batched engine's throughput, or a one-sequence loop's tokens/s."""
+    if j.get("throughput_tokens_per_s") is not None:
+        return j["throughput_tokens_per_s"]
+    return j.get("tokens_per_s") if j.get("clock_unit") == "token" else None
 
 
 def compare_json(snap_a, snap_b, same_source: bool = False) -> dict:
@@ -81,7 +90,10 @@ def compare_json(snap_a, snap_b, same_source: bool = False) -> dict:
     apart = differences(snap_a, snap_b, same_source)
     if apart is not None:  # each ratio then measures a change of model or device as well as of code
         of = {k: f"{v}; {_apart_words(apart)}" for k, v in of.items()}
-    return {"differ": apart, "a": ja, "b": jb, "b_over_a": {k: _ratio(jb.get(k), ja.get(k)) for k in RATIOS},
+    ratios = {k: _ratio(jb.get(k), ja.get(k)) for k in RATIOS}
+    # a loop of one sequence has no throughput figure of its own: its tokens/s is every request's tokens a second
+    ratios["throughput_tokens_per_s"] = _ratio(_throughput(jb), _throughput(ja))
+    return {"differ": apart, "a": ja, "b": jb, "b_over_a": ratios,
             "b_over_a_of": of, "verdicts": [ja.get("verdict"), jb.get("verdict")]}
 
 
