@@ -2,7 +2,7 @@
 
     source benchmarks/device_setup.sh && python benchmarks/screenshots.py OUTDIR
     python benchmarks/screenshots.py --replay docs/img    # any machine: the README's demo_replay.svg, redrawn
-                                                          # from the bundled recordings (tests/test_demo_screenshot.py
+                                                          # from the bundled recordings (tests/test_words_one_meaning.py
                                                           # fails when the committed one drifts from it)
 
 1. Two demo engines (eager, graph) on the one GPU; `compare` on both, live, headless at 160x50 for 12 s; the
@@ -92,6 +92,8 @@ def replay_shot(out: Path) -> Path:
 
 
 def main():
+    if {"-h", "--help"} & set(sys.argv[1:]):
+        return print(__doc__.strip())
     if "--replay" in sys.argv[1:2]:
         return print(replay_shot(out_dir()))
     res = {}

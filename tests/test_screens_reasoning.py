@@ -190,7 +190,7 @@ async def _help_scrolls():
     from decodemon.monitor.widgets.help_screen import HELP
 
     assert "↑ ↓, PgUp PgDn, Home End scroll it" in HELP
-    assert "as a share of\n               the most warps an SM can hold" in HELP  # the occ sentence ends
+    assert "(not the OCCUPANCY ceiling,\n               which is the grid against the SMs)" in HELP  # the warps sentence ends
     app = _app(DATA / "h200_eager.dmon", 10.0)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press("question_mark")

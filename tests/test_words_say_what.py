@@ -121,3 +121,32 @@ def test_compare_says_when_the_kv_type_or_the_batch_differ_and_gives_a_one_seque
     assert j["a"]["throughput_tokens_per_s"] is None and "compare the throughput" in j["differ"]["clock"]
     assert j["b_over_a"]["throughput_tokens_per_s"] == pytest.approx(
         j["b"]["throughput_tokens_per_s"] / j["a"]["tokens_per_s"], rel=1e-3)
+
+
+def test_the_serving_panel_says_its_rate_is_the_spans_and_its_count_since_the_start():
+    from decodemon.monitor.widgets.serving import serving_lines
+    from tests.test_screens_reasoning import texts
+
+    s, t = texts(DATA / "h200_hf_cb_16.dmon", 6.0)
+    line = next(ln for ln in serving_lines(s).plain.splitlines() if "tok/s in all" in ln)
+    assert f"(over the last {s.span_s:.0f} s; {s.tokens_total} tokens since the start)" in line
+    from decodemon.monitor.widgets.timeline import TimelinePanel
+    # the calls' times were not traced; their count (the launches panel's) comes from the kernels
+    assert "launch calls' times not traced" in t[TimelinePanel] and "counted from the kernels" in t[TimelinePanel]
+
+
+def test_the_hot_kernels_columns_name_what_they_hold_and_the_sort_is_one_of_them():
+    import asyncio
+
+    from decodemon.monitor.widgets.kernels import KernelsPanel
+    from tests.test_screens_reasoning import _app
+
+    async def shown():
+        app = _app(BUNDLED / "h100_eager.dmon", 6.0)
+        async with app.run_test(size=(200, 50)) as pilot:
+            await pilot.pause()
+            panel = app.query(KernelsPanel).first()
+            return str(panel.border_title), [str(c.label) for c in panel.columns.values()]
+    title, cols = asyncio.run(shown())
+    assert cols == ["kernel", "calls", "µs/call", "share", "grid/SMs", "warps"]  # warps: not the OCCUPANCY ceiling
+    assert "sorted by share of kernel time" in title  # a column on screen, not an unseen µs/token

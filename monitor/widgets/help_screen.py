@@ -34,13 +34,15 @@ hot kernels, column by column:
                arguments>, else <grid N>, else <#N>, as in --json's
                `label` and DIAGNOSIS
   calls        calls of it per token
-  µs           its mean duration in µs
-  share        its part of the traced window's kernel time
+  µs/call      its mean duration in µs, a call
+  share        its part of the traced window's kernel time (not of
+               the step); "time" sorts by it
   grid/SMs     thread blocks against the GPU's SMs (red: under a quarter
                of the SMs get a block, yellow: under all of them)
-  occ          theoretical occupancy: the warps an SM can hold at its
-               block size, registers and shared memory, as a share of
-               the most warps an SM can hold
+  warps        warp occupancy: the warps an SM can hold at its block
+               size, registers and shared memory, as a share of the
+               most warps an SM can hold (not the OCCUPANCY ceiling,
+               which is the grid against the SMs)
 
 words, each with one meaning:
   traced       read from a traced window: CUPTI's records of one
@@ -56,8 +58,9 @@ words, each with one meaning:
   GPU busy     the share of the step the GPU runs a kernel: PM's
                counter where PM samples (device-wide), else the
                kernel share stands in; its source is named beside it
-  kernel share  the traced kernels' time ÷ the loop's median
-               ms/token (--json kernel_share_of_step_pct): the busy
+  kernel share  the traced kernels' time ÷ the loop's ms/token (its
+               median, or a counted clock's mean; --json
+               kernel_share_of_step_pct): the busy
                LAUNCH's idle and OCCUPANCY's 50% rule read where a
                window is traced, PM's GPU busy where none is
   traced-token busy  the traced kernels' union over the traced tokens'

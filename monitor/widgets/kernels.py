@@ -16,7 +16,7 @@ from decodemon.monitor.widgets.panel import SourceNamed
 from decodemon.monitor.widgets.probe_words import tracing_unavailable
 
 SORTS = {
-    "time": (lambda r: -r.us_per_token, "µs/token"),
+    "time": (lambda r: -r.us_per_token, "share of kernel time"),
     "idle SMs": (lambda r: -r.idle_sm_us_per_token, "time × idle SMs"),
     "calls": (lambda r: -r.calls_per_token, "calls/token"),
 }
@@ -28,10 +28,12 @@ def next_sort(sort: str) -> str:
     return keys[(keys.index(sort) + 1) % len(keys)]
 
 
-COLUMNS = ("kernel", "calls", "µs", "share", "grid/SMs", "occ")
-# what the five columns beside the name take with their padding ("100%" under occ, a 4-cell bar under grid/SMs),
+# calls a token, µs a call, the share of all the kernels' time, the grid against the SMs, and warp occupancy (the
+# warps a kernel's blocks keep resident on an SM: not the OCCUPANCY ceiling, which is the grid against the SMs)
+COLUMNS = ("kernel", "calls", "µs/call", "share", "grid/SMs", "warps")
+# what the five columns beside the name take with their padding ("100%" under warps, a 4-cell bar under grid/SMs),
 # so an 80-column terminal shows every column whole, with no horizontal scrollbar
-OTHER_COLUMNS = 42
+OTHER_COLUMNS = 48
 MIN_NAME = 16
 GRID_BAR = 4
 

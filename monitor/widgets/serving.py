@@ -7,6 +7,7 @@ from rich.text import Text
 
 from decodemon.monitor.rolling import headline
 from decodemon.monitor.token_clock import clock_kind
+from decodemon.monitor.widgets.reasons import span_words
 from decodemon.monitor.widgets import tcss
 from decodemon.monitor.widgets.panel import Panel
 
@@ -19,13 +20,15 @@ def serving_lines(s) -> Text:
         t.append("waiting for the engine's steps", style="dim")
         return t
     t.append(f"step {tk.ms_per_token:.2f} ms", style="bold")
-    t.append(f" ({clock_kind(s.token_clock)} of {tk.tokens} steps; p90 {tk.ms_per_token_p90:.2f}, p99 {tk.ms_per_token_p99:.2f})\n",
-             style="dim")
+    t.append(f" ({clock_kind(s.token_clock)} of {tk.tokens} steps; p90 {tk.ms_per_token_p90:.2f}, "
+             f"p99 {tk.ms_per_token_p99:.2f})\n", style="dim")
     t.append(f"batch {s.tokens_per_step:g} tokens/step", style="bold")
     t.append(" (the requests each step ran)  ", style="dim")
     total = s.throughput_tokens_per_s
     t.append(f"{total:.1f} tok/s in all" if total is not None else "tok/s in all: -", style="bold")
-    t.append(f" ({s.tokens_total} tokens)\n", style="dim")
+    # the rate is the span's steps'; the count is every token since the source began
+    over = f"over the last {span_words(s)}; " if span_words(s) else ""
+    t.append(f" ({over}{s.tokens_total} tokens since the start)\n", style="dim")
     t.append(f"per request: a token every {tk.ms_per_token:.2f} ms (the step), {tk.ms_per_token_p99:.2f} at p99; ")
     ft = getattr(s, "first_token", None)
     if ft and ft["requests"]:

@@ -105,9 +105,11 @@ class TimelinePanel(Panel):
             self._rows_key, self._rows = key, render_rows(w.timeline, cells, self.zoom)
         cpu, gpu, span_ms = self._rows
         t.append("CPU ", style="bold blue")
-        untraced = ("launch calls not traced in this recording" if s.api_window is None and s.ended else
-                    "launch calls not traced in this window (one window of every few traces them: they cost the loop "
-                    "more)")
+        # the calls' times are what is missing; their count comes from the kernels' correlation ids
+        untraced = ("launch calls' times not traced in this recording (counted from the kernels)"
+                    if s.api_window is None and s.ended else
+                    "launch calls' times not traced in this window (one window of every few traces them: they cost "
+                    "the loop more; counted from the kernels)")
         t.append((cpu if w.apis_traced else untraced) + "\n",
                  style="blue" if w.apis_traced else "dim")
         t.append("GPU ", style="bold green")
@@ -146,7 +148,7 @@ class TimelinePanel(Panel):
         parts = [] if "unsplit" in g and not g["host_late"] else [("host launched late", "host_late", "bold red")]
         parts += [("short", "short", ""), ("other", "other", "")]
         if "unsplit" in g:  # no launch calls traced: the host's lateness is not measured, not 0%
-            parts.append(("not split (no launch calls traced)", "unsplit", "dim"))
+            parts.append(("not split (no launch calls' times traced)", "unsplit", "dim"))
         if g.get("tracing"):
             parts.append(("tracing", "tracing", "dim"))
         for n, (words, key, style) in enumerate(parts):
