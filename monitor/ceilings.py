@@ -336,6 +336,16 @@ def _occupancy_by_counters(i: Inputs, thr: str, bw_ratio: float | None = None) -
     return Candidate(100 * ratio, "% SM active of GPU busy", thr, state, detail, "sm_active_pct_of_gpu_busy")
 
 
+def _short_part(i: Inputs) -> str:
+    """How much of the small grids' time is in calls under SHORT_KERNEL_US, which widening does not shorten (fusing
+    does): "" where there are none or no kernel time to hold them against."""
+    n, us = i.small_grids_short
+    if not (n and us and i.kernel_sum_ms_per_token):
+        return ""
+    pct = min(100.0, us / (10 * i.kernel_sum_ms_per_token))  # µs against ms: a share in %
+    return f" ({pct:.0f}% of kernel time in calls under {SHORT_KERNEL_US:g} µs, which fusing shortens, not widening)"
+
+
 def _hot_small_grids(i: Inputs) -> str:
     """The small grids widening could speed up, named as the kernel table names them, and what the list leaves out
     and why: kernels of calls under SHORT_KERNEL_US (held by their fixed latency), collectives (COMM's)."""
@@ -369,7 +379,7 @@ def price_occupancy(i: Inputs, bw_ratio: float | None = None) -> Candidate:
         ratio = i.sm_active_pct / i.gpu_busy_pct
     busy = i.gpu_busy_pct
     hot = _hot_small_grids(i)
-    detail = f"{i.small_grid_share_pct:.0f}% of kernel time in grids < 25% of {i.sm_count or '?'} SMs"
+    detail = f"{i.small_grid_share_pct:.0f}% of kernel time in grids < 25% of {i.sm_count or '?'} SMs" + _short_part(i)
     if ratio is not None:
         detail += f"; SM active {i.sm_active_pct:.0f}% vs GPU busy {busy:.0f}%"
     if hot:

@@ -150,3 +150,12 @@ def test_the_hot_kernels_columns_name_what_they_hold_and_the_sort_is_one_of_them
     title, cols = asyncio.run(shown())
     assert cols == ["kernel", "calls", "µs/call", "share", "grid/SMs", "warps"]  # warps: not the OCCUPANCY ceiling
     assert "sorted by share of kernel time" in title  # a column on screen, not an unseen µs/token
+
+
+def test_occupancys_small_grid_share_says_how_much_of_it_only_fusing_shortens():
+    j = _json("h100_graph.dmon")
+    c = j["candidates"]["occupancy"]
+    short = float(re.search(r"\((\d+)% of kernel time in calls under 4 µs, which fusing shortens", c["detail"]).group(1))
+    us = float(re.search(r"kernels of calls under 4 µs \((\d+) µs/token\)", c["detail"]).group(1))
+    assert short == pytest.approx(100 * us / (1e3 * j["kernel_sum_ms_per_token"]), abs=1)
+    assert short < c["value"]  # a part of the small grids' share, named
