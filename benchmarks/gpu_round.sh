@@ -17,6 +17,10 @@
 #                                            marks attached by pid five times (unmodified.py compiled_8b_plain), then
 #                                            the quantized-KV llama-server case on the build `rest` started (CASES)
 #
+#   bash benchmarks/gpu_round.sh OUTDIR first FIRST_RUNS fresh eager manual loops, nothing else on the machine, one
+#                                            first attach each (cost.py): its slowest token against the 30 s before,
+#                                            beside the loop's own slowest in stretches of that length before it
+#
 # Run from the repository root with .whl/ carried (`bash benchmarks/wheels.sh`). Each call leaves at most 8 files
 # under OUTDIR: the tables and a .tgz of the JSON, logs and recordings.
 set -u
@@ -102,5 +106,18 @@ case "$stage" in
     (cd "$out/r" && tar czf ../round_last.tgz .) && rm -rf "$out/r"
     LLAMA_S=${LLAMA_S:-280} CASES=${CASES:-server1b_kvq8} bash benchmarks/llama_cpp.sh "$out" run
     ;;
-  *) echo "no stage $stage: one, two, solo, rest or last"; exit 2 ;;
+  first)
+    . benchmarks/device_setup.sh || exit 1
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u +%FT%TZ
+    mkdir -p "$out/r"
+    for i in $(seq ${FIRST_RUNS:-3}); do
+      timeout ${COST_S:-175} $DM_PY benchmarks/cost.py "$out/r/first$i" --engines manual --pairs 2 --phase-s 3 \
+        --before-s 30 --after-s 60 --warm-s 20 > "$out/r/first$i.log" 2>&1
+      echo "cost.py $i exit $?"; tail -n 1 "$out/r/first$i.log"
+      rm -f "$out/r/first$i"/*.tokens
+    done
+    freeze_check first
+    (cd "$out/r" && tar czf ../round_first.tgz .) && rm -rf "$out/r"
+    ;;
+  *) echo "no stage $stage: one, two, solo, rest, last or first"; exit 2 ;;
 esac
