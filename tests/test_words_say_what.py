@@ -159,3 +159,9 @@ def test_occupancys_small_grid_share_says_how_much_of_it_only_fusing_shortens():
     us = float(re.search(r"kernels of calls under 4 µs \((\d+) µs/token\)", c["detail"]).group(1))
     assert short == pytest.approx(100 * us / (1e3 * j["kernel_sum_ms_per_token"]), abs=1)
     assert short < c["value"]  # a part of the small grids' share, named
+
+
+def test_a_batched_engine_with_no_request_starts_says_why_it_has_no_time_to_first_token():
+    j = _json("h200_hf_cb_4.dmon")
+    assert j["time_to_first_token"] is None and j["time_to_first_token_note"].startswith("not seen")
+    assert _json("h100_eager.dmon")["time_to_first_token_note"] is None  # one sequence: no such figure is asked
