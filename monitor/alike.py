@@ -16,7 +16,7 @@ def model_difference(a, b) -> str | None:
     if a is None or b is None:
         return None
     for what, x, y in (("layers", a.layers, b.layers), ("hidden size", a.hidden, b.hidden),
-                       ("dtype", a.dtype, b.dtype)):
+                       ("dtype", _dtype(a.dtype), _dtype(b.dtype))):
         if x and y and x != y:
             return f"{what} {x} against {y}"
     if a.weight_bytes and b.weight_bytes and not _weights_fit(a, b):
@@ -25,6 +25,19 @@ def model_difference(a, b) -> str | None:
     if not (a.layers and b.layers) and a.name != b.name:  # no shape to go by: the names are all there is
         return f"named {a.name} and {b.name}, with no layer count to match them by"
     return None
+
+
+# one dtype, as two adapters spell it (torch's names, GGUF's)
+DTYPE_NAMES = {"f16": "float16", "fp16": "float16", "half": "float16", "bf16": "bfloat16", "f32": "float32",
+               "fp32": "float32", "float": "float32"}
+
+
+def _dtype(name: str | None) -> str | None:
+    """A dtype by one name, whichever adapter spelled it."""
+    if not name:
+        return name
+    n = str(name).lower().removeprefix("torch.")
+    return DTYPE_NAMES.get(n, n)
 
 
 def _weights_fit(a, b) -> bool:
@@ -90,7 +103,8 @@ def differences(snap_a, snap_b, same_source: bool = False) -> dict | None:
     if per_a is not None and per_b is not None and abs(per_a - per_b) > 0.1 * max(per_a, per_b):
         out["batch"] = (f"A ran {per_a:g} token{'s' if per_a != 1 else ''} a step, B {per_b:g}: a step's bytes "
                         "and time are shared by its tokens")
-    if unit(snap_a) != unit(snap_b):  # a batched engine's marks are steps of several tokens
+    one_token_steps = all(abs((s.tokens_per_step or 1.0) - 1.0) <= 0.1 for s in (snap_a, snap_b))
+    if unit(snap_a) != unit(snap_b) and not one_token_steps:  # a batched engine's marks are steps of several tokens
         out["clock"] = (f"A's marks are {unit(snap_a)}s, B's are {unit(snap_b)}s: ms/token and tokens/s divide a "
                         "token by a step; compare the throughput (tokens/s of every request) instead")
     return out or None

@@ -42,7 +42,8 @@ QUANTITIES = {
     "ms_per_token_over_floor": "ms/token ÷ the bandwidth floor (bytes/token ÷ the device's bandwidth)",
     "bandwidth_over_dram_gbs": "the device's bandwidth ÷ the DRAM GB/s the PM counters saw (no token count)",
     "collective_share_of_step_pct": "collectives' ms a token (calls × µs a call) as a % of ms/token",
-    "idle_pct_of_step": "the traced step's idle (ms/token − the kernels' ms) as a % of ms/token",
+    "idle_pct_of_step": "the idle the traced kernels leave in the untraced step (ms/token − the traced kernels' ms a "
+                        "token) as a % of ms/token",
     "floor_gap_pct_of_step": "(ms/token − the bandwidth floor) as a % of ms/token: the idle estimated, no kernel "
                              "time traced",
     "launching_pct_of_step": "kernels/token × an eager launch's least cost as a % of ms/token: the idle the host's "
@@ -172,7 +173,8 @@ def _depth_words(i: Inputs) -> str:
 
 
 def price_comm(i: Inputs) -> tuple[Candidate, float | None]:
-    thr = f"<{COMM_RULED_OUT_PCT:g}% of the step ruled out"
+    thr = (f"<{COMM_RULED_OUT_PCT:g}% of the step ruled out; more binds unless the GPU's idle or a binding "
+           "floor is more of it")
     if i.collectives_per_token is None or i.ms_per_token is None:
         return Candidate(None, "% of step", thr, UNKNOWN, _needs(("ms/token", i.ms_per_token),
                                                                 ("collectives/token", i.collectives_per_token),
@@ -307,11 +309,14 @@ def _launch_priced(i: Inputs, floor: float | None) -> tuple[Candidate, float | N
                          "floor_gap_pct_of_step"), per
     # neither kernel time nor a floor: the idle taken as the host's launching at the low end of an eager launch's cost
     per = i.ms_per_token * 1e3 / n
-    share = min(1.0, lo / per)
-    state = BINDING if share >= 0.5 else RULED_OUT if share < LAUNCH_IDLE_RULED_OUT else UNKNOWN
+    share, most = min(1.0, lo / per), min(1.0, hi / per)
+    # binding only where even the cheapest launch fills half the step; ruled out only where the dearest cannot
+    state = BINDING if share >= 0.5 else RULED_OUT if most < LAUNCH_IDLE_RULED_OUT else UNKNOWN
     detail = (f"no kernel time traced and no floor: {i.ms_per_token:.4g} ms ÷ {n:g} kernels = {per:.4g} µs "
-              f"available per kernel; at {lo:g} µs a launch (the low end of an eager launch) the host's launching "
-              f"leaves the GPU idle {100 * share:.0f}% of the step")
+              f"available per kernel; at {lo:g}–{hi:g} µs a launch (an eager launch's cost) the host's launching "
+              f"leaves the GPU idle {100 * share:.0f}–{100 * most:.0f}% of the step"
+              + ("; unknown: the kernels' time (a traced window) says where in that range it is"
+                 if state == UNKNOWN else ""))
     return Candidate(100 * share, "% of step GPU idle (est.)", LAUNCH_IDLE_THRESHOLD, state, detail,
                      "launching_pct_of_step"), per
 

@@ -29,7 +29,8 @@ __all__ = ["BINDING", "ORDER", "RULED_OUT", "UNKNOWN", "Candidate", "Diagnosis",
 
 # how us_per_kernel was reached, by the LAUNCH candidate's quantity: measured, or estimated with what was missing
 US_PER_KERNEL_NOTES = {
-    "idle_pct_of_step": "measured: the traced step's idle (ms/token − the kernels' ms) ÷ kernels/token",
+    "idle_pct_of_step": "measured: the idle the traced kernels leave in the untraced step (ms/token − the traced "
+                        "kernels' ms a token) ÷ kernels/token",
     "floor_gap_pct_of_step": "estimated: (ms/token − the bandwidth floor) ÷ kernels/token, no kernel time traced "
                              "(the kernels taken to run at the floor)",
     "launching_pct_of_step": "ms/token ÷ kernels/token: the time available a kernel, no kernel time and no floor",
@@ -94,6 +95,24 @@ def verdict(candidates: dict) -> str:
     return next((k for k in ORDER if k in candidates and candidates[k].state == BINDING), "unknown")
 
 
+def _comm_outweighed(i: Inputs, comm, comm_ms: float | None, bw):
+    """COMM past its 10% is not what binds where a larger part of the step is another's: the GPU's idle between
+    kernels (LAUNCH's, whatever its own state), or the bytes of a token at its bandwidth floor (BANDWIDTH binding).
+    The seeds stop "when one of them is obviously binding"; weighed as LAUNCH and OCCUPANCY are above."""
+    if comm.state != BINDING or comm_ms is None or not i.ms_per_token:
+        return comm
+    if i.kernel_sum_ms_per_token is not None and i.ms_per_token - i.kernel_sum_ms_per_token > comm_ms:
+        idle = i.ms_per_token - i.kernel_sum_ms_per_token
+        return replace(comm, state=UNKNOWN, detail=f"{comm.detail}; not what binds: the GPU's idle between kernels "
+                                                   f"({idle:.3g} ms a token, LAUNCH's) is more of the step than the "
+                                                   f"collectives' {comm_ms:.3g} ms")
+    if bw.state == BINDING:
+        return replace(comm, state=UNKNOWN, detail=f"{comm.detail}; not what binds: the token is {bw.value:.3g}× its "
+                                                   "bandwidth floor (BANDWIDTH binds): the bytes set it, and the "
+                                                   "collectives are a part of it")
+    return comm
+
+
 def diagnose(i: Inputs, speedup: float | None = None, n: int | None = None) -> Diagnosis:
     """Number every candidate, pick the binding ceiling, say how to fix it and how to prove it wrong."""
     if i.kernel_sum_ms_per_token is not None and i.collective_wait_ms_per_token:
@@ -109,14 +128,7 @@ def diagnose(i: Inputs, speedup: float | None = None, n: int | None = None) -> D
         # grids lost that comparison, so they are not what binds
         occ = replace(occ, state=UNKNOWN, detail=f"{occ.detail}; not what binds: the GPU's idle between replays is "
                                                  "more of the step than the small grids' share (LAUNCH)")
-    if comm.state == BINDING and launch.state == BINDING and comm_ms is not None and i.ms_per_token \
-            and i.kernel_sum_ms_per_token is not None and i.ms_per_token - i.kernel_sum_ms_per_token > comm_ms:
-        # both bind by their own thresholds: the one that is more of the step binds (the seeds stop "when one of
-        # them is obviously binding"), weighed as LAUNCH and OCCUPANCY are above
-        idle = i.ms_per_token - i.kernel_sum_ms_per_token
-        comm = replace(comm, state=UNKNOWN, detail=f"{comm.detail}; not what binds: the GPU's idle between kernels "
-                                                   f"({idle:.3g} ms a token, LAUNCH) is more of the step than the "
-                                                   f"collectives' {comm_ms:.3g} ms")
+    comm = _comm_outweighed(i, comm, comm_ms, bw)
     cands = {"bandwidth": bw, "comm": comm, "launch": launch, "occupancy": occ}
     if i.no_gpu:  # nothing a GPU would measure is asked for where there is none
         cands = {k: c if c.value is not None else replace(c, detail="not priced: the target has no GPU")

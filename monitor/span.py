@@ -68,7 +68,10 @@ def span_json(s: Snapshot) -> dict:
             "from_s": round(start_s, 3), "to_s": round(end_s, 3),
             "from_unix_s": _r(s.span_end_unix_s - s.span_s) if s.span_end_unix_s is not None and s.span_s is not None
             else None,
-            "to_unix_s": _r(s.span_end_unix_s), "clock_steps": tk.tokens if tk else None, "tokens": s.span_tokens,
+            "to_unix_s": _r(s.span_end_unix_s), "clock_steps": tk.tokens if tk else None,
+            # a clock of counted steps (graph replays) has no marks to count in a span: the whole span's are the source's
+            "tokens": s.span_tokens if s.span_tokens is not None else
+            (s.tokens_total if s.span_whole and (s.tokens_total or s.token_clock) else None),
             # which count is which: the top level's are the source's whole, these the span's
             "counts": SPAN_COUNTS}
 

@@ -168,12 +168,16 @@ def test_compare_names_a_missing_instrument_rather_than_none():
 
 
 def test_a_last_span_with_no_token_is_refused_and_one_past_the_recording_is_the_whole():
-    """--last 0.1 on a 21-s recording held no token: exit 3 with why, never the whole recording's figures under a
-    "last 0.1 s" label; --last 100 covers the whole recording and says so."""
+    """The last 1 s of a graphed loop's recording (its marks shipped before it) held no token: exit 3 with why,
+    never the whole recording's figures under a "last 1 s" label; a span shorter than the half second the marks
+    ship in is refused; --last 100 covers the whole recording and says so."""
     from tests.conftest import cli
 
+    r = cli("replay", DATA / "h200_known_reduce8.6.dmon", "--json", "--last", 1)
+    assert r.returncode == 3 and "no token in the last 1 s" in r.stderr and "Traceback" not in r.stderr
     r = cli("replay", DATA / "h200_eager.dmon", "--json", "--last", 0.1)
-    assert r.returncode == 3 and "no token in the last 0.1 s" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 2 and r.stderr.strip() == ("decodemon replay: --last must be in [0.5, 86400], got 0.1 "
+                                                      "(see `decodemon replay --help`)")
     r = cli("replay", DATA / "h200_eager.dmon", "--json", "--last", 100)
     assert r.returncode == 0 and json.loads(r.stdout)["span"]["covers"] == "whole"
 

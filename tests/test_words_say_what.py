@@ -129,7 +129,8 @@ def test_the_serving_panel_says_its_rate_is_the_spans_and_its_count_since_the_st
 
     s, t = texts(DATA / "h200_hf_cb_16.dmon", 6.0)
     line = next(ln for ln in serving_lines(s).plain.splitlines() if "tok/s in all" in ln)
-    assert f"(over the last {s.span_s:.0f} s; {s.tokens_total} tokens since the start)" in line
+    # the rate over the seconds the clock's steps cover (the header's), the count over the whole source
+    assert f"(over {s.tokens.span_s:.1f} s of steps; {s.tokens_total} tokens since the start)" in line
     from decodemon.monitor.widgets.timeline import TimelinePanel
     # the calls' times were not traced; their count (the launches panel's) comes from the kernels
     assert "launch calls' times not traced" in t[TimelinePanel] and "counted from the kernels" in t[TimelinePanel]
@@ -165,3 +166,41 @@ def test_a_batched_engine_with_no_request_starts_says_why_it_has_no_time_to_firs
     j = _json("h200_hf_cb_4.dmon")
     assert j["time_to_first_token"] is None and j["time_to_first_token_note"].startswith("not seen")
     assert _json("h100_eager.dmon")["time_to_first_token_note"] is None  # one sequence: no such figure is asked
+
+
+def test_comm_past_its_tenth_does_not_bind_where_the_idle_or_the_bytes_are_more_of_the_step():
+    def diag(*figs):
+        return json.loads(cli("diagnose", *figs, "--json").stdout)
+    j = diag("--ms-per-token", 10, "--kernels-per-token", 500, "--kernel-ms-per-token", 6,
+             "--collectives-per-token", 12, "--us-per-collective", 100)
+    assert j["ceiling"] == "unknown" and j["candidates"]["comm"]["state"] == "unknown"
+    assert "4 ms a token, LAUNCH's" in j["candidates"]["comm"]["detail"]  # 40% idle against 12% collectives
+    j = diag("--ms-per-token", 8, "--bytes-per-token", 14e9, "--bandwidth-gbs", 3350,
+             "--collectives-per-token", 10, "--us-per-collective", 100)
+    assert j["ceiling"] == "bandwidth" and "BANDWIDTH binds" in j["candidates"]["comm"]["detail"]
+    assert "more binds unless the GPU's idle or a binding floor is more of it" in j["candidates"]["comm"]["threshold"]
+
+
+def test_launch_with_neither_kernel_time_nor_floor_is_unknown_across_a_launchs_range():
+    c = json.loads(cli("diagnose", "--ms-per-token", 8, "--kernels-per-token", 300, "--json").stdout)["candidates"]
+    assert c["launch"]["state"] == "unknown" and "idle 19–75% of the step" in c["launch"]["detail"]
+    few = json.loads(cli("diagnose", "--ms-per-token", 80, "--kernels-per-token", 300, "--json").stdout)
+    assert few["candidates"]["launch"]["state"] == "ruled_out"  # 20 µs a launch leaves the step 7.5% idle at most
+
+
+def test_one_dtype_spelled_two_ways_is_one_model_and_one_token_steps_are_tokens():
+    r = cli("compare", DATA / "h100_llama_cpp_lcpp8b_graphs.dmon", DATA / "h100_llama_cpp_server8b.dmon", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["differ"] is None, r.stderr
+
+
+def test_compare_json_refuses_the_apps_playback_options():
+    for extra in (["--at", 3], ["--paused"], ["--speed", 4]):
+        r = cli("compare", BUNDLED / "h100_eager.dmon", BUNDLED / "h100_graph.dmon", "--json", *extra)
+        assert r.returncode == 2 and "place the app's playback" in r.stderr and not r.stdout
+
+
+def test_the_report_says_when_the_floors_bytes_and_pms_dram_are_apart():
+    md = diagnosis_markdown(summary_snapshot(collect_recording(str(DATA / "h200_compiled_llama8b_nomarks.dmon"))))
+    assert "- ⚠ bytes per token × tokens/s is 2743 GB/s, PM's DRAM 37% of 4814 GB/s is 1775: +55%" in md
+    assert "⚠ bytes per token × tokens/s" not in diagnosis_markdown(
+        summary_snapshot(collect_recording(str(BUNDLED / "h100_eager.dmon"))))

@@ -190,12 +190,17 @@ def live_seconds(a, verb: str, sources, default: float | None) -> float | None:
                      f"(see `decodemon {verb} --help`)")
 
 
+LAST_MIN_S = 0.5
+
+
 def add_last(p, what: str = "the summary") -> None:
     """`--last S`: the summary over the last S seconds (the live screen's rolling span is the last 5) instead of
     the whole span asked for."""
-    p.add_argument("--last", type=bounded("--last", 0, 86400), default=None, metavar="S",
-                   help=f"{what} over the last S seconds only (the live screen's figures: --last 5); by default "
-                        "it covers the whole span, with the rolling last-5-s figures beside it (rolling_5s)")
+    # the probe ships its marks half a second at a time: a shorter span would be summarised over one shipment
+    p.add_argument("--last", type=bounded("--last", LAST_MIN_S, 86400), default=None, metavar="S",
+                   help=f"{what} over the last S seconds only, at least {LAST_MIN_S:g} (the marks come half a "
+                        "second at a time; the live screen's figures: --last 5); by default it covers the whole "
+                        "span, with the rolling last-5-s figures beside it (rolling_5s)")
 
 
 def need_json_for_last(a, verb: str, json_flag: str = "--json") -> None:

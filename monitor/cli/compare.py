@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from decodemon.monitor.cli._common import (add_last, add_probe, add_refresh, add_seconds, add_source, attach_settings,
-                                           bounded, live_seconds, need_json_for_last, need_terminal, print_json, say,
-                                           without_tokens)
+from decodemon.monitor.cli._common import (UsageError, add_last, add_probe, add_refresh, add_seconds, add_source,
+                                           attach_settings, bounded, live_seconds, need_json_for_last, need_terminal,
+                                           print_json, say, without_tokens)
 
 JSON_SECONDS = 10.0
 # the figures whose ratio B/A says what a change did
@@ -39,7 +39,8 @@ def add(sub) -> None:
                         "and B are one source")
     add_seconds(p, None, f"pids: seconds to watch (app: until q; --json: {JSON_SECONDS:g}, all of them summarised)")
     add_last(p, "each summary")
-    p.add_argument("--speed", type=bounded("--speed", 0, 1000), default=1.0, help="recordings: playback speed")
+    p.add_argument("--speed", type=bounded("--speed", 0, 1000), default=None,
+                   help="recordings: playback speed in the app (default 1)")
     p.add_argument("--at", type=bounded("--at", 0.0, 1e6, allow_zero=True), default=None, metavar="S",
                    help="recordings: start at this many seconds")
     p.add_argument("--paused", action="store_true", help="recordings: open paused")
@@ -118,6 +119,9 @@ def run(a) -> int:
     for s in (a.a, a.b):
         source_of(s)
     settings = attach_settings(a)
+    if a.json and (a.at is not None or a.paused or a.speed is not None):
+        raise UsageError("decodemon compare: --at, --paused and --speed place the app's playback; --json summarises "
+                         "each source whole, or its last S seconds with --last S (see `decodemon compare --help`)")
     need_json_for_last(a, "compare")
     if a.json:
         seconds = live_seconds(a, "compare", [a.a, a.b], JSON_SECONDS)
@@ -139,5 +143,5 @@ def run(a) -> int:
         if s.isdigit():
             check_pid(int(s))  # one clear line before the screen opens
 
-    return run_app([a.a, a.b], settings=settings, speed=a.speed, start_at_s=a.at, paused=a.paused,
+    return run_app([a.a, a.b], settings=settings, speed=a.speed or 1.0, start_at_s=a.at, paused=a.paused,
                    refresh_s=a.refresh, quit_after_s=a.seconds)

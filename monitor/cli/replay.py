@@ -20,7 +20,8 @@ def add(sub) -> None:
                    help="print the summary of the whole recording instead of opening the app (its first key, "
                         "span, says what it covers; rolling_5s gives the last 5 s beside it)")
     add_last(p)
-    p.add_argument("--speed", type=bounded("--speed", 0, 1000), default=1.0, help="playback speed (default 1)")
+    p.add_argument("--speed", type=bounded("--speed", 0, 1000), default=None,
+                   help="playback speed in the app (default 1)")
     p.add_argument("--at", type=bounded("--at", 0.0, 1e6, allow_zero=True), default=None, metavar="S",
                    help="start at this many seconds into the recording")
     p.add_argument("--paused", action="store_true", help="open paused (space plays)")
@@ -36,8 +37,8 @@ def run(a) -> int:
         if source_of(f)[0] == "pid":
             raise UsageError(f"decodemon replay: {f}: replay takes recordings; to watch a live pid use "
                              f"`decodemon attach {f}`")
-    if a.json and (a.at is not None or a.paused):
-        raise UsageError("decodemon replay: --at and --paused place the app's playback; --json summarises the "
+    if a.json and (a.at is not None or a.paused or a.speed is not None):
+        raise UsageError("decodemon replay: --at, --paused and --speed place the app's playback; --json summarises the "
                          "whole recording, or its last S seconds with --last S (see `decodemon replay --help`)")
     need_json_for_last(a, "replay")
     snaps = None
@@ -74,5 +75,5 @@ def run(a) -> int:
     need_terminal("replay")
     from decodemon.monitor.app import run_app
 
-    return run_app(a.files, speed=a.speed, start_at_s=a.at, paused=a.paused, group=len(a.files) > 1,
+    return run_app(a.files, speed=a.speed or 1.0, start_at_s=a.at, paused=a.paused, group=len(a.files) > 1,
                    refresh_s=a.refresh)

@@ -382,8 +382,8 @@ def _verdict_json(s: Snapshot, out: dict) -> dict:
     out["tokens_per_step"] = s.tokens_per_step
     out["steps"] = s.steps_total if batched else None
     out["time_to_first_token"] = s.first_token if batched else None
-    out["time_to_first_token_note"] = ("not seen: the engine is watched by its steps, not its requests (no request's "
-                                       "start came with them)" if batched and s.first_token is None else None)
+    out["time_to_first_token_note"] = ("not seen: no request's arrival came with these steps (an adapter notes them "
+                                       "where the engine stamps them)" if batched and s.first_token is None else None)
     out.update(step_bytes_json(s) if batched else {"bytes_per_step": None, "bytes_per_step_measured": None,
                                                    "bytes_per_step_model": None})
     out["verdict"], pending = headline(s.diagnosis, s.rolling)

@@ -66,6 +66,8 @@ def _busy(s: Snapshot) -> list[str]:
     if s.pm:
         out.append(f"- SM active {s.pm['sm_active_pct']:.0f}%, DRAM {s.pm['dram_pct']:.1f}% of peak "
                    "(PM sampling, device-wide)")
+    if s.dram_check and s.dram_check.get("apart"):  # as --json's dram_check: the floor's bytes and PM's DRAM apart
+        out.append(f"- ⚠ {md(s.dram_check['apart'])}")
     silent = pm_silence(s)
     if silent:
         out.append(f"- {silent}")

@@ -66,7 +66,9 @@ def still_measured(s) -> str:
                  "step_starts": "its steps, timed at their embedding lookups"}.get(s.token_clock, "the engine's clock")
         span = "" if not s.span_s else f" in the last {s.span_s:.0f} s" if s.span_s >= 1 else \
             f" in the last {s.span_s:.1g} s"
-        parts.append(f"{s.tokens.tokens} tokens timed{span} at {s.tokens.ms_per_token:.3f} ms/{'step' if s.tokens_per_step is not None else 'token'} {clock_kind(s.token_clock)} ({clock})")
+        mark = "step" if s.tokens_per_step is not None else "token"  # a batched engine's clock counts its steps
+        parts.append(f"{s.tokens.tokens} {mark}s timed{span} at {s.tokens.ms_per_token:.3f} ms/{mark} "
+                     f"{clock_kind(s.token_clock)} ({clock})")
     else:
         hint = (" (with no GPU steps to find, a loop that marks no token has no clock: an engine adapter, "
                 "mark_token() or --token-range NAME gives it one)" if has_no_gpu(s) else "")

@@ -27,7 +27,9 @@ def serving_lines(s) -> Text:
     total = s.throughput_tokens_per_s
     t.append(f"{total:.1f} tok/s in all" if total is not None else "tok/s in all: -", style="bold")
     # the rate is the span's steps'; the count is every token since the source began
-    over = f"over the last {span_words(s)}; " if span_words(s) else ""
+    # over the seconds the clock's steps cover, as the header names them
+    over = f"over {tk.span_s:.1f} s of steps; " if tk.span_s else f"over the last {span_words(s)}; " if span_words(s) \
+        else ""
     t.append(f" ({over}{s.tokens_total} tokens since the start)\n", style="dim")
     t.append(f"per request: a token every {tk.ms_per_token:.2f} ms (the step), {tk.ms_per_token_p99:.2f} at p99; ")
     ft = getattr(s, "first_token", None)

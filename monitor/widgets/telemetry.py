@@ -31,9 +31,12 @@ class TelemetryPanel(Panel):
         for key, label, lo, hi in ROWS:
             vals = series.get(key, ())
             last = next((v for v in reversed(vals) if v == v), None)
+            if key == "ms_per_token" and s.tokens_per_step is not None:
+                label = "ms/step"  # a batched engine's marks are steps
             t.append(f"{label:<11}{num(last, '.4g'):>8} ", style="bold")
             t.append(spark(vals, width, lo, hi) + "\n", style="cyan")
-        t.append(f"each bar ½ s, the number its latest: ms/token its median (the header's is the "
+        mark = "step" if s.tokens_per_step is not None else "token"
+        t.append(f"each bar ½ s, the number its latest: ms/{mark} its median (the header's is the "
                  f"{clock_kind(s.token_clock)} of the span), the others their mean\n", style="dim")
         from decodemon.monitor.probe_status import pm_silence  # with the feed, not the app
 
