@@ -128,6 +128,14 @@ def _margin(a: dict, b: dict) -> str:
     return f"{priced}, though {deep.upper()} binds the step at {b['depth']:,}"
 
 
+def _us_per_kernel(p: dict) -> float | None:
+    """The GPU's idle a kernel at one depth (µs): the point's own, or its LAUNCH value where a sweep written before
+    LAUNCH's number became the idle's share held it in µs."""
+    if p.get("us_per_kernel") is not None:
+        return p["us_per_kernel"]
+    return p.get("ceiling_value") if "µs" in (p.get("ceiling_unit") or "") else None
+
+
 def _resource(a: dict, b: dict) -> str:
     """What depth consumes, from the deepest point's verdict and how bytes, the floor and grids moved."""
     deep = b["verdict"]
@@ -154,7 +162,7 @@ def _resource(a: dict, b: dict) -> str:
         return ("depth consumes occupancy: the added time runs in grids that leave most SMs idle"
                 + (f" ({share:.0f}% of kernel time in grids under a quarter of the SMs)" if share is not None else "")
                 + ", the shape of a kernel with one block per head; split it over the context (OCCUPANCY)")
-    ua, ub = a.get("ceiling_value"), b.get("ceiling_value")
+    ua, ub = _us_per_kernel(a), _us_per_kernel(b)
     if deep == "launch" and a.get("verdict") == "launch" and ua and ub and ub > ua:
         return (f"depth consumes host time: LAUNCH binds at both ends and the GPU waits longer for each launch "
                 f"({ua:.3g} → {ub:.3g} µs), while {kv or 'the bytes per token stay level'}"

@@ -58,6 +58,9 @@ def state_of(summary: dict) -> dict:
             "bytes_per_token": summary.get("bytes_per_token"),
             "serial_fraction": summary.get("serial_fraction"),
             "candidates": {k: (c or {}).get("value") for k, c in cands.items()},
+            # what each value is (ceilings.QUANTITIES): two states' values are held against each other only where
+            # one quantity
+            "candidate_quantities": {k: (c or {}).get("quantity") for k, c in cands.items()},
             "tokens": summary.get("tokens")}
 
 
@@ -274,6 +277,9 @@ def _fell(ceiling: str, before: dict, after: dict) -> bool:
     """The ceiling's own figure (× floor, µs/launch, % ...) fell by RELIEVED_FRACTION."""
     a = (before.get("candidates") or {}).get(ceiling)
     b = (after.get("candidates") or {}).get(ceiling)
+    qa, qb = ((s.get("candidate_quantities") or {}).get(ceiling) for s in (before, after))
+    if qa != qb:  # one figure priced two ways (or sealed before values named their quantity): not comparable
+        return False
     return a is not None and b is not None and a > 0 and b <= a * (1 - RELIEVED_FRACTION)
 
 

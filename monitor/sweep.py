@@ -84,6 +84,7 @@ def point_of(summary: dict, bands: list[dict], name: str, depth: int, model=None
             "kernels_past_step": summary.get("kernels_past_step"),
             "verdict": verdict, "ceiling_value": cand.get("value"), "ceiling_unit": cand.get("unit", ""),
             "ceiling_detail": cand.get("detail", ""), "tokens": summary.get("tokens"),
+            "us_per_kernel": summary.get("us_per_kernel"),
             "bandwidth_x_floor": ((summary.get("candidates") or {}).get("bandwidth") or {}).get("value"),
             "small_grid_share_pct": ((summary.get("candidates") or {}).get("occupancy") or {}).get("value"),
             "depth_bands": [{**b, "kernels_past_step": band_kernels_past_step(b)} for b in bands], "error": None}

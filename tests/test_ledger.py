@@ -52,7 +52,9 @@ def test_prediction_seals_the_state_measured_then(eager):
     p = ledger.prediction(eager, "loop.py", "capture a graph", "-60%", "launch", now=0)
     st = p["state"]
     assert (st["verdict"], st["ms_per_token"], st["kernels_per_token"]) == ("launch", 20.4039, 1863.0)
-    assert st["bytes_per_token"] == eager["bytes_per_token"] and st["candidates"]["launch"] == pytest.approx(8.869)
+    assert st["bytes_per_token"] == eager["bytes_per_token"]
+    assert st["candidates"]["launch"] == pytest.approx(80.9792)  # the idle's share of the step, sealed as what it is
+    assert st["candidate_quantities"]["launch"] == "idle_pct_of_step"
     assert p["hash"] == ledger.content_hash(p) and p["at"] == "1970-01-01T00:00:00Z"
     assert ledger.prediction(eager, "loop.py", "x", "10.2ms", now=0)["expect_pct"] == pytest.approx(-50.01, abs=0.01)
 

@@ -73,10 +73,16 @@ def test_the_divergence_names_the_resource_depth_consumes():
     assert "not known at either depth" in sweep.divergence(unknown) and "flat" not in sweep.divergence(unknown)
     assert sweep.divergence(flat[:1]).startswith("Too few depths")
     # an eager loop 80x its floor: the bytes grow faster than ms/token, but the floor is far; the host time grows
-    host = [{**_pt("candidate", 64, 65.0, "launch", 1199, 80), "ceiling_value": 37.6},
-            {**_pt("candidate", 8192, 97.6, "launch", 2132, 70), "ceiling_value": 56.1}]
+    host = [{**_pt("candidate", 64, 65.0, "launch", 1199, 80), "ceiling_value": 94.8, "us_per_kernel": 37.6},
+            {**_pt("candidate", 8192, 97.6, "launch", 2132, 70), "ceiling_value": 95.6, "us_per_kernel": 56.1}]
     s = sweep.divergence(host)
     assert "depth consumes host time" in s and "37.6 → 56.1 µs" in s and "bandwidth" not in s.split("while")[0]
+    # a sweep written when LAUNCH's number was µs a kernel reads the same; a share is never read as µs
+    old = [{**p, "us_per_kernel": None, "ceiling_value": p["us_per_kernel"], "ceiling_unit": "µs idle/kernel"}
+           for p in host]
+    assert "37.6 → 56.1 µs" in sweep.divergence(old)
+    shares = [{**p, "us_per_kernel": None, "ceiling_unit": "% of step GPU idle"} for p in host]
+    assert "µs" not in sweep.divergence(shares)
 
 
 def test_an_unknown_verdict_never_binds_in_the_divergence():
