@@ -78,6 +78,7 @@ def differences(snap_a, snap_b, same_source: bool = False) -> dict | None:
     ("source", "model", "tp", "device", "clock"), in words; None where nothing does: their ratios then measure a
     change of code. `same_source`: both name one recording (or one pid), so every ratio is 1 by construction."""
     from decodemon.monitor.render.text import unit
+    from decodemon.monitor.token_clock import clock_kind
 
     out = {}
     if same_source:
@@ -107,6 +108,11 @@ def differences(snap_a, snap_b, same_source: bool = False) -> dict | None:
     if unit(snap_a) != unit(snap_b) and not one_token_steps:  # a batched engine's marks are steps of several tokens
         out["clock"] = (f"A's marks are {unit(snap_a)}s, B's are {unit(snap_b)}s: ms/token and tokens/s divide a "
                         "token by a step; compare the throughput (tokens/s of every request) instead")
+    kinds = [clock_kind(s.token_clock) for s in (snap_a, snap_b)]
+    if "clock" not in out and kinds[0] != kinds[1] and snap_a.tokens is not None and snap_b.tokens is not None:
+        out["clock"] = (f"A's ms/{unit(snap_a)} is a {kinds[0]} ({snap_a.token_clock}), B's a {kinds[1]} "
+                        f"({snap_b.token_clock}): a mean counts slow steps a median passes over; tokens_per_s, a "
+                        "mean on both sides, compares them")
     return out or None
 
 

@@ -64,7 +64,10 @@ class Diagnosis:
             "us_per_kernel_note": US_PER_KERNEL_NOTES.get(self.candidates["launch"].quantity)
             if self.us_per_kernel is not None else None,
             "bandwidth_floor_ms": _round(self.bandwidth_floor_ms, 4),
-            "serial_fraction": _round(self.serial_fraction, 4),
+            # a fraction only where one between 0 and 1 explains the speedup; the algebra's s beside it either way
+            "serial_fraction": _round(self.serial_fraction, 4)
+            if self.serial_fraction is not None and 0.0 <= self.serial_fraction <= 1.0 else None,
+            "serial_fraction_solved": _round(self.serial_fraction, 4),
             "notes": list(self.notes),
         }
 

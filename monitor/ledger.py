@@ -306,6 +306,8 @@ def how_wrong(measured_pct: float, expect_pct: float) -> str:
         return f"the predicted direction, {miss:.1f} points {further} than predicted"
     if not expect_pct:
         return f"predicted no change; it moved {measured_pct:+.1f}%"
+    if not measured_pct:
+        return f"no change, where {expect_pct:+.1f}% was predicted"
     return f"the other direction from the prediction, {miss:.1f} points off"
 
 
@@ -326,6 +328,8 @@ def grade(pred: dict, summary: dict, now: float | None = None) -> dict:
             f"ceiling {before['verdict'].upper()} → {after['verdict'].upper()}")
     if pred.get("then") and after["verdict"] != pred["then"]:
         text += f" (predicted {pred['then'].upper()})"
+    if after == before:  # graded against the very figures it sealed: the grade says nothing of a change
+        text += "; ⚠ these are the figures the prediction sealed: nothing was changed and run again"
     extra = {"how_wrong": missed} if missed else {}
     return seal({"kind": "grade", "at": now_iso(now), "source": pred["source"], "prediction": pred_id(pred),
                  "grade": g, **extra, "measured_pct": round(measured, 3), "new_ceiling": after["verdict"],

@@ -137,7 +137,7 @@ def test_a_counted_clocks_steps_are_not_called_mark_to_mark_and_a_batched_step_i
     from tests.conftest import DATA
 
     md = diagnosis_markdown(collect(str(DATA / "h100_compiled_llama8b_marks_1.dmon")).snapshot())
-    assert "ms/token mean" in md and "(a clock step: one step of the clock's counted intervals" in md
+    assert "ms/token mean" in md and "(a clock step: one mark of a burst, timed over whole bursts)" in md
     assert "from one token mark to the next" not in md
     np4 = diagnosis_markdown(collect(str(DATA / "h100_llama_cpp_server1b_np4.dmon")).snapshot())
     assert "ms token" not in np4 and "ms step" in np4

@@ -190,7 +190,10 @@ def test_launch_with_neither_kernel_time_nor_floor_is_unknown_across_a_launchs_r
 
 def test_one_dtype_spelled_two_ways_is_one_model_and_one_token_steps_are_tokens():
     r = cli("compare", DATA / "h100_llama_cpp_lcpp8b_graphs.dmon", DATA / "h100_llama_cpp_server8b.dmon", "--json")
-    assert r.returncode == 0 and json.loads(r.stdout)["differ"] is None, r.stderr
+    differ = json.loads(r.stdout)["differ"]
+    assert r.returncode == 0 and set(differ) == {"clock"}, r.stderr  # float16 and f16: one dtype, no "model"
+    # what does differ: the loop's median token against the server's mean step (one token a step, so not units)
+    assert differ["clock"].startswith("A's ms/token is a median (mark_token), B's a mean (server_metrics)")
 
 
 def test_compare_json_refuses_the_apps_playback_options():
@@ -204,3 +207,51 @@ def test_the_report_says_when_the_floors_bytes_and_pms_dram_are_apart():
     assert "- ⚠ bytes per token × tokens/s is 2743 GB/s, PM's DRAM 37% of 4814 GB/s is 1775: +55%" in md
     assert "⚠ bytes per token × tokens/s" not in diagnosis_markdown(
         summary_snapshot(collect_recording(str(BUNDLED / "h100_eager.dmon"))))
+
+
+def test_a_grade_of_no_change_is_not_the_other_direction_and_says_it_is_the_sealed_state(tmp_path):
+    from decodemon.monitor import ledger
+
+    assert ledger.how_wrong(0.0, -60.0) == "no change, where -60.0% was predicted"
+    led = tmp_path / "ledger.jsonl"
+    assert cli("predict", BUNDLED / "h100_eager.dmon", "--change", "x", "--expect", "-60%", "--ledger", led).returncode == 0
+    r = cli("grade", BUNDLED / "h100_eager.dmon", "--ledger", led)
+    assert "no change, where -60.0% was predicted" in r.stdout and "other direction" not in r.stdout
+    assert "these are the figures the prediction sealed" in r.stdout
+
+
+def test_a_serial_fraction_is_a_fraction_or_null_and_diagnose_refuses_collectives_past_their_kernels():
+    r = cli("scaling", DATA / "h200_tp1_eager_rank0.dmon", DATA / "h200_tp2_eager_rank0.dmon", "--json")
+    j = json.loads(r.stdout)
+    assert r.returncode == 0 and j["amdahl_applies"] is False and j["serial_fraction"] is None and j["solved_s"] > 1
+    r = cli("diagnose", "--ms-per-token", 5, "--collectives-per-token", 64, "--us-per-collective", 50,
+            "--kernels-per-token", 400, "--kernel-ms-per-token", 1)
+    assert r.returncode == 2 and "more than the 1 ms of kernels they are part of" in r.stderr
+
+
+def test_the_report_names_each_clocks_step():
+    md = diagnosis_markdown(summary_snapshot(collect_recording(str(DATA / "h200_eager_nomarks.dmon"))))
+    assert "(a clock step: one period of the GPU's kernels in a traced window), in the traced windows alone" in md
+    assert "from one token mark to the next" not in md
+    md = diagnosis_markdown(summary_snapshot(collect_recording(str(DATA / "h200_known_kv262k.dmon"))))
+    assert "(a clock step: one CUDA graph replay the agent counted)" in md
+
+
+def test_the_timeline_shows_no_share_for_a_lateness_json_calls_not_measured():
+    from decodemon.monitor.widgets.timeline import TimelinePanel
+    from tests.test_screens_reasoning import texts
+
+    s, t = texts(DATA / "h200_hf_cb_4.dmon", 5.0)
+    assert _json("h200_hf_cb_4.dmon")["gap_ms_per_token"]["host_late"] is None
+    line = next(ln for ln in t[TimelinePanel].splitlines() if ln.startswith("idle gaps"))
+    assert "host launched late" not in line and "not split" in line
+
+
+def test_the_report_gives_a_tokens_bytes_measured_beside_the_models_in_the_caches_type():
+    md = diagnosis_markdown(summary_snapshot(collect_recording(str(DATA / "h100_llama_cpp_server1b_kvq8.dmon"))))
+    assert ("- bytes a token: 3.088 GB measured (PM DRAM over the tokens counted), the model's 3.125 GB "
+            "(weights + q8_0 KV at depth 60112)") in md
+    md = diagnosis_markdown(summary_snapshot(collect_recording(str(DATA / "h100_llama_cpp_server1b_np4.dmon"))))
+    j = _json("h100_llama_cpp_server1b_np4.dmon")  # a step's ÷ its tokens, as --json's bytes_per_token_measured
+    assert f"- bytes a token: {j['bytes_per_token_measured'] / 1e9:.3f} GB measured" in md
+    assert "a step's ÷ its 4 tokens" in md

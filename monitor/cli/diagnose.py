@@ -63,6 +63,12 @@ def run(a) -> int:
             raise UsageError(f"decodemon diagnose: {a.collectives_per_token:g} collectives × "
                              f"{a.us_per_collective:g} µs is {share:.0f}% of the {a.ms_per_token:g} ms step: over "
                              "100%, so --collectives-per-token, --us-per-collective or --ms-per-token is wrong")
+    if a.us_per_collective is not None and a.kernel_ms_per_token is not None:
+        coll_ms = a.collectives_per_token * a.us_per_collective / 1e3
+        if coll_ms > a.kernel_ms_per_token * 1.05:  # a collective is a kernel: its time is inside the kernels'
+            raise UsageError(f"decodemon diagnose: {a.collectives_per_token:g} collectives × {a.us_per_collective:g} "
+                             f"µs is {coll_ms:.3g} ms, more than the {a.kernel_ms_per_token:g} ms of kernels they are "
+                             "part of: --collectives-per-token, --us-per-collective or --kernel-ms-per-token is wrong")
     if a.n is not None and a.n < 2:
         raise UsageError("decodemon diagnose: --n must be at least 2 for a serial fraction")
     inp = dx.Inputs(ms_per_token=a.ms_per_token, kernels_per_token=a.kernels_per_token,

@@ -75,7 +75,9 @@ def scaling_result(a, s1, sn) -> dict:
     stale = s1.rolling.ceiling != sn.rolling.ceiling
     applies = 0.0 <= s <= 1.0
     res = {"n1": n1, "n": nn, "ms_per_token_n1": round(ms1, 4), "ms_per_token_n": round(msn, 4),
-           "speedup": round(ms1 / msn, 4), "serial_fraction": round(s, 4),
+           # null where no fraction between 0 and 1 explains the runs (amdahl_applies false; solved_s is the algebra's)
+           "speedup": round(ms1 / msn, 4), "serial_fraction": round(s, 4) if applies else None,
+           "solved_s": round(s, 4),
            "span_s": [round(s1.span_s, 3), round(sn.span_s, 3)],  # each run's ms/token is over its whole recording
            "verdicts": [s1.rolling.ceiling, sn.rolling.ceiling], "stale": stale, "amdahl_applies": applies,
            "note": STALE if stale else FRESH}
@@ -134,7 +136,7 @@ def run(a) -> int:
     elif res["stale"]:
         note = f" (STALE: {res['note']})"
     print(f"speedup {res['speedup']:.3f}x at N={res['n']} over N={res['n1']}: serial fraction "
-          f"s = {res['serial_fraction']:.3f}{note}")
+          f"s = {res['solved_s']:.3f}{note}")
     for c in res["cautions"]:
         print(f"  caution: {c}")
     return 0

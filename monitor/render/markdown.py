@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from decodemon.monitor.analysis.agreement import busy_disagreement, kernels_past_step
 from decodemon.monitor.ceilings import ORDER
 from decodemon.monitor.rolling import headline
-from decodemon.monitor.token_clock import MEAN_CLOCKS, PROVISIONAL_STEPS, clock_kind
+from decodemon.monitor.token_clock import PROVISIONAL_STEPS, clock_kind
 from decodemon.monitor.span import span_words
 from decodemon.monitor.safe_text import markdown as md
 from decodemon.monitor.safe_text import markdown_code, visible_lines
@@ -74,11 +74,23 @@ def _busy(s: Snapshot) -> list[str]:
     return out
 
 
+# what one of each clock's steps is (token_clock.CLOCK_NOTES says how each clock reads)
+STEP_WORDS = {
+    "server_metrics": "one decode step of the server's own counter, read at intervals",
+    "mark_bursts": "one mark of a burst, timed over whole bursts",
+    "replay_count": "one CUDA graph replay the agent counted",
+    "step_starts": "from one step's embedding lookup to the next",
+    "graph replays": "one of the GPU's graph replays in a traced window",
+    "kernel period": "one period of the GPU's kernels in a traced window",
+}
+
+
 def _tokens_counted(s: Snapshot) -> str:
     """What the clock's steps span, in tokens: a clock step runs from one token mark to the next, so N tokens
     counted give N - 1 steps; and the source's tokens in all where the span holds fewer."""
-    words = (" (a clock step: one step of the clock's counted intervals, whole bursts of marks or a server's reads)"
-             if s.token_clock in MEAN_CLOCKS else " (a clock step: from one token mark to the next)")
+    words = f" (a clock step: {STEP_WORDS.get(s.token_clock, 'from one token mark to the next')})"
+    if s.token_clock in ("graph replays", "kernel period"):  # the GPU's steps in the traced windows alone
+        return words + ", in the traced windows alone" + _provisional(s)
     if s.span_tokens is not None:
         words += f", {s.span_tokens} tokens counted"
         if s.tokens_total > s.span_tokens:
@@ -120,6 +132,16 @@ def _figures(s: Snapshot) -> list[str]:
         n = f"{c.samples} PM sample" + ("s" if c.samples != 1 else "")
         out.append(f"- over the traced tokens, the same {n}: GPU busy {c.pm_busy_pct:.1f}% from "
                    f"PM's counter, traced-token busy {c.traced_busy_pct:.1f}% (the traced kernels' union)")
+    tps = s.tokens_per_step or 1.0  # a batched engine's figures are its step's: a token's is the step's ÷ tokens
+    measured, model = ((b / tps if b else None) for b in (s.bytes_per_token_measured, s.bytes_per_token_model))
+    if measured or model:  # a token's bytes, both figures where both came (a batched step's are in --json)
+        kv = s.model.kv_dtype if s.model is not None else None
+        priced = (f"weights + {kv + ' ' if kv else ''}KV at depth {s.depth}" if s.depth else
+                  "weights alone, no KV depth reported")
+        priced = f" ({priced}" + (f"; a step's ÷ its {tps:g} tokens)" if tps != 1.0 else ")")
+        out.append("- bytes a token: " + ", ".join(
+            x for x in (f"{measured / 1e9:.3f} GB measured (PM DRAM over the tokens counted)" if measured else "",
+                        f"the model's {model / 1e9:.3f} GB{priced}" if model else "") if x))
     if d.bandwidth_floor_ms is not None:
         out.append(f"- bandwidth floor {d.bandwidth_floor_ms:.3f} ms/token "
                    f"({(s.bytes_per_token or 0) / 1e9:.3f} GB/token at {s.bandwidth_gbs:.0f} GB/s, "

@@ -145,7 +145,8 @@ class TimelinePanel(Panel):
                 t.append(f"\n⚠ {apart}", style="yellow")
         t.append("\nidle gaps: ")
         # each share kept with its words (a no-break space): a wrapped line never starts with a bare "0%"
-        parts = [] if "unsplit" in g and not g["host_late"] else [("host launched late", "host_late", "bold red")]
+        # a window that traced no launch calls' times does not measure the host's lateness (--json's null)
+        parts = [] if "unsplit" in g else [("host launched late", "host_late", "bold red")]
         parts += [("short", "short", ""), ("other", "other", "")]
         if "unsplit" in g:  # no launch calls traced: the host's lateness is not measured, not 0%
             parts.append(("not split (no launch calls' times traced)", "unsplit", "dim"))
