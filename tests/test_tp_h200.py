@@ -189,7 +189,9 @@ def test_windows_in_the_same_token_make_a_rank_wait_and_the_group_view_sees_thro
         assert j["kernel_share_of_step_pct"] == pytest.approx(
             100 * (j["kernel_sum_ms_per_token"] - wait) / snaps[stem].inputs.ms_per_token, abs=0.2)
         assert f"less {wait:.3g} ms/token of collectives waiting" in j["kernel_share_of_step_note"]
-    assert "waiting for a late peer" not in summary_json(snaps["tp2_graph_rank0"])["kernel_share_of_step_note"]
+    # however small the wait, the note names what the share leaves out, so its arithmetic gives the share
+    j = summary_json(snaps["tp2_graph_rank0"])
+    assert j["kernel_share_of_step_note"].endswith(f"= {j['kernel_share_of_step_pct']:.1f}%")
     # staggered by rank (what attach and the TP script do now), no window of either rank waited
     for n in ("tp2_eager_rank0", "tp2_eager_rank1"):
         p = RecordingPlayer(str(rec(n)))

@@ -24,7 +24,8 @@ RATIO_OF = {"ms_per_token": "the clock's ms a mark (a token, or a batched engine
                                             "call)"),
             "kernel_sum_ms_per_token": "the kernels' summed ms per token in the latest traced window",
             "gpu_busy_pct": "the share of time the GPU ran work",
-            "bytes_per_token": "DRAM bytes (read + write) a mark, the floor's: measured, else the model's"}
+            "bytes_per_token": "DRAM bytes (read + write) a mark, the floor's: measured, else the model's (a batched "
+                               "engine's mark is its step: bytes_per_token_measured and _model are a token's)"}
 
 
 def add(sub) -> None:

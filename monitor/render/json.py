@@ -6,11 +6,10 @@ import math
 from typing import TYPE_CHECKING
 
 from decodemon.monitor.analysis.agreement import busy_disagreement, kernels_past_step
-from decodemon.monitor.ceilings import peer_wait_named
 from decodemon.monitor.render.text import in_marks, unit
 from decodemon.monitor.rolling import headline
 from decodemon.monitor.span import rolling_json, span_json
-from decodemon.monitor.token_clock import CLOCK_NOTES, MEAN_CLOCKS, PROVISIONAL_STEPS
+from decodemon.monitor.token_clock import CLOCK_NOTES, MEAN_CLOCKS, PROVISIONAL_STEPS, clock_kind
 
 if TYPE_CHECKING:
     from decodemon.monitor.analysis.window import WindowMetrics
@@ -137,7 +136,7 @@ def kernel_share_note(s: Snapshot) -> str | None:
     if s.kernel_share_pct is None or i is None or i.kernel_sum_ms_per_token is None or not i.ms_per_token:
         return None
     k, step = i.kernel_sum_ms_per_token, i.ms_per_token
-    wait = i.collective_wait_ms_per_token if peer_wait_named(i.collective_wait_ms_per_token, step) else None
+    wait = i.collective_wait_ms_per_token or None  # as the share is taken: any wait, however small, is left out
     own = k - min(wait or 0.0, k)
     where = _windows_words(s)
     several = s.windows_in_span > 1  # the JSON's kernel_sum_ms_per_token and wait_ms_per_token are the latest's
@@ -148,7 +147,8 @@ def kernel_share_note(s: Snapshot) -> str | None:
                  f"counts it; {where}" + ("; collectives.wait_ms_per_token is the latest window's)" if several
                                           else ")") + f" = {own:.4g} ms")
     pct = 100.0 * own / step
-    return line + f" over the {step:.4g} ms median step = {pct:.1f}%" + (", capped at 100" if pct > 100 else "")
+    return (line + f" over the {step:.4g} ms {clock_kind(s.token_clock)} step = {pct:.1f}%"
+            + (", capped at 100" if pct > 100 else ""))
 
 
 def kernels_from_json(s: Snapshot) -> dict | None:

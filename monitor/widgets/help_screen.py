@@ -64,9 +64,11 @@ words, each with one meaning:
                LAUNCH's idle and OCCUPANCY's 50% rule read where a
                window is traced, PM's GPU busy where none is
   traced-token busy  the traced kernels' union over the traced tokens'
-               own time, which tracing stretches, so it reads lower
-               (--json traced_token_busy_pct; traced_gpu_busy_pct is
-               its older name)
+               own time from their first kernel (a traced graph
+               launch's instrumenting before it left out), which
+               tracing stretches, so it reads lower (--json
+               traced_token_busy_pct; traced_gpu_busy_pct is its
+               older name)
   engine       the program being watched (its decode loop); the
                engine adapter is decodemon's code inside it. The
                floor's bandwidth is decodemon's measured copy (a
