@@ -58,6 +58,16 @@ SPAN_COUNTS = ("span.tokens and span.clock_steps count this span alone (clock_st
                "span's windows")
 
 
+def _reaches_back(s: Snapshot) -> str | None:
+    """Where the clock's steps cover more seconds than the span (a clock of its own steps takes its newest 200 where
+    the span holds fewer): said, with both seconds; None where they fit in it."""
+    tk = s.tokens
+    if tk is None or not tk.span_s or not s.span_s or tk.span_s <= 1.05 * s.span_s:
+        return None
+    return (f"the rate's {tk.tokens} clock steps cover {tk.span_s:.3g} s, past the span's {s.span_s:.3g} s: the clock "
+            "reaches back for enough steps to time the loop")
+
+
 def span_json(s: Snapshot) -> dict:
     """The span the figures cover: its seconds, from and to (seconds into the source and unix time), the steps
     the clock's rate rests on and the tokens counted in it."""
@@ -73,7 +83,7 @@ def span_json(s: Snapshot) -> dict:
             "tokens": s.span_tokens if s.span_tokens is not None else
             (s.tokens_total if s.span_whole and (s.tokens_total or s.token_clock) else None),
             # which count is which: the top level's are the source's whole, these the span's
-            "counts": SPAN_COUNTS}
+            "counts": SPAN_COUNTS, "clock_reaches_back": _reaches_back(s)}
 
 
 def rolling_json(s: Snapshot, summary) -> dict | None:
@@ -99,6 +109,8 @@ def span_words(s: Snapshot) -> str:
     if j["clock_steps"] is not None:
         counted.append(f"the rate over {j['clock_steps']} clock steps")
     line += f", {', '.join(counted)}" if counted else ""
+    if j["clock_reaches_back"]:
+        line += f" ({j['clock_reaches_back']})"
     r = s.rolling_5s
     if r is not None and r.tokens is not None:
         line += (f"; the last {ROLLING_S:g} s alone read {r.tokens.ms_per_token:.4g} ms/token, "

@@ -66,7 +66,7 @@ def test_kernel_share_and_traced_token_busy_are_two_names_for_two_figures():
     assert j["traced_token_busy_pct"] < j["kernel_share_of_step_pct"]  # the traced token: stretched by tracing
     g = json.loads(cli("replay", GRAPH, "--json").stdout)
     assert g["pm_vs_window"]["traced_token_busy_pct"] == g["pm_vs_window"]["traced_gpu_busy_pct"]
-    for words in ("kernel_share_of_step_pct", "traced_token_busy_pct", "traced_gpu_busy_pct is\n               its "
+    for words in ("kernel_share_of_step_pct", "traced_token_busy_pct", "traced_gpu_busy_pct is its\n               "
                   "older name"):
         assert words in HELP
     s, t = texts(EAGER, 10.0)

@@ -255,3 +255,17 @@ def test_the_report_gives_a_tokens_bytes_measured_beside_the_models_in_the_cache
     j = _json("h100_llama_cpp_server1b_np4.dmon")  # a step's ÷ its tokens, as --json's bytes_per_token_measured
     assert f"- bytes a token: {j['bytes_per_token_measured'] / 1e9:.3f} GB measured" in md
     assert "a step's ÷ its 4 tokens" in md
+
+
+def test_a_span_the_clock_reaches_past_says_so_and_a_step_starts_clock_says_it_counts_every_step():
+    j = _json("h200_unmarked_manual_1.dmon", "--last", "2")
+    assert j["span"]["clock_reaches_back"].startswith(f"the rate's {j['clock_steps']} clock steps cover ")
+    assert j["clock_span_s"] > 1.05 * j["span"]["seconds"]
+    assert _json("h100_eager.dmon")["span"]["clock_reaches_back"] is None
+    note = _json("h200_unmarked_manual_1.dmon")["ms_per_token_note"]
+    assert "every step counts, those the observer's own steps slowed too" in note and "left out" not in note
+
+
+def test_kernels_past_a_counted_clocks_step_call_it_a_mean():
+    j = _json("h100_llama_cpp_server8b_injected.dmon")
+    assert j["kernels_past_step"].endswith("ms mean step: traced kernels run longer than untraced ones")

@@ -8,6 +8,8 @@ that marks ahead of the GPU cuts the step short. A screen that shows both number
 
 from __future__ import annotations
 
+from decodemon.monitor.token_clock import clock_kind
+
 FLAG_RATIO = 1.5
 
 
@@ -37,7 +39,8 @@ def kernels_past_step(s) -> str:
     if i.kernel_sum_ms_per_token <= i.ms_per_token:
         return ""
     return (f"kernels {i.kernel_sum_ms_per_token:.3g} ms are {100 * i.kernel_sum_ms_per_token / i.ms_per_token:.0f}% "
-            f"of the {i.ms_per_token:.4g} ms median step: traced kernels run longer than untraced ones")
+            f"of the {i.ms_per_token:.4g} ms {clock_kind(s.token_clock)} step: traced kernels run longer than "
+            "untraced ones")
 
 
 DRAM_CHECK_PCT = 10.0  # bytes per token × tokens a second against PM's DRAM share of the peak: apart by more is said

@@ -35,7 +35,8 @@ def add(sub) -> None:
     add_source(p, ("a", "b"))
     p.add_argument("--json", action="store_true",
                    help="print both summaries, each over its whole recording or the seconds watched, and the ratios "
-                        "B/A (ms/token: of the medians; tokens/s: of the means); `differ` says where the model, "
+                        "B/A (ms/token: of each clock's ms, a median or a counted clock's mean; tokens/s: of the means); "
+                        "`differ` says where the model, "
                         "the TP degree, the device, the KV cache type, the batch or the clock is not the same, or A "
                         "and B are one source")
     add_seconds(p, None, f"pids: seconds to watch (app: until q; --json: {JSON_SECONDS:g}, all of them summarised)")

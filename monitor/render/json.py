@@ -10,7 +10,7 @@ from decodemon.monitor.render.text import in_marks, unit
 from decodemon.monitor.rolling import headline
 from decodemon.monitor.span import rolling_json, span_json
 from decodemon.monitor.token_clock import CLOCK_NOTES, MEAN_CLOCKS, PROVISIONAL_STEPS, clock_kind
-
+from decodemon.monitor.token_clock import CLOCK_NOTES, MEAN_CLOCKS, PROVISIONAL_STEPS, STEP_STARTS, clock_kind
 if TYPE_CHECKING:
     from decodemon.monitor.analysis.window import WindowMetrics
     from decodemon.monitor.snapshot import Snapshot
@@ -227,8 +227,11 @@ def _clock_json(s: Snapshot) -> dict:
                                "with the p90 and p99 of each interval's own ms a step; tokens_per_s is its inverse"
                                if s.token_clock in MEAN_CLOCKS else
                                "ms_per_token is the median of the clock's steps, with their p90 and p99; "
-                               "tokens_per_s is over their mean; the steps the observer's own steps overlapped are "
-                               "left out of both (observer_cost.slowed_tokens)")
+                               "tokens_per_s is over their mean; "
+                               + ("every step counts, those the observer's own steps slowed too (the loop's rate as "
+                                  "it ran; observer_cost.slowed_tokens says how many)" if s.token_clock == STEP_STARTS
+                                  else "the steps the observer's own steps overlapped are left out of both "
+                                       "(observer_cost.slowed_tokens)"))
                               + ("; the clock's marks are a batched engine's decode steps, so both are per step "
                                  "(ms per step, steps/s), as is every other *_per_token figure (bytes_per_token, "
                                  "the floor's, too) but bytes_per_token_measured and bytes_per_token_model, a "
