@@ -38,9 +38,9 @@ def kernels_past_step(s) -> str:
         return ""
     if i.kernel_sum_ms_per_token <= i.ms_per_token:
         return ""
+    kind = clock_kind(getattr(s, "token_clock", None))  # a sweep's band has no clock of its own: its median
     return (f"kernels {i.kernel_sum_ms_per_token:.3g} ms are {100 * i.kernel_sum_ms_per_token / i.ms_per_token:.0f}% "
-            f"of the {i.ms_per_token:.4g} ms {clock_kind(s.token_clock)} step: traced kernels run longer than "
-            "untraced ones")
+            f"of the {i.ms_per_token:.4g} ms {kind} step: traced kernels run longer than untraced ones")
 
 
 DRAM_CHECK_PCT = 10.0  # bytes per token × tokens a second against PM's DRAM share of the peak: apart by more is said
