@@ -51,6 +51,12 @@ class Diagnosis:
     serial_fraction: float | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
 
+    @property
+    def per_kernel_word(self) -> str:
+        """What us_per_kernel is a kernel's: its "idle", or the step's time "available" where no kernel time and no
+        floor priced LAUNCH."""
+        return "available" if self.candidates["launch"].quantity == "launching_pct_of_step" else "idle"
+
     def as_json(self) -> dict:
         """The JSON contract shared by `diagnose`, `report`, `attach --json`."""
         # every key always there; a figure not measured (or a prediction not made) is null, never "n/a" or absent

@@ -14,15 +14,10 @@ from decodemon.monitor.span import span_words
 from decodemon.monitor.safe_text import markdown as md
 from decodemon.monitor.safe_text import markdown_code, visible_lines
 from decodemon.monitor.render.json import kernels_from_words
-from decodemon.monitor.render.text import counted, in_marks, rejected_text, runtime_split
+from decodemon.monitor.render.text import counted, in_marks, rejected_text, runtime_split, token_bytes
 
 if TYPE_CHECKING:
     from decodemon.monitor.snapshot import Snapshot
-
-
-def _kind(s: Snapshot) -> str:
-    """What the clock's ms/token is: a counted clock's seconds over its steps (a mean), else the median mark."""
-    return clock_kind(s.token_clock)
 
 
 def _launches(s: Snapshot) -> str:
@@ -37,11 +32,6 @@ def _launches(s: Snapshot) -> str:
     if med is not None and f"{med:.3f}" != f"{w.kernel_sum_ms_per_token:.3f}":  # say which one LAUNCH reads
         line += f" (LAUNCH reads the span's windows' median, {med:.3f})"
     return line
-
-
-def _available(d) -> bool:
-    """The per-kernel figure is the step's time a kernel (no kernel time, no floor), not an idle."""
-    return d.candidates["launch"].quantity == "launching_pct_of_step"
 
 
 def _per_launch(s: Snapshot) -> str:
@@ -112,12 +102,12 @@ def _figures(s: Snapshot) -> list[str]:
     d, tk, w = s.diagnosis, s.tokens, s.window
     out = []
     if tk and s.tokens_per_step is not None:  # a batched engine: a step is the mark, and makes a token a sequence
-        out.append(f"- {tk.ms_per_token:.3f} ms/step {_kind(s)} (p90 {tk.ms_per_token_p90:.3f}), "
+        out.append(f"- {tk.ms_per_token:.3f} ms/step {clock_kind(s.token_clock)} (p90 {tk.ms_per_token_p90:.3f}), "
                    f"{tk.tokens_per_s:.1f} steps/s over {tk.tokens} clock steps; {s.tokens_per_step:g} tokens/step; "
                    f"{s.throughput_tokens_per_s or 0:.1f} tokens/s in all (the tokens counted, not steps/s × "
                    f"tokens/step){_provisional(s)}")
     elif tk:
-        out.append(f"- {tk.ms_per_token:.3f} ms/token {_kind(s)} (p90 {tk.ms_per_token_p90:.3f}), "
+        out.append(f"- {tk.ms_per_token:.3f} ms/token {clock_kind(s.token_clock)} (p90 {tk.ms_per_token_p90:.3f}), "
                    f"{tk.tokens_per_s:.1f} tokens/s over {tk.tokens} clock steps{_tokens_counted(s)}")
     if w:
         elsewhere = kernels_from_words(s)  # the span traced no window: say whose kernel figures these are
@@ -125,15 +115,15 @@ def _figures(s: Snapshot) -> list[str]:
         out.append(_launches(s))
     over = _per_launch(s)
     if over:
-        out.append(f"- {d.us_per_kernel:.2f} µs {'available' if _available(d) else 'idle'} per kernel, over {over}")
+        out.append(f"- {d.us_per_kernel:.2f} µs {d.per_kernel_word} per kernel, over {over}")
     out += _busy(s)
     if s.pm_check is not None:
         c = s.pm_check
         n = f"{c.samples} PM sample" + ("s" if c.samples != 1 else "")
         out.append(f"- over the traced tokens, the same {n}: GPU busy {c.pm_busy_pct:.1f}% from "
                    f"PM's counter, traced-token busy {c.traced_busy_pct:.1f}% (the traced kernels' union)")
-    tps = s.tokens_per_step or 1.0  # a batched engine's figures are its step's: a token's is the step's ÷ tokens
-    measured, model = ((b / tps if b else None) for b in (s.bytes_per_token_measured, s.bytes_per_token_model))
+    tps = s.tokens_per_step or 1.0
+    measured, model = token_bytes(s)
     if measured or model:  # a token's bytes, both figures where both came (a batched step's are in --json)
         kv = s.model.kv_dtype if s.model is not None else None
         priced = (f"weights + {kv + ' ' if kv else ''}KV at depth {s.depth}" if s.depth else
@@ -181,7 +171,7 @@ def diagnosis_markdown(s: Snapshot) -> str:
         v = "?" if c.value is None else f"{c.value:.4g} {c.unit}"
         if k == "launch" and c.value is not None and d.us_per_kernel is not None and _per_launch(s):
             # the seeds' figure beside it, and what it divides by: kernels, not the kernel launch calls
-            v += f" ({d.us_per_kernel:.3g} µs {'available' if _available(d) else 'idle'} per kernel, {_per_launch(s)})"
+            v += f" ({d.us_per_kernel:.3g} µs {d.per_kernel_word} per kernel, {_per_launch(s)})"
         out.append(f"| {k.upper()} | {c.state} | {v} | {c.threshold} | {md(c.detail)} |")  # it names kernels
     if w and w.kernels:
         out += ["", "## Kernels that leave the most SMs idle (grid vs SMs)", "",

@@ -26,6 +26,12 @@ def counted(n: float, one: str, many: str) -> str:
     return f"{n:.0f} {one if round(n) == 1 else many}"
 
 
+def token_bytes(s) -> tuple[float | None, float | None]:
+    """A token's bytes (measured, the model's): a batched engine's figures are its step's, so ÷ its tokens."""
+    tps = s.tokens_per_step or 1.0
+    return tuple((b / tps if b else None) for b in (s.bytes_per_token_measured, s.bytes_per_token_model))
+
+
 def unit(s) -> str:
     """What one mark is: a batched engine's marks are steps."""
     return "step" if s.tokens_per_step is not None else "token"
@@ -54,8 +60,7 @@ def diagnose_text(d: Diagnosis) -> str:
         lines.append(f"  {k:<10} {c.state:<9} {v:<28} {c.detail}")
         lines.append(f"  {'':<10} threshold: {c.threshold}")  # the rule it was held to, as on screen
     if d.us_per_kernel is not None:
-        per_kernel = d.candidates["launch"].quantity == "launching_pct_of_step"  # numbers alone: the time each kernel has
-        lines.append(f"{'µs available per kernel' if per_kernel else 'µs idle per kernel'}: {d.us_per_kernel:.3g}")
+        lines.append(f"µs {d.per_kernel_word} per kernel: {d.us_per_kernel:.3g}")
     if d.serial_fraction is not None:
         s = d.serial_fraction
         lines.append(f"serial fraction: {s:.3f}" + ("" if 0.0 <= s <= 1.0 else

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from decodemon.monitor.render.text import rejected_text
+from decodemon.monitor.render.text import rejected_text, token_bytes
 from decodemon.monitor.token_clock import PROVISIONAL_STEPS, clock_kind
 from decodemon.monitor.widgets import tcss
 from decodemon.monitor.widgets.format import Redraw, num
@@ -66,8 +66,7 @@ class HeaderPanel(Redraw, Static):
                 t.append(f" = {i.bytes_per_token / 1e9:.3g} GB ({bytes_short(s)}) ÷ {i.bandwidth_gbs:.4g} GB/s "
                          f"({bandwidth_short(s.bandwidth_source)})", style="dim")
             self._append_whole(t, "  ", f"{tk.ms_per_token / floor:.1f}× floor", width, style="bold yellow")
-        tps = s.tokens_per_step or 1.0  # a batched engine's figures are its step's: a token's is the step's ÷ tokens
-        measured, model_b = ((b / tps if b else None) for b in (s.bytes_per_token_measured, s.bytes_per_token_model))
+        measured, model_b = token_bytes(s)  # a token's, a batched engine's step's ÷ its tokens
         if measured and model_b:  # the DRAM counters' bytes a token beside the model's own (both a token's)
             self._append_whole(t, "  ", f"{measured / 1e9:.3g} GB/token measured (PM DRAM), the model's "
                                f"{model_b / 1e9:.3g}", width, style="dim")

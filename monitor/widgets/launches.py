@@ -31,8 +31,7 @@ class LaunchesPanel(Panel):
                      f"{counted(w.graph_launches_per_token, 'graph launch', 'graph launches')} · "
                      f"{counted(w.memcpys_per_token, 'copy', 'copies')}\n")
             per = s.diagnosis.us_per_kernel
-            what = "available" if s.diagnosis.candidates["launch"].quantity == "launching_pct_of_step" else "idle"
-            t.append(f"{num(per, '.2f')} µs {what} per kernel\n", style="yellow")
+            t.append(f"{num(per, '.2f')} µs {s.diagnosis.per_kernel_word} per kernel\n", style="yellow")
             if s.dropped_records:
                 t.append(f"{s.dropped_records} records dropped or invalid\n", style="red")
             hist = (s.series or {}).get("kernels_per_token", ())
