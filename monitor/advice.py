@@ -64,7 +64,7 @@ def _launch_advice(i: Inputs, floor: float | None, ms: float) -> tuple[str, str,
                 f"Cut the host's work per step: if ms/token does not fall from {ms:.3g} toward {busy_ms:.3g} ms "
                 "(the GPU's busy time), the host was not what bound the token.",
                 f"no host work between steps: {ms:.3g} → ~{busy_ms:.3g} ms/token")
-    target = i.kernel_sum_ms_per_token if i.kernel_sum_ms_per_token is not None else floor
+    target = i.kernel_ms if i.kernel_ms is not None else floor
     tgt = f"{target:.3g} ms" if target else "the kernel time"
     if (i.graph_launches_per_token or 0) >= 1:
         return ("the step is already a CUDA graph: the host's work between replays binds (sampling, stop checks, "
@@ -83,7 +83,7 @@ def _graph_win(i: Inputs, ms: float, target: float | None, tgt: str) -> str:
     """The eager step replayed as a graph: toward its kernels' time, or at best toward the bandwidth floor where no
     kernel time was traced (the kernels' own time, unknown, sets where it stops)."""
     less = f" ({100 * (1 - target / ms):.0f}% less)" if target and ms else ""
-    if i.kernel_sum_ms_per_token is None and target:
+    if i.kernel_ms is None and target:
         return (f"graph capture: {ms:.3g} → at best ~{tgt}/token{less}, the bandwidth floor: the kernels' own time "
                 "(not traced) sets where it stops")
     return f"graph capture: {ms:.3g} → ~{tgt}/token{less}"
@@ -148,8 +148,8 @@ def _open_advice(i: Inputs, floor: float | None, ms: float, launch: Candidate, p
         top = i.top_kernel
         t = f" ({top[0]}, {top[1]:.0f} µs/token)" if top else ""
         far = bool(floor) and ms / floor > BANDWIDTH_NEAR_RATIO  # too far above the floor for BANDWIDTH
-        fill = (f"the kernels fill {100 * i.kernel_sum_ms_per_token / ms:.0f}% of the step{t}"
-                if i.kernel_sum_ms_per_token is not None and ms else
+        fill = (f"the kernels fill {100 * i.kernel_ms / ms:.0f}% of the step{t}"
+                if i.kernel_ms is not None and ms else
                 f"the GPU is busy {i.gpu_busy_pct:.0f}% of the step (a launch's share is ruled out){t}"
                 if i.gpu_busy_pct is not None else f"a launch's share of the step is ruled out{t}")
         return (f"{fill} and no ceiling binds at these numbers: measure {missing} to say "

@@ -85,7 +85,8 @@ class Inputs:
     collectives_per_token: float | None = None
     us_per_collective: float | None = None  # one call's price: its kernel when not waiting for a peer + launch gap
     collective_wait_ms_per_token: float | None = None  # kernels' time beyond that: waiting for a late peer
-    kernel_sum_ms_per_token: float | None = None  # from a trace: lets LAUNCH use measured idle time
+    kernel_sum_ms_per_token: float | None = None  # from a trace: each kernel's own time, added
+    kernel_busy_ms_per_token: float | None = None  # their union: those that run at once counted once
     gpu_busy_pct: float | None = None
     sm_active_pct: float | None = None
     small_grid_share_pct: float | None = None
@@ -107,6 +108,19 @@ class Inputs:
     ranks: int | None = None  # tensor-parallel degree when the engine said it
     untraced: bool = False  # no traced window can come (watched from outside, tracing off): GPU busy prices LAUNCH
     no_gpu: bool = False  # the target runs on the CPU: no GPU ceiling can be priced, ms/token is the figure
+
+    @property
+    def kernel_ms(self) -> float | None:
+        """The GPU time a token's traced kernels cover, which the step's idle is taken against: their union where
+        given (kernels on two streams at once count once), else their sum (by hand, a sweep's band)."""
+        busy = self.kernel_busy_ms_per_token
+        return busy if busy is not None else self.kernel_sum_ms_per_token
+
+    @property
+    def kernels_overlap_words(self) -> str:
+        """" (N ms summed: some run at once)" where the union is 1% or more under the sum, else ""."""
+        s, u = self.kernel_sum_ms_per_token, self.kernel_busy_ms_per_token
+        return f" ({s:.4g} ms summed: some run at once)" if s is not None and u is not None and s >= 1.01 * u else ""
 
 
 def bandwidth_floor_ms(bytes_per_token: float, bandwidth_gbs: float) -> float:
@@ -238,10 +252,10 @@ def host_between_replays(i: Inputs, floor: float | None) -> str:
     """On a replayed CUDA graph, the GPU idle for a larger share of the step than any other candidate could claim
     (the bandwidth floor's share, the small grids' share of the step): the host's work between replays sets the
     token. Why, in words; "" when it does not hold."""
-    if not ((i.graph_launches_per_token or 0) >= 1 and i.ms_per_token and i.kernel_sum_ms_per_token is not None):
+    if not ((i.graph_launches_per_token or 0) >= 1 and i.ms_per_token and i.kernel_ms is not None):
         return ""
-    idle = max(0.0, 1.0 - i.kernel_sum_ms_per_token / i.ms_per_token)
-    kernels = min(1.0, i.kernel_sum_ms_per_token / i.ms_per_token)
+    idle = max(0.0, 1.0 - i.kernel_ms / i.ms_per_token)
+    kernels = min(1.0, i.kernel_ms / i.ms_per_token)
     others = {"the bandwidth floor": (floor / i.ms_per_token) if floor else 0.0,
               "the small grids": kernels * (i.small_grid_share_pct or 0.0) / 100.0}
     if idle < LAUNCH_IDLE_RULED_OUT or idle <= max(others.values()):
@@ -272,8 +286,8 @@ def _launch_priced(i: Inputs, floor: float | None) -> tuple[Candidate, float | N
                          _needs(("ms/token", i.ms_per_token), ("kernels/token", i.kernels_per_token)),
                          "idle_pct_of_step"), None
     n = i.kernels_per_token
-    if i.kernel_sum_ms_per_token is not None:
-        idle = max(i.ms_per_token - i.kernel_sum_ms_per_token, 0.0)
+    if i.kernel_ms is not None:
+        idle = max(i.ms_per_token - i.kernel_ms, 0.0)
         idle_share = idle / i.ms_per_token
         per = idle * 1e3 / n
         thr = LAUNCH_IDLE_THRESHOLD
@@ -281,9 +295,9 @@ def _launch_priced(i: Inputs, floor: float | None) -> tuple[Candidate, float | N
         graphed = (i.graph_launches_per_token or 0) >= 1
         waited = i.collective_wait_ms_per_token or 0.0
         detail = (f"{idle:.3g} ms/token no kernel explains ({100 * idle_share:.0f}% of the step: {i.ms_per_token:.4g} "
-                  f"− {i.kernel_sum_ms_per_token:.4g} ms of kernels"
+                  f"− {i.kernel_ms:.4g} ms of kernels{i.kernels_overlap_words}"
                   + (", taken as 0: the traced kernels run longer than the untraced step"
-                     if i.kernel_sum_ms_per_token > i.ms_per_token else "")
+                     if i.kernel_ms > i.ms_per_token else "")
                   + (f", {waited:.3g} ms of it collectives waiting for a late peer"
                      if peer_wait_named(waited, i.ms_per_token) else "") + f") over {n:.0f} kernels = {per:.3g} µs each; "
                   + (f"the step is a replayed CUDA graph: {_launches_counted(i)}"
@@ -392,8 +406,8 @@ def price_occupancy(i: Inputs, bw_ratio: float | None = None) -> Candidate:
     # the idle LAUNCH prices (the traced kernels' share of the step) decides here too, where it is known: one
     # diagnosis never reads the GPU as idle for LAUNCH and busy for OCCUPANCY from two instruments
     step_busy = busy
-    if i.kernel_sum_ms_per_token is not None and i.ms_per_token:
-        step_busy = min(100.0, 100.0 * i.kernel_sum_ms_per_token / i.ms_per_token)
+    if i.kernel_ms is not None and i.ms_per_token:
+        step_busy = min(100.0, 100.0 * i.kernel_ms / i.ms_per_token)
     if step_busy is not None and step_busy < 50:
         where = "" if step_busy == busy else f" (the kernel share is {step_busy:.0f}% of it)"
         return Candidate(i.small_grid_share_pct, "% kernel time in small grids", thr, UNKNOWN,
@@ -431,7 +445,6 @@ def own_kernel_ms(kernel_ms: float | None, wait_ms: float | None) -> float | Non
 
 def kernels_fill_step(i: Inputs, launch: Candidate) -> bool:
     """The kernels' sum is most of the step (or, with no trace, a launch's share of it is ruled out)."""
-    fills = (i.kernel_sum_ms_per_token is not None and bool(i.ms_per_token)
-             and i.kernel_sum_ms_per_token / i.ms_per_token >= KERNELS_FILL_STEP)
-    return fills or (i.kernel_sum_ms_per_token is None and launch.state == RULED_OUT)
+    fills = (i.kernel_ms is not None and bool(i.ms_per_token) and i.kernel_ms / i.ms_per_token >= KERNELS_FILL_STEP)
+    return fills or (i.kernel_ms is None and launch.state == RULED_OUT)
 

@@ -110,8 +110,8 @@ def _comm_outweighed(i: Inputs, comm, comm_ms: float | None, bw):
     The seeds stop "when one of them is obviously binding"; weighed as LAUNCH and OCCUPANCY are above."""
     if comm.state != BINDING or comm_ms is None or not i.ms_per_token:
         return comm
-    if i.kernel_sum_ms_per_token is not None and i.ms_per_token - i.kernel_sum_ms_per_token > comm_ms:
-        idle = i.ms_per_token - i.kernel_sum_ms_per_token
+    if i.kernel_ms is not None and i.ms_per_token - i.kernel_ms > comm_ms:
+        idle = i.ms_per_token - i.kernel_ms
         return replace(comm, state=UNKNOWN, detail=f"{comm.detail}; not what binds: the GPU's idle between kernels "
                                                    f"({idle:.3g} ms a token, LAUNCH's) is more of the step than the "
                                                    f"collectives' {comm_ms:.3g} ms")
@@ -127,7 +127,8 @@ def diagnose(i: Inputs, speedup: float | None = None, n: int | None = None) -> D
     if i.kernel_sum_ms_per_token is not None and i.collective_wait_ms_per_token:
         # a collective kernel spinning while it waits for a late peer is not this rank's work: that time is the
         # step's idle for LAUNCH and OCCUPANCY (COMM's detail says it, as a straggling rank's ceiling)
-        i = replace(i, kernel_sum_ms_per_token=own_kernel_ms(i.kernel_sum_ms_per_token, i.collective_wait_ms_per_token))
+        i = replace(i, kernel_sum_ms_per_token=own_kernel_ms(i.kernel_sum_ms_per_token, i.collective_wait_ms_per_token),
+                    kernel_busy_ms_per_token=own_kernel_ms(i.kernel_busy_ms_per_token, i.collective_wait_ms_per_token))
     bw, floor = price_bandwidth(i)
     comm, comm_ms = price_comm(i)
     launch, per_launch = price_launch(i, floor)
@@ -165,7 +166,7 @@ def _kernels_are_the_cost(i: Inputs, cands: dict) -> dict:
     # SM active alone, near the floor, does not tell grids from memory (SMs stall on memory in both)
     leaning_occ = ((i.small_grid_share_pct is not None and i.small_grid_share_pct >= OCCUPANCY_LEANING_SHARE_PCT)
                    or (sm_ratio is not None and sm_ratio < 0.5 and (ratio is None or ratio > BANDWIDTH_NEAR_RATIO)))
-    fill = ("the kernels fill the step" if i.kernel_sum_ms_per_token is not None
+    fill = ("the kernels fill the step" if i.kernel_ms is not None
             else "a launch's share of the step is ruled out")
     if leaning_occ and occ.state != RULED_OUT and (ratio is None or ratio < BANDWIDTH_RULED_OUT_RATIO * 10):
         lean = (f"{i.small_grid_share_pct:.0f}% of kernel time in small grids (≥{OCCUPANCY_LEANING_SHARE_PCT:g}%)"
@@ -196,7 +197,7 @@ def _missing(i: Inputs, cands: dict) -> str:
         return "the grids (a traced window)"
     if i.kernels_per_token is None and not i.untraced:
         return "kernels per token (a traced window)"
-    if i.kernel_sum_ms_per_token is None and cands["launch"].state == UNKNOWN and not i.untraced:
+    if i.kernel_ms is None and cands["launch"].state == UNKNOWN and not i.untraced:
         return "the kernels' time per token (a traced window)"
     return ""
 

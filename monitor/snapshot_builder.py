@@ -260,6 +260,7 @@ class SnapshotBuilder:
             bw, bw_src = gpu.mem_bandwidth_gbs, "NVML peak (a spec figure, not measured)"
         last = wins[-1] if wins else None
         ksum = _median([w.kernel_sum_ms_per_token for w in wins]) if wins else None
+        kbusy = _median([w.kernel_busy_ms_per_token for w in wins if w.kernel_busy_ms_per_token is not None])
         # as the small grids' share counts them; a kernel of a few µs a call is held by its fixed latency, which
         # more blocks do not shorten (fusing it does): the longer calls lead, as the ones widening could speed up
         rows = sorted((r for r in (last.kernels if last else ()) if r.grid_coverage_pct < 25 and not r.is_collective),
@@ -278,7 +279,7 @@ class SnapshotBuilder:
         # Without PM counters, GPU busy is estimated as kernel time over the untraced step: the traced
         # token's own wall clock is stretched by tracing and would understate it. A collective spinning while it
         # waits for a late peer is not busy (the diagnosis counts it as the step's idle).
-        own = own_kernel_ms(ksum, coll_wait)
+        own = own_kernel_ms(kbusy if kbusy is not None else ksum, coll_wait)
         busy = pm_avg.get("gpu_busy_pct") if pm_avg else (
             min(100.0, 100.0 * own / ts.ms_per_token) if (own is not None and ts and ts.ms_per_token > 0) else None)
         host = f.host_collectives(since)
@@ -292,7 +293,7 @@ class SnapshotBuilder:
             kernels_per_token=_median([w.kernels_per_token for w in wins]) if wins else None,
             bytes_per_token=bpt, bandwidth_gbs=bw,
             collectives_per_token=coll_calls, us_per_collective=coll_us, collective_wait_ms_per_token=coll_wait,
-            kernel_sum_ms_per_token=ksum,
+            kernel_sum_ms_per_token=ksum, kernel_busy_ms_per_token=kbusy,
             gpu_busy_pct=busy, sm_active_pct=pm_avg.get("sm_active_pct"),
             small_grid_share_pct=_median([w.small_grid_share_pct for w in wins]) if wins else None,
             hot_small_grids=tuple(small[:5]), small_grids_long=len(rows) - len(short) if last else None,
@@ -382,9 +383,8 @@ class SnapshotBuilder:
                               self._clock_end_rx is not None and self._clock == STEP_STARTS else None),
             series=self.series(rx), host_collectives=f.host_collectives(since),
             host_clock_is_collective=host_clock_times_collectives(f.hello.model if f.hello else None, gpu),
-            kernel_share_pct=(min(100.0, 100.0 * own_kernel_ms(inp.kernel_sum_ms_per_token,
-                                                                inp.collective_wait_ms_per_token) / inp.ms_per_token)
-                              if inp.kernel_sum_ms_per_token is not None and inp.ms_per_token else None),
+            kernel_share_pct=(min(100.0, 100.0 * own_kernel_ms(inp.kernel_ms, inp.collective_wait_ms_per_token)
+                                  / inp.ms_per_token) if inp.kernel_ms is not None and inp.ms_per_token else None),
             inputs=inp, observer=self.observer_cost(ts), pm_check=self.pm_check(since),
             token_clock=self._clock, bytes_per_token_measured=self._bytes[0], bytes_per_token_model=self._bytes[1],
             throughput_tokens_per_s=throughput, tokens_per_step=per_step,

@@ -60,10 +60,11 @@ def bytes_source(summary: dict) -> str | None:
 
 
 def band_kernels_past_step(band: dict) -> str | None:
-    """A depth band's traced kernels summed past its median step, in the words the rest of decodemon uses (None
-    where they fit inside it)."""
+    """A depth band's traced kernels (their union, where the band has it) past its median step, in the words the
+    rest of decodemon uses (None where they fit inside it)."""
     s = SimpleNamespace(inputs=Inputs(ms_per_token=band.get("ms_per_token"),
-                                      kernel_sum_ms_per_token=band.get("kernel_sum_ms_per_token")))
+                                      kernel_sum_ms_per_token=band.get("kernel_sum_ms_per_token"),
+                                      kernel_busy_ms_per_token=band.get("kernel_busy_ms_per_token")))
     return kernels_past_step(s) or None
 
 

@@ -312,10 +312,10 @@ def test_the_time_profile_bins_an_attachs_tokens_by_time_since_it_started():
 
 
 def test_pm_checks_pool_by_samples_and_keep_the_widest_attach():
-    got = judge.pool_pm_checks([{"samples": 30, "pm_gpu_busy_pct": 10.0, "traced_gpu_busy_pct": 9.0},
-                                {"samples": 10, "pm_gpu_busy_pct": 14.0, "traced_gpu_busy_pct": 11.0},
-                                None, {"samples": 0, "pm_gpu_busy_pct": 90.0, "traced_gpu_busy_pct": 0.0}])
-    assert got == {"samples": 40, "attaches": 2, "pm_gpu_busy_pct": 11.0, "traced_gpu_busy_pct": 9.5,
+    got = judge.pool_pm_checks([{"samples": 30, "pm_gpu_busy_pct": 10.0, "window_gpu_busy_pct": 9.0},
+                                {"samples": 10, "pm_gpu_busy_pct": 14.0, "traced_gpu_busy_pct": 11.0},  # older name
+                                None, {"samples": 0, "pm_gpu_busy_pct": 90.0, "window_gpu_busy_pct": 0.0}])
+    assert got == {"samples": 40, "attaches": 2, "pm_gpu_busy_pct": 11.0, "window_gpu_busy_pct": 9.5,
                    "max_attach_gap_points": 3.0}
     assert judge.pool_pm_checks([None, {}]) is None
 
@@ -340,7 +340,7 @@ def test_the_limits_are_met_or_not_met_figure_by_figure():
                  attach=[_attach("D", 4.8), _attach("D", 4.9), _attach("Ddense", 1.0, pm="off"), _attach("Dlong", 4.8)],
                  accuracy={"decodemon_kernels_per_token": 1863.0, "profiler_kernels_per_token": 1863.02,
                            "decodemon_kernel_ms_per_token": 3.958, "profiler_kernel_ms_per_token": 3.969,
-                           "pm_vs_window": {"pm_gpu_busy_pct": 14.8, "traced_gpu_busy_pct": 12.9}})
+                           "pm_vs_window": {"pm_gpu_busy_pct": 14.8, "window_gpu_busy_pct": 12.9}})
     line = limits.limit_lines([ok])[-1]
     assert "not met" not in line
     assert ("median +0.40% raw (met); p99 1.040× raw (met); windows every 4.90 s at most (met); PM sampling armed "

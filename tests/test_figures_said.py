@@ -62,11 +62,11 @@ def test_the_kernel_share_note_states_the_figures_its_arithmetic_used(path):
     note, i = j["kernel_share_of_step_note"], snap.inputs
     assert note is not None
     # the kernels' ms it used (the median of the span's windows), the wait it took out, the step it divides by
-    assert f"the traced kernels {i.kernel_sum_ms_per_token:.4g} ms/token" in note
+    assert f"the traced kernels {i.kernel_ms:.4g} ms/token" in note  # their union: those at once count once
     assert f"over the {i.ms_per_token:.4g} ms median step = {j['kernel_share_of_step_pct']:.1f}%" in note
     assert f"median of the span's {snap.windows_in_span} traced windows" in note
     wait = i.collective_wait_ms_per_token
-    kernels, step = i.kernel_sum_ms_per_token, i.ms_per_token
+    kernels, step = i.kernel_ms, i.ms_per_token
     if wait:
         assert f"less {wait:.3g} ms/token of collectives waiting" in note
         # COMM's detail names the same wait the share took out
@@ -78,9 +78,9 @@ def test_the_kernel_share_note_states_the_figures_its_arithmetic_used(path):
     wait_said = stated[1] if wait else 0.0
     assert 100 * (k_said - wait_said) / step_said == pytest.approx(j["kernel_share_of_step_pct"], abs=0.1)
     assert 100 * kernels / step == pytest.approx(j["kernel_share_of_step_pct"], abs=0.05)
-    # where the JSON's kernel_sum_ms_per_token (the latest window's) is another figure, the note says so
+    # where the JSON's kernel_busy_ms_per_token (the latest window's) is another figure, the note says so
     if snap.windows_in_span > 1:
-        assert "kernel_sum_ms_per_token is the latest window's" in note
+        assert "kernel_busy_ms_per_token is the latest window's" in note
 
 
 def test_launch_on_a_replayed_graph_says_the_launch_calls_and_graph_launches_it_counted():

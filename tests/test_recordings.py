@@ -218,7 +218,7 @@ def test_pm_vs_window_leaves_out_a_graphed_windows_idle_head(graph):
     from decodemon.monitor.analysis.busy import pm_window_check
 
     c = graph["pm_vs_window"]
-    assert c["samples"] >= 1 and abs(c["pm_gpu_busy_pct"] - c["traced_gpu_busy_pct"]) <= 5
+    assert c["samples"] >= 1 and abs(c["pm_gpu_busy_pct"] - c["window_gpu_busy_pct"]) <= 5
     # with the head (the traced cudaGraphLaunch: GPU idle while CUPTI instruments the graph) the same check
     # would count samples both instruments call idle
     frames = [f for _, f in wire.read_recording(REC["graph"])]

@@ -29,6 +29,7 @@ def test_bands_are_powers_of_two_above_a_shallow_band():
 class _Win:
     def __init__(self, launches):
         self.kernels_per_token, self.kernel_sum_ms_per_token, self.small_grid_share_pct = launches, 1.0, 5.0
+        self.kernel_busy_ms_per_token = 1.0
 
 
 def test_each_band_times_only_steps_of_one_position():

@@ -65,7 +65,9 @@ def test_kernel_share_and_traced_token_busy_are_two_names_for_two_figures():
     assert j["traced_token_busy_pct"] == j["traced_gpu_busy_pct"]  # the old key kept, the same figure
     assert j["traced_token_busy_pct"] < j["kernel_share_of_step_pct"]  # the traced token: stretched by tracing
     g = json.loads(cli("replay", GRAPH, "--json").stdout)
-    assert g["pm_vs_window"]["traced_token_busy_pct"] == g["pm_vs_window"]["traced_gpu_busy_pct"]
+    # PM against the kernels over the same samples: a figure of its own, under a name of its own
+    assert set(g["pm_vs_window"]) == {"samples", "pm_gpu_busy_pct", "window_gpu_busy_pct", "over"}
+    assert g["pm_vs_window"]["over"].startswith(f"the {g['pm_vs_window']['samples']} PM samples wholly inside")
     for words in ("kernel_share_of_step_pct", "traced_token_busy_pct", "traced_gpu_busy_pct is its\n               "
                   "older name"):
         assert words in HELP

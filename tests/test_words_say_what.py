@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import json
 import re
+from types import SimpleNamespace
 
 import pytest
 
+from decodemon.monitor.analysis.agreement import kernels_past_step
+from decodemon.monitor.ceilings import Inputs
 from decodemon.monitor.render.markdown import diagnosis_markdown
 from decodemon.monitor.sources.collect import collect_recording
 from decodemon.monitor.span import summary_snapshot
@@ -43,8 +46,9 @@ def test_launchs_number_is_the_idle_share_its_threshold_reads(path):
     assert c["unit"].startswith("% of step GPU idle") and c["threshold"].startswith("GPU idle > 50% of the step")
     assert c["state"] == ("binding" if c["value"] >= 50 else "ruled_out" if c["value"] < 20 else "unknown") \
         or "graph" in c["detail"]  # a replayed graph's rule is its other candidates' shares
-    if j["kernel_sum_ms_per_token"] is not None and j["kernels_per_token"]:
-        idle = max(0.0, j["ms_per_token"] - j["kernel_sum_ms_per_token"])
+    if j["kernel_busy_ms_per_token"] is not None and j["kernels_per_token"]:
+        # the idle the kernels' union leaves: kernels that run at once count once
+        idle = max(0.0, j["ms_per_token"] - j["kernel_busy_ms_per_token"])
         assert c["value"] == pytest.approx(100 * idle / j["ms_per_token"], abs=0.01)
         assert j["us_per_kernel"] == pytest.approx(1e3 * idle / j["kernels_per_token"], abs=0.01)
 
@@ -267,5 +271,43 @@ def test_a_span_the_clock_reaches_past_says_so_and_a_step_starts_clock_says_it_c
 
 
 def test_kernels_past_a_counted_clocks_step_call_it_a_mean():
+    s = SimpleNamespace(inputs=Inputs(ms_per_token=6.0, kernel_sum_ms_per_token=6.6, kernel_busy_ms_per_token=6.3),
+                        token_clock="server_metrics")
+    assert kernels_past_step(s) == ("kernels 6.3 ms are 105% of the 6 ms mean step: traced kernels run longer "
+                                    "than untraced ones")
+
+
+def test_kernels_that_run_at_once_count_once_in_the_idle_and_the_kernel_share():
+    # llama-server 8B under `decodemon run` (H100): its kernels overlap on two streams, 6.28 ms summed in a 6.07 ms
+    # step; their union is what keeps the GPU busy, and the idle LAUNCH prices is the step less that
     j = _json("h100_llama_cpp_server8b_injected.dmon")
-    assert j["kernels_past_step"].endswith("ms mean step: traced kernels run longer than untraced ones")
+    busy, ksum, ms = j["kernel_busy_ms_per_token"], j["kernel_sum_ms_per_token"], j["ms_per_token"]
+    assert busy < ksum / 1.05 and ksum > ms > busy
+    assert j["kernels_past_step"] is None
+    c = j["candidates"]["launch"]
+    assert c["value"] == pytest.approx(100 * (ms - busy) / ms, abs=0.05) and c["value"] > 5
+    assert "ms summed: some run at once" in c["detail"]
+    assert j["kernel_share_of_step_pct"] == pytest.approx(100 * busy / ms, abs=0.1)
+    assert "ms summed: some run at once" in j["kernel_share_of_step_note"]
+    md = diagnosis_markdown(summary_snapshot(collect_recording(str(DATA / "h100_llama_cpp_server8b_injected.dmon"))))
+    assert "summed: some kernels run at once" in md
+
+
+@pytest.mark.parametrize("path", ["h200_hf_generate_static.dmon", "h200_eager.dmon", "h200_tp2_eager_rank0.dmon",
+                                  "h100_llama_cpp_lcpp8b_nographs.dmon"])
+def test_the_runtimes_launch_calls_are_some_of_the_hosts(path):
+    # the runtime's calls are matched to the token's kernels by correlation id: on a host that runs ahead
+    # (transformers' static-cache generate), the calls made while a step runs on the GPU are other tokens'
+    j = _json(path)
+    assert j["runtime_launch_calls_per_token"] <= j["kernel_launch_calls_per_token"]
+    assert j["host_launch_calls_per_token"] == pytest.approx(j["kernel_launch_calls_per_token"]
+                                                             + j["graph_launches_per_token"], abs=0.01)
+
+
+def test_pm_against_the_window_has_names_of_its_own():
+    j = _json("h200_hf_generate_static.dmon")
+    c = j["pm_vs_window"]
+    assert "traced_token_busy_pct" not in c and "traced_gpu_busy_pct" not in c  # the top level's, another figure
+    assert abs(c["pm_gpu_busy_pct"] - c["window_gpu_busy_pct"]) <= 5  # one GPU time, two instruments
+    assert c["over"] == f"the {c['samples']} PM samples wholly inside the span's traced tokens, each instrument " \
+                        "over the same GPU time"

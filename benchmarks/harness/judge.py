@@ -213,6 +213,11 @@ def pool_pm_checks(checks: list) -> dict | None:
     if not n:
         return None
     pm = sum(c["pm_gpu_busy_pct"] * c["samples"] for c in cs) / n
-    tr = sum(c["traced_gpu_busy_pct"] * c["samples"] for c in cs) / n
-    return {"samples": n, "attaches": len(cs), "pm_gpu_busy_pct": round(pm, 2), "traced_gpu_busy_pct": round(tr, 2),
-            "max_attach_gap_points": round(max(abs(c["pm_gpu_busy_pct"] - c["traced_gpu_busy_pct"]) for c in cs), 1)}
+    tr = sum(window_busy(c) * c["samples"] for c in cs) / n
+    return {"samples": n, "attaches": len(cs), "pm_gpu_busy_pct": round(pm, 2), "window_gpu_busy_pct": round(tr, 2),
+            "max_attach_gap_points": round(max(abs(c["pm_gpu_busy_pct"] - window_busy(c)) for c in cs), 1)}
+
+
+def window_busy(check: dict) -> float | None:
+    """A pm_vs_window's traced kernels' busy over its samples (`traced_gpu_busy_pct` in older results)."""
+    return check.get("window_gpu_busy_pct", check.get("traced_gpu_busy_pct"))

@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+from .judge import window_busy
+
 LIMITS = {"median_pct": 1.0, "p99_ratio": 1.1, "window_s": 5.0, "kernel_ms_pct": 3.0, "pm_points": 5.0}
 
 
@@ -58,8 +60,8 @@ def _accuracy_parts(acc: dict) -> list[str]:
         dk = 100 * (km / kp - 1)
         parts.append(f"kernel ms {dk:+.1f}% ({_ok(dk, LIMITS['kernel_ms_pct'], le=False)})")
     pv = acc.get("pm_vs_window") or {}
-    if pv.get("pm_gpu_busy_pct") is not None and pv.get("traced_gpu_busy_pct") is not None:
-        dp = pv["pm_gpu_busy_pct"] - pv["traced_gpu_busy_pct"]
+    if pv.get("pm_gpu_busy_pct") is not None and window_busy(pv) is not None:
+        dp = pv["pm_gpu_busy_pct"] - window_busy(pv)
         parts.append(f"PM {dp:+.1f} points ({_ok(dp, LIMITS['pm_points'], le=False)})")
     return parts
 

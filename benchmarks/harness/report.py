@@ -5,7 +5,7 @@ The run prints this and writes it to OUTDIR/benchmarks.md; docs/benchmarks.md is
 
 from __future__ import annotations
 
-from .judge import CANARY_WINDOW, START_S
+from .judge import CANARY_WINDOW, START_S, window_busy
 from .limits import fmt, limit_lines
 
 NAMES = {"D": "decodemon, defaults", "P": "torch.profiler (CPU+CUDA)", "Ddense": "decodemon, dense (2 tokens every 1 s)",
@@ -79,8 +79,8 @@ def accuracy_table(results: list[dict]) -> list[str]:
         kd, kp = a["decodemon_kernel_ms_per_token"], a["profiler_kernel_ms_per_token"]
         diff = f" ({100 * (kd / kp - 1):+.1f}%)" if kd and kp else ""
         c = a.get("pm_vs_window")
-        same = (f"{c['pm_gpu_busy_pct']:.1f}% vs {c['traced_gpu_busy_pct']:.1f}% "
-                f"({c['pm_gpu_busy_pct'] - c['traced_gpu_busy_pct']:+.1f} points; {c['samples']} samples of "
+        same = (f"{c['pm_gpu_busy_pct']:.1f}% vs {window_busy(c):.1f}% "
+                f"({c['pm_gpu_busy_pct'] - window_busy(c):+.1f} points; {c['samples']} samples of "
                 f"{c['attaches']} attaches, widest attach {c['max_attach_gap_points']:g})" if c else "n/a")
         lines.append(f"| {r['mode']} | {fmt(a['decodemon_kernels_per_token'], '.1f')} vs "
                      f"{fmt(a['profiler_kernels_per_token'], '.1f')} | {fmt(kd)} vs {fmt(kp)}{diff} | {same} | "

@@ -31,15 +31,15 @@ def busy_disagreement(pm_busy_pct: float | None, traced_share_pct: float | None)
 
 
 def kernels_past_step(s) -> str:
-    """Where the traced kernels' sum is longer than the median step of snapshot `s`: said, never clipped to 100%
-    ("" otherwise)."""
+    """Where the traced kernels' time (their union: kernels that run at once count once) is longer than the median
+    step of snapshot `s`: said, never clipped to 100% ("" otherwise)."""
     i = s.inputs
-    if i is None or i.kernel_sum_ms_per_token is None or not i.ms_per_token:
+    if i is None or i.kernel_ms is None or not i.ms_per_token:
         return ""
-    if i.kernel_sum_ms_per_token <= i.ms_per_token:
+    if i.kernel_ms <= i.ms_per_token:
         return ""
     kind = clock_kind(getattr(s, "token_clock", None))  # a sweep's band has no clock of its own: its median
-    return (f"kernels {i.kernel_sum_ms_per_token:.3g} ms are {100 * i.kernel_sum_ms_per_token / i.ms_per_token:.0f}% "
+    return (f"kernels {i.kernel_ms:.3g} ms are {100 * i.kernel_ms / i.ms_per_token:.0f}% "
             f"of the {i.ms_per_token:.4g} ms {kind} step: traced kernels run longer than untraced ones")
 
 

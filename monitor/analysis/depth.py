@@ -39,6 +39,7 @@ class DepthBand:
     kernel_sum_ms_per_token: float | None
     windows: int  # traced windows that fell in the band
     verdict: str
+    kernel_busy_ms_per_token: float | None = None  # the kernels' union: those that run at once counted once
 
     @property
     def label(self) -> str:
@@ -51,7 +52,8 @@ class DepthBand:
         return {"depth_band": self.label, "lo": self.lo, "hi": self.hi, "tokens": self.tokens,
                 "depth_median": self.depth_median, "ms_per_token": r(self.ms_per_token, 4),
                 "kernels_per_token": r(self.kernels_per_token, 1), "bytes_per_token": r(self.bytes_per_token, 0),
-                "kernel_sum_ms_per_token": r(self.kernel_sum_ms_per_token, 4), "windows": self.windows,
+                "kernel_sum_ms_per_token": r(self.kernel_sum_ms_per_token, 4),
+                "kernel_busy_ms_per_token": r(self.kernel_busy_ms_per_token, 4), "windows": self.windows,
                 "verdict": self.verdict}
 
 
@@ -120,21 +122,25 @@ def _band(lo: int, hi: int, dt_ms: np.ndarray, dmed: int, wins: list, model, bas
     ms = float(np.median(dt_ms))
     launches = _median([w.kernels_per_token for w in wins])
     ksum = _median([w.kernel_sum_ms_per_token for w in wins])
+    kbusy = _median([w.kernel_busy_ms_per_token for w in wins if w.kernel_busy_ms_per_token is not None])
     bpt = float(model.bytes_per_token(dmed)) if model is not None else None
     b = base or dx.Inputs()
     busy = b.gpu_busy_pct
-    if ksum is not None and b.sm_active_pct is None:  # no PM counters: busy is kernel time over the step
-        busy = min(100.0, 100.0 * ksum / ms) if ms else None
+    own = kbusy if kbusy is not None else ksum
+    if own is not None and b.sm_active_pct is None:  # no PM counters: busy is kernel time over the step
+        busy = min(100.0, 100.0 * own / ms) if ms else None
     inp = replace(b, ms_per_token=ms, bytes_per_token=bpt if bpt is not None else b.bytes_per_token,
                   kernels_per_token=launches if launches is not None else b.kernels_per_token,
                   kernel_sum_ms_per_token=ksum if ksum is not None else b.kernel_sum_ms_per_token,
+                  kernel_busy_ms_per_token=kbusy if ksum is not None else b.kernel_busy_ms_per_token,
                   gpu_busy_pct=busy,
                   small_grid_share_pct=(_median([w.small_grid_share_pct for w in wins]) if wins
                                         else b.small_grid_share_pct))
     verdict = dx.diagnose(inp).ceiling
     return DepthBand(lo=lo, hi=hi, tokens=int(len(dt_ms)), depth_median=dmed, ms_per_token=ms,
                      kernels_per_token=inp.kernels_per_token, bytes_per_token=inp.bytes_per_token,
-                     kernel_sum_ms_per_token=inp.kernel_sum_ms_per_token, windows=len(wins), verdict=verdict)
+                     kernel_sum_ms_per_token=inp.kernel_sum_ms_per_token, windows=len(wins), verdict=verdict,
+                     kernel_busy_ms_per_token=inp.kernel_busy_ms_per_token)
 
 
 def session_depth_bands(session, snapshot=None) -> tuple[DepthBand, ...]:

@@ -18,6 +18,7 @@ runtime's when it launched anything, else the driver's.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -76,3 +77,17 @@ def count_launches(rec: TracedRecords, calls: LaunchCalls) -> Launches:
         kernel_launch_calls = len(np.unique(corr[gid == 0]))
     return Launches(kernels=n, graph_launches=graph_launches, kernel_launch_calls=kernel_launch_calls,
                     memcpys=rec.memcpys, runtime_launch_calls=runtime)
+
+
+def runtime_calls_for(names: np.ndarray, apis: dict, kernel_corr: np.ndarray) -> int | None:
+    """How many of the counted layer's kernel launch calls among `apis` (every call the window traced; `names`
+    each row's function) launched a kernel of `kernel_corr` (correlation ids): the calls of a token's own kernels,
+    wherever in time the host made them (a host running ahead makes them a few steps before the kernels run, so
+    the calls made while a step runs on the GPU are other tokens'). None where the calls carry no ids."""
+    corr = apis.get("correlation")
+    if corr is None or len(corr) != len(names):
+        return None
+    rows = SimpleNamespace(api_names=names, apis=apis)
+    calls = launch_calls(rows)
+    sel = calls.kernel & calls.layer
+    return int(len(np.intersect1d(corr[sel], kernel_corr)))

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from decodemon.monitor.analysis.busy import window_busy_pct
+from decodemon.monitor.analysis.busy import union_ns, window_busy_pct
 from decodemon.monitor.analysis.collectives import collectives
 from decodemon.monitor.analysis.gaps import classify_gaps, idle_gaps
 from decodemon.monitor.analysis.kernels import KernelRow, kernel_table, small_grid_share_pct
-from decodemon.monitor.analysis.launches import count_launches, launch_calls
+from decodemon.monitor.analysis.launches import count_launches, launch_calls, runtime_calls_for
 from decodemon.monitor.analysis.names import range_name
 from decodemon.monitor.analysis.records import analysed_records
 from decodemon.monitor.analysis.timeline import Timeline, token_timeline, with_nvtx
@@ -68,6 +68,9 @@ class WindowMetrics:
     # NVTX ranges pushed from Python in the window: (name, calls a token, mean µs a call, nesting level), the
     # most time first (nvtx_table)
     nvtx: tuple = ()
+    # the GPU time the kernels cover a token: their union over the analysed tokens, kernels that run at once (two
+    # streams) counted once; kernel_sum_ms_per_token adds each kernel's own time (None: an older window)
+    kernel_busy_ms_per_token: float | None = None
 
     @property
     def collective_kernel_us(self) -> float:
@@ -97,6 +100,22 @@ def launched_per_token(w: wire.KernelWindow) -> float:
     if getattr(w, "clock", "tokens") != "tokens" or w.tokens <= 0 or "start" not in w.kernels:
         return 0.0
     return len(w.kernels["start"].array()) / (w.tokens + w.guard_tokens)
+
+
+def runtime_launches_per_token(w: wire.KernelWindow, rec) -> float | None:
+    """The runtime's kernel launch calls a token that launched the analysed tokens' own kernels, matched by
+    correlation id, never by when the host made them: a host running ahead makes a step's calls a few steps before
+    its kernels run, so the calls made while a step runs on the GPU are other tokens' (None: calls not traced, or
+    kernels without ids, where the calls begun inside the tokens are counted)."""
+    corr = rec.kernels.get("correlation")
+    if not rec.apis_traced or corr is None or len(corr) != len(rec.start_ns) or (corr == 0).any():
+        return None
+    gid = rec.kernels.get("graph_id", np.zeros(len(corr), np.int64))
+    api = {c: v.array() for c, v in w.apis.items()}
+    keys = zip(api.get("cbid", np.zeros(0)).tolist(), api.get("domain", np.zeros(0)).tolist())
+    names = np.array([w.api_names.get(f"{d}:{c}", "") for c, d in keys], dtype=object)
+    n = runtime_calls_for(names, api, np.unique(corr[gid == 0]))
+    return n / rec.tokens if n is not None else None
 
 
 def nvtx_table(w: wire.KernelWindow, tokens: int) -> tuple:
@@ -131,14 +150,17 @@ def window_metrics(w: wire.KernelWindow, sm_count: int, cc: str = "9.0") -> Wind
     rows = kernel_table(rec, sm_count, cc)
     coll = collectives(rec, rows, idle)
     tokens = rec.tokens
+    runtime = runtime_launches_per_token(w, rec)
+    if runtime is None and launches.runtime_launch_calls is not None:
+        runtime = launches.runtime_launch_calls / tokens
     return WindowMetrics(
         window_id=w.window_id, tokens=tokens, traced_ms_per_token=rec.wall_ns / tokens / 1e6,
-        kernels_per_token=max(launches.kernels / tokens, launched_per_token(w)), graph_launches_per_token=launches.graph_launches / tokens,
-        kernel_launch_calls_per_token=launches.kernel_launch_calls / tokens,
-        runtime_launch_calls_per_token=(launches.runtime_launch_calls / tokens
-                                        if launches.runtime_launch_calls is not None else None),
+        kernels_per_token=max(launches.kernels / tokens, launched_per_token(w)),
+        graph_launches_per_token=launches.graph_launches / tokens,
+        kernel_launch_calls_per_token=launches.kernel_launch_calls / tokens, runtime_launch_calls_per_token=runtime,
         memcpys_per_token=launches.memcpys / tokens,
         kernel_sum_ms_per_token=int(rec.duration_ns.sum()) / tokens / 1e6,
+        kernel_busy_ms_per_token=union_ns(rec.start_ns, rec.end_ns) / tokens / 1e6,
         gpu_busy_pct=window_busy_pct(rec, gaps.tracing_head_ns),
         gap_ms_per_token=gaps.ms_per_token(tokens), kernels=rows,
         collective_calls_per_token=coll.calls_per_token, collective_us_per_call=coll.us_per_call,

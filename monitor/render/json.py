@@ -108,9 +108,12 @@ def _busy_json(s: Snapshot) -> dict:
         "kernel_share_of_step_note": kernel_share_note(s),
         "kernels_past_step": kernels_past_step(s) or None,  # the traced kernels' sum over the median step: why
         # GPU busy over the same PM samples inside the traced tokens: PM's counter and the traced kernels' union
+        # over exactly those samples' intervals (a figure of its own: not traced_token_busy_pct, which is the union
+        # over the latest window's whole tokens), pooled over the span's windows
         "pm_vs_window": ({"samples": c.samples, "pm_gpu_busy_pct": round(c.pm_busy_pct, 1),
-                          "traced_token_busy_pct": round(c.traced_busy_pct, 1),
-                          "traced_gpu_busy_pct": round(c.traced_busy_pct, 1)} if c else None),
+                          "window_gpu_busy_pct": round(c.traced_busy_pct, 1),
+                          "over": (f"the {c.samples} PM sample{'s' if c.samples != 1 else ''} wholly inside the "
+                                   "span's traced tokens, each instrument over the same GPU time")} if c else None),
         "sm_active_pct": round(s.pm["sm_active_pct"], 1) if s.pm else None,
         "warps_active_pct": round(s.pm["warps_active_pct"], 1) if s.pm else None,
         "dram_pct": round(s.pm["dram_pct"], 1) if s.pm else None,
@@ -129,19 +132,20 @@ def _windows_words(s: Snapshot) -> str:
 
 
 def kernel_share_note(s: Snapshot) -> str | None:
-    """The arithmetic of kernel_share_of_step_pct, with the figures it used: the traced kernels' ms a token (the
-    median of the span's windows, where kernel_sum_ms_per_token is the latest's), less the collectives' wait for a
-    late peer where it is named, over the median step."""
+    """The arithmetic of kernel_share_of_step_pct, with the figures it used: the GPU time the traced kernels cover
+    a token (their union; the median of the span's windows, where kernel_busy_ms_per_token is the latest's), less
+    the collectives' wait for a late peer where it is named, over the median step."""
     i = s.inputs
-    if s.kernel_share_pct is None or i is None or i.kernel_sum_ms_per_token is None or not i.ms_per_token:
+    if s.kernel_share_pct is None or i is None or i.kernel_ms is None or not i.ms_per_token:
         return None
-    k, step = i.kernel_sum_ms_per_token, i.ms_per_token
+    k, step = i.kernel_ms, i.ms_per_token
     wait = i.collective_wait_ms_per_token or None  # as the share is taken: any wait, however small, is left out
     own = k - min(wait or 0.0, k)
     where = _windows_words(s)
-    several = s.windows_in_span > 1  # the JSON's kernel_sum_ms_per_token and wait_ms_per_token are the latest's
-    line = f"the traced kernels {k:.4g} ms/token ({where}" + ("; kernel_sum_ms_per_token is the latest window's)"
-                                                            if several else ")")
+    several = s.windows_in_span > 1  # the JSON's kernel_busy_ms_per_token and wait_ms_per_token are the latest's
+    name = "kernel_busy_ms_per_token" if i.kernel_busy_ms_per_token is not None else "kernel_sum_ms_per_token"
+    line = (f"the traced kernels {k:.4g} ms/token{i.kernels_overlap_words} ({where}"
+            + (f"; {name} is the latest window's)" if several else ")"))
     if wait:
         line += (f" less {wait:.3g} ms/token of collectives waiting for a late peer (the step's idle, as LAUNCH "
                  f"counts it; {where}" + ("; collectives.wait_ms_per_token is the latest window's)" if several
@@ -283,6 +287,9 @@ def _window_json(s: Snapshot) -> dict:
         "host_launch_calls_per_token": host_launch_calls(s),
         "memcpys_per_token": round(w.memcpys_per_token, 2) if w else None,
         "kernel_sum_ms_per_token": round(w.kernel_sum_ms_per_token, 4) if w else None,
+        # the GPU time those kernels cover: their union, kernels that run at once (two streams) counted once; the
+        # step's idle (LAUNCH, the kernel share) is taken against it
+        "kernel_busy_ms_per_token": _r(w.kernel_busy_ms_per_token, 4) if w else None,
         **_busy_json(s),
         # the idle's causes and the launch calls from the latest window that traced its launch calls
         "gap_ms_per_token": _gaps_json(aw.gap_ms_per_token) if aw else None,

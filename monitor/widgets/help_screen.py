@@ -58,7 +58,8 @@ words, each with one meaning:
   GPU busy     the share of the step the GPU runs a kernel: PM's
                counter where PM samples (device-wide), else the
                kernel share stands in; its source is named beside it
-  kernel share  the traced kernels' time ÷ the loop's ms/token (its
+  kernel share  the traced kernels' time (their union: kernels that
+               run at once count once) ÷ the loop's ms/token (its
                median, or a counted clock's mean; --json
                kernel_share_of_step_pct): the busy
                LAUNCH's idle and OCCUPANCY's 50% rule read where a
@@ -68,7 +69,9 @@ words, each with one meaning:
                launch's instrumenting before it left out), which
                tracing stretches, so it reads lower (--json
                traced_token_busy_pct; traced_gpu_busy_pct is its
-               older name)
+               older name); over only the PM samples inside the
+               traced tokens, beside PM's: pm_vs_window's
+               window_gpu_busy_pct
   engine       the program being watched (its decode loop); the
                engine adapter is decodemon's code inside it. The
                floor's bandwidth is decodemon's measured copy (a

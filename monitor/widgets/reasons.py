@@ -125,10 +125,10 @@ def _launch(s, c) -> str:
     i = s.inputs
     if c.value is None:
         return c.detail
-    if i.kernel_sum_ms_per_token is not None and i.kernels_per_token:
+    if i.kernel_ms is not None and i.kernels_per_token:
         # as the diagnosis counts it: a collective spinning while it waits for a late peer is the step's idle
-        kernels = own_kernel_ms(i.kernel_sum_ms_per_token, i.collective_wait_ms_per_token)
-        wait = i.kernel_sum_ms_per_token - kernels
+        kernels = own_kernel_ms(i.kernel_ms, i.collective_wait_ms_per_token)
+        wait = i.kernel_ms - kernels
         idle = max(i.ms_per_token - kernels, 0.0)
         waiting = f"; less {wait:.3g} ms NCCL waiting for a peer" if peer_wait_named(wait, i.ms_per_token) else ""
         graphs = i.graph_launches_per_token or 0
@@ -136,7 +136,7 @@ def _launch(s, c) -> str:
         how = (f"replayed in {graphs:.0f} graph launch{'es' if round(graphs) != 1 else ''}, not launched one by one"
                if graphs >= 1 else "each launched by the host")
         out = (f"GPU idle {idle:.3g} ms = {i.ms_per_token:.4g} {per(s)} ({clock_kind(s.token_clock)}) − {kernels:.3g} ms "
-               f"of kernels ({_windows(s)}{waiting}): {100 * idle / i.ms_per_token:.0f}% of the step; "
+               f"of kernels{i.kernels_overlap_words} ({_windows(s)}{waiting}): {100 * idle / i.ms_per_token:.0f}% of the step; "
                f"{idle:.3g} ms ÷ {i.kernels_per_token:.0f} kernels/{unit(s)} (traced; {how}) = "
                f"{1e3 * idle / i.kernels_per_token:.3g} µs idle per kernel")
         past = kernels_past_step(s)
