@@ -121,7 +121,7 @@ class DecodemonApp(App):
         """Position the players, paint once, and start the worker."""
         for p in self.players:
             if self.start_at_s is not None:
-                p.seek(int(self.start_at_s * 1e9))
+                p.seek(round(self.start_at_s * 1e9))  # the last frame at --at its own end, not 1 ns before it
             p.paused = self.start_paused
             if getattr(p, "live", False):
                 p.start()
@@ -198,7 +198,7 @@ class DecodemonApp(App):
         """Move every replay by `seconds`."""
         for p in self.players:
             if not getattr(p, "live", False):
-                p.seek(p.clock_ns + int(seconds * 1e9))
+                p.seek(p.clock_ns + round(seconds * 1e9))
         self._apply_all()
 
     def action_speed(self, factor: float) -> None:

@@ -5,6 +5,7 @@ pending line or history that the candidates contradict."""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import time
 
@@ -21,7 +22,7 @@ from decodemon.monitor.widgets.header import HeaderPanel
 from decodemon.monitor.widgets.telemetry import TelemetryPanel
 from decodemon.monitor.widgets.timeline import TimelinePanel
 from decodemon.monitor.widgets.verdict import VerdictPanel
-from tests.conftest import DATA
+from tests.conftest import DATA, cli
 from tests.test_app import engine_frames, live_app, settle
 from tests.test_screens_trust import SCREENS
 
@@ -453,3 +454,15 @@ def test_a_source_another_monitor_holds_says_so_where_the_verdict_is():
     first = verdict_text(held, 200).plain.splitlines()[0]
     assert "not watched: busy: monitor pid 23449 is attached" in first and "the source ended" not in first
     assert "stale: the source ended" in verdict_text(replace(s, ended="detached"), 200).plain.splitlines()[0]
+
+
+def test_a_replay_paused_at_its_end_shows_the_figures_its_json_gives_for_the_same_span():
+    # the end in seconds and back in ns can fall 1 ns short of the last frame: the paused screen then left it out
+    path = DATA / "h200_hf_static_plain.dmon"
+    end = RecordingPlayer(str(path)).end_ns
+    assert int(end / 1e9 * 1e9) < end  # the recording this would miss a frame of
+    s, _ = texts(path)
+    j = summary_json(s)
+    last = json.loads(cli("replay", str(path), "--json", "--last", "5").stdout)
+    assert (j["span"]["tokens"], j["ms_per_token"], j["ceiling"]) == (last["span"]["tokens"], last["ms_per_token"],
+                                                                      last["ceiling"])
