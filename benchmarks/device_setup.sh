@@ -9,7 +9,7 @@
 # and two folders reached by PYTHONPATH alone: /tmp/dm_marks (decodemon with no dependencies: mark_token for the loops
 # that mark) and /tmp/site (the helpers' wheels: the reference PM reader, the GGUF writer). NCCL's NVLink multicast
 # stays off (tensor_parallel.py).
-set -u
+set -uo pipefail
 freeze_engine() { mkdir -p /tmp/freeze && /tmp/engine/bin/python -m pip freeze --all > "/tmp/freeze/$1.txt"; }
 # the image's torch lives in a venv of its own (python3 is its python): the engine's venv reads it through a .pth
 img=$(python3 -c 'import torch, os; print(os.path.dirname(os.path.dirname(torch.__file__)))')

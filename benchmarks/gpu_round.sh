@@ -23,7 +23,7 @@
 #
 # Run from the repository root with .whl/ carried (`bash benchmarks/wheels.sh`). Each call leaves at most 8 files
 # under OUTDIR: the tables and a .tgz of the JSON, logs and recordings.
-set -u
+set -uo pipefail
 out=${1:?OUTDIR}
 stage=${2:?one or two}
 mkdir -p "$out"

@@ -9,7 +9,7 @@
 #
 # Run from the repository root with the cp312 wheels in .whl/ (benchmarks/device_setup.sh). Each stage writes its
 # table, and OUTDIR/STAGE.tgz with its JSON and recordings; it prints the device, driver, date and commit first.
-set -u
+set -uo pipefail
 out=${1:?OUTDIR}
 stage=${2:?unmarked, static or graphed}
 mkdir -p "$out"

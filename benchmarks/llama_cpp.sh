@@ -14,7 +14,7 @@
 # /tmp/dm_llama: cuda/bin (whole only when built), build.log, llama-1b.gguf, llama-8b.gguf, and NAME.rc as each
 # finishes (its exit status and time). Each stage prints the device, driver, date and commit first, and its table
 # last; `run` leaves OUTDIR/llama_cpp.md and .json, llama_cpp.tgz (JSON and logs) and recordings.tgz.
-set -u
+set -uo pipefail
 out=${1:?OUTDIR}
 stage=${2:?setup or run}
 mkdir -p "$out"

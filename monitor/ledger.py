@@ -317,6 +317,10 @@ def grade(pred: dict, summary: dict, now: float | None = None) -> dict:
     ms0, ms1 = before["ms_per_token"], after["ms_per_token"]
     if not ms1:
         raise LedgerError(f"{pred['source']}: no ms/token measured now, so the prediction cannot be graded")
+    if after == before:  # graded against the very figures it sealed: such a grade would say nothing of a change
+        raise LedgerError(f"{pred['source']}: these are the figures the prediction sealed, so nothing was changed "
+                          "and run again; make the change, measure the loop again, then grade (the prediction "
+                          "stays open)")
     measured = 100.0 * (ms1 - ms0) / ms0
     tol = float(pred.get("tolerance_pct", DEFAULT_TOLERANCE_PCT))
     number = abs(measured - pred["expect_pct"]) <= tol
@@ -328,8 +332,6 @@ def grade(pred: dict, summary: dict, now: float | None = None) -> dict:
             f"ceiling {before['verdict'].upper()} → {after['verdict'].upper()}")
     if pred.get("then") and after["verdict"] != pred["then"]:
         text += f" (predicted {pred['then'].upper()})"
-    if after == before:  # graded against the very figures it sealed: the grade says nothing of a change
-        text += "; ⚠ these are the figures the prediction sealed: nothing was changed and run again"
     extra = {"how_wrong": missed} if missed else {}
     return seal({"kind": "grade", "at": now_iso(now), "source": pred["source"], "prediction": pred_id(pred),
                  "grade": g, **extra, "measured_pct": round(measured, 3), "new_ceiling": after["verdict"],

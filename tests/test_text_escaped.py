@@ -45,7 +45,12 @@ def test_each_control_becomes_a_visible_escape():
 @pytest.fixture(scope="module")
 def planted_recording(tmp_path_factory) -> Path:
     """The bundled eager recording with the plant in its argv, its GPU's name, a kernel's name and its Bye."""
-    frames = load_recording(REC["eager"])
+    return _planted(REC["eager"], tmp_path_factory.mktemp("planted") / "planted.dmon")
+
+
+def _planted(source, path: Path) -> Path:
+    """`source` with the plant in its argv, its GPU's name, a kernel's name and its Bye, written to `path`."""
+    frames = load_recording(source)
     header, out = frames[0][1], []
     for rx, f in frames[1:]:
         if isinstance(f, wire.Hello):
@@ -56,7 +61,6 @@ def planted_recording(tmp_path_factory) -> Path:
         elif isinstance(f, wire.Bye):
             f = wire.Bye(reason=PLANT)
         out.append((rx, f))
-    path = tmp_path_factory.mktemp("planted") / "planted.dmon"
     path.write_bytes(recording_bytes(out, header))
     return path
 
@@ -88,7 +92,10 @@ def test_argv_in_the_ledgers_lines_reaches_the_terminal_escaped(planted_recordin
     r = cli("predict", planted_recording, "--change", "capture a graph", "--expect", "-60%", "--ledger", led)
     assert r.returncode == 0, r.stderr
     assert "sealed" in r.stderr and "engine\\x1b]0;owned" in r.stderr and not any(c in r.stderr for c in RAW)
-    r = cli("grade", planted_recording, "--ledger", led, "--markdown")
+    r = cli("grade", planted_recording, "--ledger", led)  # the very state it sealed: refused, the line escaped
+    assert r.returncode == 2 and "engine\\x1b]0;owned" in r.stderr and not any(c in r.stderr for c in RAW)
+    after = _planted(REC["graph"], tmp_path / "after.dmon")  # the same loop (its argv), measured again
+    r = cli("grade", after, "--ledger", led, "--markdown")
     assert r.returncode == 0, r.stderr
     assert "engine\\x1b]0;owned" in r.stdout and not any(c in r.stdout + r.stderr for c in RAW)
 

@@ -220,8 +220,10 @@ def test_a_grade_of_no_change_is_not_the_other_direction_and_says_it_is_the_seal
     led = tmp_path / "ledger.jsonl"
     assert cli("predict", BUNDLED / "h100_eager.dmon", "--change", "x", "--expect", "-60%", "--ledger", led).returncode == 0
     r = cli("grade", BUNDLED / "h100_eager.dmon", "--ledger", led)
-    assert "no change, where -60.0% was predicted" in r.stdout and "other direction" not in r.stdout
-    assert "these are the figures the prediction sealed" in r.stdout
+    # graded against the very state it sealed: refused, in one line, and the prediction stays open
+    assert r.returncode != 0 and not r.stdout and "Traceback" not in r.stderr
+    assert "these are the figures the prediction sealed, so nothing was changed" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and len(led.read_text().splitlines()) == 1
 
 
 def test_a_serial_fraction_is_a_fraction_or_null_and_diagnose_refuses_collectives_past_their_kernels():
