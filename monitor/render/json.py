@@ -208,12 +208,14 @@ def _kv_dtype(s: Snapshot) -> str | None:
 
 def step_bytes_json(s: Snapshot) -> dict:
     """A batched engine's bytes: the DRAM counters and the model price a step (every sequence's KV, the weights
-    once), named as a step's here, and divided by the step's tokens where `bytes_per_token_*` means a token's."""
+    once), named as a step's here (`bytes_per_step*`), and divided by the step's tokens where `bytes_per_token*`
+    means a token's: one name, one figure, whichever the clock's mark is."""
     tps = s.tokens_per_step
     out = {"bytes_per_step": s.bytes_per_token,  # what the floor divides: a step's bytes, as its ms/step is a step's
            "bytes_per_step_measured": round(s.bytes_per_token_measured) if s.bytes_per_token_measured else None,
            "bytes_per_step_model": round(s.bytes_per_token_model) if s.bytes_per_token_model else None}
     if tps:
+        out["bytes_per_token"] = s.bytes_per_token / tps if s.bytes_per_token else None
         out["bytes_per_token_measured"] = round(s.bytes_per_token_measured / tps) if s.bytes_per_token_measured else None
         out["bytes_per_token_model"] = round(s.bytes_per_token_model / tps) if s.bytes_per_token_model else None
     return out
@@ -237,10 +239,10 @@ def _clock_json(s: Snapshot) -> dict:
                                   else "the steps the observer's own steps overlapped are left out of both "
                                        "(observer_cost.slowed_tokens)"))
                               + ("; the clock's marks are a batched engine's decode steps, so both are per step "
-                                 "(ms per step, steps/s), as is every other *_per_token figure (bytes_per_token, "
-                                 "the floor's, too) but bytes_per_token_measured and bytes_per_token_model, a "
-                                 "token's (bytes_per_step_* are the step's); throughput_tokens_per_s counts every "
-                                 "request's tokens"
+                                 "(ms per step, steps/s), as is every other *_per_token figure but the bytes: "
+                                 "bytes_per_token, bytes_per_token_measured and bytes_per_token_model are a "
+                                 "token's, a step's ÷ its tokens (bytes_per_step* are the step's, and the floor "
+                                 "divides bytes_per_step); throughput_tokens_per_s counts every request's tokens"
                                  if s.tokens_per_step is not None else "")) if tk else None,
         # what one of the clock's marks is: "step" for a batched engine (tokens_per_step tokens each), else "token"
         "clock_unit": unit(s) if tk else None,
