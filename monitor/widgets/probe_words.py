@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from decodemon.monitor.render.text import unit
 from decodemon.monitor.token_clock import clock_kind
 
 # the probe's reasons for having no GPU (probes.device.Unavailable), shortened for the device line
@@ -66,7 +67,7 @@ def still_measured(s) -> str:
                  "step_starts": "its steps, timed at their embedding lookups"}.get(s.token_clock, "the engine's clock")
         span = "" if not s.span_s else f" in the last {s.span_s:.0f} s" if s.span_s >= 1 else \
             f" in the last {s.span_s:.1g} s"
-        mark = "step" if s.tokens_per_step is not None else "token"  # a batched engine's clock counts its steps
+        mark = unit(s)  # a batched engine's clock counts its steps
         parts.append(f"{s.tokens.tokens} {mark}s timed{span} at {s.tokens.ms_per_token:.3f} ms/{mark} "
                      f"{clock_kind(s.token_clock)} ({clock})")
     else:

@@ -26,8 +26,8 @@ def serving_lines(s) -> Text:
     t.append(" (the requests each step ran)  ", style="dim")
     total = s.throughput_tokens_per_s
     t.append(f"{total:.1f} tok/s in all" if total is not None else "tok/s in all: -", style="bold")
-    # the rate is the span's steps'; the count is every token since the source began
-    # over the seconds the clock's steps cover, as the header names them
+    # the rate is over the seconds the span's steps cover, as the header names them; the count is every token
+    # since the source began
     over = f"over {tk.span_s:.1f} s of steps; " if tk.span_s else f"over the last {span_words(s)}; " if span_words(s) \
         else ""
     t.append(f" ({over}{s.tokens_total} tokens since the start)\n", style="dim")

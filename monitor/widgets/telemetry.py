@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from decodemon.monitor.render.text import unit
 from decodemon.monitor.token_clock import clock_kind
 from decodemon.monitor.widgets import tcss
 from decodemon.monitor.widgets.format import num, spark
@@ -35,7 +36,7 @@ class TelemetryPanel(Panel):
                 label = "ms/step"  # a batched engine's marks are steps
             t.append(f"{label:<11}{num(last, '.4g'):>8} ", style="bold")
             t.append(spark(vals, width, lo, hi) + "\n", style="cyan")
-        mark = "step" if s.tokens_per_step is not None else "token"
+        mark = unit(s)
         t.append(f"each bar ½ s, the number its latest: ms/{mark} its median (the header's is the "
                  f"{clock_kind(s.token_clock)} of the span), the others their mean\n", style="dim")
         from decodemon.monitor.probe_status import pm_silence  # with the feed, not the app
