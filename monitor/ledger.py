@@ -318,9 +318,8 @@ def grade(pred: dict, summary: dict, now: float | None = None) -> dict:
     if not ms1:
         raise LedgerError(f"{pred['source']}: no ms/token measured now, so the prediction cannot be graded")
     if after == before:  # graded against the very figures it sealed: such a grade would say nothing of a change
-        raise LedgerError(f"{pred['source']}: these are the figures the prediction sealed, so nothing was changed "
-                          "and run again; make the change, measure the loop again, then grade (the prediction "
-                          "stays open)")
+        raise LedgerError(f"{pred['source']}: these are the figures the prediction sealed, so nothing was changed and "
+                          "run again; make the change, measure the loop again, then grade (the prediction stays open)")
     measured = 100.0 * (ms1 - ms0) / ms0
     tol = float(pred.get("tolerance_pct", DEFAULT_TOLERANCE_PCT))
     number = abs(measured - pred["expect_pct"]) <= tol
