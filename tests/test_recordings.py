@@ -98,12 +98,13 @@ def test_graph_report_names_the_small_grid_kernels(tmp_path):
     assert "native::elementwise_kernel" in md and "/132" in md
     assert "would prove this wrong" in md
     # the report covers the whole recording: PM against the traced kernels pooled over all its windows' samples
-    assert ("the same 4 PM samples: GPU busy 100.0% from PM's counter, traced-token busy 95.9% (the traced kernels' "
-            "union)") in md
+    assert ("the same 4 PM samples: GPU busy 100.0% from PM's counter, 95.9% from the traced kernels' union over "
+            "those samples (--json pm_vs_window)") in md
+    assert "traced-token busy" not in md  # the help's name for traced_token_busy_pct, another figure
     last = cli("report", REC["graph"], "--last", 5)  # the last 5 s: the one window in them, as the screen shows it
     assert last.returncode == 0, last.stderr
-    assert ("the same 1 PM sample: GPU busy 100.0% from PM's counter, traced-token busy 95.7% (the traced kernels' "
-            "union)") in last.stdout
+    assert ("the same 1 PM sample: GPU busy 100.0% from PM's counter, 95.7% from the traced kernels' union over "
+            "those samples (--json pm_vs_window)") in last.stdout
 
 
 def test_bandwidth_by_construction_8b_graph():

@@ -122,7 +122,7 @@ def test_compare_says_when_the_kv_type_or_the_batch_differ_and_gives_a_one_seque
     assert j["differ"]["batch"].startswith("A ran 1 token a step, B 4")
     assert "the KV cache type and the batch differ" in j["b_over_a_of"]["bytes_per_token"]
     j = both(BUNDLED / "h100_eager.dmon", DATA / "h200_hf_cb_4.dmon")
-    assert j["a"]["throughput_tokens_per_s"] is None and "compare the throughput" in j["differ"]["clock"]
+    assert j["a"]["throughput_tokens_per_s"] == j["a"]["tokens_per_s"] and "compare the throughput" in j["differ"]["clock"]
     assert j["b_over_a"]["throughput_tokens_per_s"] == pytest.approx(
         j["b"]["throughput_tokens_per_s"] / j["a"]["tokens_per_s"], rel=1e-3)
 
@@ -313,3 +313,32 @@ def test_pm_against_the_window_has_names_of_its_own():
     assert abs(c["pm_gpu_busy_pct"] - c["window_gpu_busy_pct"]) <= 5  # one GPU time, two instruments
     assert c["over"] == f"the {c['samples']} PM samples wholly inside the span's traced tokens, each instrument " \
                         "over the same GPU time"
+
+
+def test_diagnose_by_hand_with_the_kernels_union_reads_the_launch_share_the_replay_reads():
+    j = _json("h100_llama_cpp_lcpp8b_nographs.dmon")
+    # the span's windows' median union, as the kernel share states it (kernel_busy_ms_per_token is the latest's)
+    busy = float(re.match(r"the traced kernels ([\d.]+) ms/token", j["kernel_share_of_step_note"]).group(1))
+    assert busy == pytest.approx(j["kernel_share_of_step_pct"] * j["ms_per_token"] / 100, rel=2e-3)
+    r = cli("diagnose", "--ms-per-token", j["ms_per_token"], "--kernels-per-token", j["kernels_per_token"],
+            "--kernel-ms-per-token", busy, "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["candidates"]["launch"]["value"] == pytest.approx(
+        j["candidates"]["launch"]["value"], abs=0.05)
+    assert j["candidates"]["launch"]["value"] > 5  # kernels at once: their sum would leave no idle
+    assert "their union" in cli("diagnose", "--help").stdout
+
+
+def test_scaling_calls_a_solved_s_outside_0_to_1_not_a_serial_fraction():
+    r = cli("scaling", DATA / "h200_tp1_eager_rank0.dmon", DATA / "h200_tp2_eager_rank0.dmon")
+    j = json.loads(cli("scaling", DATA / "h200_tp1_eager_rank0.dmon", DATA / "h200_tp2_eager_rank0.dmon",
+                       "--json").stdout)
+    assert j["serial_fraction"] is None
+    assert f"Amdahl's s solved = {j['solved_s']:.3f}, not a fraction" in r.stdout and "serial fraction s =" not in r.stdout
+
+
+def test_compare_shows_on_each_side_the_throughput_its_ratio_divides():
+    c = json.loads(cli("compare", BUNDLED / "h100_eager.dmon", BUNDLED / "h100_graph.dmon", "--json").stdout)
+    a, b = c["a"]["throughput_tokens_per_s"], c["b"]["throughput_tokens_per_s"]
+    assert a == c["a"]["tokens_per_s"] and b == c["b"]["tokens_per_s"]  # one sequence each: its tokens/s
+    assert c["b_over_a"]["throughput_tokens_per_s"] == pytest.approx(b / a, rel=1e-3)

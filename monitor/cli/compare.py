@@ -22,10 +22,11 @@ RATIO_OF = {"ms_per_token": "the clock's ms a mark (a token, or a batched engine
             "host_launch_calls_per_token": ("the host's launch calls per token: kernel launch calls (runtime and "
                                             "driver) plus graph launches (a captured graph makes many kernels one "
                                             "call)"),
-            "kernel_sum_ms_per_token": "the kernels' summed ms per token in the latest traced window",
+            "kernel_sum_ms_per_token": "the kernels' summed ms per token in the latest traced window (their union, "
+                                       "kernels at once counted once, is kernel_busy_ms_per_token)",
             "gpu_busy_pct": "the share of time the GPU ran work",
-            "bytes_per_token": "DRAM bytes (read + write) a mark, the floor's: measured, else the model's (a batched "
-                               "engine's mark is its step: bytes_per_token_measured and _model are a token's)"}
+            "bytes_per_token": "DRAM bytes (read + write) a token, the floor's: measured, else the model's (a batched "
+                               "engine's floor prices a step's, bytes_per_step: this is it ÷ the step's tokens)"}
 
 
 def add(sub) -> None:
@@ -93,9 +94,11 @@ def compare_json(snap_a, snap_b, same_source: bool = False) -> dict:
     apart = differences(snap_a, snap_b, same_source)
     if apart is not None:  # each ratio then measures a change of model or device as well as of code
         of = {k: f"{v}; {_apart_words(apart)}" for k, v in of.items()}
+    # a loop of one sequence has no throughput figure of its own: its tokens/s is every request's tokens a second,
+    # shown on its side as the ratio divides it (never a ratio of two nulls)
+    for j in (ja, jb):
+        j["throughput_tokens_per_s"] = _throughput(j)
     ratios = {k: _ratio(jb.get(k), ja.get(k)) for k in RATIOS}
-    # a loop of one sequence has no throughput figure of its own: its tokens/s is every request's tokens a second
-    ratios["throughput_tokens_per_s"] = _ratio(_throughput(jb), _throughput(ja))
     return {"differ": apart, "a": ja, "b": jb, "b_over_a": ratios,
             "b_over_a_of": of, "verdicts": [ja.get("verdict"), jb.get("verdict")]}
 

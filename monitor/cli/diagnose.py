@@ -18,8 +18,10 @@ def add(sub) -> None:
                    metavar="N", help="kernels a token runs, however launched (--launches-per-token: its older "
                                      "spelling)")
     p.add_argument("--kernel-ms-per-token", type=bounded("--kernel-ms-per-token", 0.0, 1e7, allow_zero=True),
-                   metavar="MS", help="the kernels' own time per token (their durations summed, e.g. from a "
-                                      "profiler): with it, the idle between them prices LAUNCH")
+                   metavar="MS", help="the GPU time the kernels cover a token: their union, kernels that run at "
+                                      "once counted once (--json's kernel_busy_ms_per_token; a profiler's durations "
+                                      "summed overstate it where kernels overlap): with it, the idle between them "
+                                      "prices LAUNCH")
     p.add_argument("--bytes-per-token", type=bounded("--bytes-per-token", 0, 1e15), metavar="B",
                    help="bytes read from memory per token (weights plus KV cache)")
     p.add_argument("--bandwidth-gbs", type=bounded("--bandwidth-gbs", 0, 1e7), metavar="GBS",
@@ -50,7 +52,7 @@ def run(a) -> int:
                          "over the other (see `decodemon diagnose --help`)")
     if a.kernel_ms_per_token is not None and a.ms_per_token is not None and a.kernel_ms_per_token > a.ms_per_token * 1.05:
         raise UsageError("decodemon diagnose: --kernel-ms-per-token is more than the step (--ms-per-token); the "
-                         "kernels of one token cannot take longer than the token")
+                         "GPU time one token's kernels cover (their union) cannot be longer than the token")
     if a.bytes_per_token is not None and a.ms_per_token is not None:
         achieved = a.bytes_per_token / (a.ms_per_token * 1e-3) / 1e9
         if achieved > a.bandwidth_gbs * 1.05:  # a token cannot move its bytes faster than the memory can
@@ -72,7 +74,7 @@ def run(a) -> int:
     if a.n is not None and a.n < 2:
         raise UsageError("decodemon diagnose: --n must be at least 2 for a serial fraction")
     inp = dx.Inputs(ms_per_token=a.ms_per_token, kernels_per_token=a.kernels_per_token,
-                    kernel_sum_ms_per_token=a.kernel_ms_per_token,
+                    kernel_sum_ms_per_token=a.kernel_ms_per_token, kernel_busy_ms_per_token=a.kernel_ms_per_token,
                     bytes_per_token=a.bytes_per_token, bandwidth_gbs=a.bandwidth_gbs,
                     collectives_per_token=a.collectives_per_token, us_per_collective=a.us_per_collective)
     d = dx.diagnose(inp, speedup=a.speedup, n=a.n)

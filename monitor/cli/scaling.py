@@ -135,8 +135,9 @@ def run(a) -> int:
         note = f" ({res['note']})"
     elif res["stale"]:
         note = f" (STALE: {res['note']})"
-    print(f"speedup {res['speedup']:.3f}x at N={res['n']} over N={res['n1']}: serial fraction "
-          f"s = {res['solved_s']:.3f}{note}")
+    what = (f"serial fraction s = {res['serial_fraction']:.3f}" if res["serial_fraction"] is not None else
+            f"Amdahl's s solved = {res['solved_s']:.3f}, not a fraction")  # --json's serial_fraction, else solved_s
+    print(f"speedup {res['speedup']:.3f}x at N={res['n']} over N={res['n1']}: {what}{note}")
     for c in res["cautions"]:
         print(f"  caution: {c}")
     return 0

@@ -124,7 +124,8 @@ def _figures(s: Snapshot) -> list[str]:
         c = s.pm_check
         n = f"{c.samples} PM sample" + ("s" if c.samples != 1 else "")
         out.append(f"- over the traced tokens, the same {n}: GPU busy {c.pm_busy_pct:.1f}% from "
-                   f"PM's counter, traced-token busy {c.traced_busy_pct:.1f}% (the traced kernels' union)")
+                   f"PM's counter, {c.traced_busy_pct:.1f}% from the traced kernels' union over those samples "
+                   "(--json pm_vs_window)")
     tps = s.tokens_per_step or 1.0
     measured, model = token_bytes(s)
     if measured or model:  # a token's bytes, both figures where both came (a batched step's are in --json)
