@@ -23,7 +23,7 @@ from types import SimpleNamespace
 
 from decodemon.monitor.analysis.agreement import kernels_past_step
 from decodemon.monitor.analysis.depth import session_depth_bands
-from decodemon.monitor.ceilings import Inputs
+from decodemon.monitor.ceilings import Inputs, bandwidth_floor_ms
 from decodemon.monitor.divergence import DRAM_READ_WRITE, WEIGHTS_KV, divergence
 from decodemon.probes import wire
 from decodemon.monitor.sources import agent_socket
@@ -75,8 +75,12 @@ def point_of(summary: dict, bands: list[dict], name: str, depth: int, model=None
 
     With the engine's model facts, bytes/token is the weights plus the KV cache at the swept depth (an engine
     whose marks wrap around inside its cache reports every depth below it on the way)."""
+    x_floor = ((summary.get("candidates") or {}).get("bandwidth") or {}).get("value")
     if model is not None:
         summary = {**summary, "bytes_per_token": float(model.bytes_per_token(depth)), "bytes_per_token_measured": None}
+        # the row's floor is its own bytes' (the model's at the swept depth), not the ones the verdict priced
+        ms, bw, b = summary.get("ms_per_token"), summary.get("bandwidth_gbs"), summary["bytes_per_token"]
+        x_floor = ms / bandwidth_floor_ms(b, bw) if ms and bw and b else None
     verdict = summary.get("verdict") or "unknown"
     cand = (summary.get("candidates") or {}).get(verdict) or {}
     return {"command": name, "depth": int(depth), "ms_per_token": summary.get("ms_per_token"),
@@ -86,7 +90,7 @@ def point_of(summary: dict, bands: list[dict], name: str, depth: int, model=None
             "verdict": verdict, "ceiling_value": cand.get("value"), "ceiling_unit": cand.get("unit", ""),
             "ceiling_detail": cand.get("detail", ""), "tokens": summary.get("tokens"),
             "us_per_kernel": summary.get("us_per_kernel"),
-            "bandwidth_x_floor": ((summary.get("candidates") or {}).get("bandwidth") or {}).get("value"),
+            "bandwidth_x_floor": x_floor,
             "small_grid_share_pct": ((summary.get("candidates") or {}).get("occupancy") or {}).get("value"),
             "depth_bands": [{**b, "kernels_past_step": band_kernels_past_step(b)} for b in bands], "error": None}
 

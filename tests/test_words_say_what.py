@@ -342,3 +342,13 @@ def test_compare_shows_on_each_side_the_throughput_its_ratio_divides():
     a, b = c["a"]["throughput_tokens_per_s"], c["b"]["throughput_tokens_per_s"]
     assert a == c["a"]["tokens_per_s"] and b == c["b"]["tokens_per_s"]  # one sequence each: its tokens/s
     assert c["b_over_a"]["throughput_tokens_per_s"] == pytest.approx(b / a, rel=1e-3)
+
+
+def test_a_sweep_rows_floor_is_its_own_bytes():
+    # with the engine's model facts a row's bytes are the model's at the swept depth: its floor multiple is theirs
+    d = json.loads(cli("sweep", "--replay", DATA / "h200_sweep_hf_generate", "--json").stdout)
+    pts = d["points"] if isinstance(d, dict) else d
+    assert pts and all(p["bytes_source"] == "weights + KV" for p in pts)
+    for p in pts:
+        assert p["bandwidth_x_floor"] == pytest.approx(p["ms_per_token"] / (p["bytes_per_token"] / p["bandwidth_gbs"]
+                                                                            / 1e6), rel=1e-6)
