@@ -136,7 +136,7 @@ def test_each_candidate_shows_its_threshold_and_inputs_with_their_sources():
     assert "each a launch" not in text
     assert f"kernel share {s.kernel_share_pct:.0f}% of the step (traced kernels' time ÷ ms/token: its 50% rule" in text
     # the sentence that decides: OCCUPANCY's 70% would bind but for a GPU idle most of the step
-    assert ("decides: OCCUPANCY is unknown, not binding, at 70.2% kernel time in small grids: the GPU is idle most "
+    assert ("decides: LAUNCH binds, not OCCUPANCY: OCCUPANCY is unknown at 70.2% kernel time in small grids: the GPU is idle most "
             f"of the step, so grids are not yet what binds (kernel share {s.kernel_share_pct:.0f}% of the step, under "
             "the 50%") in text
     assert f"= {i.bytes_per_token / 1e9:.3g} GB (model" in t[HeaderPanel]  # the floor's parts in the header too

@@ -227,7 +227,8 @@ def decides(s) -> str:
                 elif "so grids" in why and busy is not None:
                     gate = f" (GPU busy {busy:.0f}%, under the 50% its rule needs)"
                 value = value_words(cands[k].value, cands[k].unit)
-                return f"{k.upper()} is unknown, not binding, at {value}: {why}{gate}"
+                # the headline first: the sentence is why the other candidate past its figure does not take it
+                return f"{ceiling.upper()} binds, not {k.upper()}: {k.upper()} is unknown at {value}: {why}{gate}"
         return f"{ceiling.upper()} is the only candidate past its threshold"
     remedy = s.diagnosis.remedy
     for lead in ("measure more: ", "measure "):
