@@ -39,8 +39,10 @@ PROVISIONAL_STEPS = 100  # a rate from fewer steps than this is provisional
 CLOCK_NOTES = {
     MARK_BURSTS: "marks come in bursts (the host runs ahead of the GPU): ms/token is over whole bursts, from the "
                  "first mark after each wait for the GPU",
-    "graph replays": "marks missing or made ahead of the GPU: ms/token is the GPU's own step in the traced windows",
-    "kernel period": "marks missing or made ahead of the GPU: ms/token is the GPU's own step in the traced windows",
+    "graph replays": "marks missing or made ahead of the GPU: ms/token is the GPU's own step in the traced windows, "
+                     "and tokens counts those steps alone, not every token the loop made",
+    "kernel period": "marks missing or made ahead of the GPU: ms/token is the GPU's own step in the traced windows, "
+                     "and tokens counts those steps alone, not every token the loop made",
     "replay_count": "no marks: ms/token is the CUDA graph replays the agent counted",
     STEP_STARTS: "no marks: ms/token is the steps the agent timed at their embedding lookups over the whole span, "
                  "held against the GPU's steps in the traced windows",

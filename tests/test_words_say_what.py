@@ -352,3 +352,9 @@ def test_a_sweep_rows_floor_is_its_own_bytes():
     for p in pts:
         assert p["bandwidth_x_floor"] == pytest.approx(p["ms_per_token"] / (p["bytes_per_token"] / p["bandwidth_gbs"]
                                                                             / 1e6), rel=1e-6)
+
+
+def test_a_clock_read_from_the_gpus_steps_says_its_tokens_are_those_steps_alone():
+    j = _json("h200_compiled_llama8b_nomarks.dmon")
+    assert j["token_clock"] == "graph replays" and j["tokens"] == j["clock_steps"]
+    assert "tokens counts those steps alone, not every token the loop made" in j["token_clock_note"]

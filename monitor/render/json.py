@@ -9,7 +9,6 @@ from decodemon.monitor.analysis.agreement import busy_disagreement, kernels_past
 from decodemon.monitor.render.text import in_marks, unit
 from decodemon.monitor.rolling import headline
 from decodemon.monitor.span import rolling_json, span_json
-from decodemon.monitor.token_clock import CLOCK_NOTES, MEAN_CLOCKS, PROVISIONAL_STEPS, clock_kind
 from decodemon.monitor.token_clock import CLOCK_NOTES, MEAN_CLOCKS, PROVISIONAL_STEPS, STEP_STARTS, clock_kind
 if TYPE_CHECKING:
     from decodemon.monitor.analysis.window import WindowMetrics
@@ -249,9 +248,9 @@ def _clock_json(s: Snapshot) -> dict:
         "tokens_per_s": round(tk.tokens_per_s, 2) if tk else None,
         "token_clock": s.token_clock or None,
         "token_clock_note": _clock_note(s),
-        # the steps (or tokens) the rate and its p90 and p99 rest on, and the seconds they cover where the clock
-        # has boundaries of its own (a clock that counts more than the span reaches back for them); provisional
-        # under PROVISIONAL_STEPS
+        # the steps (or tokens) the rate and its p90 and p99 rest on, and the seconds from the first to the last
+        # (the steps the observer slowed, left out of the rate, among them) where the clock has boundaries of its
+        # own (a clock that counts more than the span reaches back for them); provisional under PROVISIONAL_STEPS
         "clock_steps": tk.tokens if tk else None,
         "clock_span_s": _r(tk.span_s, 3) if tk else None,
         "clock_end_unix_s": _r(s.clock_end_unix_s, 3),  # where the clock's steps end, if not at span_end_unix_s
