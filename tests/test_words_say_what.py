@@ -367,3 +367,11 @@ def test_a_batched_engines_dram_check_says_its_rate_is_a_steps_bytes_times_steps
     assert c["bytes_x_tokens_per_s_gbs"] == pytest.approx(j["bytes_per_step_measured"] * j["tokens_per_s"] / 1e9, abs=0.1)
     assert c["bytes_x_tokens_per_s_gbs"] == pytest.approx(
         j["bytes_per_token_measured"] * j["throughput_tokens_per_s"] / 1e9, rel=1e-3)
+
+
+def test_replay_refuses_seconds_in_words_as_report_and_compare_do():
+    for verb in ("replay", "report"):
+        r = cli(verb, BUNDLED / "h100_eager.dmon", "--json" if verb == "replay" else "-o", *([] if verb == "replay"
+                                                                                            else ["-"]), "--seconds", 5)
+        assert r.returncode == 2 and not r.stdout and "Traceback" not in r.stderr
+        assert f"decodemon {verb}: --seconds is how long a live pid is watched" in r.stderr

@@ -5,8 +5,10 @@ Several files are the ranks of one tensor-parallel group, shown as the group (tw
 
 from __future__ import annotations
 
-from decodemon.monitor.cli._common import (UsageError, add_last, add_refresh, bounded, need_json_for_last,
-                                           need_terminal, print_json, say, without_tokens)
+import argparse
+
+from decodemon.monitor.cli._common import (UsageError, add_last, add_refresh, add_seconds, bounded, live_seconds,
+                                           need_json_for_last, need_terminal, print_json, say, without_tokens)
 
 
 def add(sub) -> None:
@@ -25,6 +27,7 @@ def add(sub) -> None:
     p.add_argument("--at", type=bounded("--at", 0.0, 1e6, allow_zero=True), default=None, metavar="S",
                    help="start at this many seconds into the recording")
     p.add_argument("--paused", action="store_true", help="open paused (space plays)")
+    add_seconds(p, None, argparse.SUPPRESS)  # refused in words: a recording is read whole (live_seconds)
     add_refresh(p)
     p.set_defaults(fn=run)
 
@@ -40,6 +43,7 @@ def run(a) -> int:
     if a.json and (a.at is not None or a.paused or a.speed is not None):
         raise UsageError("decodemon replay: --at, --paused and --speed place the app's playback; --json summarises the "
                          "whole recording, or its last S seconds with --last S (see `decodemon replay --help`)")
+    live_seconds(a, "replay", a.files, None)
     need_json_for_last(a, "replay")
     snaps = None
     if a.json or len(a.files) > 1:
