@@ -375,3 +375,16 @@ def test_replay_refuses_seconds_in_words_as_report_and_compare_do():
                                                                                             else ["-"]), "--seconds", 5)
         assert r.returncode == 2 and not r.stdout and "Traceback" not in r.stderr
         assert f"decodemon {verb}: --seconds is how long a live pid is watched" in r.stderr
+
+
+def test_kernels_a_token_are_the_analysed_tokens_own_not_a_guard_tokens():
+    # llama-cpp-python 8B, graphs on (H100): each analysed token is one graph launch of 485 kernels; the guard token
+    # after it (traced, not analysed) launched 609 kernels one by one, which a count over the window took in
+    j = _json("h100_llama_cpp_lcpp8b_graphs.dmon")
+    assert j["kernels_per_token"] == 485 and j["graph_launches_per_token"] == 1
+    c = j["candidates"]["launch"]
+    assert "1 graph launch a token for 485 kernels" in c["detail"]
+    idle_ms = j["ms_per_token"] * c["value"] / 100
+    assert j["us_per_kernel"] == pytest.approx(1e3 * idle_ms / j["kernels_per_token"], rel=0.01)
+    # a host that runs ahead still counts what its calls launched inside the tokens (transformers' static generate)
+    assert _json("h200_hf_generate_static.dmon")["kernels_per_token"] == 553

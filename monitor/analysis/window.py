@@ -102,6 +102,26 @@ def launched_per_token(w: wire.KernelWindow) -> float:
     return len(w.kernels["start"].array()) / (w.tokens + w.guard_tokens)
 
 
+def launched_by_calls(w: wire.KernelWindow, rec) -> float | None:
+    """The kernels that the calls the host made inside the analysed tokens launched, per token, by correlation id,
+    wherever the GPU ran them: a host running ahead makes a token's calls inside its marks and their kernels run
+    after them, and a guard token's calls (llama.cpp's: eager launches after a graphed token) are not the tokens'.
+    Kernels whose call the window did not trace (a library's, through the driver) count where they ran (`rec`).
+    None where the window traced no calls, or its kernels carry no ids (launched_per_token counts then)."""
+    span = w.analysed_span() if getattr(w, "clock", "tokens") == "tokens" else None
+    api, k = w.apis, w.kernels
+    if (span is None or not getattr(w, "apis_traced", True) or "correlation" not in api or "start" not in api
+            or "correlation" not in k):
+        return None
+    acorr, astart, kcorr = api["correlation"].array(), api["start"].array(), k["correlation"].array()
+    if not len(acorr) or not len(kcorr) or (kcorr == 0).any():
+        return None
+    n = int(np.isin(kcorr, acorr[(astart >= span[0]) & (astart < span[1])]).sum())
+    ran = rec.kernels.get("correlation")
+    untraced = int((~np.isin(ran, acorr)).sum()) if ran is not None else 0  # their calls not in the window
+    return (n + untraced) / w.tokens if n else None
+
+
 def runtime_launches_per_token(w: wire.KernelWindow, rec) -> float | None:
     """The runtime's kernel launch calls a token that launched the analysed tokens' own kernels, matched by
     correlation id, never by when the host made them: a host running ahead makes a step's calls a few steps before
@@ -155,7 +175,8 @@ def window_metrics(w: wire.KernelWindow, sm_count: int, cc: str = "9.0") -> Wind
         runtime = launches.runtime_launch_calls / tokens
     return WindowMetrics(
         window_id=w.window_id, tokens=tokens, traced_ms_per_token=rec.wall_ns / tokens / 1e6,
-        kernels_per_token=max(launches.kernels / tokens, launched_per_token(w)),
+        kernels_per_token=(by_calls if (by_calls := launched_by_calls(w, rec)) is not None
+                           else max(launches.kernels / tokens, launched_per_token(w))),
         graph_launches_per_token=launches.graph_launches / tokens,
         kernel_launch_calls_per_token=launches.kernel_launch_calls / tokens, runtime_launch_calls_per_token=runtime,
         memcpys_per_token=launches.memcpys / tokens,
