@@ -29,8 +29,10 @@ from decodemon.probes import wire
 from decodemon.monitor.sources import agent_socket
 
 PLACEHOLDER = "{depth}"
-MS_NOTE = ("each point's ms_per_token is the median token of the span its run was watched over, and each depth "
-           "band's the median of that band's tokens")
+MS_NOTE = ("each point's figures are the last 5 s of its attach: ms_per_token the median of those seconds' token "
+           "steps, tokens how many they were; its bytes_per_token is the model's weights + KV at the swept depth "
+           "where the engine gave its facts (bytes_source says which), else the summary's; each depth band's "
+           "ms_per_token is the median of that band's tokens")
 
 
 class SweepError(Exception):
@@ -88,7 +90,7 @@ def point_of(summary: dict, bands: list[dict], name: str, depth: int, model=None
             "bytes_source": bytes_source(summary), "bandwidth_gbs": summary.get("bandwidth_gbs"),
             "kernels_past_step": summary.get("kernels_past_step"),
             "verdict": verdict, "ceiling_value": cand.get("value"), "ceiling_unit": cand.get("unit", ""),
-            "ceiling_detail": cand.get("detail", ""), "tokens": summary.get("tokens"),
+            "ceiling_detail": cand.get("detail", ""), "tokens": (summary.get("span") or {}).get("tokens"),
             "us_per_kernel": summary.get("us_per_kernel"),
             "bandwidth_x_floor": x_floor,
             "small_grid_share_pct": ((summary.get("candidates") or {}).get("occupancy") or {}).get("value"),
@@ -269,7 +271,8 @@ def markdown(result: dict) -> str:
     for name, cmd in result["commands"].items():
         lines.append(f"- {md(name)}: {markdown_code(cmd)}")
     lines += ["", f"Attached {result['seconds']:g} s at each depth; the figures are the last 5 s of each attach "
-              "(median ms/token: the median of those seconds' token steps).", "",
+              "(median ms/token: the median of those seconds' token steps). MB/token is the model's weights + KV at "
+              "the swept depth where the engine gave its facts, else the DRAM counters' read + write.", "",
               "| depth | command | median ms/token | kernels/token | MB/token | ceiling | its number |",
               "|---:|---|---:|---:|---:|---|---|"]
     for p in result["points"]:

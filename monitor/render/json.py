@@ -397,8 +397,13 @@ def _verdict_json(s: Snapshot, out: dict) -> dict:
                                        "where the engine stamps them)" if batched and s.first_token is None else None)
     out.update(step_bytes_json(s) if batched else {"bytes_per_step": None, "bytes_per_step_measured": None,
                                                    "bytes_per_step_model": None})
-    if batched and out.get("dram_check"):  # its rate is a step's bytes × steps a second (= a token's × throughput)
-        out["dram_check"] = {**out["dram_check"], "of": "bytes_per_step_measured × tokens_per_s (steps a second)"}
+    if out.get("dram_check"):  # what its two rates are: it checks two PM counters, not the token clock
+        rate = ("bytes_per_step_measured × tokens_per_s (steps a second)" if batched else
+                "bytes_per_token_measured × tokens_per_s")
+        out["dram_check"] = {**out["dram_check"], "of": (
+            f"{rate}: the DRAM byte counters' own rate (bytes over the clock's steps), or the traced steps' bytes "
+            "where a clock read from the GPU's steps took them; against PM's DRAM throughput counter × the peak. Two "
+            "counters of one rate: it does not check the token clock")}
     out["verdict"], pending = headline(s.diagnosis, s.rolling)
     out["verdict_pending"] = pending or None
     out["history"] = [c.text() for c in s.rolling.history]
