@@ -389,3 +389,9 @@ def test_kernels_a_token_are_the_analysed_tokens_own_not_a_guard_tokens():
     assert j["us_per_kernel"] == pytest.approx(1e3 * idle_ms / j["kernels_per_token"], rel=0.01)
     # a host that runs ahead still counts what its calls launched inside the tokens (transformers' static generate)
     assert _json("h200_hf_generate_static.dmon")["kernels_per_token"] == 553
+
+
+def test_diagnose_by_hand_does_not_call_the_figures_it_was_given_measured():
+    j = json.loads(cli("diagnose", "--ms-per-token", 21.79, "--kernels-per-token", 1863, "--kernel-ms-per-token",
+                       4.0, "--json").stdout)
+    assert j["us_per_kernel_note"].startswith("from the figures given: the idle the traced kernels leave")
