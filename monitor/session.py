@@ -105,7 +105,7 @@ class Session:
 
     def _at(self, rx_ns: int) -> str:
         origin = self._origin if self._origin is not None else time.time() - rx_ns / 1e9
-        return time.strftime("%H:%M:%S", time.gmtime(origin + rx_ns / 1e9))
+        return time.strftime("%H:%M:%S UTC", time.gmtime(origin + rx_ns / 1e9))
 
     def snapshot(self, at_rx_ns: int | None = None, span_ns: int | None = SPAN_NS) -> Snapshot:
         """The figures over the last `span_ns` of the feed before `at_rx_ns` (its end by default), with the

@@ -124,12 +124,12 @@ def test_the_report_says_its_rate_is_over_clock_steps_and_how_many_tokens_it_cou
     # 912 token marks make 911 steps from one mark to the next: the rate is over the steps, not "the last 911 tokens"
     r = cli("report", REC["eager"], timeout=300)
     assert r.returncode == 0, r.stderr
-    assert ("44.3 tokens/s over 911 clock steps (a clock step: from one token mark to the next), 912 tokens counted\n"
+    assert ("44.3 tokens/s over 911 clock steps (a clock step, one the screen's tokens timed: from one token mark to the next), 912 tokens counted\n"
             in r.stdout)
     assert "over the last" not in r.stdout
     r = cli("report", REC["eager"], "--last", 3, timeout=300)  # a part of the recording: its tokens of all of them
     assert r.returncode == 0, r.stderr
-    assert "tokens/s over 124 clock steps (a clock step: from one token mark to the next), 125 tokens counted of 912 " \
+    assert "tokens/s over 124 clock steps (a clock step, one the screen's tokens timed: from one token mark to the next), 125 tokens counted of 912 " \
            "in all\n" in r.stdout
 
 
@@ -137,7 +137,7 @@ def test_a_counted_clocks_steps_are_not_called_mark_to_mark_and_a_batched_step_i
     from tests.conftest import DATA
 
     md = diagnosis_markdown(collect(str(DATA / "h100_compiled_llama8b_marks_1.dmon")).snapshot())
-    assert "ms/token mean" in md and "(a clock step: one mark of a burst, timed over whole bursts)" in md
+    assert "ms/token mean" in md and "(a clock step, one the screen's tokens timed: one mark of a burst, timed over whole bursts)" in md
     assert "from one token mark to the next" not in md
     np4 = diagnosis_markdown(collect(str(DATA / "h100_llama_cpp_server1b_np4.dmon")).snapshot())
     assert "ms token" not in np4 and "ms step" in np4

@@ -237,10 +237,10 @@ def test_a_serial_fraction_is_a_fraction_or_null_and_diagnose_refuses_collective
 
 def test_the_report_names_each_clocks_step():
     md = diagnosis_markdown(summary_snapshot(collect_recording(str(DATA / "h200_eager_nomarks.dmon"))))
-    assert "(a clock step: one period of the GPU's kernels in a traced window), in the traced windows alone" in md
+    assert "(a clock step, one the screen's tokens timed: one period of the GPU's kernels in a traced window), in the traced windows alone" in md
     assert "from one token mark to the next" not in md
     md = diagnosis_markdown(summary_snapshot(collect_recording(str(DATA / "h200_known_kv262k.dmon"))))
-    assert "(a clock step: one CUDA graph replay the agent counted)" in md
+    assert "(a clock step, one the screen's tokens timed: one CUDA graph replay the agent counted)" in md
 
 
 def test_the_timeline_shows_no_share_for_a_lateness_json_calls_not_measured():

@@ -81,7 +81,9 @@ STEP_WORDS = {
 def _tokens_counted(s: Snapshot) -> str:
     """What the clock's steps span, in tokens: a clock step runs from one token mark to the next, so N tokens
     counted give N - 1 steps; and the source's tokens in all where the span holds fewer."""
-    words = f" (a clock step: {STEP_WORDS.get(s.token_clock, 'from one token mark to the next')})"
+    # the screen's "tokens timed" are these steps: one count under the name --json gives it (clock_steps)
+    step = STEP_WORDS.get(s.token_clock, "from one token mark to the next")
+    words = f" (a clock step, one the screen's tokens timed: {step})"
     if s.token_clock in ("graph replays", "kernel period"):  # the GPU's steps in the traced windows alone
         return words + ", in the traced windows alone" + _provisional(s)
     if s.span_tokens is not None:
