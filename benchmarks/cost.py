@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -134,19 +135,25 @@ def attach(pid: int, seconds: float, probe: list[str]) -> dict:
             "observer_cost": (j or {}).get("observer_cost")}
 
 
-def first_attach(pid: int, before_s: float, first_s: float, after_s: float, probe: list[str]) -> dict:
+class Stopped(Exception):
+    """SIGTERM (the GPU call's `timeout`): stop the engine and judge what was measured so far."""
+
+
+def first_attach(pid: int, before_s: float, first_s: float, after_s: float, probe: list[str], fa: dict) -> dict:
     """Unobserved, the first attach, unobserved again: the spans, the attach's summary and the target's threads'
-    CPU over the after span."""
+    CPU over the after span, written into `fa` as they are measured (a run stopped in the after span keeps them)."""
     tb = time.time()
     time.sleep(before_s)
     a = attach(pid, first_s, probe)
     ta = time.time()
+    fa.update({"before": [tb, a["t"][0]], "attach": a, "after": [ta, None]})
     cpu0 = thread_cpu(pid)
     time.sleep(after_s)
     cpu1 = thread_cpu(pid)
-    return {"before": [tb, a["t"][0]], "attach": a, "after": [ta, time.time()],
-            "after_thread_cpu_s": {k: round(v - cpu0.get(k, 0.0), 3) for k, v in cpu1.items()
-                                   if v - cpu0.get(k, 0.0) > 0.01}}
+    fa.update({"after": [ta, time.time()],
+               "after_thread_cpu_s": {k: round(v - cpu0.get(k, 0.0), 3) for k, v in cpu1.items()
+                                      if v - cpu0.get(k, 0.0) > 0.01}})
+    return fa
 
 
 def pairs(pid: int, n: int, phase_s: float, probe: list[str]) -> list[dict]:
@@ -260,13 +267,22 @@ def run_engine(engine: str, out: Path, tiny: bool, a) -> dict:
     argv = engine_argv(engine, tiny, log)
     proc = start(argv, log, out, name, a.warm_s, a.run)
     res: dict = {"engine": engine, "tag": a.tag, "argv": argv[1:], "pid": proc.pid, "probe": a.probe, "run": a.run}
+    fa: dict = {}
+    tail: list[float] = []
     try:
-        fa = first_attach(proc.pid, a.before_s, a.first_s, a.after_s, PROBE) if a.before_s or a.after_s else {}
+        if a.before_s or a.after_s:
+            first_attach(proc.pid, a.before_s, a.first_s, a.after_s, PROBE, fa)
+        res.update(first_attach=fa)
         ps = pairs(proc.pid, a.pairs, a.phase_s, PROBE)
         t_tail = time.time()
         time.sleep(a.phase_s)
         tail = [t_tail, time.time()]
-        res.update(first_attach=fa, pairs=ps)
+        res.update(pairs=ps)
+    except Stopped:  # cut short: the first attach's figures stand on what was measured (the after span so far)
+        res["cut_short"] = True
+        if fa.get("after") and fa["after"][1] is None:
+            fa["after"][1] = time.time()
+        res.update(first_attach=fa if "attach" in fa else {})
     finally:
         stop(proc)
     res["alive_at_end"] = proc.returncode in (0, -15, None)
@@ -300,6 +316,10 @@ def table(results: list[dict]) -> str:
     return "\n".join(rows)
 
 
+def _stopped(signum, frame):
+    raise Stopped()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out")
@@ -316,6 +336,7 @@ def main() -> int:
                     help="start the engines as `decodemon run` does (the agent loaded from the start), not plain python")
     ap.add_argument("--tiny", action="store_true", help="the tiny CPU shapes (default with no GPU)")
     a = ap.parse_args()
+    signal.signal(signal.SIGTERM, _stopped)
     PROBE.extend(x for kv in a.probe for x in (["--probe", kv] if "=" in kv else [kv]))
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
