@@ -395,3 +395,12 @@ def test_diagnose_by_hand_does_not_call_the_figures_it_was_given_measured():
     j = json.loads(cli("diagnose", "--ms-per-token", 21.79, "--kernels-per-token", 1863, "--kernel-ms-per-token",
                        4.0, "--json").stdout)
     assert j["us_per_kernel_note"].startswith("from the figures given: the idle the traced kernels leave")
+
+
+def test_a_reports_verdict_history_says_it_reaches_before_the_span():
+    r = cli("report", BUNDLED / "h100_eager.dmon", "--last", 1, "-o", "-")
+    assert r.returncode == 0, r.stderr
+    head, _, hist = r.stdout.partition("## Verdict history (a diagnosis has a shelf life)")
+    assert hist.lstrip().startswith("The source's verdict changes from its start to the span's end, those before "
+                                    "the span among them (each at its UTC time).")
+    assert re.search(r"- UNKNOWN → [A-Z]+ at \d\d:\d\d:\d\d UTC", hist)

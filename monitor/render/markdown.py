@@ -193,5 +193,7 @@ def diagnosis_markdown(s: Snapshot) -> str:
             "", "## The measurement that would prove this wrong", "", d.falsify, ""]
     hist = [c.text() for c in s.rolling.history]
     if hist:
-        out += ["## Verdict history (a diagnosis has a shelf life)", ""] + [f"- {h}" for h in hist] + [""]
+        out += ["## Verdict history (a diagnosis has a shelf life)", "",
+                "The source's verdict changes from its start to the span's end, those before the span among them "
+                "(each at its UTC time).", ""] + [f"- {h}" for h in hist] + [""]
     return visible_lines(in_marks(s, "\n".join(out)))  # and no control character anywhere else either
