@@ -388,9 +388,9 @@ def price_occupancy(i: Inputs, bw_ratio: float | None = None) -> Candidate:
     # GPU busy here is the traced kernels' share of the step where a window has them (the screen's OCCUPANCY
     # inputs say so where that share and PM's busy fall on two sides of 50%)
     thr = (f"kernel share ≥50% of the step (traced kernels' time ÷ ms/token; with no traced window, PM's GPU busy) "
-           f"and either "
-           f"≥{OCCUPANCY_SMALL_SHARE_PCT:g}% of kernel time in grids under 25% of the SMs or SM active < half of "
-           "PM's GPU busy binds; < 10% in small grids (SM active ≥ 80% of busy) ruled out")
+           f"and either ≥{OCCUPANCY_SMALL_SHARE_PCT:g}% of kernel time in grids under 25% of the SMs or SM active < half of "
+           f"PM's GPU busy binds; where the kernels fill the step and no ceiling binds, ≥{OCCUPANCY_LEANING_SHARE_PCT:g}% "
+           "in small grids binds too; < 10% in small grids (SM active ≥ 80% of busy) ruled out")
     if i.small_grid_share_pct is None:
         return _occupancy_by_counters(i, thr, bw_ratio)
     ratio = None

@@ -109,7 +109,7 @@ def test_diagnose_by_hand_says_its_figures_were_given_and_its_graph_win_is_at_be
     assert "at best ~0.425 ms/token" in j["predicted_win"] and "not traced" in j["predicted_win"]
     traced = json.loads(cli("diagnose", "--ms-per-token", 21.79, "--kernels-per-token", 1863, "--kernel-ms-per-token",
                             3.997, "--json").stdout)
-    assert traced["us_per_kernel_note"].startswith("measured:") and "at best" not in traced["predicted_win"]
+    assert traced["us_per_kernel_note"].startswith("from the figures given:") and "at best" not in traced["predicted_win"]
 
 
 def test_compare_says_when_the_kv_type_or_the_batch_differ_and_gives_a_one_sequence_loops_throughput():
@@ -404,3 +404,27 @@ def test_a_reports_verdict_history_says_it_reaches_before_the_span():
     assert hist.lstrip().startswith("The source's verdict changes from its start to the span's end, those before "
                                     "the span among them (each at its UTC time).")
     assert re.search(r"- UNKNOWN → [A-Z]+ at \d\d:\d\d:\d\d UTC", hist)
+
+
+def test_occupancys_threshold_states_the_rule_that_made_it_bind_under_50():
+    j = _json("h200_llama8b_graph.dmon")
+    c = j["candidates"]["occupancy"]
+    assert c["state"] == "binding" and c["value"] < 50 and "(≥25%)" in c["detail"]
+    assert "where the kernels fill the step and no ceiling binds, ≥25% in small grids binds too" in c["threshold"]
+
+
+@pytest.mark.parametrize("path", ["h200_tp2_eager_samewindow_rank1.dmon", "h200_known_reduce1.5_marks.dmon"])
+def test_us_per_kernel_can_be_done_again_from_its_note(path):
+    j = _json(path)
+    m = re.search(r": \(the ([\d.]+) ms (?:median|mean) step − ([\d.]+) ms, the span's windows' median kernel union"
+                  r".*\) ÷ (\d+) kernels = ([\d.]+) µs$", j["us_per_kernel_note"])
+    step, kernels, n, said = float(m.group(1)), float(m.group(2)), int(m.group(3)), float(m.group(4))
+    assert step == pytest.approx(j["ms_per_token"], rel=1e-3) and n == round(j["kernels_per_token"])
+    assert 1e3 * max(step - kernels, 0) / n == pytest.approx(j["us_per_kernel"], rel=2e-3)
+    assert said == pytest.approx(j["us_per_kernel"], rel=1e-3)
+
+
+def test_pm_against_the_window_says_when_its_window_is_before_the_span():
+    j = _json("h100_eager.dmon", "--last", 1)
+    assert j["kernels_from"]["windows_in_span"] == 0
+    assert "latest traced window's tokens, before the span (it traced none)" in j["pm_vs_window"]["over"]

@@ -51,8 +51,9 @@ def run(a) -> int:
         raise UsageError("decodemon diagnose: --bytes-per-token and --bandwidth-gbs go together: the floor is one "
                          "over the other (see `decodemon diagnose --help`)")
     if a.kernel_ms_per_token is not None and a.ms_per_token is not None and a.kernel_ms_per_token > a.ms_per_token * 1.05:
-        raise UsageError("decodemon diagnose: --kernel-ms-per-token is more than the step (--ms-per-token); the "
-                         "GPU time one token's kernels cover (their union) cannot be longer than the token")
+        raise UsageError("decodemon diagnose: --kernel-ms-per-token is more than 5% over the step (--ms-per-token; "
+                         "a traced token runs a little longer than an untraced one); the GPU time one token's kernels "
+                         "cover (their union) cannot be longer than the token")
     if a.bytes_per_token is not None and a.ms_per_token is not None:
         achieved = a.bytes_per_token / (a.ms_per_token * 1e-3) / 1e9
         if achieved > a.bandwidth_gbs * 1.05:  # a token cannot move its bytes faster than the memory can

@@ -6,6 +6,7 @@ import math
 from typing import TYPE_CHECKING
 
 from decodemon.monitor.analysis.agreement import busy_disagreement, kernels_past_step
+from decodemon.monitor.ceilings import own_kernel_ms
 from decodemon.monitor.render.text import in_marks, unit
 from decodemon.monitor.rolling import headline
 from decodemon.monitor.span import rolling_json, span_json
@@ -112,7 +113,9 @@ def _busy_json(s: Snapshot) -> dict:
         "pm_vs_window": ({"samples": c.samples, "pm_gpu_busy_pct": round(c.pm_busy_pct, 1),
                           "window_gpu_busy_pct": round(c.traced_busy_pct, 1),
                           "over": (f"the {c.samples} PM sample{'s' if c.samples != 1 else ''} wholly inside the "
-                                   "span's traced tokens, each instrument over the same GPU time")} if c else None),
+                                   + ("span's traced tokens" if s.windows_in_span else
+                                      "latest traced window's tokens, before the span (it traced none)")
+                                   + ", each instrument over the same GPU time")} if c else None),
         "sm_active_pct": round(s.pm["sm_active_pct"], 1) if s.pm else None,
         "warps_active_pct": round(s.pm["warps_active_pct"], 1) if s.pm else None,
         "dram_pct": round(s.pm["dram_pct"], 1) if s.pm else None,
@@ -382,9 +385,24 @@ def summary_json(s: Snapshot, kernels: int = 15) -> dict:
     return not_measured_as_null(_verdict_json(s, out))
 
 
+def _per_kernel_figures(s: Snapshot, note: str | None) -> str | None:
+    """us_per_kernel_note with the figures it divided, where the idle was measured: the kernels' ms are the span's
+    windows' median union less collectives waiting for a late peer (the top level's kernel_busy_ms_per_token is the
+    latest window's), so the arithmetic can be done again from the note alone."""
+    i, d = s.inputs, s.diagnosis
+    if not note or i is None or d.candidates["launch"].quantity != "idle_pct_of_step" or i.kernel_ms is None \
+            or not (i.ms_per_token and i.kernels_per_token) or d.us_per_kernel is None:
+        return note
+    own = own_kernel_ms(i.kernel_ms, i.collective_wait_ms_per_token)
+    return (f"{note}: (the {i.ms_per_token:.4g} ms {clock_kind(s.token_clock)} step − {own:.4g} ms, the span's "
+            f"windows' median kernel union{' less collectives waiting for a late peer' if own < i.kernel_ms else ''}"
+            f", floored at 0) ÷ {i.kernels_per_token:.0f} kernels = {d.us_per_kernel:.4g} µs")
+
+
 def _verdict_json(s: Snapshot, out: dict) -> dict:
     """The diagnosis, a batched engine's step figures, the headline verdict and its history, after `out`."""
     out.update(s.diagnosis.as_json())
+    out["us_per_kernel_note"] = _per_kernel_figures(s, out["us_per_kernel_note"])
     batched = s.tokens_per_step is not None  # a batched engine: ms/token is a step's, each sequence's latency
     if unit(s) == "step":  # the diagnosis prices one mark, a batched engine's step: its words say so, as on screen
         for c in out["candidates"].values():

@@ -125,7 +125,8 @@ def _figures(s: Snapshot) -> list[str]:
     if s.pm_check is not None:
         c = s.pm_check
         n = f"{c.samples} PM sample" + ("s" if c.samples != 1 else "")
-        out.append(f"- over the traced tokens, the same {n}: GPU busy {c.pm_busy_pct:.1f}% from "
+        where = "the traced tokens" if s.windows_in_span else "the latest traced window's tokens, before the span"
+        out.append(f"- over {where}, the same {n}: GPU busy {c.pm_busy_pct:.1f}% from "
                    f"PM's counter, {c.traced_busy_pct:.1f}% from the traced kernels' union over those samples "
                    "(--json pm_vs_window)")
     tps = s.tokens_per_step or 1.0
