@@ -77,11 +77,11 @@ class RecordingPlayer:
 
     def status(self) -> str:
         """Position, speed and state for the status bar."""
+        # to 10 ms: an --at a little short of the end is told apart from it (and from --last's span, which ends there)
         if self.clock_ns >= self.end_ns and not self.loop:
-            state = "end of recording"
-        else:
-            state = "paused" if self.paused else f"playing ×{self.speed:g}"
-        return f"{self.clock_ns / 1e9:5.1f}/{self.end_ns / 1e9:.1f} s {state}"
+            return f"{self.end_ns / 1e9:.2f} s, end of recording"
+        state = "paused" if self.paused else f"playing ×{self.speed:g}"
+        return f"{self.clock_ns / 1e9:6.2f}/{self.end_ns / 1e9:.2f} s {state}"
 
 
 def in_step(players: list) -> list:

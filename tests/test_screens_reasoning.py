@@ -298,8 +298,8 @@ async def _bars_at_80():
         bar = app.query_one(StatusBar)
         line = str(bar.render())
         assert len(line) <= bar.content_size.width
-        assert re.search(r"eager( \(H200\))?: 10.0/21.2 s paused", line), line
-        assert re.search(r"graph( \(H200\))?: 10.0/15.2 s paused", line), line
+        assert re.search(r"eager( \(H200\))?: 10.00/21.16 s paused", line), line
+        assert re.search(r"graph( \(H200\))?: 10.00/15.16 s paused", line), line
     players = [RecordingPlayer(str(DATA / f"h200_tp2_graph_rank{r}.dmon")) for r in (0, 1)]  # labelled by path
     app = DecodemonApp(players, start_at_s=60.0, paused=True, group=True)
     async with app.run_test(size=(80, 24)) as pilot:

@@ -428,3 +428,14 @@ def test_pm_against_the_window_says_when_its_window_is_before_the_span():
     j = _json("h100_eager.dmon", "--last", 1)
     assert j["kernels_from"]["windows_in_span"] == 0
     assert "latest traced window's tokens, before the span (it traced none)" in j["pm_vs_window"]["over"]
+
+
+def test_a_replays_status_tells_an_end_from_a_point_short_of_it():
+    from decodemon.monitor.player import RecordingPlayer
+
+    p = RecordingPlayer(str(BUNDLED / "h100_eager.dmon"))
+    p.seek(8_000_000_000)
+    p.paused = True
+    assert p.status() == f"  8.00/{p.end_ns / 1e9:.2f} s paused" and p.end_ns > 8_005_000_000
+    p.seek(p.end_ns)
+    assert p.status() == f"{p.end_ns / 1e9:.2f} s, end of recording"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from textual.content import Content
 from textual.reactive import reactive
 from textual.widgets import Static
@@ -26,10 +28,12 @@ def status_line(states, width: int = 0) -> str:
         line = sep.join(f"{name(label)}: {status}" for label, status in states)
         if not width or len(line) <= width:
             return line
-    if len(states) > 1 and len({status for _, status in states}) == 1:  # a group's replays at one position
-        line = ", ".join(short_label(label) for label, _ in states) + f": {states[0][1]}"
-        if len(line) <= width:
-            return line
+    for st in (states, [(label, re.sub(r"^\s*[\d.]+(/[\d.]+)? s,? ", "", status)) for label, status in states]):
+        # a group's replays in one state: said once (their positions left out where they differ, too narrow)
+        if len(st) > 1 and len({status for _, status in st}) == 1:
+            line = ", ".join(short_label(label) for label, _ in st) + f": {st[0][1]}"
+            if len(line) <= width:
+                return line
     return line if len(line) <= width else line[: max(0, width - 1)] + "…"
 
 
