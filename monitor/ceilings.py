@@ -298,7 +298,7 @@ def _launch_priced(i: Inputs, floor: float | None) -> tuple[Candidate, float | N
                   f"− {i.kernel_ms:.4g} ms of kernels{i.kernels_overlap_words}"
                   + (", taken as 0: the traced kernels run longer than the untraced step"
                      if i.kernel_ms > i.ms_per_token else "")
-                  + (f", {waited:.3g} ms of it collectives waiting for a late peer"
+                  + (f"; the kernels' own time, their {waited:.3g} ms waiting for a late peer left out"
                      if peer_wait_named(waited, i.ms_per_token) else "") + f") over {n:.0f} kernels = {per:.3g} µs each; "
                   + (f"the step is a replayed CUDA graph: {_launches_counted(i)}"
                      if graphed else f"eager host launches cost {lo:g}–{hi:g} µs"))

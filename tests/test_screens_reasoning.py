@@ -115,7 +115,7 @@ def test_a_first_window_whose_collectives_all_waited_for_a_peer_votes_no_comm():
     comm = s.diagnosis.candidates["comm"]
     assert comm.state == "unknown" and "the calls waited longer than they ran" in comm.detail
     launch = s.diagnosis.candidates["launch"]
-    assert s.diagnosis.ceiling == "launch" and "collectives waiting for a late peer" in launch.detail
+    assert s.diagnosis.ceiling == "launch" and "ms waiting for a late peer left out" in launch.detail
     s, t = texts(DATA / "h200_tp2_eager_samewindow_rank0.dmon")
     assert [h.after for h in s.rolling.history] == ["launch"] and t[VerdictPanel].splitlines()[0].split()[0] == "LAUNCH"
 

@@ -416,7 +416,7 @@ def test_occupancys_threshold_states_the_rule_that_made_it_bind_under_50():
 @pytest.mark.parametrize("path", ["h200_tp2_eager_samewindow_rank1.dmon", "h200_known_reduce1.5_marks.dmon"])
 def test_us_per_kernel_can_be_done_again_from_its_note(path):
     j = _json(path)
-    m = re.search(r": \(the ([\d.]+) ms (?:median|mean) step − ([\d.]+) ms, the span's windows' median kernel union"
+    m = re.search(r": \(the ([\d.]+) ms (?:median|mean) step − ([\d.]+) ms, the kernels' union in the median of "
                   r".*\) ÷ (\d+) kernels = ([\d.]+) µs$", j["us_per_kernel_note"])
     step, kernels, n, said = float(m.group(1)), float(m.group(2)), int(m.group(3)), float(m.group(4))
     assert step == pytest.approx(j["ms_per_token"], rel=1e-3) and n == round(j["kernels_per_token"])

@@ -36,10 +36,11 @@ def kernels_past_step(s) -> str:
     i = s.inputs
     if i is None or i.kernel_ms is None or not i.ms_per_token:
         return ""
-    if i.kernel_ms <= i.ms_per_token:
+    own = i.kernel_ms - min(i.collective_wait_ms_per_token or 0.0, i.kernel_ms)  # a late peer's wait is idle
+    if own <= i.ms_per_token:
         return ""
     kind = clock_kind(getattr(s, "token_clock", None))  # a sweep's band has no clock of its own: its median
-    return (f"kernels {i.kernel_ms:.3g} ms are {100 * i.kernel_ms / i.ms_per_token:.0f}% "
+    return (f"kernels {own:.3g} ms are {100 * own / i.ms_per_token:.0f}% "
             f"of the {i.ms_per_token:.4g} ms {kind} step: traced kernels run longer than untraced ones")
 
 

@@ -394,8 +394,8 @@ def _per_kernel_figures(s: Snapshot, note: str | None) -> str | None:
             or not (i.ms_per_token and i.kernels_per_token) or d.us_per_kernel is None:
         return note
     own = own_kernel_ms(i.kernel_ms, i.collective_wait_ms_per_token)
-    return (f"{note}: (the {i.ms_per_token:.4g} ms {clock_kind(s.token_clock)} step − {own:.4g} ms, the span's "
-            f"windows' median kernel union{' less collectives waiting for a late peer' if own < i.kernel_ms else ''}"
+    return (f"{note}: (the {i.ms_per_token:.4g} ms {clock_kind(s.token_clock)} step − {own:.4g} ms, the kernels' "
+            f"union in {_windows_words(s)}{' less collectives waiting for a late peer' if own < i.kernel_ms else ''}"
             f", floored at 0) ÷ {i.kernels_per_token:.0f} kernels = {d.us_per_kernel:.4g} µs")
 
 

@@ -63,9 +63,9 @@ def diagnose_text(d: Diagnosis) -> str:
         lines.append(f"µs {d.per_kernel_word} per kernel: {d.us_per_kernel:.3g}")
     if d.serial_fraction is not None:
         s = d.serial_fraction
-        lines.append(f"serial fraction: {s:.3f}" + ("" if 0.0 <= s <= 1.0 else
-                     " (outside 0..1: no serial fraction explains that speedup, so Amdahl's law does not apply; "
-                     "the algebra's value only)"))
+        lines.append(f"serial fraction: {s:.3f}" if 0.0 <= s <= 1.0 else
+                     f"Amdahl's s solved: {s:.3f}, not a fraction (outside 0..1: no serial fraction explains that "
+                     "speedup, so Amdahl's law does not apply; --json's serial_fraction is null)")
     lines += [f"remedy: {d.remedy}", f"predicted win: {d.predicted_win}", f"falsify: {d.falsify}"]
     return "\n".join(lines)
 
