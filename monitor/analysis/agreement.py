@@ -8,6 +8,7 @@ that marks ahead of the GPU cuts the step short. A screen that shows both number
 
 from __future__ import annotations
 
+from decodemon.monitor.ceilings import own_kernel_ms
 from decodemon.monitor.token_clock import clock_kind
 
 FLAG_RATIO = 1.5
@@ -36,7 +37,7 @@ def kernels_past_step(s) -> str:
     i = s.inputs
     if i is None or i.kernel_ms is None or not i.ms_per_token:
         return ""
-    own = i.kernel_ms - min(i.collective_wait_ms_per_token or 0.0, i.kernel_ms)  # a late peer's wait is idle
+    own = own_kernel_ms(i.kernel_ms, i.collective_wait_ms_per_token)  # a late peer's wait is idle
     if own <= i.ms_per_token:
         return ""
     kind = clock_kind(getattr(s, "token_clock", None))  # a sweep's band has no clock of its own: its median

@@ -65,6 +65,12 @@ class TracedRecords:
         return self.kernels.get("name", _NONE)
 
 
+def api_row_names(w: wire.KernelWindow, api: dict) -> np.ndarray:
+    """Each API row's function name ("" where the window did not name it), for the columns `api` of `w`'s calls."""
+    cbid, dom = api.get("cbid", _NONE), api.get("domain", _NONE)
+    return np.array([w.api_names.get(f"{d}:{c}", "") for c, d in zip(cbid.tolist(), dom.tolist())], dtype=object)
+
+
 def analysed_records(w: wire.KernelWindow) -> TracedRecords:
     """The window's records over its analysed tokens: kernels wholly inside them, calls and copies begun in them."""
     cols = {k: v.array() for k, v in w.kernels.items()}
@@ -80,9 +86,7 @@ def analysed_records(w: wire.KernelWindow) -> TracedRecords:
     if nb and "start" in api:
         keep = (api["start"] >= lo) & (api["start"] < hi)
         api = {k: v[keep] for k, v in api.items()}
-    cbid, dom = api.get("cbid", _NONE), api.get("domain", _NONE)
-    api_names = np.array([w.api_names.get(f"{d}:{c}", "") for c, d in zip(cbid.tolist(), dom.tolist())],
-                         dtype=object)
+    api_names = api_row_names(w, api)
 
     mstart = w.memcpys["start"].array() if "start" in w.memcpys else _NONE
     memcpys = int(((mstart >= lo) & (mstart < hi)).sum()) if nb else len(mstart)

@@ -21,7 +21,7 @@ from decodemon.monitor.analysis.gaps import classify_gaps, idle_gaps
 from decodemon.monitor.analysis.kernels import KernelRow, kernel_table, small_grid_share_pct
 from decodemon.monitor.analysis.launches import count_launches, launch_calls, runtime_calls_for
 from decodemon.monitor.analysis.names import range_name
-from decodemon.monitor.analysis.records import analysed_records
+from decodemon.monitor.analysis.records import analysed_records, api_row_names
 from decodemon.monitor.analysis.timeline import Timeline, token_timeline, with_nvtx
 from decodemon.probes import wire
 
@@ -132,9 +132,7 @@ def runtime_launches_per_token(w: wire.KernelWindow, rec) -> float | None:
         return None
     gid = rec.kernels.get("graph_id", np.zeros(len(corr), np.int64))
     api = {c: v.array() for c, v in w.apis.items()}
-    keys = zip(api.get("cbid", np.zeros(0)).tolist(), api.get("domain", np.zeros(0)).tolist())
-    names = np.array([w.api_names.get(f"{d}:{c}", "") for c, d in keys], dtype=object)
-    n = runtime_calls_for(names, api, np.unique(corr[gid == 0]))
+    n = runtime_calls_for(api_row_names(w, api), api, np.unique(corr[gid == 0]))
     return n / rec.tokens if n is not None else None
 
 
