@@ -179,6 +179,9 @@ def test_every_verb_that_takes_a_pid_takes_it_as_py_spy_spells_it(tmp_path):
         r = dm(*args)
         assert r.returncode == 2 and f"no process with pid {gone}" in r.stderr, (args, r.stderr)
     r = dm("grade", "--pid", gone, "--ledger", tmp_path / "none.jsonl")  # parsed: the ledger is asked first
+    assert r.returncode == 2 and "no ledger at" in r.stderr and len(r.stderr.splitlines()) == 1, r.stderr
+    (tmp_path / "empty.jsonl").write_text("")
+    r = dm("grade", "--pid", gone, "--ledger", tmp_path / "empty.jsonl")  # a ledger with nothing open: 3
     assert r.returncode == 3 and "no open prediction" in r.stderr, r.stderr
     r = dm("compare", "--pid", gone)
     assert r.returncode == 2 and "give A and B" in r.stderr and len(r.stderr.splitlines()) == 1

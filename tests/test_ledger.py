@@ -207,9 +207,11 @@ def test_bad_predictions_fail_in_one_line(tmp_path, capsys, args, words):
 
 def test_a_ledger_that_is_a_directory_or_empty_fails_in_one_line(tmp_path, capsys):
     assert main(["predict", REC["eager"], "--change", "x", "--expect", "-5%", "--ledger", tmp_path]) == 2
-    assert main(["grade", REC["graph"], "--ledger", tmp_path / "none.jsonl"]) == 3
+    assert main(["grade", REC["graph"], "--ledger", tmp_path / "none.jsonl"]) == 2
+    (tmp_path / "empty.jsonl").write_text("")
+    assert main(["grade", REC["graph"], "--ledger", tmp_path / "empty.jsonl"]) == 3
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 2 and "is a directory" in err[0] and "no open prediction" in err[1]
+    assert len(err) == 3 and "is a directory" in err[0] and "no ledger at" in err[1] and "no open prediction" in err[2]
 
 
 def test_the_next_report_of_the_same_loop_grades_it_and_diagnosis_md_includes_the_ledger(tmp_path):
@@ -295,7 +297,7 @@ def test_an_unwritable_ledger_is_one_line_before_the_attach(tmp_path):
             t0 = time.monotonic()
             r = cli(*verb, "--seconds", 30, "--ledger", "/proc/decodemon-ledger.jsonl")
             assert time.monotonic() - t0 < 10 and r.returncode != 0
-            assert "cannot write the ledger" in r.stderr or "no open prediction" in r.stderr, r.stderr
+            assert "cannot write the ledger" in r.stderr or "no ledger at" in r.stderr, r.stderr
             assert len(r.stderr.strip().splitlines()) == 1
         r = cli("predict", e.pid, "--change", "x", "--expect=-10%", "--seconds", 30,
                 "--ledger", tmp_path / "no-such-dir" / "l.jsonl")
@@ -307,6 +309,7 @@ def test_an_unwritable_ledger_is_one_line_before_the_attach(tmp_path):
 
 def test_grade_names_the_label_it_looked_for_and_the_labels_open(tmp_path, capsys):
     path = tmp_path / "l.jsonl"
+    path.write_text("")  # a ledger with no prediction in it yet
     assert main(["grade", REC["graph"], "--label", "nosuch", "--ledger", path]) == 3
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"decodemon grade: no open prediction for nosuch in {path}, nor for any other loop "

@@ -6,6 +6,7 @@ the new ceiling and the measured change (`decodemon.monitor.ledger`)."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 from decodemon.monitor import ledger
@@ -28,9 +29,13 @@ add = add_parser
 
 
 def run(a) -> int:
-    """Measure, grade, append, print the grade; exit 3 when there is no open prediction for the loop."""
+    """Measure, grade, append, print the grade; exit 2 when there is no ledger at all, 3 when it holds no open
+    prediction for the loop."""
     live_seconds(a, "grade", [a.source], None)  # --seconds on a recording: said before the ledger is read
     try:
+        if not os.path.lexists(a.ledger):  # no ledger is a wrong path, not a loop with nothing measured
+            raise UsageError(f"decodemon grade: no ledger at {a.ledger} (`decodemon predict` writes one; "
+                             "--ledger PATH names another)")
         entries = read_ledger(a.ledger)
         if not ledger.open_predictions(entries, a.label):  # --label: its own, known before the attach
             say("grade", ledger.none_open(a.ledger, entries, a.label))

@@ -78,7 +78,7 @@ def _with_ledger(a, sess, summary: dict, md: str) -> str:
         return md
     path, label = found
     entries, _ = ledger.read(path)
-    return md.rstrip("\n") + "\n\n" + ledger.ledger_markdown(entries, label, ledger.state_of(summary)) + "\n"
+    return md.rstrip("\n") + "\n\n" + ledger.ledger_markdown(entries, label, ledger.state_of(summary)).rstrip("\n") + "\n"
 
 
 def run(a) -> int:
@@ -113,5 +113,5 @@ def run(a) -> int:
         if a.output != "-":
             say("report", f"wrote {a.output} ({snap.diagnosis.ceiling.upper()})")
     elif not a.json:
-        print(visible_lines(md))
+        print(visible_lines(md), end="")  # it ends in its one newline
     return 0

@@ -197,4 +197,5 @@ def diagnosis_markdown(s: Snapshot) -> str:
         out += ["## Verdict history (a diagnosis has a shelf life)", "",
                 "The source's verdict changes from its start to the span's end, those before the span among them "
                 "(each at its UTC time).", ""] + [f"- {h}" for h in hist] + [""]
-    return visible_lines(in_marks(s, "\n".join(out)))  # and no control character anywhere else either
+    # no control character anywhere else either; the file ends in one newline, as a text file does
+    return visible_lines(in_marks(s, "\n".join(out))).rstrip("\n") + "\n"
