@@ -21,9 +21,9 @@ BANDWIDTH_BINDING_RATIO = 2.0
 BANDWIDTH_RULED_OUT_RATIO = 10.0
 COMM_RULED_OUT_PCT = 10.0
 OCCUPANCY_SMALL_SHARE_PCT = 50.0
-# how close to the floor the counters alone cannot tell a bandwidth-bound step from an occupancy-bound one (SMs
-# stall on memory in both); and, when the kernels fill the step and nothing binds outright, what reads as OCCUPANCY
-# (a quarter of the kernel time in small grids, or SM active under half of GPU busy)
+# near the floor the counters cannot tell bandwidth from occupancy (SMs stall on memory in both); with the kernels
+# filling the step and nothing binding outright, OCCUPANCY: a quarter of kernel time in small grids, or SM active < half
+# of GPU busy
 BANDWIDTH_NEAR_RATIO = 3.0
 OCCUPANCY_LEANING_SHARE_PCT = 25.0
 KERNELS_FILL_STEP = 0.8
@@ -85,6 +85,7 @@ class Inputs:
     collectives_per_token: float | None = None
     us_per_collective: float | None = None  # one call's price: its kernel when not waiting for a peer + launch gap
     collective_wait_ms_per_token: float | None = None  # kernels' time beyond that: waiting for a late peer
+    comm_source: str = ""  # where those three come from (the traced windows, or the engine's clock), in words
     kernel_sum_ms_per_token: float | None = None  # from a trace: each kernel's own time, added
     kernel_busy_ms_per_token: float | None = None  # their union: those that run at once counted once
     gpu_busy_pct: float | None = None
@@ -130,8 +131,8 @@ def bandwidth_floor_ms(bytes_per_token: float, bandwidth_gbs: float) -> float:
 
 
 def _bandwidth_from_dram(i: Inputs, thr: str) -> Candidate:
-    """ms/token ÷ floor = (bytes ÷ achieved) ÷ (bytes ÷ peak) = peak ÷ achieved: the counters' DRAM rate against
-    the device's bandwidth prices the floor with no token clock and no model facts."""
+    """ms/token ÷ floor = peak ÷ achieved: the counters' DRAM rate against the device's bandwidth prices the floor
+    with no token clock and no model facts."""
     ratio = i.bandwidth_gbs / i.dram_gbs
     state = BINDING if ratio <= BANDWIDTH_BINDING_RATIO else RULED_OUT if ratio >= BANDWIDTH_RULED_OUT_RATIO else UNKNOWN
     return Candidate(ratio, "× floor", thr, state,
@@ -202,7 +203,7 @@ def price_comm(i: Inputs) -> tuple[Candidate, float | None]:
     share = 100.0 * comm_ms / i.ms_per_token
     state = RULED_OUT if share < COMM_RULED_OUT_PCT else BINDING
     detail = (f"{i.collectives_per_token:g} calls × {i.us_per_collective:g} µs = {comm_ms:.3g} ms of "
-              f"{i.ms_per_token:.4g} ms/token")
+              f"{i.ms_per_token:.4g} ms/token" + (f" ({i.comm_source})" if i.comm_source else ""))
     if peer_wait_named(i.collective_wait_ms_per_token, i.ms_per_token):
         detail += (f"; not counted: {i.collective_wait_ms_per_token:.3g} ms/token the kernels waited for a late "
                    "peer (a straggling rank's ceiling, not the link's)")
@@ -438,8 +439,7 @@ def peer_wait_named(wait_ms: float | None, step_ms: float | None) -> bool:
 
 
 def own_kernel_ms(kernel_ms: float | None, wait_ms: float | None) -> float | None:
-    """The traced kernels' ms a token less the collectives' wait for a late peer: the GPU's own work, as the
-    diagnosis counts it (a collective spinning while it waits is the step's idle)."""
+    """The traced kernels' ms a token less the collectives' wait for a late peer (a spinning wait is idle)."""
     return None if kernel_ms is None else kernel_ms - min(wait_ms or 0.0, kernel_ms)
 
 

@@ -50,6 +50,7 @@ class Diagnosis:
     predicted_win: str
     serial_fraction: float | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    edge: str = ""  # where a token EDGE_PCT faster or slower would read another verdict: which, and why ("": none)
 
     @property
     def per_kernel_word(self) -> str:
@@ -75,6 +76,7 @@ class Diagnosis:
             if self.serial_fraction is not None and 0.0 <= self.serial_fraction <= 1.0 else None,
             "serial_fraction_solved": _round(self.serial_fraction, 4),
             "notes": list(self.notes),
+            "edge": self.edge or None,
         }
 
 
@@ -124,6 +126,45 @@ def _comm_outweighed(i: Inputs, comm, comm_ms: float | None, bw):
 
 def diagnose(i: Inputs, speedup: float | None = None, n: int | None = None) -> Diagnosis:
     """Number every candidate, pick the binding ceiling, say how to fix it and how to prove it wrong."""
+    given = i
+    i, cands, floor, comm_ms, launch, per_launch = _priced(i)  # i: a late peer's wait taken out of the kernels
+    ceiling = verdict(cands)
+    priced = tuple(k.upper() for k in ORDER if cands[k].value is not None)
+    remedy, falsify, win = advice(ceiling, i, floor, comm_ms, launch, priced, _missing(i, cands))
+    sf = serial_fraction(speedup, n) if (speedup and n and n > 1) else None
+    return Diagnosis(ceiling=ceiling, candidates=cands, us_per_kernel=per_launch, bandwidth_floor_ms=floor,
+                     remedy=remedy, falsify=falsify, predicted_win=win, serial_fraction=sf,
+                     edge=_edge(given, ceiling, cands))
+
+
+EDGE_PCT = 1.0  # a token clock this much faster or slower: what a verdict on a threshold turns on
+
+
+def _edge(i: Inputs, ceiling: str, cands: dict) -> str:
+    """Where the same token EDGE_PCT faster or slower reads another verdict: the verdict sits on a threshold, and
+    a span a little longer or shorter may read the other. Which, at what ms/token, and the candidate that moves."""
+    if not i.ms_per_token or i.no_gpu:
+        return ""
+    for sign, word in ((-1, "faster"), (1, "slower")):
+        ms = i.ms_per_token * (1 + sign * EDGE_PCT / 100)
+        _, other, *_ = _priced(replace(i, ms_per_token=ms))
+        alt = verdict(other)
+        if alt == ceiling:
+            continue
+        moved = next((k for k in ORDER if other[k].state != cands[k].state and other[k].value is not None), alt)
+        c = other.get(moved)
+        state = {BINDING: "binds", RULED_OUT: "is ruled out"}.get(c.state, "is unknown") if c else ""
+        who = "it" if moved == alt else moved.upper()
+        at = f" ({who} {state} at {c.value:.4g}{'' if c.unit.startswith('×') else ' '}{c.unit})" if c else ""
+        name = "UNKNOWN (nothing binds)" if alt == "unknown" else alt.upper()
+        return (f"on the edge: a token {EDGE_PCT:g}% {word} ({ms:.4g} ms) reads {name}{at}; a span a little longer "
+                "or shorter may read it too")
+    return ""
+
+
+def _priced(i: Inputs):
+    """The inputs as priced (a late peer's wait out of the kernels' time), the four candidates as the verdict reads
+    them, BANDWIDTH's floor, COMM's ms and LAUNCH's µs a kernel."""
     if i.kernel_sum_ms_per_token is not None and i.collective_wait_ms_per_token:
         # a collective kernel spinning while it waits for a late peer is not this rank's work: that time is the
         # step's idle for LAUNCH and OCCUPANCY (COMM's detail says it, as a straggling rank's ceiling)
@@ -145,12 +186,7 @@ def diagnose(i: Inputs, speedup: float | None = None, n: int | None = None) -> D
                  for k, c in cands.items()}
     if verdict(cands) == "unknown":
         cands = _kernels_are_the_cost(i, cands)
-    ceiling = verdict(cands)
-    priced = tuple(k.upper() for k in ORDER if cands[k].value is not None)
-    remedy, falsify, win = advice(ceiling, i, floor, comm_ms, launch, priced, _missing(i, cands))
-    sf = serial_fraction(speedup, n) if (speedup and n and n > 1) else None
-    return Diagnosis(ceiling=ceiling, candidates=cands, us_per_kernel=per_launch, bandwidth_floor_ms=floor,
-                     remedy=remedy, falsify=falsify, predicted_win=win, serial_fraction=sf)
+    return i, cands, floor, comm_ms, launch, per_launch
 
 
 def _kernels_are_the_cost(i: Inputs, cands: dict) -> dict:

@@ -72,5 +72,8 @@ def headline(diagnosis, r: Rolling) -> tuple[str, str]:
     held = diagnosis.candidates.get(r.ceiling)
     now = (f"; the figures of the span now rule {r.ceiling.upper()} out" if held is not None and
            held.state == "ruled_out" else "")
-    return ceiling, (f"binds now; the history keeps {r.ceiling.upper()}, its windows' verdict, until {ceiling.upper()} "
-                     f"wins {r.hold} windows in a row ({won} so far){now}")
+    if not won:  # the latest window did not read it: "binds now ... (0 so far)" would read as a contradiction
+        return ceiling, (f"binds on the span's figures; the history keeps {r.ceiling.upper()}: its latest window "
+                         f"did not read {ceiling.upper()}, and it changes once {r.hold} windows in a row do{now}")
+    return ceiling, (f"binds on the span's figures; the history keeps {r.ceiling.upper()}, its windows' verdict, until "
+                     f"{ceiling.upper()} wins {r.hold} windows in a row ({won} so far){now}")

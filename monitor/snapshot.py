@@ -51,6 +51,7 @@ class Snapshot:
     # (on the H200 an eager loop read 27-29% busy from the counter and 17% kernels: the rest is launch work)
     kernel_share_pct: float | None = None
     inputs: Inputs | None = None  # what the diagnosis was given (a group view re-prices the collectives)
+    collective_window: WindowMetrics | None = None  # the span's window whose call priced COMM's µs a call
     observer: dict | None = None  # what watching costs the decode thread (Session.observer_cost)
     # PM's GPU busy and the traced kernels' over the same PM samples inside the span's traced tokens
     pm_check: PmWindowCheck | None = None
@@ -110,6 +111,17 @@ class Snapshot:
         if self.device_only:
             return bool(self.pm) or self.tokens is not None
         return bool(self.tokens_total) or self.tokens is not None
+
+    def collective_terms(self) -> tuple[float, float, float, float] | None:
+        """(calls a token, kernel µs, launch gap µs, late peer's wait ms a token) as COMM priced them over the span
+        (Inputs.comm_source says whence), where a window traced collectives; else the latest window's."""
+        w, i = self.collective_window or self.window, self.inputs
+        if w is None:
+            return None
+        calls = i.collectives_per_token if i is not None and i.collectives_per_token else w.collective_calls_per_token
+        wait = i.collective_wait_ms_per_token if i is not None and i.collective_wait_ms_per_token is not None \
+            else w.collective_wait_ms_per_token
+        return calls, w.collective_kernel_us, w.collective_gap_us, wait
 
     @property
     def collective_us_priced(self) -> float | None:

@@ -38,6 +38,14 @@ CLOCK_MIN_STEPS = 200
 COPY_PLAUSIBLE = 0.6
 
 
+def comm_words(windows: int) -> str:
+    """Where COMM's calls a token, µs a call and late peer's wait come from, in a span of `windows` traced windows."""
+    if windows <= 1:
+        return "calls from the traced window; µs a call: its kernel + launch gap"
+    return (f"calls and a late peer's wait: the median of {windows} traced windows; µs a call: the lowest window's "
+            "kernel + launch gap")
+
+
 def _median(xs):
     xs = [x for x in xs if x is not None]
     return float(np.median(xs)) if xs else None
@@ -51,6 +59,7 @@ class SnapshotBuilder:
         self._session = session
         self._clock = ""
         self._bytes: tuple = (None, None)
+        self._coll_window = None  # the span's window whose call priced COMM's µs a call
         self._step_bytes: float | None = None  # DRAM bytes a traced GPU step moved (windows timed by the GPU)
         self._slowed: dict | None = None  # the span's tokens the observer's steps overlapped (analysis.tokens)
         # the step starts held against the windows' GPU steps: GPU ms a step over the starts' ms a step (1: one
@@ -230,6 +239,20 @@ class SnapshotBuilder:
         d = f.depths(since)
         return {"kv_depth": f.depth(), "kv_depth_span": (int(d.min()), int(d.max())) if len(d) else None}
 
+    def _traced_collectives(self, wins: list) -> tuple:
+        """COMM's figures from the span's traced windows: calls a token and a late peer's wait (their medians), µs a
+        call (the lowest window's: waiting for a peer only ever adds to a call), and where they come from. Keeps the
+        window that priced the call (the snapshot's collective_window)."""
+        with_coll = [w for w in wins if w.collective_calls_per_token]
+        # the idle a collective adds around itself needs its launch calls, except inside a graph: an eager window
+        # that traced kernels only (Attach.api_every) says 0 for it, so it prices calls only when no other can
+        priced = [w for w in with_coll if w.apis_traced or w.graph_launches_per_token] or with_coll
+        self._coll_window = min(priced, key=lambda w: w.collective_in_step_us) if priced else None
+        return (_median([w.collective_calls_per_token for w in wins]) if wins else None,
+                self._coll_window.collective_in_step_us if priced else None,
+                _median([w.collective_wait_ms_per_token for w in with_coll]),
+                comm_words(len(wins)) if with_coll else "")
+
     def _inputs(self, since: int, span_ns: int | None = SPAN_NS, until: int | None = None):
         f = self.feed
         wins = self._span_metrics(since)
@@ -268,14 +291,7 @@ class SnapshotBuilder:
         small = [(r.label, r.grid_blocks, r.us_per_token) for r in rows]
         short = [r for r in rows if r.us_mean < SHORT_KERNEL_US]
         coll_small = sum(1 for r in (last.kernels if last else ()) if r.grid_coverage_pct < 25 and r.is_collective)
-        coll_calls = _median([w.collective_calls_per_token for w in wins]) if wins else None
-        with_coll = [w for w in wins if w.collective_calls_per_token]
-        # the idle a collective adds around itself needs its launch calls, except inside a graph: an eager window
-        # that traced kernels only (Attach.api_every) says 0 for it, so it prices calls only when no other can
-        priced = [w for w in with_coll if w.apis_traced or w.graph_launches_per_token] or with_coll
-        # the lowest of the span's windows: waiting for a peer only ever adds to a call
-        coll_us = min(w.collective_in_step_us for w in priced) if priced else None
-        coll_wait = _median([w.collective_wait_ms_per_token for w in with_coll])
+        coll_calls, coll_us, coll_wait, comm_source = self._traced_collectives(wins)
         # Without PM counters, GPU busy is estimated as kernel time over the untraced step: the traced
         # token's own wall clock is stretched by tracing and would understate it. A collective spinning while it
         # waits for a late peer is not busy (the diagnosis counts it as the step's idle).
@@ -286,6 +302,7 @@ class SnapshotBuilder:
         if not coll_calls and host is not None:  # no NCCL kernels traced (gloo, or before a window): engine's clock
             # with NCCL the clock times the enqueue, not the collective: calls are known, µs wait for a window
             coll_calls, coll_us = host[0], (host[1] if host_clock_times_collectives(model, gpu) else None)
+            comm_source = "the engine's clock, host-side call time"
         elif coll_calls is None and model is not None and model.tp_degree == 1:
             coll_calls = 0.0  # one rank: nothing to reduce
         inp = dx.Inputs(
@@ -293,6 +310,7 @@ class SnapshotBuilder:
             kernels_per_token=_median([w.kernels_per_token for w in wins]) if wins else None,
             bytes_per_token=bpt, bandwidth_gbs=bw,
             collectives_per_token=coll_calls, us_per_collective=coll_us, collective_wait_ms_per_token=coll_wait,
+            comm_source=comm_source,
             kernel_sum_ms_per_token=ksum, kernel_busy_ms_per_token=kbusy,
             gpu_busy_pct=busy, sm_active_pct=pm_avg.get("sm_active_pct"),
             small_grid_share_pct=_median([w.small_grid_share_pct for w in wins]) if wins else None,
@@ -385,7 +403,8 @@ class SnapshotBuilder:
             host_clock_is_collective=host_clock_times_collectives(f.hello.model if f.hello else None, gpu),
             kernel_share_pct=(min(100.0, 100.0 * own_kernel_ms(inp.kernel_ms, inp.collective_wait_ms_per_token)
                                   / inp.ms_per_token) if inp.kernel_ms is not None and inp.ms_per_token else None),
-            inputs=inp, observer=self.observer_cost(ts), pm_check=self.pm_check(since),
+            inputs=inp, collective_window=self._coll_window, observer=self.observer_cost(ts),
+            pm_check=self.pm_check(since),
             token_clock=self._clock, bytes_per_token_measured=self._bytes[0], bytes_per_token_model=self._bytes[1],
             throughput_tokens_per_s=throughput, tokens_per_step=per_step,
             steps_total=f.tokens_seen if f.batched else (int(f.steps_seen) if server else None),

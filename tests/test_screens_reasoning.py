@@ -74,7 +74,7 @@ def agrees(s, text: str) -> None:
     if pending and not history:  # no window has named a ceiling: the headline is the span's alone
         assert "no window has named a ceiling yet" in first and s.rolling.ceiling == "unknown"
     elif pending:
-        assert "binds now" in first and f"the history keeps {s.rolling.ceiling.upper()}" in first
+        assert "binds on the span's figures" in first and f"the history keeps {s.rolling.ceiling.upper()}" in first
         assert history and history[-1].after == s.rolling.ceiling
     elif history and history[-1].after != ceiling:
         assert f"the history's last verdict is {history[-1].after.upper()}" in text
@@ -100,10 +100,13 @@ def test_a_headline_the_windows_have_not_yet_recorded_says_so_beside_the_history
     ceiling, pending = headline(s.diagnosis, voted)
     assert ceiling == "launch" and "?" not in pending
     # and where the span's own figures rule the kept ceiling out, it says so (COMM: one rank, nothing to reduce)
-    assert pending == ("binds now; the history keeps COMM, its windows' verdict, until LAUNCH wins 2 windows in a "
-                       "row (0 so far); the figures of the span now rule COMM out")
+    # the latest window read COMM: no "binds now ... (0 so far)", which reads as a contradiction
+    assert pending == ("binds on the span's figures; the history keeps COMM: its latest window did not read LAUNCH, "
+                       "and it changes once 2 windows in a row do; the figures of the span now rule COMM out")
     once = advance(voted, "launch", "1.0 s", {})
-    assert "(1 so far)" in headline(s.diagnosis, once)[1]
+    assert headline(s.diagnosis, once)[1] == (
+        "binds on the span's figures; the history keeps COMM, its windows' verdict, until LAUNCH wins 2 windows in a "
+        "row (1 so far); the figures of the span now rule COMM out")
 
 
 def test_a_first_window_whose_collectives_all_waited_for_a_peer_votes_no_comm():

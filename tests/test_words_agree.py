@@ -4,6 +4,9 @@ nothing measured (3); DIAGNOSIS.md ends in one newline however it is written."""
 from __future__ import annotations
 
 import json
+import re
+
+import pytest
 
 from tests.conftest import REC, cli
 
@@ -36,3 +39,55 @@ def test_diagnosis_md_ends_in_one_newline_to_a_file_to_stdout_and_with_its_ledge
     text = (tmp_path / "L.md").read_text()
     assert r.returncode == 0 and "graded the open prediction" in r.stderr
     assert "## Predictions and grades" in text and _ends_in_one_newline(text)
+
+
+def test_the_collectives_block_gives_the_figures_comm_priced_and_comm_names_their_source():
+    from tests.conftest import DATA
+
+    for stem in ("h200_tp2_eager_samewindow_rank0", "h200_tp2_eager_samewindow_rank1", "h200_tp2_graph_rank1"):
+        r = cli("replay", DATA / f"{stem}.dmon", "--json")
+        assert r.returncode == 0, r.stderr
+        j = json.loads(r.stdout)
+        c, detail = j["collectives"], j["candidates"]["comm"]["detail"]
+        # COMM's equation, in the block's own figures
+        assert detail.startswith(f"{c['calls_per_token']:g} calls × ")
+        assert c["us_per_call"] == pytest.approx(c["kernel_us_per_call"] + c["launch_gap_us_per_call"], abs=0.02)
+        said = float(re.match(r"[\d.]+ calls × ([\d.]+) µs", detail).group(1))
+        assert said == pytest.approx(c["us_per_call"], abs=0.006)
+        # the wait the block gives is the one COMM leaves out (and the kernel share takes out): one figure
+        assert f"not counted: {c['wait_ms_per_token']:.3g} ms/token" in detail
+        assert f"less {c['wait_ms_per_token']:.3g} ms/token" in j["kernel_share_of_step_note"]
+        # and both say where they come from
+        assert c["over"] and f"({c['over']})" in detail and "median of 2 traced windows" in c["over"]
+
+
+def test_a_verdict_on_a_threshold_says_a_token_1pct_faster_reads_another():
+    # the whole recording reads OCCUPANCY with BANDWIDTH at 2.005x its floor; its last 5 s read BANDWIDTH at 1.999x
+    r = cli("replay", REC["llama8b_graph"], "--json")
+    j = json.loads(r.stdout)
+    assert j["verdict"] == "occupancy" and j["rolling_5s"]["verdict"] == "bandwidth"
+    assert j["candidates"]["bandwidth"]["value"] == pytest.approx(2.005, abs=0.001)
+    faster = j["ms_per_token"] * 0.99
+    assert j["edge"].startswith(f"on the edge: a token 1% faster ({faster:.4g} ms) reads BANDWIDTH (it binds at ")
+    ratio = float(re.search(r"binds at ([\d.]+)× floor", j["edge"]).group(1))
+    assert ratio == pytest.approx(0.99 * j["candidates"]["bandwidth"]["value"], abs=0.001) and ratio < 2
+    md = cli("report", REC["llama8b_graph"]).stdout
+    assert f"OCCUPANCY is {j['edge']}." in md.replace("\\", "")
+    # a verdict well inside its thresholds says nothing of an edge
+    for name in ("eager", "graph"):
+        assert json.loads(cli("replay", REC[name], "--json").stdout)["edge"] is None
+
+
+def test_a_pending_headline_never_reads_binds_now_with_zero_windows_won():
+    from decodemon.monitor.diagnosis import Inputs, diagnose
+    from decodemon.monitor.rolling import Rolling, advance, headline
+
+    d = diagnose(Inputs(ms_per_token=20.0, kernels_per_token=1600, kernel_sum_ms_per_token=3.0, ranks=1))
+    assert d.ceiling == "launch"
+    kept = advance(Rolling(), "bandwidth", "10:00:00 UTC", {})
+    words = headline(d, kept)[1]
+    assert "0 so far" not in words and "binds now" not in words
+    assert words.startswith("binds on the span's figures; the history keeps BANDWIDTH: its latest window did not read "
+                            "LAUNCH, and it changes once 2 windows in a row do")
+    once = advance(kept, "launch", "10:00:01 UTC", {})
+    assert "until LAUNCH wins 2 windows in a row (1 so far)" in headline(d, once)[1]

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 COLLECTIVES_KEYS = ("source", "calls_per_token", "us_per_call", "kernel_us_per_call", "launch_gap_us_per_call",
                     "kernel_us_per_call_mean", "wait_ms_per_token", "payload_bytes", "counted_per_token",
-                    "host_enqueue_us_per_call", "share_of_step_pct")
+                    "host_enqueue_us_per_call", "share_of_step_pct", "over")
 # the idle's causes, each always said: `unsplit` is 0 where the window traced its launch calls (every gap split)
 GAP_KEYS = ("host_late", "short", "other", "tracing", "unsplit")
 # what the observer's steps cost the tokens they overlapped: null where no step's span is known
@@ -33,12 +33,14 @@ def collectives_json(s: Snapshot) -> dict | None:
     c = s.diagnosis.candidates.get("comm")
     out = {}
     if w is not None and w.collective_calls_per_token:
-        # us_per_call: what a call costs the step (kernel + the idle it adds); the kernel alone beside it
-        out = {"source": "NCCL kernels (traced window)", "calls_per_token": round(w.collective_calls_per_token, 2),
-               "us_per_call": round(s.collective_us_priced, 2), "kernel_us_per_call": round(w.collective_kernel_us, 2),
-               "launch_gap_us_per_call": round(w.collective_gap_us, 2),
-               "kernel_us_per_call_mean": round(w.collective_us_per_call, 2),
-               "wait_ms_per_token": round(w.collective_wait_ms_per_token, 4)}
+        # us_per_call: what a call costs the step (kernel + the idle it adds); the kernel alone beside it. The
+        # figures COMM priced, from the span's windows (its detail and `over` say how), not the latest window alone
+        calls, kernel_us, gap_us, wait = s.collective_terms()
+        pw = s.collective_window or w
+        out = {"source": "NCCL kernels (traced window)", "calls_per_token": round(calls, 2),
+               "us_per_call": round(s.collective_us_priced, 2), "kernel_us_per_call": round(kernel_us, 2),
+               "launch_gap_us_per_call": round(gap_us, 2), "kernel_us_per_call_mean": round(pw.collective_us_per_call, 2),
+               "wait_ms_per_token": round(wait, 4), "over": s.inputs.comm_source if s.inputs else None}
     elif s.host_collectives is not None and s.host_clock_is_collective:
         calls, us, nbytes = s.host_collectives
         out = {"source": "engine clock (host-side call time)", "calls_per_token": round(calls, 2),
@@ -56,6 +58,8 @@ def collectives_json(s: Snapshot) -> dict | None:
         out["host_enqueue_us_per_call"] = round(s.host_collectives[1], 2)  # what an eager loop pays per call
     if out and c is not None and c.value is not None:
         out["share_of_step_pct"] = round(c.value, 2)
+    if out and s.inputs is not None and s.inputs.comm_source:
+        out.setdefault("over", s.inputs.comm_source)  # where COMM's figures come from, as its detail says
     # one set of keys whatever the source: a figure it does not give is null
     return {k: out.get(k) for k in COLLECTIVES_KEYS} if out else None
 
@@ -150,8 +154,7 @@ def kernel_share_note(s: Snapshot) -> str | None:
             + (f"; {name} is the latest window's)" if several else ")"))
     if wait:
         line += (f" less {wait:.3g} ms/token of collectives waiting for a late peer (the step's idle, as LAUNCH "
-                 f"counts it; {where}" + ("; collectives.wait_ms_per_token is the latest window's)" if several
-                                          else ")") + f" = {own:.4g} ms")
+                 f"counts it; {where})" + f" = {own:.4g} ms")
     pct = 100.0 * own / step
     return (line + f" over the {step:.4g} ms {clock_kind(s.token_clock)} step = {pct:.1f}%"
             + (", capped at 100" if pct > 100 else ""))

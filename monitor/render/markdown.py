@@ -170,6 +170,8 @@ def diagnosis_markdown(s: Snapshot) -> str:
     _, pending = headline(d, s.rolling)
     if pending:  # the screen's and --json's words
         out += [f"{d.ceiling.upper()} {md(pending)}.", ""]
+    if d.edge:  # the verdict sits on a threshold: the screen's and --json's words
+        out += [f"{d.ceiling.upper()} is {md(d.edge)}.", ""]
     out += _figures(s)
     out += ["", "## The four candidates", "", "| ceiling | state | number | threshold | detail |",
             "|---|---|---|---|---|"]

@@ -29,13 +29,12 @@ class CollectivesPanel(Panel):
             t.append(f"\n{s.model.tp_degree if s.model else 1} GPU(s): no all-reduce in the step", style="dim")
         else:
             ms = s.tokens.ms_per_token if s.tokens else None
-            own, us = w.collective_kernel_us, s.collective_us_priced
-            calls = w.collective_calls_per_token
+            calls, own, gap, wait = s.collective_terms()  # as COMM priced them over the span
+            us = s.collective_us_priced
             share = 100 * calls * us / 1e3 / ms if ms else None
             t.append(f"{calls:.0f} calls/token · {us:.1f} µs/call", style="bold")
-            t.append(f" (kernel {own:.1f} + launch gap {w.collective_gap_us:.1f})\n", style="dim")
+            t.append(f" (kernel {own:.1f} + launch gap {gap:.1f})\n", style="dim")
             t.append(f"{calls * us / 1e3:.3f} ms/token" + (f" = {share:.1f}% of the step" if share else ""))
-            wait = w.collective_wait_ms_per_token
             if peer_wait_named(wait, ms):
                 t.append(f"\n+{wait:.3f} ms/token waiting for a late peer", style="yellow")
             if peer_wait(s):  # both ranks traced in the same tokens: the wait is the tracing's, said where it shows

@@ -50,6 +50,8 @@ def verdict_text(s, width: int, full: bool | None = None) -> Text:
         t.append("  provisional: no traced window yet", style="yellow")
     t.append("\ndecides: ", style="bold")
     t.append(decides(s) + "\n")
+    if d.edge:  # the verdict sits on a threshold: a span a little longer or shorter may read another
+        t.append(in_marks(s, d.edge) + "\n", style="yellow")
     note = history_note(s)
     if note:
         t.append(note + "\n", style="yellow")
