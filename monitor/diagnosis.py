@@ -29,7 +29,7 @@ __all__ = ["BINDING", "ORDER", "RULED_OUT", "UNKNOWN", "Candidate", "Diagnosis",
 
 # how us_per_kernel was reached, by the LAUNCH candidate's quantity: measured, or estimated with what was missing
 US_PER_KERNEL_NOTES = {
-    "idle_pct_of_step": "measured: the idle the traced kernels leave in the untraced step (ms/token − the traced "
+    "idle_pct_of_step": "{how}: the idle the traced kernels leave in the untraced step (ms/token − the traced "
                         "kernels' ms a token) ÷ kernels/token",
     "floor_gap_pct_of_step": "estimated: (ms/token − the bandwidth floor) ÷ kernels/token, no kernel time traced "
                              "(the kernels taken to run at the floor)",
@@ -50,6 +50,7 @@ class Diagnosis:
     predicted_win: str
     serial_fraction: float | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    given: bool = False  # the figures were typed in (`decodemon diagnose`), not measured by decodemon
     edge: str = ""  # where a token EDGE_PCT faster or slower would read another verdict: which, and why ("": none)
 
     @property
@@ -68,7 +69,8 @@ class Diagnosis:
             "falsify": _said(self.falsify),
             "predicted_win": _said(self.predicted_win),
             "us_per_kernel": _round(self.us_per_kernel, 3),
-            "us_per_kernel_note": US_PER_KERNEL_NOTES.get(self.candidates["launch"].quantity)
+            "us_per_kernel_note": US_PER_KERNEL_NOTES.get(self.candidates["launch"].quantity, "").format(
+                how="from the figures given" if self.given else "measured") or None
             if self.us_per_kernel is not None else None,
             "bandwidth_floor_ms": _round(self.bandwidth_floor_ms, 4),
             # a fraction only where one between 0 and 1 explains the speedup; the algebra's s beside it either way
@@ -134,7 +136,7 @@ def diagnose(i: Inputs, speedup: float | None = None, n: int | None = None) -> D
     sf = serial_fraction(speedup, n) if (speedup and n and n > 1) else None
     return Diagnosis(ceiling=ceiling, candidates=cands, us_per_kernel=per_launch, bandwidth_floor_ms=floor,
                      remedy=remedy, falsify=falsify, predicted_win=win, serial_fraction=sf,
-                     edge=_edge(given, ceiling, cands))
+                     edge=_edge(given, ceiling, cands), given=not given.ms_kind)
 
 
 EDGE_PCT = 1.0  # a token clock this much faster or slower: what a verdict on a threshold turns on

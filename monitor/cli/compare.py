@@ -16,7 +16,8 @@ RATIO_OF = {"ms_per_token": "the clock's ms a mark (a token, or a batched engine
             "tokens_per_s": "the clock's marks a second over the mean mark (slow ones count; those the observer's own "
                             "steps overlapped are left out, observer_cost.slowed_tokens): tokens, or a batched "
                             "engine's steps",
-            "throughput_tokens_per_s": "every request's tokens a second: a batched engine's throughput, a loop of one "
+            "throughput_tokens_per_s": "every request's tokens a second, each side's in compare's own "
+                                       "throughput_tokens_per_s: a batched engine's throughput, a loop of one "
                                        "sequence's tokens_per_s",
             "kernels_per_token": "kernels per token in the latest traced window",
             "host_launch_calls_per_token": ("the host's launch calls per token: kernel launch calls (runtime and "
@@ -94,12 +95,13 @@ def compare_json(snap_a, snap_b, same_source: bool = False) -> dict:
     apart = differences(snap_a, snap_b, same_source)
     if apart is not None:  # each ratio then measures a change of model or device as well as of code
         of = {k: f"{v}; {_apart_words(apart)}" for k, v in of.items()}
-    # a loop of one sequence has no throughput figure of its own: its tokens/s is every request's tokens a second,
-    # shown on its side as the ratio divides it (never a ratio of two nulls)
-    for j in (ja, jb):
-        j["throughput_tokens_per_s"] = _throughput(j)
+    # a loop of one sequence has no throughput figure of its own: its tokens/s is every request's tokens a second.
+    # compare's own key gives each side's as the ratio divides it (never a ratio of two nulls); each side's summary
+    # stays as `replay --json` prints it
+    tput = {"a": _throughput(ja), "b": _throughput(jb)}
     ratios = {k: _ratio(jb.get(k), ja.get(k)) for k in RATIOS}
-    return {"differ": apart, "a": ja, "b": jb, "b_over_a": ratios,
+    ratios["throughput_tokens_per_s"] = _ratio(tput["b"], tput["a"])
+    return {"differ": apart, "a": ja, "b": jb, "throughput_tokens_per_s": tput, "b_over_a": ratios,
             "b_over_a_of": of, "verdicts": [ja.get("verdict"), jb.get("verdict")]}
 
 
