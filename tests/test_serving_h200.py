@@ -22,7 +22,8 @@ def test_a_batched_engine_is_read_per_step_against_its_own_stamps(name):
     assert j["throughput_tokens_per_s"] == pytest.approx(own["tokens_per_s"], rel=0.05)
     assert j["tokens"] == pytest.approx(j["steps"] * own["in_flight"], rel=0.05)
     # the clock's marks are steps, and the JSON says so beside its per-step rate
-    assert j["clock_unit"] == "step" and "per step" in j["ms_per_token_note"]
+    assert j["clock_unit"] == "step" and "name them as the step's" in j["ms_per_token_note"]
+    assert j["ms_per_step"] == j["ms_per_token"] and j["steps_per_s"] == j["tokens_per_s"]
     assert j["tokens_per_s"] * j["tokens_per_step"] == pytest.approx(j["throughput_tokens_per_s"], rel=0.1)
 
 

@@ -91,3 +91,19 @@ def test_a_pending_headline_never_reads_binds_now_with_zero_windows_won():
                             "LAUNCH, and it changes once 2 windows in a row do")
     once = advance(kept, "launch", "10:00:01 UTC", {})
     assert "until LAUNCH wins 2 windows in a row (1 so far)" in headline(d, once)[1]
+
+
+def test_a_batched_engines_step_figures_have_the_steps_names_and_a_token_loop_has_none():
+    from tests.conftest import DATA
+
+    j = json.loads(cli("replay", DATA / "h200_hf_cb_4.dmon", "--json").stdout)
+    assert j["clock_unit"] == "step" and j["tokens_per_step"] == 4
+    assert j["ms_per_step"] == j["ms_per_token"] and j["steps_per_s"] == j["tokens_per_s"]
+    assert j["kernels_per_step"] == j["kernels_per_token"]
+    # every request's tokens a second: the steps' rate times their tokens, to the rounding of the two
+    assert j["throughput_tokens_per_s"] == pytest.approx(j["steps_per_s"] * j["tokens_per_step"], rel=0.02)
+    assert j["bytes_per_token"] == pytest.approx(j["bytes_per_step"] / j["tokens_per_step"])
+    assert "ms_per_step, steps_per_s and kernels_per_step name them as the step's" in j["ms_per_token_note"]
+    one = json.loads(cli("replay", REC["eager"], "--json").stdout)
+    assert one["clock_unit"] == "token"
+    assert one["ms_per_step"] is None and one["steps_per_s"] is None and one["kernels_per_step"] is None

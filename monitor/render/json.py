@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 COLLECTIVES_KEYS = ("source", "calls_per_token", "us_per_call", "kernel_us_per_call", "launch_gap_us_per_call",
                     "kernel_us_per_call_mean", "wait_ms_per_token", "payload_bytes", "counted_per_token",
                     "host_enqueue_us_per_call", "share_of_step_pct", "over")
+# a batched engine's step figures by the step's name, and the one sequence's key that holds the same figure
+STEP_KEYS = {"ms_per_step": "ms_per_token", "steps_per_s": "tokens_per_s", "kernels_per_step": "kernels_per_token"}
 # the idle's causes, each always said: `unsplit` is 0 where the window traced its launch calls (every gap split)
 GAP_KEYS = ("host_late", "short", "other", "tracing", "unsplit")
 # what the observer's steps cost the tokens they overlapped: null where no step's span is known
@@ -243,12 +245,12 @@ def _clock_json(s: Snapshot) -> dict:
                                   "it ran; observer_cost.slowed_tokens says how many)" if s.token_clock == STEP_STARTS
                                   else "the steps the observer's own steps overlapped are left out of both "
                                        "(observer_cost.slowed_tokens)"))
-                              + ("; the clock's marks are a batched engine's decode steps, so both are per step "
-                                 "(ms per step, steps/s), as is every other *_per_token figure but the bytes: "
-                                 "bytes_per_token, bytes_per_token_measured and bytes_per_token_model are a "
-                                 "token's, a step's ÷ its tokens (bytes_per_step* are the step's, and the floor "
-                                 "divides bytes_per_step); throughput_tokens_per_s counts every request's tokens"
-                                 if s.tokens_per_step is not None else "")) if tk else None,
+                              + ("; the clock's marks are a batched engine's decode steps: ms_per_token, "
+                                 "tokens_per_s and kernels_per_token are one sequence's, whose every token takes a "
+                                 "step (ms_per_step, steps_per_s and kernels_per_step name them as the step's); "
+                                 "bytes_per_token* are a token's share, a step's ÷ its tokens (bytes_per_step* are "
+                                 "the step's, which the floor divides); throughput_tokens_per_s counts every "
+                                 "request's tokens" if s.tokens_per_step is not None else "")) if tk else None,
         # what one of the clock's marks is: "step" for a batched engine (tokens_per_step tokens each), else "token"
         "clock_unit": unit(s) if tk else None,
         "tokens_per_s": round(tk.tokens_per_s, 2) if tk else None,
@@ -418,6 +420,8 @@ def _verdict_json(s: Snapshot, out: dict) -> dict:
                                        "where the engine stamps them)" if batched and s.first_token is None else None)
     out.update(step_bytes_json(s) if batched else {"bytes_per_step": None, "bytes_per_step_measured": None,
                                                    "bytes_per_step_model": None})
+    # a batched engine's step figures under the step's own names (null where a mark is a token)
+    out.update({step: out.get(token) if batched else None for step, token in STEP_KEYS.items()})
     if out.get("dram_check"):  # what its two rates are: it checks two PM counters, not the token clock
         rate = ("bytes_per_step_measured × tokens_per_s (steps a second)" if batched else
                 "bytes_per_token_measured × tokens_per_s")
