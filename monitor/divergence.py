@@ -11,6 +11,7 @@ import math
 from decodemon.monitor.ceilings import BANDWIDTH_RULED_OUT_RATIO, bandwidth_floor_ms
 
 FLAT_GROWTH = 1.15  # median ms/token growing less than this from the shallowest to the deepest depth: the ends agree
+NOT_MONOTONIC = 1.05  # a depth between the ends this far past both: the curve does not follow its ends
 NOISY_SPREAD = 1.3  # ...unless the depths between spread this much: then the curve is noise, not flat
 # ...else the rise is set against what the extra bytes per token cost at the device's bandwidth: under
 # MARGINAL_FLAT of that cost (or with the bytes level) the curve reads as flat, up to MARGINAL_ABOUT times it as
@@ -52,7 +53,21 @@ def divergence(points: list[dict]) -> str:
                 "the curve is inside its own noise, not flat; attach longer at each depth before reading it.")
     if level:
         return f"{head}: {_margin(a, b)}."
-    return f"{head}: {_resource(a, b)}."
+    return f"{head}{_not_monotonic(cand)}: {_resource(a, b)}."
+
+
+def _not_monotonic(cand: list[dict]) -> str:
+    """Where a depth between the ends reads past them (by more than NOT_MONOTONIC), in words: the reading rests on
+    the two ends, and the curve between them does not follow it ("" where it does)."""
+    a, b = cand[0], cand[-1]
+    lo, hi = sorted((a["ms_per_token"], b["ms_per_token"]))
+    out = [p for p in cand[1:-1] if not lo / NOT_MONOTONIC <= p["ms_per_token"] <= hi * NOT_MONOTONIC]
+    if not out:
+        return ""
+    p = max(out, key=lambda p: abs(math.log(p["ms_per_token"] / (hi if p["ms_per_token"] > hi else lo))))
+    where = "above" if p["ms_per_token"] > hi else "below"
+    return (f", but not monotonically: {p['ms_per_token']:.4g} at depth {p['depth']:,} is {where} both ends, so what "
+            "follows reads the two ends alone and the depths between do not bear it out (attach longer at each depth)")
 
 
 def _at_deepest(verdict: str) -> str:

@@ -31,8 +31,9 @@ from decodemon.monitor.sources import agent_socket
 PLACEHOLDER = "{depth}"
 MS_NOTE = ("each point's figures are the last 5 s of its attach: ms_per_token the median of those seconds' token "
            "steps, tokens how many they were; its bytes_per_token is the model's weights + KV at the swept depth "
-           "where the engine gave its facts (bytes_source says which), else the summary's; each depth band's "
-           "ms_per_token is the median of that band's tokens")
+           "where the engine gave its facts (bytes_source says which), else the summary's; each depth band covers "
+           "every mark the attach kept (the whole attach, not its last 5 s), its ms_per_token the median of that "
+           "band's tokens")
 
 
 class SweepError(Exception):
@@ -249,7 +250,41 @@ def replay(outdir) -> dict:
         points.append(pt)
     result = {**old, "ms_per_token_note": MS_NOTE, "points": points}
     result["divergence"] = divergence(points)
+    result["rebuilt_note"] = rebuilt_note(old, result)
     return result
+
+
+# the figures a rebuilt point may read differently from the kept sweep.json's (live) one
+REBUILT_KEYS = ("tokens", "ms_per_token", "bandwidth_x_floor", "verdict")
+
+
+def rebuilt_note(old: dict, new: dict) -> str | None:
+    """Where the rebuilt sweep reads otherwise than the kept sweep.json: which figures at which depths, and why
+    (None where they agree). The kept points were read live, each as its attach detached, by the decodemon that
+    ran them; the rebuilt ones are read from each recording to its last frame by this one."""
+    moved = []
+    for was, now in zip(old.get("points", []), new["points"]):
+        if not now.get("recording"):
+            continue
+        for k in REBUILT_KEYS:
+            a, b = was.get(k), now.get(k)
+            same = a == b or (isinstance(a, (int, float)) and isinstance(b, (int, float))
+                              and abs(a - b) <= 0.005 * max(abs(a), abs(b)))
+            if not same:
+                moved.append(f"{k} at {now['command']} {now['depth']:,} ({_said(a)} → {_said(b)})")
+    if not moved and old.get("divergence") in (None, new["divergence"]):
+        return None
+    return ("the recordings read otherwise than the kept sweep.json: "
+            + ("; ".join(moved) + "; " if moved else "") +
+            ("its conclusion is re-read from the rebuilt points; " if old.get("divergence") != new["divergence"]
+             else "") +
+            "the kept points were read live by the decodemon that ran the sweep, each over the 5 s before its attach "
+            "detached, the rebuilt ones by this one over the 5 s before each recording's last frame (and a later "
+            "version may price the floor otherwise: from each point's own bytes)")
+
+
+def _said(v) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v).upper() if isinstance(v, str) else str(v)
 
 
 def series_of(points: list[dict]) -> list[tuple[str, list[tuple[int, float, str]]]]:
@@ -285,6 +320,8 @@ def markdown(result: dict) -> str:
         lines.append(f"| {p['depth']:,} | {md(p['command'])} | {p['ms_per_token']:.4g} | {lp} | {mb} "
                      f"| {md(str(p['verdict']).upper())} | {num} |")
     lines += ["", result["divergence"], ""]
+    if result.get("rebuilt_note"):
+        lines += [f"Rebuilt: {md(result['rebuilt_note'])}.", ""]
     return visible_lines("\n".join(lines))
 
 

@@ -107,3 +107,34 @@ def test_a_batched_engines_step_figures_have_the_steps_names_and_a_token_loop_ha
     one = json.loads(cli("replay", REC["eager"], "--json").stdout)
     assert one["clock_unit"] == "token"
     assert one["ms_per_step"] is None and one["steps_per_s"] is None and one["kernels_per_step"] is None
+
+
+def test_a_rebuilt_sweep_says_where_it_reads_otherwise_than_its_kept_file_and_a_curve_that_is_not_monotonic():
+    from tests.conftest import DATA
+
+    r = cli("sweep", "--replay", DATA / "h200_sweep_hf_generate", "--json")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    kept = json.loads((DATA / "h200_sweep_hf_generate" / "sweep.json").read_text())
+    by_depth = {p["depth"]: p for p in j["points"]}
+    for p in kept["points"]:
+        if p["tokens"] != by_depth[p["depth"]]["tokens"]:  # each difference is named, with both figures
+            assert f"tokens at candidate {p['depth']:,} ({p['tokens']} → {by_depth[p['depth']]['tokens']})" \
+                in j["rebuilt_note"]
+    assert "over the 5 s before each recording's last frame" in j["rebuilt_note"]
+    # 107.2 ms at 2,048 sits above both ends (64.96, 97.63): the conclusion says it reads the ends alone
+    assert "but not monotonically: 107.2 at depth 2,048 is above both ends" in j["divergence"]
+    assert "each depth band covers every mark the attach kept" in j["ms_per_token_note"]
+    text = cli("sweep", "--replay", DATA / "h200_sweep_hf_generate").stdout
+    assert "Rebuilt: the recordings read otherwise than the kept sweep.json" in text
+
+
+def test_a_monotonic_curve_reads_its_ends_with_no_caution():
+    from decodemon.monitor.divergence import divergence
+
+    pts = [{"command": "candidate", "depth": d, "ms_per_token": ms, "verdict": "launch", "us_per_kernel": us}
+           for d, ms, us in ((64, 60.0, 30.0), (512, 70.0, 35.0), (2048, 85.0, 45.0), (8192, 100.0, 55.0))]
+    words = divergence(pts)
+    assert "monotonically" not in words and words.startswith("Median ms/token goes from 60 at depth 64 to 100")
+    pts[2]["ms_per_token"] = 110.0  # past the deeper end by more than 5%
+    assert "but not monotonically: 110 at depth 2,048 is above both ends" in divergence(pts)

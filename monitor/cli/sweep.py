@@ -116,6 +116,9 @@ def run(a) -> int:
         print(visible_lines("\n".join(plots.sweep_lines(sweep.series_of(result["points"])))))
         print()
         print(visible_lines(result["divergence"]))
+        if result.get("rebuilt_note"):
+            print()
+            print(visible_lines(f"Rebuilt: {result['rebuilt_note']}."))
     measured = any(p.get("ms_per_token") for p in result["points"])
     if out is not None and measured:  # a replay only reads its directory; -o says where to write (its recordings too)
         written = sweep.write_outputs(result, out, copy_from=a.replay)
