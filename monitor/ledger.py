@@ -23,27 +23,23 @@ reported on stderr by the caller, one line each, and kept as it is: the ledger i
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
-import os
 import re
-import stat
+import secrets
 import time
 from pathlib import Path
 
+# the file: read, appended to, checked (ledger_file); its names are the ledger's own
+from decodemon.monitor.ledger_file import (FORMAT, LedgerError, NotGraded, append,  # noqa: F401
+                                          check_writable, content_hash, read)
+
 DEFAULT_PATH = "decodemon.ledger.jsonl"
-FORMAT = "decodemon-ledger/1"
 CEILINGS = ("bandwidth", "comm", "launch", "occupancy")  # the candidates of the headline rule (diagnosis.ORDER)
 RIGHT, OTHER, WRONG = "right number, right reason", "right number, other reason", "wrong"
 UNMEASURED = "right number, reason unmeasured"
 SIGNIFICANT_MS_CHANGE = 0.10  # ms/token moving more than this (or the verdict moving) makes older diagnoses stale
 RELIEVED_FRACTION = 0.10  # a ceiling's own figure falling by this much counts as relieving it
 DEFAULT_TOLERANCE_PCT = 10.0
-
-
-class LedgerError(Exception):
-    """The ledger cannot be read or written, or an argument cannot be a prediction; str() is one line."""
 
 
 # --- what is sealed ------------------------------------------------------------------------------------------
@@ -61,7 +57,8 @@ def state_of(summary: dict) -> dict:
             # what each value is (ceilings.QUANTITIES): two states' values are held against each other only where
             # one quantity
             "candidate_quantities": {k: (c or {}).get("quantity") for k, c in cands.items()},
-            "tokens": summary.get("tokens")}
+            "tokens": summary.get("tokens"),
+            "device": summary.get("device")}  # a grade holds two states of one kind of device only
 
 
 def loop_label(argv, fallback: str) -> str:
@@ -111,13 +108,6 @@ def parse_expect(text: str) -> tuple[str, float]:
                       f"not {text!r}")
 
 
-def content_hash(entry: dict) -> str:
-    """sha256 of the entry's canonical JSON without its own hash."""
-    body = {k: v for k, v in entry.items() if k != "hash"}
-    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                                     default=str).encode()).hexdigest()
-
-
 def seal(entry: dict) -> dict:
     """The entry with its format, its content hash and, for a prediction, its id (the hash's head)."""
     e = {"format": FORMAT, **entry}
@@ -128,123 +118,6 @@ def seal(entry: dict) -> dict:
 def now_iso(now: float | None = None) -> str:
     """UTC time as the ledger writes it (sortable text)."""
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() if now is None else now))
-
-
-# --- the file ------------------------------------------------------------------------------------------------
-
-def _refused(exc, path, doing: str = "write") -> LedgerError:
-    """A safe_write refusal as the ledger's one line."""
-    return LedgerError(f"cannot {doing} the ledger {path}: {str(exc).split(': ', 1)[-1]}")
-
-
-def _open_append(path) -> tuple[int, bool]:
-    """safe_write.open_append, its refusals as LedgerError: no other user's link followed, a regular file only."""
-    from decodemon.monitor import safe_write
-
-    try:
-        return safe_write.open_append(path)
-    except safe_write.Refused as exc:
-        raise _refused(exc, path) from None
-
-
-def check_writable(path) -> None:
-    """LedgerError in one line if an entry could not be appended to `path`: asked before anything is measured.
-    A ledger that does not exist yet is not left behind by the check."""
-    from decodemon.monitor import safe_write
-
-    fd, made = _open_append(path)
-    os.close(fd)
-    if made:
-        safe_write.remove_new(path)
-
-
-def append(path, entry: dict) -> None:
-    """Append one sealed entry as one line: a single write under O_APPEND, then fsync."""
-    line = json.dumps(entry, ensure_ascii=False, default=str, separators=(",", ":")) + "\n"
-    fd, _ = _open_append(path)
-    try:
-        size = os.fstat(fd).st_size
-        if size and os.pread(fd, 1, size - 1) != b"\n":
-            line = "\n" + line  # a torn last line stays a line of its own; ours does not merge into it
-        data = line.encode()
-        if os.write(fd, data) != len(data):
-            raise LedgerError(f"cannot write the ledger {path}: short write")
-        os.fsync(fd)
-    except OSError as exc:
-        raise LedgerError(f"cannot write the ledger {path}: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
-
-
-def read(path) -> tuple[list[dict], list[str]]:
-    """The ledger's entries in file order, and one line for each line that is not one (kept in the file)."""
-    raw = _read_bounded(path)
-    if raw is None:
-        return [], []
-    entries, problems = [], []
-    for n, line in enumerate(raw.split(b"\n"), 1):
-        if not line.strip():
-            continue
-        why = None
-        try:
-            e = json.loads(line.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            why = "not JSON"
-        else:
-            if not isinstance(e, dict) or e.get("format") != FORMAT or e.get("kind") not in ("prediction", "grade"):
-                why = "not a decodemon ledger entry"
-            elif e.get("hash") != content_hash(e):
-                why = "its content does not match its hash (edited after it was sealed?)"
-        if why:
-            problems.append(f"{path}:{n}: {why}; kept as it is, skipped")
-        else:
-            entries.append(e)
-    if problems and not entries and len(problems) > 1:
-        raise LedgerError(f"{path} is not a decodemon ledger: none of its {len(problems)} lines is a ledger entry "
-                          "(give another file with --ledger)")
-    if len(problems) > MAX_PROBLEM_LINES:
-        problems = problems[:MAX_PROBLEM_LINES - 1] + [
-            f"{path}: {len(problems) - MAX_PROBLEM_LINES + 1} more lines skipped, kept as they are"]
-    return entries, problems
-
-
-MAX_PROBLEM_LINES = 5  # a ledger's skipped lines said one by one up to this many, then counted
-MAX_LEDGER_BYTES = 64 << 20  # a ledger is a line a prediction or grade: far under this; past it, refused
-
-
-def _regular(fd: int, path) -> None:
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        raise LedgerError(f"the ledger {path} is not a regular file (give a file with --ledger)")
-
-
-def _read_bounded(path) -> bytes | None:
-    """The ledger's bytes (None when there is none): a regular file only (not /dev/zero, a FIFO or a terminal),
-    reached through no other user's link, at most MAX_LEDGER_BYTES."""
-    from decodemon.monitor import safe_write
-
-    try:
-        fd = safe_write.open_read(path)
-    except FileNotFoundError:
-        return None
-    except safe_write.Refused as exc:
-        raise _refused(exc, path, "read") from None
-    except OSError as exc:
-        raise LedgerError(f"cannot read the ledger {path}: {exc.strerror or exc}") from None
-    try:
-        if stat.S_ISDIR(os.fstat(fd).st_mode):
-            raise LedgerError(f"the ledger {path} is a directory (give a file with --ledger)")
-        _regular(fd, path)
-        if os.fstat(fd).st_size > MAX_LEDGER_BYTES:
-            raise LedgerError(f"the ledger {path} is over {MAX_LEDGER_BYTES >> 20} MB: not a decodemon ledger")
-        with os.fdopen(os.dup(fd), "rb") as fh:
-            raw = fh.read(MAX_LEDGER_BYTES + 1)
-    except OSError as exc:
-        raise LedgerError(f"cannot read the ledger {path}: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
-    if len(raw) > MAX_LEDGER_BYTES:
-        raise LedgerError(f"the ledger {path} is over {MAX_LEDGER_BYTES >> 20} MB: not a decodemon ledger")
-    return raw
 
 
 # --- predict and grade ---------------------------------------------------------------------------------------
@@ -262,7 +135,9 @@ def prediction(summary: dict, source: str, change: str, expect: str, ceiling: st
     for name, c in (("--ceiling", ceiling), ("--then", then)):
         if c is not None and c.lower() not in CEILINGS:
             raise LedgerError(f"{name} is one of {', '.join(CEILINGS)}, not {c!r}")
-    return seal({"kind": "prediction", "at": now_iso(now), "source": source, "change": change,
+    # a nonce: two predictions sealed in one second from the same figures are two entries, with two ids
+    return seal({"kind": "prediction", "at": now_iso(now), "nonce": secrets.token_hex(8), "source": source,
+                 "change": change,
                  "expect": str(expect), "expect_pct": round(pct, 3), "tolerance_pct": tolerance_pct,
                  "ceiling": (ceiling or st["verdict"]).lower(), "then": then.lower() if then else None,
                  "state": st})
@@ -316,9 +191,14 @@ def grade(pred: dict, summary: dict, now: float | None = None) -> dict:
     before, after = pred["state"], state_of(summary)
     ms0, ms1 = before["ms_per_token"], after["ms_per_token"]
     if not ms1:
-        raise LedgerError(f"{pred['source']}: no ms/token measured now, so the prediction cannot be graded")
+        raise NotGraded(f"{pred['source']}: no ms/token measured now, so the prediction cannot be graded")
+    da, db = before.get("device"), after.get("device")
+    if da and db and da != db:  # the ratio would measure the device as well as the change
+        raise NotGraded(f"{pred['source']}: the prediction was sealed on {da} and this was measured on {db}, so "
+                          f"a grade would measure the device as well as the change; measure the loop on {da} (the "
+                          "prediction stays open)")
     if after == before:  # graded against the very figures it sealed: such a grade would say nothing of a change
-        raise LedgerError(f"{pred['source']}: these are the figures the prediction sealed, so nothing was changed and "
+        raise NotGraded(f"{pred['source']}: these are the figures the prediction sealed, so nothing was changed and "
                           "run again; make the change, measure the loop again, then grade (the prediction stays open)")
     measured = 100.0 * (ms1 - ms0) / ms0
     tol = float(pred.get("tolerance_pct", DEFAULT_TOLERANCE_PCT))

@@ -138,3 +138,39 @@ def test_a_monotonic_curve_reads_its_ends_with_no_caution():
     assert "monotonically" not in words and words.startswith("Median ms/token goes from 60 at depth 64 to 100")
     pts[2]["ms_per_token"] = 110.0  # past the deeper end by more than 5%
     assert "but not monotonically: 110 at depth 2,048 is above both ends" in divergence(pts)
+
+
+def test_report_writes_its_diagnosis_and_grades_only_a_prediction_of_the_same_device(tmp_path):
+    from decodemon.monitor import ledger
+    from tests.conftest import BUNDLED
+
+    sealed_on = BUNDLED / "h100_eager.dmon"
+    r = cli("predict", sealed_on, "--change", "capture a graph", "--expect", "-80%", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    # the very recording the prediction sealed: the report is written, the prediction stays open
+    r = cli("report", sealed_on, "-o", "D.md", cwd=tmp_path)
+    assert r.returncode == 0 and (tmp_path / "D.md").read_text().startswith("# DIAGNOSIS")
+    assert "the ledger is not graded" in r.stderr and "the prediction stays open" in r.stderr
+    r = cli("report", sealed_on, "--json", cwd=tmp_path)
+    assert r.returncode == 0 and json.loads(r.stdout)["verdict"]
+    # the same loop on another device: a grade would measure the device too, so none is made
+    r = cli("report", REC["eager"], "-o", "D2.md", cwd=tmp_path)
+    assert r.returncode == 0 and (tmp_path / "D2.md").exists()
+    assert "sealed on NVIDIA H100 80GB HBM3 and this was measured on NVIDIA H200" in r.stderr
+    entries, _ = ledger.read(tmp_path / ledger.DEFAULT_PATH)
+    assert [e["kind"] for e in entries] == ["prediction"]  # nothing graded
+    # the graphed run on the device it was sealed on grades it
+    r = cli("report", BUNDLED / "h100_graph.dmon", "-o", "D3.md", cwd=tmp_path)
+    assert r.returncode == 0 and "graded the open prediction" in r.stderr
+    assert [e["kind"] for e in ledger.read(tmp_path / ledger.DEFAULT_PATH)[0]] == ["prediction", "grade"]
+
+
+def test_two_predictions_of_the_same_figures_in_one_second_are_two_entries(tmp_path):
+    from decodemon.monitor import ledger
+
+    args = ("predict", REC["eager"], "--change", "graph", "--expect", "-80%", "--ledger", tmp_path / "l.jsonl")
+    assert cli(*args).returncode == 0 and cli(*args).returncode == 0
+    entries, problems = ledger.read(tmp_path / "l.jsonl")
+    assert not problems and len({ledger.pred_id(e) for e in entries}) == 2
+    assert cli("grade", REC["graph"], "--ledger", tmp_path / "l.jsonl").returncode == 0
+    assert len(ledger.open_predictions(ledger.read(tmp_path / "l.jsonl")[0])) == 1  # one graded, one still open

@@ -52,8 +52,11 @@ def grade_in_ledger(verb: str, ledger_path, sess, summary: dict, source: str, la
     label = label or ledger.loop_label(argv, source)
     try:
         graded, problems = ledger.grade_open(path, summary, label)
-    except ledger.LedgerError as exc:
-        if verb == "attach":  # what was measured stands; the ledger is only not graded
+    except ledger.NotGraded as exc:  # what was measured stands, and its report is written; only the ledger is
+        say(verb, f"the ledger is not graded: {exc}")  # not graded (its prediction stays open)
+        return (path, label) if verb == "report" else None
+    except ledger.LedgerError as exc:  # the ledger file itself: bad input, as any other (attach: said, not graded)
+        if verb == "attach":
             say(verb, str(exc))
             return None
         raise UsageError(f"decodemon {verb}: {exc}") from None
