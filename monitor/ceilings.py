@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from decodemon.monitor.numbers import said
+
 BINDING, RULED_OUT, UNKNOWN = "binding", "ruled_out", "unknown"
 ORDER = ("bandwidth", "comm", "launch", "occupancy")
 
@@ -129,7 +131,6 @@ def bandwidth_floor_ms(bytes_per_token: float, bandwidth_gbs: float) -> float:
     return bytes_per_token / (bandwidth_gbs * 1e9) * 1e3
 
 
-
 def _bandwidth_from_dram(i: Inputs, thr: str) -> Candidate:
     """ms/token ÷ floor = peak ÷ achieved: the counters' DRAM rate against the device's bandwidth prices the floor
     with no token clock and no model facts."""
@@ -137,7 +138,7 @@ def _bandwidth_from_dram(i: Inputs, thr: str) -> Candidate:
     state = BINDING if ratio <= BANDWIDTH_BINDING_RATIO else RULED_OUT if ratio >= BANDWIDTH_RULED_OUT_RATIO else UNKNOWN
     return Candidate(ratio, "× floor", thr, state,
                      f"DRAM moved {i.dram_gbs:.4g} GB/s of the device's {i.bandwidth_gbs:.4g} GB/s: the token "
-                     f"runs at {ratio:.3g}× its floor (no token count needed)", "bandwidth_over_dram_gbs")
+                     f"runs at {said(ratio)}× its floor (no token count needed)", "bandwidth_over_dram_gbs")
 
 
 def _needs(*figures: tuple[str, object]) -> str:
@@ -160,7 +161,7 @@ def price_bandwidth(i: Inputs) -> tuple[Candidate, float | None]:
     state = BINDING if ratio <= BANDWIDTH_BINDING_RATIO else RULED_OUT if ratio >= BANDWIDTH_RULED_OUT_RATIO else UNKNOWN
     ceiling_tps = 1e3 / floor
     detail = (f"floor {floor:.3g} ms/token ({i.bytes_per_token / 1e9:.3g} GB ÷ {i.bandwidth_gbs:.4g} GB/s, "
-              f"a {ceiling_tps:.4g} tok/s ceiling); the token's {i.ms_per_token:.4g} ms is {ratio:.3g}× the floor"
+              f"a {ceiling_tps:.4g} tok/s ceiling); the token's {i.ms_per_token:.4g} ms is {said(ratio)}× the floor"
               + _rate_words(i) + _depth_words(i))
     return Candidate(ratio, "× floor", thr, state, detail, "ms_per_token_over_floor"), floor
 
@@ -267,8 +268,7 @@ def host_between_replays(i: Inputs, floor: float | None) -> str:
 
 
 def _launches_counted(i: Inputs) -> str:
-    """What the host was counted launching a token for its kernels: kernel launch calls (where traced) and graph
-    launches."""
+    """What the host launched a token for its kernels: kernel launch calls (where traced) and graph launches."""
     g = i.graph_launches_per_token or 0.0
     graphs = f"{g:g} graph launch{'es' if g != 1 else ''}"
     if i.kernel_launch_calls_per_token is None:

@@ -21,6 +21,7 @@ from decodemon.monitor.ceilings import (BANDWIDTH_NEAR_RATIO, BANDWIDTH_RULED_OU
                                         OCCUPANCY_LEANING_SHARE_PCT, RULED_OUT, UNKNOWN, Candidate, Inputs,
                                         host_between_replays, kernels_fill_step, own_kernel_ms, price_bandwidth,
                                         price_comm, price_launch, price_occupancy)
+from decodemon.monitor.numbers import said
 
 # the diagnosis's own names, and those of the candidates it is read with
 __all__ = ["BINDING", "ORDER", "RULED_OUT", "UNKNOWN", "Candidate", "Diagnosis", "Inputs", "Scaling", "diagnose",
@@ -157,8 +158,8 @@ def _edge(i: Inputs, ceiling: str, cands: dict) -> str:
         c = other.get(moved)
         state = {BINDING: "binds", RULED_OUT: "is ruled out"}.get(c.state, "is unknown") if c else ""
         who = "it" if moved == alt else moved.upper()
-        at = f" ({who} {state} at {c.value:.4g}{'' if c.unit.startswith('×') else ' '}{c.unit})" if c else ""
-        name = "UNKNOWN (nothing binds)" if alt == "unknown" else alt.upper()
+        at = f" ({who} {state} at {said(c.value, 4)}{'' if c.unit.startswith('×') else ' '}{c.unit})" if c else ""
+        name = "UNKNOWN, nothing binding" if alt == "unknown" else alt.upper()
         return (f"on the edge: a token {EDGE_PCT:g}% {word} ({ms:.4g} ms) reads {name}{at}; a span a little longer "
                 "or shorter may read it too")
     return ""

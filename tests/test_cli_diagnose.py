@@ -59,8 +59,10 @@ def test_a_serial_fraction_alone_is_priced_and_exits_0_as_the_help_says():
     js = cli("diagnose", "--speedup", 1.5, "--n", 2, "--json")
     assert js.returncode == 0 and json.loads(js.stdout)["serial_fraction"] == pytest.approx(1 / 3, abs=1e-4)
     epilog = " ".join(cli("diagnose", "--help").stdout.split())
-    assert "0 when a candidate or the serial fraction (--speedup with --n) could be priced" in epilog
-    assert "3 when neither could" in epilog
+    assert "0 when a candidate or the serial fraction (--speedup with --n, an s between 0 and 1) could be priced" \
+        in epilog
+    assert "3 when neither could (an s solved outside 0..1 is no fraction)" in epilog
+    assert cli("diagnose", "--speedup", 3, "--n", 2).returncode == 3  # s = -0.333: nothing priced, as it says
 
 
 @pytest.mark.parametrize("text", ["abc", "1e9x", "1_0", "0x10"])

@@ -96,9 +96,10 @@ def test_below_the_floor_17_us_per_kernel_is_launch():
 
 def test_a_serial_fraction_outside_0_1_says_amdahl_does_not_apply():
     r = cli("diagnose", "--speedup", 3, "--n", 2)
-    assert r.returncode == 0 and "Amdahl's s solved: -0.333, not a fraction (outside 0..1" in r.stdout and "does not apply" in r.stdout
-    j = diagnose("--speedup", 3, "--n", 2)
-    assert j["serial_fraction"] is None and j["serial_fraction_solved"] == pytest.approx(-0.3333, abs=1e-4)
+    assert r.returncode == 3 and "Amdahl's s solved: -0.333, not a fraction (outside 0..1" in r.stdout and "does not apply" in r.stdout
+    r = cli("diagnose", "--speedup", 3, "--n", 2, "--json")
+    j = json.loads(r.stdout)
+    assert r.returncode == 3 and j["serial_fraction"] is None and j["serial_fraction_solved"] == pytest.approx(-0.3333, abs=1e-4)
     assert "outside" not in cli("diagnose", "--speedup", 1.5, "--n", 2).stdout
 
 

@@ -174,3 +174,17 @@ def test_two_predictions_of_the_same_figures_in_one_second_are_two_entries(tmp_p
     assert not problems and len({ledger.pred_id(e) for e in entries}) == 2
     assert cli("grade", REC["graph"], "--ledger", tmp_path / "l.jsonl").returncode == 0
     assert len(ledger.open_predictions(ledger.read(tmp_path / "l.jsonl")[0])) == 1  # one graded, one still open
+
+
+def test_a_figure_a_hair_past_a_threshold_never_reads_as_the_threshold_and_diagnose_says_its_edge():
+    from decodemon.monitor.numbers import said
+
+    assert said(1.9996) == "1.9996" and said(2.0) == "2" and said(2.004) == "2.004" and said(2.31) == "2.31"
+    assert said(49.96) == "49.96" and said(7.777) == "7.78"  # only an edge is kept from
+    args = ("--bytes-per-token", 16126599168, "--bandwidth-gbs", 4188)
+    at = cli("diagnose", "--ms-per-token", 7.70, *args).stdout  # 1.9997x: binds
+    past = cli("diagnose", "--ms-per-token", 7.71, *args).stdout  # 2.002x: does not
+    assert "bandwidth  binding   1.9997 × floor" in at and "is 1.9997× the floor" in at
+    assert "bandwidth  unknown   2.002 × floor" in past and "is 2.002× the floor" in past
+    assert "BANDWIDTH is on the edge: a token 1% slower (7.777 ms) reads UNKNOWN, nothing binding" in at
+    assert "on the edge" not in cli("diagnose", "--ms-per-token", 9.0, *args).stdout  # 2.34x: no edge near

@@ -9,9 +9,10 @@ def add(sub) -> None:
     """Register the verb."""
     p = sub.add_parser("diagnose", help="the verdict from numbers alone (no GPU)",
                        description="Name the binding ceiling from figures you measured yourself.",
-                       epilog="Exit status: 0 when a candidate or the serial fraction (--speedup with --n) could be "
-                              "priced from the figures given (the ceiling may still be UNKNOWN), 3 when neither "
-                              "could, 2 for bad input.")
+                       epilog="Exit status: 0 when a candidate or the serial fraction (--speedup with --n, an s "
+                              "between 0 and 1) could be priced from the figures given (the ceiling may still be "
+                              "UNKNOWN), 3 when neither could (an s solved outside 0..1 is no fraction), 2 for bad "
+                              "input.")
     p.add_argument("--ms-per-token", type=bounded("--ms-per-token", 0, 1e7), metavar="MS",
                    help="the step, token to token")
     p.add_argument("--kernels-per-token", "--launches-per-token", type=bounded("--kernels-per-token", 0, 1e9),
@@ -83,5 +84,6 @@ def run(a) -> int:
         print_json(d.as_json())  # its notes say the figures were given (Inputs.ms_kind is "": typed in)
     else:
         print(diagnose_text(d))
-    priced = any(c.value is not None for c in d.candidates.values()) or d.serial_fraction is not None
+    fraction = d.serial_fraction is not None and 0.0 <= d.serial_fraction <= 1.0  # an s outside is no fraction
+    priced = any(c.value is not None for c in d.candidates.values()) or fraction
     return 0 if priced else 3  # no candidate and no serial fraction priced: nothing the figures given could measure

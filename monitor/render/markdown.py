@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from decodemon.monitor.analysis.agreement import busy_disagreement, kernels_past_step
 from decodemon.monitor.ceilings import ORDER
+from decodemon.monitor.numbers import said
 from decodemon.monitor.rolling import headline
 from decodemon.monitor.token_clock import PROVISIONAL_STEPS, clock_kind
 from decodemon.monitor.span import span_words
@@ -177,7 +178,7 @@ def diagnosis_markdown(s: Snapshot) -> str:
             "|---|---|---|---|---|"]
     for k in ORDER:
         c = d.candidates[k]
-        v = "?" if c.value is None else f"{c.value:.4g} {c.unit}"
+        v = "?" if c.value is None else f"{said(c.value, 4)} {c.unit}"
         if k == "launch" and c.value is not None and d.us_per_kernel is not None and _per_launch(s):
             # the seeds' figure beside it, and what it divides by: kernels, not the kernel launch calls
             v += f" ({d.us_per_kernel:.3g} µs {d.per_kernel_word} per kernel, {_per_launch(s)})"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from decodemon.monitor.ceilings import ORDER
 from decodemon.monitor.diagnosis import Diagnosis
+from decodemon.monitor.numbers import said
 from decodemon.monitor.safe_text import visible
 
 
@@ -56,7 +57,7 @@ def diagnose_text(d: Diagnosis) -> str:
     lines = [f"ceiling: {d.ceiling.upper()}"]
     for k in ORDER:
         c = d.candidates[k]
-        v = "?" if c.value is None else f"{c.value:.4g} {c.unit}"
+        v = "?" if c.value is None else f"{said(c.value, 4)} {c.unit}"
         lines.append(f"  {k:<10} {c.state:<9} {v:<28} {c.detail}")
         lines.append(f"  {'':<10} threshold: {c.threshold}")  # the rule it was held to, as on screen
     if d.us_per_kernel is not None:
@@ -66,6 +67,8 @@ def diagnose_text(d: Diagnosis) -> str:
         lines.append(f"serial fraction: {s:.3f}" if 0.0 <= s <= 1.0 else
                      f"Amdahl's s solved: {s:.3f}, not a fraction (outside 0..1: no serial fraction explains that "
                      "speedup, so Amdahl's law does not apply; --json's serial_fraction is null)")
+    if d.edge:  # the verdict sits on a threshold: as --json's edge and the screen say
+        lines.append(f"{d.ceiling.upper()} is {d.edge}")
     lines += [f"remedy: {d.remedy}", f"predicted win: {d.predicted_win}", f"falsify: {d.falsify}"]
     return "\n".join(lines)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+from decodemon.monitor.numbers import said
+
 BLOCKS = " ▁▂▃▄▅▆▇█"
 
 
@@ -22,8 +24,8 @@ def value_words(value, unit: str) -> str:
     if unit.startswith("%") and round(value) > 100:
         return f"≥100{unit}"
     if unit.startswith(("%", "×")):
-        return f"{value:.3g}{unit}"
-    return f"{value:.3g} {unit}"
+        return f"{said(value)}{unit}"
+    return f"{said(value)} {unit}"
 
 
 def spark(values, width: int, lo: float | None = None, hi: float | None = None) -> str:

@@ -1,0 +1,18 @@
+"""A figure as the screen, `--json`'s words and the report say it: to 3 significant digits (4 where asked), and
+never rounded onto a threshold it is not at. 1.9996× the floor is "1.9996×", not "2×": at 2× BANDWIDTH binds, and
+a figure a hair past a rule must not read as the rule itself."""
+
+from __future__ import annotations
+
+# the thresholds the candidates are held to (ceilings.py: BANDWIDTH 2× and 10×, COMM 10%, LAUNCH 20% and 50%,
+# OCCUPANCY 25% and 50%, the counters' 3× near the floor)
+EDGES = (2.0, 3.0, 10.0, 20.0, 25.0, 50.0)
+
+
+def said(x: float, digits: int = 3, edges: tuple[float, ...] = EDGES) -> str:
+    """`x` to `digits` significant digits, with more (up to 7) where fewer would round it onto an edge it is not."""
+    s = f"{x:.{digits}g}"
+    while digits < 7 and float(s) in edges and float(s) != x:
+        digits += 1
+        s = f"{x:.{digits}g}"
+    return s
