@@ -86,6 +86,7 @@ class Snapshot:
     dram_check: dict | None = None
     span_s: float | None = None  # the seconds the figures cover (the last span_ns of the feed, or all of a shorter one)
     span_whole: bool = False  # the span asked for is the whole feed (a recording, an attach's seconds), not its last s
+    last_asked_s: float | None = None  # a --last that reached past the source's start (the whole span read instead)
     span_tokens: int | None = None  # the tokens counted in the span (Feed.tokens_since), where the feed counts them
     rolling_5s: "Snapshot | None" = None  # the last SPAN_NS beside a longer span (monitor.span.summary_snapshot)
     span_end_unix_s: float | None = None  # when that span ends

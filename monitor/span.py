@@ -30,8 +30,9 @@ def summary_snapshot(sess: Session, last_s: float | None = None) -> Snapshot:
     longer; with `last_s`, over its last `last_s` seconds alone."""
     if last_s is not None:
         whole = sess.snapshot(span_ns=None)
-        if whole.span_s is not None and last_s >= whole.span_s:
-            return whole  # the last S s hold the whole span: said as the whole
+        if whole.span_s is not None and last_s >= whole.span_s:  # they hold the whole span: read and said as it,
+            # with the rolling 5 s beside it as a whole summary has them
+            return dataclasses.replace(summary_snapshot(sess), last_asked_s=last_s)
         last = sess.snapshot(span_ns=int(last_s * 1e9))
         if whole.span_tokens and not last.span_tokens:
             from decodemon.monitor.sources.errors import NothingMeasured
@@ -83,7 +84,9 @@ def span_json(s: Snapshot) -> dict:
             "tokens": s.span_tokens if s.span_tokens is not None else
             (s.tokens_total if s.span_whole and (s.tokens_total or s.token_clock) else None),
             # which count is which: the top level's are the source's whole, these the span's
-            "counts": SPAN_COUNTS, "clock_reaches_back": _reaches_back(s)}
+            "counts": SPAN_COUNTS, "clock_reaches_back": _reaches_back(s),
+            "last_asked": (f"--last {s.last_asked_s:g} s reaches past the source's start: the figures are its whole "
+                           f"{s.span_s:.4g} s" if s.last_asked_s is not None and s.span_s is not None else None)}
 
 
 def rolling_json(s: Snapshot, summary) -> dict | None:
@@ -103,6 +106,7 @@ def span_words(s: Snapshot) -> str:
     source = "attach" if str(s.label).isdigit() else "recording"  # a pid's label is its number
     if s.span_whole:
         line = f"Covers the whole {source}: {j['seconds']:g} s, {j['from_s']:g}–{j['to_s']:g} s into it"
+        line += f" ({j['last_asked']})" if j["last_asked"] else ""
     else:  # the seconds up to where the summary was made: the source's end, or where the app was paused
         line = f"Covers the {j['seconds']:g} s up to {j['to_s']:g} s into the {source} ({j['from_s']:g}–{j['to_s']:g} s)"
     counted = [f"{j['tokens']} tokens counted"] if j["tokens"] is not None else []

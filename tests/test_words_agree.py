@@ -188,3 +188,23 @@ def test_a_figure_a_hair_past_a_threshold_never_reads_as_the_threshold_and_diagn
     assert "bandwidth  unknown   2.002 × floor" in past and "is 2.002× the floor" in past
     assert "BANDWIDTH is on the edge: a token 1% slower (7.777 ms) reads UNKNOWN, nothing binding" in at
     assert "on the edge" not in cli("diagnose", "--ms-per-token", 9.0, *args).stdout  # 2.34x: no edge near
+
+
+def test_the_top_level_help_names_every_exit_status():
+    text = " ".join(cli("--help").stdout.split())
+    for words in ("Exit status: 0 ok", "2 bad input", "3 nothing was measured", "1 what no check foresaw",
+                  "130 interrupted"):
+        assert words in text
+
+
+def test_a_last_past_the_sources_start_says_so_and_keeps_the_whole_summarys_shape():
+    from tests.conftest import BUNDLED
+
+    whole = json.loads(cli("replay", BUNDLED / "h100_eager.dmon", "--json").stdout)
+    r = cli("replay", BUNDLED / "h100_eager.dmon", "--json", "--last", 100)
+    j = json.loads(r.stdout)
+    assert r.returncode == 0 and j["span"]["covers"] == "whole"
+    assert j["span"]["last_asked"] == f"--last 100 s reaches past the source's start: the figures are its whole " \
+                                      f"{whole['span']['seconds']:.4g} s"
+    assert j["rolling_5s"] == whole["rolling_5s"] and j["ms_per_token"] == whole["ms_per_token"]
+    assert whole["span"]["last_asked"] is None

@@ -39,7 +39,11 @@ def build_parser() -> Parser:
     """The `decodemon` parser with every verb."""
     ap = Parser(prog="decodemon", description="Watch an LLM decode loop on an NVIDIA GPU and name the ceiling "
                                               "that binds the token: BANDWIDTH, OCCUPANCY, LAUNCH or COMM.",
-                epilog="`decodemon VERB --help` for a verb's options.")
+                epilog="`decodemon VERB --help` for a verb's options. Exit status: 0 ok; 2 bad input (one line: "
+                       "bad arguments, no such pid, a corrupt recording, an output that cannot be written); 3 nothing "
+                       "was measured (the target went away first, a recording without tokens, nothing the figures "
+                       "given could price); 1 what no check foresaw (DECODEMON_DEBUG=1 shows where); 130 "
+                       "interrupted.")
     ap.add_argument("--version", action="version", version=f"decodemon {VERSION}")
     sub = ap.add_subparsers(dest="command", parser_class=Parser, metavar="VERB")
     for verb in VERBS:
