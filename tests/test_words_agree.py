@@ -208,3 +208,15 @@ def test_a_last_past_the_sources_start_says_so_and_keeps_the_whole_summarys_shap
                                       f"{whole['span']['seconds']:.4g} s"
     assert j["rolling_5s"] == whole["rolling_5s"] and j["ms_per_token"] == whole["ms_per_token"]
     assert whole["span"]["last_asked"] is None
+
+
+@pytest.mark.parametrize("args", [["report", REC["eager"], "--window-period", 2, "--no-pm"],
+                                  ["compare", REC["eager"], REC["graph"], "--json", "--no-trace"],
+                                  ["predict", REC["eager"], "--change", "x", "--expect", "-5%", "--probe", "pm=0"]])
+def test_a_probe_option_on_a_recording_is_refused_not_ignored(args, tmp_path):
+    from tests.conftest import assert_one_line_error
+
+    r = cli(*args, cwd=tmp_path)
+    assert_one_line_error(r)
+    assert "the probe of a live pid" in r.stderr and "made with the probe's settings of the time" in r.stderr
+    assert r.stdout == "" and list(tmp_path.iterdir()) == []

@@ -179,9 +179,17 @@ def live_seconds(a, verb: str, sources, default: float | None) -> float | None:
     last S seconds."""
     from decodemon.monitor.sources.collect import source_of
 
+    live = any(source_of(s)[0] == "pid" for s in sources)
+    probe = probe_flags(a)
+    if probe and not live:  # a recording was made with its own probe settings: refused, never silently dropped
+        noun = "a recording" if len(sources) == 1 else "recordings"
+        flags = probe[0] if len(probe) == 1 else f"{', '.join(probe[:-1])} and {probe[-1]}"
+        raise UsageError(f"decodemon {verb}: {flags} set{'s' if len(probe) == 1 else ''} the probe of a "
+                         f"live pid, and {' and '.join(map(str, sources))} {'is' if len(sources) == 1 else 'are'} "
+                         f"{noun}, made with the probe's settings of the time (see `decodemon {verb} --help`)")
     if a.seconds is None:
         return default
-    if any(source_of(s)[0] == "pid" for s in sources):
+    if live:
         return a.seconds
     what = "a recording, read whole" if len(sources) == 1 else "recordings, each read whole"
     last = "; --last S summarises the last S seconds" if hasattr(a, "last") else ""
@@ -332,6 +340,14 @@ def add_probe(p) -> None:
                                         "(torch.cuda.nvtx or the nvtx package, from Python) is a token")
     g.add_argument("--probe", action=ProbeAction, default=[], metavar="KEY=VALUE",
                    help="set any probe setting (repeatable); `--probe help` lists them")
+
+
+def probe_flags(a) -> list[str]:
+    """The probe options given on the command line (add_probe's), by their flags."""
+    given = [("--window-period", getattr(a, "window_period", None) is not None),
+             ("--no-trace", getattr(a, "no_trace", False)), ("--no-pm", getattr(a, "no_pm", False)),
+             ("--token-range", bool(getattr(a, "token_range", None))), ("--probe", bool(getattr(a, "probe", None)))]
+    return [flag for flag, on in given if on]
 
 
 def attach_settings(a) -> wire.Attach:
