@@ -6,8 +6,8 @@ Pure: frozen values in, strings out.
 
 from __future__ import annotations
 
-from decodemon.monitor.ceilings import (BANDWIDTH_BINDING_RATIO, BANDWIDTH_NEAR_RATIO, SHORT_KERNEL_US, Candidate,
-                                        Inputs, kernels_fill_step, priced_by_idle)
+from decodemon.monitor.ceilings import (BANDWIDTH_BINDING_RATIO, BANDWIDTH_NEAR_RATIO, OCCUPANCY_LEANING_SHARE_PCT,
+                                        SHORT_KERNEL_US, Candidate, Inputs, kernels_fill_step, priced_by_idle)
 
 
 def _kernels_slow_off_the_floor(i: Inputs, ratio: float) -> tuple[str, str, str]:
@@ -152,6 +152,15 @@ def _open_advice(i: Inputs, floor: float | None, ms: float, launch: Candidate, p
                 if i.kernel_ms is not None and ms else
                 f"the GPU is busy {i.gpu_busy_pct:.0f}% of the step (a launch's share is ruled out){t}"
                 if i.gpu_busy_pct is not None else f"a launch's share of the step is ruled out{t}")
+        share = i.small_grid_share_pct
+        sm_low = i.sm_active_pct is not None and bool(i.gpu_busy_pct) and i.sm_active_pct < 0.5 * i.gpu_busy_pct
+        if share is not None and share < OCCUPANCY_LEANING_SHARE_PCT and not far and not sm_low:  # grids measured
+            grids = (f"{share:.0f}% of kernel time in small grids, under the {OCCUPANCY_LEANING_SHARE_PCT:g}% that "
+                     "would make it OCCUPANCY")
+            return (f"{fill} and no ceiling binds at these numbers: measure {missing} to say whether bytes bind "
+                    f"(the grids are measured: {grids})",
+                    f"Measure {missing}: BANDWIDTH binds within {BANDWIDTH_BINDING_RATIO:g}× of bytes ÷ bandwidth; "
+                    f"the grids do not ({grids}).", f"n/a: first measure {missing}")
         return (f"{fill} and no ceiling binds at these numbers: measure {missing} to say "
                 + ("whether grids bind (the floor is too far below the token for bytes to)" if far else
                    "whether bytes or grids bind"),

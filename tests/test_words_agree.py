@@ -220,3 +220,14 @@ def test_a_probe_option_on_a_recording_is_refused_not_ignored(args, tmp_path):
     assert_one_line_error(r)
     assert "the probe of a live pid" in r.stderr and "made with the probe's settings of the time" in r.stderr
     assert r.stdout == "" and list(tmp_path.iterdir()) == []
+
+
+def test_the_remedy_never_asks_whether_grids_bind_where_the_grids_are_measured_and_ruled_out():
+    from tests.conftest import DATA
+
+    j = json.loads(cli("replay", DATA / "h200_compiled_llama8b_marks_4.dmon", "--json").stdout)
+    assert j["verdict"] == "unknown" and j["candidates"]["occupancy"]["state"] == "ruled_out"
+    share = j["candidates"]["occupancy"]["value"]
+    assert "whether bytes or grids bind" not in j["remedy"] and "with small grids it is OCCUPANCY" not in j["falsify"]
+    assert f"the grids are measured: {share:.0f}% of kernel time in small grids, under the 25%" in j["remedy"]
+    assert "measure bytes per token (PM's DRAM counters, or the model's facts) to say whether bytes bind" in j["remedy"]
