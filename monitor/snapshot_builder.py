@@ -166,7 +166,7 @@ class SnapshotBuilder:
         gpu = f.hello.gpu if f.hello else None
         if ts is not None and gpu is not None and marks_enqueued(marks, pm_busy, f.depths(marked)):
             # marks made ahead of the GPU: whole bursts of them span the attach, a window a few steps
-            bursts = burst_stats(marks) or burst_stats(f.token_times_ns())
+            bursts = burst_stats(marks, spans) or burst_stats(f.token_times_ns(), f.observer)
             if bursts is not None:
                 return bursts, MARK_BURSTS
         gpu_ts, clock = self._gpu_clock(wins, pm_busy, since)

@@ -231,3 +231,31 @@ def test_the_remedy_never_asks_whether_grids_bind_where_the_grids_are_measured_a
     assert "whether bytes or grids bind" not in j["remedy"] and "with small grids it is OCCUPANCY" not in j["falsify"]
     assert f"the grids are measured: {share:.0f}% of kernel time in small grids, under the 25%" in j["remedy"]
     assert "measure bytes per token (PM's DRAM counters, or the model's facts) to say whether bytes bind" in j["remedy"]
+
+
+@pytest.mark.parametrize("k", [2, 3, 4, 5])
+def test_a_clock_of_bursts_leaves_the_observers_bursts_out_and_weighs_each_step_once(k):
+    """The compiled 8B loop that enqueues ~200 steps ahead: its clock is whole bursts of marks. A burst a traced
+    window or a collect overlapped is the observer's (~99 ms for one step in record 4), and a one-step burst weighs
+    one step of the p90, not one of three."""
+    from tests.conftest import DATA
+
+    own = json.loads((DATA / "h200_known_bytes.json").read_text())["compiled_llama8b_enqueue_synced"][
+        "own_ms_per_token"][f"h200_compiled_llama8b_enqueue_synced_{k}.dmon"]
+    j = json.loads(cli("replay", DATA / f"h200_compiled_llama8b_enqueue_synced_{k}.dmon", "--json").stdout)
+    assert j["token_clock"] == "mark_bursts"
+    assert j["ms_per_token"] == pytest.approx(own, rel=0.005)  # the loop's own clock, within 0.5%
+    assert j["ms_per_token_p99"] <= 1.05 * j["ms_per_token"]  # no observer's step in the tail
+
+
+def test_weighted_interval_percentiles_count_each_step_once():
+    import numpy as np
+
+    from decodemon.monitor.analysis.tokens import interval_stats
+
+    ts = interval_stats(np.array([98.87, 199 * 5.65, 200 * 5.59]), np.array([1.0, 199.0, 200.0]))
+    assert ts.tokens == 400 and ts.ms_per_token == pytest.approx((98.87 + 199 * 5.65 + 200 * 5.59) / 400)
+    assert ts.ms_per_token_p90 == pytest.approx(5.65) and ts.ms_per_token_p99 == pytest.approx(5.65)
+    # a tail of slow steps that is the tail: 20 of 200 steps at 9 ms reads in the p99
+    ts = interval_stats(np.array([180 * 5.0, 20 * 9.0]), np.array([180.0, 20.0]))
+    assert ts.ms_per_token_p90 == pytest.approx(5.0) and ts.ms_per_token_p99 == pytest.approx(9.0)

@@ -83,13 +83,22 @@ def token_stats(t_ns: np.ndarray, observed: np.ndarray | None = None) -> TokenSt
 
 def interval_stats(dt_ms: np.ndarray, steps: np.ndarray) -> TokenStats:
     """The figures over intervals of a counted clock: ms/token is their time over their steps; p90 and p99 are
-    over each interval's own ms a step (an interval with no step joins the next one that has one)."""
+    over the steps, each at its interval's own ms a step (an interval with no step joins the next one that has
+    one): a one-step interval weighs one step, not as much as one of two hundred."""
     ends = np.flatnonzero(steps > 0)
-    per = (np.diff(np.concatenate([[0.0], np.cumsum(dt_ms)[ends]]))
-           / np.diff(np.concatenate([[0.0], np.cumsum(steps)[ends]])))
+    n = np.diff(np.concatenate([[0.0], np.cumsum(steps)[ends]]))
+    per = np.diff(np.concatenate([[0.0], np.cumsum(dt_ms)[ends]])) / n
     ms = float(dt_ms.sum() / steps.sum())
-    return TokenStats(tokens=int(steps.sum()), ms_per_token=ms, ms_per_token_p90=float(np.percentile(per, 90)),
-                      ms_per_token_p99=float(np.percentile(per, 99)), tokens_per_s=1e3 / ms)
+    p90, p99 = _weighted_percentiles(per, n, (90, 99))
+    return TokenStats(tokens=int(steps.sum()), ms_per_token=ms, ms_per_token_p90=p90, ms_per_token_p99=p99,
+                      tokens_per_s=1e3 / ms)
+
+
+def _weighted_percentiles(values: np.ndarray, weights: np.ndarray, qs) -> list[float]:
+    """Percentiles of `values`, each counted `weights` times (the lower value at a tie, as a step's own is)."""
+    order = np.argsort(values)
+    v, cw = values[order], np.cumsum(weights[order])
+    return [float(v[min(len(v) - 1, int(np.searchsorted(cw, q / 100.0 * cw[-1])))]) for q in qs]
 
 
 def counter_intervals(c: dict) -> np.ndarray:

@@ -237,7 +237,7 @@ def _clock_json(s: Snapshot) -> dict:
         "ms_per_token_p90": round(tk.ms_per_token_p90, 4) if tk else None,
         "ms_per_token_p99": round(tk.ms_per_token_p99, 4) if tk else None,
         "ms_per_token_note": (("ms_per_token is the clock's intervals' seconds over the steps in them (a mean), "
-                               "with the p90 and p99 of each interval's own ms a step; tokens_per_s is its inverse"
+                               "with the p90 and p99 over its steps, each at its interval's ms a step; tokens_per_s is its inverse"
                                if s.token_clock in MEAN_CLOCKS else
                                "ms_per_token is the median of the clock's steps, with their p90 and p99; "
                                "tokens_per_s is over their mean; "
