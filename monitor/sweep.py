@@ -79,6 +79,7 @@ def point_of(summary: dict, bands: list[dict], name: str, depth: int, model=None
     With the engine's model facts, bytes/token is the weights plus the KV cache at the swept depth (an engine
     whose marks wrap around inside its cache reports every depth below it on the way)."""
     x_floor = ((summary.get("candidates") or {}).get("bandwidth") or {}).get("value")
+    measured = summary.get("bytes_per_token_measured")  # the DRAM counters', beside the model's the row shows
     if model is not None:
         summary = {**summary, "bytes_per_token": float(model.bytes_per_token(depth)), "bytes_per_token_measured": None}
         # the row's floor is its own bytes' (the model's at the swept depth), not the ones the verdict priced
@@ -88,7 +89,8 @@ def point_of(summary: dict, bands: list[dict], name: str, depth: int, model=None
     cand = (summary.get("candidates") or {}).get(verdict) or {}
     return {"command": name, "depth": int(depth), "ms_per_token": summary.get("ms_per_token"),
             "kernels_per_token": summary.get("kernels_per_token"), "bytes_per_token": summary.get("bytes_per_token"),
-            "bytes_source": bytes_source(summary), "bandwidth_gbs": summary.get("bandwidth_gbs"),
+            "bytes_source": bytes_source(summary), "bytes_per_token_measured": measured,
+            "bandwidth_gbs": summary.get("bandwidth_gbs"),
             "kernels_past_step": summary.get("kernels_past_step"),
             "verdict": verdict, "ceiling_value": cand.get("value"), "ceiling_unit": cand.get("unit", ""),
             "ceiling_detail": cand.get("detail", ""), "tokens": (summary.get("span") or {}).get("tokens"),
@@ -320,10 +322,20 @@ def markdown(result: dict) -> str:
         lines.append(f"| {p['depth']:,} | {md(p['command'])} | {p['ms_per_token']:.4g} | {lp} | {mb} "
                      f"| {md(str(p['verdict']).upper())} | {num} |")
     lines += ["", result["divergence"], ""]
+    apart = [p for p in result["points"] if p.get("bytes_per_token") and p.get("bytes_per_token_measured")
+             and abs(p["bytes_per_token_measured"] / p["bytes_per_token"] - 1) > BYTES_APART]
+    if apart:  # the table's bytes are the model's: where the DRAM counters read otherwise, both are said
+        lines += ["The DRAM counters read otherwise than the model's bytes the table gives: " + "; ".join(
+            f"{md(p['command'])} at {p['depth']:,}: {p['bytes_per_token_measured'] / 1e6:.4g} MB/token measured, "
+            f"{100 * (p['bytes_per_token_measured'] / p['bytes_per_token'] - 1):+.0f}% against the model's "
+            f"{p['bytes_per_token'] / 1e6:.4g}" for p in apart) + " (the counters count every byte the GPU moved "
+            "over the span's tokens; the model, its weights and KV once a token).", ""]
     if result.get("rebuilt_note"):
         lines += [f"Rebuilt: {md(result['rebuilt_note'])}.", ""]
     return visible_lines("\n".join(lines))
 
+
+BYTES_APART = 0.10  # the DRAM counters' bytes this far from the model's: said beside the table
 
 OUTPUT_NAMES = ("sweep.json", "sweep.md", "sweep.svg", "sweep.png")
 

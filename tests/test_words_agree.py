@@ -259,3 +259,15 @@ def test_weighted_interval_percentiles_count_each_step_once():
     # a tail of slow steps that is the tail: 20 of 200 steps at 9 ms reads in the p99
     ts = interval_stats(np.array([180 * 5.0, 20 * 9.0]), np.array([180.0, 20.0]))
     assert ts.ms_per_token_p90 == pytest.approx(5.0) and ts.ms_per_token_p99 == pytest.approx(9.0)
+
+
+def test_a_sweep_says_where_the_dram_counters_read_otherwise_than_the_models_bytes_it_tabulates():
+    from tests.conftest import DATA
+
+    j = json.loads(cli("sweep", "--replay", DATA / "h200_sweep_demo_eager", "--json").stdout)
+    p64 = next(p for p in j["points"] if p["depth"] == 64)
+    assert p64["bytes_source"] and p64["bytes_per_token_measured"] > 1.2 * p64["bytes_per_token"]
+    text = cli("sweep", "--replay", DATA / "h200_sweep_demo_eager").stdout
+    pct = 100 * (p64["bytes_per_token_measured"] / p64["bytes_per_token"] - 1)
+    assert (f"candidate at 64: {p64['bytes_per_token_measured'] / 1e6:.4g} MB/token measured, {pct:+.0f}% against "
+            f"the model's {p64['bytes_per_token'] / 1e6:.4g}") in text

@@ -116,6 +116,9 @@ def run(a) -> int:
         print(visible_lines("\n".join(plots.sweep_lines(sweep.series_of(result["points"])))))
         print()
         print(visible_lines(result["divergence"]))
+        for line in (x for x in md if x.startswith("The DRAM counters read otherwise")):
+            print()
+            print(visible_lines(line))
         if result.get("rebuilt_note"):
             print()
             print(visible_lines(f"Rebuilt: {result['rebuilt_note']}."))
