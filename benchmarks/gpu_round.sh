@@ -110,11 +110,12 @@ case "$stage" in
     . benchmarks/device_setup.sh || exit 1
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u +%FT%TZ
     mkdir -p "$out/r"
-    # each run: the model's load (~45 s on an H100), 20 s warm, 30 s before, the attach, 60 s after, 2 pairs of
-    # 4 phases of 3 s and the attaches' own seconds: ~210 s; a run cut at COST_S stops its loop and judges what it has
+    # each run: the model's load (~45 s on an H100), 40 s warm (at 20 s one loop of four still ran 35% slow), 30 s
+    # before, the attach, 60 s after, 2 pairs of 4 phases of 3 s and the attaches' own seconds: ~230 s; a run cut
+    # at COST_S stops its loop and judges what it has
     for i in $(seq ${FIRST_RUNS:-2}); do
-      timeout ${COST_S:-250} $DM_PY benchmarks/cost.py "$out/r/first$i" --engines manual --pairs 2 --phase-s 3 \
-        --before-s 30 --after-s 60 --warm-s 20 > "$out/r/first$i.log" 2>&1
+      timeout ${COST_S:-270} $DM_PY benchmarks/cost.py "$out/r/first$i" --engines manual --pairs 2 --phase-s 3 \
+        --before-s 30 --after-s 60 --warm-s 40 > "$out/r/first$i.log" 2>&1
       echo "cost.py $i exit $?"; tail -n 1 "$out/r/first$i.log"
       pkill -f manual_decode.py  # never a loop left beside the next one
       (cd "$out/r" && tar czf ../round_first.tgz .)  # what a call cut short at its limit still brings back
