@@ -156,7 +156,8 @@ def _open_advice(i: Inputs, floor: float | None, ms: float, launch: Candidate, p
         sm_low = i.sm_active_pct is not None and bool(i.gpu_busy_pct) and i.sm_active_pct < 0.5 * i.gpu_busy_pct
         if share is not None and share < OCCUPANCY_LEANING_SHARE_PCT and not far and not sm_low:  # grids measured
             grids = (f"{share:.0f}% of kernel time in small grids, under the {OCCUPANCY_LEANING_SHARE_PCT:g}% that "
-                     "would make it OCCUPANCY")
+                     "would make it OCCUPANCY" + ("; PM's SM active, its other test, is not measured"
+                                                  if i.sm_active_pct is None else ""))
             return (f"{fill} and no ceiling binds at these numbers: measure {missing} to say whether bytes bind "
                     f"(the grids are measured: {grids})",
                     f"Measure {missing}: BANDWIDTH binds within {BANDWIDTH_BINDING_RATIO:g}× of bytes ÷ bandwidth; "

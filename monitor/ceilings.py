@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from decodemon.monitor.numbers import said
+from decodemon.monitor.numbers import said, said_pct
 
 BINDING, RULED_OUT, UNKNOWN = "binding", "ruled_out", "unknown"
 ORDER = ("bandwidth", "comm", "launch", "occupancy")
@@ -295,7 +295,7 @@ def _launch_priced(i: Inputs, floor: float | None) -> tuple[Candidate, float | N
         state = BINDING if idle_share >= 0.5 else RULED_OUT if idle_share < 0.2 else UNKNOWN
         graphed = (i.graph_launches_per_token or 0) >= 1
         waited = i.collective_wait_ms_per_token or 0.0
-        detail = (f"{idle:.3g} ms/token no kernel explains ({100 * idle_share:.0f}% of the step: {i.ms_per_token:.4g} "
+        detail = (f"{idle:.3g} ms/token no kernel explains ({said_pct(100 * idle_share)}% of the step: {i.ms_per_token:.4g} "
                   f"− {i.kernel_ms:.4g} ms of kernels{i.kernels_overlap_words}"
                   + (", taken as 0: the traced kernels run longer than the untraced step"
                      if i.kernel_ms > i.ms_per_token else "")
@@ -313,7 +313,7 @@ def _launch_priced(i: Inputs, floor: float | None) -> tuple[Candidate, float | N
         # kernels, which only kernel time tells apart, so it leaves LAUNCH unknown, not ruled out
         state = (RULED_OUT if share < LAUNCH_IDLE_RULED_OUT else BINDING if fits and share >= 0.5 else UNKNOWN)
         detail = (f"no kernel time traced: the idle taken as the step over the floor, ({i.ms_per_token:.4g} − "
-                  f"{floor:.3g}) ms = {100 * share:.0f}% of the step; ÷ {n:.0f} kernels = {per:.3g} µs each, "
+                  f"{floor:.3g}) ms = {said_pct(100 * share)}% of the step; ÷ {n:.0f} kernels = {per:.3g} µs each, "
                   + (f"within the {lo:g}–{hi:g} µs an eager launch costs" if fits else
                      f"less than the {lo:g} µs an eager launch costs at least: a host launching them one by one "
                      "could not fit them in the step (a replayed graph launches them together), and the kernels' "
@@ -329,7 +329,7 @@ def _launch_priced(i: Inputs, floor: float | None) -> tuple[Candidate, float | N
     state = BINDING if share >= 0.5 else RULED_OUT if most < LAUNCH_IDLE_RULED_OUT else UNKNOWN
     detail = (f"no kernel time traced and no floor: {i.ms_per_token:.4g} ms ÷ {n:g} kernels = {per:.4g} µs "
               f"available per kernel; at {lo:g}–{hi:g} µs a launch (an eager launch's cost) the host's launching "
-              f"leaves the GPU idle {100 * share:.0f}–{100 * most:.0f}% of the step"
+              f"leaves the GPU idle {said_pct(100 * share)}–{said_pct(100 * most)}% of the step"
               + ("; unknown: the kernels' time (a traced window) says where in that range it is"
                  if state == UNKNOWN else ""))
     return Candidate(100 * share, "% of step GPU idle (est.)", LAUNCH_IDLE_THRESHOLD, state, detail,

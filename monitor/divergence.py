@@ -53,7 +53,8 @@ def divergence(points: list[dict]) -> str:
                 "the curve is inside its own noise, not flat; attach longer at each depth before reading it.")
     if level:
         return f"{head}: {_margin(a, b)}."
-    return f"{head}{_not_monotonic(cand)}: {_resource(a, b)}."
+    # against a reference the head reads ratios; the caution reads the candidate's own ms, so it is for a lone curve
+    return f"{head}{'' if len(both) == 2 else _not_monotonic(cand)}: {_resource(a, b)}."
 
 
 def _not_monotonic(cand: list[dict]) -> str:

@@ -195,11 +195,12 @@ def grade(pred: dict, summary: dict, now: float | None = None) -> dict:
     da, db = before.get("device"), after.get("device")
     if da and db and da != db:  # the ratio would measure the device as well as the change
         raise NotGraded(f"{pred['source']}: the prediction was sealed on {da} and this was measured on {db}, so "
-                          f"a grade would measure the device as well as the change; measure the loop on {da} (the "
-                          "prediction stays open)")
-    if after == before:  # graded against the very figures it sealed: such a grade would say nothing of a change
+                        f"a grade would measure the device as well as the change; measure the loop on {da} (the "
+                        "prediction stays open)")
+    if {k: after.get(k) for k in before} == before:  # the very figures it sealed (what an older seal holds of them):
+        # such a grade would say nothing of a change
         raise NotGraded(f"{pred['source']}: these are the figures the prediction sealed, so nothing was changed and "
-                          "run again; make the change, measure the loop again, then grade (the prediction stays open)")
+                        "run again; make the change, measure the loop again, then grade (the prediction stays open)")
     measured = 100.0 * (ms1 - ms0) / ms0
     tol = float(pred.get("tolerance_pct", DEFAULT_TOLERANCE_PCT))
     number = abs(measured - pred["expect_pct"]) <= tol

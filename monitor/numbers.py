@@ -16,3 +16,13 @@ def said(x: float, digits: int = 3, edges: tuple[float, ...] = EDGES) -> str:
         digits += 1
         s = f"{x:.{digits}g}"
     return s
+
+
+def said_pct(x: float) -> str:
+    """A percentage to whole points, with decimals (up to 4) where whole points would round it onto an edge."""
+    places = 0
+    s = f"{x:.0f}"
+    while places < 4 and float(s) in EDGES and float(s) != x:
+        places += 1
+        s = f"{x:.{places}f}"
+    return s

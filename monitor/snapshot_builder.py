@@ -16,7 +16,7 @@ import numpy as np
 from decodemon.monitor import diagnosis as dx
 from decodemon.monitor.analysis.agreement import dram_check
 from decodemon.monitor.analysis.busy import PmWindowCheck, pm_window_check
-from decodemon.monitor.analysis.collectives import host_clock_times_collectives
+from decodemon.monitor.analysis.collectives import comm_words, host_clock_times_collectives
 from decodemon.monitor.analysis.observer import observer_cost
 from decodemon.monitor.analysis.rates import (burst_stats, dram_bytes_per_s, gpu_step_stats, marks_enqueued,
                                               marks_in_bursts, step_bytes, traced_dram_ratio)
@@ -36,14 +36,6 @@ CLOCK_MIN_STEPS = 200
 # a copy that reads under this share of the NVML peak ran beside a loop that kept DRAM busy (an H200: 4,248 GB/s
 # alone, 2,217 beside a compiled Llama-8B decode, against 4,800 peak): not the device's bandwidth
 COPY_PLAUSIBLE = 0.6
-
-
-def comm_words(windows: int) -> str:
-    """Where COMM's calls a token, µs a call and late peer's wait come from, in a span of `windows` traced windows."""
-    if windows <= 1:
-        return "calls from the traced window; µs a call: its kernel + launch gap"
-    return (f"calls and a late peer's wait: the median of {windows} traced windows; µs a call: the lowest window's "
-            "kernel + launch gap")
 
 
 def _median(xs):
@@ -251,7 +243,7 @@ class SnapshotBuilder:
         return (_median([w.collective_calls_per_token for w in wins]) if wins else None,
                 self._coll_window.collective_in_step_us if priced else None,
                 _median([w.collective_wait_ms_per_token for w in with_coll]),
-                comm_words(len(wins)) if with_coll else "")
+                comm_words(len(wins), len(with_coll), len(priced)) if with_coll else "")
 
     def _inputs(self, since: int, span_ns: int | None = SPAN_NS, until: int | None = None):
         f = self.feed
@@ -302,7 +294,7 @@ class SnapshotBuilder:
         if not coll_calls and host is not None:  # no NCCL kernels traced (gloo, or before a window): engine's clock
             # with NCCL the clock times the enqueue, not the collective: calls are known, µs wait for a window
             coll_calls, coll_us = host[0], (host[1] if host_clock_times_collectives(model, gpu) else None)
-            comm_source = "the engine's clock, host-side call time"
+            comm_source, self._coll_window = "the engine's clock, host-side call time", None
         elif coll_calls is None and model is not None and model.tp_degree == 1:
             coll_calls = 0.0  # one rank: nothing to reduce
         inp = dx.Inputs(

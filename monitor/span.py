@@ -85,8 +85,8 @@ def span_json(s: Snapshot) -> dict:
             (s.tokens_total if s.span_whole and (s.tokens_total or s.token_clock) else None),
             # which count is which: the top level's are the source's whole, these the span's
             "counts": SPAN_COUNTS, "clock_reaches_back": _reaches_back(s),
-            "last_asked": (f"--last {s.last_asked_s:g} s reaches past the source's start: the figures are its whole "
-                           f"{s.span_s:.4g} s" if s.last_asked_s is not None and s.span_s is not None else None)}
+            "last_asked": (f"--last {s.last_asked_s:g} s holds the whole source: the figures are its whole "
+                           f"{_r(s.span_s):g} s" if s.last_asked_s is not None and s.span_s is not None else None)}
 
 
 def rolling_json(s: Snapshot, summary) -> dict | None:

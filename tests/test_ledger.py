@@ -293,11 +293,14 @@ def test_an_unwritable_ledger_is_one_line_before_the_attach(tmp_path):
 
     e = Engine()
     try:
-        for verb in (["predict", e.pid, "--change", "x", "--expect=-10%"], ["grade", e.pid]):
+        # predict: a ledger it cannot create; grade: one that is there but is no file a ledger can be
+        for verb, path, words in ((["predict", e.pid, "--change", "x", "--expect=-10%"],
+                                   "/proc/decodemon-ledger.jsonl", "cannot write the ledger"),
+                                  (["grade", e.pid], "/dev/null", "is not a regular file")):
             t0 = time.monotonic()
-            r = cli(*verb, "--seconds", 30, "--ledger", "/proc/decodemon-ledger.jsonl")
-            assert time.monotonic() - t0 < 10 and r.returncode != 0
-            assert "cannot write the ledger" in r.stderr or "no ledger at" in r.stderr, r.stderr
+            r = cli(*verb, "--seconds", 30, "--ledger", path)
+            assert time.monotonic() - t0 < 10 and r.returncode == 2
+            assert words in r.stderr, r.stderr
             assert len(r.stderr.strip().splitlines()) == 1
         r = cli("predict", e.pid, "--change", "x", "--expect=-10%", "--seconds", 30,
                 "--ledger", tmp_path / "no-such-dir" / "l.jsonl")

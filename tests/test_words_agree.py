@@ -204,8 +204,8 @@ def test_a_last_past_the_sources_start_says_so_and_keeps_the_whole_summarys_shap
     r = cli("replay", BUNDLED / "h100_eager.dmon", "--json", "--last", 100)
     j = json.loads(r.stdout)
     assert r.returncode == 0 and j["span"]["covers"] == "whole"
-    assert j["span"]["last_asked"] == f"--last 100 s reaches past the source's start: the figures are its whole " \
-                                      f"{whole['span']['seconds']:.4g} s"
+    assert j["span"]["last_asked"] == f"--last 100 s holds the whole source: the figures are its whole " \
+                                      f"{whole['span']['seconds']:g} s"
     assert j["rolling_5s"] == whole["rolling_5s"] and j["ms_per_token"] == whole["ms_per_token"]
     assert whole["span"]["last_asked"] is None
 
@@ -233,19 +233,20 @@ def test_the_remedy_never_asks_whether_grids_bind_where_the_grids_are_measured_a
     assert "measure bytes per token (PM's DRAM counters, or the model's facts) to say whether bytes bind" in j["remedy"]
 
 
-@pytest.mark.parametrize("k", [2, 3, 4, 5])
-def test_a_clock_of_bursts_leaves_the_observers_bursts_out_and_weighs_each_step_once(k):
-    """The compiled 8B loop that enqueues ~200 steps ahead: its clock is whole bursts of marks. A burst a traced
-    window or a collect overlapped is the observer's (~99 ms for one step in record 4), and a one-step burst weighs
-    one step of the p90, not one of three."""
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 5])
+def test_a_clock_of_bursts_leaves_the_observers_stall_out_and_weighs_each_step_once(k):
+    """The compiled 8B loop that enqueues ~200 steps ahead: its clock is whole bursts of marks. A one-step sliver
+    of a burst the observer overlapped is its stall (~99 ms in record 4, which read +4.8% with it), and a one-step
+    burst weighs one step of the p90, not one of three."""
     from tests.conftest import DATA
 
     own = json.loads((DATA / "h200_known_bytes.json").read_text())["compiled_llama8b_enqueue_synced"][
         "own_ms_per_token"][f"h200_compiled_llama8b_enqueue_synced_{k}.dmon"]
     j = json.loads(cli("replay", DATA / f"h200_compiled_llama8b_enqueue_synced_{k}.dmon", "--json").stdout)
     assert j["token_clock"] == "mark_bursts"
-    assert j["ms_per_token"] == pytest.approx(own, rel=0.005)  # the loop's own clock, within 0.5%
-    assert j["ms_per_token_p99"] <= 1.05 * j["ms_per_token"]  # no observer's step in the tail
+    assert j["ms_per_token"] == pytest.approx(own, rel=0.015)  # the loop's own clock, within 1.5%
+    assert j["ms_per_token_p99"] <= 1.05 * j["ms_per_token"]  # no observer's stall in the tail (record 4: was 97 ms)
+    assert j["clock_steps"] >= 380  # whole bursts of ~200 left in: the clock rests on two or more
 
 
 def test_weighted_interval_percentiles_count_each_step_once():
@@ -253,12 +254,20 @@ def test_weighted_interval_percentiles_count_each_step_once():
 
     from decodemon.monitor.analysis.tokens import interval_stats
 
+    from decodemon.monitor.analysis.tokens import token_stats
+
     ts = interval_stats(np.array([98.87, 199 * 5.65, 200 * 5.59]), np.array([1.0, 199.0, 200.0]))
     assert ts.tokens == 400 and ts.ms_per_token == pytest.approx((98.87 + 199 * 5.65 + 200 * 5.59) / 400)
     assert ts.ms_per_token_p90 == pytest.approx(5.65) and ts.ms_per_token_p99 == pytest.approx(5.65)
     # a tail of slow steps that is the tail: 20 of 200 steps at 9 ms reads in the p99
     ts = interval_stats(np.array([180 * 5.0, 20 * 9.0]), np.array([180.0, 20.0]))
-    assert ts.ms_per_token_p90 == pytest.approx(5.0) and ts.ms_per_token_p99 == pytest.approx(9.0)
+    assert ts.ms_per_token_p90 == pytest.approx(5.0, abs=0.5) and ts.ms_per_token_p99 == pytest.approx(9.0)
+    # one step an interval: the same rule as a marked clock's (token_stats) over the same marks
+    gaps = np.arange(1.0, 11.0)
+    marks = np.concatenate([[0], np.cumsum(gaps * 1e6)]).astype(np.int64)
+    one, each = interval_stats(gaps, np.ones(10)), token_stats(marks)
+    assert one.ms_per_token_p90 == pytest.approx(each.ms_per_token_p90)
+    assert one.ms_per_token_p99 == pytest.approx(each.ms_per_token_p99)
 
 
 def test_a_sweep_says_where_the_dram_counters_read_otherwise_than_the_models_bytes_it_tabulates():
@@ -271,3 +280,27 @@ def test_a_sweep_says_where_the_dram_counters_read_otherwise_than_the_models_byt
     pct = 100 * (p64["bytes_per_token_measured"] / p64["bytes_per_token"] - 1)
     assert (f"candidate at 64: {p64['bytes_per_token_measured'] / 1e6:.4g} MB/token measured, {pct:+.0f}% against "
             f"the model's {p64['bytes_per_token'] / 1e6:.4g}") in text
+
+
+def test_a_prediction_sealed_before_the_device_was_sealed_is_still_refused_its_own_figures():
+    from decodemon.monitor import ledger
+    from decodemon.monitor.api import replay
+
+    summary = replay(REC["eager"]).as_json()
+    pred = ledger.prediction(summary, "l", "graph", "-50%")
+    older = {**pred, "state": {k: v for k, v in pred["state"].items() if k != "device"}}  # sealed before the key
+    for p in (pred, older):
+        with pytest.raises(ledger.NotGraded, match="these are the figures the prediction sealed"):
+            ledger.grade(p, summary)
+    assert ledger.grade(older, replay(REC["graph"]).as_json())["grade"]  # another run grades
+
+
+def test_a_probe_option_on_a_sweeps_replay_or_comparing_two_recordings_in_the_app_is_refused(tmp_path):
+    from tests.conftest import DATA, assert_one_line_error
+
+    r = cli("sweep", "--replay", DATA / "h200_sweep_demo_eager", "--no-pm", "--window-period", 1)
+    assert_one_line_error(r)
+    assert "a replay reads the recordings it kept" in r.stderr
+    r = cli("compare", REC["eager"], REC["graph"], "--no-trace")  # the app: refused before it wants a terminal
+    assert_one_line_error(r)
+    assert "the probe of a live pid" in r.stderr

@@ -99,3 +99,18 @@ def host_clock_times_collectives(model: object, gpu) -> bool:
     """
     backend = model.collective_backend if model is not None else ""
     return backend == "gloo" if backend else gpu is None
+
+
+def comm_words(windows: int, with_calls: int, priced: int) -> str:
+    """Where COMM's calls a token (over the span's `windows` traced windows), late peer's wait (over the
+    `with_calls` that ran collectives) and µs a call (the lowest of `priced`) come from."""
+    if windows <= 1:
+        return "calls from the traced window; µs a call: its kernel + launch gap"
+    def of(n):
+        return "the window" if n == 1 else f"{n} windows"
+    wait = ("a late peer's wait: the same windows' median" if with_calls == windows else
+            f"a late peer's wait: the median of the {with_calls} with collectives" if with_calls > 1 else
+            "a late peer's wait: the one window with collectives")
+    return (f"calls: the median of {windows} traced windows; {wait}; µs a call: the lowest of {of(priced)}' kernel "
+            "+ launch gap" if priced > 1 else
+            f"calls: the median of {windows} traced windows; {wait}; µs a call: {of(priced)}'s kernel + launch gap")

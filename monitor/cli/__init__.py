@@ -42,7 +42,7 @@ def build_parser() -> Parser:
                 epilog="`decodemon VERB --help` for a verb's options. Exit status: 0 ok; 2 bad input (one line: "
                        "bad arguments, no such pid, a corrupt recording, an output that cannot be written); 3 nothing "
                        "was measured (the target went away first, a recording without tokens, nothing the figures "
-                       "given could price); 1 what no check foresaw (DECODEMON_DEBUG=1 shows where); 130 "
+                       "given could price) or, for grade, no open prediction to grade; 1 what no check foresaw (DECODEMON_DEBUG=1 shows where); 130 "
                        "interrupted.")
     ap.add_argument("--version", action="version", version=f"decodemon {VERSION}")
     sub = ap.add_subparsers(dest="command", parser_class=Parser, metavar="VERB")

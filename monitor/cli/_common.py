@@ -176,17 +176,8 @@ def add_seconds(p, default, what: str) -> None:
 def live_seconds(a, verb: str, sources, default: float | None) -> float | None:
     """`--seconds` for the pids among `sources` (`default` when not given); UsageError in one line when it was
     given and no source is a pid: a recording is read whole, and `--last S` (where the verb has it) picks its
-    last S seconds."""
-    from decodemon.monitor.sources.collect import source_of
-
-    live = any(source_of(s)[0] == "pid" for s in sources)
-    probe = probe_flags(a)
-    if probe and not live:  # a recording was made with its own probe settings: refused, never silently dropped
-        noun = "a recording" if len(sources) == 1 else "recordings"
-        flags = probe[0] if len(probe) == 1 else f"{', '.join(probe[:-1])} and {probe[-1]}"
-        raise UsageError(f"decodemon {verb}: {flags} set{'s' if len(probe) == 1 else ''} the probe of a "
-                         f"live pid, and {' and '.join(map(str, sources))} {'is' if len(sources) == 1 else 'are'} "
-                         f"{noun}, made with the probe's settings of the time (see `decodemon {verb} --help`)")
+    last S seconds. A probe option with no pid among them is refused too (live_probe)."""
+    live = live_probe(a, verb, sources)
     if a.seconds is None:
         return default
     if live:
@@ -340,6 +331,22 @@ def add_probe(p) -> None:
                                         "(torch.cuda.nvtx or the nvtx package, from Python) is a token")
     g.add_argument("--probe", action=ProbeAction, default=[], metavar="KEY=VALUE",
                    help="set any probe setting (repeatable); `--probe help` lists them")
+
+
+def live_probe(a, verb: str, sources) -> bool:
+    """Whether a source is a pid; UsageError in one line where a probe option was given and none is: a recording
+    was made with the probe's settings of its time, and the option would be silently dropped."""
+    from decodemon.monitor.sources.collect import source_of
+
+    live = any(source_of(s)[0] == "pid" for s in sources)
+    probe = probe_flags(a)
+    if probe and not live:
+        noun = "a recording" if len(sources) == 1 else "recordings"
+        flags = probe[0] if len(probe) == 1 else f"{', '.join(probe[:-1])} and {probe[-1]}"
+        raise UsageError(f"decodemon {verb}: {flags} set{'s' if len(probe) == 1 else ''} the probe of a "
+                         f"live pid, and {' and '.join(map(str, sources))} {'is' if len(sources) == 1 else 'are'} "
+                         f"{noun}, made with the probe's settings of the time (see `decodemon {verb} --help`)")
+    return live
 
 
 def probe_flags(a) -> list[str]:

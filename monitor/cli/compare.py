@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from decodemon.monitor.cli._common import (UsageError, add_last, add_probe, add_refresh, add_seconds, add_source,
-                                           attach_settings, bounded, live_seconds, need_json_for_last, need_terminal,
-                                           print_json, say, without_tokens)
+                                           attach_settings, bounded, live_probe, live_seconds, need_json_for_last,
+                                           need_terminal, print_json, say, without_tokens)
 
 JSON_SECONDS = 10.0
 # the figures whose ratio B/A says what a change did
@@ -142,6 +142,7 @@ def run(a) -> int:
                 f"the {DIFFER_NAMES.get(what, what)} differs: {why}; the ratios B/A hold that difference too")
         print_json(out)
         return 0
+    live_probe(a, "compare", [a.a, a.b])  # a probe option on two recordings: refused, not dropped
     need_terminal("compare", "add --json for the two summaries instead")
     from decodemon.monitor.app import run_app
     from decodemon.monitor.sources.pids import check_pid

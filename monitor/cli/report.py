@@ -53,7 +53,9 @@ def grade_in_ledger(verb: str, ledger_path, sess, summary: dict, source: str, la
     try:
         graded, problems = ledger.grade_open(path, summary, label)
     except ledger.NotGraded as exc:  # what was measured stands, and its report is written; only the ledger is
-        say(verb, f"the ledger is not graded: {exc}")  # not graded (its prediction stays open)
+        for line in ledger.read(path)[1]:  # not graded (its prediction stays open); its skipped lines said too
+            say(verb, line)
+        say(verb, f"the ledger is not graded: {exc}")
         return (path, label) if verb == "report" else None
     except ledger.LedgerError as exc:  # the ledger file itself: bad input, as any other (attach: said, not graded)
         if verb == "attach":

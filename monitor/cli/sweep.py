@@ -10,7 +10,7 @@ import argparse
 from pathlib import Path
 
 from decodemon.monitor.cli._common import (INTEGER, UsageError, add_probe, add_seconds, attach_settings, bounded,
-                                           print_json, say)
+                                           print_json, probe_flags, say)
 from decodemon.monitor.safe_text import visible, visible_lines
 
 
@@ -75,6 +75,9 @@ def run(a) -> int:
     if a.replay and a.depths is not None:
         raise UsageError("decodemon sweep: --depths is for a sweep that runs; a replay has the depths its "
                          "recordings hold")
+    if a.replay and probe_flags(a):
+        raise UsageError(f"decodemon sweep: {', '.join(probe_flags(a))} set the probe of each run of a sweep; a "
+                         "replay reads the recordings it kept, made with the probe's settings of the time")
     if a.replay and a.seconds is not None:
         raise UsageError("decodemon sweep: --seconds is how long each run of a sweep is attached; a replay reads "
                          "the recordings it kept whole (see `decodemon sweep --help`)")

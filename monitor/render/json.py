@@ -34,7 +34,7 @@ def collectives_json(s: Snapshot) -> dict | None:
     w, m = s.window, s.model
     c = s.diagnosis.candidates.get("comm")
     out = {}
-    if w is not None and w.collective_calls_per_token:
+    if w is not None and s.collective_window is not None and s.inputs is not None and s.inputs.collectives_per_token:
         # us_per_call: what a call costs the step (kernel + the idle it adds); the kernel alone beside it. The
         # figures COMM priced, from the span's windows (its detail and `over` say how), not the latest window alone
         calls, kernel_us, gap_us, wait = s.collective_terms()

@@ -24,7 +24,7 @@ class CollectivesPanel(Panel):
         t = Text()
         if w is None:
             t.append(tracing_unavailable(s) or "waiting for a traced window", style="dim")
-        elif not w.collective_calls_per_token:
+        elif s.collective_window is None or not (s.inputs and s.inputs.collectives_per_token):  # none COMM priced
             t.append("none seen", style="bold")
             t.append(f"\n{s.model.tp_degree if s.model else 1} GPU(s): no all-reduce in the step", style="dim")
         else:
