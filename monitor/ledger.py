@@ -58,7 +58,23 @@ def state_of(summary: dict) -> dict:
             # one quantity
             "candidate_quantities": {k: (c or {}).get("quantity") for k, c in cands.items()},
             "tokens": summary.get("tokens"),
-            "device": summary.get("device")}  # a grade holds two states of one kind of device only
+            "device": summary.get("device"),  # a grade holds two states of one kind of device only
+            "recording": summary.get("recording_sha256")}  # and never two spans of one recording
+
+
+def with_recording(summary: dict, source) -> dict:
+    """`summary` with the sha256 of the recording it was read from (`source`, where it is a file): what tells one
+    recording from another whatever span of it was summarised (a pid has none)."""
+    import hashlib
+
+    path = Path(str(source))
+    if not path.is_file():
+        return summary
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return {**summary, "recording_sha256": h.hexdigest()}
 
 
 def loop_label(argv, fallback: str) -> str:
@@ -192,6 +208,10 @@ def grade(pred: dict, summary: dict, now: float | None = None) -> dict:
     ms0, ms1 = before["ms_per_token"], after["ms_per_token"]
     if not ms1:
         raise NotGraded(f"{pred['source']}: no ms/token measured now, so the prediction cannot be graded")
+    if before.get("recording") and before["recording"] == after.get("recording"):
+        raise NotGraded(f"{pred['source']}: this is the recording the prediction was sealed from (a span of it, or "
+                        "all of it), so nothing was changed; grade a run made after the change (the prediction "
+                        "stays open)")
     da, db = before.get("device"), after.get("device")
     if da and db and da != db:  # the ratio would measure the device as well as the change
         raise NotGraded(f"{pred['source']}: the prediction was sealed on {da} and this was measured on {db}, so "

@@ -304,3 +304,17 @@ def test_a_probe_option_on_a_sweeps_replay_or_comparing_two_recordings_in_the_ap
     r = cli("compare", REC["eager"], REC["graph"], "--no-trace")  # the app: refused before it wants a terminal
     assert_one_line_error(r)
     assert "the probe of a live pid" in r.stderr
+
+
+def test_no_span_of_the_recording_a_prediction_was_sealed_from_grades_it(tmp_path):
+    from decodemon.monitor import ledger
+    from tests.conftest import BUNDLED
+
+    sealed_on = BUNDLED / "h100_eager.dmon"
+    assert cli("predict", sealed_on, "--change", "graph", "--expect", "-80%", cwd=tmp_path).returncode == 0
+    for args in (["--last", 5], ["--last", 3]):  # other figures, the same recording: no change was made
+        r = cli("report", sealed_on, *args, "-o", "D.md", cwd=tmp_path)
+        assert r.returncode == 0 and "this is the recording the prediction was sealed from" in r.stderr
+    r = cli("grade", sealed_on, cwd=tmp_path)
+    assert r.returncode == 2 and "this is the recording the prediction was sealed from" in r.stderr
+    assert [e["kind"] for e in ledger.read(tmp_path / ledger.DEFAULT_PATH)[0]] == ["prediction"]

@@ -47,6 +47,7 @@ def measure(a) -> tuple[dict, str]:
     seconds = live_seconds(a, a.command, [a.source], LIVE_SECONDS if kind == "pid" else None)
     sess = collect(a.source, attach_settings(a), seconds)
     summary = summary_json(summary_snapshot(sess))  # the whole span measured, as replay and report summarise it
+    summary = ledger.with_recording(summary, a.source) if kind == "file" else summary
     fallback = f"pid {a.source}" if kind == "pid" else str(a.source)
     argv = sess.feed.hello.argv if sess.feed.hello else ()
     return summary, a.label or ledger.loop_label(argv, fallback)

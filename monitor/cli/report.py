@@ -50,6 +50,8 @@ def grade_in_ledger(verb: str, ledger_path, sess, summary: dict, source: str, la
         return None
     argv = sess.feed.hello.argv if sess.feed.hello else ()
     label = label or ledger.loop_label(argv, source)
+    if verb == "report" and not str(source).isdigit():  # a recording: which one, whatever span of it was read
+        summary = ledger.with_recording(summary, source)
     try:
         graded, problems = ledger.grade_open(path, summary, label)
     except ledger.NotGraded as exc:  # what was measured stands, and its report is written; only the ledger is
