@@ -225,7 +225,7 @@ def _host_idle(i: Inputs) -> Candidate:
     """No traced window, so no launch count (a process watched from outside): PM's GPU busy against the token
     clock still says how much of the token the GPU waits for the host."""
     idle = max(0.0, 100.0 - i.gpu_busy_pct)
-    state = BINDING if idle >= 50 else RULED_OUT if idle < 20 else UNKNOWN
+    state = BINDING if idle > 50 else RULED_OUT if idle < 20 else UNKNOWN
     return Candidate(idle, "% of step GPU idle", LAUNCH_IDLE_THRESHOLD, state,
                      f"the GPU is idle {idle:.0f}% of the {i.ms_per_token:.4g} ms token (PM's GPU busy "
                      f"{i.gpu_busy_pct:.0f}%); PM says how long the GPU idles, not why: the host's work between steps "
@@ -292,7 +292,7 @@ def _launch_priced(i: Inputs, floor: float | None) -> tuple[Candidate, float | N
         idle_share = idle / i.ms_per_token
         per = idle * 1e3 / n
         thr = LAUNCH_IDLE_THRESHOLD
-        state = BINDING if idle_share >= 0.5 else RULED_OUT if idle_share < 0.2 else UNKNOWN
+        state = BINDING if idle_share > 0.5 else RULED_OUT if idle_share < 0.2 else UNKNOWN
         graphed = (i.graph_launches_per_token or 0) >= 1
         waited = i.collective_wait_ms_per_token or 0.0
         detail = (f"{idle:.3g} ms/token no kernel explains ({said_pct(100 * idle_share)}% of the step: {i.ms_per_token:.4g} "
@@ -311,7 +311,7 @@ def _launch_priced(i: Inputs, floor: float | None) -> tuple[Candidate, float | N
         fits = lo <= per <= hi  # launches at an eager launch's cost could fill that gap
         # an estimate, not a measured idle: more than launches can explain is the host's other work or slow
         # kernels, which only kernel time tells apart, so it leaves LAUNCH unknown, not ruled out
-        state = (RULED_OUT if share < LAUNCH_IDLE_RULED_OUT else BINDING if fits and share >= 0.5 else UNKNOWN)
+        state = (RULED_OUT if share < LAUNCH_IDLE_RULED_OUT else BINDING if fits and share > 0.5 else UNKNOWN)
         detail = (f"no kernel time traced: the idle taken as the step over the floor, ({i.ms_per_token:.4g} − "
                   f"{floor:.3g}) ms = {said_pct(100 * share)}% of the step; ÷ {n:.0f} kernels = {per:.3g} µs each, "
                   + (f"within the {lo:g}–{hi:g} µs an eager launch costs" if fits else
@@ -326,7 +326,7 @@ def _launch_priced(i: Inputs, floor: float | None) -> tuple[Candidate, float | N
     per = i.ms_per_token * 1e3 / n
     share, most = min(1.0, lo / per), min(1.0, hi / per)
     # binding only where even the cheapest launch fills half the step; ruled out only where the dearest cannot
-    state = BINDING if share >= 0.5 else RULED_OUT if most < LAUNCH_IDLE_RULED_OUT else UNKNOWN
+    state = BINDING if share > 0.5 else RULED_OUT if most < LAUNCH_IDLE_RULED_OUT else UNKNOWN
     detail = (f"no kernel time traced and no floor: {i.ms_per_token:.4g} ms ÷ {n:g} kernels = {per:.4g} µs "
               f"available per kernel; at {lo:g}–{hi:g} µs a launch (an eager launch's cost) the host's launching "
               f"leaves the GPU idle {said_pct(100 * share)}–{said_pct(100 * most)}% of the step"

@@ -40,6 +40,8 @@ UNMEASURED = "right number, reason unmeasured"
 SIGNIFICANT_MS_CHANGE = 0.10  # ms/token moving more than this (or the verdict moving) makes older diagnoses stale
 RELIEVED_FRACTION = 0.10  # a ceiling's own figure falling by this much counts as relieving it
 DEFAULT_TOLERANCE_PCT = 10.0
+MAX_TOLERANCE_PCT = 100.0  # wider, and a prediction of -50% could not miss a run that doubled its ms/token
+NO_CHANGE_PCT = 1.0  # ms/token moving less than this: no direction to grade a miss by
 
 
 # --- what is sealed ------------------------------------------------------------------------------------------
@@ -192,6 +194,8 @@ def _right_reason(pred: dict, before: dict, after: dict) -> bool | None:
 def how_wrong(measured_pct: float, expect_pct: float) -> str:
     """A missed number in words: the direction it went against the predicted one, and by how many points."""
     miss = abs(measured_pct - expect_pct)
+    if expect_pct and abs(measured_pct) < NO_CHANGE_PCT:  # a run's own wobble has no direction to go
+        return f"no change to speak of ({measured_pct:+.1f}%), where {expect_pct:+.1f}% was predicted"
     if expect_pct and measured_pct and (measured_pct > 0) == (expect_pct > 0):
         further = "further" if abs(measured_pct) > abs(expect_pct) else "less far"
         return f"the predicted direction, {miss:.1f} points {further} than predicted"

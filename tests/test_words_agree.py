@@ -318,3 +318,18 @@ def test_no_span_of_the_recording_a_prediction_was_sealed_from_grades_it(tmp_pat
     r = cli("grade", sealed_on, cwd=tmp_path)
     assert r.returncode == 2 and "this is the recording the prediction was sealed from" in r.stderr
     assert [e["kind"] for e in ledger.read(tmp_path / ledger.DEFAULT_PATH)[0]] == ["prediction"]
+
+
+def test_scaling_says_when_the_devices_differ_or_a_verdict_is_on_its_edge_and_exits_as_its_help_says():
+    from tests.conftest import BUNDLED, DATA
+
+    r = cli("scaling", BUNDLED / "h100_eager.dmon", DATA / "h200_tp2_eager_rank0.dmon", "--json")
+    j = json.loads(r.stdout)
+    assert r.returncode == 0 and j["serial_fraction"] is None and not j["amdahl_applies"]  # measured: s solved 3.3
+    assert "0 when both runs are timed" in " ".join(cli("scaling", "--help").stdout.split())
+    assert any("the speedup mixes the device with the rank count" in c for c in j["cautions"])
+    r = cli("scaling", REC["llama8b_graph"], DATA / "h200_tp2_graph_llama8b_rank0.dmon")
+    assert r.returncode == 0 and "serial fraction s = 0.72" in r.stdout
+    assert "verdict is on the edge" in r.stdout and "(STALE) turns on it" in r.stdout
+    r = cli("scaling", DATA / "h200_cuda_loop_8gib.dmon", DATA / "h200_tp2_eager_rank0.dmon")
+    assert r.returncode == 3 and "no token timing" in r.stderr

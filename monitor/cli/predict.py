@@ -72,7 +72,7 @@ def add_parser(subparsers) -> None:
                    help="the expected ms/token change (-60%%) or the ms/token expected after it (3.9ms)")
     p.add_argument("--ceiling", metavar="NAME", help="the ceiling the change acts on (default: the measured one)")
     p.add_argument("--then", metavar="NAME", help="the ceiling you expect to bind after the change")
-    p.add_argument("--tolerance", type=bounded("--tolerance", 0, 1000, allow_zero=True), default=ledger.DEFAULT_TOLERANCE_PCT, metavar="POINTS",
+    p.add_argument("--tolerance", type=bounded("--tolerance", 0, ledger.MAX_TOLERANCE_PCT, allow_zero=True), default=ledger.DEFAULT_TOLERANCE_PCT, metavar="POINTS",
                    help=f"percentage points the measured change may miss by (default {ledger.DEFAULT_TOLERANCE_PCT:g})")
     # `--expect -60%` as the value it is, not an unknown option (argparse takes only plain numbers so)
     p._negative_number_matcher = re.compile(r"^-\d*\.?\d+(%|ms)?$")
@@ -93,6 +93,10 @@ def run(a) -> int:
         read_ledger(a.ledger)
         ledger.check_writable(a.ledger)  # before the attach, not after it
         summary, label = measure(a)
+        if not summary.get("ms_per_token"):  # nothing measured to predict a change from (exit 3)
+            from decodemon.monitor.sources.errors import NothingMeasured
+
+            raise NothingMeasured(f"{label}: no ms/token measured, so there is nothing to predict a change from")
         entry = ledger.prediction(summary, label, a.change, a.expect, a.ceiling, a.then, a.tolerance)
         ledger.append(a.ledger, entry)
     except ledger.LedgerError as exc:

@@ -18,7 +18,10 @@ def add(sub) -> None:
                        description="The serial fraction s from the speedup between a run at N1 ranks (the "
                                    "baseline, usually TP=1) and one at N ranks, each run's ms/token over its whole "
                                    "recording. One model under two names is matched by its facts (layers, hidden "
-                                   "size, dtype, weight bytes).")
+                                   "size, dtype, weight bytes).",
+                       epilog="Exit status: 0 when both runs are timed: the speedup is measured, whether or not a "
+                              "serial fraction between 0 and 1 explains it (`diagnose --speedup`, given no measured "
+                              "run, exits 3 where none does); 3 where a run has no token timing; 2 for bad input.")
     p.add_argument("one", metavar="BASELINE", help="recording at the lower rank count (usually TP=1)")
     p.add_argument("many", metavar="SCALED", help="recording at N ranks")
     p.add_argument("--n", type=bounded("--n", 0, 1e6, True), default=None,
@@ -37,7 +40,9 @@ def _timed(path: str):
 
     snap = summary_snapshot(collect_recording(path))
     if snap.tokens is None:
-        raise UsageError(f"decodemon scaling: {path} has no token timing")
+        from decodemon.monitor.sources.errors import NothingMeasured
+
+        raise NothingMeasured(f"{path} has no token timing, so no speedup can be measured from it")
     return snap
 
 
@@ -101,7 +106,17 @@ def _one_run(a, s1, sn) -> None:
 
 def cautions(a, s1, sn) -> list[str]:
     """What the two runs leave open, said beside the figure: a model nothing matches, a change of launch mode."""
+    from decodemon.monitor.alike import device_difference
+
     out = []
+    dev = device_difference(s1, sn)
+    if dev is not None:
+        out.append(f"{a.one} ran on {dev.replace(' against ', f', {a.many} on ', 1)}: the speedup mixes the device "
+                   "with the rank count")
+    for path, snap in ((a.one, s1), (a.many, sn)):
+        if snap.diagnosis.edge:  # a verdict on a threshold: STALE (or not) may turn on a hair
+            out.append(f"{path}'s verdict is {snap.diagnosis.edge}, so whether the two runs' ceilings differ "
+                       "(STALE) turns on it")
     for path, snap in ((a.one, s1), (a.many, sn)):
         if snap.model is None:
             out.append(f"{path} carries no model facts: nothing says the two runs are one model")
