@@ -8,6 +8,8 @@ exactly 1/N: embeddings may be replicated), so bytes are held against each other
 
 from __future__ import annotations
 
+import os
+
 WEIGHT_BYTES_SAME = 0.02  # two runs of one model at one degree read the same weights; a 2% slack for rounding
 
 
@@ -78,7 +80,7 @@ def differences(snap_a, snap_b, same_source: bool = False) -> dict | None:
     ("source", "model", "tp", "device", "clock"), in words; None where nothing does: their ratios then measure a
     change of code. `same_source`: both name one recording (or one pid), so every ratio is 1 by construction."""
     from decodemon.monitor.render.text import unit
-    from decodemon.monitor.token_clock import clock_kind
+    from decodemon.monitor.token_clock import STEP_STARTS, clock_kind
 
     out = {}
     if same_source:
@@ -113,12 +115,18 @@ def differences(snap_a, snap_b, same_source: bool = False) -> dict | None:
         out["clock"] = (f"A's ms/{unit(snap_a)} is a {kinds[0]} ({snap_a.token_clock}), B's a {kinds[1]} "
                         f"({snap_b.token_clock}): a mean counts slow steps a median passes over; tokens_per_s, a "
                         "mean on both sides, compares them")
+    starts = [s.token_clock == STEP_STARTS for s in (snap_a, snap_b)]
+    if "clock" not in out and starts[0] != starts[1] and snap_a.tokens is not None and snap_b.tokens is not None:
+        every, other = ("A", "B") if starts[0] else ("B", "A")
+        out["clock"] = (f"{every}'s clock counts every step, those the observer's own steps slowed too "
+                        f"(step_starts), and {other}'s leaves those out (observer_cost.slowed_tokens): the ratios "
+                        "hold the observer's share as well as the change")
     return out or None
 
 
 def same_source(a: str, b: str) -> bool:
-    """Both specs name one source: one pid, or one file (the same resolved path, or a hard link to it)."""
-    import os
+    """Both specs name one source: one pid, or one recording (the same resolved path, a hard link to it, or a copy
+    of its bytes)."""
     from pathlib import Path
 
     a, b = str(a), str(b)
@@ -127,6 +135,13 @@ def same_source(a: str, b: str) -> bool:
     if Path(a).resolve() == Path(b).resolve():
         return True
     try:
-        return os.path.samefile(a, b)
+        return os.path.samefile(a, b) or _same_bytes(a, b)
     except OSError:
         return False
+
+
+def _same_bytes(a: str, b: str) -> bool:
+    """Two files of the same size and the same bytes: a copy of one recording is still one recording."""
+    import filecmp
+
+    return os.path.getsize(a) == os.path.getsize(b) and filecmp.cmp(a, b, shallow=False)

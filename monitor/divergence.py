@@ -163,7 +163,7 @@ def _resource(a: dict, b: dict) -> str:
     near_floor = xb is not None and xb < BANDWIDTH_RULED_OUT_RATIO
     if deep == "bandwidth" or (kv and toward_floor and near_floor and deep != "occupancy"):
         return (f"depth consumes memory bandwidth: {kv or 'the bytes read per token grow'}, and the token nears the "
-                f"bandwidth floor ({xb:.3g}× it at the deepest depth)" if xb is not None else
+                f"bandwidth floor those bytes set ({xb:.3g}× it at the deepest depth)" if xb is not None else
                 f"depth consumes memory bandwidth: {kv or 'the bytes read per token grow'} (BANDWIDTH)")
     if deep == "unknown":
         growth = b["ms_per_token"] / a["ms_per_token"]
@@ -182,6 +182,6 @@ def _resource(a: dict, b: dict) -> str:
     if deep == "launch" and a.get("verdict") == "launch" and ua and ub and ub > ua:
         return (f"depth consumes host time: LAUNCH binds at both ends and the GPU waits longer for each launch "
                 f"({ua:.3g} → {ub:.3g} µs), while {kv or 'the bytes per token stay level'}"
-                + (f" at {xb:.3g}× the bandwidth floor" if xb is not None else ""))
+                + (f" at {xb:.3g}× the bandwidth floor those bytes set" if xb is not None else ""))
     return (f"{_at_deepest(deep)} while {kv or 'the bytes per token stay level'}; what depth adds has not yet "
             "overtaken it")

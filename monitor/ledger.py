@@ -201,8 +201,6 @@ def how_wrong(measured_pct: float, expect_pct: float) -> str:
         return f"the predicted direction, {miss:.1f} points {further} than predicted"
     if not expect_pct:
         return f"predicted no change; it moved {measured_pct:+.1f}%"
-    if not measured_pct:
-        return f"no change, where {expect_pct:+.1f}% was predicted"
     return f"the other direction from the prediction, {miss:.1f} points off"
 
 

@@ -78,9 +78,16 @@ def test_a_latency_bound_range_around_one_is_not_within_noise_and_the_text_says_
     # the trial's run 2: 64x ranged 0.684-1.483x of 1x; every run under 2x, so latency-bound stands
     s = summarise([_run(265.3612, 260.8577, 181.5), _run(300, 280, 444.9), _run(250, 255, 250)])
     assert s["ratio_64x_range"] == [0.68, 1.48] and not s["within_noise"] and s["regime"].startswith("latency-bound")
-    assert "0.68-1.48x, every run under 2x): latency-bound" in summary_text(s)
+    text = summary_text(s)
+    assert "0.68-1.48x, every run under 2x; the table's medians give " in text and "): latency-bound" in text
+    # the headline is the runs' own ratios' median, and the table's medians' ratio is said beside it
+    assert "(the median of 3 runs' own ratios, " in text
     s = summarise([_run(100, 400, 3000), _run(100, 420, 2800)])
-    assert "every run at 2x or over): bandwidth matters" in summary_text(s)
+    text = summary_text(s)
+    assert "every run at 2x or over; the table's medians give " in text and "): bandwidth matters" in text
+    said = float(text.split("the table's medians give ")[1].split("x")[0])
+    table = s["sizes"]["64"]["us_per_call"] / s["sizes"]["1"]["us_per_call"]
+    assert said == pytest.approx(table, abs=0.006)
 
 
 def test_microseconds_are_rounded_to_a_hundredth_in_json_and_text_alike():

@@ -333,3 +333,16 @@ def test_scaling_says_when_the_devices_differ_or_a_verdict_is_on_its_edge_and_ex
     assert "verdict is on the edge" in r.stdout and "(STALE) turns on it" in r.stdout
     r = cli("scaling", DATA / "h200_cuda_loop_8gib.dmon", DATA / "h200_tp2_eager_rank0.dmon")
     assert r.returncode == 3 and "no token timing" in r.stderr
+
+
+def test_compare_knows_a_copy_of_one_recording_and_a_clock_that_counts_the_observers_steps(tmp_path):
+    import shutil
+
+    from tests.conftest import BUNDLED, DATA
+
+    copy = tmp_path / "e2.dmon"
+    shutil.copy(BUNDLED / "h100_eager.dmon", copy)
+    j = json.loads(cli("compare", BUNDLED / "h100_eager.dmon", copy, "--json").stdout)
+    assert "every ratio is 1 by construction" in j["differ"]["source"]
+    j = json.loads(cli("compare", REC["eager"], DATA / "h200_unmarked_demo_1.dmon", "--json").stdout)
+    assert "B's clock counts every step, those the observer's own steps slowed too (step_starts)" in j["differ"]["clock"]

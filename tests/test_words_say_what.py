@@ -217,13 +217,13 @@ def test_the_report_says_when_the_floors_bytes_and_pms_dram_are_apart():
 def test_a_grade_of_no_change_is_not_the_other_direction_and_says_it_is_the_sealed_state(tmp_path):
     from decodemon.monitor import ledger
 
-    assert ledger.how_wrong(0.0, -60.0) == "no change, where -60.0% was predicted"
+    assert ledger.how_wrong(0.0, -60.0) == "no change to speak of (+0.0%), where -60.0% was predicted"
     led = tmp_path / "ledger.jsonl"
     assert cli("predict", BUNDLED / "h100_eager.dmon", "--change", "x", "--expect", "-60%", "--ledger", led).returncode == 0
     r = cli("grade", BUNDLED / "h100_eager.dmon", "--ledger", led)
     # graded against the very state it sealed: refused, in one line, and the prediction stays open
     assert r.returncode != 0 and not r.stdout and "Traceback" not in r.stderr
-    assert "these are the figures the prediction sealed, so nothing was changed" in r.stderr
+    assert "this is the recording the prediction was sealed from" in r.stderr  # its sealed state, by its bytes
     assert len(r.stderr.strip().splitlines()) == 1 and len(led.read_text().splitlines()) == 1
 
 

@@ -188,14 +188,18 @@ def summary_text(s: dict) -> str:
         host, b2b = v.get("host_issued_us_per_call"), v.get("back_to_back_us_per_call")
         lines.append(f"{k:>3}x  {v['bytes']:>10} B  {v['us_per_call']:10.2f} µs/call  (range {lo:.2f}-{hi:.2f})"
                      + (f"   (back to back {b2b:.1f}, issued from the host {host:.1f} µs/call)" if host else ""))
-    runs = f"median of {s['repeats']} runs" if s["repeats"] > 1 else "one run: no spread; --repeats gives one"
+    runs = (f"the median of {s['repeats']} runs' own ratios" if s["repeats"] > 1 else
+            "one run: no spread; --repeats gives one")
+    sz = s["sizes"]
+    table = (f"; the table's medians give {sz['64']['us_per_call'] / sz['1']['us_per_call']:.2f}x"
+             if s["repeats"] > 1 and "64" in sz and "1" in sz and sz["1"]["us_per_call"] else "")
     if s["ratio_64x"] is not None:
         lo, hi = s["ratio_64x_range"]
         line = s["latency_bound_below"]
         side = ("" if s["within_noise"] or s["repeats"] < 2 else
                 f", every run under {line:g}x" if hi < line else f", every run at {line:g}x or over")
-        lines.append(f"64x the payload costs {s['ratio_64x']:.2f}x the time ({runs}, {lo:.2f}-{hi:.2f}x{side}): "
-                     f"{s['regime']}")
+        lines.append(f"64x the payload costs {s['ratio_64x']:.2f}x the time ({runs}, {lo:.2f}-{hi:.2f}x{side}"
+                     f"{table}): {s['regime']}")
     else:
         lines.append(s["regime"])
     lines += [f"not monotonic: {x}" for x in s["non_monotonic"]]
