@@ -54,7 +54,8 @@ def covers_words(s: Snapshot) -> str:
     return f"the last {s.span_s:g} s" if s.span_s is not None else "an unknown span"
 
 
-SPAN_COUNTS = ("span.tokens and span.clock_steps count this span alone (clock_steps: the steps the rate rests on); "
+SPAN_COUNTS = ("span.tokens and span.clock_steps count this span alone (clock_steps: the steps the rate rests on, "
+               "save where clock_reaches_back says they lie before it); "
                "the top level's tokens, steps and windows count the whole source, kernels_from.windows_in_span the "
                "span's windows")
 
@@ -63,6 +64,11 @@ def _reaches_back(s: Snapshot) -> str | None:
     """Where the clock's steps cover more seconds than the span (a clock of its own steps takes its newest 200 where
     the span holds fewer): said, with both seconds; None where they fit in it."""
     tk = s.tokens
+    if (tk is not None and s.token_clock in ("graph replays", "kernel period") and not s.windows_in_span
+            and s.window_rx_ns is not None and s.span_s and not s.span_whole):  # the GPU's steps: a window's
+        before = (s.rx_ns - s.window_rx_ns) / 1e9 - s.span_s
+        return (f"the rate's {tk.tokens} clock steps are the GPU's steps in the latest traced window, which came "
+                f"{before:.3g} s before the span: no window fell in it")
     if tk is None or not tk.span_s or not s.span_s or tk.span_s <= 1.05 * s.span_s:
         return None
     return (f"the rate's {tk.tokens} clock steps cover {tk.span_s:.3g} s, past the span's {s.span_s:.3g} s: the clock "

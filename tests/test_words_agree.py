@@ -346,3 +346,15 @@ def test_compare_knows_a_copy_of_one_recording_and_a_clock_that_counts_the_obser
     assert "every ratio is 1 by construction" in j["differ"]["source"]
     j = json.loads(cli("compare", REC["eager"], DATA / "h200_unmarked_demo_1.dmon", "--json").stdout)
     assert "B's clock counts every step, those the observer's own steps slowed too (step_starts)" in j["differ"]["clock"]
+
+
+def test_a_last_span_whose_clock_is_an_earlier_windows_steps_says_so():
+    from tests.conftest import DATA
+
+    j = json.loads(cli("replay", DATA / "h200_compiled_llama8b_nomarks.dmon", "--json", "--last", 1).stdout)
+    assert j["token_clock"] == "graph replays" and j["kernels_from"]["windows_in_span"] == 0
+    before = j["kernels_from"]["s_before_span"]
+    assert j["span"]["clock_reaches_back"] == (
+        f"the rate's {j['span']['clock_steps']} clock steps are the GPU's steps in the latest traced window, which "
+        f"came {before:.3g} s before the span: no window fell in it")
+    assert "save where clock_reaches_back says they lie before it" in j["span"]["counts"]
