@@ -250,7 +250,9 @@ def _clock_json(s: Snapshot) -> dict:
                                  "step (ms_per_step, steps_per_s and kernels_per_step name them as the step's); "
                                  "bytes_per_token* are a token's share, a step's ÷ its tokens (bytes_per_step* are "
                                  "the step's, which the floor divides); throughput_tokens_per_s counts every "
-                                 "request's tokens" if s.tokens_per_step is not None else "")) if tk else None,
+                                 "request's tokens, so throughput ÷ steps_per_s is the mean step's tokens, where "
+                                 "tokens_per_step is the median step's" if s.tokens_per_step is not None else ""))
+        if tk else None,
         # what one of the clock's marks is: "step" for a batched engine (tokens_per_step tokens each), else "token"
         "clock_unit": unit(s) if tk else None,
         "tokens_per_s": round(tk.tokens_per_s, 2) if tk else None,
