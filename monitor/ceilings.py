@@ -137,7 +137,7 @@ def _bandwidth_from_dram(i: Inputs, thr: str) -> Candidate:
     ratio = i.bandwidth_gbs / i.dram_gbs
     state = BINDING if ratio <= BANDWIDTH_BINDING_RATIO else RULED_OUT if ratio >= BANDWIDTH_RULED_OUT_RATIO else UNKNOWN
     return Candidate(ratio, "× floor", thr, state,
-                     f"DRAM moved {i.dram_gbs:.4g} GB/s of the device's {i.bandwidth_gbs:.4g} GB/s: the token "
+                     f"DRAM moved {i.dram_gbs:.4g} GB/s of the device's {i.bandwidth_gbs:.4g} GB/s: the work "
                      f"runs at {said(ratio)}× its floor (no token count needed)", "bandwidth_over_dram_gbs")
 
 

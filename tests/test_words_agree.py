@@ -358,3 +358,17 @@ def test_a_last_span_whose_clock_is_an_earlier_windows_steps_says_so():
         f"the rate's {j['span']['clock_steps']} clock steps are the GPU's steps in the latest traced window, which "
         f"came {before:.3g} s before the span: no window fell in it")
     assert "save where clock_reaches_back says they lie before it" in j["span"]["counts"]
+
+
+def test_a_second_open_prediction_of_a_loop_is_said_and_a_group_names_whose_figures_lead(tmp_path):
+    from tests.conftest import DATA
+
+    args = ("predict", REC["eager"], "--change", "graph", "--expect", "-80%", "--ledger", tmp_path / "l.jsonl")
+    first = cli(*args)
+    assert first.returncode == 0 and "older open prediction" not in first.stderr
+    second = cli(*args)
+    assert second.returncode == 0 and "has 1 older open prediction (" in second.stderr
+    assert "the next grade takes this newest one; the older stay open" in second.stderr
+    r = cli("replay", DATA / "h200_tp2_eager_rank1.dmon", DATA / "h200_tp2_eager_rank0.dmon", "--json")
+    j = json.loads(r.stdout)
+    assert j["group"]["top_level"].startswith(f"the top level is {DATA / 'h200_tp2_eager_rank1.dmon'}'s alone")

@@ -41,7 +41,7 @@ def build_parser() -> Parser:
                                               "that binds the token: BANDWIDTH, OCCUPANCY, LAUNCH or COMM.",
                 epilog="`decodemon VERB --help` for a verb's options. Exit status: 0 ok; 2 bad input (one line: "
                        "bad arguments, no such pid, a corrupt recording, an output that cannot be written); 3 nothing "
-                       "was measured (the target went away first, a recording without tokens, nothing the figures "
+                       "was measured (the target went away first, a recording with neither tokens nor counters, nothing the figures "
                        "given could price) or, for grade, no open prediction to grade; 1 what no check foresaw (DECODEMON_DEBUG=1 shows where); 130 "
                        "interrupted.")
     ap.add_argument("--version", action="version", version=f"decodemon {VERSION}")

@@ -99,6 +99,7 @@ def run(a) -> int:
             raise NothingMeasured(f"{label}: no ms/token measured, so there is nothing to predict a change from")
         entry = ledger.prediction(summary, label, a.change, a.expect, a.ceiling, a.then, a.tolerance)
         ledger.append(a.ledger, entry)
+        already = [ledger.pred_id(e) for e in ledger.open_predictions(ledger.read(a.ledger)[0], label)][:-1]
     except ledger.LedgerError as exc:
         raise UsageError(f"decodemon predict: {exc}") from None
     st = entry["state"]
@@ -108,6 +109,9 @@ def run(a) -> int:
     say("predict", f"sealed {ledger.pred_id(entry)} for {label}: {binds} "
                    f"(measured {st['verdict'].upper()}, {st['ms_per_token']:.4g} ms/token); {a.change} → "
                    f"{entry['expect_pct']:+.1f}% ± {a.tolerance:g}; in {a.ledger}")
+    if already:  # grade (and the next attach or report) grades the newest open one of the loop
+        say("predict", f"{label} has {len(already)} older open prediction{'s' if len(already) > 1 else ''} "
+                       f"({', '.join(already)}): the next grade takes this newest one; the older stay open")
     if a.json:
         print_json(entry)
     return 0

@@ -74,6 +74,9 @@ def run(a) -> int:
             from decodemon.monitor.ranks import combine
 
             out["group"] = combine(snaps)
+            # the top level is one file's: said, so that the order of the files given is not a silent choice
+            out["group"]["top_level"] = (f"the top level is {a.files[0]}'s alone, the first file given; each "
+                                         "rank's figures are under ranks")
         print_json(out)
         return 0
     need_terminal("replay")
