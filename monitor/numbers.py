@@ -9,20 +9,20 @@ from __future__ import annotations
 EDGES = (2.0, 3.0, 10.0, 20.0, 25.0, 50.0)
 
 
+def _off_edges(x: float, kind: str, n: int, most: int, edges: tuple[float, ...]) -> str:
+    """`x` formatted `{n}{kind}`, with `n` raised (to `most`) while the text reads as an edge `x` is not."""
+    s = f"{x:.{n}{kind}}"
+    while n < most and float(s) in edges and float(s) != x:
+        n += 1
+        s = f"{x:.{n}{kind}}"
+    return s
+
+
 def said(x: float, digits: int = 3, edges: tuple[float, ...] = EDGES) -> str:
     """`x` to `digits` significant digits, with more (up to 7) where fewer would round it onto an edge it is not."""
-    s = f"{x:.{digits}g}"
-    while digits < 7 and float(s) in edges and float(s) != x:
-        digits += 1
-        s = f"{x:.{digits}g}"
-    return s
+    return _off_edges(x, "g", digits, 7, edges)
 
 
 def said_pct(x: float) -> str:
     """A percentage to whole points, with decimals (up to 4) where whole points would round it onto an edge."""
-    places = 0
-    s = f"{x:.0f}"
-    while places < 4 and float(s) in EDGES and float(s) != x:
-        places += 1
-        s = f"{x:.{places}f}"
-    return s
+    return _off_edges(x, "f", 0, 4, EDGES)
