@@ -53,6 +53,7 @@ class AttachLoop:
         self.out = bytearray()
         self.last_window, self.tokens_at_window = now, -10**9  # the first window does not wait for tokens
         self.shipped = 0  # token marks sent so far: with the ones still queued, the token count
+        self.last_shipped_ns: int | None = None  # the engine-clock time of the newest mark sent (PROCESS.marked_ns)
         self.starts_shipped = 0  # step starts sent so far (_ship_starts)
         self.marks_seen, self.last_mark_at = 0, None  # marks counted at the last tick, and when one last came
         self.recent_marks: deque = deque(maxlen=policy.BURST_MARKS)  # perf_counter ns of the newest marks
@@ -302,13 +303,19 @@ class AttachLoop:
         t, d, b, c = (flat[k::MARK_FIELDS] for k in range(MARK_FIELDS))  # columns as strided slices, in C
         n = len(t)
         self.shipped += n
+        PROCESS.marked_ns += t[-1] - (t[0] if self.last_shipped_ns is None else self.last_shipped_ns)
+        self.last_shipped_ns = t[-1]
         self.recent_marks.extend(t[-policy.BURST_MARKS:])
         extra = {}
         if c.count(None) != n:
             calls, ns, nb = zip(*[x or (0, 0, 0) for x in c])
             extra = dict(coll_calls=frames.Column.of(calls), coll_ns=frames.Column.of(ns), coll_bytes=frames.Column.of(nb))
         if b.count(None) != n:  # a batched engine's steps: the tokens each made (none noted: one)
-            extra["batch"] = frames.Column.of([1 if x is None else x for x in b])
+            batch = [1 if x is None else x for x in b]
+            extra["batch"] = frames.Column.of(batch)
+            PROCESS.tokens_shipped += sum(batch)
+        else:
+            PROCESS.tokens_shipped += n
         if ft:
             extra["first_token_ns"] = frames.Column.of(ft)
         if ob:

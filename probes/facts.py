@@ -27,6 +27,11 @@ class ProcessFacts:
     model: object = None  # wire.ModelFacts from the engine (sent in every hello)
     # the step-start hook's own cost a call on the decode thread (engine_adapter/step_starts.py), ns; 0: not hooked
     step_count_ns: float = 0.0
+    # the token marks this process sent to monitors, over every attach: the tokens they stand for, and the engine's
+    # seconds they span (each attach's from its first mark to its last one sent); a monitor that had the agent
+    # before counts from them the tokens another monitor got meanwhile (Hello.tokens_shipped, Hello.marked_s)
+    tokens_shipped: int = 0
+    marked_ns: int = 0
 
     def note_window_kernels(self, saw_graph_kernels: bool) -> bool:
         """A window did or did not see graph kernels: whether the next one keeps its guard (sticky once seen)."""

@@ -47,6 +47,7 @@ def hello(settings: dict, nvml: bool = False, lease_s: float = 0.0) -> frames.He
         wire_version=frames.WIRE_VERSION, pid=os.getpid(), argv=list(sys.argv),
         python=sys.version.split()[0], hostname=socket.gethostname(), gpu=gpu,
         gpu_unavailable=why, cupti_version=cupti_version(), model=PROCESS.model, settings=settings, lease_s=lease_s,
+        tokens_shipped=PROCESS.tokens_shipped, marked_s=PROCESS.marked_ns / 1e9,
     )
 
 

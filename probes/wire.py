@@ -145,6 +145,11 @@ class Hello(msgspec.Struct, frozen=True, tag="hello"):
     # seconds an attached monitor may send nothing before the agent drops it (it sends a Heartbeat every
     # HEARTBEAT_S); 0: an agent that reads no Heartbeat, to which a monitor sends none
     lease_s: float = 0.0
+    # the token marks this agent sent to monitors before this connection, over every attach: the tokens they stand
+    # for, and the engine's seconds they span (each attach's, first mark to last sent); None: an agent that does
+    # not say. A monitor that had the agent before counts by them the tokens another monitor got meanwhile.
+    tokens_shipped: Union[int, None] = None
+    marked_s: Union[float, None] = None
 
 
 class TokenMarks(msgspec.Struct, frozen=True, tag="tokens"):

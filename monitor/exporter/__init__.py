@@ -21,10 +21,12 @@ labels pid, engine (the engine's program) and gpu (the device's index; absent wi
 
 An agent serves one monitor at a time: the exporter yields, so `decodemon attach` to a process it watches is served
 and the exporter watches again as soon as it is free (asking twice a second). Meanwhile its series hold their last
-values and `decodemon_watch_up` is 0. The agent counts tokens only for the monitor attached, so those made
-meanwhile are estimated when the exporter has the agent back: the time between the last token it counted and the
-first it counts again (the engine's clock; at most the time it was away, so a loop idle while watched adds none),
-at the rate measured on either side. `decodemon_tokens_total` adds them and never decreases, and
+values and `decodemon_watch_up` is 0. When the exporter has the agent back, it adds the tokens made meanwhile:
+those the agent sent the other monitor, by the agent's own count (its hello says how many it sent, and the engine's
+seconds they span, over every attach), and those of the moments no monitor had it, which the agent does not mark,
+estimated at the rate measured on either side over what is left of the time between the last token the exporter
+counted and the first it counts again (the engine's clock; at most the time it was away, so a loop idle while
+watched adds none). `decodemon_tokens_total` adds them and never decreases, and
 `decodemon_tokens_estimated_total` says how many of its tokens were estimated, not counted.
 
 It watches only what it is told to: this user's processes whose agent already listens (the process holds a

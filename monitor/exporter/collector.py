@@ -66,7 +66,7 @@ class Currency:
 
     up: bool  # the snapshot is of the attach the watch holds now (not held from before another monitor's)
     age_s: float  # seconds since the snapshot was taken
-    tokens_estimated: int = 0  # of the snapshot's tokens_total, those estimated for another monitor's attaches
+    tokens_estimated: int = 0  # of the snapshot's tokens_total, those estimated for the moments no monitor had the agent
 
 
 def _add(family, label_values: list, value: float) -> None:
@@ -92,8 +92,8 @@ def metric_families(targets: Iterable[tuple]) -> list:
                 _add(fam, [labels[k] for k in LABELS], float(v))
         out.append(fam)
     tokens = CounterMetricFamily("decodemon_tokens", "Tokens made since the process was first watched: counted while "
-                                 "watched, estimated while another monitor had the agent; never decreases.",
-                                 labels=LABELS)
+                                 "watched, by the agent's count while another monitor had it, estimated while none "
+                                 "had it; never decreases.", labels=LABELS)
     ceiling = GaugeMetricFamily("decodemon_ceiling_value", "Each ceiling's number, in the unit its label names.",
                                 labels=LABELS + ("ceiling", "unit"))
     verdict = GaugeMetricFamily("decodemon_verdict", "1 for the binding ceiling (the rolling verdict), else 0.",
@@ -113,7 +113,7 @@ def metric_families(targets: Iterable[tuple]) -> list:
     out += [tokens, ceiling, verdict, info]
     if currency:
         estimated = CounterMetricFamily("decodemon_tokens_estimated", "Of decodemon_tokens_total, the tokens made "
-                                        "while another monitor had the agent: estimated, not counted.", labels=LABELS)
+                                        "while no monitor had the agent: estimated, not counted.", labels=LABELS)
         up = GaugeMetricFamily("decodemon_watch_up", "1 while the series are current, 0 while they hold their last "
                                "values (another monitor has the agent, or the watch ended).", labels=LABELS)
         age = GaugeMetricFamily("decodemon_snapshot_age_seconds", "Seconds since the series were last updated.",

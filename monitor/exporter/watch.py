@@ -1,7 +1,8 @@
 """One pid attached on a thread of its own, its latest snapshot kept for the scrapes (`Watch`).
 
-An agent serves one monitor at a time: a watch that yields asks for the agent again until it is free, and the
-tokens made meanwhile are estimated from the rate on either side (`Watch._estimate_lent`).
+An agent serves one monitor at a time: a watch that yields asks for the agent again until it is free. Of the
+tokens made meanwhile, those the agent sent another monitor are counted (its hello says how many it sent over every
+attach); those made while no monitor had it are estimated from the rate on either side (`Watch._lent`).
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ class Watch:
     """One pid attached on a thread of its own; `latest` is its newest Snapshot (None before the first).
     `inject`: load an agent into it if it has none (otherwise only an agent already there is watched).
     `reattach`: while another monitor has the agent, ask again until it is free (the exporter's watches); the
-    tokens made meanwhile are estimated at the next attach (`_estimate_lent`)."""
+    tokens made meanwhile are counted and estimated at the next attach (`_lent`)."""
 
     def __init__(self, pid: int, settings: wire.Attach | None = None, every_s: float = SNAPSHOT_EVERY_S,
                  inject: bool = False, reattach: bool = False) -> None:
@@ -80,9 +81,11 @@ class Watch:
         self.ended: str | None = None  # why the attach ended (None while it runs)
         self.lent: str | None = None  # why another monitor holds the agent now (None while this watch holds it)
         self.tokens_before = 0  # tokens in this watch's attaches before the current one, and those lent between
-        self.tokens_estimated = 0  # of tokens_before, those estimated for the time another monitor had the agent
+        self.tokens_estimated = 0  # of tokens_before, those estimated for the time no monitor had the agent
+        self.tokens_others = 0  # of tokens_before, those the agent sent other monitors while it was lent, by its count
         # the token count's last point before the agent was lent: (engine-clock ns, the (tokens, seconds) of the rate
-        # at the attach's end, time.monotonic() the attach ended); None while no lent stretch waits for its estimate
+        # at the attach's end, time.monotonic() the attach ended, the agent's (tokens sent, seconds marked) over
+        # every attach up to then, None where its hello did not say); None while no lent stretch waits for its count
         self._lent_from: tuple | None = None
         self.attaches = 0  # attaches that got the agent's hello
         self._stop = threading.Event()
@@ -145,7 +148,7 @@ class Watch:
 
         sess = Session(label=f"pid {self.pid}")
         before, estimated = self.tokens_before, self.tokens_estimated
-        last, hello_at = 0.0, None
+        last, hello_at, sent, first_mark = 0.0, None, None, None
         try:
             for rx, _payload, frame in _live_frames(self.pid, self.settings, None, stop=self._stop.is_set,
                                                    inject=inject):
@@ -157,11 +160,16 @@ class Watch:
                     self.labels = target_labels(frame, self.pid)
                     self.attaches += 1
                     hello_at = time.monotonic()
+                    if frame.tokens_shipped is not None and frame.marked_s is not None:
+                        sent = (frame.tokens_shipped, frame.marked_s)
+                elif first_mark is None and isinstance(frame, wire.TokenMarks) and len(frame.t_ns.data):
+                    first_mark = float(frame.t_ns.array()[0])
                 sess.add(rx, frame)
                 now = time.monotonic()
                 if now - last >= self.every_s or isinstance(frame, wire.KernelWindow):
-                    if self._lent_from is not None and (lent := self._estimate_lent(sess.feed, hello_at)) is not None:
-                        before, estimated = before + lent, estimated + lent
+                    if self._lent_from is not None and (lent := self._lent(sess.feed, hello_at, sent)) is not None:
+                        before, estimated, self.tokens_others = (before + sum(lent), estimated + lent[1],
+                                                                 self.tokens_others + lent[0])
                     self._publish(sess.snapshot(), before, estimated)
                     last = now
             self.ended = sess.feed.bye or "detached"
@@ -171,34 +179,47 @@ class Watch:
             self.ended = f"{type(exc).__name__}: {exc}"
         left_at = time.monotonic()
         if sess.feed.tokens_seen or sess.feed.steps_seen:
-            if self._lent_from is not None and (lent := self._estimate_lent(sess.feed, hello_at)) is not None:
-                before, estimated = before + lent, estimated + lent
+            if self._lent_from is not None and (lent := self._lent(sess.feed, hello_at, sent)) is not None:
+                before, estimated, self.tokens_others = (before + sum(lent), estimated + lent[1],
+                                                         self.tokens_others + lent[0])
             snap = sess.snapshot()
             self._publish(snap, before, estimated)
             self.tokens_before, self.tokens_estimated = before + snap.tokens_total, estimated
             points = _token_points(sess.feed)
             if points is not None and len(points[0]):
-                self._lent_from = (float(points[0][-1]), _span(*points, at_end=True), left_at)
+                t_last = float(points[0][-1])
+                if sent is not None and first_mark is not None:  # the agent's count, with this attach's marks
+                    sent = (sent[0] + sess.feed.batch_tokens_seen, sent[1] + (t_last - first_mark) / 1e9)
+                else:
+                    sent = None
+                self._lent_from = (t_last, _span(*points, at_end=True), left_at, sent)
         self.current = False
         return self.ended
 
-    def _estimate_lent(self, feed, hello_at: float | None) -> int | None:
+    def _lent(self, feed, hello_at: float | None, sent: tuple | None) -> tuple[int, int] | None:
         """The tokens made while the agent was lent, between the last point of the count before and the first of
-        this attach (`feed`'s), at the rate over both sides; None until this attach has two points to time."""
+        this attach (`feed`'s): (those the agent sent other monitors, by its count; those estimated at the rate
+        over both sides for the rest of the stretch, when no monitor had it); None until this attach has two points
+        to time. `sent`: the agent's (tokens sent, seconds marked) at this attach's hello, None where it did not
+        say (every token of the stretch is then estimated)."""
         points = _token_points(feed)
         if points is None or len(points[0]) < 2:
             return None
         t, counted = points
-        t_from, (n_before, s_before), left_at = self._lent_from
+        t_from, (n_before, s_before), left_at, sent_before = self._lent_from
         self._lent_from = None
-        n_after, s_after = _span(t, counted, at_end=False)
-        if s_before + s_after <= 0:
-            return 0
         lent_s = (float(t[0]) - t_from) / 1e9
         if hello_at is not None:
             lent_s = min(lent_s, hello_at - left_at + LENT_SLACK_S)
+        others = 0
+        if sent is not None and sent_before is not None:  # what other monitors got is counted, not estimated
+            others = max(0, int(sent[0] - sent_before[0]))
+            lent_s -= max(0.0, sent[1] - sent_before[1])
+        n_after, s_after = _span(t, counted, at_end=False)
+        if s_before + s_after <= 0 or lent_s <= 0:
+            return others, 0
         # the first point of this attach is counted in it
-        return max(0, round((n_before + n_after) / (s_before + s_after) * lent_s - float(counted[0])))
+        return others, max(0, round((n_before + n_after) / (s_before + s_after) * lent_s - float(counted[0])))
 
     def _publish(self, snap, tokens_before: int, estimated: int = 0) -> None:
         """Make `snap` the latest, its token count added to the attaches' before (`estimated` of them for the
