@@ -184,6 +184,7 @@ class AttachLoop:
         if self.ev is not None:
             self.ev.add("prepare", prep_ns)
         self.open_after = self.tokens() + (lead if prep_ns else 0)
+        s.finalize_off_loop = policy.finalize_off_loop(PROCESS.graph_kernels_seen, PROCESS.engine_cuda_graphs)
         self._check_window_open()
 
     def _check_window_open(self) -> None:
@@ -219,15 +220,19 @@ class AttachLoop:
         self._collect(now, guard_tokens=0, clock="time")
 
     def _collect_token_window(self, now: float) -> None:
-        self.session.window_ready.clear()
-        self._collect(now, guard_tokens=self.session.guard, clock="tokens")
+        s = self.session
+        s.window_ready.clear()
+        self._collect(now, guard_tokens=s.guard, clock="tokens", finalize=s.finalize_off_loop)
 
-    def _collect(self, now: float, guard_tokens: int, clock: str) -> None:
+    def _collect(self, now: float, guard_tokens: int, clock: str, finalize: bool = False) -> None:
+        """The closed window's records, as a frame; with `finalize`, CUPTI is finalized here once they are read
+        (the decode thread's closing boundary stopped tracing and flushed), unless the window saw CUDA-graph
+        kernels: the decode thread's next boundary then makes it (policy.finalize_off_loop)."""
         s = self.session
         PROCESS.windows_in_process += 1  # counted here, in the agent thread, not at the decode thread's boundary
         t0 = time.perf_counter_ns()
+        t_col = time.time_ns()
         try:
-            t_col = time.time_ns()
             with held.GilPolite():
                 win = s.tracer.collect(self.window_id, guard_tokens, pause=held.Pacer(COLLECT_SLEEP_RATIO), clock=clock)
             # collect() set needs_guard from this window's records; once graphs were seen, always guard
@@ -235,13 +240,30 @@ class AttachLoop:
             PROCESS.cupti_start_ns = getattr(s.tracer, "start_ns", 0) or PROCESS.cupti_start_ns
             self.window_id += 1
             self.out += frames.pack(win)
-            if self.ev is not None:
-                ln = getattr(s.tracer, "last_ns", {})
-                self.ev.add("collect", time.time_ns() - t_col, len(win.token_bounds_ns.data) // 8,
-                            *(ln.get(k, -1) for k in ("open", "flush", "finalize")))
         except Exception as exc:
+            win = None
             s.errors.append(f"trace collect: {type(exc).__name__}: {exc}")
+        if finalize:
+            self._finalize_window(s.tracer)
+        if self.ev is not None and win is not None:
+            ln = getattr(s.tracer, "last_ns", {})
+            self.ev.add("collect", time.time_ns() - t_col, len(win.token_bounds_ns.data) // 8,
+                        *(ln.get(k, -1) for k in ("open", "flush", "finalize")))
         s.note_step("collect", t0)
+
+    def _finalize_window(self, tr) -> None:
+        """CUPTI finalized here, for a token window the decode thread closed and flushed; once this process has
+        shown CUDA-graph kernels (this window's included), the decode thread's next boundary makes it instead."""
+        s = self.session
+        if tr is None or not getattr(tr, "initialised", False):
+            return
+        if PROCESS.graph_kernels_seen:
+            s.pending_detach = tr  # session.on_token: finalized at the next boundary, on the decode thread
+            return
+        try:
+            tr.detach()
+        except Exception as exc:
+            s.errors.append(f"trace finalize: {type(exc).__name__}: {exc}")
 
     # -- marks, stats ----------------------------------------------------------
     def _ship_steps(self) -> None:

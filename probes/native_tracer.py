@@ -7,10 +7,12 @@ gives the GIL up for the call: the library and the `libcupti` it needs (the one 
 the one beside decodemon) load while the decode thread keeps running Python. Every call into the library gives
 the GIL up too (a ctypes CDLL call does), CUPTI's start-up and the reading of the records included.
 
-The decode thread calls `open()` and `close()` at token boundaries, then `flush()` and `detach()` at the closing
-one (a window's records wait in the library's buffers; CUPTI left initialised slows even untraced tokens). The
-agent thread makes CUPTI's start-up (`prepare()`) and reads the records back as columns (`collect()`): the library
-parses them and hands back msgpack, which is a handful of objects here whatever the window's size.
+The decode thread calls `open()` and `close()` at token boundaries, then `flush()` at the closing one (the
+window's records read into the library's buffers). The agent thread makes CUPTI's start-up (`prepare()`), reads
+the records back as columns (`collect()`: the library parses them and hands back msgpack, a handful of objects
+here whatever the window's size) and, in a process that replays no CUDA graphs, finalizes (`detach()`: CUPTI
+left initialised slows even untraced tokens); where graphs replay, the decode thread detaches at the closing
+boundary (policy.finalize_off_loop).
 
 A loop that marks no tokens gets windows by time instead (`trace_for`): the agent thread opens, sleeps, closes,
 drains the records of kernels still running behind the host, and finalizes, with no token boundary involved.
@@ -106,6 +108,9 @@ class NativeTracer:
         self._err = ctypes.create_string_buffer(_ERR)
         self._ts = ctypes.c_int64()
         self._names_lock = threading.Lock()
+        # flush and finalize, from whichever thread (the agent's finalize of an eager process's window, a detach at
+        # the decode thread's boundary): never at once, and neither touches CUPTI once it is finalized
+        self._finalize_lock = threading.RLock()
         self._reset()
         self.active = False
         self.initialised = False
@@ -187,13 +192,18 @@ class NativeTracer:
     def flush(self) -> None:
         """Deliver every record of the closed window into the library's buffers (decode thread, right after
         close(): a flush from another thread while CUDA graphs replay, then a finalize, ended a loop on an H200)."""
-        t0 = time.perf_counter_ns()
-        self._lib.decodemon_win_flush()
-        self._spent("flush", t0)
+        with self._finalize_lock:
+            if not self.initialised:
+                return
+            t0 = time.perf_counter_ns()
+            self._lib.decodemon_win_flush()
+            self._spent("flush", t0)
 
     def detach(self) -> None:
-        """Finalize CUPTI so untraced tokens run at their unobserved speed."""
-        if self.initialised:
+        """Finalize CUPTI so untraced tokens run at their unobserved speed (once, whichever thread asks first)."""
+        with self._finalize_lock:
+            if not self.initialised:
+                return
             t0 = time.perf_counter_ns()
             try:
                 if self._lib.decodemon_win_finalize(self._err, _ERR) != 0:

@@ -101,6 +101,10 @@ class Session:
         self.timed_window = False  # the agent thread has a window open by time: the decode thread leaves CUPTI be
         self.tokens_left = 0
         self.guard = 1  # guard tokens in the window being traced
+        # the window's closing boundary stops tracing and flushes, and the agent thread finalizes once it has read
+        # the records (set by the agent for a process that replays no CUDA graphs, policy.finalize_off_loop);
+        # False: the finalize too at the boundary
+        self.finalize_off_loop = False
         self.window_ready = threading.Event()  # set by decode thread when a window has closed (then wake())
         # the agent thread sleeps between its ticks (Attach.agent_tick_s); a closed window wakes it at once, so its
         # records are collected as soon as it closed. One non-blocking send per window on the decode thread.
@@ -242,10 +246,12 @@ class Session:
                 # marking at enqueue: every record of a window at 0). The GPU stays busy meanwhile; the host only
                 # gives up its lead once a window
                 device_synchronize()
-            # close, flush and detach at one boundary, all on this thread (see tracer.flush)
+            # close and flush at one boundary, on this thread (see tracer.flush); the finalize too, unless the
+            # agent thread makes it (a process that replays no graphs)
             tr.close()
             tr.flush()
-            tr.detach()
+            if not self.finalize_off_loop:
+                tr.detach()
             self.note_step("window", self._window_t0)  # its tokens, traced
             self.window_ready.set()
             self.wake()

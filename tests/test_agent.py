@@ -445,6 +445,7 @@ class _FakeLib:
 
         self.calls, self._t, self._now, self.opened_with, self._kept = [], threading, 0, [], []
         self.records = 0  # records the library was handed (a window by time drains until this stops moving)
+        self.graph_kernels = False  # whether the window's records hold a CUDA-graph kernel
 
     def _tick(self) -> int:
         self._now += 100
@@ -475,7 +476,7 @@ class _FakeLib:
                     ("apis", ["cbid", "start", "end", "correlation", "domain"]),
                     ("memcpys", ["start", "end", "bytes", "copy_kind"]))}
                 data = msgpack_std.packb({"names": [], **cols, "api_names": {}, "dropped_records": 0,
-                                          "graph_kernels": False})
+                                          "graph_kernels": self.graph_kernels})
                 buf = ctypes.create_string_buffer(data, len(data))
                 self._kept.append(buf)
                 a[0]._obj.value, a[1]._obj.value = ctypes.addressof(buf), len(data)
@@ -634,16 +635,18 @@ def _run_agent_loop(s, ev=None, name: str | None = None, wrap=None):
     return loop, result, got, theirs
 
 
-@pytest.mark.parametrize("lead", [0, 3])
-def test_the_agent_loop_starts_cupti_where_the_prepare_lead_says(monkeypatch, lead):
+@pytest.mark.parametrize("lead,graphs", [(0, False), (3, False), (0, True)])
+def test_the_agent_loop_starts_cupti_where_the_prepare_lead_says(monkeypatch, lead, graphs):
     """The agent thread's own loop, driven by a decode thread's token marks. By default (lead 0) the window's
     opening boundary starts CUPTI on the decode thread, in the traced token; with a lead, the agent thread starts
-    it and the window opens `lead` or more tokens later. Enable/close/flush/finalize always on the decode thread."""
+    it and the window opens `lead` or more tokens later. Enable, close and flush always on the decode thread; the
+    finalize on the agent thread once it has read the records, but on the decode thread, at the closing boundary,
+    in a process the engine says replays CUDA graphs."""
     import socket
     import threading
 
     monkeypatch.setattr(PROCESS, "graph_kernels_seen", False)
-    monkeypatch.setattr(PROCESS, "engine_cuda_graphs", False)
+    monkeypatch.setattr(PROCESS, "engine_cuda_graphs", graphs)
     monkeypatch.setattr(PROCESS, "windows_in_process", 0)
     tr = _fake_tracer()
     tokens = [0]
@@ -666,7 +669,7 @@ def test_the_agent_loop_starts_cupti_where_the_prepare_lead_says(monkeypatch, le
     s = sess.Session(st, tr)
     loop, result, got, theirs = _run_agent_loop(s, name="decodemon-session")
     t_end = time.monotonic() + 10
-    while time.monotonic() < t_end and not s.window_ready.is_set() and not any(c[0] == "finalize" for c in calls):
+    while time.monotonic() < t_end and not any(c[0] == "finalize" for c in calls):
         s.on_token(1)  # this thread is the decode thread
         tokens[0] += 1
         time.sleep(0.01)
@@ -686,10 +689,55 @@ def test_the_agent_loop_starts_cupti_where_the_prepare_lead_says(monkeypatch, le
     else:
         assert reg[1] == threading.current_thread().name and reg[2] == enable[2]  # one boundary: the traced token's
     assert names.count("activity_register_callbacks") == 1 and names[-2:] == ["activity_flush_all", "finalize"], calls
+    flush, finalize = calls[-2:]
+    assert flush[1] == threading.current_thread().name
+    assert finalize[1] == (threading.current_thread().name if graphs else "decodemon-session"), calls
     assert result == ["monitor went away"]
     frames = [wire.decode_frame(x) for x in wire.StreamReader(max_frame=1 << 22).feed(bytes(got))]
     wins = [f for f in frames if isinstance(f, wire.KernelWindow)]
     assert len(wins) == 1 and (wins[0].prepare_ns > 0) == bool(lead) and wins[0].tokens == 1
+
+
+@pytest.mark.parametrize("graph_kernels", [False, True])
+def test_an_eager_process_window_is_finalized_by_the_agent_once_its_records_are_read(monkeypatch, graph_kernels):
+    """A process that replays no CUDA graphs: the closing boundary disables and flushes, and the agent thread,
+    having read the records, finalizes; the decode thread's bill (probe_host_ns) holds none of it. A window whose
+    records show graph kernels leaves the finalize to the decode thread's next boundary instead."""
+    import socket
+    import threading
+
+    monkeypatch.setattr(PROCESS, "graph_kernels_seen", False)
+    monkeypatch.setattr(PROCESS, "engine_cuda_graphs", None)
+    monkeypatch.setattr(PROCESS, "windows_in_process", 1)
+    tr = _fake_tracer()
+    tr._c.graph_kernels = graph_kernels
+    s = sess.Session(wire.Attach(window_tokens=1), tr)
+    mine, theirs = socket.socketpair()
+    loop = attach_loop.AttachLoop(mine, wire.StreamReader(), s, {}, None)
+    assert policy.finalize_off_loop(PROCESS.graph_kernels_seen, PROCESS.engine_cuda_graphs, {})
+    s.finalize_off_loop = True
+    s.want_window = True
+    for i in range(3):
+        s.on_token(i)  # open, then close + flush a token later: CUPTI still initialised
+    decode = threading.current_thread().name
+    assert [c for c in tr._c.calls if c[0] != "get_timestamp"][-2:] == [("activity_disable", decode),
+                                                                        ("activity_flush_all", decode)]
+    assert s.window_ready.is_set() and tr.initialised
+    agent_thread = threading.Thread(target=loop._collect_token_window, args=(time.monotonic(),),
+                                    name="decodemon-session")
+    agent_thread.start()
+    agent_thread.join(10)
+    (win,) = [wire.decode_frame(p) for p in wire.StreamReader().feed(bytes(loop.out))]
+    if graph_kernels:
+        assert PROCESS.graph_kernels_seen and tr.initialised and s.pending_detach is tr
+        s.on_token(3)  # the next boundary finalizes, on the decode thread
+        assert tr._c.calls[-1] == ("finalize", decode) and not tr.initialised
+    else:
+        assert tr._c.calls[-1] == ("finalize", "decodemon-session") and not tr.initialised
+        assert win.probe_host_ns == tr.host_ns - tr.last_ns["finalize"]  # the decode thread's open, close, flush
+    assert not s.errors
+    mine.close()
+    theirs.close()
 
 
 def test_no_start_up_while_an_earlier_attachs_finalize_is_still_due(monkeypatch):

@@ -647,9 +647,11 @@ static int trace_window(window_t *w, double seconds, int64_t *t_open, int64_t *t
  *   decodemon_win_timestamp CUPTI's clock (a boundary inside the window)
  *   decodemon_win_close     decode thread, the closing boundary: CUPTI's clock, then every kind off
  *   decodemon_win_flush     decode thread, right after: the window's records read into this library's rows
- *   decodemon_win_finalize  decode thread, right after: CUPTI detached (untraced tokens run at their own speed)
  *   decodemon_win_take      agent thread: those rows as the columns of wire.KernelWindow (msgpack), freed
  *                           with decodemon_cupti_free; it calls no CUPTI function
+ *   decodemon_win_finalize  CUPTI detached (untraced tokens run at their own speed): the agent thread, after
+ *                           the take, in a process that replays no CUDA graphs; else the decode thread, right
+ *                           after the flush
  *
  * The records are read at the flush, before the finalize: a kernel record's name points into CUPTI's own memory,
  * which the finalize frees (on an H100 a take that read the names after it ended the loop with a segfault), and
