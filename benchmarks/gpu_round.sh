@@ -19,7 +19,8 @@
 #
 #   bash benchmarks/gpu_round.sh OUTDIR first FIRST_RUNS (2) fresh eager manual loops, nothing else on the machine, one
 #                                            first attach each (cost.py): its slowest token against the 30 s before,
-#                                            beside the loop's own slowest in stretches of that length before it
+#                                            beside the loop's own slowest in stretches of that length before it;
+#                                            with SMOKE=1, the demo engine's smoke (eager and graphed) first
 #
 # Run from the repository root with .whl/ carried (`bash benchmarks/wheels.sh`). Each call leaves at most 8 files
 # under OUTDIR: the tables and a .tgz of the JSON, logs and recordings.
@@ -108,8 +109,9 @@ case "$stage" in
     ;;
   first)
     . benchmarks/device_setup.sh || exit 1
-    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u +%FT%TZ
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u +%FT%TZ; git log -1 --format=%h 2>/dev/null
     mkdir -p "$out/r"
+    [ "${SMOKE:-0}" = 1 ] && bash -c "$(declare -f smoke); out=$out smoke"  # the demo engine, eager and graphed
     # each run: the model's load (~45 s on an H100), 40 s warm (at 20 s one loop of four still ran 35% slow), 30 s
     # before, the attach, 60 s after, 2 pairs of 4 phases of 3 s and the attaches' own seconds: ~230 s; a run cut
     # at COST_S stops its loop and judges what it has
