@@ -61,7 +61,10 @@ def state_of(summary: dict) -> dict:
             "candidate_quantities": {k: (c or {}).get("quantity") for k, c in cands.items()},
             "tokens": summary.get("tokens"),
             "device": summary.get("device"),  # a grade holds two states of one kind of device only
-            "recording": summary.get("recording_sha256")}  # and never two spans of one recording
+            "recording": summary.get("recording_sha256"),  # and never two spans of one recording
+            # when the span it seals ended (unix s): a state sealed later from an older recording is not a change
+            # that came after the ones measured since
+            "measured_unix_s": summary.get("span_end_unix_s")}
 
 
 def with_recording(summary: dict, source) -> dict:
@@ -284,8 +287,9 @@ def significant_change(old: dict, new: dict) -> str | None:
 
 def stale_reasons(entries: list[dict], current: dict | None = None) -> dict[int, str]:
     """For each entry index whose sealed state predates a significant change of its source (a later entry, or
-    `current`, a state_of() measured now): why. A graded prediction is never stale: its grade holds it against what
-    came after. A sealed serial fraction is named: it must be re-derived."""
+    `current`, a state_of() measured now): why. A later entry whose state was measured no later than this one's (a
+    prediction sealed afterwards from an older recording) is no change after it. A graded prediction is never
+    stale: its grade holds it against what came after. A sealed serial fraction is named: it must be re-derived."""
     graded = {e.get("prediction") for e in entries if e["kind"] == "grade"}
     out = {}
     for i, e in enumerate(entries):
@@ -294,7 +298,11 @@ def stale_reasons(entries: list[dict], current: dict | None = None) -> dict[int,
         later = [x["state"] for x in entries[i + 1:] if x["source"] == e["source"]]
         if current is not None and current.get("source", e["source"]) == e["source"]:
             later.append(current)
+        t0 = e["state"].get("measured_unix_s")
         for st in later:
+            t = st.get("measured_unix_s")
+            if t0 is not None and t is not None and t <= t0:
+                continue  # measured before it, whenever it was sealed
             why = significant_change(e["state"], st)
             if why:
                 sf = e["state"].get("serial_fraction")

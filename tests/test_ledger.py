@@ -164,6 +164,20 @@ def test_a_missed_number_says_how_it_missed(eager, graph, expect, words):
     assert g["grade"] == ledger.WRONG and g["how_wrong"] == words and f"wrong ({words})" in g["text"]
 
 
+def test_a_prediction_sealed_later_from_an_older_recording_makes_none_stale(eager, graph):
+    """Stale means a change measured after the diagnosis: a prediction sealed afterwards from a recording whose span
+    ended before it is no such change, and says no verdict moved."""
+    newer = ledger.prediction({**graph, "span_end_unix_s": 2_000.0}, "loop.py", "widen the grids", "-10%", now=10)
+    older = ledger.prediction({**eager, "span_end_unix_s": 1_000.0}, "loop.py", "capture a graph", "-80%", now=20)
+    assert ledger.stale_reasons([newer, older]) == {}
+    # the same two measured the other way round: the verdict did move after the first
+    first = ledger.prediction({**eager, "span_end_unix_s": 1_000.0}, "loop.py", "capture a graph", "-80%", now=10)
+    then = ledger.prediction({**graph, "span_end_unix_s": 2_000.0}, "loop.py", "widen the grids", "-10%", now=20)
+    stale = ledger.stale_reasons([first, then])
+    assert list(stale) == [0] and "the verdict moved LAUNCH → OCCUPANCY" in stale[0]
+    assert "measured_unix_s" in newer["state"] and newer["state"]["measured_unix_s"] == 2_000.0
+
+
 def test_a_graded_prediction_is_not_stale_but_an_open_one_is(eager, graph):
     graded = ledger.prediction(eager, "loop.py", "capture a graph", "-80%", "launch", now=0)
     g = ledger.grade(graded, graph, now=60)

@@ -15,7 +15,7 @@ from decodemon.monitor.span import span_words
 from decodemon.monitor.safe_text import markdown as md
 from decodemon.monitor.safe_text import markdown_code, visible_lines
 from decodemon.monitor.render.json import kernels_from_words
-from decodemon.monitor.render.text import counted, in_marks, rejected_text, runtime_split, token_bytes
+from decodemon.monitor.render.text import counted, in_marks, observer_parts, rejected_text, runtime_split, token_bytes
 
 if TYPE_CHECKING:
     from decodemon.monitor.snapshot import Snapshot
@@ -195,6 +195,9 @@ def diagnosis_markdown(s: Snapshot) -> str:
     out += ["", "## First change and predicted win", "", f"- remedy: {d.remedy}",
             f"- prediction: {d.predicted_win or 'none: no ceiling is claimed'}",
             "", "## The measurement that would prove this wrong", "", d.falsify, ""]
+    watching = "".join(observer_parts(s.observer))
+    if watching:  # the screen's timeline words: what the probe took from the loop while it measured
+        out += ["## What watching cost", "", md(watching[0].upper() + watching[1:]) + ".", ""]
     hist = [c.text() for c in s.rolling.history]
     if hist:
         out += ["## Verdict history (a diagnosis has a shelf life)", "",

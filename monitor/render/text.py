@@ -84,23 +84,32 @@ def slowed_part(o: dict | None) -> str | None:
 
 def observer_parts(o: dict | None) -> list[str]:
     """Session.observer_cost in words: ["watching: 21.5 ms probe + 46.4 ms tracing per window", ", one per 3.9 s =
-    1.8% of the loop"] (the second only with the time between windows; nothing without the probe's own time),
-    then the tokens the observer's steps overlapped (slowed_part)."""
+    1.8% of the decode thread's time"] (the second only with the time between windows; nothing of windows without
+    the probe's own time), the decode thread's waits and the agent thread's CPU beside them, then the tokens the
+    observer's steps overlapped (slowed_part)."""
     slowed = slowed_part(o)
-    if not o or o.get("probe_ms_per_window") is None:
+    agent = bool(o) and (o.get("agent_cpu_ms_per_s") is not None or o.get("decode_waits_per_s") is not None)
+    if not o or (o.get("probe_ms_per_window") is None and not agent):
         return [slowed] if slowed else []
-    parts = [f"watching: {o['probe_ms_per_window']:.1f} ms probe + {o['tracing_ms_per_window']:.1f} ms tracing "
-             "per window"]
-    if o.get("cupti_start_off_thread_ms"):
-        parts[0] += f" (CUPTI start {o['cupti_start_off_thread_ms']:.0f} ms off-thread)"
+    if o.get("probe_ms_per_window") is None:
+        parts = ["watching: no traced window billed in the span"]
+    else:
+        parts = [f"watching: {o['probe_ms_per_window']:.1f} ms probe + {o['tracing_ms_per_window']:.1f} ms tracing "
+                 "per window"]
+        if o.get("cupti_start_off_thread_ms"):
+            parts[0] += f" (CUPTI start {o['cupti_start_off_thread_ms']:.0f} ms off-thread)"
     if o.get("share_of_loop_pct") is not None:
-        parts.append(f", one per {o['window_every_s']:.1f} s = {o['share_of_loop_pct']:.1f}% of the loop")
+        parts.append(f", one per {o['window_every_s']:.1f} s = {o['share_of_loop_pct']:.1f}% of the decode "
+                     "thread's time")
     if o.get("decode_waits_per_s") is not None:
         parts.append(f"; the decode thread blocked {o['decode_waits_per_s']:.0f}×/s (waits for the GIL, its own too)")
     if o.get("agent_cpu_ms_per_s") is not None:
-        parts.append(f"; the agent thread used {o['agent_cpu_ms_per_s']:.1f} ms of CPU "
+        cpu = o["agent_cpu_ms_per_s"]
+        parts.append(f"; the agent thread used {cpu:.1f} ms of CPU "
                      + (f"a second over the attach's {o['agent_cpu_over_s']:.0f} s" if o.get("agent_cpu_over_s")
-                        else "in the last second its probe read (a probe that did not read it over the attach)"))
+                        else "in the last second its probe read (a probe that did not read it over the attach)")
+                     + f", {cpu / 10:.1f}% of a core beside the loop (not billed to the decode thread: it "
+                       "holds the loop back only while it holds the GIL)")
         if o.get("cupti_start_cpu_ms"):
             parts.append(f" (and {o['cupti_start_cpu_ms']:.0f} ms in CUPTI's start-up, without the GIL)")
     if slowed:
