@@ -336,9 +336,11 @@ def test_the_bill_names_the_decode_threads_waits_when_the_probe_reads_them():
     o2 = sess.snapshot().observer
     assert o2["agent_cpu_ms_per_s"] == 41.3
     assert observer_parts(o2)[-1] == ("; the agent thread used 41.3 ms of CPU in the last second its probe read (a probe that did not read "
-                                    "it over the attach)")
+                                    "it over the attach), 4.1% of a core beside the loop (not billed to the decode "
+                                    "thread: it holds the loop back only while it holds the GIL)")
     sess.feed.state["cupti_start_cpu_ms"] = "812.0"  # CUPTI's start-up, made on the agent thread, is named apart
     sess.feed.state["agent_cpu_over_s"] = "12.0"  # a probe that reads it over the attach says over how long
     assert observer_parts(sess.snapshot().observer)[-2:] == [
-        "; the agent thread used 41.3 ms of CPU a second over the attach's 12 s",
+        "; the agent thread used 41.3 ms of CPU a second over the attach's 12 s, 4.1% of a core beside the loop (not "
+        "billed to the decode thread: it holds the loop back only while it holds the GIL)",
         " (and 812 ms in CUPTI's start-up, without the GIL)"]

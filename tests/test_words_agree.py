@@ -372,3 +372,40 @@ def test_a_second_open_prediction_of_a_loop_is_said_and_a_group_names_whose_figu
     r = cli("replay", DATA / "h200_tp2_eager_rank1.dmon", DATA / "h200_tp2_eager_rank0.dmon", "--json")
     j = json.loads(r.stdout)
     assert j["group"]["top_level"].startswith(f"the top level is {DATA / 'h200_tp2_eager_rank1.dmon'}'s alone")
+
+
+def test_the_agents_cpu_is_said_where_no_window_was_billed_and_never_read_into_the_decode_threads_share(tmp_path):
+    """A recording whose span billed no traced window still says what the agent thread took (its CPU, the decode
+    thread's waits), in --json's observer_cost and the report; where a window was billed, its share is the decode
+    thread's, and the agent's CPU is said beside it, not in it."""
+    from tests.conftest import DATA
+
+    j = json.loads(cli("replay", DATA / "h200_compiled_llama8b_enqueue_synced_1.dmon", "--json").stdout)
+    o = j["observer_cost"]
+    assert j["probe"]["agent_cpu_ms_per_s"] == "988.2" and o["agent_cpu_ms_per_s"] == 988.2
+    assert o["probe_ms_per_window"] is None and o["share_of_loop_pct"] is None and o["decode_waits_per_s"] == 34.0
+    r = cli("report", DATA / "h200_compiled_llama8b_enqueue_synced_1.dmon", "-o", tmp_path / "D.md")
+    assert r.returncode == 0, r.stderr
+    text = (tmp_path / "D.md").read_text()
+    assert "## What watching cost" in text and "988.2 ms of CPU" in text and "98.8% of a core" in text
+    j = json.loads(cli("replay", DATA / "h200_unmarked_manual_1.dmon", "--json").stdout)
+    o = j["observer_cost"]
+    assert o["share_of_loop_pct"] == pytest.approx(1.856) and o["agent_cpu_ms_per_s"] == 101.5
+    assert "not agent_cpu_ms_per_s" in o["share_of_loop_covers"]
+    r = cli("report", DATA / "h200_unmarked_manual_1.dmon")
+    assert "1.9% of the decode thread's time" in r.stdout and "10.2% of a core beside the loop (not billed" in r.stdout
+
+
+def test_the_kernel_time_the_verdict_took_is_a_figure_of_its_own_beside_the_latest_windows():
+    """Where a span holds several windows, kernel_busy_ms_per_token is the latest's and LAUNCH takes their median:
+    --json gives that median as a number, with the windows it is the median of."""
+    from pathlib import Path
+
+    h100_graph = Path(__file__).parents[1] / "monitor" / "data" / "h100_graph.dmon"
+    j = json.loads(cli("replay", h100_graph, "--json").stdout)
+    k = j["kernels_from"]
+    assert j["windows"] == 2 and j["kernel_busy_ms_per_token"] == 3.7965
+    assert k["verdict_kernel_ms_per_token"] == 3.802 and k["verdict_kernel_ms_from"] == "the median of the span's 2 traced windows"
+    assert "3.802 ms" in j["us_per_kernel_note"] and "3.802 ms/token" in j["kernel_share_of_step_note"]
+    one = json.loads(cli("replay", h100_graph, "--json", "--last", "2").stdout)["kernels_from"]
+    assert one["verdict_kernel_ms_from"] in ("the span's one traced window", "the latest traced window, before the span")

@@ -153,7 +153,8 @@ def kernel_share_note(s: Snapshot) -> str | None:
     several = s.windows_in_span > 1  # the JSON's kernel_busy_ms_per_token and wait_ms_per_token are the latest's
     name = "kernel_busy_ms_per_token" if i.kernel_busy_ms_per_token is not None else "kernel_sum_ms_per_token"
     line = (f"the traced kernels {k:.4g} ms/token{i.kernels_overlap_words} ({where}"
-            + (f"; {name} is the latest window's)" if several else ")"))
+            + (f"; {name} is the latest window's, kernels_from.verdict_kernel_ms_per_token this one)" if several
+               else ")"))
     if wait:
         line += (f" less {wait:.3g} ms/token of collectives waiting for a late peer (the step's idle, as LAUNCH "
                  f"counts it; {where})" + f" = {own:.4g} ms")
@@ -165,15 +166,21 @@ def kernel_share_note(s: Snapshot) -> str | None:
 def kernels_from_json(s: Snapshot) -> dict | None:
     """Which traced window the kernel figures (kernels and launches a token, kernel time, the gaps, the kernel
     table, the collectives) are read from: the span's latest, or, where the span received none, the latest
-    before it, with when it arrived (seconds into the source, the span's clock)."""
+    before it, with when it arrived (seconds into the source, the span's clock); and the kernels' ms a token the
+    verdict took (LAUNCH, the kernel share), which is the median of the span's windows where it has several."""
     if s.window is None or s.window_rx_ns is None:
         return None
     at_s = s.window_rx_ns / 1e9
     start_s = s.rx_ns / 1e9 - (s.span_s or 0.0)
     inside = s.windows_in_span > 0
+    i = s.inputs
+    k = i.kernel_ms if i is not None else None
     return {"window": "the span's latest traced window" if inside else "the latest traced window, before the span",
             "window_received_s": round(at_s, 3), "windows_in_span": s.windows_in_span, "in_span": inside,
-            "s_before_span": None if inside else round(max(start_s - at_s, 0.0), 3)}
+            "s_before_span": None if inside else round(max(start_s - at_s, 0.0), 3),
+            # kernel_busy_ms_per_token (else kernel_sum_ms_per_token) as the verdict read it, and of which windows
+            "verdict_kernel_ms_per_token": _r(k, 4),
+            "verdict_kernel_ms_from": _windows_words(s) if k is not None else None}
 
 
 def kernels_from_words(s: Snapshot) -> str:
@@ -299,7 +306,8 @@ def _window_json(s: Snapshot) -> dict:
         "memcpys_per_token": round(w.memcpys_per_token, 2) if w else None,
         "kernel_sum_ms_per_token": round(w.kernel_sum_ms_per_token, 4) if w else None,
         # the GPU time those kernels cover: their union, kernels that run at once (two streams) counted once; the
-        # step's idle (LAUNCH, the kernel share) is taken against it
+        # step's idle (LAUNCH, the kernel share) is taken against it, the median of the span's windows where it has
+        # several (kernels_from.verdict_kernel_ms_per_token)
         "kernel_busy_ms_per_token": _r(w.kernel_busy_ms_per_token, 4) if w else None,
         **_busy_json(s),
         # the idle's causes and the launch calls from the latest window that traced its launch calls
