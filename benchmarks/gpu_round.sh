@@ -20,7 +20,7 @@
 #   bash benchmarks/gpu_round.sh OUTDIR first FIRST_RUNS (2) fresh eager manual loops, nothing else on the machine, one
 #                                            first attach each (cost.py): its slowest token against the 30 s before,
 #                                            beside the loop's own slowest in stretches of that length before it;
-#                                            with SMOKE=1, the demo engine's smoke (eager and graphed) first
+#                                            with SMOKE=1, the demo engine's smoke first (SMOKE_MODES: eager graph)
 #
 # Run from the repository root with .whl/ carried (`bash benchmarks/wheels.sh`). Each call leaves at most 8 files
 # under OUTDIR: the tables and a .tgz of the JSON, logs and recordings.
@@ -29,7 +29,7 @@ out=${1:?OUTDIR}
 stage=${2:?one or two}
 mkdir -p "$out"
 smoke() {  # decodemon's CUPTI library in Python targets (probes/native_tracer.py): the demo engine, plainly started
-  for mode in eager graph; do
+  for mode in ${SMOKE_MODES:-eager graph}; do
     PYTHONPATH=$ENGINE_MARKS_PATH $ENGINE_PY -m decodemon.engine_adapter.demo --mode $mode --tokens 0 \
       >"$out/r/demo_$mode.log" 2>&1 &
     dp=$!
