@@ -280,6 +280,18 @@ def test_a_sweep_says_where_the_dram_counters_read_otherwise_than_the_models_byt
     pct = 100 * (p64["bytes_per_token_measured"] / p64["bytes_per_token"] - 1)
     assert (f"candidate at 64: {p64['bytes_per_token_measured'] / 1e6:.4g} MB/token measured, {pct:+.0f}% against "
             f"the model's {p64['bytes_per_token'] / 1e6:.4g}") in text
+    # the table names whose bytes each column holds, the counters' beside the model's
+    assert "| model MB/token | DRAM MB/token |" in text
+    row = next(ln for ln in text.splitlines() if ln.startswith("| 64 |"))
+    assert f"| {p64['bytes_per_token'] / 1e6:.4g} | {p64['bytes_per_token_measured'] / 1e6:.4g} |" in row
+    # where the counters read less than the weights alone, which every token reads, their figure is called short
+    j = json.loads(cli("sweep", "--replay", DATA / "h200_sweep_hf_generate", "--json").stdout)
+    p64 = next(p for p in j["points"] if p["depth"] == 64)
+    assert p64["bytes_per_token_measured"] < p64["weight_bytes"] < p64["bytes_per_token"]
+    text = cli("sweep", "--replay", DATA / "h200_sweep_hf_generate").stdout
+    assert (f"less than the weights alone ({p64['weight_bytes'] / 1e6:.4g} MB), which every token reads: the "
+            "counters' figure falls short") in text
+    assert text.count("less than the weights alone") == 1  # the other depths read more
 
 
 def test_a_prediction_sealed_before_the_device_was_sealed_is_still_refused_its_own_figures():
