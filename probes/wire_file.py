@@ -271,7 +271,12 @@ def read_recording(path) -> Iterator[tuple[int, Frame]]:
         count = cost = last_rx = 0
         seen = _Read()
         for rx_ns, payload in _payloads(gz, path, st.st_size):
-            frame = decode_frame(payload)
+            try:
+                frame = decode_frame(payload)
+            except WireError as exc:  # bytes that frame as whole but are not what was written
+                detail = str(exc).removeprefix("malformed frame: ")
+                raise WireError(f"{path} is corrupt at frame {count + 1}, received {rx_ns / 1e9:.3f} s "
+                                f"into the recording ({detail}); the {count} frames before it read whole") from None
             _check_place(path, frame, count, rx_ns, last_rx, frame_problem)
             last_rx = rx_ns
             if isinstance(frame, TokenMarks):

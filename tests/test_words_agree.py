@@ -4,6 +4,7 @@ nothing measured (3); DIAGNOSIS.md ends in one newline however it is written."""
 from __future__ import annotations
 
 import json
+import os
 import re
 
 import pytest
@@ -421,3 +422,29 @@ def test_the_kernel_time_the_verdict_took_is_a_figure_of_its_own_beside_the_late
     assert "3.802 ms" in j["us_per_kernel_note"] and "3.802 ms/token" in j["kernel_share_of_step_note"]
     one = json.loads(cli("replay", h100_graph, "--json", "--last", "2").stdout)["kernels_from"]
     assert one["verdict_kernel_ms_from"] in ("the span's one traced window", "the latest traced window, before the span")
+
+
+def test_a_recording_corrupt_mid_file_is_refused_with_the_frame_that_does_not_decode(tmp_path):
+    """Whole frames whose bytes are not what was written (a disk's bit-rot, a bad copy): one line naming the frame
+    and when it came, never only the decoder's own words; nothing is half-written."""
+    import gzip
+
+    from decodemon.probes.wire import _REC, MAGIC
+
+    raw = gzip.decompress(REC["eager"].read_bytes())
+    assert raw.startswith(MAGIC)
+    at, frames = len(MAGIC), []
+    while at < len(raw):
+        n, rx = _REC.unpack_from(raw, at)
+        frames.append((rx, raw[at + _REC.size:at + _REC.size + n]))
+        at += _REC.size + n
+    k = len(frames) // 2
+    frames[k] = (frames[k][0], b"\x81\xa3tag\xc1" + frames[k][1][5:])  # a map whose value is msgpack's unused byte
+    bad = tmp_path / "bad.dmon"
+    bad.write_bytes(gzip.compress(MAGIC + b"".join(_REC.pack(len(p), rx) + p for rx, p in frames)))
+    r = cli("replay", bad, "--json")
+    assert r.returncode == 2 and r.stdout == "" and len(r.stderr.splitlines()) == 1, r.stderr
+    since = frames[k][0] / 1e9  # its receive time: ns since the recording began
+    assert f"is corrupt at frame {k + 1}, received {since:.3f} s into the recording (" in r.stderr, r.stderr
+    assert f"the {k} frames before it read whole" in r.stderr
+    assert "Traceback" not in r.stderr and os.listdir(tmp_path) == ["bad.dmon"]
