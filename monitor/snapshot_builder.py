@@ -27,7 +27,7 @@ from decodemon.monitor.analysis.tokens import (TokenStats, batch_figures, counte
 from decodemon.monitor.analysis.window import WindowMetrics
 from decodemon.monitor.ceilings import SHORT_KERNEL_US, own_kernel_ms
 from decodemon.monitor.snapshot import Snapshot
-from decodemon.monitor.token_clock import MARK_BURSTS, STARTS_AGREE, STEP_STARTS, clock_kind
+from decodemon.monitor.token_clock import GPU_STEP_CLOCKS, MARK_BURSTS, STARTS_AGREE, STEP_STARTS, clock_kind
 from decodemon.probes import wire
 
 SPAN_NS = 5_000_000_000  # figures are taken over the last 5 s of the feed
@@ -256,7 +256,7 @@ class SnapshotBuilder:
         dram_bps = self._dram_bytes_per_s(since)
         # the DRAM counters' bytes over the tokens (steps) counted: slow ones move theirs too, so the mean's rate
         bpt_measured = dram_bps / ts.tokens_per_s if (dram_bps and ts and ts.tokens_per_s) else None
-        if self._clock in ("graph replays", "kernel period") and self._step_bytes:
+        if self._clock in GPU_STEP_CLOCKS and self._step_bytes:
             bpt_measured = self._step_bytes  # the steps' own samples: what tracing stretched, it did not add to
         bpt = bpt_measured if bpt_measured else bpt_model
         self._bytes = (bpt_measured, bpt_model)

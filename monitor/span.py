@@ -63,8 +63,10 @@ SPAN_COUNTS = ("span.tokens and span.clock_steps count this span alone (clock_st
 def _reaches_back(s: Snapshot) -> str | None:
     """Where the clock's steps cover more seconds than the span (a clock of its own steps takes its newest 200 where
     the span holds fewer): said, with both seconds; None where they fit in it."""
+    from decodemon.monitor.token_clock import GPU_STEP_CLOCKS
+
     tk = s.tokens
-    if (tk is not None and s.token_clock in ("graph replays", "kernel period") and not s.windows_in_span
+    if (tk is not None and s.token_clock in GPU_STEP_CLOCKS and not s.windows_in_span
             and s.window_rx_ns is not None and s.span_s and not s.span_whole):  # the GPU's steps: a window's
         before = (s.rx_ns - s.window_rx_ns) / 1e9 - s.span_s
         return (f"the rate's {tk.tokens} clock steps are the GPU's steps in the latest traced window, which came "

@@ -51,6 +51,8 @@ CLOCK_NOTES = {
 # the clocks whose ms/token is their intervals' seconds over the steps in them (tokens.interval_stats), a mean: a
 # server's own count read at intervals, whole bursts of marks, the graph replays the agent counted
 MEAN_CLOCKS = frozenset({"server_metrics", MARK_BURSTS, "replay_count"})
+# the clocks read off the GPU's own steps in the traced windows (gpu_step_clock): they time no step outside a window
+GPU_STEP_CLOCKS = frozenset({"graph replays", "kernel period"})
 
 
 def clock_kind(token_clock: str | None) -> str:

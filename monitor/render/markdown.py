@@ -10,7 +10,7 @@ from decodemon.monitor.analysis.agreement import busy_disagreement, kernels_past
 from decodemon.monitor.ceilings import ORDER
 from decodemon.monitor.numbers import said
 from decodemon.monitor.rolling import headline
-from decodemon.monitor.token_clock import PROVISIONAL_STEPS, clock_kind
+from decodemon.monitor.token_clock import GPU_STEP_CLOCKS, PROVISIONAL_STEPS, clock_kind
 from decodemon.monitor.span import span_words
 from decodemon.monitor.safe_text import markdown as md
 from decodemon.monitor.safe_text import markdown_code, visible_lines
@@ -85,7 +85,7 @@ def _tokens_counted(s: Snapshot) -> str:
     # the screen's "tokens timed" are these steps: one count under the name --json gives it (clock_steps)
     step = STEP_WORDS.get(s.token_clock, "from one token mark to the next")
     words = f" (a clock step, one the screen's tokens timed: {step})"
-    if s.token_clock in ("graph replays", "kernel period"):  # the GPU's steps in the traced windows alone
+    if s.token_clock in GPU_STEP_CLOCKS:  # the GPU's steps in the traced windows alone
         return words + ", in the traced windows alone" + _provisional(s)
     if s.span_tokens is not None:
         words += f", {s.span_tokens} tokens counted"
