@@ -167,7 +167,7 @@ def _windows(s: wire.ProbeStatus, out: dict) -> None:
 def describe(s: wire.ProbeStatus) -> dict[str, str]:
     """The status as short texts by key (token_clock, gpu, trace, pm, nvml, pm_note, pm_stride, pm_cpu, pm_lost,
     trace_paused, cupti_windows, window_budget, window_clock, decode_waits_per_s, agent_cpu_ms_per_s,
-    agent_cpu_over_s, cupti_start_cpu_ms, errors);
+    agent_cpu_over_s, cupti_start_cpu_ms, cupti_finalize_cpu_ms, errors);
     only what the status says."""
     out: dict[str, str] = {}
     if s.token_clock:
@@ -204,6 +204,8 @@ def describe(s: wire.ProbeStatus) -> dict[str, str]:
         out["agent_cpu_over_s"] = f"{s.agent_cpu_over_s:.1f}"
     if s.cupti_start_cpu_ms is not None:
         out["cupti_start_cpu_ms"] = f"{s.cupti_start_cpu_ms:.1f}"
+    if s.cupti_finalize_cpu_ms is not None:
+        out["cupti_finalize_cpu_ms"] = f"{s.cupti_finalize_cpu_ms:.1f}"
     if s.step_count_ns:
         out["step_count_ns"] = f"{s.step_count_ns:.0f}"
     if s.errors:
@@ -277,6 +279,7 @@ def from_legacy(state: dict[str, str], windows: int = 0, errors: list[str] | Non
     f["decode_waits_per_s"] = _float_or_none(state.get("decode_waits_per_s"))
     f["agent_cpu_ms_per_s"] = _float_or_none(state.get("agent_cpu_ms_per_s"))
     f["cupti_start_cpu_ms"] = _float_or_none(state.get("cupti_start_cpu_ms"))
+    f["cupti_finalize_cpu_ms"] = _float_or_none(state.get("cupti_finalize_cpu_ms"))
     f["agent_cpu_over_s"] = _float_or_none(state.get("agent_cpu_over_s"))
     f["errors"] = _num(r"(\d+)", state.get("errors", ""))
     return wire.ProbeStatus(**f)

@@ -60,6 +60,7 @@ class AttachLoop:
         # this thread's CPU since the attach began, for agent_cpu_ms_per_s; CUPTI's start-up (prepare, made here
         # with the GIL given up) is counted apart in startup_cpu_s, and reported as its own figure
         self.cpu_t0, self.startup_cpu_s = (now, time.thread_time()), 0.0
+        self.finalize_cpu_s = 0.0  # CUPTI's finalizes made here (GIL-free), counted apart as the start-up is
         self.window_id = 0
         self.skipped_seen = self.windows_seen = 0
         self.open_after: int | None = None  # token count at which a prepared window is asked for
@@ -260,10 +261,12 @@ class AttachLoop:
         if PROCESS.graph_kernels_seen:
             s.pending_detach = tr  # session.on_token: finalized at the next boundary, on the decode thread
             return
+        cpu0 = time.thread_time()
         try:
             tr.detach()
         except Exception as exc:
             s.errors.append(f"trace finalize: {type(exc).__name__}: {exc}")
+        self.finalize_cpu_s += time.thread_time() - cpu0
 
     # -- marks, stats ----------------------------------------------------------
     def _ship_steps(self) -> None:
@@ -354,14 +357,17 @@ class AttachLoop:
         if PROCESS.step_count_ns and s.start_log is not None:  # the step-start hook's cost a call, while it counts
             status["step_count_ns"] = round(PROCESS.step_count_ns, 1)
         # the agent thread's own CPU a second over the attach so far: its Python and the library's reading of the
-        # records, not CUPTI's start-up (a GIL-free call, once a window at most: cupti_start_cpu_ms)
+        # records, not CUPTI's start-up or finalize (GIL-free calls, once a window at most: cupti_start_cpu_ms,
+        # cupti_finalize_cpu_ms)
         wall = now - self.cpu_t0[0]
         if wall > 0:
-            used = time.thread_time() - self.cpu_t0[1] - self.startup_cpu_s
+            used = time.thread_time() - self.cpu_t0[1] - self.startup_cpu_s - self.finalize_cpu_s
             status["agent_cpu_ms_per_s"] = round(1e3 * max(used, 0.0) / wall, 1)
             status["agent_cpu_over_s"] = round(wall, 1)
         if self.startup_cpu_s:
             status["cupti_start_cpu_ms"] = round(1e3 * self.startup_cpu_s, 1)
+        if self.finalize_cpu_s:
+            status["cupti_finalize_cpu_ms"] = round(1e3 * self.finalize_cpu_s, 1)
         if s.skipped_windows > self.skipped_seen:
             self.skipped_seen = s.skipped_windows
             status.update(trace="paused", trace_reason="foreign_profiler")

@@ -144,7 +144,7 @@ ProbeStatus = _struct(
     "pm_first_session pm_holders pm_restarts pm_busy_tries pm_armed_after_s pm_last_release pm_restart_cause "
     "pm_stride pm_pumps pm_cpu_ms_per_pump pm_image_reset_ms_per_pump pm_image_reset_bytes pm_first_pump_cpu_ms "
     "pm_held_calls pm_handbacks_per_pump pm_full_pumps pm_overflow_pumps pm_image_samples pm_pump_s nvml nvml_reason "
-    "nvml_error nvml_hz decode_waits_per_s agent_cpu_ms_per_s agent_cpu_over_s cupti_start_cpu_ms windows_in_process window_budget window_budget_state "
+    "nvml_error nvml_hz decode_waits_per_s agent_cpu_ms_per_s agent_cpu_over_s cupti_start_cpu_ms cupti_finalize_cpu_ms windows_in_process window_budget window_budget_state "
     "windows errors recent_errors dropped_records")
 StepCounts = _struct("StepCounts", "counts", "url t_ns steps tokens busy ended server depth",
                      "url t_ns steps tokens busy ended")

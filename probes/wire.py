@@ -312,10 +312,12 @@ class ProbeStatus(msgspec.Struct, frozen=True, tag="status"):
     nvml_error: str = ""
     nvml_hz: float = 0.0
     decode_waits_per_s: Union[float, None] = None  # the decode thread's voluntary context switches a second
-    # the agent thread's own CPU a second over the attach so far, CUPTI's start-up not in it (cupti_start_cpu_ms)
+    # the agent thread's own CPU a second over the attach so far, CUPTI's start-up and finalize not in it
+    # (cupti_start_cpu_ms, cupti_finalize_cpu_ms)
     agent_cpu_ms_per_s: Union[float, None] = None
     agent_cpu_over_s: Union[float, None] = None  # the seconds it covers (None: a probe that read its last second)
     cupti_start_cpu_ms: Union[float, None] = None  # the CPU of CUPTI's start-ups made on the agent thread (GIL-free)
+    cupti_finalize_cpu_ms: Union[float, None] = None  # ...and of its finalizes made there (GIL-free, an eager loop's)
     windows_in_process: int = 0  # traced windows closed (CUPTI finalized) in this process, over every attach
     window_budget: int = 0  # Attach.window_budget
     window_budget_state: str = ""  # "open", "rationed" (one window every policy.BUDGET_PERIOD_S) or "spent"

@@ -735,6 +735,7 @@ def test_an_eager_process_window_is_finalized_by_the_agent_once_its_records_are_
     else:
         assert tr._c.calls[-1] == ("finalize", "decodemon-session") and not tr.initialised
         assert win.probe_host_ns == tr.host_ns - tr.last_ns["finalize"]  # the decode thread's open, close, flush
+        assert loop.finalize_cpu_s >= 0.0  # its CPU, counted apart from the agent's own (cupti_finalize_cpu_ms)
     assert not s.errors
     mine.close()
     theirs.close()

@@ -344,3 +344,6 @@ def test_the_bill_names_the_decode_threads_waits_when_the_probe_reads_them():
         "; the agent thread used 41.3 ms of CPU a second over the attach's 12 s, 4.1% of a core beside the loop (not "
         "billed to the decode thread: it holds the loop back only while it holds the GIL)",
         " (and 812 ms in CUPTI's start-up, without the GIL)"]
+    sess.feed.state["cupti_finalize_cpu_ms"] = "6.4"  # and the finalizes the agent thread made (an eager loop's)
+    assert observer_parts(sess.snapshot().observer)[-1] == (
+        " (and 812 ms in CUPTI's start-up and 6 ms in CUPTI's finalizes, without the GIL)")

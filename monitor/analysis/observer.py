@@ -47,7 +47,8 @@ def observer_cost(metrics: list, state: dict, ts) -> dict | None:
         "agent_cpu_ms_per_s": round(agent_cpu, 1) if agent_cpu is not None else None,
         # the seconds it covers: the attach so far; None from a probe that read its last second alone
         "agent_cpu_over_s": probe_figure("agent_cpu_over_s"),
-        "cupti_start_cpu_ms": probe_figure("cupti_start_cpu_ms")}
+        "cupti_start_cpu_ms": probe_figure("cupti_start_cpu_ms"),
+        "cupti_finalize_cpu_ms": probe_figure("cupti_finalize_cpu_ms")}
     ms = [m for _, m in metrics]
     if not ms or ts is None or not ts.ms_per_token:
         # no window to bill: what the probe read of the agent's cost still says what watching took

@@ -110,8 +110,11 @@ def observer_parts(o: dict | None) -> list[str]:
                         else "in the last second its probe read (a probe that did not read it over the attach)")
                      + f", {cpu / 10:.1f}% of a core beside the loop (not billed to the decode thread: it "
                        "holds the loop back only while it holds the GIL)")
-        if o.get("cupti_start_cpu_ms"):
-            parts.append(f" (and {o['cupti_start_cpu_ms']:.0f} ms in CUPTI's start-up, without the GIL)")
+        apart = [f"{o[k]:.0f} ms in CUPTI's {what}" for k, what in (("cupti_start_cpu_ms", "start-up"),
+                                                                     ("cupti_finalize_cpu_ms", "finalizes"))
+                 if o.get(k)]
+        if apart:
+            parts.append(f" (and {' and '.join(apart)}, without the GIL)")
     if slowed:
         parts.append(f"; {slowed}")
     return parts
