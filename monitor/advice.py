@@ -47,7 +47,7 @@ def advice(ceiling: str, i: Inputs, floor: float | None, comm_ms: float | None,
     if ceiling == "launch":
         return _launch_advice(i, floor, ms)
     if ceiling == "bandwidth":
-        return _bandwidth_advice(i, ms)
+        return _bandwidth_advice(i, ms, floor)
     if ceiling == "occupancy":
         return _occupancy_advice(i)
     if ceiling == "comm":
@@ -89,17 +89,27 @@ def _graph_win(i: Inputs, ms: float, target: float | None, tgt: str) -> str:
     return f"graph capture: {ms:.3g} → ~{tgt}/token{less}"
 
 
-def _bandwidth_advice(i: Inputs, ms: float) -> tuple[str, str, str]:
-    """BANDWIDTH: fewer bytes a token (or a step, where the DRAM counters alone priced it: no token clock)."""
+def _bandwidth_advice(i: Inputs, ms: float, floor: float | None = None) -> tuple[str, str, str]:
+    """BANDWIDTH: fewer bytes a token (or a step, where the DRAM counters alone priced it: no token clock). Halving
+    the bytes halves the floor they set; the token's time above the floor stays, so the prediction is the token
+    less half its floor, not half the token."""
     if not ms:
         return ("read fewer bytes per step: quantize weights, compress or shrink the KV cache",
                 "Halve the bytes each step reads: the program's own rate should nearly double while DRAM stays near "
                 f"{i.dram_gbs or 0:.4g} GB/s; if it does not, bandwidth was not the binding ceiling.",
                 "halving the bytes a step reads halves the step")
-    return ("read fewer bytes per token: quantize weights, compress or shrink the KV cache",
-            f"Halve the bytes read per token (e.g. 8-bit weights): ms/token should fall close to half of "
-            f"{ms:.3g}; if it does not, bandwidth was not the binding ceiling.",
-            f"halving bytes/token: {ms:.3g} → ~{ms / 2:.3g} ms/token" if ms else "halving bytes/token halves the token")
+    remedy = "read fewer bytes per token: quantize weights, compress or shrink the KV cache"
+    if not floor:
+        return (remedy, f"Halve the bytes read per token (e.g. 8-bit weights): ms/token should fall toward half of "
+                f"{ms:.3g}; if it does not move, bandwidth was not the binding ceiling.",
+                "halving bytes/token halves the time the bytes take (no floor priced: how much is unknown)")
+    after, above = ms - floor / 2, max(ms - floor, 0.0)
+    return (remedy,
+            f"Halve the bytes read per token (e.g. 8-bit weights): ms/token should fall by about half its "
+            f"{floor:.3g} ms bandwidth floor, {ms:.3g} → ~{after:.3g}; if it falls by much less, bandwidth was not "
+            "the binding ceiling.",
+            f"halving bytes/token: {ms:.3g} → ~{after:.3g} ms/token (the {floor:.3g} ms floor halves; the "
+            f"{above:.3g} ms above it stays)")
 
 
 def _occupancy_advice(i: Inputs) -> tuple[str, str, str]:

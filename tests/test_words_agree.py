@@ -448,3 +448,17 @@ def test_a_recording_corrupt_mid_file_is_refused_with_the_frame_that_does_not_de
     assert f"is corrupt at frame {k + 1}, received {since:.3f} s into the recording (" in r.stderr, r.stderr
     assert f"the {k} frames before it read whole" in r.stderr
     assert "Traceback" not in r.stderr and os.listdir(tmp_path) == ["bad.dmon"]
+
+
+def test_bandwidths_prediction_halves_the_floor_not_the_token():
+    """Halving the bytes halves the time they set (the floor); the token's time above the floor stays. The win and
+    the falsifier say so with the floor the same output prints, so a right BANDWIDTH verdict is not proved wrong."""
+    from tests.conftest import DATA
+
+    j = json.loads(cli("replay", DATA / "h200_compiled_llama8b_replays.dmon", "--json").stdout)
+    assert j["ceiling"] == "bandwidth"
+    ms, floor = j["ms_per_token"], j["bandwidth_floor_ms"]
+    after = ms - floor / 2
+    assert f"→ ~{after:.3g} ms/token (the {floor:.3g} ms floor halves" in j["predicted_win"]
+    assert f"fall by about half its {floor:.3g} ms bandwidth floor, {ms:.3g} → ~{after:.3g}" in j["falsify"]
+    assert f"~{ms / 2:.3g}" not in j["predicted_win"] + j["falsify"]
