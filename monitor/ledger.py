@@ -340,7 +340,8 @@ def ledger_markdown(entries: list[dict], source: str | None = None, current: dic
     if not preds:
         return "\n".join(lines + ["No prediction is written down yet: `decodemon predict SOURCE --change ... "
                                   "--expect -N%` before the next change.", ""])
-    lines += ["| sealed | source | ceiling at sealing | change | expected | measured | grade | ceiling after | id |",
+    lines += ["| sealed | loop (its label) | ceiling at sealing | change | expected | measured | grade | ceiling after "
+              "| id |",
               "|---|---|---|---|---|---|---|---|---|"]
     for i, p in preds:
         gi, g = grades.get(pred_id(p), (None, None))

@@ -335,8 +335,8 @@ def test_the_bill_names_the_decode_threads_waits_when_the_probe_reads_them():
     sess.feed.state["agent_cpu_ms_per_s"] = "41.3"
     o2 = sess.snapshot().observer
     assert o2["agent_cpu_ms_per_s"] == 41.3
-    assert observer_parts(o2)[-1] == ("; the agent thread used 41.3 ms of CPU in the last second its probe read (a probe that did not read "
-                                    "it over the attach), 4.1% of a core beside the loop (not billed to the decode "
+    assert observer_parts(o2)[-1] == ("; the agent thread used 41.3 ms of CPU in the last second it reported (an older probe: it "
+                                    "reports its last second, not the whole attach), 4.1% of a core beside the loop (not billed to the decode "
                                     "thread: it holds the loop back only while it holds the GIL)")
     sess.feed.state["cupti_start_cpu_ms"] = "812.0"  # CUPTI's start-up, made on the agent thread, is named apart
     sess.feed.state["agent_cpu_over_s"] = "12.0"  # a probe that reads it over the attach says over how long

@@ -66,6 +66,11 @@ def collectives_json(s: Snapshot) -> dict | None:
     return {k: out.get(k) for k in COLLECTIVES_KEYS} if out else None
 
 
+KERNELS_NOTE = ("occupancy_pct is the warp occupancy a kernel's block size, registers and shared memory allow an SM: a "
+                "limit, with blocks enough to fill it; a grid with fewer blocks than SMs keeps one block on each SM "
+                "it reaches, fewer warps than that (grid_coverage_pct: the share of SMs it reaches)")
+
+
 def kernel_rows_json(w: WindowMetrics | None, sm_count: int, kernels: int = 15) -> list[dict]:
     """The window's hottest `kernels` rows of the kernel table: time, grid against the SMs, occupancy. `label` is the
     row's name on the screen and in DIAGNOSIS: `name` (the short name) with what tells it from another row of that
@@ -394,6 +399,7 @@ def summary_json(s: Snapshot, kernels: int = 15) -> dict:
         "rejected_frames": s.rejected_frames,
         "rejected_why": list(s.rejected_why),
         "kernels": kernel_rows_json(w, s.sm_count, kernels),
+        "kernels_note": KERNELS_NOTE if w else None,
     }
     # the last 5 s alone, beside a longer span: the live screen's figures, the loop's state at the end
     out["rolling_5s"] = rolling_json(s, summary_json)

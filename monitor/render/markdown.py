@@ -185,7 +185,7 @@ def diagnosis_markdown(s: Snapshot) -> str:
         out.append(f"| {k.upper()} | {c.state} | {v} | {c.threshold} | {md(c.detail)} |")  # it names kernels
     if w and w.kernels:
         out += ["", "## Kernels that leave the most SMs idle (grid vs SMs)", "",
-                "| kernel | calls/token | µs/token | idle-SM µs/token | grid | SM coverage | warp occupancy |",
+                "| kernel | calls/token | µs/token | idle-SM µs/token | grid | SM coverage | warp occupancy limit |",
                 "|---|---|---|---|---|---|---|"]
         for r in sorted(w.kernels, key=lambda r: -r.idle_sm_us_per_token)[:5]:
             out.append(f"| {markdown_code(r.label, cell=True)} | {r.calls_per_token:.1f} "

@@ -107,7 +107,8 @@ def observer_parts(o: dict | None) -> list[str]:
         cpu = o["agent_cpu_ms_per_s"]
         parts.append(f"; the agent thread used {cpu:.1f} ms of CPU "
                      + (f"a second over the attach's {o['agent_cpu_over_s']:.0f} s" if o.get("agent_cpu_over_s")
-                        else "in the last second its probe read (a probe that did not read it over the attach)")
+                        else "in the last second it reported (an older probe: it reports its last second, not the whole "
+                             "attach)")
                      + f", {cpu / 10:.1f}% of a core beside the loop (not billed to the decode thread: it "
                        "holds the loop back only while it holds the GIL)")
         apart = [f"{o[k]:.0f} ms in CUPTI's {what}" for k, what in (("cupti_start_cpu_ms", "start-up"),

@@ -39,10 +39,11 @@ hot kernels, column by column:
                the step); "time" sorts by it
   grid/SMs     thread blocks against the GPU's SMs (red: under a quarter
                of the SMs get a block, yellow: under all of them)
-  warps        warp occupancy: the warps an SM can hold at its block
-               size, registers and shared memory, as a share of the
-               most warps an SM can hold (not the OCCUPANCY ceiling,
-               which is the grid against the SMs)
+  warps        warp occupancy limit: the warps an SM can hold at its
+               block size, registers and shared memory, as a share of
+               the most warps an SM can hold, with blocks enough to
+               fill it (a grid of fewer blocks than SMs keeps fewer;
+               not the OCCUPANCY ceiling, the grid against the SMs)
 
 words, each with one meaning:
   traced       read from a traced window: CUPTI's records of one
