@@ -51,6 +51,11 @@ def test_a_batched_engines_tokens_per_second_counts_every_sequence():
     # the engine's throughput, not its steps a second (~19.5)
     assert got["decodemon_tokens_per_second"] == pytest.approx(snap.throughput_tokens_per_s)
     assert got["decodemon_tokens_per_second"] > 10 * snap.tokens.tokens_per_s
+    # bytes a token as --json says them: the step's over the tokens in it
+    from decodemon.monitor.render import summary_json
+
+    assert got["decodemon_bytes_per_token"] == pytest.approx(summary_json(snap)["bytes_per_token"], rel=1e-3)
+    assert got["decodemon_bytes_per_token"] == pytest.approx(snap.bytes_per_token / 16)
 
 
 def test_collector_gauges_from_a_recordings_snapshot():

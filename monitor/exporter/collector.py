@@ -47,8 +47,10 @@ GAUGES = (
     ("decodemon_sm_active_ratio", "Fraction of cycles the SMs were active (PM counters).", _pm("sm_active_pct")),
     ("decodemon_dram_ratio", "DRAM throughput as a fraction of its peak (PM counters).", _pm("dram_pct")),
     ("decodemon_bytes_per_token", "Bytes a token moves: the DRAM counters' read + write over the tokens counted "
-     "where PM measured them, else the model's weights plus the KV cache touched (a batched engine: per step).",
-     lambda s: s.bytes_per_token),
+     "where PM measured them, else the model's weights plus the KV cache touched (a batched engine: a step's "
+     "over the tokens in it, as --json's bytes_per_token).",
+     lambda s: s.bytes_per_token / s.tokens_per_step if s.bytes_per_token and s.tokens_per_step
+     else s.bytes_per_token),
     ("decodemon_probe_cost_ratio", "Share of the loop's time the traced windows cost the decode thread.",
      lambda s: _ratio((s.observer or {}).get("share_of_loop_pct"))),
 )
