@@ -2,9 +2,7 @@
 
 Cheapest first: BANDWIDTH (arithmetic), COMM (collective share), LAUNCH (the launch bill), OCCUPANCY (grids
 against SMs). Each `price_*` reads what is known about one token (`Inputs`) and returns its `Candidate`;
-`diagnosis.py` picks the verdict from them and `advice.py` words the remedy.
-
-Pure: frozen values in, frozen values out.
+`diagnosis.py` picks the verdict from them and `advice.py` words the remedy. Pure: frozen values in and out.
 """
 
 from __future__ import annotations
@@ -234,6 +232,8 @@ def _host_idle(i: Inputs) -> Candidate:
 
 
 GRAPH_BUSY_PCT = 90.0  # a replayed graph on a GPU this busy: the host's launches are not what the step waits for
+COUNTERS_APART = ("; SM active past GPU busy by {:.1f}% of it: two counters sampled apart, which cannot both hold over "
+                  "the same cycles; read as every SM active while the GPU ran")
 
 
 def price_launch(i: Inputs, floor: float | None) -> tuple[Candidate, float | None]:
@@ -344,7 +344,7 @@ def _occupancy_by_counters(i: Inputs, thr: str, bw_ratio: float | None = None) -
                          "small_grid_kernel_time_pct")
     ratio = i.sm_active_pct / i.gpu_busy_pct
     detail = (f"SM active {i.sm_active_pct:.0f}% vs GPU busy {i.gpu_busy_pct:.0f}% (PM counters; no traced window, "
-              "so no grid dims)")
+              "so no grid dims)" + (COUNTERS_APART.format(100 * (ratio - 1)) if ratio > 1 else ""))
     if i.gpu_busy_pct < 50:
         state = UNKNOWN
         detail += "; the GPU is idle most of the step, so grids are not yet what binds"

@@ -462,3 +462,15 @@ def test_bandwidths_prediction_halves_the_floor_not_the_token():
     assert f"→ ~{after:.3g} ms/token (the {floor:.3g} ms floor halves" in j["predicted_win"]
     assert f"fall by about half its {floor:.3g} ms bandwidth floor, {ms:.3g} → ~{after:.3g}" in j["falsify"]
     assert f"~{ms / 2:.3g}" not in j["predicted_win"] + j["falsify"]
+
+
+def test_sm_active_past_gpu_busy_is_said_as_two_counters_apart():
+    """SM active cannot pass GPU busy over the same cycles: where the two PM counters read so, the OCCUPANCY
+    candidate says they were sampled apart rather than leave a share over 100% unexplained."""
+    from tests.conftest import DATA
+
+    c = json.loads(cli("replay", DATA / "h100_llama_cpp_server8b.dmon", "--json").stdout)["candidates"]["occupancy"]
+    assert c["value"] > 100 and c["state"] == "ruled_out"
+    assert f"SM active past GPU busy by {c['value'] - 100:.1f}% of it: two counters sampled apart" in c["detail"]
+    c = json.loads(cli("replay", REC["graph"], "--json").stdout)["candidates"]["occupancy"]
+    assert "sampled apart" not in c["detail"]
