@@ -64,7 +64,30 @@ def state_of(summary: dict) -> dict:
             "recording": summary.get("recording_sha256"),  # and never two spans of one recording
             # when the span it seals ended (unix s): a state sealed later from an older recording is not a change
             # that came after the ones measured since
-            "measured_unix_s": summary.get("span_end_unix_s")}
+            "measured_unix_s": summary.get("span_end_unix_s"),
+            # what ms_per_token times (a batched engine's marks are steps), the tokens a step made, the KV cache's
+            # type: a grade across two of them says so
+            "clock_unit": summary.get("clock_unit"), "tokens_per_step": summary.get("tokens_per_step"),
+            "kv_dtype": summary.get("bytes_per_token_model_kv_dtype")}
+
+
+def unit_words(before: dict, after: dict | None = None) -> tuple[str, str]:
+    """What each state's ms_per_token is a time of ("ms/token", "ms/step"), as said beside its figure."""
+    return tuple(f"ms/{(st or {}).get('clock_unit') or 'token'}" for st in (before, after or before))
+
+
+def _cautions(before: dict, after: dict) -> list[str]:
+    """What moved between the sealed state and this one besides the change, where a grade still holds them: the
+    tokens a step made, the KV cache's type."""
+    out = []
+    a, b = before.get("tokens_per_step"), after.get("tokens_per_step")
+    if a and b and abs(a - b) > 0.1 * max(a, b):
+        out.append(f"sealed at {a:g} tokens a step, measured at {b:g}: a step's time is shared by its tokens, so it "
+                   "moved with the batch as well as the change")
+    a, b = before.get("kv_dtype"), after.get("kv_dtype")
+    if a and b and a != b:
+        out.append(f"the KV cache was {a}, now {b}: a position's bytes moved with it")
+    return out
 
 
 def with_recording(summary: dict, source) -> dict:
@@ -232,12 +255,19 @@ def grade(pred: dict, summary: dict, now: float | None = None) -> dict:
     reason = _right_reason(pred, before, after)
     g = WRONG if not number else UNMEASURED if reason is None else RIGHT if reason else OTHER
     missed = how_wrong(measured, pred["expect_pct"]) if g == WRONG else None
-    text = (f"{g}{f' ({missed})' if missed else ''}: ms/token {ms0:.4g} → {ms1:.4g} ({measured:+.1f}%, predicted "
+    u0, u1 = unit_words(before, after)
+    moved = f"{u0} {ms0:.4g} → {ms1:.4g}" if u0 == u1 else f"{u0} {ms0:.4g} → {u1} {ms1:.4g}"
+    text = (f"{g}{f' ({missed})' if missed else ''}: {moved} ({measured:+.1f}%, predicted "
             f"{pred['expect_pct']:+.1f}% ± {tol:g}); "
             f"ceiling {before['verdict'].upper()} → {after['verdict'].upper()}")
     if pred.get("then") and after["verdict"] != pred["then"]:
         text += f" (predicted {pred['then'].upper()})"
+    cautions = _cautions(before, after)
+    if cautions:
+        text += "; " + "; ".join(cautions)
     extra = {"how_wrong": missed} if missed else {}
+    if cautions:
+        extra["cautions"] = cautions
     return seal({"kind": "grade", "at": now_iso(now), "source": pred["source"], "prediction": pred_id(pred),
                  "grade": g, **extra, "measured_pct": round(measured, 3), "new_ceiling": after["verdict"],
                  "text": text, "state": after})

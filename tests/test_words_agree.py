@@ -474,3 +474,22 @@ def test_sm_active_past_gpu_busy_is_said_as_two_counters_apart():
     assert f"SM active past GPU busy by {c['value'] - 100:.1f}% of it: two counters sampled apart" in c["detail"]
     c = json.loads(cli("replay", REC["graph"], "--json").stdout)["candidates"]["occupancy"]
     assert "sampled apart" not in c["detail"]
+
+
+def test_a_grade_across_a_batch_or_a_kv_cache_change_says_so_and_times_steps_as_steps(tmp_path):
+    """llama-server at 4 requests a step, graded by its run at 1 with a q8_0 KV cache: the grade says ms/step (the
+    marks are steps), and that the batch and the KV cache moved as well as the change."""
+    from tests.conftest import DATA
+
+    ledger = tmp_path / "l.jsonl"
+    r = cli("predict", DATA / "h100_llama_cpp_server1b_np4.dmon", "--ledger", ledger, "--label", "y",
+            "--change", "graphs", "--expect", "+10%")
+    assert r.returncode == 0 and "2.412 ms/step)" in r.stderr, r.stderr
+    r = cli("grade", DATA / "h100_llama_cpp_server1b_kvq8.dmon", "--ledger", ledger, "--label", "y")
+    assert r.returncode == 0, r.stderr
+    said = r.stdout + r.stderr
+    assert "ms/step 2.412 → 3.21 (+33.1%" in said and "ms/token" not in said
+    assert "sealed at 4 tokens a step, measured at 1: a step's time is shared by its tokens" in said
+    assert "the KV cache was f16, now q8_0" in said
+    entries = [json.loads(ln) for ln in ledger.read_text().splitlines()]
+    assert len(entries[-1]["cautions"]) == 2

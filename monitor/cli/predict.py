@@ -107,8 +107,8 @@ def run(a) -> int:
     binds = ("no ceiling named" if ceiling == "UNKNOWN" else f"{ceiling} named by you" if a.ceiling and
              ceiling != st["verdict"].upper() else f"{ceiling} binds")
     say("predict", f"sealed {ledger.pred_id(entry)} for {label}: {binds} "
-                   f"(measured {st['verdict'].upper()}, {st['ms_per_token']:.4g} ms/token); {a.change} → "
-                   f"{entry['expect_pct']:+.1f}% ± {a.tolerance:g}; in {a.ledger}")
+                   f"(measured {st['verdict'].upper()}, {st['ms_per_token']:.4g} {ledger.unit_words(st)[0]}); "
+                   f"{a.change} → {entry['expect_pct']:+.1f}% ± {a.tolerance:g}; in {a.ledger}")
     if already:  # grade (and the next attach or report) grades the newest open one of the loop
         say("predict", f"{label} has {len(already)} older open prediction{'s' if len(already) > 1 else ''} "
                        f"({', '.join(already)}): the next grade takes this newest one; the older stay open")
