@@ -329,7 +329,7 @@ def test_no_span_of_the_recording_a_prediction_was_sealed_from_grades_it(tmp_pat
         r = cli("report", sealed_on, *args, "-o", "D.md", cwd=tmp_path)
         assert r.returncode == 0 and "this is the recording the prediction was sealed from" in r.stderr
     r = cli("grade", sealed_on, cwd=tmp_path)
-    assert r.returncode == 2 and "this is the recording the prediction was sealed from" in r.stderr
+    assert r.returncode == 3 and "this is the recording the prediction was sealed from" in r.stderr
     assert [e["kind"] for e in ledger.read(tmp_path / ledger.DEFAULT_PATH)[0]] == ["prediction"]
 
 

@@ -40,10 +40,12 @@ def build_parser() -> Parser:
     ap = Parser(prog="decodemon", description="Watch an LLM decode loop on an NVIDIA GPU and name the ceiling "
                                               "that binds the token: BANDWIDTH, OCCUPANCY, LAUNCH or COMM.",
                 epilog="`decodemon VERB --help` for a verb's options. Exit status: 0 ok; 2 bad input (one line: "
-                       "bad arguments, no such pid, a corrupt recording, an output that cannot be written); 3 nothing "
-                       "was measured (the target went away first, a recording with neither tokens nor counters, nothing the figures "
-                       "given could price) or, for grade, no open prediction to grade; 1 what no check foresaw (DECODEMON_DEBUG=1 shows where); 130 "
-                       "interrupted.")
+                       "bad arguments, a file named that is not there (a ledger too), no such pid, a corrupt "
+                       "recording, an output that cannot be written); 3 nothing was measured (the target went away "
+                       "first, a recording with neither tokens nor counters, nothing the figures given could price) "
+                       "or, for grade, no open prediction this run can grade (none open, or the run cannot be held "
+                       "against it: another device, the recording it was sealed from); 1 what no check foresaw "
+                       "(DECODEMON_DEBUG=1 shows where); 130 interrupted.")
     ap.add_argument("--version", action="version", version=f"decodemon {VERSION}")
     sub = ap.add_subparsers(dest="command", parser_class=Parser, metavar="VERB")
     for verb in VERBS:

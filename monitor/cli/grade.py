@@ -48,6 +48,9 @@ def run(a) -> int:
             return 3
         g = ledger.grade(todo[-1], summary)
         ledger.append(a.ledger, g)
+    except ledger.NotGraded as exc:  # the run measured, but cannot be held against the prediction: it stays open
+        say("grade", str(exc))
+        return 3
     except ledger.LedgerError as exc:
         raise UsageError(f"decodemon grade: {exc}") from None
     # the sentence goes beside --json's document, not into it (as predict's does)
