@@ -493,3 +493,21 @@ def test_a_grade_across_a_batch_or_a_kv_cache_change_says_so_and_times_steps_as_
     assert "the KV cache was f16, now q8_0" in said
     entries = [json.loads(ln) for ln in ledger.read_text().splitlines()]
     assert len(entries[-1]["cautions"]) == 2
+
+
+def test_compare_names_two_instruments_for_bytes_and_floors_priced_at_two_bandwidths():
+    """A ratio of measured bytes over the model's says it holds two instruments, as the GPU busy ratio does; two
+    floors priced at two bandwidths (a spec peak, a measured copy) are named in `differ`."""
+    from tests.conftest import BUNDLED, DATA
+
+    r = cli("compare", BUNDLED / "h100_eager.dmon", REC["eager"], "--json")
+    j = json.loads(r.stdout)
+    assert j["a"]["bytes_per_token_measured"] and not j["b"]["bytes_per_token_measured"]
+    assert ("A's are the DRAM counters' (measured), B's the model's weights + KV: two instruments"
+            in j["b_over_a_of"]["bytes_per_token"])
+    r = cli("compare", DATA / "h100_llama_cpp_server1b_kvq8.dmon", DATA / "h100_llama_cpp_server1b_np4.dmon", "--json")
+    j = json.loads(r.stdout)
+    bw = j["differ"]["bandwidth"]
+    assert f"A's floor is priced at {j['a']['bandwidth_gbs']:.4g} GB/s ({j['a']['bandwidth_source']})" in bw
+    assert "the floor's bandwidth differs: A's floor is priced at" in r.stderr
+    assert "bandwidth" not in j["b_over_a_of"]["ms_per_token"]  # no ratio divides by it

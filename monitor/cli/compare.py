@@ -39,8 +39,8 @@ def add(sub) -> None:
                    help="print both summaries, each over its whole recording or the seconds watched, and the ratios "
                         "B/A (ms/token: of each clock's ms, a median or a counted clock's mean; tokens/s: of the means); "
                         "`differ` says where the model, "
-                        "the TP degree, the device, the KV cache type, the batch or the clock is not the same, or A "
-                        "and B are one source")
+                        "the TP degree, the device, the KV cache type, the batch, the clock or the bandwidth the "
+                        "floors are priced at is not the same, or A and B are one source")
     add_seconds(p, None, f"pids: seconds to watch (app: until q; --json: {JSON_SECONDS:g}, all of them summarised)")
     add_last(p, "each summary")
     p.add_argument("--speed", type=bounded("--speed", 0, 1000), default=None,
@@ -55,7 +55,7 @@ def add(sub) -> None:
 
 # what each of `differ`'s keys names, in words ("source": A and B are one, said whole)
 DIFFER_NAMES = {"model": "model", "tp": "TP degree", "device": "device", "kv": "KV cache type", "batch": "batch",
-                "clock": "clock"}
+                "clock": "clock", "bandwidth": "floor's bandwidth"}
 
 
 def _apart_words(apart: dict) -> str:
@@ -64,6 +64,25 @@ def _apart_words(apart: dict) -> str:
         return "A and B are one source, so it is 1 by construction"
     names = [DIFFER_NAMES.get(k, k) for k in apart]
     return f"the {' and the '.join(names)} {'differ' if len(names) > 1 else 'differs'} between A and B"
+
+
+def _bytes_source(j: dict) -> str | None:
+    """Whose bytes a summary's bytes_per_token are: the DRAM counters', the model's, or None without a figure."""
+    if j.get("bytes_per_token_measured"):
+        return "the DRAM counters' (measured)"
+    return "the model's weights + KV" if j.get("bytes_per_token") else None
+
+
+def _floors_apart(ja: dict, jb: dict) -> str | None:
+    """Where A's and B's bandwidth floors are priced at two bandwidths (two sources, or one source 5% apart)."""
+    a, b = ja.get("bandwidth_gbs"), jb.get("bandwidth_gbs")
+    if not a or not b:
+        return None
+    sa, sb = ja.get("bandwidth_source") or "?", jb.get("bandwidth_source") or "?"
+    if sa == sb and abs(a - b) <= 0.05 * max(a, b):
+        return None
+    return (f"A's floor is priced at {a:.4g} GB/s ({sa}), B's at {b:.4g} GB/s ({sb}): each side's × floor figures "
+            "are against its own bandwidth")
 
 
 def _ratio(b, a):
@@ -92,9 +111,16 @@ def compare_json(snap_a, snap_b, same_source: bool = False) -> dict:
         of["gpu_busy_pct"] += (f" (A from {src_a or 'no instrument: no GPU busy figure'}, "
                                f"B from {src_b or 'no instrument: no GPU busy figure'}"
                                + (": two instruments)" if src_a and src_b else ")"))
+    bytes_a, bytes_b = (_bytes_source(j) for j in (ja, jb))
+    if bytes_a != bytes_b:  # one side measured, the other the model's: the ratio holds two instruments
+        of["bytes_per_token"] += (f" (A's are {bytes_a or 'not known'}, B's {bytes_b or 'not known'}"
+                                  + (": two instruments)" if bytes_a and bytes_b else ")"))
     apart = differences(snap_a, snap_b, same_source)
     if apart is not None:  # each ratio then measures a change of model or device as well as of code
         of = {k: f"{v}; {_apart_words(apart)}" for k, v in of.items()}
+    floors = _floors_apart(ja, jb)
+    if floors:  # no ratio divides by it, but each side's × floor figures are against its own bandwidth
+        apart = {**(apart or {}), "bandwidth": floors}
     # a loop of one sequence has no throughput figure of its own: its tokens/s is every request's tokens a second.
     # compare's own key gives each side's as the ratio divides it (never a ratio of two nulls); each side's summary
     # stays as `replay --json` prints it
@@ -138,8 +164,8 @@ def run(a) -> int:
             return empty
         out = compare_json(*snaps, same_source=same_source(a.a, a.b))
         for what, why in (out["differ"] or {}).items():  # said where a reader of the ratios looks first, too
-            say("compare", why if what == "source" else
-                f"the {DIFFER_NAMES.get(what, what)} differs: {why}; the ratios B/A hold that difference too")
+            say("compare", why if what == "source" else f"the floor's bandwidth differs: {why}" if what == "bandwidth"
+                else f"the {DIFFER_NAMES.get(what, what)} differs: {why}; the ratios B/A hold that difference too")
         print_json(out)
         return 0
     live_probe(a, "compare", [a.a, a.b])  # a probe option on two recordings: refused, not dropped
