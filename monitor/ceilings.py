@@ -82,6 +82,7 @@ class Inputs:
     kernels_per_token: float | None = None
     bytes_per_token: float | None = None
     bandwidth_gbs: float | None = None
+    bandwidth_source: str = ""  # whose bandwidth_gbs is ("NVML peak (...)", "measured copy (...)"): named beside it
     collectives_per_token: float | None = None
     us_per_collective: float | None = None  # one call's price: its kernel when not waiting for a peer + launch gap
     collective_wait_ms_per_token: float | None = None  # kernels' time beyond that: waiting for a late peer
@@ -150,15 +151,14 @@ def price_bandwidth(i: Inputs) -> tuple[Candidate, float | None]:
     if not (i.ms_per_token and i.bytes_per_token and i.bandwidth_gbs):
         if i.dram_gbs and i.bandwidth_gbs:
             return _bandwidth_from_dram(i, thr), None
-        return Candidate(None, "× floor", thr, UNKNOWN, _needs(("ms/token", i.ms_per_token),
-                                                              ("bytes/token", i.bytes_per_token),
-                                                              ("bandwidth", i.bandwidth_gbs)),
-                         "ms_per_token_over_floor"), None
+        needs = _needs(("ms/token", i.ms_per_token), ("bytes/token", i.bytes_per_token), ("bandwidth", i.bandwidth_gbs))
+        return Candidate(None, "× floor", thr, UNKNOWN, needs, "ms_per_token_over_floor"), None
     floor = bandwidth_floor_ms(i.bytes_per_token, i.bandwidth_gbs)
     ratio = i.ms_per_token / floor
     state = BINDING if ratio <= BANDWIDTH_BINDING_RATIO else RULED_OUT if ratio >= BANDWIDTH_RULED_OUT_RATIO else UNKNOWN
     ceiling_tps = 1e3 / floor
-    detail = (f"floor {floor:.3g} ms/token ({i.bytes_per_token / 1e9:.3g} GB ÷ {i.bandwidth_gbs:.4g} GB/s, "
+    whose = f" {i.bandwidth_source.split(' (')[0]}" if i.bandwidth_source else ""  # its source's short name
+    detail = (f"floor {floor:.3g} ms/token ({i.bytes_per_token / 1e9:.3g} GB ÷ {i.bandwidth_gbs:.4g} GB/s{whose}, "
               f"a {ceiling_tps:.4g} tok/s ceiling); the token's {i.ms_per_token:.4g} ms is {said(ratio)}× the floor"
               + _rate_words(i) + _depth_words(i))
     return Candidate(ratio, "× floor", thr, state, detail, "ms_per_token_over_floor"), floor

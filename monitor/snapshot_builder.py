@@ -300,7 +300,7 @@ class SnapshotBuilder:
         inp = dx.Inputs(
             ms_per_token=ts.ms_per_token if ts else None, ms_kind=clock_kind(self._clock),
             kernels_per_token=_median([w.kernels_per_token for w in wins]) if wins else None,
-            bytes_per_token=bpt, bandwidth_gbs=bw,
+            bytes_per_token=bpt, bandwidth_gbs=bw, bandwidth_source=bw_src,
             collectives_per_token=coll_calls, us_per_collective=coll_us, collective_wait_ms_per_token=coll_wait,
             comm_source=comm_source,
             kernel_sum_ms_per_token=ksum, kernel_busy_ms_per_token=kbusy,

@@ -511,3 +511,17 @@ def test_compare_names_two_instruments_for_bytes_and_floors_priced_at_two_bandwi
     assert f"A's floor is priced at {j['a']['bandwidth_gbs']:.4g} GB/s ({j['a']['bandwidth_source']})" in bw
     assert "the floor's bandwidth differs: A's floor is priced at" in r.stderr
     assert "bandwidth" not in j["b_over_a_of"]["ms_per_token"]  # no ratio divides by it
+
+
+def test_the_floor_names_whose_bandwidth_it_divides_by():
+    """One card's recordings price floors at a spec peak or a measured copy: the BANDWIDTH detail names which, and
+    the report says the model's bytes are at the latest depth reported."""
+    from tests.conftest import DATA
+
+    for path, word in ((DATA / "h100_llama_cpp_server1b_kvq8.dmon", "NVML peak"),
+                       (DATA / "h100_llama_cpp_server1b_np4.dmon", "measured copy")):
+        j = json.loads(cli("replay", path, "--json").stdout)
+        assert j["bandwidth_source"].startswith(word)
+        assert f"÷ {j['bandwidth_gbs']:.4g} GB/s {word}, a " in j["candidates"]["bandwidth"]["detail"], path.name
+    md = cli("report", DATA / "h100_llama_cpp_server1b_kvq8.dmon").stdout
+    assert "KV at depth 60112, the latest reported)" in md

@@ -257,7 +257,7 @@ def test_the_timeline_shows_no_share_for_a_lateness_json_calls_not_measured():
 def test_the_report_gives_a_tokens_bytes_measured_beside_the_models_in_the_caches_type():
     md = diagnosis_markdown(summary_snapshot(collect_recording(str(DATA / "h100_llama_cpp_server1b_kvq8.dmon"))))
     assert ("- bytes a token: 3.088 GB measured (PM DRAM over the tokens counted), the model's 3.125 GB "
-            "(weights + q8_0 KV at depth 60112)") in md
+            "(weights + q8_0 KV at depth 60112, the latest reported)") in md
     md = diagnosis_markdown(summary_snapshot(collect_recording(str(DATA / "h100_llama_cpp_server1b_np4.dmon"))))
     j = _json("h100_llama_cpp_server1b_np4.dmon")  # a step's ÷ its tokens, as --json's bytes_per_token_measured
     assert f"- bytes a token: {j['bytes_per_token_measured'] / 1e9:.3f} GB measured" in md

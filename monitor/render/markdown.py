@@ -134,7 +134,7 @@ def _figures(s: Snapshot) -> list[str]:
     measured, model = token_bytes(s)
     if measured or model:  # a token's bytes, both figures where both came (a batched step's are in --json)
         kv = s.model.kv_dtype if s.model is not None else None
-        priced = (f"weights + {kv + ' ' if kv else ''}KV at depth {s.depth}" if s.depth else
+        priced = (f"weights + {kv + ' ' if kv else ''}KV at depth {s.depth}, the latest reported" if s.depth else
                   "weights alone, no KV depth reported")
         priced = f" ({priced}" + (f"; a step's ÷ its {tps:g} tokens)" if tps != 1.0 else ")")
         out.append("- bytes a token: " + ", ".join(

@@ -69,7 +69,8 @@ class HeaderPanel(Redraw, Static):
         measured, model_b = token_bytes(s)  # a token's, a batched engine's step's ÷ its tokens
         if measured and model_b:  # the DRAM counters' bytes a token beside the model's own (both a token's)
             self._append_whole(t, "  ", f"{measured / 1e9:.3g} GB/token measured (PM DRAM), the model's "
-                               f"{model_b / 1e9:.3g}", width, style="dim")
+                               f"{model_b / 1e9:.3g}" + (f" at depth {s.depth}, the latest" if s.depth else ""),
+                               width, style="dim")
         if s.ended:
             t.append(f"\n■ {s.ended} (last data kept)", style="bold red")
         if s.rejected_frames:
