@@ -194,7 +194,7 @@ async def _help_scrolls():
     from decodemon.monitor.widgets.help_screen import HELP
 
     assert "↑ ↓, PgUp PgDn, Home End scroll it" in HELP
-    assert "(not the OCCUPANCY ceiling,\n               which is the grid against the SMs)" in HELP  # the warps sentence ends
+    assert "not the OCCUPANCY ceiling, the grid against the SMs)" in HELP  # the warps sentence ends
     app = _app(DATA / "h200_eager.dmon", 10.0)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press("question_mark")
