@@ -127,7 +127,8 @@ def _margin(a: dict, b: dict) -> str:
                 f"{_missing_at(a, b, bwa, bwb)}, so whether depth consumes bandwidth here is not measured; "
                 f"{_at_deepest(deep)}")
     cost = bandwidth_floor_ms(bpb, bwb) - bandwidth_floor_ms(bpa, bwa)
-    bw = (f"{bwb:.4g} GB/s" if abs(bwb - bwa) <= 0.005 * bwa else
+    whose = (b.get("bandwidth_source") or "").split(" (")[0]  # the floor's bandwidth, by its source's short name
+    bw = ((f"the {whose}'s " if whose else "") + f"{bwb:.4g} GB/s" if abs(bwb - bwa) <= 0.005 * bwa else
           f"{bwa:.4g} GB/s at depth {a['depth']:,} and {bwb:.4g} GB/s at {b['depth']:,}")
     if cost <= 0 or rise < MARGINAL_FLAT * cost:
         return (f"{moved} is under {MARGINAL_FLAT:.0%} of what {extra} costs at {bw} ({max(cost, 0.0):.2g} ms), "

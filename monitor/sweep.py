@@ -92,7 +92,7 @@ def point_of(summary: dict, bands: list[dict], name: str, depth: int, model=None
             "bytes_source": bytes_source(summary), "bytes_per_token_measured": measured,
             # the weights alone, which every token reads once (None without the engine's facts)
             "weight_bytes": int(model.weight_bytes) if model is not None else None,
-            "bandwidth_gbs": summary.get("bandwidth_gbs"),
+            "bandwidth_gbs": summary.get("bandwidth_gbs"), "bandwidth_source": summary.get("bandwidth_source"),
             "kernels_past_step": summary.get("kernels_past_step"),
             "verdict": verdict, "ceiling_value": cand.get("value"), "ceiling_unit": cand.get("unit", ""),
             "ceiling_detail": cand.get("detail", ""), "tokens": (summary.get("span") or {}).get("tokens"),
