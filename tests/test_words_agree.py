@@ -525,3 +525,16 @@ def test_the_floor_names_whose_bandwidth_it_divides_by():
         assert f"÷ {j['bandwidth_gbs']:.4g} GB/s {word}, a " in j["candidates"]["bandwidth"]["detail"], path.name
     md = cli("report", DATA / "h100_llama_cpp_server1b_kvq8.dmon").stdout
     assert "KV at depth 60112, the latest reported)" in md
+
+
+def test_where_pm_over_the_traced_tokens_agrees_with_the_kernels_the_spans_average_is_what_stands_apart():
+    """PM's GPU busy over the span against the traced kernels' share: where PM itself, over the traced tokens,
+    reads what the kernels do, the words blame neither instrument but the span's average."""
+    from decodemon.monitor.analysis.agreement import busy_disagreement
+    from tests.conftest import DATA
+
+    j = json.loads(cli("replay", DATA / "h200_tp2_eager_rank0.dmon", "--json").stdout)
+    near = j["pm_vs_window"]["pm_gpu_busy_pct"]
+    assert f"over the traced tokens PM itself read {near:.1f}%, as the kernels do" in j["busy_sources_disagree"]
+    assert "stretched by CUPTI" not in j["busy_sources_disagree"]
+    assert "stretched by CUPTI" in busy_disagreement(63.0, 8.0)  # without that check, the reasons as before

@@ -14,15 +14,21 @@ from decodemon.monitor.token_clock import clock_kind
 FLAG_RATIO = 1.5
 
 
-def busy_disagreement(pm_busy_pct: float | None, traced_share_pct: float | None) -> str | None:
+def busy_disagreement(pm_busy_pct: float | None, traced_share_pct: float | None, pm_check=None) -> str | None:
     """One line when PM's GPU busy and the traced kernels' share of the step are more than FLAG_RATIO apart, with
-    the likely reason; None when they agree or one is missing."""
+    the likely reason; None when they agree or one is missing. `pm_check` (Snapshot.pm_check): PM's own busy over
+    the traced tokens; where it agrees with the kernels, PM's average over the span is what stands apart."""
     if pm_busy_pct is None or traced_share_pct is None or pm_busy_pct <= 0 or traced_share_pct <= 0:
         return None
     hi, lo = max(pm_busy_pct, traced_share_pct), min(pm_busy_pct, traced_share_pct)
     if hi / lo <= FLAG_RATIO:
         return None
-    if pm_busy_pct > traced_share_pct:
+    near = getattr(pm_check, "pm_busy_pct", None)
+    if near and max(near, traced_share_pct) / min(near, traced_share_pct) <= FLAG_RATIO:
+        why = (f"over the traced tokens PM itself read {near:.1f}%, as the kernels do, so the span's average is what "
+               f"stands apart: the GPU was {'busier' if pm_busy_pct > near else 'idler'} outside the traced window "
+               "(another process, or a loop that changed over the span)")
+    elif pm_busy_pct > traced_share_pct:
         why = ("the traced step is stretched by CUPTI's own cost, its marks were made ahead of the GPU (its kernels "
                "ran after them), or another process keeps the GPU busy (PM counts the whole device)")
     else:

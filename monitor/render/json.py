@@ -132,7 +132,7 @@ def _busy_json(s: Snapshot) -> dict:
         "dram_pct": round(s.pm["dram_pct"], 1) if s.pm else None,
         # DRAM bytes read + written a second over the span's PM samples (device-wide)
         "dram_gbs": _r(s.inputs.dram_gbs, 1) if s.inputs is not None else None,
-        "busy_sources_disagree": busy_disagreement(s.pm["gpu_busy_pct"] if s.pm else None, s.kernel_share_pct),
+        "busy_sources_disagree": busy_disagreement(s.pm["gpu_busy_pct"] if s.pm else None, s.kernel_share_pct, s.pm_check),
     }
 
 

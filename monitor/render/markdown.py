@@ -55,7 +55,7 @@ def _busy(s: Snapshot) -> list[str]:
     if s.gpu_busy_pct is not None:
         out.append(f"- GPU busy {s.gpu_busy_pct:.0f}% from {s.busy_source}")
     past = kernels_past_step(s)
-    apart = busy_disagreement(s.pm.get("gpu_busy_pct"), s.kernel_share_pct) if s.pm and not past else None
+    apart = busy_disagreement(s.pm.get("gpu_busy_pct"), s.kernel_share_pct, s.pm_check) if s.pm and not past else None
     out += [f"- ⚠ {flag}" for flag in (past, apart) if flag]
     if s.pm:
         out.append(f"- SM active {s.pm['sm_active_pct']:.0f}%, DRAM {s.pm['dram_pct']:.1f}% of peak "

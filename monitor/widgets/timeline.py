@@ -140,7 +140,7 @@ class TimelinePanel(Panel):
             waited = bool(i) and peer_wait_named(i.collective_wait_ms_per_token, i.ms_per_token)
             t.append(f" · kernel share {s.kernel_share_pct:.0f}% of the step (traced"
                      + ("; NCCL waiting for a peer counted as idle)" if waited else ")"), style="dim")
-            apart = busy_disagreement(s.pm.get("gpu_busy_pct"), s.kernel_share_pct)
+            apart = busy_disagreement(s.pm.get("gpu_busy_pct"), s.kernel_share_pct, s.pm_check)
             if apart:
                 t.append(f"\n⚠ {apart}", style="yellow")
         t.append("\nidle gaps: ")
