@@ -171,7 +171,7 @@ def _rate_words(i: Inputs) -> str:
     kind = f" {i.ms_kind}" if i.ms_kind else ""
     out = f"; {i.bytes_per_token / 1e9:.3g} GB in the {i.ms_per_token:.4g} ms{kind} token is {rate:.4g} GB/s"
     if i.dram_gbs:
-        return out + f" (DRAM moved {i.dram_gbs:.4g} GB/s on average, PM counters)"
+        return out + f" (DRAM moved {i.dram_gbs:.4g} GB/s on average, PM's byte counters: dram_gbs)"
     return out + (" (the model's bytes: no DRAM counters)" if i.ms_kind else " (the figures given)")
 
 

@@ -72,18 +72,26 @@ def state_of(summary: dict) -> dict:
 
 
 def unit_words(before: dict, after: dict | None = None) -> tuple[str, str]:
-    """What each state's ms_per_token is a time of ("ms/token", "ms/step"), as said beside its figure."""
-    return tuple(f"ms/{(st or {}).get('clock_unit') or 'token'}" for st in (before, after or before))
+    """What each state's ms_per_token is a time of ("ms/token", "ms/step"), as said beside its figure; a state
+    sealed before the unit was (an older entry) is taken to be in the other's."""
+    after = after or before
+    a, b = before.get("clock_unit"), after.get("clock_unit")
+    return f"ms/{a or b or 'token'}", f"ms/{b or a or 'token'}"
+
+
+def _per_step(st: dict) -> float | None:
+    """The tokens a step of `st` made: a loop of one sequence's mark is one token."""
+    return st.get("tokens_per_step") or (1.0 if st.get("clock_unit") == "token" else None)
 
 
 def _cautions(before: dict, after: dict) -> list[str]:
     """What moved between the sealed state and this one besides the change, where a grade still holds them: the
     tokens a step made, the KV cache's type."""
     out = []
-    a, b = before.get("tokens_per_step"), after.get("tokens_per_step")
+    a, b = _per_step(before), _per_step(after)
     if a and b and abs(a - b) > 0.1 * max(a, b):
-        out.append(f"sealed at {a:g} tokens a step, measured at {b:g}: a step's time is shared by its tokens, so it "
-                   "moved with the batch as well as the change")
+        out.append(f"sealed at {a:g} token{'s' if a != 1 else ''} a step, measured at {b:g}: a step's time is "
+                   "shared by its tokens, so it moved with the batch as well as the change")
     a, b = before.get("kv_dtype"), after.get("kv_dtype")
     if a and b and a != b:
         out.append(f"the KV cache was {a}, now {b}: a position's bytes moved with it")

@@ -185,7 +185,7 @@ class AttachLoop:
         if self.ev is not None:
             self.ev.add("prepare", prep_ns)
         self.open_after = self.tokens() + (lead if prep_ns else 0)
-        s.finalize_off_loop = policy.finalize_off_loop(PROCESS.graph_kernels_seen, PROCESS.engine_cuda_graphs)
+        s.finalize_off_loop = self._finalize_here()
         self._check_window_open()
 
     def _check_window_open(self) -> None:
@@ -244,7 +244,9 @@ class AttachLoop:
         except Exception as exc:
             win = None
             s.errors.append(f"trace collect: {type(exc).__name__}: {exc}")
-        if finalize:
+        if finalize and win is None:  # what the window held is not known: the decode thread's boundary finalizes
+            s.pending_detach = s.tracer
+        elif finalize:
             self._finalize_window(s.tracer)
         if self.ev is not None and win is not None:
             ln = getattr(s.tracer, "last_ns", {})
@@ -252,13 +254,23 @@ class AttachLoop:
                         *(ln.get(k, -1) for k in ("open", "flush", "finalize")))
         s.note_step("collect", t0)
 
+    @staticmethod
+    def _finalize_here() -> bool:
+        """policy.finalize_off_loop with what this process has shown: graph kernels in a window, graph replays the
+        adapter saw, the engine's word, PyTorch graph pools (checked at most every POOL_CHECK_S)."""
+        import sys
+
+        pools = policy._pools_cached(sys.modules)
+        return policy.finalize_off_loop(PROCESS.graph_kernels_seen or PROCESS.graph_replays_seen or pools,
+                                        PROCESS.engine_cuda_graphs)
+
     def _finalize_window(self, tr) -> None:
         """CUPTI finalized here, for a token window the decode thread closed and flushed; once this process has
         shown CUDA-graph kernels (this window's included), the decode thread's next boundary makes it instead."""
         s = self.session
         if tr is None or not getattr(tr, "initialised", False):
             return
-        if PROCESS.graph_kernels_seen:
+        if not self._finalize_here():  # graphs seen since the window was asked for (this window's kernels too)
             s.pending_detach = tr  # session.on_token: finalized at the next boundary, on the decode thread
             return
         cpu0 = time.thread_time()
@@ -310,6 +322,7 @@ class AttachLoop:
         t0 = s.replay_t0
         log, s.replay_log = s.replay_log, []  # the decode thread appends to whichever list it finds
         n = len(log)
+        PROCESS.graph_replays_seen = PROCESS.graph_replays_seen or n > 0
         if not n or self.shipped:
             return
         graphs = policy.replays_per_step(log)

@@ -16,6 +16,9 @@ class ProcessFacts:
     # Has a traced window of this process seen CUDA-graph kernels? Sticky: from then on every window keeps its
     # guard token, even one whose previous window happened to see none (policy.guard_for_window).
     graph_kernels_seen: bool = False
+    # Has the cuda_graphs adapter seen this process replay a CUDA graph (session.replay_log)? Sticky too: from then on
+    # a token window's CUPTI is finalized on the decode thread (policy.finalize_off_loop)
+    graph_replays_seen: bool = False
     # What the engine says (engine_adapter.report_cuda_graphs): False = it never replays CUDA graphs, so an
     # attach's first window can trace one token without a guard; None = not said, and the first window guards.
     engine_cuda_graphs: bool | None = None

@@ -78,11 +78,20 @@ class Agent:
         self.thread.start()
 
     def shutdown(self) -> None:
-        """At exit: disarm the session (its next boundary leaves CUPTI) and remove the socket."""
+        """At exit: disarm the session (its next boundary leaves CUPTI) and remove the socket. A window already
+        closed whose CUPTI waits for the agent's finalize (or for a boundary that will not come) is finalized here,
+        on the exiting thread, once any finalize under way has ended."""
         s = ACTIVE.session
         ACTIVE.session = None
         if s is not None:
             s.closing = True
+            for tr in {id(t): t for t in (getattr(s, "tracer", None), getattr(s, "pending_detach", None))
+                       if t is not None}.values():
+                if getattr(tr, "initialised", False) and not getattr(tr, "active", False):
+                    try:
+                        tr.detach()  # under the tracer's lock: after the agent's, never beside it
+                    except Exception:
+                        pass
         self.home.close()
 
     def _door(self) -> None:

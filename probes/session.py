@@ -211,9 +211,12 @@ class Session:
         if self.closing:
             self.finish()
             return
-        if self.pending_detach is not None:  # a stalled earlier session's tracer (see Closer)
-            old, self.pending_detach = self.pending_detach, None
-            detach_tracer(old, self.errors)
+        if self.pending_detach is not None:  # a stalled earlier session's tracer (see Closer), or a window's the
+            # agent handed back (it showed graphs): cleared once finalized, so no start-up is made meanwhile
+            t0 = time.perf_counter_ns()
+            detach_tracer(self.pending_detach, self.errors)
+            self.pending_detach = None
+            self.note_step("window", t0)  # the decode thread's time, billed to the observer
         if self.decode_tid is None:
             self.decode_tid = threading.get_native_id()  # the thread that marks tokens: the decode thread
         coll = None

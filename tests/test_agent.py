@@ -741,6 +741,65 @@ def test_an_eager_process_window_is_finalized_by_the_agent_once_its_records_are_
     theirs.close()
 
 
+@pytest.mark.parametrize("why", ["replays", "engine", "collect_fails"])
+def test_a_window_whose_process_showed_graphs_or_whose_records_were_not_read_is_finalized_by_the_decode_thread(
+        monkeypatch, why):
+    """The agent finalizes an eager window only where nothing says graphs replay: graph replays the adapter saw
+    since the window was asked for, the engine's word given meanwhile, or a collect that failed (what the window
+    held is not known) hand the finalize to the decode thread's next boundary, billed to the observer there."""
+    import threading
+
+    monkeypatch.setattr(PROCESS, "graph_kernels_seen", False)
+    monkeypatch.setattr(PROCESS, "graph_replays_seen", False)
+    monkeypatch.setattr(PROCESS, "engine_cuda_graphs", None)
+    monkeypatch.setattr(PROCESS, "windows_in_process", 1)
+    tr = _fake_tracer()
+    s = sess.Session(wire.Attach(window_tokens=1), tr)
+    mine, theirs = socket.socketpair()
+    loop = attach_loop.AttachLoop(mine, wire.StreamReader(), s, {}, None)
+    s.finalize_off_loop = True
+    s.want_window = True
+    for i in range(3):
+        s.on_token(i)
+    assert tr.initialised and s.window_ready.is_set()
+    if why == "replays":
+        s.replay_log.append(7)  # the cuda_graphs adapter saw a replay; the agent's next ship takes it
+        loop._ship_replays()
+        assert PROCESS.graph_replays_seen
+    elif why == "engine":
+        monkeypatch.setattr(PROCESS, "engine_cuda_graphs", True)
+    else:
+        monkeypatch.setattr(tr, "collect", lambda *a, **k: (_ for _ in ()).throw(MemoryError("no room")))
+    th = threading.Thread(target=loop._collect_token_window, args=(time.monotonic(),), name="decodemon-session")
+    th.start()
+    th.join(10)
+    assert tr.initialised and s.pending_detach is tr and "finalize" not in [n for n, _ in tr._c.calls]
+    steps = len(s.observer)
+    s.on_token(3)  # the next boundary: finalized here, on the decode thread, and billed
+    assert tr._c.calls[-1] == ("finalize", threading.current_thread().name) and not tr.initialised
+    assert s.pending_detach is None and len(s.observer) == steps + 1
+    mine.close()
+    theirs.close()
+
+
+def test_at_exit_a_closed_windows_cupti_waiting_for_its_finalize_is_finalized(monkeypatch):
+    """The process exits with a window closed and its finalize still to come (the agent's, or a boundary that will
+    not come): the agent's shutdown finalizes it on the exiting thread."""
+    tr = _fake_tracer()
+    s = sess.Session(wire.Attach(window_tokens=1), tr)
+    s.finalize_off_loop = True
+    s.want_window = True
+    for i in range(3):
+        s.on_token(i)
+    assert tr.initialised and not tr.active
+    a = server.Agent.__new__(server.Agent)  # its shutdown alone: no socket of its own
+    a.home = type("Home", (), {"close": lambda self: None})()
+    monkeypatch.setattr(sess.ACTIVE, "session", s)
+    a.shutdown()
+    assert not tr.initialised and tr._c.calls[-1][0] == "finalize" and s.closing
+    assert sess.ACTIVE.session is None
+
+
 def test_no_start_up_while_an_earlier_attachs_finalize_is_still_due(monkeypatch):
     """A stalled loop left the last attach's tracer to be finalized at the next boundary; a start-up made now would
     be finalized with it, so the window's open() makes its own."""

@@ -342,3 +342,14 @@ def test_grade_names_the_label_it_looked_for_and_the_labels_open(tmp_path, capsy
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"in {path}; open ones are for my loop" in err[0]
     assert [e["kind"] for e in ledger.read(path)[0]] == ["prediction"]  # nothing graded
+
+
+def test_a_grade_from_one_token_a_step_to_a_batch_says_so_and_an_older_state_takes_the_others_unit(eager):
+    """A loop of one sequence graded by its batched run: the batch caution is said (a token's mark is one token a
+    step); a state sealed before the clock's unit was keeps the other side's unit, not a unit change."""
+    before = {**ledger.state_of(eager), "clock_unit": "token", "tokens_per_step": None}
+    after = {**before, "clock_unit": "step", "tokens_per_step": 8.0, "ms_per_token": before["ms_per_token"] * 0.9}
+    assert any("sealed at 1 token a step, measured at 8" in c for c in ledger._cautions(before, after))
+    older = {k: v for k, v in before.items() if k not in ("clock_unit", "tokens_per_step")}
+    assert ledger.unit_words(older, after) == ("ms/step", "ms/step")
+    assert ledger.unit_words(before, after) == ("ms/token", "ms/step")

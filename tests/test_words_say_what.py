@@ -31,7 +31,7 @@ def test_bandwidths_rate_is_named_as_the_median_tokens_beside_the_dram_counters_
     detail, i = j["candidates"]["bandwidth"]["detail"], j
     rate = i["bytes_per_token"] / (i["ms_per_token"] * 1e-3) / 1e9
     assert f"in the {i['ms_per_token']:.4g} ms median token is {rate:.4g} GB/s" in detail
-    moved = float(re.search(r"\(DRAM moved ([\d.]+) GB/s on average, PM counters\)", detail).group(1))
+    moved = float(re.search(r"\(DRAM moved ([\d.]+) GB/s on average, PM's byte counters: dram_gbs\)", detail).group(1))
     assert moved == pytest.approx(i["dram_gbs"], rel=1e-3) and abs(moved - rate) > 1  # two rates, both named
     assert "achieved" not in detail
     plain = _json("h200_eager.dmon")["candidates"]["bandwidth"]["detail"]  # no PM: the model's bytes, said so
@@ -370,7 +370,7 @@ def test_a_batched_engines_dram_check_says_its_rate_is_a_steps_bytes_times_steps
     j = _json("h100_llama_cpp_server1b_np4.dmon")
     c = j["dram_check"]
     assert c["of"].startswith("bytes_per_step_measured × tokens_per_s (steps a second): the DRAM byte counters'")
-    assert c["of"].endswith("it does not check the token clock")
+    assert c["of"].endswith("it checks neither the token clock nor bytes_per_token")
     assert c["bytes_x_tokens_per_s_gbs"] == pytest.approx(j["bytes_per_step_measured"] * j["tokens_per_s"] / 1e9, abs=0.1)
     assert c["bytes_x_tokens_per_s_gbs"] == pytest.approx(
         j["bytes_per_token_measured"] * j["throughput_tokens_per_s"] / 1e9, rel=1e-3)

@@ -18,6 +18,10 @@ from decodemon.monitor.analysis.names import NAME_WHOLE, is_collective_kernel, k
 from decodemon.monitor.analysis.records import TracedRecords
 
 SMALL_GRID_FRACTION = 0.25  # a hot kernel whose grid covers under 25% of the SMs
+# what a kernel row's occupancy_pct is, said beside the rows in --json
+KERNELS_NOTE = ("occupancy_pct is the warp occupancy a kernel's block size, registers and shared memory allow an SM: a "
+                "limit, with blocks enough to fill it; a grid with fewer blocks than SMs keeps one block on each SM "
+                "it reaches, fewer warps than that (grid_coverage_pct: the share of SMs it reaches)")
 
 
 @dataclass(frozen=True)

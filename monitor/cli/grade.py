@@ -30,7 +30,7 @@ add = add_parser
 
 def run(a) -> int:
     """Measure, grade, append, print the grade; exit 2 when there is no ledger at all, 3 when it holds no open
-    prediction for the loop."""
+    prediction for the loop or this run cannot be held against it (ledger.NotGraded: it stays open)."""
     live_seconds(a, "grade", [a.source], None)  # --seconds on a recording: said before the ledger is read
     try:
         if not os.path.lexists(a.ledger):  # no ledger is a wrong path, not a loop with nothing measured

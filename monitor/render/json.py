@@ -6,6 +6,7 @@ import math
 from typing import TYPE_CHECKING
 
 from decodemon.monitor.analysis.agreement import busy_disagreement, kernels_past_step
+from decodemon.monitor.analysis.kernels import KERNELS_NOTE
 from decodemon.monitor.ceilings import own_kernel_ms
 from decodemon.monitor.render.text import in_marks, unit
 from decodemon.monitor.rolling import headline
@@ -64,11 +65,6 @@ def collectives_json(s: Snapshot) -> dict | None:
         out.setdefault("over", s.inputs.comm_source)  # where COMM's figures come from, as its detail says
     # one set of keys whatever the source: a figure it does not give is null
     return {k: out.get(k) for k in COLLECTIVES_KEYS} if out else None
-
-
-KERNELS_NOTE = ("occupancy_pct is the warp occupancy a kernel's block size, registers and shared memory allow an SM: a "
-                "limit, with blocks enough to fill it; a grid with fewer blocks than SMs keeps one block on each SM "
-                "it reaches, fewer warps than that (grid_coverage_pct: the share of SMs it reaches)")
 
 
 def kernel_rows_json(w: WindowMetrics | None, sm_count: int, kernels: int = 15) -> list[dict]:
@@ -443,8 +439,9 @@ def _verdict_json(s: Snapshot, out: dict) -> dict:
                 "bytes_per_token_measured × tokens_per_s")
         out["dram_check"] = {**out["dram_check"], "of": (
             f"{rate}: the DRAM byte counters' own rate (bytes over the clock's steps), or the traced steps' bytes "
-            "where a clock read from the GPU's steps took them; against PM's DRAM throughput counter × the peak. Two "
-            "counters of one rate: it does not check the token clock")}
+            "where a clock read from the GPU's steps took them (the top level's dram_gbs); against PM's DRAM "
+            "throughput counter × the peak (dram_pct × bandwidth_gbs, where that is NVML's peak). Two counters of "
+            "one rate: it checks neither the token clock nor bytes_per_token")}
     out["verdict"], pending = headline(s.diagnosis, s.rolling)
     out["verdict_pending"] = pending or None
     out["history"] = [c.text() for c in s.rolling.history]
