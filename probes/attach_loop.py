@@ -342,6 +342,7 @@ class AttachLoop:
         n = len(t)
         self.shipped += n
         PROCESS.marked_ns += t[-1] - (t[0] if self.last_shipped_ns is None else self.last_shipped_ns)
+        PROCESS.attaches_marked += self.last_shipped_ns is None
         self.last_shipped_ns = t[-1]
         self.recent_marks.extend(t[-policy.BURST_MARKS:])
         extra = {}

@@ -35,6 +35,7 @@ class ProcessFacts:
     # before counts from them the tokens another monitor got meanwhile (Hello.tokens_shipped, Hello.marked_s)
     tokens_shipped: int = 0
     marked_ns: int = 0
+    attaches_marked: int = 0  # the attaches that sent marks: each one's first mark ends a token begun unwatched
 
     def note_window_kernels(self, saw_graph_kernels: bool) -> bool:
         """A window did or did not see graph kernels: whether the next one keeps its guard (sticky once seen)."""

@@ -129,7 +129,7 @@ ModelFacts = _struct(
     dict(kv_bytes_per_position=0, layers=0, dtype="", tp_degree=1, hidden=0, measured_bandwidth_gbs=0.0, tp_rank=0,
          collectives_per_token=0, collective_bytes=0, collective_backend="", kv_dtype="", weight_bytes_total=0))
 Hello = _struct("Hello", "hello", "wire_version pid argv python hostname gpu gpu_unavailable cupti_version model "
-                                  "settings lease_s tokens_shipped marked_s", "wire_version pid argv python hostname", dict(model=None, gpu=None))
+                                  "settings lease_s tokens_shipped marked_s attaches_marked", "wire_version pid argv python hostname", dict(model=None, gpu=None))
 TokenMarks = _struct("TokenMarks", "tokens", "t_ns depth coll_calls coll_ns coll_bytes batch first_token_ns "
                                              "observer_ns", "t_ns depth")
 KernelWindow = _struct(

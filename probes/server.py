@@ -48,6 +48,7 @@ def hello(settings: dict, nvml: bool = False, lease_s: float = 0.0) -> frames.He
         python=sys.version.split()[0], hostname=socket.gethostname(), gpu=gpu,
         gpu_unavailable=why, cupti_version=cupti_version(), model=PROCESS.model, settings=settings, lease_s=lease_s,
         tokens_shipped=PROCESS.tokens_shipped, marked_s=PROCESS.marked_ns / 1e9,
+        attaches_marked=PROCESS.attaches_marked,
     )
 
 

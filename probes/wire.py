@@ -150,6 +150,8 @@ class Hello(msgspec.Struct, frozen=True, tag="hello"):
     # not say. A monitor that had the agent before counts by them the tokens another monitor got meanwhile.
     tokens_shipped: Union[int, None] = None
     marked_s: Union[float, None] = None
+    attaches_marked: Union[int, None] = None  # the attaches among them that sent marks (each one's first ends a token
+    # begun before it: the monitor's estimate of the moments between leaves that one out)
 
 
 class TokenMarks(msgspec.Struct, frozen=True, tag="tokens"):

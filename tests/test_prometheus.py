@@ -123,9 +123,15 @@ def test_the_tokens_another_monitor_got_are_counted_not_estimated():
     w = watch.Watch(os.getpid())
     before, after = _marks_feed(100.0, 12.0, 1000), _marks_feed(116.0, 2.0, 1000)
     t, counted = watch._token_points(before)
-    w._lent_from = (float(t[-1]), watch._span(t, counted, at_end=True), 50.0, (12_000, 12.0))
-    others, estimated = w._lent(after, hello_at=54.0, sent=(18_000, 15.0))
+    w._lent_from = (float(t[-1]), watch._span(t, counted, at_end=True), 50.0, (12_000, 12.0, 1))
+    others, estimated = w._lent(after, hello_at=54.0, sent=(18_000, 15.0, 2))
     assert others == 6000 and estimated == pytest.approx(1000, abs=3)
+    # the other attach's first mark ended a token of the moments between, which it counted: left out of the estimate
+    # (an agent that does not say how many attaches marked leaves it in)
+    w._lent_from = (float(t[-1]), watch._span(t, counted, at_end=True), 50.0, (12_000, 12.0))
+    assert w._lent(after, hello_at=54.0, sent=(18_000, 15.0))[1] == estimated + 1
+    w._lent_from = (float(t[-1]), watch._span(t, counted, at_end=True), 50.0, (12_000, 12.0, 1))
+    assert w._lent(after, hello_at=54.0, sent=(18_000, 15.0, 4))[1] == estimated - 2  # three others: two more
     # an agent whose count went back (another process at the pid, a stale hello) is counted as nothing sent
     w._lent_from = (float(t[-1]), watch._span(t, counted, at_end=True), 50.0, (12_000, 12.0))
     assert w._lent(after, hello_at=54.0, sent=(11_000, 11.0)) == (0, pytest.approx(4000, abs=3))

@@ -84,8 +84,9 @@ class Watch:
         self.tokens_estimated = 0  # of tokens_before, those estimated for the time no monitor had the agent
         self.tokens_others = 0  # of tokens_before, those the agent sent other monitors while it was lent, by its count
         # the token count's last point before the agent was lent: (engine-clock ns, the (tokens, seconds) of the rate
-        # at the attach's end, time.monotonic() the attach ended, the agent's (tokens sent, seconds marked) over
-        # every attach up to then, None where its hello did not say); None while no lent stretch waits for its count
+        # at the attach's end, time.monotonic() the attach ended, the agent's (tokens sent, seconds marked, attaches
+        # that marked) over every attach up to then, None where its hello did not say); None while no lent stretch
+        # waits for its count
         self._lent_from: tuple | None = None
         self.attaches = 0  # attaches that got the agent's hello
         self._stop = threading.Event()
@@ -161,7 +162,7 @@ class Watch:
                     self.attaches += 1
                     hello_at = time.monotonic()
                     if frame.tokens_shipped is not None and frame.marked_s is not None:
-                        sent = (frame.tokens_shipped, frame.marked_s)
+                        sent = (frame.tokens_shipped, frame.marked_s, frame.attaches_marked or 0)
                 elif first_mark is None and isinstance(frame, wire.TokenMarks) and len(frame.t_ns.data):
                     first_mark = float(frame.t_ns.array()[0])
                 sess.add(rx, frame)
@@ -189,7 +190,7 @@ class Watch:
             if points is not None and len(points[0]):
                 t_last = float(points[0][-1])
                 if sent is not None and first_mark is not None:  # the agent's count, with this attach's marks
-                    sent = (sent[0] + sess.feed.batch_tokens_seen, sent[1] + (t_last - first_mark) / 1e9)
+                    sent = (sent[0] + sess.feed.batch_tokens_seen, sent[1] + (t_last - first_mark) / 1e9, sent[2] + 1)
                 else:
                     sent = None
                 self._lent_from = (t_last, _span(*points, at_end=True), left_at, sent)
@@ -200,8 +201,8 @@ class Watch:
         """The tokens made while the agent was lent, between the last point of the count before and the first of
         this attach (`feed`'s): (those the agent sent other monitors, by its count; those estimated at the rate
         over both sides for the rest of the stretch, when no monitor had it); None until this attach has two points
-        to time. `sent`: the agent's (tokens sent, seconds marked) at this attach's hello, None where it did not
-        say (every token of the stretch is then estimated)."""
+        to time. `sent`: the agent's (tokens sent, seconds marked, attaches that marked) at this attach's hello, None
+        where it did not say (every token of the stretch is then estimated)."""
         points = _token_points(feed)
         if points is None or len(points[0]) < 2:
             return None
@@ -211,15 +212,18 @@ class Watch:
         lent_s = (float(t[0]) - t_from) / 1e9
         if hello_at is not None:
             lent_s = min(lent_s, hello_at - left_at + LENT_SLACK_S)
-        others = 0
+        others = firsts = 0
         if sent is not None and sent_before is not None:  # what other monitors got is counted, not estimated
             others = max(0, int(sent[0] - sent_before[0]))
             lent_s -= max(0.0, sent[1] - sent_before[1])
+            # each other attach's first mark ends a token of the moments between, which it counted
+            firsts = max(0, int(sent[2] - sent_before[2])) if len(sent) > 2 and len(sent_before) > 2 else 0
         n_after, s_after = _span(t, counted, at_end=False)
         if s_before + s_after <= 0 or lent_s <= 0:
             return others, 0
-        # the first point of this attach is counted in it
-        return others, max(0, round((n_before + n_after) / (s_before + s_after) * lent_s - float(counted[0])))
+        # the first point of this attach is counted in it, as each other attach's first is in its count
+        return others, max(0, round((n_before + n_after) / (s_before + s_after) * lent_s
+                                    - float(counted[0]) * (1 + firsts)))
 
     def _publish(self, snap, tokens_before: int, estimated: int = 0) -> None:
         """Make `snap` the latest, its token count added to the attaches' before (`estimated` of them for the
