@@ -93,7 +93,7 @@ def test_argv_in_the_ledgers_lines_reaches_the_terminal_escaped(planted_recordin
     assert r.returncode == 0, r.stderr
     assert "sealed" in r.stderr and "engine\\x1b]0;owned" in r.stderr and not any(c in r.stderr for c in RAW)
     r = cli("grade", planted_recording, "--ledger", led)  # the very state it sealed: refused, the line escaped
-    assert r.returncode == 2 and "engine\\x1b]0;owned" in r.stderr and not any(c in r.stderr for c in RAW)
+    assert r.returncode == 3 and "engine\\x1b]0;owned" in r.stderr and not any(c in r.stderr for c in RAW)
     after = _planted(REC["graph"], tmp_path / "after.dmon")  # the same loop (its argv), measured again
     r = cli("grade", after, "--ledger", led, "--markdown")
     assert r.returncode == 0, r.stderr
