@@ -257,11 +257,8 @@ class AttachLoop:
     @staticmethod
     def _finalize_here() -> bool:
         """policy.finalize_off_loop with what this process has shown: graph kernels in a window, graph replays the
-        adapter saw, the engine's word, PyTorch graph pools (checked at most every POOL_CHECK_S)."""
-        import sys
-
-        pools = policy._pools_cached(sys.modules)
-        return policy.finalize_off_loop(PROCESS.graph_kernels_seen or PROCESS.graph_replays_seen or pools,
+        adapter saw, and the engine's word (replays_graphs adds torch.compile's graph trees and graph pools)."""
+        return policy.finalize_off_loop(PROCESS.graph_kernels_seen or PROCESS.graph_replays_seen,
                                         PROCESS.engine_cuda_graphs)
 
     def _finalize_window(self, tr) -> None:

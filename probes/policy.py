@@ -106,19 +106,14 @@ def start_off_loop(windows_in_process: int, last_start_ns: int, prepare_first_wi
     return (windows_in_process == 0 and prepare_first_window) or last_start_ns > START_OFF_LOOP_NS
 
 
-def finalize_off_loop(graph_kernels_seen: bool, engine_cuda_graphs: bool | None, modules=None) -> bool:
+def finalize_off_loop(graphs_seen: bool, engine_cuda_graphs: bool | None, modules=None) -> bool:
     """Does the agent thread finalize a token window's CUPTI, once the decode thread's closing boundary has stopped
-    tracing and flushed, and the agent has read the records? Not in a process known to replay CUDA graphs (a
-    window seen with graph kernels, the engine's word, torch.compile's graph trees loaded, PyTorch graph pools seen
-    in use: replays_graphs says why), where it stays at the boundary; a window that shows graph kernels hands its
-    finalize back to the next boundary. Asked at every window, so only the signals that cost nothing: no
-    allocator snapshot. On an H100 (driver 580.159.04) the finalize at the boundary took 1.8-2.3 ms of the decode
-    thread's time, and once 47.6 ms, the slowest token of a first attach."""
-    import sys
-
-    mods = sys.modules if modules is None else modules
-    return not (graph_kernels_seen or engine_cuda_graphs or "torch._inductor.cudagraph_trees" in mods
-                or _POOLS["seen"])
+    tracing and flushed, and the agent has read the records? Only where the process replays no CUDA graphs as far
+    as replays_graphs tells (`graphs_seen`: graph kernels in a window, or replays the cuda_graphs adapter saw);
+    elsewhere it stays at the boundary, and a window that shows graph kernels hands its finalize back to the next
+    one. On an H100 (driver 580.159.04) the finalize at the boundary took 1.8-2.3 ms of the decode thread's time,
+    and once 47.6 ms, the slowest token of a first attach."""
+    return not replays_graphs(graphs_seen, engine_cuda_graphs, modules)
 
 
 def guard_for_window(tracer_needs_guard: bool, graph_kernels_seen: bool, engine_cuda_graphs: bool | None) -> bool:
