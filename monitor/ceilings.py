@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from decodemon.monitor.numbers import said, said_pct
+from decodemon.monitor.numbers import bandwidth_short, said, said_pct
 
 BINDING, RULED_OUT, UNKNOWN = "binding", "ruled_out", "unknown"
 ORDER = ("bandwidth", "comm", "launch", "occupancy")
@@ -157,8 +157,8 @@ def price_bandwidth(i: Inputs) -> tuple[Candidate, float | None]:
     ratio = i.ms_per_token / floor
     state = BINDING if ratio <= BANDWIDTH_BINDING_RATIO else RULED_OUT if ratio >= BANDWIDTH_RULED_OUT_RATIO else UNKNOWN
     ceiling_tps = 1e3 / floor
-    whose = f" {i.bandwidth_source.split(' (')[0]}" if i.bandwidth_source else ""  # its source's short name
-    detail = (f"floor {floor:.3g} ms/token ({i.bytes_per_token / 1e9:.3g} GB ÷ {i.bandwidth_gbs:.4g} GB/s{whose}, "
+    whose = f", {bandwidth_short(i.bandwidth_source)};" if i.bandwidth_source else ","
+    detail = (f"floor {floor:.3g} ms/token ({i.bytes_per_token / 1e9:.3g} GB ÷ {i.bandwidth_gbs:.4g} GB/s{whose} "
               f"a {ceiling_tps:.4g} tok/s ceiling); the token's {i.ms_per_token:.4g} ms is {said(ratio)}× the floor"
               + _rate_words(i) + _depth_words(i))
     return Candidate(ratio, "× floor", thr, state, detail, "ms_per_token_over_floor"), floor

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 from decodemon.monitor.ceilings import BANDWIDTH_RULED_OUT_RATIO, bandwidth_floor_ms
+from decodemon.monitor.numbers import bandwidth_short
 
 FLAT_GROWTH = 1.15  # median ms/token growing less than this from the shallowest to the deepest depth: the ends agree
 NOT_MONOTONIC = 1.05  # a depth between the ends this far past both: the curve does not follow its ends
@@ -127,17 +128,18 @@ def _margin(a: dict, b: dict) -> str:
                 f"{_missing_at(a, b, bwa, bwb)}, so whether depth consumes bandwidth here is not measured; "
                 f"{_at_deepest(deep)}")
     cost = bandwidth_floor_ms(bpb, bwb) - bandwidth_floor_ms(bpa, bwa)
-    whose = (b.get("bandwidth_source") or "").split(" (")[0]  # the floor's bandwidth, by its source's short name
-    bw = ((f"the {whose}'s " if whose else "") + f"{bwb:.4g} GB/s" if abs(bwb - bwa) <= 0.005 * bwa else
+    whose = f"; bandwidth: {bandwidth_short(b['bandwidth_source'])}" if b.get("bandwidth_source") else ""
+    bw = (f"{bwb:.4g} GB/s" if abs(bwb - bwa) <= 0.005 * bwa else
           f"{bwa:.4g} GB/s at depth {a['depth']:,} and {bwb:.4g} GB/s at {b['depth']:,}")
     if cost <= 0 or rise < MARGINAL_FLAT * cost:
-        return (f"{moved} is under {MARGINAL_FLAT:.0%} of what {extra} costs at {bw} ({max(cost, 0.0):.2g} ms), "
-                "so the bytes hide behind what binds: " + _flat(deep))
+        return (f"{moved} is under {MARGINAL_FLAT:.0%} of what {extra} costs at {bw} "
+                f"({max(cost, 0.0):.2g} ms{whose}), so the bytes hide behind what binds: " + _flat(deep))
     if rise <= MARGINAL_ABOUT * cost:
-        priced = f"{moved} is about what {extra} costs at {bw} ({cost:.2g} ms), so each extra position costs bandwidth"
+        priced = (f"{moved} is about what {extra} costs at {bw} ({cost:.2g} ms{whose}), so each extra position "
+                  "costs bandwidth")
     else:
-        priced = (f"{moved} is {rise / cost:.2g}× what {extra} costs at {bw} ({cost:.2g} ms), so each extra position "
-                  "costs bandwidth and time besides")
+        priced = (f"{moved} is {rise / cost:.2g}× what {extra} costs at {bw} ({cost:.2g} ms{whose}), so each extra "
+                  "position costs bandwidth and time besides")
     if deep == "unknown":
         return f"{priced}, though no ceiling is measured to bind the step at the deepest depth (UNKNOWN)"
     if deep == "bandwidth":

@@ -1,6 +1,7 @@
 """A figure as the screen, `--json`'s words and the report say it: to 3 significant digits (4 where asked), and
 never rounded onto a threshold it is not at. 1.9996× the floor is "1.9996×", not "2×": at 2× BANDWIDTH binds, and
-a figure a hair past a rule must not read as the rule itself."""
+a figure a hair past a rule must not read as the rule itself. A bandwidth says its source the one way everywhere
+(`bandwidth_short`)."""
 
 from __future__ import annotations
 
@@ -26,3 +27,14 @@ def said(x: float, digits: int = 3, edges: tuple[float, ...] = EDGES) -> str:
 def said_pct(x: float) -> str:
     """A percentage to whole points, with decimals (up to 4) where whole points would round it onto an edge."""
     return _off_edges(x, "f", 0, 4, EDGES)
+
+
+def bandwidth_short(source: str) -> str:
+    """The bandwidth's source in a few words: measured copy (by whom) or spec figure."""
+    if source.startswith("measured copy (decodemon"):
+        return "decodemon's measured copy"
+    if source.startswith("measured copy (the engine adapter") or source.startswith("measured copy (engine"):
+        return "engine adapter's measured copy"
+    if source.startswith("NVML peak"):
+        return "spec: NVML peak, not measured"
+    return source or "?"

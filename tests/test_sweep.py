@@ -148,8 +148,8 @@ def test_the_h200_graph_sweep_reads_its_rise_against_the_bandwidth(capsys):
     s = got["divergence"]
     extra_gb = (b["bytes_per_token"] - a["bytes_per_token"]) / 1e9
     assert (f"the rise of {rise:.2g} ms is about what the extra {extra_gb:.2g} GB of KV per token costs at "
-            f"the measured copy's {b['bandwidth_gbs']:.4g} GB/s ({cost:.2g} ms)") in s  # the floor's, named
-    assert "the rise of 0.27 ms" in s and "0.93 GB of KV" in s and "(0.24 ms)" in s
+            f"{b['bandwidth_gbs']:.4g} GB/s ({cost:.2g} ms; bandwidth: decodemon's measured copy)") in s  # the floor's, named
+    assert "the rise of 0.27 ms" in s and "0.93 GB of KV" in s and "(0.24 ms; " in s
     assert "each extra position costs bandwidth, though OCCUPANCY binds the step at 8,192" in s
     assert "flat" not in s and "consumes nothing" not in s
     assert main(["sweep", "--replay", "tests/data/h200_sweep_demo_graph"]) == 0

@@ -518,11 +518,12 @@ def test_the_floor_names_whose_bandwidth_it_divides_by():
     the report says the model's bytes are at the latest depth reported."""
     from tests.conftest import DATA
 
-    for path, word in ((DATA / "h100_llama_cpp_server1b_kvq8.dmon", "NVML peak"),
-                       (DATA / "h100_llama_cpp_server1b_np4.dmon", "measured copy")):
+    for path, word, said in ((DATA / "h100_llama_cpp_server1b_kvq8.dmon", "NVML peak", "spec: NVML peak, not measured"),
+                             (DATA / "h100_llama_cpp_server1b_np4.dmon", "measured copy (decodemon",
+                              "decodemon's measured copy")):
         j = json.loads(cli("replay", path, "--json").stdout)
         assert j["bandwidth_source"].startswith(word)
-        assert f"÷ {j['bandwidth_gbs']:.4g} GB/s {word}, a " in j["candidates"]["bandwidth"]["detail"], path.name
+        assert f"÷ {j['bandwidth_gbs']:.4g} GB/s, {said}; a " in j["candidates"]["bandwidth"]["detail"], path.name
     md = cli("report", DATA / "h100_llama_cpp_server1b_kvq8.dmon").stdout
     assert "KV at depth 60112, the latest reported)" in md
 

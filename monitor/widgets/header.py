@@ -10,7 +10,8 @@ from decodemon.monitor.token_clock import PROVISIONAL_STEPS, clock_kind
 from decodemon.monitor.widgets import tcss
 from decodemon.monitor.widgets.format import Redraw, num
 from decodemon.monitor.widgets.probe_words import device_line
-from decodemon.monitor.widgets.reasons import bandwidth_short, bytes_short, clock_span_words
+from decodemon.monitor.numbers import bandwidth_short
+from decodemon.monitor.widgets.reasons import bytes_short, clock_span_words
 from decodemon.monitor.widgets.status_bar import short_label
 
 

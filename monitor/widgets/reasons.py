@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from decodemon.monitor.analysis.agreement import kernels_past_step
 from decodemon.monitor.ceilings import BINDING, ORDER, UNKNOWN, own_kernel_ms, peer_wait_named
+from decodemon.monitor.numbers import bandwidth_short
 from decodemon.monitor.render.text import in_marks, unit  # noqa: F401 - the widgets' words for a mark
 from decodemon.monitor.rolling import headline
 from decodemon.monitor.token_clock import clock_kind
@@ -48,17 +49,6 @@ def ms_source(s) -> str:
     timed = f", {tk.tokens} {unit(s)}s timed" if tk else ""
     clock = f", {s.token_clock}" if s.token_clock else ""
     return f"{clock_kind(s.token_clock)}{clock_span_words(s)}{timed}{clock}"
-
-
-def bandwidth_short(source: str) -> str:
-    """The bandwidth's source in a few words: measured copy (by whom) or spec figure."""
-    if source.startswith("measured copy (decodemon"):
-        return "decodemon's measured copy"
-    if source.startswith("measured copy (the engine adapter") or source.startswith("measured copy (engine"):
-        return "engine adapter's measured copy"
-    if source.startswith("NVML peak"):
-        return "spec: NVML peak, not measured"
-    return source or "?"
 
 
 def bytes_short(s) -> str:
