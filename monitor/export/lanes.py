@@ -26,6 +26,7 @@ import math
 import numpy as np
 
 from decodemon.monitor.analysis.gaps import IdleGaps, classify_gaps, idle_gaps
+from decodemon.monitor.analysis.kernels import kernel_table
 from decodemon.monitor.analysis.launches import count_launches, launch_calls
 from decodemon.monitor.analysis.names import demangle_head, kernel_tags, range_name, tagged
 from decodemon.monitor.analysis.records import TracedRecords, analysed_records
@@ -93,27 +94,34 @@ def launch_lane(w: wire.KernelWindow, clock: Clock, cpu_pid: int, corr_offset: i
     return out
 
 
-def kernel_labels(names: list[str], k: dict) -> list[str]:
-    """Each kernel name's slice name: its qualified name, tagged as the screen tags it where two share one (three
-    `at::native::elementwise_kernel`s: their template words, else their grids), so a trace and the hot-kernels
-    table name a kernel alike."""
+def kernel_labels(w: wire.KernelWindow, k: dict, sm_count: int, cc: str) -> list[str]:
+    """Each kernel name's slice name: the label the hot-kernels table gives it for this window (its short name,
+    tagged where two share one: `native::elementwise_kernel<OnSelf_add #3>` in the trace as on the screen, in
+    `--json` and in the report); a kernel the table leaves out (one only in the tracing's first moments) by its
+    qualified name, tagged among those alone."""
+    table = {r.name: r.label for r in kernel_table(analysed_records(w), max(sm_count, 1), cc)}
+    rest = [j for j, n in enumerate(w.names) if n not in table]
     grids: dict[int, dict[int, int]] = {}
     for i, n in enumerate(k.get("name", ())):
         g = k["grid_x"][i] * k["grid_y"][i] * k["grid_z"][i]
         grids.setdefault(n, {}).setdefault(g, 0)
         grids[n][g] += 1
-    heads = [demangle_head(n) for n in names]
-    mode = [max(grids[j], key=grids[j].get) if j in grids else 0 for j in range(len(names))]
-    tags = kernel_tags(list(zip(names, heads, mode)))
-    return [tagged(h, t, n) for n, h, t in zip(names, heads, tags)]
+    heads = [demangle_head(w.names[j]) for j in rest]
+    mode = [max(grids[j], key=grids[j].get) if j in grids else 0 for j in rest]
+    tags = kernel_tags(list(zip([w.names[j] for j in rest], heads, mode)))
+    out = [table.get(n, "") for n in w.names]
+    for j, h, t in zip(rest, heads, tags):
+        out[j] = tagged(h, t, w.names[j])
+    return out
 
 
-def kernel_lane(w: wire.KernelWindow, clock: Clock, device: int, sm_count: int, corr_offset: int = 0) -> list[dict]:
+def kernel_lane(w: wire.KernelWindow, clock: Clock, device: int, sm_count: int, corr_offset: int = 0,
+                cc: str = "9.0") -> list[dict]:
     """Every kernel on its stream's thread of the GPU process, with Kineto's kernel args."""
     k = {name: col.array().tolist() for name, col in w.kernels.items()}
     if "start" not in k:
         return []
-    labels = kernel_labels(w.names, k)
+    labels = kernel_labels(w, k, sm_count, cc)
     out = []
     for i, (t0, t1) in enumerate(zip(k["start"], k["end"])):
         grid = [k["grid_x"][i], k["grid_y"][i], k["grid_z"][i]]

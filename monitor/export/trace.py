@@ -82,7 +82,8 @@ def trace_of(session, window_id: int | None = None) -> dict:
     events, streams, step, corr = [], set(), 0, 0
     for w in wins:
         events += lanes.launch_lane(w, clock, cpu_pid, corr)
-        kernels = lanes.kernel_lane(w, clock, device, gpu.sm_count if gpu else 0, corr)
+        kernels = lanes.kernel_lane(w, clock, device, gpu.sm_count if gpu else 0, corr,
+                                    gpu.cc if gpu and gpu.cc else "9.0")
         streams.update(e["tid"] for e in kernels)
         events += kernels
         events += lanes.flow_lane(w, clock, cpu_pid, device, corr)
