@@ -66,7 +66,7 @@ def dram_check(bytes_per_token: float | None, tokens_per_s: float | None, dram_p
     by_pm = dram_pct / 100.0 * peak_gbs
     off = 100.0 * (by_tokens / by_pm - 1.0)
     out = {"bytes_x_tokens_per_s_gbs": round(by_tokens, 1), "pm_dram_pct_x_peak_gbs": round(by_pm, 1),
-           "off_pct": round(off, 1) + 0.0, "apart": None}  # + 0.0: never -0.0
+           "peak_gbs": round(peak_gbs, 1), "off_pct": round(off, 1) + 0.0, "apart": None}  # + 0.0: never -0.0
     if abs(off) > DRAM_CHECK_PCT:
         out["apart"] = (f"bytes per token × tokens/s is {by_tokens:.0f} GB/s, PM's DRAM {dram_pct:.0f}% of "
                         f"{peak_gbs:.0f} GB/s is {by_pm:.0f}: {off:+.0f}%; either the steps the clock counts do not cover the seconds PM "

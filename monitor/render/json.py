@@ -440,7 +440,7 @@ def _verdict_json(s: Snapshot, out: dict) -> dict:
         out["dram_check"] = {**out["dram_check"], "of": (
             f"{rate}: the DRAM byte counters' own rate (bytes over the clock's steps), or the traced steps' bytes "
             "where a clock read from the GPU's steps took them (the top level's dram_gbs); against PM's DRAM "
-            "throughput counter × the peak (dram_pct × bandwidth_gbs, where that is NVML's peak). Two counters of "
+            "throughput counter × the peak (dram_pct × peak_gbs: NVML's peak, which dram_pct is a share of). Two counters of "
             "one rate: it checks neither the token clock nor bytes_per_token")}
     out["verdict"], pending = headline(s.diagnosis, s.rolling)
     out["verdict_pending"] = pending or None
