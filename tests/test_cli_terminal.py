@@ -51,7 +51,7 @@ def test_attach_seconds_quits_the_app(monkeypatch):
     assert seen == [3.0, 2.5, None]
 
 
-@pytest.mark.parametrize("argv, status", [(["diagnose", "--launches-per-token", "1000"], 3),
+@pytest.mark.parametrize("argv, status", [(["diagnose", "--kernels-per-token", "1000"], 3),
                                           (["replay", "monitor/data/h100_graph.dmon", "--json"], 0),
                                           (["report", "monitor/data/h100_eager.dmon"], 0)])
 def test_the_exit_status_survives_a_reader_that_closed_the_pipe(argv, status):

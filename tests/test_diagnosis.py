@@ -27,7 +27,7 @@ def test_bandwidth_ceiling_3600_tok_s_is_not_the_constraint():
 
 
 def test_101_us_per_kernel_is_not_launch_the_kernels_are_slow():
-    d = diagnose("--ms-per-token", 281.6, "--launches-per-token", 2790)
+    d = diagnose("--ms-per-token", 281.6, "--kernels-per-token", 2790)
     assert d["us_per_kernel"] == pytest.approx(101, abs=0.5)
     assert d["candidates"]["launch"]["state"] == "ruled_out"
     # the kernels are the cost, and with no bytes per token nothing says which ceiling: unknown, and what decides
@@ -35,7 +35,7 @@ def test_101_us_per_kernel_is_not_launch_the_kernels_are_slow():
 
 
 def test_6_us_per_kernel_is_launch_bound():
-    d = diagnose("--ms-per-token", 16.6, "--launches-per-token", 2790)
+    d = diagnose("--ms-per-token", 16.6, "--kernels-per-token", 2790)
     assert d["us_per_kernel"] == pytest.approx(5.95, abs=0.1)
     assert d["ceiling"] == "launch"
 
@@ -87,7 +87,7 @@ def test_92_collectives_are_2_percent_comm_ruled_out():
 
 def test_below_the_floor_17_us_per_kernel_is_launch():
     d = diagnose("--ms-per-token", 7.80, "--bytes-per-token", 1.19e9, "--bandwidth-gbs", 380,
-                 "--launches-per-token", 280)
+                 "--kernels-per-token", 280)
     assert d["bandwidth_floor_ms"] == pytest.approx(3.13, abs=0.01)
     assert d["us_per_kernel"] == pytest.approx(16.7, abs=0.1)
     assert d["ceiling"] == "launch"
@@ -110,7 +110,7 @@ def test_serial_fraction_from_speedup(speedup, s):
 
 
 def test_json_contract_has_every_key():
-    d = diagnose("--ms-per-token", 10, "--launches-per-token", 100)
+    d = diagnose("--ms-per-token", 10, "--kernels-per-token", 100)
     assert {"ceiling", "candidates", "remedy", "falsify"} <= set(d)
     assert set(d["candidates"]) == {"bandwidth", "occupancy", "launch", "comm"}
     for c in d["candidates"].values():
@@ -121,7 +121,7 @@ def test_json_contract_has_every_key():
 def test_the_kernels_own_time_lets_launch_read_the_idle_as_a_recording_does():
     """The eager H200 recording's figures (report: LAUNCH, 19.87 µs/launch): without the kernels' time the gap over
     the floor is 21.8 µs a launch, more than an eager launch costs, so LAUNCH cannot be named; with it, it is."""
-    figs = ["--ms-per-token", 40.9, "--launches-per-token", 1863, "--bytes-per-token", 1.242e9, "--bandwidth-gbs", 4128]
+    figs = ["--ms-per-token", 40.9, "--kernels-per-token", 1863, "--bytes-per-token", 1.242e9, "--bandwidth-gbs", 4128]
     assert diagnose(*figs)["ceiling"] == "unknown"  # 32.9x the floor: neither bandwidth nor grids bind
     d = diagnose(*figs, "--kernel-ms-per-token", 3.88)
     launch = d["candidates"]["launch"]
@@ -138,7 +138,7 @@ def test_nothing_known_is_unknown_and_exits_as_nothing_measured():
 
 @pytest.mark.parametrize("args", [["--ms-per-token", "0"], ["--ms-per-token", "-1"], ["--ms-per-token", "nan"],
                                   ["--ms-per-token", "1e30"], ["--n", "8"], ["--speedup", "2", "--n", "1"],
-                                  ["--launches-per-token", "abc"], ["--us-per-collective", "3"],
+                                  ["--kernels-per-token", "abc"], ["--us-per-collective", "3"],
                                   ["--ms-per-token", "4", "--kernel-ms-per-token", "9"],
                                   ["--ms-per-token", "10", "--bytes-per-token", "1e9"], ["--bandwidth-gbs", "4000"]])
 def test_bad_numbers_are_one_line(args):
@@ -292,7 +292,7 @@ def test_diagnose_refuses_the_physically_impossible_and_its_words_follow_what_wa
     r = dm("--ms-per-token", "7.8")
     assert r.returncode == 3 and "needs kernels/token" in r.stdout and "needs ms/token" not in r.stdout
     assert dm().returncode == 3
-    assert dm("--ms-per-token", "7.8", "--launches-per-token", "900").returncode == 0
+    assert dm("--ms-per-token", "7.8", "--kernels-per-token", "900").returncode == 0
 
 
 def test_two_sources_for_gpu_busy_that_disagree_are_flagged_with_the_likely_reason():
@@ -377,3 +377,11 @@ def test_collectives_that_are_a_tenth_of_the_step_do_not_outrank_an_idle_that_is
     d = dx.diagnose(dx.Inputs(ms_per_token=20.0, kernels_per_token=200, kernel_sum_ms_per_token=19.5,
                               collectives_per_token=21, us_per_collective=100))
     assert d.ceiling == "comm", d.candidates
+
+
+def test_a_launch_count_is_not_taken_for_the_kernels_launch_divides_by():
+    """A launch is a host call: the graphed recording's one launch a token runs 1,864 kernels. Given as the kernels,
+    it would price 2.7 ms of idle per kernel and call LAUNCH binding; diagnose refuses it, naming the flag it wants."""
+    r = cli("diagnose", "--ms-per-token", "3.7278", "--launches-per-token", "1", "--kernel-ms-per-token", "1.0")
+    assert_one_line_error(r)
+    assert "give --kernels-per-token" in r.stderr and "BINDING" not in r.stdout

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 from decodemon.monitor.cli._common import UsageError, bounded, print_json
 
 
@@ -15,9 +17,10 @@ def add(sub) -> None:
                               "input.")
     p.add_argument("--ms-per-token", type=bounded("--ms-per-token", 0, 1e7), metavar="MS",
                    help="the step, token to token")
-    p.add_argument("--kernels-per-token", "--launches-per-token", type=bounded("--kernels-per-token", 0, 1e9),
-                   metavar="N", help="kernels a token runs, however launched (--launches-per-token: its older "
-                                     "spelling)")
+    p.add_argument("--kernels-per-token", type=bounded("--kernels-per-token", 0, 1e9), metavar="N",
+                   help="kernels a token runs, however launched: an eager token launches each, a graphed token's "
+                        "one graph launch runs them all; LAUNCH divides the idle by the kernels")
+    p.add_argument("--launches-per-token", dest="launches_per_token", metavar="N", help=argparse.SUPPRESS)
     p.add_argument("--kernel-ms-per-token", type=bounded("--kernel-ms-per-token", 0.0, 1e7, allow_zero=True),
                    metavar="MS", help="the GPU time the kernels cover a token: their union, kernels that run at "
                                       "once counted once (--json's kernel_busy_ms_per_token; a profiler's durations "
@@ -43,6 +46,9 @@ def run(a) -> int:
     from decodemon.monitor import diagnosis as dx
     from decodemon.monitor.render import diagnose_text
 
+    if a.launches_per_token is not None:  # a launch is a host call: a graphed token has 1 for 1,864 kernels
+        raise UsageError("decodemon diagnose: give --kernels-per-token, the kernels a token runs however launched "
+                         "(a graphed token's 1 launch runs them all); --launches-per-token is not taken")
     if (a.speedup is None) != (a.n is None):
         raise UsageError("decodemon diagnose: --speedup and --n go together (see `decodemon diagnose --help`)")
     if a.us_per_collective is not None and a.collectives_per_token is None:
