@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
+from decodemon.monitor.sources.errors import CUT_SHORT
+
 if TYPE_CHECKING:
     from decodemon.monitor.session import Session
     from decodemon.monitor.snapshot import Snapshot
@@ -83,7 +85,9 @@ def span_json(s: Snapshot) -> dict:
     tk = s.tokens
     end_s = s.rx_ns / 1e9
     start_s = end_s - (s.span_s or 0.0)
-    return {"covers": "whole" if s.span_whole else "last", "seconds": _r(s.span_s),
+    cut = s.ended if (s.ended or "").startswith(CUT_SHORT) else None
+    return {"covers": ("up to the cut" if cut else "whole") if s.span_whole else "last", "cut_short": cut,
+            "seconds": _r(s.span_s),
             "from_s": round(start_s, 3), "to_s": round(end_s, 3),
             "from_unix_s": _r(s.span_end_unix_s - s.span_s) if s.span_end_unix_s is not None and s.span_s is not None
             else None,
@@ -112,7 +116,10 @@ def span_words(s: Snapshot) -> str:
     differ."""
     j = span_json(s)
     source = "attach" if str(s.label).isdigit() else "recording"  # a pid's label is its number
-    if s.span_whole:
+    if s.span_whole and j["cut_short"]:
+        line = (f"Covers the {source} up to its cut ({j['cut_short']}): {j['seconds']:g} s, "
+                f"{j['from_s']:g}–{j['to_s']:g} s into it")
+    elif s.span_whole:
         line = f"Covers the whole {source}: {j['seconds']:g} s, {j['from_s']:g}–{j['to_s']:g} s into it"
         line += f" ({j['last_asked']})" if j["last_asked"] else ""
     else:  # the seconds up to where the summary was made: the source's end, or where the app was paused

@@ -236,3 +236,19 @@ async def _screen_differ():
         async with app.run_test(size=(200, 50)) as pilot:
             await pilot.pause()
             assert says in str(app.query_one(RatioBar).render())
+
+
+def test_a_recording_cut_short_is_covered_up_to_its_cut_not_whole(tmp_path):
+    """A recording whose writer was killed plays the frames before the cut: its summary says it covers the recording
+    up to the cut (the first line of the report too), never "whole"."""
+    cut = tmp_path / "cut.dmon"
+    cut.write_bytes(REC["eager"].read_bytes()[:5000])
+    r = cli("replay", cut, "--json")
+    span = json.loads(r.stdout)["span"]
+    assert r.returncode == 0 and span["covers"] == "up to the cut" and "cut short after" in span["cut_short"]
+    assert span["seconds"] < 2  # of an 8 s recording
+    md = tmp_path / "cut.md"
+    assert cli("report", cut, "-o", md).returncode == 0
+    assert "Covers the recording up to its cut (the recording is cut short after" in md.read_text()
+    whole = json.loads(cli("replay", REC["eager"], "--json").stdout)["span"]
+    assert whole["covers"] == "whole" and whole["cut_short"] is None

@@ -9,6 +9,7 @@ import argparse
 
 from decodemon.monitor.cli._common import (UsageError, add_last, add_refresh, add_seconds, bounded, live_seconds,
                                            need_json_for_last, need_terminal, print_json, say, without_tokens)
+from decodemon.monitor.sources.errors import CUT_SHORT
 
 
 def add(sub) -> None:
@@ -67,7 +68,7 @@ def run(a) -> int:
         if empty is not None:
             return empty
         for f, snap in zip(a.files, snaps):  # its figures stand, over what the file holds: said once, on stderr
-            if (snap.ended or "").startswith("the recording is cut short"):
+            if (snap.ended or "").startswith(CUT_SHORT):
                 say("replay", f"{f}: {snap.ended}; the figures are of what it holds")
         out = summary_json(snaps[0])
         if len(snaps) > 1:

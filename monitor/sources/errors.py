@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+# how a recording cut short (its writer killed, its disk full) ends: the whole frames before the cut play, then a
+# Bye whose reason begins with these words; a summary of it says it covers what was read up to the cut
+CUT_SHORT = "the recording is cut short"
+
 
 class SourceError(RuntimeError):
     """A source that cannot be read; str() is one line for the user."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from decodemon.monitor.sources.errors import SourceError
+from decodemon.monitor.sources.errors import CUT_SHORT, SourceError
 from decodemon.probes import wire, wire_file
 
 
@@ -19,7 +19,7 @@ def recording_frames(path) -> Iterator[tuple[int, bytes, object]]:
     except wire_file.Truncated as exc:
         if exc.whole_frames < 2:  # the header alone, or not even that: nothing to play
             raise SourceError(str(exc) if str(path) in str(exc) else f"{path}: {exc}") from None
-        yield rx, b"", wire.Bye(reason=f"the recording is cut short after {exc.whole_frames - 1} whole frames")
+        yield rx, b"", wire.Bye(reason=f"{CUT_SHORT} after {exc.whole_frames - 1} whole frames")
     except wire.WireError as exc:
         text = str(exc)
         raise SourceError(text if str(path) in text else f"{path}: {text}") from None
