@@ -252,3 +252,20 @@ def test_a_recording_cut_short_is_covered_up_to_its_cut_not_whole(tmp_path):
     assert "Covers the recording up to its cut (the recording is cut short after" in md.read_text()
     whole = json.loads(cli("replay", REC["eager"], "--json").stdout)["span"]
     assert whole["covers"] == "whole" and whole["cut_short"] is None
+
+
+def test_record_json_and_a_replay_of_its_file_put_the_span_at_the_same_unix_times(tmp_path):
+    """The recording's header holds the live session's time origin, so `replay --json` of the file `record --json`
+    wrote gives the span the same unix times, not ones moved by the moment the file was first written."""
+    e = Engine()
+    try:
+        out = tmp_path / "cpu.dmon"
+        r = cli("record", e.pid, "-o", out, "--seconds", 4, "--json", timeout=120)
+        assert r.returncode == 0, r.stderr
+        live = json.loads(r.stdout)["span"]
+    finally:
+        e.stop()
+    again = replay_json(out)["span"]
+    assert again["seconds"] == live["seconds"]
+    assert again["from_unix_s"] == pytest.approx(live["from_unix_s"], abs=0.0015)
+    assert again["to_unix_s"] == pytest.approx(live["to_unix_s"], abs=0.0015)

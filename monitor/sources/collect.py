@@ -43,13 +43,16 @@ class _Recorder:
         self.writer = None
         self.note = ""  # the header's note: the copy bandwidth measured for this device (monitor.bandwidth)
 
-    def write(self, rx: int, payload: bytes, frame) -> None:
-        """Store one frame (the file is made at the first one, so a source that never answered leaves none)."""
+    def write(self, rx: int, payload: bytes, frame, origin_unix_s: float | None = None) -> None:
+        """Store one frame (the file is made at the first one, so a source that never answered leaves none). The
+        header's time is the live session's origin (receive time 0 in unix seconds), so a replay of the file puts
+        its spans at the unix times the live summary gave them."""
         if isinstance(frame, wire.RecordingHeader):
             return
         if self.writer is None:
             self.tmp = safe_write.temp_beside(self.target)
-            header = wire.RecordingHeader(wire_version=wire.WIRE_VERSION, created_unix_s=time.time(),
+            origin = origin_unix_s if origin_unix_s is not None else time.time() - rx / 1e9
+            header = wire.RecordingHeader(wire_version=wire.WIRE_VERSION, created_unix_s=origin,
                                           decodemon_version=VERSION, source=f"pid {self.pid}", note=self.note)
             try:  # written through the descriptor made in the checked directory, never reopened by path
                 self.writer = wire.RecordingWriter(self.tmp.take_fd(), header)
@@ -92,9 +95,9 @@ class _Recorder:
 
 def _feed(sess, frames, on_frame=None, recorder: _Recorder | None = None):
     for rx, payload, frame in frames:
-        if recorder is not None:
-            recorder.write(rx, payload, frame)
         sess.add(rx, frame)
+        if recorder is not None:
+            recorder.write(rx, payload, frame, sess.clock_origin_unix_s)
         if on_frame:
             on_frame(rx, frame)
     return sess
