@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 from decodemon.monitor.app import DecodemonApp, HelpScreen
 from decodemon.monitor.player import RecordingPlayer
@@ -477,6 +478,21 @@ def test_a_replay_at_its_end_says_so():
     assert p.status().endswith("end of recording")
     p.seek(0)
     assert "end of recording" not in p.status()
+
+
+def test_positions_in_a_recordings_last_milliseconds_that_show_different_figures_read_apart():
+    """The eager recording's last frames come within a millisecond (a batch of marks at 8.0115 s, PM's last samples
+    and the bye at 8.0124 s), each moving the figures: a position there is told to 0.1 ms, not read as 8.01/8.01."""
+    p = RecordingPlayer(str(Path(__file__).parent.parent / "monitor" / "data" / "h100_eager.dmon"), "eager")
+    p.paused = True
+    seen = {}
+    for t in (8_010_000_000, 8_012_000_000, p.end_ns - 1):
+        p.seek(t)
+        s = p.snapshot()
+        seen[p.status()] = (s.tokens.tokens, round(s.tokens.ms_per_token, 3))
+    assert len(seen) == 3 and len(set(seen.values())) >= 2, seen  # three positions, told apart as their figures are
+    p.seek(6_000_000_000)
+    assert p.status().startswith("  6.00/8.01 s")  # far from the end: to 10 ms
 
 
 def test_a_looping_replay_keeps_its_last_pass_on_screen_until_the_next_pass_has_a_window():
