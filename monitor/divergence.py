@@ -23,13 +23,23 @@ WEIGHTS_KV = "weights + KV"  # a point's bytes_source: the model's weights plus 
 DRAM_READ_WRITE = "DRAM read + write"  # ...or the DRAM counters' bytes over the tokens counted
 
 
+def by_depth(p: dict) -> dict:
+    """A point as depth reads it: its bytes the model's weights + KV at the swept depth where the engine gave its
+    facts (bytes_per_token_model), with the floor they set (bandwidth_x_model_floor), as what depth adds is KV; a
+    point without them, or a sweep.json written before them, keeps the bytes its verdict priced."""
+    if not p.get("bytes_per_token_model"):
+        return p
+    return {**p, "bytes_per_token": p["bytes_per_token_model"], "bytes_source": WEIGHTS_KV,
+            "bandwidth_x_floor": p.get("bandwidth_x_model_floor")}
+
+
 def divergence(points: list[dict]) -> str:
     """One sentence: how the candidate's median ms/token moves with depth (against the reference's, if any), and
     which resource depth consumes: bytes per token toward the bandwidth floor → BANDWIDTH; small grids (one block
     per head) taking the time → OCCUPANCY. Where the ends are within FLAT_GROWTH, the rise is set against what the
     extra bytes per token cost at the device's bandwidth: a rise near that cost is bandwidth spent at the margin,
     one well under it (or with the bytes level) is a flat curve."""
-    ok = [p for p in points if p.get("ms_per_token")]
+    ok = [by_depth(p) for p in points if p.get("ms_per_token")]
     cand = sorted((p for p in ok if p["command"] == "candidate"), key=lambda p: p["depth"])
     ref = {p["depth"]: p for p in ok if p["command"] == "reference"}
     if len(cand) < 2:

@@ -30,9 +30,10 @@ from decodemon.monitor.sources import agent_socket
 
 PLACEHOLDER = "{depth}"
 MS_NOTE = ("each point's figures are the last 5 s of its attach: ms_per_token the median of those seconds' token "
-           "steps, tokens how many they were; its bytes_per_token is the model's weights + KV at the swept depth "
-           "where the engine gave its facts (bytes_source says which), else the summary's; each depth band covers "
-           "every mark the attach kept (the whole attach, not its last 5 s), its ms_per_token the median of that "
+           "steps, tokens how many they were; its bytes_per_token and bandwidth_x_floor are the ones its verdict "
+           "priced (bytes_source says which), as replay --json's; bytes_per_token_model is the model's weights + KV "
+           "at the swept depth where the engine gave its facts, with bandwidth_x_model_floor the floor those set, "
+           "which the divergence reads; each depth band covers every mark the attach kept (the whole attach, not its last 5 s), its ms_per_token the median of that "
            "band's tokens")
 
 
@@ -76,20 +77,22 @@ def point_of(summary: dict, bands: list[dict], name: str, depth: int, model=None
     bandwidth they are priced at, the ceiling and its number; each depth band flagged where its traced kernels
     sum past its median step.
 
-    With the engine's model facts, bytes/token is the weights plus the KV cache at the swept depth (an engine
+    bytes_per_token and bandwidth_x_floor are the ones the verdict priced, as `replay --json` gives them (the DRAM
+    counters' where PM read them); with the engine's model facts, bytes_per_token_model is the weights plus the KV
+    cache at the swept depth and bandwidth_x_model_floor the floor those set, which the divergence reads (an engine
     whose marks wrap around inside its cache reports every depth below it on the way)."""
-    x_floor = ((summary.get("candidates") or {}).get("bandwidth") or {}).get("value")
-    measured = summary.get("bytes_per_token_measured")  # the DRAM counters', beside the model's the row shows
-    if model is not None:
-        summary = {**summary, "bytes_per_token": float(model.bytes_per_token(depth)), "bytes_per_token_measured": None}
-        # the row's floor is its own bytes' (the model's at the swept depth), not the ones the verdict priced
-        ms, bw, b = summary.get("ms_per_token"), summary.get("bandwidth_gbs"), summary["bytes_per_token"]
-        x_floor = ms / bandwidth_floor_ms(b, bw) if ms and bw and b else None
+    x_floor = ((summary.get("candidates") or {}).get("bandwidth") or {}).get("value")  # the verdict's, as replay's
+    model_b = x_model = None
+    if model is not None:  # the model's at the swept depth, and the floor they set: what depth reads
+        model_b = float(model.bytes_per_token(depth))
+        ms, bw = summary.get("ms_per_token"), summary.get("bandwidth_gbs")
+        x_model = ms / bandwidth_floor_ms(model_b, bw) if ms and bw else None
     verdict = summary.get("verdict") or "unknown"
     cand = (summary.get("candidates") or {}).get(verdict) or {}
     return {"command": name, "depth": int(depth), "ms_per_token": summary.get("ms_per_token"),
             "kernels_per_token": summary.get("kernels_per_token"), "bytes_per_token": summary.get("bytes_per_token"),
-            "bytes_source": bytes_source(summary), "bytes_per_token_measured": measured,
+            "bytes_source": bytes_source(summary),
+            "bytes_per_token_measured": summary.get("bytes_per_token_measured"), "bytes_per_token_model": model_b,
             # the weights alone, which every token reads once (None without the engine's facts)
             "weight_bytes": int(model.weight_bytes) if model is not None else None,
             "bandwidth_gbs": summary.get("bandwidth_gbs"), "bandwidth_source": summary.get("bandwidth_source"),
@@ -97,7 +100,7 @@ def point_of(summary: dict, bands: list[dict], name: str, depth: int, model=None
             "verdict": verdict, "ceiling_value": cand.get("value"), "ceiling_unit": cand.get("unit", ""),
             "ceiling_detail": cand.get("detail", ""), "tokens": (summary.get("span") or {}).get("tokens"),
             "us_per_kernel": summary.get("us_per_kernel"),
-            "bandwidth_x_floor": x_floor,
+            "bandwidth_x_floor": x_floor, "bandwidth_x_model_floor": x_model,
             "small_grid_share_pct": ((summary.get("candidates") or {}).get("occupancy") or {}).get("value"),
             "depth_bands": [{**b, "kernels_past_step": band_kernels_past_step(b)} for b in bands], "error": None}
 
@@ -321,9 +324,10 @@ def markdown(result: dict) -> str:
             lines.append(f"| {p['depth']:,} | {md(p['command'])} | — | — | — | — | not measured | {md(p['error'])} |")
             continue
         num = (f"{p['ceiling_value']:.4g} {md(p['ceiling_unit'])}" if p.get("ceiling_value") is not None else "—")
-        mb = f"{p['bytes_per_token'] / 1e6:.4g}" if p.get("bytes_per_token") else "—"
-        if p.get("bytes_per_token") and p.get("bytes_source") == DRAM_READ_WRITE:
-            mb += " (DRAM's: no model facts)"
+        model_b = _model_bytes(p)
+        mb = f"{model_b / 1e6:.4g}" if model_b else "—"
+        if not model_b and p.get("bytes_per_token") and p.get("bytes_source") == DRAM_READ_WRITE:
+            mb = f"{p['bytes_per_token'] / 1e6:.4g} (DRAM's: no model facts)"
         dram = p.get("bytes_per_token_measured") or (p.get("bytes_per_token") if p.get("bytes_source") ==
                                                      DRAM_READ_WRITE else None)
         dram_mb = f"{dram / 1e6:.4g}" if dram else "—"
@@ -340,16 +344,24 @@ def markdown(result: dict) -> str:
 BYTES_APART = 0.10  # the DRAM counters' bytes this far from the model's: said beside the table
 
 
+def _model_bytes(p: dict) -> float | None:
+    """A point's model bytes: bytes_per_token_model, or, in a sweep.json written before it, bytes_per_token where
+    it was the model's (bytes_source)."""
+    if p.get("bytes_per_token_model"):
+        return p["bytes_per_token_model"]
+    return p.get("bytes_per_token") if p.get("bytes_source") == WEIGHTS_KV else None
+
+
 def _bytes_apart(points: list[dict], md) -> list[str]:
     """Where the DRAM counters read otherwise than the model's bytes the table gives: both, and, where they read
     less than the weights alone, which every token reads once, that the counters missed part of the span's bytes."""
-    apart = [p for p in points if p.get("bytes_per_token") and p.get("bytes_per_token_measured")
-             and abs(p["bytes_per_token_measured"] / p["bytes_per_token"] - 1) > BYTES_APART]
+    apart = [p for p in points if _model_bytes(p) and p.get("bytes_per_token_measured")
+             and abs(p["bytes_per_token_measured"] / _model_bytes(p) - 1) > BYTES_APART]
     if not apart:
         return []
 
     def one(p) -> str:
-        m, b, w = p["bytes_per_token_measured"], p["bytes_per_token"], p.get("weight_bytes")
+        m, b, w = p["bytes_per_token_measured"], _model_bytes(p), p.get("weight_bytes")
         words = (f"{md(p['command'])} at {p['depth']:,}: {m / 1e6:.4g} MB/token measured, {100 * (m / b - 1):+.0f}% "
                  f"against the model's {b / 1e6:.4g}")
         if w and m < w:

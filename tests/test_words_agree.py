@@ -276,19 +276,27 @@ def test_a_sweep_says_where_the_dram_counters_read_otherwise_than_the_models_byt
 
     j = json.loads(cli("sweep", "--replay", DATA / "h200_sweep_demo_eager", "--json").stdout)
     p64 = next(p for p in j["points"] if p["depth"] == 64)
-    assert p64["bytes_source"] and p64["bytes_per_token_measured"] > 1.2 * p64["bytes_per_token"]
+    model = p64["bytes_per_token_model"]
+    assert p64["bytes_source"] and p64["bytes_per_token_measured"] > 1.2 * model
     text = cli("sweep", "--replay", DATA / "h200_sweep_demo_eager").stdout
-    pct = 100 * (p64["bytes_per_token_measured"] / p64["bytes_per_token"] - 1)
+    pct = 100 * (p64["bytes_per_token_measured"] / model - 1)
     assert (f"candidate at 64: {p64['bytes_per_token_measured'] / 1e6:.4g} MB/token measured, {pct:+.0f}% against "
-            f"the model's {p64['bytes_per_token'] / 1e6:.4g}") in text
+            f"the model's {model / 1e6:.4g}") in text
     # the table names whose bytes each column holds, the counters' beside the model's
     assert "| model MB/token | DRAM MB/token |" in text
     row = next(ln for ln in text.splitlines() if ln.startswith("| 64 |"))
-    assert f"| {p64['bytes_per_token'] / 1e6:.4g} | {p64['bytes_per_token_measured'] / 1e6:.4g} |" in row
+    assert f"| {model / 1e6:.4g} | {p64['bytes_per_token_measured'] / 1e6:.4g} |" in row
+    # one name, one figure: the point's bytes_per_token and × floor are the ones replay --json --last 5 gives its
+    # recording (the verdict's), the model's floor under its own name
+    r = json.loads(cli("replay", DATA / "h200_sweep_demo_eager" / p64["recording"], "--json", "--last", 5).stdout)
+    assert p64["bytes_per_token"] == pytest.approx(r["bytes_per_token"], rel=1e-6)
+    assert p64["bandwidth_x_floor"] == pytest.approx(r["candidates"]["bandwidth"]["value"], rel=1e-6)
+    assert p64["bandwidth_x_model_floor"] == pytest.approx(
+        p64["ms_per_token"] / (model / p64["bandwidth_gbs"] / 1e6), rel=1e-6)
     # where the counters read less than the weights alone, which every token reads, their figure is called short
     j = json.loads(cli("sweep", "--replay", DATA / "h200_sweep_hf_generate", "--json").stdout)
     p64 = next(p for p in j["points"] if p["depth"] == 64)
-    assert p64["bytes_per_token_measured"] < p64["weight_bytes"] < p64["bytes_per_token"]
+    assert p64["bytes_per_token_measured"] < p64["weight_bytes"] < p64["bytes_per_token_model"]
     text = cli("sweep", "--replay", DATA / "h200_sweep_hf_generate").stdout
     assert (f"less than the weights alone ({p64['weight_bytes'] / 1e6:.4g} MB), which every token reads: the "
             "counters' figure falls short") in text
