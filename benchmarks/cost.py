@@ -221,8 +221,13 @@ def judge(gens: list[list[float]], fa: dict, ps: list[dict], tail: list[float], 
         during = intervals(gens, *fa["attach"]["t"])  # the tokens that ended while the attach ran
         after = intervals(gens, *fa["after"])
         m = med(before)
+        # the after figure's own control: the before span's median against the stretch of its length before it,
+        # nothing attached in either (the loop's drift over that time, which two A/A pairs cannot hold)
+        b0, b1 = fa["before"]
+        pre = med(intervals(gens, b0 - (b1 - b0), b0))
         res["first"] = {"before_median_ms": m, "after_median_ms": med(after),
                         "after_change_pct": 100 * (med(after) / m - 1) if (m and after) else None,
+                        "before_drift_pct": 100 * (m / pre - 1) if (m and pre) else None,
                         "slowest_ms": max(during) if during else None,
                         "slowest_over_median": max(during) / m if (m and during) else None,
                         # the loop's own slowest, nothing of decodemon running: the after period (the agent idle),
@@ -296,8 +301,9 @@ PROBE: list[str] = []
 
 def table(results: list[dict]) -> str:
     """One line per engine."""
-    rows = ["engine | first attach: slowest/median during it, after vs before | control: stretches of its length "
-            "before it over 2x, slowest; after it, slowest | attached: median cost, A/A median, A/A floor,"
+    rows = ["engine | first attach: slowest/median during it, after vs before (before vs the stretch before it) | "
+            "control: stretches of its length before it over 2x, slowest; after it, slowest | attached: median cost, "
+            "A/A median, A/A floor,"
             " p99 ratio | agent CPU ms/s | pairs"]
     for r in results:
         if "error" in r:
@@ -308,7 +314,8 @@ def table(results: list[dict]) -> str:
         def g(x, fmt="{:+.2f}%"):
             return "-" if x is None else fmt.format(x)
         rows.append(f"{r['engine']}{'/' + r['tag'] if r['tag'] else ''} | {g(f.get('slowest_over_median'), '{:.2f}x')}, "
-                    f"{g(f.get('after_change_pct'))} | {f.get('control_stretches_over_2x')} of "
+                    f"{g(f.get('after_change_pct'))} ({g(f.get('before_drift_pct'))}) | "
+                    f"{f.get('control_stretches_over_2x')} of "
                     f"{f.get('control_stretches')}, {g(f.get('control_slowest_over_median'), '{:.2f}x')}; "
                     f"{g(f.get('after_slowest_over_median'), '{:.2f}x')} | {g(p.get('median_cost_pct'))}, {g(p.get('median_aa_pct'))}, "
                     f"±{g(p.get('aa_floor_pct'), '{:.2f}%')}, {g(p.get('p99_attached_over_unobserved'), '{:.3f}x')} | "
