@@ -281,13 +281,14 @@ def rebuilt_note(old: dict, new: dict) -> str | None:
                 moved.append(f"{k} at {now['command']} {now['depth']:,} ({_said(a)} → {_said(b)})")
     if not moved and old.get("divergence") in (None, new["divergence"]):
         return None
-    return ("the recordings read otherwise than the kept sweep.json: "
+    return ("the rebuilt points differ from the kept sweep.json's: "
             + ("; ".join(moved) + "; " if moved else "") +
             ("its conclusion is re-read from the rebuilt points; " if old.get("divergence") != new["divergence"]
              else "") +
-            "the kept points were read live by the decodemon that ran the sweep, each over the 5 s before its attach "
-            "detached, the rebuilt ones by this one over the 5 s before each recording's last frame (and a later "
-            "version may price the floor otherwise: from each point's own bytes)")
+            "the recordings are the same, the readers are not: the kept points were read live by the decodemon that "
+            "ran the sweep, each over the 5 s before its attach detached, the rebuilt ones by this one over the 5 s "
+            "before each recording's last frame (a version may count a point's tokens over another span, and price "
+            "the floor otherwise)")
 
 
 def _said(v) -> str:

@@ -127,7 +127,8 @@ def test_a_rebuilt_sweep_says_where_it_reads_otherwise_than_its_kept_file_and_a_
     assert "but not monotonically: 107.2 at depth 2,048 is above both ends" in j["divergence"]
     assert "each depth band covers every mark the attach kept" in j["ms_per_token_note"]
     text = cli("sweep", "--replay", DATA / "h200_sweep_hf_generate").stdout
-    assert "Rebuilt: the recordings read otherwise than the kept sweep.json" in text
+    assert "Rebuilt: the rebuilt points differ from the kept sweep.json's" in text
+    assert "the recordings are the same, the readers are not" in text  # the data is not what moved
 
 
 def test_a_monotonic_curve_reads_its_ends_with_no_caution():
@@ -547,3 +548,18 @@ def test_where_pm_over_the_traced_tokens_agrees_with_the_kernels_the_spans_avera
     assert f"over the traced tokens PM itself read {near:.1f}%, as the kernels do" in j["busy_sources_disagree"]
     assert "stretched by CUPTI" not in j["busy_sources_disagree"]
     assert "stretched by CUPTI" in busy_disagreement(63.0, 8.0)  # without that check, the reasons as before
+
+
+def test_the_reports_rate_says_the_steps_the_observer_slowed_were_left_out(tmp_path):
+    """The eager recording's rate rests on 329 clock steps of its 334: the 5 the observer's steps slowed are left
+    out of the steps and their time, and the report says so beside the count (329 over the span's 7.98 s would
+    read 41.2/s, not the 42.2 shown)."""
+    from tests.conftest import BUNDLED
+
+    rec = BUNDLED / "h100_eager.dmon"
+    j = json.loads(cli("replay", rec, "--json").stdout)
+    n = j["observer_cost"]["slowed_tokens"]
+    assert n and j["span"]["tokens"] - 1 == j["clock_steps"] + n
+    md = tmp_path / "r.md"
+    assert cli("report", rec, "-o", md).returncode == 0
+    assert f"over {j['clock_steps']} clock steps, {n} the observer's steps slowed, left out" in md.read_text()

@@ -350,14 +350,17 @@ def test_compare_shows_on_each_side_the_throughput_its_ratio_divides():
         {k: v for k, v in solo.items() if k != "rolling_5s"}
 
 
-def test_a_sweep_rows_floor_is_its_own_bytes():
-    # with the engine's model facts a row's bytes are the model's at the swept depth: its floor multiple is theirs
+def test_a_sweep_rows_model_floor_is_its_model_bytes():
+    # with the engine's model facts a row's model bytes are the model's at the swept depth, and its model floor
+    # multiple is theirs; the verdict's floor multiple stands under its own name
     d = json.loads(cli("sweep", "--replay", DATA / "h200_sweep_hf_generate", "--json").stdout)
     pts = d["points"] if isinstance(d, dict) else d
-    assert pts and all(p["bytes_source"] == "weights + KV" for p in pts)
+    assert pts and all(p["bytes_per_token_model"] for p in pts)
     for p in pts:
-        assert p["bandwidth_x_floor"] == pytest.approx(p["ms_per_token"] / (p["bytes_per_token"] / p["bandwidth_gbs"]
-                                                                            / 1e6), rel=1e-6)
+        assert p["bandwidth_x_model_floor"] == pytest.approx(
+            p["ms_per_token"] / (p["bytes_per_token_model"] / p["bandwidth_gbs"] / 1e6), rel=1e-6)
+        assert p["bandwidth_x_floor"] == pytest.approx(
+            p["ms_per_token"] / (p["bytes_per_token"] / p["bandwidth_gbs"] / 1e6), rel=1e-3)
 
 
 def test_a_clock_read_from_the_gpus_steps_says_its_tokens_are_those_steps_alone():
@@ -445,3 +448,15 @@ def test_a_replays_status_tells_an_end_from_a_point_short_of_it():
     assert p.status() == f"  8.00/{p.end_ns / 1e9:.2f} s paused" and p.end_ns > 8_005_000_000
     p.seek(p.end_ns)
     assert p.status() == f"{p.end_ns / 1e9:.2f} s, end of recording"
+
+
+def test_bytes_per_token_that_are_the_models_say_so_where_no_dram_counter_read_the_span():
+    """The H200 eager recording has no PM bytes: its bytes_per_token is the model's, and the note says it is not
+    measured; a recording with the counters' bytes needs no such note."""
+    from tests.conftest import DATA
+
+    j = json.loads(cli("replay", DATA / "h200_eager.dmon", "--json").stdout)
+    assert j["bytes_per_token_measured"] is None and j["bytes_per_token"] == j["bytes_per_token_model"]
+    assert "is the model's" in j["bytes_per_token_note"] and "not measured" in j["bytes_per_token_note"]
+    k = json.loads(cli("replay", DATA.parent.parent / "monitor" / "data" / "h100_graph.dmon", "--json").stdout)
+    assert k["bytes_per_token_measured"] and k["bytes_per_token_note"] is None

@@ -73,3 +73,36 @@ def dram_check(bytes_per_token: float | None, tokens_per_s: float | None, dram_p
                         "averages over (the GPU idle between bursts or generations), or bytes per token were taken "
                         "over other GPU time than those steps")
     return out
+
+
+def bytes_note(measured: float | None, model: float | None) -> str | None:
+    """When the DRAM counters and the model disagree by more than 2x: the three parts of bytes per token."""
+    if not (measured and model):
+        return None
+    r = measured / model
+    if 0.5 <= r <= 2.0:
+        return None
+    return (f"DRAM read {r:.2g}x the model's bytes per token: count the three parts (the weights actually read, "
+            "e.g. active experts, not all; the KV cache at this depth; activations and writes) before pricing "
+            "the floor")
+
+
+def _no_depth_note(s) -> str | None:
+    """The model's bytes priced with no KV where tokens were made but no depth came with them (a recording of
+    llama-server made before its /slots depth was read, or an engine that reports none)."""
+    m = s.model
+    if s.bytes_per_token_model and not s.depth and s.tokens_total and m is not None and m.kv_bytes_per_position:
+        return ("the model's bytes are its weights alone: no KV depth came with these tokens, so the KV cache "
+                f"({m.kv_bytes_per_position} bytes a position) is not counted")
+    return None
+
+
+def bytes_per_token_note(s) -> str | None:
+    """What snapshot `s`'s bytes per token are where a reader could take them for what they are not: the model's
+    and the counters' over 2x apart; the model's weights alone (no depth came); the model's where no DRAM counter
+    read the span (bytes_per_token is then not measured)."""
+    note = bytes_note(s.bytes_per_token_measured, s.bytes_per_token_model) or _no_depth_note(s)
+    if note is None and s.bytes_per_token_model and not s.bytes_per_token_measured:
+        note = ("bytes_per_token is the model's (bytes_per_token_model: its weights + KV at the depth reported), "
+                "not measured: no DRAM counters read this span")
+    return note

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from decodemon.monitor.analysis.agreement import busy_disagreement, kernels_past_step
+from decodemon.monitor.analysis.agreement import busy_disagreement, bytes_per_token_note, kernels_past_step
 from decodemon.monitor.analysis.kernels import KERNELS_NOTE
 from decodemon.monitor.ceilings import own_kernel_ms
 from decodemon.monitor.render.text import in_marks, unit
@@ -194,28 +194,6 @@ def kernels_from_words(s: Snapshot) -> str:
             f"span ({start_s:.3f}–{s.rx_ns / 1e9:.3f} s), which traced none")
 
 
-def bytes_note(measured: float | None, model: float | None) -> str | None:
-    """When the DRAM counters and the model disagree by more than 2x: the three parts of bytes per token."""
-    if not (measured and model):
-        return None
-    r = measured / model
-    if 0.5 <= r <= 2.0:
-        return None
-    return (f"DRAM read {r:.2g}x the model's bytes per token: count the three parts (the weights actually read, "
-            "e.g. active experts, not all; the KV cache at this depth; activations and writes) before pricing "
-            "the floor")
-
-
-def _no_depth_note(s: Snapshot) -> str | None:
-    """The model's bytes priced with no KV where tokens were made but no depth came with them (a recording of
-    llama-server made before its /slots depth was read, or an engine that reports none)."""
-    m = s.model
-    if s.bytes_per_token_model and not s.depth and s.tokens_total and m is not None and m.kv_bytes_per_position:
-        return ("the model's bytes are its weights alone: no KV depth came with these tokens, so the KV cache "
-                f"({m.kv_bytes_per_position} bytes a position) is not counted")
-    return None
-
-
 def _kv_dtype(s: Snapshot) -> str | None:
     m = s.model
     return (m.kv_dtype or m.dtype or None) if m is not None else None
@@ -379,8 +357,7 @@ def summary_json(s: Snapshot, kernels: int = 15) -> dict:
         "bytes_per_token_model_depth": s.depth if s.bytes_per_token_model else None,
         # the type the model's KV bytes are priced in (llama.cpp's cache: f16, q8_0, q4_0; else the weights' own)
         "bytes_per_token_model_kv_dtype": _kv_dtype(s) if s.bytes_per_token_model else None,
-        "bytes_per_token_note": (bytes_note(s.bytes_per_token_measured, s.bytes_per_token_model)
-                                 or _no_depth_note(s)),
+        "bytes_per_token_note": bytes_per_token_note(s),
         "dram_check": s.dram_check,
         "bandwidth_gbs": s.bandwidth_gbs,
         "bandwidth_source": s.bandwidth_source,

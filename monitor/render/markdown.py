@@ -15,7 +15,8 @@ from decodemon.monitor.span import span_words
 from decodemon.monitor.safe_text import markdown as md
 from decodemon.monitor.safe_text import markdown_code, visible_lines
 from decodemon.monitor.render.json import kernels_from_words
-from decodemon.monitor.render.text import counted, in_marks, observer_parts, rejected_text, runtime_split, token_bytes
+from decodemon.monitor.render.text import (counted, in_marks, left_out, observer_parts, rejected_text, runtime_split,
+                                           token_bytes)
 
 if TYPE_CHECKING:
     from decodemon.monitor.snapshot import Snapshot
@@ -114,7 +115,7 @@ def _figures(s: Snapshot) -> list[str]:
                    f"tokens/step){_provisional(s)}")
     elif tk:
         out.append(f"- {tk.ms_per_token:.3f} ms/token {clock_kind(s.token_clock)} (p90 {tk.ms_per_token_p90:.3f}), "
-                   f"{tk.tokens_per_s:.1f} tokens/s over {tk.tokens} clock steps{_tokens_counted(s)}")
+                   f"{tk.tokens_per_s:.1f} tokens/s over {tk.tokens} clock steps{left_out(s)}{_tokens_counted(s)}")
     if w:
         elsewhere = kernels_from_words(s)  # the span traced no window: say whose kernel figures these are
         out += [f"- ⚠ {elsewhere}"] if elsewhere else []

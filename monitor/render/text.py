@@ -6,6 +6,7 @@ from decodemon.monitor.ceilings import ORDER
 from decodemon.monitor.diagnosis import Diagnosis
 from decodemon.monitor.numbers import said
 from decodemon.monitor.safe_text import visible
+from decodemon.monitor.token_clock import STEP_STARTS
 
 
 def runtime_split(s) -> str:
@@ -80,6 +81,16 @@ def slowed_part(o: dict | None) -> str | None:
     n = o["slowed_tokens"]
     return (f"the observer overlapped {n} token{'s' if n != 1 else ''} ({', '.join(o['slowed_by'])}): "
             f"+{o['slowed_extra_ms']:.1f} ms over the others' median, left out of the loop's figures")
+
+
+def left_out(s, short: bool = False) -> str:
+    """", N the observer's steps slowed, left out" beside a count of clock steps (", N slowed left out" on the
+    screen's header), where a marked clock left them out of its steps and its rate (step starts count every
+    step); "" otherwise."""
+    n = (s.observer or {}).get("slowed_tokens")
+    if not n or s.token_clock == STEP_STARTS:
+        return ""
+    return f", {n} slowed left out" if short else f", {n} the observer's steps slowed, left out"
 
 
 def observer_parts(o: dict | None) -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from decodemon.monitor.render.text import rejected_text, token_bytes
+from decodemon.monitor.render.text import left_out, rejected_text, token_bytes
 from decodemon.monitor.token_clock import PROVISIONAL_STEPS, clock_kind
 from decodemon.monitor.widgets import tcss
 from decodemon.monitor.widgets.format import Redraw, num
@@ -49,7 +49,8 @@ class HeaderPanel(Redraw, Static):
         kind = clock_kind(s.token_clock)
         t.append(f" {kind}  {num(tk.tokens_per_s if tk else None, '.1f')} {'steps' if batched else 'tok'}/s mean{span}")
         if tk:  # both from one clock, named, with the count behind them (the count every panel gives)
-            t.append(f" ({tk.tokens} {'steps' if batched else 'tokens'} timed, {s.token_clock or 'no clock'})",
+            t.append(f" ({tk.tokens} {'steps' if batched else 'tokens'} timed{left_out(s, short=True)}, "
+                     f"{s.token_clock or 'no clock'})",
                      style="dim")
             if tk.tokens < PROVISIONAL_STEPS:  # kept whole: its number stays with its words
                 self._append_whole(t, " ", f"provisional (<{PROVISIONAL_STEPS})",
