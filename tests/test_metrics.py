@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -10,7 +12,7 @@ from decodemon.monitor.analysis.names import demangle_head, short_kernel_name
 from decodemon.monitor.analysis.tokens import token_stats
 from decodemon.monitor.analysis.window import window_metrics
 from decodemon.probes import wire
-from tests.conftest import REC
+from tests.conftest import DATA, REC
 
 
 # the recordings of loops whose host marks tokens ahead of the GPU: transformers' static-cache generate() (marked
@@ -402,7 +404,9 @@ def test_idle_inside_one_graph_launch_is_known_to_be_the_devices():
     assert idle.gap_ns.tolist() == [5_000, 10_000, 10_000]
     assert idle.launch_known.tolist() == [True, False, False]  # only k1 shares k0's graph launch
     assert not idle.host_late.any() and idle.head_ns == 0 and idle.tail_ns == 930_000
-    assert idle_gaps(_records([0], [5], [1], [0]), launch_calls(rec)) is None
+    one = idle_gaps(_records([0], [5], [1], [0]), launch_calls(rec))  # one kernel: no gap, its head and tail
+    assert one.gap_ns.tolist() == [] and one.head_ns == 0 and one.tail_ns == 999_995
+    assert idle_gaps(_records([], [], [], []), launch_calls(rec)) is None
 
 
 def test_a_collective_adds_the_idle_around_it_beyond_the_usual_gap():
@@ -425,3 +429,16 @@ def test_busy_counts_overlapping_kernels_once():
     assert seg_s.tolist() == [0, 20] and seg_e.tolist() == [12, 30]
     assert union_ns(s, e) == 22
     assert busy_within(s, e, np.array([0, 10, 12]), np.array([10, 20, 20])).tolist() == [100.0, 20.0, 0.0]
+
+
+def test_a_token_of_one_kernel_has_its_head_and_tail_counted_as_idle():
+    """The known-bytes reduce loop runs one kernel a token from a CUDA graph: its traced token's 5 ms is the
+    graph launch's instrumenting (the head, the tracer's), the kernel and the tail, and they add up to it."""
+    from tests.conftest import cli
+
+    j = json.loads(cli("replay", DATA / "h200_known_reduce1.5_marks.dmon", "--json").stdout)
+    assert j["kernels_per_token"] == 1 and j["graph_launches_per_token"] == 1
+    g = j["gap_ms_per_token"]
+    assert g["tracing"] > 4 and sum(g.values()) + j["kernel_busy_ms_per_token"] == pytest.approx(j["traced_token_ms"],
+                                                                                              abs=2e-4)
+    assert j["traced_token_busy_pct"] > 90  # the tracer's head left out, as in any graphed window

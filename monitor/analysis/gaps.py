@@ -53,9 +53,10 @@ class GapBreakdown:
 
 
 def idle_gaps(rec: TracedRecords, calls: LaunchCalls) -> IdleGaps | None:
-    """The idle before each kernel and whether the host was late for it; None with fewer than two kernels."""
+    """The idle before each kernel and whether the host was late for it, and the head and tail around them (a
+    token of one kernel has those alone); None with no kernel."""
     start, end = rec.start_ns, rec.end_ns
-    if len(start) < 2:
+    if len(start) < 1:
         return None
     o = np.argsort(start, kind="stable")
     s, e, corr = start[o], end[o], rec.kernels["correlation"][o]
