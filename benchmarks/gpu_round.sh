@@ -20,7 +20,8 @@
 #   bash benchmarks/gpu_round.sh OUTDIR first FIRST_RUNS (2) fresh eager manual loops, nothing else on the machine, one
 #                                            first attach each (cost.py): its slowest token against the 30 s before,
 #                                            beside the loop's own slowest in stretches of that length before it;
-#                                            with SMOKE=1, the demo engine's smoke first (SMOKE_MODES: eager graph)
+#                                            with SMOKE=1, the demo engine's smoke first (SMOKE_MODES: eager graph);
+#                                            PAIRS (2) A/A pairs after each (each ~13 s: give COST_S room for more)
 #
 # Run from the repository root with .whl/ carried (`bash benchmarks/wheels.sh`). Each call leaves at most 8 files
 # under OUTDIR: the tables and a .tgz of the JSON, logs and recordings.
@@ -116,7 +117,7 @@ case "$stage" in
     # before, the attach, 60 s after, 2 pairs of 4 phases of 3 s and the attaches' own seconds: ~230 s; a run cut
     # at COST_S stops its loop and judges what it has
     for i in $(seq ${FIRST_RUNS:-2}); do
-      timeout ${COST_S:-270} $DM_PY benchmarks/cost.py "$out/r/first$i" --engines manual --pairs 2 --phase-s 3 \
+      timeout ${COST_S:-270} $DM_PY benchmarks/cost.py "$out/r/first$i" --engines manual --pairs ${PAIRS:-2} --phase-s 3 \
         --before-s 30 --after-s 60 --warm-s 40 > "$out/r/first$i.log" 2>&1
       echo "cost.py $i exit $?"; tail -n 1 "$out/r/first$i.log"
       pkill -f manual_decode.py  # never a loop left beside the next one
