@@ -11,12 +11,12 @@ from decodemon.monitor import diagnosis as dx
 from tests.conftest import cli
 
 # the kernels fill a 3.93 ms step 13.4x above the bandwidth floor: nothing binds until the grids are read
-KERNELS_FILL_FAR_ABOVE_FLOOR = ["--ms-per-token", 3.93, "--launches-per-token", 1864, "--kernel-ms-per-token", 3.90,
+KERNELS_FILL_FAR_ABOVE_FLOOR = ["--ms-per-token", 3.93, "--kernels-per-token", 1864, "--kernel-ms-per-token", 3.90,
                                 "--bytes-per-token", 1.2e9, "--bandwidth-gbs", 4081]
 CASES = {
     "kernels fill, far above the floor": KERNELS_FILL_FAR_ABOVE_FLOOR,
     "near the floor": ["--ms-per-token", 0.5, "--bytes-per-token", 1.2e9, "--bandwidth-gbs", 4081],
-    "idle between launches": ["--ms-per-token", 20, "--launches-per-token", 1864, "--kernel-ms-per-token", 4],
+    "idle between launches": ["--ms-per-token", 20, "--kernels-per-token", 1864, "--kernel-ms-per-token", 4],
     "collectives": ["--ms-per-token", 10, "--collectives-per-token", 64, "--us-per-collective", 50],
 }
 
@@ -49,7 +49,7 @@ def test_kernels_that_fill_the_step_far_above_the_floor_ask_for_the_grids_not_th
 
 
 def test_figures_that_price_nothing_exit_3():
-    r = cli("diagnose", "--launches-per-token", 100)
+    r = cli("diagnose", "--kernels-per-token", 100)
     assert r.returncode == 3 and "ceiling: UNKNOWN" in r.stdout
 
 

@@ -136,6 +136,23 @@ def test_kernels_that_share_a_name_are_told_apart_as_the_screen_tells_them(eager
     assert any("#" in r.label for r in table)  # an index among those only told apart by place, said alike
 
 
+@pytest.mark.parametrize("name", ["h200_narrow12_graph.dmon", "h200_compiled_llama8b_enqueue_synced_2.dmon",
+                                  "h200_unmarked_manual_1.dmon"])
+def test_a_kernel_keeps_one_slice_name_across_a_traces_windows_and_it_is_the_screens(name):
+    """Windows whose tables order alike-named kernels differently (timing noise), a window re-timed by the GPU's
+    steps, kernels outside the latest window's table: each kernel has one name in the whole trace, no two kernels
+    share one, and the latest window's rows are named as the screen names them."""
+    sess = collect(DATA / name)
+    by_mangled, by_name = {}, {}
+    for e in trace_of(sess)["traceEvents"]:
+        if e.get("cat") == "kernel":
+            by_mangled.setdefault(e["args"]["mangled name"], set()).add(e["name"])
+            by_name.setdefault(e["name"], set()).add(e["args"]["mangled name"])
+    assert all(len(v) == 1 for v in by_mangled.values()) and all(len(v) == 1 for v in by_name.values())
+    table = sess.snapshot(span_ns=None).window.kernels
+    assert table and all(by_mangled[r.name] == {r.label} for r in table)
+
+
 def test_tokens_are_profiler_steps_between_boundary_instants(graph):
     events = trace_of(graph)["traceEvents"]
     steps = [e for e in events if e["name"].startswith("ProfilerStep#")]

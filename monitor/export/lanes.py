@@ -26,9 +26,8 @@ import math
 import numpy as np
 
 from decodemon.monitor.analysis.gaps import IdleGaps, classify_gaps, idle_gaps
-from decodemon.monitor.analysis.kernels import kernel_table
 from decodemon.monitor.analysis.launches import count_launches, launch_calls
-from decodemon.monitor.analysis.names import demangle_head, kernel_tags, range_name, tagged
+from decodemon.monitor.analysis.names import NAME_WHOLE, kernel_tags, range_name, short_kernel_name, tagged
 from decodemon.monitor.analysis.records import TracedRecords, analysed_records
 from decodemon.probes import wire
 
@@ -94,34 +93,32 @@ def launch_lane(w: wire.KernelWindow, clock: Clock, cpu_pid: int, corr_offset: i
     return out
 
 
-def kernel_labels(w: wire.KernelWindow, k: dict, sm_count: int, cc: str) -> list[str]:
-    """Each kernel name's slice name: the label the hot-kernels table gives it for this window (its short name,
-    tagged where two share one: `native::elementwise_kernel<OnSelf_add #3>` in the trace as on the screen, in
-    `--json` and in the report); a kernel the table leaves out (one only in the tracing's first moments) by its
-    qualified name, tagged among those alone."""
-    table = {r.name: r.label for r in kernel_table(analysed_records(w), max(sm_count, 1), cc)}
-    rest = [j for j, n in enumerate(w.names) if n not in table]
-    grids: dict[int, dict[int, int]] = {}
-    for i, n in enumerate(k.get("name", ())):
-        g = k["grid_x"][i] * k["grid_y"][i] * k["grid_z"][i]
-        grids.setdefault(n, {}).setdefault(g, 0)
-        grids[n][g] += 1
-    heads = [demangle_head(w.names[j]) for j in rest]
-    mode = [max(grids[j], key=grids[j].get) if j in grids else 0 for j in rest]
-    tags = kernel_tags(list(zip([w.names[j] for j in rest], heads, mode)))
-    out = [table.get(n, "") for n in w.names]
-    for j, h, t in zip(rest, heads, tags):
-        out[j] = tagged(h, t, w.names[j])
+def trace_labels(names: set[str], table) -> dict[str, str]:
+    """One slice name per kernel for the whole trace: the label the hot-kernels table gives it (`table`: the rows
+    of the latest window exported, as the screen, `--json` and the report show them, their `#n` included); a
+    kernel that table leaves out (one of an earlier window, or of the tracing's first moments) by its short name
+    in the same style, tagged among those, and never a name a table row already has."""
+    out = {r.name: r.label for r in table}
+    rest = sorted(names - out.keys())
+    heads = [short_kernel_name(n, NAME_WHOLE) for n in rest]
+    used = set(out.values())
+    for n, h, t in zip(rest, heads, kernel_tags([(n, h, 0) for n, h in zip(rest, heads)])):
+        label = k = tagged(h, t, n)
+        i = 2
+        while k in used:
+            k, i = f"{label} [{i}]", i + 1
+        used.add(k)
+        out[n] = k
     return out
 
 
 def kernel_lane(w: wire.KernelWindow, clock: Clock, device: int, sm_count: int, corr_offset: int = 0,
-                cc: str = "9.0") -> list[dict]:
+                labels: dict[str, str] | None = None) -> list[dict]:
     """Every kernel on its stream's thread of the GPU process, with Kineto's kernel args."""
     k = {name: col.array().tolist() for name, col in w.kernels.items()}
     if "start" not in k:
         return []
-    labels = kernel_labels(w, k, sm_count, cc)
+    labels = labels or {}
     out = []
     for i, (t0, t1) in enumerate(zip(k["start"], k["end"])):
         grid = [k["grid_x"][i], k["grid_y"][i], k["grid_z"][i]]
@@ -139,7 +136,7 @@ def kernel_lane(w: wire.KernelWindow, clock: Clock, device: int, sm_count: int, 
         if sm_count:
             args["blocks per SM"] = round(blocks / sm_count, 4)
             args["warps per SM"] = round(blocks * warps_per_block / sm_count, 4)
-        label = labels[k["name"][i]] if 0 <= k["name"][i] < len(labels) else name
+        label = labels.get(name, name)
         out.append({"ph": "X", "cat": "kernel", "name": label, "pid": device, "tid": stream,
                     "ts": clock.ts(t0), "dur": clock.dur(t0, t1), "args": args})
     return out

@@ -69,6 +69,17 @@ def _windows_of(session, window_id: int | None) -> list[wire.KernelWindow]:
     return wins
 
 
+def _table_of(session, w, gpu) -> tuple:
+    """The hot-kernels table of window `w` as the session read it (a window it re-timed by the GPU's steps
+    included), so the trace names each kernel as the screen, `--json` and the report do."""
+    from decodemon.monitor.analysis.window import window_metrics
+
+    for _rx, m in reversed(session.metrics):
+        if m.window_id == w.window_id:
+            return m.kernels
+    return window_metrics(w, gpu.sm_count if gpu else 0, gpu.cc if gpu and gpu.cc else "9.0").kernels
+
+
 def trace_of(session, window_id: int | None = None) -> dict:
     """The session's traced windows (or the one with `window_id`) as a Kineto-style trace dict."""
     feed = session.feed
@@ -80,10 +91,10 @@ def trace_of(session, window_id: int | None = None) -> dict:
     cpu_pid = hello.pid if hello and hello.pid else 1_000_000  # a pid no device index reaches
     clock = lanes.Clock(min(lanes.earliest_ns(w) for w in wins))
     events, streams, step, corr = [], set(), 0, 0
+    labels = lanes.trace_labels({n for w in wins for n in w.names}, _table_of(session, wins[-1], gpu))
     for w in wins:
         events += lanes.launch_lane(w, clock, cpu_pid, corr)
-        kernels = lanes.kernel_lane(w, clock, device, gpu.sm_count if gpu else 0, corr,
-                                    gpu.cc if gpu and gpu.cc else "9.0")
+        kernels = lanes.kernel_lane(w, clock, device, gpu.sm_count if gpu else 0, corr, labels)
         streams.update(e["tid"] for e in kernels)
         events += kernels
         events += lanes.flow_lane(w, clock, cpu_pid, device, corr)
