@@ -32,9 +32,10 @@ PLACEHOLDER = "{depth}"
 MS_NOTE = ("each point's figures are the last 5 s of its attach: ms_per_token the median of those seconds' token "
            "steps, tokens how many they were; its bytes_per_token and bandwidth_x_floor are the ones its verdict "
            "priced (bytes_source says which), as replay --json's; bytes_per_token_model is the model's weights + KV "
-           "at the swept depth where the engine gave its facts, with bandwidth_x_model_floor the floor those set, "
-           "which the divergence reads; each depth band covers every mark the attach kept (the whole attach, not its last 5 s), its ms_per_token the median of that "
-           "band's tokens")
+           "at the swept depth (bytes_per_token_model_depth) where the engine gave its facts, with "
+           "bandwidth_x_model_floor the floor those set, which the divergence reads; each depth band covers every "
+           "mark the attach kept (the whole attach, not its last 5 s), its ms_per_token the median of that band's "
+           "tokens")
 
 
 class SweepError(Exception):
@@ -93,6 +94,8 @@ def point_of(summary: dict, bands: list[dict], name: str, depth: int, model=None
             "kernels_per_token": summary.get("kernels_per_token"), "bytes_per_token": summary.get("bytes_per_token"),
             "bytes_source": bytes_source(summary),
             "bytes_per_token_measured": summary.get("bytes_per_token_measured"), "bytes_per_token_model": model_b,
+            # the depth the model's bytes are priced at, as replay's key of that name says it (the swept depth here)
+            "bytes_per_token_model_depth": int(depth) if model_b else None,
             # the weights alone, which every token reads once (None without the engine's facts)
             "weight_bytes": int(model.weight_bytes) if model is not None else None,
             "bandwidth_gbs": summary.get("bandwidth_gbs"), "bandwidth_source": summary.get("bandwidth_source"),
@@ -275,6 +278,9 @@ def rebuilt_note(old: dict, new: dict) -> str | None:
             continue
         for k in REBUILT_KEYS:
             a, b = was.get(k), now.get(k)
+            if k == "bandwidth_x_floor" and was.get("bytes_source") == WEIGHTS_KV \
+                    and "bytes_per_token_model" not in was:  # a sweep.json whose floor was its model bytes'
+                b = now.get("bandwidth_x_model_floor", b)
             same = a == b or (isinstance(a, (int, float)) and isinstance(b, (int, float))
                               and abs(a - b) <= 0.005 * max(abs(a), abs(b)))
             if not same:

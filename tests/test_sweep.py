@@ -248,7 +248,8 @@ def test_sweep_of_the_cpu_demo_engine_at_four_depths(tmp_path, capsys):
     # the tiny model's attention reads its whole cache: the deepest cache reads the most bytes per token (its
     # ms/token is ~0.7-0.9 ms of Python at every depth here, within a shared 2-core machine's noise: the H200
     # sweeps' ms/token against depth are checked from their recordings below)
-    assert pts[-1]["bytes_per_token"] > pts[0]["bytes_per_token"]
+    assert pts[-1]["bytes_per_token_model"] > pts[0]["bytes_per_token_model"]
+    assert [p["bytes_per_token_model_depth"] for p in pts] == [64, 256, 1024, 4096]
     assert all(p["depth_bands"] for p in pts)
     md = (out / "sweep.md").read_text()
     assert md.count("| candidate |") == 4 and result["divergence"] in md
