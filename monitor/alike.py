@@ -108,8 +108,9 @@ def differences(snap_a, snap_b, same_source: bool = False) -> dict | None:
                         "and time are shared by its tokens")
     one_token_steps = all(abs((s.tokens_per_step or 1.0) - 1.0) <= 0.1 for s in (snap_a, snap_b))
     if unit(snap_a) != unit(snap_b) and not one_token_steps:  # a batched engine's marks are steps of several tokens
-        out["clock"] = (f"A's marks are {unit(snap_a)}s, B's are {unit(snap_b)}s: ms/token and tokens/s divide a "
-                        "token by a step; compare the throughput (tokens/s of every request) instead")
+        out["clock"] = (f"A's marks are {unit(snap_a)}s, B's are {unit(snap_b)}s: every per-token ratio (ms/token, "
+                        "tokens/s, kernels, launch calls and kernel time per token) divides a token by a step; "
+                        "compare the throughput (tokens/s of every request) instead")
     kinds = [clock_kind(s.token_clock) for s in (snap_a, snap_b)]
     if "clock" not in out and kinds[0] != kinds[1] and snap_a.tokens is not None and snap_b.tokens is not None:
         out["clock"] = (f"A's ms/{unit(snap_a)} is a {kinds[0]} ({snap_a.token_clock}), B's a {kinds[1]} "

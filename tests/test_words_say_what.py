@@ -460,3 +460,9 @@ def test_bytes_per_token_that_are_the_models_say_so_where_no_dram_counter_read_t
     assert "is the model's" in j["bytes_per_token_note"] and "not measured" in j["bytes_per_token_note"]
     k = json.loads(cli("replay", DATA.parent.parent / "monitor" / "data" / "h100_graph.dmon", "--json").stdout)
     assert k["bytes_per_token_measured"] and k["bytes_per_token_note"] is None
+
+
+def test_a_reports_bytes_of_a_tiny_model_are_not_printed_as_zero():
+    from decodemon.monitor.render.markdown import _gb
+
+    assert _gb(685_056) == "0.000685" and _gb(1.252e9) == "1.252" and _gb(0) == "0.000"

@@ -102,7 +102,10 @@ def bytes_per_token_note(s) -> str | None:
     and the counters' over 2x apart; the model's weights alone (no depth came); the model's where no DRAM counter
     read the span (bytes_per_token is then not measured)."""
     note = bytes_note(s.bytes_per_token_measured, s.bytes_per_token_model) or _no_depth_note(s)
-    if note is None and s.bytes_per_token_model and not s.bytes_per_token_measured:
-        note = ("bytes_per_token is the model's (bytes_per_token_model: its weights + KV at the depth reported), "
-                "not measured: no DRAM counters read this span")
+    if s.bytes_per_token_model and not s.bytes_per_token_measured:
+        pct = (s.pm or {}).get("dram_pct")
+        why = (f"PM read DRAM throughput ({pct:.1f}% of the peak: dram_pct) but no DRAM byte counts over these "
+               "tokens" if pct else "no DRAM counters read this span")
+        model = note or "bytes_per_token is the model's (bytes_per_token_model: its weights + KV at the depth reported)"
+        note = f"{model}; not measured: {why}"
     return note

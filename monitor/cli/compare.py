@@ -55,7 +55,7 @@ def add(sub) -> None:
 
 # what each of `differ`'s keys names, in words ("source": A and B are one, said whole)
 DIFFER_NAMES = {"model": "model", "tp": "TP degree", "device": "device", "kv": "KV cache type", "batch": "batch",
-                "clock": "clock", "bandwidth": "floor's bandwidth"}
+                "clock": "clock", "bandwidth": "floor's bandwidth", "gpu_busy": "GPU busy's instrument"}
 
 
 def _apart_words(apart: dict) -> str:
@@ -121,6 +121,8 @@ def compare_json(snap_a, snap_b, same_source: bool = False) -> dict:
     floors = _floors_apart(ja, jb)
     if floors:  # no ratio divides by it, but each side's × floor figures are against its own bandwidth
         apart = {**(apart or {}), "bandwidth": floors}
+    if src_a and src_b and src_a != src_b:  # the busy ratio's two instruments, named where the differences are
+        apart = {**(apart or {}), "gpu_busy": f"A's GPU busy is from {src_a}, B's from {src_b}: two instruments"}
     # a loop of one sequence has no throughput figure of its own: its tokens/s is every request's tokens a second.
     # compare's own key gives each side's as the ratio divides it (never a ratio of two nulls); each side's summary
     # stays as `replay --json` prints it
@@ -164,8 +166,9 @@ def run(a) -> int:
             return empty
         out = compare_json(*snaps, same_source=same_source(a.a, a.b))
         for what, why in (out["differ"] or {}).items():  # said where a reader of the ratios looks first, too
-            say("compare", why if what == "source" else f"the floor's bandwidth differs: {why}" if what == "bandwidth"
-                else f"the {DIFFER_NAMES.get(what, what)} differs: {why}; the ratios B/A hold that difference too")
+            say("compare", why if what == "source" else f"the {DIFFER_NAMES[what]} differs: {why}"
+                if what in ("bandwidth", "gpu_busy") else
+                f"the {DIFFER_NAMES.get(what, what)} differs: {why}; the ratios B/A hold that difference too")
         print_json(out)
         return 0
     live_probe(a, "compare", [a.a, a.b])  # a probe option on two recordings: refused, not dropped

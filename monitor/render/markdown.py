@@ -104,6 +104,12 @@ def _provisional(s: Snapshot) -> str:
     return f"; provisional: the rate rests on fewer than {PROVISIONAL_STEPS} steps"
 
 
+def _gb(b: float) -> str:
+    """Bytes in GB to the MB (1.252), or to 3 significant digits where that would read 0.000 (a tiny CPU model's
+    685 kB: 0.000685)."""
+    return f"{b / 1e9:.3f}" if b >= 1e7 or not b else f"{b / 1e9:.3g}"
+
+
 def _figures(s: Snapshot) -> list[str]:
     """The measured figures as bullet lines: token clock, launches, GPU busy and PM counters, the bandwidth floor."""
     d, tk, w = s.diagnosis, s.tokens, s.window
@@ -139,11 +145,11 @@ def _figures(s: Snapshot) -> list[str]:
                   "weights alone, no KV depth reported")
         priced = f" ({priced}" + (f"; a step's ÷ its {tps:g} tokens)" if tps != 1.0 else ")")
         out.append("- bytes a token: " + ", ".join(
-            x for x in (f"{measured / 1e9:.3f} GB measured (PM DRAM over the tokens counted)" if measured else "",
-                        f"the model's {model / 1e9:.3f} GB{priced}" if model else "") if x))
+            x for x in (f"{_gb(measured)} GB measured (PM DRAM over the tokens counted)" if measured else "",
+                        f"the model's {_gb(model)} GB{priced}" if model else "") if x))
     if d.bandwidth_floor_ms is not None:
         out.append(f"- bandwidth floor {d.bandwidth_floor_ms:.3f} ms/token "
-                   f"({(s.bytes_per_token or 0) / 1e9:.3f} GB/token at {s.bandwidth_gbs:.0f} GB/s, "
+                   f"({_gb(s.bytes_per_token or 0)} GB/token at {s.bandwidth_gbs:.0f} GB/s, "
                    f"{md(s.bandwidth_source)})")
     return out
 
