@@ -224,10 +224,14 @@ def judge(gens: list[list[float]], fa: dict, ps: list[dict], tail: list[float], 
         # the after figure's own control: the before span's median against the stretch of its length before it,
         # nothing attached in either (the loop's drift over that time, which two A/A pairs cannot hold)
         b0, b1 = fa["before"]
-        pre = med(intervals(gens, b0 - (b1 - b0), b0))
+        first_token = min((g[0] for g in gens if g), default=b0)
+        pre_tokens = intervals(gens, b0 - (b1 - b0), b0)
+        # only where the loop decoded through all of that stretch, and enough of it to take a median by
+        pre = med(pre_tokens) if b0 - (b1 - b0) >= first_token and len(pre_tokens) >= 20 else None
         res["first"] = {"before_median_ms": m, "after_median_ms": med(after),
                         "after_change_pct": 100 * (med(after) / m - 1) if (m and after) else None,
                         "before_drift_pct": 100 * (m / pre - 1) if (m and pre) else None,
+                        "tokens_before_drift": len(pre_tokens),
                         "slowest_ms": max(during) if during else None,
                         "slowest_over_median": max(during) / m if (m and during) else None,
                         # the loop's own slowest, nothing of decodemon running: the after period (the agent idle),

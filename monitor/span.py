@@ -116,14 +116,14 @@ def span_words(s: Snapshot) -> str:
     differ."""
     j = span_json(s)
     source = "attach" if str(s.label).isdigit() else "recording"  # a pid's label is its number
-    if s.span_whole and j["cut_short"]:
-        line = (f"Covers the {source} up to its cut ({j['cut_short']}): {j['seconds']:g} s, "
-                f"{j['from_s']:g}–{j['to_s']:g} s into it")
-    elif s.span_whole:
-        line = f"Covers the whole {source}: {j['seconds']:g} s, {j['from_s']:g}–{j['to_s']:g} s into it"
+    if s.span_whole:
+        whole = f"the {source} up to its cut" if j["cut_short"] else f"the whole {source}"
+        line = f"Covers {whole}: {j['seconds']:g} s, {j['from_s']:g}–{j['to_s']:g} s into it"
         line += f" ({j['last_asked']})" if j["last_asked"] else ""
     else:  # the seconds up to where the summary was made: the source's end, or where the app was paused
         line = f"Covers the {j['seconds']:g} s up to {j['to_s']:g} s into the {source} ({j['from_s']:g}–{j['to_s']:g} s)"
+    if j["cut_short"]:  # a recording whose writer was killed: what was read is what came before the cut
+        line += f" ({j['cut_short']})"
     counted = [f"{j['tokens']} tokens counted"] if j["tokens"] is not None else []
     if j["clock_steps"] is not None:
         counted.append(f"the rate over {j['clock_steps']} clock steps")

@@ -252,7 +252,10 @@ def test_a_recording_cut_short_is_covered_up_to_its_cut_not_whole(tmp_path):
     assert span["seconds"] < 2  # of an 8 s recording
     md = tmp_path / "cut.md"
     assert cli("report", cut, "-o", md).returncode == 0
-    assert "Covers the recording up to its cut (the recording is cut short after" in md.read_text()
+    head = md.read_text().splitlines()[4]
+    assert head.startswith("Covers the recording up to its cut: ") and "(the recording is cut short after" in head
+    assert cli("report", cut, "--last", 0.5, "-o", md).returncode == 0  # a last span of it says the cut too
+    assert "(the recording is cut short after" in md.read_text().splitlines()[4]
     whole = json.loads(cli("replay", REC["eager"], "--json").stdout)["span"]
     assert whole["covers"] == "whole" and whole["cut_short"] is None
 

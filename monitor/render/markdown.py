@@ -116,7 +116,8 @@ def _figures(s: Snapshot) -> list[str]:
     out = []
     if tk and s.tokens_per_step is not None:  # a batched engine: a step is the mark, and makes a token a sequence
         out.append(f"- {tk.ms_per_token:.3f} ms/step {clock_kind(s.token_clock)} (p90 {tk.ms_per_token_p90:.3f}), "
-                   f"{tk.tokens_per_s:.1f} steps/s over {tk.tokens} clock steps; {s.tokens_per_step:g} tokens/step; "
+                   f"{tk.tokens_per_s:.1f} steps/s over {tk.tokens} clock steps{left_out(s)}; "
+                   f"{s.tokens_per_step:g} tokens/step; "
                    f"{s.throughput_tokens_per_s or 0:.1f} tokens/s in all (the tokens counted, not steps/s × "
                    f"tokens/step){_provisional(s)}")
     elif tk:
