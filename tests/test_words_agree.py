@@ -563,3 +563,17 @@ def test_the_reports_rate_says_the_steps_the_observer_slowed_were_left_out(tmp_p
     md = tmp_path / "r.md"
     assert cli("report", rec, "-o", md).returncode == 0
     assert f"over {j['clock_steps']} clock steps, {n} the observer's steps slowed, left out" in md.read_text()
+
+
+def test_gaps_read_in_another_window_than_the_kernels_say_so():
+    """The unmarked demo's gaps and traced token are of the latest window that traced its launch calls (5.8 s
+    before the end), its kernels of the latest window: the note says which sum holds; where one window gives
+    both (the bundled eager recording) the gaps and the kernels add up to the traced token."""
+    from tests.conftest import BUNDLED, DATA
+
+    j = json.loads(cli("replay", DATA / "h200_unmarked_demo_1.dmon", "--json").stdout)
+    assert j["launch_calls_traced_s_ago"] and "not the kernels' window" in j["gap_note"]
+    e = json.loads(cli("replay", BUNDLED / "h100_eager.dmon", "--json").stdout)
+    assert "not the kernels' window" not in e["gap_note"]
+    assert sum(e["gap_ms_per_token"].values()) + e["kernel_busy_ms_per_token"] == pytest.approx(e["traced_token_ms"],
+                                                                                                abs=2e-3)

@@ -294,8 +294,12 @@ def _window_json(s: Snapshot) -> dict:
         # the traced token those gaps were read in: tracing stretches it past ms_per_token, so the gaps can sum to
         # more than the untraced token
         "traced_token_ms": round(aw.traced_ms_per_token, 4) if aw else None,
-        "gap_note": ("the idle gaps are read in the traced token (traced_token_ms), which tracing stretches past "
-                     "ms_per_token: they can sum to more than the untraced token" if aw else None),
+        "gap_note": (("the idle gaps are read in the traced token (traced_token_ms), which tracing stretches past "
+                      "ms_per_token: they can sum to more than the untraced token")
+                     + ("; both are of the latest window that traced its launch calls (launch_calls_traced_s_ago), "
+                        "not the kernels' window (kernels_from), so they sum with that window's kernel time, not "
+                        "with kernel_busy_ms_per_token, and traced_token_busy_pct is the kernels' window's"
+                        if aw is not w and w is not None else "") if aw else None),
         "launch_calls_traced_s_ago": _r(s.api_window_age_s, 1),
         # which window the figures above and the kernel table are read from: outside the span where it traced none
         "kernels_from": kernels_from_json(s),
