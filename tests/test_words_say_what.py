@@ -466,3 +466,16 @@ def test_a_reports_bytes_of_a_tiny_model_are_not_printed_as_zero():
     from decodemon.monitor.render.markdown import _gb
 
     assert _gb(685_056) == "0.000685" and _gb(1.252e9) == "1.252" and _gb(0) == "0.000"
+
+
+def test_a_batched_engines_floor_is_a_steps_and_says_so(tmp_path):
+    """A step of 4 sequences: the floor is the step's bytes over the bandwidth, held against ms_per_step, and the
+    JSON and the report say so (bytes_per_token, a token's share, would give a quarter of it)."""
+    j = json.loads(cli("replay", DATA / "h200_hf_cb_4.dmon", "--json").stdout)
+    assert j["bandwidth_floor_ms"] == pytest.approx(j["bytes_per_step"] / j["bandwidth_gbs"] / 1e6, rel=1e-3)
+    assert "a step's floor" in j["bandwidth_floor_note"]
+    md = tmp_path / "r.md"
+    assert cli("report", DATA / "h200_hf_cb_4.dmon", "-o", md).returncode == 0
+    assert f"bandwidth floor {j['bandwidth_floor_ms']:.3f} ms/step ({j['bytes_per_step'] / 1e9:.3f} GB/step" in md.read_text()
+    e = json.loads(cli("replay", DATA / "h200_eager.dmon", "--json").stdout)
+    assert e["bandwidth_floor_note"] is None

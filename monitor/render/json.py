@@ -415,6 +415,9 @@ def _verdict_json(s: Snapshot, out: dict) -> dict:
                                                    "bytes_per_step_model": None})
     # a batched engine's step figures under the step's own names (null where a mark is a token)
     out.update({step: out.get(token) if batched else None for step, token in STEP_KEYS.items()})
+    out["bandwidth_floor_note"] = ("a step's floor: bytes_per_step ÷ bandwidth_gbs, against ms_per_step "
+                                   "(bytes_per_token is a token's share of the step's bytes)"
+                                   if batched and out.get("bandwidth_floor_ms") is not None else None)
     if out.get("dram_check"):  # what its two rates are: it checks two PM counters, not the token clock
         rate = ("bytes_per_step_measured × tokens_per_s (steps a second)" if batched else
                 "bytes_per_token_measured × tokens_per_s")

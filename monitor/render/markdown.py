@@ -16,7 +16,7 @@ from decodemon.monitor.safe_text import markdown as md
 from decodemon.monitor.safe_text import markdown_code, visible_lines
 from decodemon.monitor.render.json import kernels_from_words
 from decodemon.monitor.render.text import (counted, in_marks, left_out, observer_parts, rejected_text, runtime_split,
-                                           token_bytes)
+                                           token_bytes, unit)
 
 if TYPE_CHECKING:
     from decodemon.monitor.snapshot import Snapshot
@@ -148,9 +148,10 @@ def _figures(s: Snapshot) -> list[str]:
         out.append("- bytes a token: " + ", ".join(
             x for x in (f"{_gb(measured)} GB measured (PM DRAM over the tokens counted)" if measured else "",
                         f"the model's {_gb(model)} GB{priced}" if model else "") if x))
-    if d.bandwidth_floor_ms is not None:
-        out.append(f"- bandwidth floor {d.bandwidth_floor_ms:.3f} ms/token "
-                   f"({_gb(s.bytes_per_token or 0)} GB/token at {s.bandwidth_gbs:.0f} GB/s, "
+    if d.bandwidth_floor_ms is not None:  # a batched engine's floor is a step's: the step's bytes (the snapshot's)
+        mark = unit(s)
+        out.append(f"- bandwidth floor {d.bandwidth_floor_ms:.3f} ms/{mark} "
+                   f"({_gb(s.bytes_per_token or 0)} GB/{mark} at {s.bandwidth_gbs:.0f} GB/s, "
                    f"{md(s.bandwidth_source)})")
     return out
 
