@@ -151,8 +151,8 @@ def collect_pid(pid: int, settings: wire.Attach | None = None, seconds: float | 
         interrupted = True
         # said in the recording as a detach is, so a replay of it tells how it ended
         bye = wire.Bye(reason=INTERRUPTED)
-        recorder.write(sess.feed.last_rx_ns, b"", bye)
         sess.add(sess.feed.last_rx_ns, bye)
+        recorder.write(sess.feed.last_rx_ns, b"", bye, sess.clock_origin_unix_s)
     except BaseException:
         if recorder is not None:
             recorder.discard()
